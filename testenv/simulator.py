@@ -1,0 +1,487 @@
+"""The operand simulator: plays the GPU Operator's driver, device plugin, validator and
+MIG manager (and the kubelet's view of them) against the real API server.
+
+It watches kwok nodes and the operand pods of the operator's namespace and, per node:
+- a driver pod becomes Running and Ready after a delay and then sets the node's
+  `nvidia.com/cuda.driver-version.*` labels from its image tag; a driver version listed
+  in the faults ConfigMap crash-loops, and so does every driver pod on a node that also
+  has a host driver (two driver sources);
+- while a node has no ready driver (pod or host driver) it advertises 0 GPUs, and once the
+  device plugin is ready again it re-advertises the full count (or the count a fault
+  annotation says);
+- the validator becomes Ready a (configurable) moment after the driver;
+- a change of `nvidia.com/mig.config` goes pending (operands paused, 0 advertised), then
+  success with the new MIG resources, unless the node is marked stuck.
+Every knob is a node annotation under `sim.gpuops.io/` or the faults ConfigMap, so any
+process (a test, the demo) can inject a fault through the API.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import logging
+import queue
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes import client, watch
+from kubernetes.client.rest import ApiException
+
+from testenv import fleet as fl
+
+log = logging.getLogger("gpuops.testenv.simulator")
+
+_PAUSABLE = ("device-plugin", "gpu-feature-discovery", "dcgm-exporter", "container-toolkit")
+
+
+@dataclass(frozen=True)
+class SimulatorTiming:
+    driver_ready_seconds: float = 1.0
+    validator_ready_seconds: float = 0.5
+    mig_apply_seconds: float = 1.0
+
+
+def _now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def image_version(image: str) -> str:
+    """`nvcr.io/nvidia/driver:580.95.05-ubuntu22.04` -> `580.95.05`."""
+    tag = image.rsplit(":", 1)[-1] if ":" in image.rsplit("/", 1)[-1] else ""
+    return tag.split("-", 1)[0]
+
+
+class OperandSimulator:
+    def __init__(self, api: client.ApiClient, *, namespace: str = "gpu-operator",
+                 timing: SimulatorTiming = SimulatorTiming()) -> None:
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.namespace = namespace
+        self.timing = timing
+        self._lock = threading.Lock()
+        self._nodes: dict[str, dict[str, Any]] = {}
+        self._pods: dict[str, dict[str, Any]] = {}  # uid -> pod
+        self._pods_by_node: dict[str, set[str]] = defaultdict(set)
+        self._crashloop_versions: frozenset[str] = frozenset()
+        self._first_seen: dict[str, float] = {}
+        self._driver_ready_at: dict[str, float] = {}
+        self._mig_pending_at: dict[str, float] = {}
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        self._timers: list[tuple[float, str]] = []
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._watches: list[watch.Watch] = []
+        self.errors: list[str] = []
+
+    # --- lifecycle -------------------------------------------------------------------
+    def start(self) -> OperandSimulator:
+        specs = [
+            ("nodes", lambda **kw: self.core.list_node(**kw), self._on_node),
+            ("pods", lambda **kw: self.core.list_namespaced_pod(
+                self.namespace, label_selector=fl.OPERAND_LABEL, **kw), self._on_pod),
+            ("faults", lambda **kw: self.core.list_namespaced_config_map(
+                self.namespace, field_selector=f"metadata.name={fl.FAULTS_CONFIGMAP}", **kw), self._on_faults),
+        ]
+        for name, lister, handler in specs:
+            thread = threading.Thread(target=self._watch_loop, args=(lister, handler),
+                                      name=f"sim-watch-{name}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        worker = threading.Thread(target=self._work_loop, name="sim-worker", daemon=True)
+        worker.start()
+        self._threads.append(worker)
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        for w in list(self._watches):
+            w.stop()
+        self._queue.put(None)
+        for thread in self._threads:
+            thread.join(timeout=10)
+
+    def __enter__(self) -> OperandSimulator:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- watching --------------------------------------------------------------------
+    def _watch_loop(self, lister, handler) -> None:
+        while not self._stop.is_set():
+            try:
+                listed = lister(_preload_content=True)
+                seen = set()
+                for item in listed.items:
+                    obj = self.api.sanitize_for_serialization(item)
+                    seen.add(obj["metadata"]["uid"])
+                    handler("ADDED", obj)
+                handler("RESYNC", {"uids": seen})
+                w = watch.Watch()
+                self._watches.append(w)
+                for event in w.stream(lister, resource_version=listed.metadata.resource_version,
+                                      timeout_seconds=300, allow_watch_bookmarks=False):
+                    if self._stop.is_set():
+                        break
+                    obj = self.api.sanitize_for_serialization(event["object"])
+                    handler(event["type"], obj)
+                self._watches.remove(w)
+            except ApiException as err:
+                if self._stop.is_set():
+                    return
+                if err.status != 410:
+                    log.warning("simulator watch failed (%s); re-listing", err.status)
+                    self._stop.wait(0.5)
+            except Exception as err:  # noqa: BLE001 - a watch must survive API restarts
+                if self._stop.is_set():
+                    return
+                log.warning("simulator watch error: %s; re-listing", err)
+                self._stop.wait(0.5)
+
+    def _on_node(self, kind: str, node: dict[str, Any]) -> None:
+        if kind == "RESYNC":
+            return
+        meta = node["metadata"]
+        if meta.get("annotations", {}).get("kwok.x-k8s.io/node") != "fake":
+            return
+        name = meta["name"]
+        with self._lock:
+            if kind == "DELETED":
+                self._nodes.pop(name, None)
+                return
+            self._nodes[name] = node
+        self._queue.put(name)
+
+    def _on_pod(self, kind: str, pod: dict[str, Any]) -> None:
+        if kind == "RESYNC":
+            with self._lock:
+                for uid in set(self._pods) - pod["uids"]:
+                    self._forget_pod(uid)
+            return
+        uid = pod["metadata"]["uid"]
+        node = pod["spec"].get("nodeName")
+        with self._lock:
+            if kind == "DELETED":
+                self._forget_pod(uid)
+            else:
+                self._pods[uid] = pod
+                if node:
+                    self._pods_by_node[node].add(uid)
+        if node:
+            self._queue.put(node)
+
+    def _forget_pod(self, uid: str) -> None:
+        pod = self._pods.pop(uid, None)
+        self._first_seen.pop(uid, None)
+        if pod and pod["spec"].get("nodeName"):
+            self._pods_by_node[pod["spec"]["nodeName"]].discard(uid)
+
+    def _on_faults(self, kind: str, config_map: dict[str, Any]) -> None:
+        if kind == "RESYNC":
+            return
+        data = (config_map.get("data") or {}) if kind != "DELETED" else {}
+        versions = {v.strip() for v in data.get(fl.FAULT_CRASHLOOP_VERSIONS, "").split(",") if v.strip()}
+        with self._lock:
+            self._crashloop_versions = frozenset(versions)
+            nodes = list(self._nodes)
+        for name in nodes:
+            self._queue.put(name)
+
+    # --- the work loop ---------------------------------------------------------------
+    def _work_loop(self) -> None:
+        while not self._stop.is_set():
+            timeout = None
+            if self._timers:
+                timeout = max(0.0, self._timers[0][0] - time.monotonic())
+            try:
+                name = self._queue.get(timeout=timeout)
+            except queue.Empty:
+                name = None
+            due = set()
+            while self._timers and self._timers[0][0] <= time.monotonic():
+                due.add(heapq.heappop(self._timers)[1])
+            if name:
+                due.add(name)
+            while True:  # coalesce a burst of events into one reconcile per node
+                try:
+                    extra = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if extra:
+                    due.add(extra)
+            for node in sorted(due):
+                try:
+                    self._reconcile(node)
+                except ApiException as err:
+                    if err.status in (404, 409):
+                        self._wake(node, 0.2)
+                    else:
+                        self.errors.append(f"{node}: {err.status} {err.reason}")
+                        log.warning("simulator could not reconcile %s: %s", node, err)
+                        self._wake(node, 1.0)
+                except Exception as err:  # noqa: BLE001 - keep simulating the other nodes
+                    self.errors.append(f"{node}: {err!r}")
+                    log.exception("simulator failed on %s", node)
+
+    def _wake(self, node: str, after: float) -> None:
+        heapq.heappush(self._timers, (time.monotonic() + after, node))
+
+    # --- one node --------------------------------------------------------------------
+    def _reconcile(self, name: str) -> None:
+        with self._lock:
+            node = self._nodes.get(name)
+            pods = [self._pods[uid] for uid in self._pods_by_node.get(name, ()) if uid in self._pods]
+            crash_versions = self._crashloop_versions
+        if node is None or node["metadata"].get("deletionTimestamp"):
+            return
+        meta = node["metadata"]
+        labels = meta.get("labels") or {}
+        ann = meta.get("annotations") or {}
+        if labels.get("nvidia.com/gpu.present") != "true":
+            return
+        now = time.monotonic()
+        live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+        by_operand: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for pod in live:
+            by_operand[pod["metadata"]["labels"].get(fl.OPERAND_LABEL, "")].append(pod)
+
+        host_driver = ann.get(fl.ANN_HOST_DRIVER)
+        driver_delay = float(ann.get(fl.ANN_DRIVER_DELAY, self.timing.driver_ready_seconds))
+        driver_version: str | None = None
+        for pod in by_operand["driver"]:
+            version = image_version(pod["spec"]["containers"][0]["image"])
+            if host_driver:
+                self._set_pod(pod, _crashloop_status(pod, init=True,
+                                                     message="driver is pre-installed on host"))
+            elif version in crash_versions:
+                self._set_pod(pod, _crashloop_status(pod, init=False,
+                                                     message=f"failed to load driver {version}"))
+            elif now - self._first_seen.setdefault(pod["metadata"]["uid"], now) >= driver_delay:
+                self._set_pod(pod, _running_status(pod))
+                driver_version = version
+            else:
+                self._set_pod(pod, _starting_status(pod))
+                self._wake(name, self._first_seen[pod["metadata"]["uid"]] + driver_delay - now)
+        if driver_version is None and host_driver:
+            driver_version = host_driver  # the host driver works even while the operator's crashes
+        driver_ready = driver_version is not None
+        if driver_ready:
+            self._driver_ready_at.setdefault(name, now)
+        else:
+            self._driver_ready_at.pop(name, None)
+
+        for pod in by_operand["device-plugin"]:
+            self._set_pod(pod, _running_status(pod) if driver_ready else _init_status(pod))
+        validator_delay = float(ann.get(fl.ANN_VALIDATOR_DELAY, self.timing.validator_ready_seconds))
+        for pod in by_operand["validator"]:
+            ready_at = max(self._driver_ready_at.get(name, now), self._first_seen.setdefault(
+                pod["metadata"]["uid"], now)) + validator_delay
+            if driver_ready and now >= ready_at:
+                self._set_pod(pod, _running_status(pod))
+            else:
+                self._set_pod(pod, _init_status(pod))
+                if driver_ready:
+                    self._wake(name, ready_at - now)
+
+        new_labels: dict[str, str | None] = {}
+        new_ann: dict[str, str | None] = {}
+        if driver_version and labels.get("nvidia.com/cuda.driver-version.full") != driver_version:
+            new_labels.update(fl.driver_version_labels(driver_version))
+
+        mig_paused = self._reconcile_mig(name, labels, ann, now, new_labels, new_ann)
+        plugin_ready = any(_is_ready(p) for p in by_operand["device-plugin"])
+        self._advertise(node, ready=driver_ready and plugin_ready and not mig_paused,
+                        mig_config=ann.get(fl.ANN_MIG_APPLIED) or labels.get("nvidia.com/mig.config"))
+        self._not_ready(node, ann)
+        if new_labels or new_ann:
+            self.core.patch_node(name, {"metadata": {"labels": new_labels, "annotations": new_ann}})
+
+    def _reconcile_mig(self, name: str, labels: dict[str, str], ann: dict[str, str], now: float,
+                       new_labels: dict[str, str | None], new_ann: dict[str, str | None]) -> bool:
+        """Returns whether the node's operands are paused for a MIG change."""
+        desired = labels.get("nvidia.com/mig.config")
+        if labels.get("nvidia.com/mig.capable") != "true" or desired is None:
+            return False
+        applied = ann.get(fl.ANN_MIG_APPLIED)
+        if applied is None:  # the layout the node came up with
+            new_ann[fl.ANN_MIG_APPLIED] = desired
+            new_labels["nvidia.com/mig.config.state"] = "success"
+            return False
+        if applied == desired:
+            return False
+        if labels.get("nvidia.com/mig.config.state") != "pending":
+            self._mig_pending_at[name] = now
+            new_labels["nvidia.com/mig.config.state"] = "pending"
+            new_ann["gpuops.io/mig-state-since"] = _now_iso()
+            for operand in _PAUSABLE:
+                if labels.get(f"nvidia.com/gpu.deploy.{operand}") == "true":
+                    new_labels[f"nvidia.com/gpu.deploy.{operand}"] = "paused-for-mig-change"
+        started = self._mig_pending_at.setdefault(name, now)
+        if ann.get(fl.ANN_MIG_STUCK) == "true":
+            return True
+        if now - started < self.timing.mig_apply_seconds:
+            self._wake(name, started + self.timing.mig_apply_seconds - now)
+            return True
+        new_ann[fl.ANN_MIG_APPLIED] = desired
+        new_labels["nvidia.com/mig.config.state"] = "success"
+        for operand in _PAUSABLE:
+            if labels.get(f"nvidia.com/gpu.deploy.{operand}") == "paused-for-mig-change":
+                new_labels[f"nvidia.com/gpu.deploy.{operand}"] = "true"
+        gpus = int(labels.get("nvidia.com/gpu.count", "0"))
+        for key in labels:
+            if key.startswith("nvidia.com/mig-") and key.endswith(".count"):
+                new_labels[key] = None
+        for profile, n in fl.MIG_LAYOUTS.get(desired, {}).items():
+            new_labels[f"nvidia.com/mig-{profile}.count"] = str(n * gpus)
+        self._mig_pending_at.pop(name, None)
+        return False
+
+    def _advertise(self, node: dict[str, Any], *, ready: bool, mig_config: str | None) -> None:
+        labels = node["metadata"].get("labels") or {}
+        ann = node["metadata"].get("annotations") or {}
+        status = node.get("status") or {}
+        capacity = status.get("capacity") or {}
+        gpus = int(labels.get("nvidia.com/gpu.count", "0"))
+        override = ann.get(fl.ANN_ADVERTISE)
+        pool = fl.PoolSpec(name="-", nodes=0, gpus_per_node=gpus,
+                           replicas=int(labels.get("nvidia.com/gpu.replicas", "1")),
+                           rename_shared="nvidia.com/gpu.shared" in capacity)
+        strategy = labels.get("nvidia.com/mig.strategy", "none")
+        full = fl.advertised_resources(
+            pool, mig_config=mig_config if labels.get("nvidia.com/mig.capable") == "true" else None,
+            strategy=strategy, gpus=int(override) if override is not None else None)
+        current = {k: v for k, v in capacity.items() if k.startswith("nvidia.com/")}
+        if ready:
+            desired: dict[str, str | None] = dict(full)
+        else:
+            desired = {k: "0" for k in (set(current) | set(full))}
+        for key in current:
+            if key not in desired:
+                desired[key] = None
+        if all(current.get(k) == v for k, v in desired.items()):
+            return
+        self.core.patch_node_status(node["metadata"]["name"],
+                                    {"status": {"capacity": desired, "allocatable": desired}})
+
+    def _not_ready(self, node: dict[str, Any], ann: dict[str, str]) -> None:
+        if ann.get(fl.ANN_NOT_READY) != "true":
+            return
+        conditions = (node.get("status") or {}).get("conditions") or []
+        ready = next((c for c in conditions if c["type"] == "Ready"), None)
+        if ready and ready["status"] == "False":
+            return
+        now = _now_iso()
+        self.core.patch_node_status(node["metadata"]["name"], {"status": {"conditions": [{
+            "type": "Ready", "status": "False", "reason": "KubeletNotReady",
+            "message": "simulated: container runtime is down", "lastHeartbeatTime": now,
+            "lastTransitionTime": now}]}})
+
+    def _set_pod(self, pod: dict[str, Any], status: dict[str, Any]) -> None:
+        current = pod.get("status") or {}
+        if (current.get("phase"), _is_ready(pod), _waiting(current)) == (
+            status["phase"], _ready_in(status), _waiting(status)
+        ):
+            return
+        meta = pod["metadata"]
+        with contextlib.suppress(ApiException):
+            self.core.patch_namespaced_pod_status(meta["name"], meta["namespace"], {"status": status})
+
+
+# --- pod statuses ---------------------------------------------------------------------------
+
+def _is_ready(pod: dict[str, Any]) -> bool:
+    return _ready_in(pod.get("status") or {})
+
+
+def _ready_in(status: dict[str, Any]) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
+def _waiting(status: dict[str, Any]) -> tuple[str, ...]:
+    reasons = []
+    for key in ("initContainerStatuses", "containerStatuses"):
+        for cs in status.get(key) or []:
+            reasons.append(((cs.get("state") or {}).get("waiting") or {}).get("reason") or "")
+    return tuple(reasons)
+
+
+def _conditions(*, ready: bool, initialized: bool = True) -> list[dict[str, str]]:
+    now = _now_iso()
+    value = "True" if ready else "False"
+    return [
+        {"type": "Initialized", "status": "True" if initialized else "False", "lastTransitionTime": now},
+        {"type": "Ready", "status": value, "lastTransitionTime": now},
+        {"type": "ContainersReady", "status": value, "lastTransitionTime": now},
+        {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+    ]
+
+
+def _container(spec: dict[str, Any], *, state: dict[str, Any], ready: bool, restarts: int = 0,
+               last: dict[str, Any] | None = None) -> dict[str, Any]:
+    status = {"name": spec["name"], "image": spec["image"], "imageID": "", "ready": ready,
+              "restartCount": restarts, "started": "running" in state, "state": state}
+    if last:
+        status["lastState"] = last
+    return status
+
+
+def _base(pod: dict[str, Any], phase: str) -> dict[str, Any]:
+    return {"phase": phase, "hostIP": "127.0.0.1", "podIP": "127.0.0.1",
+            "startTime": (pod.get("status") or {}).get("startTime") or _now_iso()}
+
+
+def _running_status(pod: dict[str, Any]) -> dict[str, Any]:
+    now = _now_iso()
+    status = _base(pod, "Running")
+    status["conditions"] = _conditions(ready=True)
+    status["initContainerStatuses"] = [
+        _container(c, state={"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": now,
+                                            "startedAt": now}}, ready=True)
+        for c in pod["spec"].get("initContainers") or []]
+    status["containerStatuses"] = [
+        _container(c, state={"running": {"startedAt": now}}, ready=True) for c in pod["spec"]["containers"]]
+    return status
+
+
+def _starting_status(pod: dict[str, Any]) -> dict[str, Any]:
+    status = _base(pod, "Pending")
+    status["conditions"] = _conditions(ready=False, initialized=False)
+    status["containerStatuses"] = [
+        _container(c, state={"waiting": {"reason": "ContainerCreating"}}, ready=False)
+        for c in pod["spec"]["containers"]]
+    return status
+
+
+def _init_status(pod: dict[str, Any]) -> dict[str, Any]:
+    """Waiting in an init container for the driver, as the device plugin and validator do."""
+    status = _base(pod, "Pending")
+    status["conditions"] = _conditions(ready=False, initialized=False)
+    status["containerStatuses"] = [
+        _container(c, state={"waiting": {"reason": "PodInitializing"}}, ready=False)
+        for c in pod["spec"]["containers"]]
+    return status
+
+
+def _crashloop_status(pod: dict[str, Any], *, init: bool, message: str) -> dict[str, Any]:
+    now = _now_iso()
+    crashed = {"waiting": {"reason": "CrashLoopBackOff",
+                           "message": f"back-off 5m0s restarting failed container: {message}"}}
+    last = {"terminated": {"exitCode": 1, "reason": "Error", "message": message,
+                           "startedAt": now, "finishedAt": now}}
+    status = _base(pod, "Pending" if init else "Running")
+    status["conditions"] = _conditions(ready=False, initialized=not init)
+    if init:
+        status["initContainerStatuses"] = [
+            _container(c, state=crashed, ready=False, restarts=12, last=last)
+            for c in pod["spec"].get("initContainers") or []]
+        status["containerStatuses"] = [
+            _container(c, state={"waiting": {"reason": "PodInitializing"}}, ready=False)
+            for c in pod["spec"]["containers"]]
+    else:
+        status["containerStatuses"] = [
+            _container(c, state=crashed, ready=False, restarts=12, last=last) for c in pod["spec"]["containers"]]
+    return status

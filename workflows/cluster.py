@@ -1,0 +1,137 @@
+"""Plain, frozen views of the Kubernetes objects gpuops reads.
+
+The gateway (`workflows.kube`) and its watch cache turn API JSON into these; everything
+above works on them and never sees the `kubernetes` client. Only the fields gpuops uses
+are kept, which also keeps a 5,000-node cache small.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import NewType
+
+NodeName = NewType("NodeName", str)
+PoolName = NewType("PoolName", str)
+
+# Resource names the device plugin advertises and pods request.
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_SHARED_RESOURCE = "nvidia.com/gpu.shared"
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
+
+
+def is_gpu_resource(name: str) -> bool:
+    return name in (GPU_RESOURCE, GPU_SHARED_RESOURCE) or name.startswith(MIG_RESOURCE_PREFIX)
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+
+
+@dataclass(frozen=True, slots=True)
+class NodeObject:
+    name: NodeName
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    unschedulable: bool
+    taints: tuple[Taint, ...]
+    # None when the node reports no Ready condition at all.
+    ready: bool | None
+    # When the Ready condition last changed (None if unknown).
+    ready_changed_at: dt.datetime | None
+    # Quantities as the API gives them ("8", "500m", "1Ti"); GPU ones are whole numbers.
+    capacity: Mapping[str, str]
+    allocatable: Mapping[str, str]
+    created_at: dt.datetime
+    resource_version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerState:
+    name: str
+    image: str
+    ready: bool
+    restart_count: int
+    # e.g. "CrashLoopBackOff", "ImagePullBackOff", "ContainerCreating"; None when running
+    waiting_reason: str | None = None
+    # e.g. "Error", "Completed"; the last termination if the container restarted
+    last_terminated_reason: str | None = None
+    running: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerRef:
+    kind: str
+    name: str
+    controller: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PodObject:
+    namespace: str
+    name: str
+    node_name: NodeName | None
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    # Pending | Running | Succeeded | Failed | Unknown
+    phase: str
+    ready: bool
+    deleting: bool
+    owners: tuple[OwnerRef, ...]
+    containers: tuple[ContainerState, ...]
+    init_containers: tuple[ContainerState, ...]
+    # The images of spec.containers, in order (the driver version is the image tag).
+    images: tuple[str, ...]
+    # GPU resources the pod asks for (nvidia.com/gpu, nvidia.com/gpu.shared,
+    # nvidia.com/mig-*): per resource, the sum over containers of max(request, limit).
+    gpu_requests: Mapping[str, int]
+    created_at: dt.datetime
+    resource_version: str = ""
+
+    @property
+    def controller(self) -> OwnerRef | None:
+        return next((o for o in self.owners if o.controller), None)
+
+
+@dataclass(frozen=True, slots=True)
+class DeploymentObject:
+    namespace: str
+    name: str
+    labels: Mapping[str, str]
+    images: tuple[str, ...]
+    replicas: int
+    ready_replicas: int
+
+
+@dataclass(frozen=True, slots=True)
+class CustomObject:
+    """A ClusterPolicy (nvidia.com/v1) or NVIDIADriver (nvidia.com/v1alpha1)."""
+
+    kind: str
+    name: str
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    spec: Mapping[str, object]
+    status: Mapping[str, object]
+    created_at: dt.datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSnapshot:
+    """What the cache holds at one moment. `pods` are the pods in the operator's
+    namespace plus every pod that asks for a GPU resource."""
+
+    nodes: Mapping[NodeName, NodeObject]
+    pods: tuple[PodObject, ...]
+    # The namespace the GPU Operator runs in, None if no operator was found.
+    operator_namespace: str | None
+    operator_deployment: DeploymentObject | None
+    # False when the ClusterPolicy CRD is not installed (no GPU Operator at all).
+    operator_crds_installed: bool
+    cluster_policies: tuple[CustomObject, ...] = ()
+    nvidia_drivers: tuple[CustomObject, ...] = ()
+    taken_at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.timezone.utc))
