@@ -121,7 +121,10 @@ class Installer:
         prefix, plural, namespaced = _KINDS[kind]
         path = _path(stub) if namespaced and namespace else f"{prefix}/{plural}"
         query = [("labelSelector", selector)] if selector else []
-        return self.call("GET", path, query=query).get("items", [])
+        items = self.call("GET", path, query=query).get("items", [])
+        for item in items:  # list items carry no kind of their own
+            item["kind"] = kind
+        return items
 
 
 def wait_until(check: Callable[[], bool], *, timeout: float, what: str) -> None:
