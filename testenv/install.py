@@ -152,7 +152,7 @@ def install_crds(installer: Installer, folder: Path | None = None) -> None:
     def established() -> bool:
         for name in names:
             crd = installer.get({"kind": "CustomResourceDefinition", "metadata": {"name": name}})
-            conditions = crd.get("status", {}).get("conditions", [])
+            conditions = (crd.get("status") or {}).get("conditions") or []
             if not any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
                 return False
         return True

@@ -311,7 +311,11 @@ class OperandSimulator:
             new_ann[fl.ANN_MIG_APPLIED] = desired
             new_labels["nvidia.com/mig.config.state"] = "success"
             return False
-        if applied == desired:
+        if applied == desired:  # nothing to change (or a change was taken back)
+            if labels.get("nvidia.com/mig.config.state") != "success":
+                new_labels["nvidia.com/mig.config.state"] = "success"
+            self._unpause(labels, new_labels)
+            self._mig_pending_at.pop(name, None)
             return False
         if labels.get("nvidia.com/mig.config.state") != "pending":
             self._mig_pending_at[name] = now
@@ -328,9 +332,7 @@ class OperandSimulator:
             return True
         new_ann[fl.ANN_MIG_APPLIED] = desired
         new_labels["nvidia.com/mig.config.state"] = "success"
-        for operand in _PAUSABLE:
-            if labels.get(f"nvidia.com/gpu.deploy.{operand}") == "paused-for-mig-change":
-                new_labels[f"nvidia.com/gpu.deploy.{operand}"] = "true"
+        self._unpause(labels, new_labels)
         gpus = int(labels.get("nvidia.com/gpu.count", "0"))
         for key in labels:
             if key.startswith("nvidia.com/mig-") and key.endswith(".count"):
@@ -339,6 +341,12 @@ class OperandSimulator:
             new_labels[f"nvidia.com/mig-{profile}.count"] = str(n * gpus)
         self._mig_pending_at.pop(name, None)
         return False
+
+    @staticmethod
+    def _unpause(labels: dict[str, str], new_labels: dict[str, str | None]) -> None:
+        for operand in _PAUSABLE:
+            if labels.get(f"nvidia.com/gpu.deploy.{operand}") == "paused-for-mig-change":
+                new_labels[f"nvidia.com/gpu.deploy.{operand}"] = "true"
 
     def _advertise(self, node: dict[str, Any], *, ready: bool, mig_config: str | None) -> None:
         labels = node["metadata"].get("labels") or {}
