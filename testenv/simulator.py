@@ -310,6 +310,7 @@ class OperandSimulator:
         if applied is None:  # the layout the node came up with
             new_ann[fl.ANN_MIG_APPLIED] = desired
             new_labels["nvidia.com/mig.config.state"] = "success"
+            new_labels.update(self._mig_count_labels(labels, desired))
             return False
         if applied == desired:  # nothing to change (or a change was taken back)
             if labels.get("nvidia.com/mig.config.state") != "success":
@@ -333,14 +334,20 @@ class OperandSimulator:
         new_ann[fl.ANN_MIG_APPLIED] = desired
         new_labels["nvidia.com/mig.config.state"] = "success"
         self._unpause(labels, new_labels)
-        gpus = int(labels.get("nvidia.com/gpu.count", "0"))
-        for key in labels:
-            if key.startswith("nvidia.com/mig-") and key.endswith(".count"):
-                new_labels[key] = None
-        for profile, n in fl.MIG_LAYOUTS.get(desired, {}).items():
-            new_labels[f"nvidia.com/mig-{profile}.count"] = str(n * gpus)
+        new_labels.update(self._mig_count_labels(labels, desired))
         self._mig_pending_at.pop(name, None)
         return False
+
+    @staticmethod
+    def _mig_count_labels(labels: dict[str, str], config: str) -> dict[str, str | None]:
+        """GFD's per-profile counts for a MIG layout (old profiles removed)."""
+        gpus = int(labels.get("nvidia.com/gpu.count", "0"))
+        counts: dict[str, str | None] = {
+            key: None for key in labels if key.startswith("nvidia.com/mig-") and key.endswith(".count")
+        }
+        for profile, n in fl.MIG_LAYOUTS.get(config, {}).items():
+            counts[f"nvidia.com/mig-{profile}.count"] = str(n * gpus)
+        return counts
 
     @staticmethod
     def _unpause(labels: dict[str, str], new_labels: dict[str, str | None]) -> None:

@@ -255,10 +255,14 @@ def msg_node_not_ready(inv: NodeInventory, *, now: dt.datetime) -> str:
 
 
 def msg_driver_conflict(inv: NodeInventory) -> str:
+    if inv.deploy_driver == "pre-installed":
+        host = "it is marked pre-installed (host driver)"
+    else:
+        host = f"the host's driver {inv.driver_version} is loaded"
     return (
-        f"{inv.name} has two driver sources: it is marked pre-installed (host driver) and "
-        f"operator driver pod {inv.driver_pod.name} is {inv.driver_pod.text}; remove the "
-        "host driver or set nvidia.com/gpu.deploy.driver=false on the node"
+        f"{inv.name} has two driver sources: {host} and operator driver pod "
+        f"{inv.driver_pod.name} is {inv.driver_pod.text}; remove the host driver or set "
+        "nvidia.com/gpu.deploy.driver=false on the node"
     )
 
 

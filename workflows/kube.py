@@ -1,0 +1,419 @@
+"""The Kubernetes gateway: the only module (with the watch cache beside it) that talks
+to the API server. One request function owns retries, backoff and Retry-After; HTTP
+errors become a small typed exception tree; JSON becomes the frozen views of
+`workflows.cluster`. Lists and watches read raw JSON (no per-object model classes),
+which keeps a 5,000-node list fast.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import random
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+from workflows.cluster import (
+    ContainerState,
+    CustomObject,
+    DeploymentObject,
+    NodeName,
+    NodeObject,
+    OwnerRef,
+    PodObject,
+    Taint,
+    is_gpu_resource,
+)
+
+log = logging.getLogger("gpuops.kube")
+
+Json = dict[str, Any]
+
+NODES = "/api/v1/nodes"
+PODS = "/api/v1/pods"
+DEPLOYMENTS = "/apis/apps/v1/deployments"
+CLUSTER_POLICIES = "/apis/nvidia.com/v1/clusterpolicies"
+NVIDIA_DRIVERS = "/apis/nvidia.com/v1alpha1/nvidiadrivers"
+
+
+# --- errors --------------------------------------------------------------------------------
+
+
+class KubeError(Exception):
+    """The API server refused or could not answer; `status` is the HTTP status (0 when
+    the server could not be reached)."""
+
+    def __init__(self, message: str, *, status: int = 0, reason: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+
+
+class NotFound(KubeError):
+    pass
+
+
+class Conflict(KubeError):
+    pass
+
+
+class Forbidden(KubeError):
+    pass
+
+
+class Invalid(KubeError):
+    pass
+
+
+class Gone(KubeError):
+    """A watch's resourceVersion is too old (410): list again."""
+
+
+class TooManyRequests(KubeError):
+    def __init__(self, message: str, *, retry_after: float | None, **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.retry_after = retry_after
+
+
+class Unavailable(KubeError):
+    """The API server could not be reached, or answered 5xx, after retries."""
+
+
+_BY_STATUS: dict[int, type[KubeError]] = {403: Forbidden, 404: NotFound, 409: Conflict, 410: Gone, 422: Invalid}
+
+
+def _error(status: int, body: bytes | str, *, method: str, path: str, headers: Mapping[str, str]) -> KubeError:
+    text = body.decode(errors="replace") if isinstance(body, bytes) else body
+    message, reason = text, ""
+    try:
+        status_obj = json.loads(text)
+        message = status_obj.get("message") or text
+        reason = status_obj.get("reason") or ""
+    except ValueError:
+        pass
+    where = f"{method} {path}"
+    if status == 429:
+        return TooManyRequests(f"{where}: {message}", retry_after=_retry_after(headers), status=429, reason=reason)
+    if status >= 500:
+        return Unavailable(f"{where}: {message}", status=status, reason=reason)
+    return _BY_STATUS.get(status, KubeError)(f"{where}: {message}", status=status, reason=reason)
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    value = headers.get("Retry-After") if headers else None
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+# --- the gateway --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    attempts: int = 5
+    base_delay: float = 0.2
+    max_delay: float = 5.0
+
+
+@dataclass(frozen=True)
+class ListResult:
+    items: list[Json]
+    resource_version: str
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    type: str  # ADDED | MODIFIED | DELETED | BOOKMARK
+    object: Json
+
+
+class KubeGateway:
+    """One authenticated connection to an API server.
+
+    Reads are retried on connection errors, 429 (honouring Retry-After) and 5xx; writes
+    are retried only on 429, which the server sends before doing anything.
+    """
+
+    def __init__(self, api: client.ApiClient, *, identity: str, retry: RetryPolicy = RetryPolicy(),
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self._api = api
+        self.identity = identity
+        self._retry = retry
+        self._sleep = sleep
+
+    @classmethod
+    def connect(cls, *, kubeconfig: str | Path | None = None, context: str | None = None) -> KubeGateway:
+        """From a kubeconfig (explicit, $KUBECONFIG or ~/.kube/config) or, inside a pod,
+        the in-cluster ServiceAccount."""
+        if kubeconfig is None and "KUBERNETES_SERVICE_HOST" in os.environ and not os.environ.get("KUBECONFIG"):
+            configuration = client.Configuration()
+            config.load_incluster_config(client_configuration=configuration)
+            namespace = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+            identity = f"system:serviceaccount:{namespace.read_text().strip()}:gpuops" if namespace.exists() else "in-cluster"
+            return cls(client.ApiClient(configuration), identity=identity)
+        path = str(kubeconfig) if kubeconfig else os.environ.get("KUBECONFIG", str(Path.home() / ".kube/config"))
+        if not Path(path).is_file():
+            raise KubeError(f"no kubeconfig at {path}: pass --kubeconfig or set KUBECONFIG")
+        contexts, current = config.list_kube_config_contexts(config_file=path)
+        chosen = next((c for c in contexts if c["name"] == context), None) if context else current
+        if chosen is None:
+            names = ", ".join(c["name"] for c in contexts)
+            raise KubeError(f"kubeconfig {path} has no context {context!r} (it has: {names})")
+        api = config.new_client_from_config(config_file=path, context=chosen["name"])
+        return cls(api, identity=chosen["context"].get("user", chosen["name"]))
+
+    @property
+    def server(self) -> str:
+        return self._api.configuration.host
+
+    def close(self) -> None:
+        self._api.close()
+
+    # --- the one request function ------------------------------------------------------
+    def _send(self, method: str, path: str, *, query: list[tuple[str, Any]] | None, body: Any,
+              content_type: str, timeout: float | tuple[float, float] | None) -> urllib3.BaseHTTPResponse:
+        _, url, headers, payload, _ = self._api.param_serialize(
+            method=method, resource_path=path, query_params=query or [],
+            header_params={"Content-Type": content_type, "Accept": "application/json"},
+            body=body, auth_settings=["BearerToken"],
+        )
+        try:
+            response = self._api.call_api(method, url, header_params=headers, body=payload,
+                                          _request_timeout=timeout)
+        except ApiException as err:  # the REST layer raises for some statuses itself
+            raise _error(err.status or 0, err.body or err.reason or "", method=method, path=path,
+                         headers=err.headers or {}) from None
+        return response.response
+
+    def request(self, method: str, path: str, *, query: list[tuple[str, Any]] | None = None,
+                body: Any = None, content_type: str = "application/json",
+                timeout: float | tuple[float, float] | None = (5, 60)) -> Json:
+        """One API call, JSON in and out, with retries and typed errors."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                response = self._send(method, path, query=query, body=body, content_type=content_type,
+                                      timeout=timeout)
+                data = response.data
+                if 200 <= response.status <= 299:
+                    return json.loads(data) if data else {}
+                error = _error(response.status, data, method=method, path=path, headers=response.headers)
+            except (urllib3.exceptions.HTTPError, OSError) as err:
+                error = Unavailable(f"{method} {path}: {err}", status=0)
+            except TooManyRequests as err:
+                error = err
+            retryable = isinstance(error, TooManyRequests) or (
+                method == "GET" and isinstance(error, Unavailable)
+            )
+            if not retryable or attempt >= self._retry.attempts:
+                raise error
+            delay = min(self._retry.max_delay, self._retry.base_delay * 2 ** (attempt - 1))
+            if isinstance(error, TooManyRequests) and error.retry_after is not None:
+                delay = min(self._retry.max_delay, error.retry_after)
+            log.info("retrying %s %s in %.1fs: %s", method, path, delay, error)
+            self._sleep(delay * (1 + random.random() * 0.1))
+
+    def list(self, path: str, *, label_selector: str | None = None, field_selector: str | None = None,
+             page_size: int = 500) -> ListResult:
+        """Every item of a collection, page by page, as raw JSON dicts."""
+        items: list[Json] = []
+        token: str | None = None
+        while True:
+            query: list[tuple[str, Any]] = [("limit", page_size)]
+            if label_selector:
+                query.append(("labelSelector", label_selector))
+            if field_selector:
+                query.append(("fieldSelector", field_selector))
+            if token:
+                query.append(("continue", token))
+            try:
+                page = self.request("GET", path, query=query)
+            except Gone:
+                # The continue token expired between pages: start over for a consistent list.
+                items, token = [], None
+                continue
+            items.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return ListResult(items=items, resource_version=page["metadata"]["resourceVersion"])
+
+    def watch(self, path: str, *, resource_version: str, timeout_seconds: int = 300,
+              label_selector: str | None = None, field_selector: str | None = None) -> Iterator[WatchEvent]:
+        """Events after `resource_version` until the server ends the watch. Raises Gone
+        when that version is too old (the caller lists again)."""
+        query: list[tuple[str, Any]] = [
+            ("watch", "true"), ("resourceVersion", resource_version), ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", timeout_seconds),
+        ]
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        if field_selector:
+            query.append(("fieldSelector", field_selector))
+        try:
+            response = self._send("GET", path, query=query, body=None, content_type="application/json",
+                                  timeout=(5, timeout_seconds + 15))
+        except (urllib3.exceptions.HTTPError, OSError) as err:
+            raise Unavailable(f"watch {path}: {err}") from None
+        try:
+            if not 200 <= response.status <= 299:
+                raise _error(response.status, response.read(), method="WATCH", path=path, headers=response.headers)
+            buffer = b""
+            for chunk in response.stream(amt=None, decode_content=True):
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    if event.get("type") == "ERROR":
+                        status = event.get("object") or {}
+                        raise _error(int(status.get("code") or 500), json.dumps(status), method="WATCH",
+                                     path=path, headers={})
+                    yield WatchEvent(type=event["type"], object=event["object"])
+        except (urllib3.exceptions.ProtocolError, urllib3.exceptions.ReadTimeoutError, OSError) as err:
+            log.debug("watch %s ended: %s", path, err)
+        finally:
+            response.release_conn()
+
+    def close_idle_connections(self) -> None:
+        self._api.rest_client.pool_manager.clear()
+
+
+# --- JSON -> views ------------------------------------------------------------------------
+
+
+def _time(value: str | None) -> dt.datetime | None:
+    if not value:
+        return None
+    return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+
+
+def _frozen(mapping: Mapping[str, str] | None) -> Mapping[str, str]:
+    return MappingProxyType(dict(mapping)) if mapping else _EMPTY
+
+
+def node_from_json(obj: Json) -> NodeObject:
+    meta = obj["metadata"]
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    ready: bool | None = None
+    ready_changed: dt.datetime | None = None
+    for condition in status.get("conditions") or ():
+        if condition.get("type") == "Ready":
+            ready = condition.get("status") == "True"
+            ready_changed = _time(condition.get("lastTransitionTime"))
+    return NodeObject(
+        name=NodeName(meta["name"]),
+        labels=_frozen(meta.get("labels")),
+        annotations=_frozen(meta.get("annotations")),
+        unschedulable=bool(spec.get("unschedulable")),
+        taints=tuple(Taint(key=t.get("key", ""), value=t.get("value", ""), effect=t.get("effect", ""))
+                     for t in spec.get("taints") or ()),
+        ready=ready,
+        ready_changed_at=ready_changed,
+        capacity=_frozen(status.get("capacity")),
+        allocatable=_frozen(status.get("allocatable")),
+        created_at=_time(meta.get("creationTimestamp")) or _EPOCH,
+        resource_version=meta.get("resourceVersion", ""),
+    )
+
+
+def _quantity(value: Any) -> int:
+    """GPU quantities are whole numbers ("8"); anything else counts as 0."""
+    try:
+        return int(str(value))
+    except ValueError:
+        return 0
+
+
+def pod_gpu_requests(spec: Json) -> dict[str, int]:
+    totals: dict[str, int] = {}
+    for container in spec.get("containers") or ():
+        resources = container.get("resources") or {}
+        names = set(resources.get("requests") or {}) | set(resources.get("limits") or {})
+        for name in names:
+            if is_gpu_resource(name):
+                amount = max(_quantity((resources.get("requests") or {}).get(name, 0)),
+                             _quantity((resources.get("limits") or {}).get(name, 0)))
+                totals[name] = totals.get(name, 0) + amount
+    return totals
+
+
+def _containers(statuses: list[Json] | None) -> tuple[ContainerState, ...]:
+    result = []
+    for cs in statuses or ():
+        state = cs.get("state") or {}
+        last = (cs.get("lastState") or {}).get("terminated") or {}
+        result.append(ContainerState(
+            name=cs.get("name", ""), image=cs.get("image", ""), ready=bool(cs.get("ready")),
+            restart_count=int(cs.get("restartCount") or 0),
+            waiting_reason=(state.get("waiting") or {}).get("reason"),
+            last_terminated_reason=last.get("reason"),
+            running="running" in state,
+        ))
+    return tuple(result)
+
+
+def pod_from_json(obj: Json) -> PodObject:
+    meta = obj["metadata"]
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ())
+    return PodObject(
+        namespace=meta.get("namespace", ""),
+        name=meta["name"],
+        node_name=NodeName(spec["nodeName"]) if spec.get("nodeName") else None,
+        labels=_frozen(meta.get("labels")),
+        annotations=_frozen(meta.get("annotations")),
+        phase=status.get("phase") or "Pending",
+        ready=ready,
+        deleting=bool(meta.get("deletionTimestamp")),
+        owners=tuple(OwnerRef(kind=o.get("kind", ""), name=o.get("name", ""), controller=bool(o.get("controller")))
+                     for o in meta.get("ownerReferences") or ()),
+        containers=_containers(status.get("containerStatuses")),
+        init_containers=_containers(status.get("initContainerStatuses")),
+        images=tuple(c.get("image", "") for c in spec.get("containers") or ()),
+        gpu_requests=MappingProxyType(pod_gpu_requests(spec)),
+        created_at=_time(meta.get("creationTimestamp")) or _EPOCH,
+        resource_version=meta.get("resourceVersion", ""),
+    )
+
+
+def deployment_from_json(obj: Json) -> DeploymentObject:
+    meta = obj["metadata"]
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    containers = ((spec.get("template") or {}).get("spec") or {}).get("containers") or ()
+    return DeploymentObject(
+        namespace=meta.get("namespace", ""), name=meta["name"], labels=_frozen(meta.get("labels")),
+        images=tuple(c.get("image", "") for c in containers),
+        replicas=int(spec.get("replicas") if spec.get("replicas") is not None else 1),
+        ready_replicas=int(status.get("readyReplicas") or 0),
+    )
+
+
+def custom_object_from_json(obj: Json) -> CustomObject:
+    meta = obj["metadata"]
+    return CustomObject(
+        kind=obj.get("kind", ""), name=meta["name"], labels=_frozen(meta.get("labels")),
+        annotations=_frozen(meta.get("annotations")),
+        spec=MappingProxyType(obj.get("spec") or {}), status=MappingProxyType(obj.get("status") or {}),
+        created_at=_time(meta.get("creationTimestamp")) or _EPOCH,
+    )

@@ -1,0 +1,344 @@
+"""A watch-backed cache of what the inventory reads: every node, the GPU Operator's
+operand pods and every pod that asks for a GPU, the operator Deployment, ClusterPolicies
+and NVIDIADrivers.
+
+Each resource is listed once as raw JSON, then watched from that list's
+resourceVersion; a watch that ends is resumed from the last version seen, and one whose
+version expired (410) is replaced by a fresh list whose differences (including
+deletions) are applied, so no change is lost. The fleet view is memoized per node: a
+node is assessed again only when it or a pod on it changed, or when cluster-level
+objects changed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from workflows import inventory as inv
+from workflows.cluster import (
+    ClusterSnapshot,
+    CustomObject,
+    DeploymentObject,
+    NodeName,
+    NodeObject,
+    PodObject,
+)
+from workflows.kube import (
+    CLUSTER_POLICIES,
+    DEPLOYMENTS,
+    NODES,
+    NVIDIA_DRIVERS,
+    PODS,
+    Gone,
+    KubeError,
+    KubeGateway,
+    NotFound,
+    custom_object_from_json,
+    deployment_from_json,
+    node_from_json,
+    pod_from_json,
+    pod_gpu_requests,
+)
+
+log = logging.getLogger("gpuops.watchcache")
+
+_OPERAND_APPS = frozenset({"nvidia-device-plugin-daemonset", "nvidia-operator-validator"})
+OPERATOR_DEPLOYMENT_SELECTOR = "app=gpu-operator"
+
+
+def _keep_pod(obj: dict[str, Any], operator_namespace: str | None) -> bool:
+    """Operator pods and GPU-requesting pods; the rest of a big cluster stays out."""
+    meta = obj["metadata"]
+    labels = meta.get("labels") or {}
+    if operator_namespace and meta.get("namespace") == operator_namespace:
+        return True
+    if labels.get("app.kubernetes.io/component") == "nvidia-driver" or labels.get("app") in _OPERAND_APPS:
+        return True
+    return bool(pod_gpu_requests(obj.get("spec") or {}))
+
+
+@dataclass
+class _Resource:
+    name: str
+    path: str
+    label_selector: str | None = None
+    optional: bool = False  # a CRD that may not be installed
+    store: dict[str, Any] = field(default_factory=dict)
+    resource_version: str = ""
+    available: bool = True
+    relists: int = 0
+    synced: threading.Event = field(default_factory=threading.Event)
+
+
+class FleetCache:
+    """Start once, then ask `fleet(now)` as often as needed."""
+
+    def __init__(self, gateway: KubeGateway, *, settings: inv.InventorySettings,
+                 operator_namespace: str | None = None, watch_timeout: int = 300) -> None:
+        self._gateway = gateway
+        self._settings = settings
+        self._configured_namespace = operator_namespace
+        self._watch_timeout = watch_timeout
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._resources = {
+            "nodes": _Resource("nodes", NODES),
+            "pods": _Resource("pods", PODS),
+            "deployments": _Resource("deployments", DEPLOYMENTS, label_selector=OPERATOR_DEPLOYMENT_SELECTOR),
+            "clusterpolicies": _Resource("clusterpolicies", CLUSTER_POLICIES, optional=True),
+            "nvidiadrivers": _Resource("nvidiadrivers", NVIDIA_DRIVERS, optional=True),
+        }
+        self._pods_by_node: dict[NodeName, set[str]] = defaultdict(set)
+        self._dirty: set[NodeName] = set()
+        self._context_dirty = True
+        self._context: inv.FleetContext | None = None
+        self._assessed: dict[NodeName, inv.NodeInventory] = {}
+        self._fleet: inv.Fleet | None = None
+        self._fleet_at: dt.datetime | None = None
+        self._generation = 0
+        self._fleet_generation = -1
+        self._listeners: list[Callable[[str, str, Any], None]] = []
+        self._resume: dict[str, str] = {}
+
+    # --- lifecycle -------------------------------------------------------------------
+    def start(self, *, watch: bool = True) -> FleetCache:
+        """List everything (in parallel), then keep it current with watches."""
+        listers = [threading.Thread(target=self._list, args=(r,), daemon=True) for r in self._resources.values()]
+        for thread in listers:
+            thread.start()
+        for thread in listers:
+            thread.join()
+        errors = [r.name for r in self._resources.values() if not r.synced.is_set()]
+        if errors:
+            raise KubeError(f"could not list {', '.join(errors)}; see the log for the API's answer")
+        if watch:
+            for resource in self._resources.values():
+                thread = threading.Thread(target=self._watch_loop, args=(resource,),
+                                          name=f"watch-{resource.name}", daemon=True)
+                thread.start()
+                self._threads.append(thread)
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._gateway.close_idle_connections()
+        for thread in self._threads:
+            thread.join(timeout=2)
+
+    def add_listener(self, listener: Callable[[str, str, Any], None]) -> None:
+        """Called with (resource, event type, view) after each change is applied; the
+        engine and notifier react to events this way instead of polling."""
+        self._listeners.append(listener)
+
+    def relists(self, resource: str) -> int:
+        return self._resources[resource].relists
+
+    def resume_from(self, resource: str, resource_version: str) -> None:
+        """Make the next watch of `resource` start at an older version, as after a long
+        disconnection (the API answers 410 when it is too old). For tests and drills."""
+        self._resume[resource] = resource_version
+        self._gateway.close_idle_connections()
+
+    # --- listing and watching ----------------------------------------------------------
+    def _list(self, resource: _Resource) -> bool:
+        try:
+            result = self._gateway.list(resource.path, label_selector=resource.label_selector)
+        except NotFound:
+            if not resource.optional:
+                raise
+            with self._lock:
+                if resource.available or not resource.synced.is_set():
+                    resource.available = False
+                    self._replace(resource, {})
+                    self._context_dirty = True
+            resource.synced.set()
+            return False
+        except KubeError as err:
+            log.warning("listing %s failed: %s", resource.name, err)
+            return False
+        fresh = {}
+        for obj in result.items:
+            view = self._convert(resource, obj)
+            if view is not None:
+                fresh[self._key(obj)] = view
+        with self._lock:
+            resource.available = True
+            self._replace(resource, fresh)
+            resource.resource_version = result.resource_version
+        resource.synced.set()
+        return True
+
+    def _watch_loop(self, resource: _Resource) -> None:
+        backoff = 0.5
+        while not self._stop.is_set():
+            if not resource.available:
+                # A CRD that is not installed: look again now and then.
+                if self._stop.wait(30):
+                    return
+                self._list(resource)
+                continue
+            version = self._resume.pop(resource.name, None) or resource.resource_version
+            try:
+                for event in self._gateway.watch(resource.path, resource_version=version,
+                                                 timeout_seconds=self._watch_timeout,
+                                                 label_selector=resource.label_selector):
+                    if self._stop.is_set():
+                        return
+                    self._apply(resource, event.type, event.object)
+                    backoff = 0.5
+            except Gone:
+                log.info("watch of %s expired at %s; listing again", resource.name, version)
+                resource.relists += 1
+                if not self._list(resource):
+                    self._stop.wait(backoff)
+            except KubeError as err:
+                if self._stop.is_set():
+                    return
+                log.warning("watch of %s failed: %s", resource.name, err)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 10)
+                if isinstance(err, NotFound) and resource.optional:
+                    with self._lock:
+                        resource.available = False
+                        self._replace(resource, {})
+                        self._context_dirty = True
+
+    def _apply(self, resource: _Resource, kind: str, obj: dict[str, Any]) -> None:
+        version = (obj.get("metadata") or {}).get("resourceVersion")
+        if kind == "BOOKMARK":
+            if version:
+                resource.resource_version = version
+            return
+        key = self._key(obj)
+        view = None if kind == "DELETED" else self._convert(resource, obj)
+        with self._lock:
+            old = resource.store.get(key)
+            if view is None:
+                if old is not None:
+                    del resource.store[key]
+                    self._touch(resource, key, old, None)
+            else:
+                resource.store[key] = view
+                self._touch(resource, key, old, view)
+            if version:
+                resource.resource_version = version
+        for listener in self._listeners:
+            listener(resource.name, kind, view if view is not None else old)
+
+    def _replace(self, resource: _Resource, fresh: dict[str, Any]) -> None:
+        for key in set(resource.store) - set(fresh):
+            self._touch(resource, key, resource.store.pop(key), None)
+        for key, view in fresh.items():
+            old = resource.store.get(key)
+            if old != view:
+                resource.store[key] = view
+                self._touch(resource, key, old, view)
+
+    def _touch(self, resource: _Resource, key: str, old: Any, new: Any) -> None:
+        """Mark what a change invalidates (called with the lock held)."""
+        self._generation += 1
+        if resource.name == "nodes":
+            self._dirty.add(NodeName(key))
+            if new is None:
+                self._assessed.pop(NodeName(key), None)
+        elif resource.name == "pods":
+            for pod in (old, new):
+                if pod is not None and pod.node_name:
+                    self._dirty.add(pod.node_name)
+            if old is not None and old.node_name:
+                self._pods_by_node[old.node_name].discard(key)
+            if new is not None and new.node_name:
+                self._pods_by_node[new.node_name].add(key)
+        else:
+            self._context_dirty = True
+
+    def _key(self, obj: dict[str, Any]) -> str:
+        meta = obj["metadata"]
+        return f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta["name"]
+
+    def _convert(self, resource: _Resource, obj: dict[str, Any]) -> Any:
+        if resource.name == "nodes":
+            return node_from_json(obj)
+        if resource.name == "pods":
+            return pod_from_json(obj) if _keep_pod(obj, self.operator_namespace) else None
+        if resource.name == "deployments":
+            return deployment_from_json(obj)
+        return custom_object_from_json(obj)
+
+    # --- reading -----------------------------------------------------------------------
+    @property
+    def operator_namespace(self) -> str | None:
+        if self._configured_namespace:
+            return self._configured_namespace
+        for policy in self._resources["clusterpolicies"].store.values():
+            namespace = policy.status.get("namespace")
+            if namespace:
+                return str(namespace)
+        for deployment in self._resources["deployments"].store.values():
+            return deployment.namespace
+        return None
+
+    def snapshot(self, now: dt.datetime) -> ClusterSnapshot:
+        with self._lock:
+            return self._snapshot(now)
+
+    def _snapshot(self, now: dt.datetime) -> ClusterSnapshot:
+        namespace = self.operator_namespace
+        deployments: list[DeploymentObject] = [
+            d for d in self._resources["deployments"].store.values() if namespace is None or d.namespace == namespace
+        ]
+        policies: list[CustomObject] = list(self._resources["clusterpolicies"].store.values())
+        return ClusterSnapshot(
+            nodes=dict(self._resources["nodes"].store),
+            pods=tuple(self._resources["pods"].store.values()),
+            operator_namespace=namespace,
+            operator_deployment=deployments[0] if deployments else None,
+            operator_crds_installed=self._resources["clusterpolicies"].available,
+            cluster_policies=tuple(policies),
+            nvidia_drivers=tuple(self._resources["nvidiadrivers"].store.values()),
+            taken_at=now,
+        )
+
+    def node(self, name: str) -> NodeObject | None:
+        with self._lock:
+            return self._resources["nodes"].store.get(name)
+
+    def pods_on(self, node: str) -> list[PodObject]:
+        with self._lock:
+            store = self._resources["pods"].store
+            return [store[k] for k in self._pods_by_node.get(NodeName(node), ()) if k in store]
+
+    def fleet(self, now: dt.datetime, *, max_age: dt.timedelta = dt.timedelta(seconds=5)) -> inv.Fleet:
+        """The fleet view. Reused as it is while nothing changed and it is younger than
+        `max_age` (ages in findings move with time); otherwise only changed nodes are
+        assessed again."""
+        with self._lock:
+            if (self._fleet is not None and self._fleet_generation == self._generation
+                    and self._fleet_at is not None and dt.timedelta(0) <= now - self._fleet_at < max_age):
+                return self._fleet
+            nodes = self._resources["nodes"].store
+            pods = self._resources["pods"].store
+            if self._context_dirty or self._context is None:
+                self._context = inv.fleet_context(self._snapshot(now), settings=self._settings)
+                self._dirty = set(nodes)
+                self._context_dirty = False
+            for name in self._dirty:
+                node = nodes.get(name)
+                if node is None:
+                    self._assessed.pop(name, None)
+                    continue
+                on_node = [pods[k] for k in self._pods_by_node.get(name, ()) if k in pods]
+                self._assessed[name] = inv.assess_node(node, pods_on_node=on_node, context=self._context,
+                                                       settings=self._settings, now=now)
+            self._dirty.clear()
+            self._fleet = inv.summarize(self._assessed, context=self._context, settings=self._settings, now=now)
+            self._fleet_at = now
+            self._fleet_generation = self._generation
+            return self._fleet
