@@ -1,0 +1,291 @@
+"""Versioned schema changes, applied in order when the database is opened.
+
+A migration is `(version, description, apply)` where `apply` is SQL (run statement by
+statement) or a function taking the `sqlite_utils.Database`. Versions are 1, 2, 3, ...
+Released migrations never change: a new column or table is a new migration.
+
+The applied version lives in `PRAGMA user_version` (read before anything is written, so
+a too-new file can be refused untouched) and every applied migration is recorded in
+`schema_migrations(version, description, applied_at)`. `PRAGMA application_id` marks
+the file as gpuops's, so gpuops refuses to add tables to some other program's database.
+
+Each migration runs in its own `BEGIN IMMEDIATE` transaction together with the version
+bump and its `schema_migrations` row, so a migration that fails leaves the database at
+the previous version with none of its changes. Holding the write lock also makes two
+processes (or threads) opening the same file at once apply each migration exactly once:
+the version is read again under the lock. `PRAGMA foreign_keys` cannot change inside a
+transaction, so a migration that rebuilds a referenced table must keep keys consistent
+itself; `PRAGMA foreign_key_check` runs before each commit and fails the migration if not.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import sqlite3
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import sqlite_utils
+
+from storage import codec
+from storage.errors import MigrationFailed, MigrationsOutOfOrder, SchemaTooNew, StorageError
+
+# "gpuo" in ASCII; identifies the file as a gpuops database (`PRAGMA application_id`).
+APPLICATION_ID = 0x6770756F
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    version: int
+    description: str
+    apply: str | Callable[[sqlite_utils.Database], None]
+
+
+SCHEMA_V1 = """
+-- Requests: a drain window, driver upgrade or MIG change, bound to a plan by its hash.
+CREATE TABLE requests (
+    id                 TEXT PRIMARY KEY,
+    kind               TEXT NOT NULL CHECK (kind IN ('drain', 'upgrade', 'mig')),
+    pool               TEXT NOT NULL,
+    targets            TEXT NOT NULL CHECK (json_valid(targets)),
+    window_start       TEXT,
+    window_end         TEXT,
+    reason             TEXT NOT NULL,
+    requester          TEXT NOT NULL,
+    requester_name     TEXT NOT NULL,
+    state              TEXT NOT NULL CHECK (state IN ('pending', 'approved', 'denied',
+                           'cancelled', 'expired', 'scheduled', 'running', 'done', 'failed',
+                           'missed')),
+    plan               TEXT NOT NULL CHECK (json_valid(plan)),
+    plan_hash          TEXT NOT NULL,
+    approvals_required INTEGER NOT NULL CHECK (approvals_required >= 0),
+    expires_at         TEXT NOT NULL,
+    created_at         TEXT NOT NULL,
+    updated_at         TEXT NOT NULL,
+    channel            TEXT,
+    thread_ts          TEXT,
+    CHECK (window_end IS NULL OR window_start IS NULL OR window_end > window_start)
+) STRICT;
+CREATE INDEX requests_by_state ON requests (state, expires_at);
+CREATE INDEX requests_by_pool ON requests (pool, created_at);
+
+-- One row per approver decision on one plan hash; a new plan needs new decisions.
+CREATE TABLE approvals (
+    id         INTEGER PRIMARY KEY,
+    request_id TEXT NOT NULL REFERENCES requests (id),
+    approver   TEXT NOT NULL,
+    decision   TEXT NOT NULL CHECK (decision IN ('approve', 'deny')),
+    plan_hash  TEXT NOT NULL,
+    reason     TEXT,
+    created_at TEXT NOT NULL,
+    UNIQUE (request_id, approver, plan_hash)
+) STRICT;
+
+-- A durable execution of a request's plan. At most one unfinished run per request.
+CREATE TABLE runs (
+    id            TEXT PRIMARY KEY,
+    request_id    TEXT NOT NULL REFERENCES requests (id),
+    state         TEXT NOT NULL CHECK (state IN ('pending', 'running', 'paused', 'aborted',
+                      'failed', 'succeeded')),
+    dry_run       INTEGER NOT NULL CHECK (dry_run IN (0, 1)),
+    current_wave  INTEGER,
+    created_at    TEXT NOT NULL,
+    started_at    TEXT,
+    ended_at      TEXT,
+    halted_reason TEXT
+) STRICT;
+CREATE UNIQUE INDEX runs_one_unfinished_per_request ON runs (request_id)
+    WHERE state IN ('pending', 'running', 'paused');
+CREATE INDEX runs_by_state ON runs (state);
+
+CREATE TABLE steps (
+    id         INTEGER PRIMARY KEY,
+    run_id     TEXT NOT NULL REFERENCES runs (id),
+    wave       INTEGER NOT NULL CHECK (wave >= 0),
+    node       TEXT NOT NULL,
+    seq        INTEGER NOT NULL,
+    kind       TEXT NOT NULL CHECK (kind IN ('cordon', 'wait-for-jobs', 'evict', 'drain',
+                   'driver', 'mig', 'wait-for', 'validate', 'uncordon', 'hold')),
+    state      TEXT NOT NULL CHECK (state IN ('pending', 'running', 'done', 'failed',
+                   'skipped')),
+    attempt    INTEGER NOT NULL DEFAULT 0 CHECK (attempt >= 0),
+    started_at TEXT,
+    ended_at   TEXT,
+    detail     TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(detail)),
+    error      TEXT,
+    UNIQUE (run_id, node, seq)
+) STRICT;
+CREATE INDEX steps_in_order ON steps (run_id, wave, node, seq);
+
+-- Append-only and hash-chained; see storage/audit.py. No foreign keys on purpose: the
+-- audit must accept a row about anything, and must never block the change it records.
+CREATE TABLE audit (
+    seq          INTEGER PRIMARY KEY,
+    at           TEXT NOT NULL,
+    actor        TEXT NOT NULL,
+    k8s_identity TEXT,
+    action       TEXT NOT NULL,
+    target       TEXT NOT NULL,
+    request_id   TEXT,
+    run_id       TEXT,
+    "before"     TEXT CHECK ("before" IS NULL OR json_valid("before")),
+    "after"      TEXT CHECK ("after" IS NULL OR json_valid("after")),
+    detail       TEXT CHECK (detail IS NULL OR json_valid(detail)),
+    prev_hash    TEXT NOT NULL,
+    hash         TEXT NOT NULL
+) STRICT;
+CREATE INDEX audit_by_request ON audit (request_id) WHERE request_id IS NOT NULL;
+CREATE INDEX audit_by_run ON audit (run_id) WHERE run_id IS NOT NULL;
+CREATE TRIGGER audit_no_update BEFORE UPDATE ON audit
+BEGIN
+    SELECT RAISE(ABORT, 'audit is append-only');
+END;
+CREATE TRIGGER audit_no_delete BEFORE DELETE ON audit
+BEGIN
+    SELECT RAISE(ABORT, 'audit is append-only');
+END;
+
+-- Slack messages to deliver, written in the same transaction as the change they report.
+CREATE TABLE outbox (
+    id              INTEGER PRIMARY KEY,
+    created_at      TEXT NOT NULL,
+    channel         TEXT NOT NULL,
+    thread_ts       TEXT,
+    kind            TEXT NOT NULL CHECK (kind IN ('post', 'update', 'ephemeral', 'dm')),
+    payload         TEXT NOT NULL CHECK (json_valid(payload)),
+    dedupe_key      TEXT UNIQUE,
+    state           TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'sent',
+                        'failed')),
+    attempts        INTEGER NOT NULL DEFAULT 0,
+    last_error      TEXT,
+    next_attempt_at TEXT NOT NULL,
+    claimed_until   TEXT,
+    sent_at         TEXT,
+    message_ts      TEXT
+) STRICT;
+CREATE INDEX outbox_due ON outbox (state, next_attempt_at, id);
+CREATE INDEX outbox_by_thread ON outbox (channel, thread_ts, id) WHERE state = 'pending';
+
+-- Keys already seen (Slack retries, Socket Mode envelopes, button clicks), per scope.
+CREATE TABLE idempotency (
+    scope      TEXT NOT NULL,
+    key        TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    result     TEXT CHECK (result IS NULL OR json_valid(result)),
+    PRIMARY KEY (scope, key)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX idempotency_by_age ON idempotency (created_at);
+
+-- Shift-change handover checklists and who acknowledged them.
+CREATE TABLE handovers (
+    id          INTEGER PRIMARY KEY,
+    rotation    TEXT NOT NULL,
+    shift_start TEXT NOT NULL,
+    posted_at   TEXT,
+    channel     TEXT NOT NULL,
+    ts          TEXT,
+    content     TEXT NOT NULL CHECK (json_valid(content)),
+    late        INTEGER NOT NULL DEFAULT 0 CHECK (late IN (0, 1)),
+    acked_by    TEXT,
+    acked_at    TEXT,
+    UNIQUE (rotation, shift_start)
+) STRICT;
+CREATE TABLE handover_acks (
+    id          INTEGER PRIMARY KEY,
+    handover_id INTEGER NOT NULL REFERENCES handovers (id),
+    user        TEXT NOT NULL,
+    at          TEXT NOT NULL,
+    counted     INTEGER NOT NULL CHECK (counted IN (0, 1))
+) STRICT;
+CREATE INDEX handover_acks_by_handover ON handover_acks (handover_id, at);
+
+-- Small named values: the audit chain's anchor, the engine's lease holder notes.
+CREATE TABLE kv (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) STRICT;
+"""
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "requests, approvals, runs, steps, audit, outbox, idempotency, handovers, kv",
+        SCHEMA_V1,
+    ),
+)
+
+_SCHEMA_MIGRATIONS = """
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    version     INTEGER PRIMARY KEY,
+    description TEXT NOT NULL,
+    applied_at  TEXT NOT NULL
+) STRICT
+"""
+
+
+def latest_version(migrations: Sequence[Migration] = MIGRATIONS) -> int:
+    return migrations[-1].version if migrations else 0
+
+
+def check_order(migrations: Sequence[Migration]) -> None:
+    versions = [m.version for m in migrations]
+    if versions != list(range(1, len(versions) + 1)):
+        raise MigrationsOutOfOrder(versions=versions)
+
+
+def schema_version(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def apply_pending(
+    db: sqlite_utils.Database,
+    *,
+    path: Path,
+    migrations: Sequence[Migration],
+    now: Callable[[], dt.datetime],
+) -> list[int]:
+    """Apply every migration newer than the file, each atomically; return the versions applied.
+
+    The connection must be in driver autocommit mode (`isolation_level=None`), as
+    `open_database` makes it.
+    """
+    check_order(migrations)
+    known = latest_version(migrations)
+    conn = db.conn
+    applied: list[int] = []
+    for migration in migrations:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            current = schema_version(conn)
+            if current > known:
+                raise SchemaTooNew(path=path, found=current, known=known)
+            if current >= migration.version:
+                conn.execute("COMMIT")
+                continue
+            conn.execute(_SCHEMA_MIGRATIONS)
+            if isinstance(migration.apply, str):
+                db.executescript(migration.apply)
+            else:
+                migration.apply(db)
+            broken = conn.execute("PRAGMA foreign_key_check").fetchall()
+            if broken:
+                raise StorageError(f"{len(broken)} rows break foreign keys, first: {broken[0]}")
+            # PRAGMAs take no parameters; both values are ints from this module.
+            conn.execute(f"PRAGMA user_version = {int(migration.version)}")
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            conn.execute(
+                "INSERT INTO schema_migrations (version, description, applied_at) VALUES (?, ?, ?)",
+                (migration.version, migration.description, codec.time_to_text(now())),
+            )
+            conn.execute("COMMIT")
+        except BaseException as err:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            if isinstance(err, SchemaTooNew) or not isinstance(err, Exception):
+                raise
+            raise MigrationFailed(
+                path=path, version=migration.version, description=migration.description, cause=err
+            ) from err
+        applied.append(migration.version)
+    return applied

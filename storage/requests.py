@@ -1,0 +1,218 @@
+"""Requests: a drain window, driver upgrade or MIG change, bound to one plan by its hash.
+
+Storage records the state and makes each change a compare-and-set; which transitions
+are legal (and who may make them) is `workflows/` policy.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from storage import codec
+from storage.codec import JsonValue
+from storage.database import Database
+from storage.ids import RequestId, new_request_id
+
+RequestKind = Literal["drain", "upgrade", "mig"]
+RequestState = Literal[
+    "pending",
+    "approved",
+    "denied",
+    "cancelled",
+    "expired",
+    "scheduled",
+    "running",
+    "done",
+    "failed",
+    "missed",
+]
+FINISHED_STATES: frozenset[RequestState] = frozenset(
+    {"denied", "cancelled", "expired", "done", "failed", "missed"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    id: RequestId
+    kind: RequestKind
+    pool: str
+    targets: JsonValue
+    window_start: dt.datetime | None
+    window_end: dt.datetime | None
+    reason: str
+    requester: str
+    requester_name: str
+    state: RequestState
+    plan: JsonValue
+    plan_hash: str
+    approvals_required: int
+    expires_at: dt.datetime
+    created_at: dt.datetime
+    updated_at: dt.datetime
+    channel: str | None
+    thread_ts: str | None
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINISHED_STATES
+
+
+def create(
+    db: Database,
+    *,
+    kind: RequestKind,
+    pool: str,
+    targets: JsonValue,
+    window_start: dt.datetime | None,
+    window_end: dt.datetime | None,
+    reason: str,
+    requester: str,
+    requester_name: str,
+    plan: JsonValue,
+    plan_hash: str,
+    approvals_required: int,
+    expires_at: dt.datetime,
+    at: dt.datetime,
+    channel: str | None = None,
+    thread_ts: str | None = None,
+    id: RequestId | None = None,
+) -> Request:
+    """A new `pending` request. Without `id`, a fresh `req-xxxxxx` is chosen."""
+    row = {
+        "kind": kind,
+        "pool": pool,
+        "targets": codec.json_to_text(targets),
+        "window_start": codec.optional_time_to_text(window_start),
+        "window_end": codec.optional_time_to_text(window_end),
+        "reason": reason,
+        "requester": requester,
+        "requester_name": requester_name,
+        "state": "pending",
+        "plan": codec.json_to_text(plan),
+        "plan_hash": plan_hash,
+        "approvals_required": approvals_required,
+        "expires_at": codec.time_to_text(expires_at),
+        "created_at": codec.time_to_text(at),
+        "updated_at": codec.time_to_text(at),
+        "channel": channel,
+        "thread_ts": thread_ts,
+    }
+    with db.transaction():
+        row["id"] = id if id is not None else _free_id(db)
+        db.sqlite.table("requests").insert(row)
+    return _from_row(row)
+
+
+def get(db: Database, *, id: RequestId) -> Request | None:
+    row = db.query_one("SELECT * FROM requests WHERE id = ?", (id,))
+    return None if row is None else _from_row(row)
+
+
+def transition(
+    db: Database,
+    *,
+    id: RequestId,
+    expected: RequestState | Collection[RequestState],
+    new: RequestState,
+    at: dt.datetime,
+) -> bool:
+    """Move the request to `new` only if it is in `expected` now; True if this call won."""
+    states = codec.state_set(expected)
+    cursor = db.execute(
+        f"UPDATE requests SET state = ?, updated_at = ? "
+        f"WHERE id = ? AND state IN ({codec.placeholders(states)})",
+        (new, codec.time_to_text(at), id, *states),
+    )
+    return cursor.rowcount == 1
+
+
+def replace_plan(
+    db: Database,
+    *,
+    id: RequestId,
+    expected_plan_hash: str,
+    plan: JsonValue,
+    plan_hash: str,
+    at: dt.datetime,
+) -> bool:
+    """Bind a still-pending request to a new plan. Approvals are per plan hash, so the
+    ones given for the old plan stop counting. False if the request moved on or the plan
+    changed under the caller."""
+    cursor = db.execute(
+        "UPDATE requests SET plan = ?, plan_hash = ?, updated_at = ? "
+        "WHERE id = ? AND state = 'pending' AND plan_hash = ?",
+        (codec.json_to_text(plan), plan_hash, codec.time_to_text(at), id, expected_plan_hash),
+    )
+    return cursor.rowcount == 1
+
+
+def set_thread(db: Database, *, id: RequestId, channel: str, thread_ts: str) -> bool:
+    """Remember the Slack thread that tells this request's story (first one wins)."""
+    cursor = db.execute(
+        "UPDATE requests SET channel = ?, thread_ts = ? WHERE id = ? AND thread_ts IS NULL",
+        (channel, thread_ts, id),
+    )
+    return cursor.rowcount == 1
+
+
+def in_states(
+    db: Database,
+    *,
+    states: Collection[RequestState],
+    pool: str | None = None,
+    limit: int = 100,
+) -> list[Request]:
+    """Requests in any of `states` (optionally one pool), newest first."""
+    wanted = codec.state_set(states)
+    sql = f"SELECT * FROM requests WHERE state IN ({codec.placeholders(wanted)})"
+    params: list[Any] = list(wanted)
+    if pool is not None:
+        sql += " AND pool = ?"
+        params.append(pool)
+    sql += " ORDER BY created_at DESC, id LIMIT ?"
+    params.append(limit)
+    return [_from_row(r) for r in db.query(sql, params)]
+
+
+def pending_expired(db: Database, *, now: dt.datetime) -> list[Request]:
+    """Pending requests whose approval deadline has passed, oldest deadline first."""
+    rows = db.query(
+        "SELECT * FROM requests WHERE state = 'pending' AND expires_at <= ?"
+        " ORDER BY expires_at, id",
+        (codec.time_to_text(now),),
+    )
+    return [_from_row(r) for r in rows]
+
+
+def _free_id(db: Database) -> RequestId:
+    # Called under the write lock, so the id stays free until the insert.
+    while True:
+        candidate = new_request_id()
+        if db.query_one("SELECT 1 AS taken FROM requests WHERE id = ?", (candidate,)) is None:
+            return candidate
+
+
+def _from_row(row: dict[str, Any]) -> Request:
+    return Request(
+        id=RequestId(row["id"]),
+        kind=row["kind"],
+        pool=row["pool"],
+        targets=codec.json_from_text(row["targets"]),
+        window_start=codec.optional_time_from_text(row["window_start"]),
+        window_end=codec.optional_time_from_text(row["window_end"]),
+        reason=row["reason"],
+        requester=row["requester"],
+        requester_name=row["requester_name"],
+        state=row["state"],
+        plan=codec.json_from_text(row["plan"]),
+        plan_hash=row["plan_hash"],
+        approvals_required=row["approvals_required"],
+        expires_at=codec.time_from_text(row["expires_at"]),
+        created_at=codec.time_from_text(row["created_at"]),
+        updated_at=codec.time_from_text(row["updated_at"]),
+        channel=row["channel"],
+        thread_ts=row["thread_ts"],
+    )

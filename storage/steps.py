@@ -1,0 +1,153 @@
+"""Steps of a run: per node, in waves, in order (cordon -> ... -> uncordon).
+
+The engine persists each step's transition before acting on the cluster, so a restarted
+bot can see which step was in flight (`running`) and redo it idempotently.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from storage import codec
+from storage.codec import JsonValue
+from storage.database import Database
+from storage.ids import RunId, StepId
+
+StepKind = Literal[
+    "cordon",
+    "wait-for-jobs",
+    "evict",
+    "drain",
+    "driver",
+    "mig",
+    "wait-for",
+    "validate",
+    "uncordon",
+    "hold",
+]
+StepState = Literal["pending", "running", "done", "failed", "skipped"]
+FINISHED_STATES: frozenset[StepState] = frozenset({"done", "failed", "skipped"})
+
+
+@dataclass(frozen=True, slots=True)
+class NewStep:
+    """A step as the plan describes it, before it is stored."""
+
+    wave: int
+    node: str
+    seq: int
+    kind: StepKind
+    detail: JsonValue = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    id: StepId
+    run_id: RunId
+    wave: int
+    node: str
+    seq: int
+    kind: StepKind
+    state: StepState
+    attempt: int
+    started_at: dt.datetime | None
+    ended_at: dt.datetime | None
+    detail: JsonValue
+    error: str | None
+
+
+def add(db: Database, *, run_id: RunId, steps: Sequence[NewStep]) -> list[Step]:
+    """Store a run's steps, all `pending`, in one transaction; returned in run order.
+    A repeated (node, seq) within the run raises `sqlite3.IntegrityError`."""
+    rows = [
+        {
+            "run_id": run_id,
+            "wave": s.wave,
+            "node": s.node,
+            "seq": s.seq,
+            "kind": s.kind,
+            "state": "pending",
+            "attempt": 0,
+            "detail": codec.json_to_text(s.detail),
+        }
+        for s in steps
+    ]
+    with db.transaction():
+        if rows:
+            db.sqlite.table("steps").insert_all(rows)
+        return for_run(db, run_id=run_id)
+
+
+def get(db: Database, *, id: StepId) -> Step | None:
+    row = db.query_one("SELECT * FROM steps WHERE id = ?", (id,))
+    return None if row is None else _from_row(row)
+
+
+def for_run(db: Database, *, run_id: RunId, wave: int | None = None) -> list[Step]:
+    """The run's steps (one wave's if given) ordered by wave, node, seq."""
+    sql = "SELECT * FROM steps WHERE run_id = ?"
+    params: list[Any] = [run_id]
+    if wave is not None:
+        sql += " AND wave = ?"
+        params.append(wave)
+    return [_from_row(r) for r in db.query(sql + " ORDER BY wave, node, seq", params)]
+
+
+def transition(
+    db: Database,
+    *,
+    id: StepId,
+    expected: StepState | Collection[StepState],
+    new: StepState,
+    at: dt.datetime,
+    detail: JsonValue | None = None,
+    error: str | None = None,
+) -> bool:
+    """Move the step to `new` only if it is in `expected` now; True if this call won.
+
+    Moving to `running` counts an attempt, stamps `started_at` and clears `ended_at` and
+    `error` (a retry starts clean); moving to done/failed/skipped stamps `ended_at`.
+    `detail` replaces the stored detail when given; `error` is recorded as given.
+    """
+    states = codec.state_set(expected)
+    expected_params = {f"expected{i}": state for i, state in enumerate(states)}
+    cursor = db.execute(
+        "UPDATE steps SET state = :new,"
+        " attempt = attempt + :starting,"
+        " started_at = CASE WHEN :starting THEN :at ELSE started_at END,"
+        " ended_at = CASE WHEN :starting THEN NULL"
+        "   WHEN :new IN ('done', 'failed', 'skipped') THEN :at ELSE ended_at END,"
+        " error = CASE WHEN :starting THEN :error ELSE coalesce(:error, error) END,"
+        " detail = coalesce(:detail, detail)"
+        f" WHERE id = :id AND state IN ({', '.join(':' + k for k in expected_params)})",
+        {
+            "new": new,
+            "starting": int(new == "running"),
+            "at": codec.time_to_text(at),
+            "error": error,
+            "detail": None if detail is None else codec.json_to_text(detail),
+            "id": id,
+            **expected_params,
+        },
+    )
+    return cursor.rowcount == 1
+
+
+def _from_row(row: dict[str, Any]) -> Step:
+    return Step(
+        id=StepId(row["id"]),
+        run_id=RunId(row["run_id"]),
+        wave=row["wave"],
+        node=row["node"],
+        seq=row["seq"],
+        kind=row["kind"],
+        state=row["state"],
+        attempt=row["attempt"],
+        started_at=codec.optional_time_from_text(row["started_at"]),
+        ended_at=codec.optional_time_from_text(row["ended_at"]),
+        detail=codec.json_from_text(row["detail"]),
+        error=row["error"],
+    )
