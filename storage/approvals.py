@@ -54,6 +54,33 @@ def record(
     return _from_row(row)
 
 
+def change_to_deny(
+    db: Database,
+    *,
+    request_id: RequestId,
+    approver: str,
+    plan_hash: str,
+    reason: str,
+    at: dt.datetime,
+) -> Approval | None:
+    """The approver changed their mind: their approval of this plan becomes a deny (the
+    audit log keeps the earlier approval). None if they had not approved this plan."""
+    with db.transaction():
+        cursor = db.execute(
+            "UPDATE approvals SET decision = 'deny', reason = ?, created_at = ?"
+            " WHERE request_id = ? AND approver = ? AND plan_hash = ? AND decision = 'approve'",
+            (reason, codec.time_to_text(at), request_id, approver, plan_hash),
+        )
+        if cursor.rowcount == 0:
+            return None
+        row = db.query_one(
+            "SELECT * FROM approvals WHERE request_id = ? AND approver = ? AND plan_hash = ?",
+            (request_id, approver, plan_hash),
+        )
+    assert row is not None
+    return _from_row(row)
+
+
 def for_request(
     db: Database, *, request_id: RequestId, plan_hash: str | None = None
 ) -> list[Approval]:

@@ -177,6 +177,12 @@ def in_states(
     return [_from_row(r) for r in db.query(sql, params)]
 
 
+def known_ids(db: Database, *, limit: int = 1000) -> list[RequestId]:
+    """The ids of the newest `limit` requests, newest first (for "did you mean")."""
+    rows = db.query("SELECT id FROM requests ORDER BY created_at DESC, id LIMIT ?", (limit,))
+    return [RequestId(r["id"]) for r in rows]
+
+
 def pending_expired(db: Database, *, now: dt.datetime) -> list[Request]:
     """Pending requests whose approval deadline has passed, oldest deadline first."""
     rows = db.query(

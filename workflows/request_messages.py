@@ -1,0 +1,247 @@
+"""Every sentence a person reads about requests and approvals, in one place.
+
+Refusals are shown to the user verbatim (the commands layer puts them in its reply), and
+thread messages go to the request's Slack thread through the outbox. Keep them short,
+say what happened and what to do next, and never blame the reader for the system's state.
+Nothing here decides anything; `workflows.policy` and `workflows.requests` choose which
+sentence applies.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Sequence
+
+from workflows.plans import short_hash
+
+# ------------------------------------------------------------------ small wording pieces
+
+
+def when(at: dt.datetime) -> str:
+    """A time as people read it in a thread: `2025-06-08 12:00 UTC`."""
+    return at.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def plan_ref(full_hash: str) -> str:
+    return f"{short_hash(full_hash)}…"
+
+
+def approvals_word(n: int) -> str:
+    return "approval" if n == 1 else "approvals"
+
+
+def roles_held(roles: Iterable[str]) -> str:
+    held = sorted(roles)
+    return ", ".join(held) if held else "no role"
+
+
+_KIND_NOUN = {"drain": "a drain", "upgrade": "a driver upgrade", "mig": "a MIG change"}
+
+# How a request in each state reads after its id ("req-7f3a2c is already approved").
+_STATE_PHRASE = {
+    "pending": "is waiting for approval",
+    "approved": "is already approved",
+    "cancelled": "was cancelled",
+    "expired": "expired",
+    "scheduled": "is already scheduled",
+    "running": "is already running",
+    "done": "is done",
+    "failed": "failed",
+    "missed": "missed its window",
+}
+
+
+def state_phrase(state: str, *, denied_by: str | None = None, deny_reason: str | None = None) -> str:
+    if state == "denied":
+        who = f" by {denied_by}" if denied_by else ""
+        why = f" ({deny_reason})" if deny_reason else ""
+        return f"was denied{who}{why}"
+    return _STATE_PHRASE.get(state, f"is {state}")
+
+
+# ------------------------------------------------------------------ refusals
+
+
+def unknown_pool(pool: str, *, closest: Sequence[str], known: Sequence[str]) -> str:
+    if closest:
+        return f"There is no pool named {pool}; did you mean {' or '.join(closest)}?"
+    if known:
+        return f"There is no pool named {pool}; the configured pools are {', '.join(sorted(known))}."
+    return f"There is no pool named {pool}: no pools are configured yet."
+
+
+def pool_not_configured(request_id: str, pool: str) -> str:
+    return (
+        f"Pool {pool} of {request_id} is no longer in the configuration, so nobody can "
+        "approve it; cancel it or restore the pool."
+    )
+
+
+def not_an_operator(*, pool: str, kind: str, name: str, held: Iterable[str]) -> str:
+    return (
+        f"Requesting {_KIND_NOUN.get(kind, kind)} on pool {pool} needs the operator role "
+        f"for {pool}; {name} has {roles_held(held)}."
+    )
+
+
+def no_request_reason(*, pool: str, kind: str) -> str:
+    return (
+        f"Say why you request {_KIND_NOUN.get(kind, kind)} on pool {pool}; approvers read "
+        "the reason before they approve."
+    )
+
+
+def not_an_approver(*, request_id: str, pool: str, verb: str, held: Iterable[str]) -> str:
+    return (
+        f"You cannot {verb} {request_id}: that needs the approver role for pool {pool} "
+        f"(you have {roles_held(held)})."
+    )
+
+
+def own_request_approval(request_id: str) -> str:
+    return (
+        f"You requested {request_id} yourself; someone else has to approve it "
+        "(two-person rule)."
+    )
+
+
+def own_request_deny(request_id: str) -> str:
+    return f"You requested {request_id} yourself; cancel it instead of denying it."
+
+
+def already_approved_by_you(request_id: str, *, plan_hash: str, still_needed: int) -> str:
+    rest = (
+        f"it needs {still_needed} more {approvals_word(still_needed)} from someone else"
+        if still_needed > 0
+        else "it needs no more approvals"
+    )
+    return f"You already approved {request_id} (plan {plan_ref(plan_hash)}); {rest}."
+
+
+def stale_plan(request_id: str, *, current_hash: str) -> str:
+    return (
+        "The plan changed since you looked; approvals were reset — review the new plan "
+        f"(hash {plan_ref(current_hash)}) of {request_id} and approve that one."
+    )
+
+
+def expired(request_id: str, *, expires_at: dt.datetime) -> str:
+    return (
+        f"{request_id} expired at {when(expires_at)} before it had enough approvals; "
+        "ask the requester to submit it again."
+    )
+
+
+def not_pending(
+    request_id: str,
+    *,
+    state: str,
+    verb: str,
+    denied_by: str | None = None,
+    deny_reason: str | None = None,
+) -> str:
+    """`verb` is what the reader tried, in the past participle: approved, denied, replanned."""
+    phrase = state_phrase(state, denied_by=denied_by, deny_reason=deny_reason)
+    advice = ""
+    if verb == "replanned" and state in ("approved", "scheduled"):
+        advice = "; to change the plan, cancel it and submit a new request"
+    elif verb == "denied" and state in ("approved", "scheduled"):
+        advice = "; the requester or an admin can still cancel it"
+    else:
+        advice = f"; it can no longer be {verb}"
+    return f"{request_id} {phrase}{advice}."
+
+
+def no_deny_reason(request_id: str) -> str:
+    return f"Say why you deny {request_id}; the requester reads your reason."
+
+
+def not_requester_or_admin(request_id: str, *, requester_name: str, verb: str) -> str:
+    return f"Only the requester ({requester_name}) or an admin can {verb} {request_id}."
+
+
+def already_finished(request_id: str, *, state: str, denied_by: str | None = None,
+                     deny_reason: str | None = None) -> str:
+    phrase = state_phrase(state, denied_by=denied_by, deny_reason=deny_reason)
+    return f"{request_id} {phrase}; there is nothing left to cancel."
+
+
+def cancel_while_running(request_id: str) -> str:
+    return (
+        f"{request_id} is already running; cancel cannot stop a run — abort the run "
+        "instead, which stops it between steps and leaves nodes as they are."
+    )
+
+
+def changed_meanwhile(request_id: str) -> str:
+    return f"{request_id} changed while you were acting on it; look at it again and retry."
+
+
+def unknown_request(request_id: str, *, closest: Sequence[str]) -> str:
+    if closest:
+        return f"There is no request {request_id}; did you mean {' or '.join(closest)}?"
+    return f"There is no request {request_id}."
+
+
+# ------------------------------------------------------------------ thread messages
+
+
+def thread_created(
+    *,
+    request_id: str,
+    requester_name: str,
+    kind: str,
+    pool: str,
+    nodes: int,
+    waves: int,
+    reason: str,
+    plan_hash: str,
+    approvals_required: int,
+    expires_at: dt.datetime,
+) -> str:
+    what = (
+        f"{requester_name} requested {_KIND_NOUN.get(kind, kind)} on pool {pool} "
+        f"({nodes} {'node' if nodes == 1 else 'nodes'} in {waves} "
+        f"{'wave' if waves == 1 else 'waves'}, plan {plan_ref(plan_hash)}): {reason}"
+    )
+    if approvals_required == 0:
+        return f"{request_id}: {what}. Pool policy needs no approval, so it is approved."
+    return (
+        f"{request_id}: {what}. It needs {approvals_required} "
+        f"{approvals_word(approvals_required)} by {when(expires_at)}."
+    )
+
+
+def thread_approval(*, request_id: str, approver: str, counted: int, required: int) -> str:
+    if counted >= required:
+        return f"{approver} approved {request_id} ({counted} of {required}): it is approved."
+    return f"{approver} approved {request_id} ({counted} of {required})."
+
+
+def thread_denied(*, request_id: str, approver: str, reason: str) -> str:
+    return f"{approver} denied {request_id}: {reason}"
+
+
+def thread_cancelled(*, request_id: str, actor: str) -> str:
+    return f"{actor} cancelled {request_id}."
+
+
+def thread_expired(*, request_id: str, expires_at: dt.datetime, counted: int, required: int) -> str:
+    return (
+        f"{request_id} expired at {when(expires_at)} with {counted} of {required} "
+        f"{approvals_word(required)}."
+    )
+
+
+def thread_replanned(*, request_id: str, actor: str, plan_hash: str, voided: int) -> str:
+    if voided:
+        voided_text = (
+            f"the {voided} earlier {approvals_word(voided)} no longer "
+            f"{'counts' if voided == 1 else 'count'}"
+        )
+    else:
+        voided_text = "no approvals were given yet"
+    return (
+        f"{actor} changed the plan of {request_id} (now {plan_ref(plan_hash)}); "
+        f"{voided_text} — approvers, please review the new plan."
+    )
