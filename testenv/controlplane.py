@@ -86,6 +86,9 @@ class ControlPlane:
     bin_dir: Path
     folder: Path
     die_with_parent: bool = True
+    # More kube-apiserver flags, e.g. ["--watch-cache=false"] for a test that needs
+    # watches served by etcd itself.
+    apiserver_args: tuple[str, ...] = ()
     server: str = ""
     kubeconfig: Path = field(init=False)
     tokens: dict[str, str] = field(default_factory=dict)
@@ -249,6 +252,7 @@ class ControlPlane:
                 "--endpoint-reconciler-type=none",
                 "--profiling=false",
                 "--v=1",
+                *self.apiserver_args,
             ],
         )
         context = ssl.create_default_context(cafile=str(self._pki.ca_cert))
@@ -332,6 +336,19 @@ class ControlPlane:
             time.sleep(0.1)
 
     # --- state for other processes ---------------------------------------------------
+    def compact_etcd(self) -> int:
+        """Compact etcd up to its current revision, as its periodic compaction would:
+        watches from older resourceVersions then answer 410 Gone. Returns the revision."""
+        def post(path: str, body: dict[str, object]) -> dict[str, object]:
+            request = urllib.request.Request(f"{self._etcd_url}{path}", data=json.dumps(body).encode(),
+                                             headers={"Content-Type": "application/json"}, method="POST")
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return json.loads(response.read())
+
+        revision = int(post("/v3/kv/range", {"key": "AA=="})["header"]["revision"])  # type: ignore[index]
+        post("/v3/kv/compaction", {"revision": str(revision), "physical": True})
+        return revision
+
     def describe(self) -> dict[str, object]:
         return {
             "server": self.server,

@@ -72,6 +72,10 @@ class OperatorSpec(_Model):
     cluster_policy_name: str = "cluster-policy"
     # Whether to install the operator at all (a cluster without it must be answered too).
     installed: bool = True
+    # The driver DaemonSet selects nodes by nvidia.com/gpu.deploy.driver=true, as the
+    # operator does; False selects every GPU node, so a stale pre-installed label can sit
+    # next to a running operator driver pod.
+    driver_follows_deploy_label: bool = True
 
 
 class PoolSpec(_Model):
@@ -198,7 +202,9 @@ def node_object(spec: FleetSpec, pool: PoolSpec, name: str, *, advertise: bool =
         pool.label_key: pool.name,
         "feature.node.kubernetes.io/pci-10de.present": "true",
         "nvidia.com/gpu.present": "true",
-        "nvidia.com/gpu.product": pool.product,
+        # With renameByDefault the device plugin advertises nvidia.com/gpu.shared and GFD
+        # appends -SHARED to the product name.
+        "nvidia.com/gpu.product": pool.product + ("-SHARED" if pool.rename_shared else ""),
         "nvidia.com/gpu.count": str(pool.gpus_per_node),
         "nvidia.com/gpu.memory": str(pool.gpu_memory_mib),
         "nvidia.com/gpu.replicas": str(pool.replicas),
@@ -360,11 +366,14 @@ def operand_daemonset(
         pod_labels["app.kubernetes.io/component"] = "nvidia-driver"
     if operand:
         pod_labels[OPERAND_LABEL] = operand
-    containers = [{"name": name.replace("nvidia-", "").replace("-daemonset", "") + "-ctr", "image": image}]
+    container = name.replace("nvidia-", "").replace("-daemonset", "").replace(".", "-")
+    containers = [{"name": container[:50] + "-ctr", "image": image}]
     init = []
     if deploy == "driver":
         init = [{"name": "k8s-driver-manager", "image": "nvcr.io/nvidia/cloud-native/k8s-driver-manager:v0.9.1"}]
     node_selector = {f"nvidia.com/gpu.deploy.{deploy}": "true", **(extra_selector or {})}
+    if deploy == "driver" and not spec.operator.driver_follows_deploy_label:
+        node_selector = {"nvidia.com/gpu.present": "true", **(extra_selector or {})}
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",

@@ -26,6 +26,7 @@ _KINDS: dict[str, tuple[str, str, bool]] = {
     "Node": ("/api/v1", "nodes", False),
     "Pod": ("/api/v1", "pods", True),
     "ConfigMap": ("/api/v1", "configmaps", True),
+    "ServiceAccount": ("/api/v1", "serviceaccounts", True),
     "DaemonSet": ("/apis/apps/v1", "daemonsets", True),
     "Deployment": ("/apis/apps/v1", "deployments", True),
     "PodDisruptionBudget": ("/apis/policy/v1", "poddisruptionbudgets", True),

@@ -364,7 +364,7 @@ class OperandSimulator:
         override = ann.get(fl.ANN_ADVERTISE)
         pool = fl.PoolSpec(name="-", nodes=0, gpus_per_node=gpus,
                            replicas=int(labels.get("nvidia.com/gpu.replicas", "1")),
-                           rename_shared="nvidia.com/gpu.shared" in capacity)
+                           rename_shared=labels.get("nvidia.com/gpu.product", "").endswith("-SHARED"))
         strategy = labels.get("nvidia.com/mig.strategy", "none")
         full = fl.advertised_resources(
             pool, mig_config=mig_config if labels.get("nvidia.com/mig.capable") == "true" else None,

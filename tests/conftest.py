@@ -46,6 +46,9 @@ def fleet(gpu_operator_crds) -> Iterator[Callable]:
     from testenv import fleet as fl
 
     env = gpu_operator_crds
+    if env.fleet is not None:
+        pytest.fail(f"fleet {env.fleet.name!r} from a module fixture is still applied; a test that builds "
+                    "its own fleet belongs in a module without demo_fleet", pytrace=False)
     applied = []
 
     def apply(spec: "fl.FleetSpec | str", *, simulate: bool = True, advertise: bool = False):

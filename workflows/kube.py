@@ -251,9 +251,11 @@ class KubeGateway:
                 return ListResult(items=items, resource_version=page["metadata"]["resourceVersion"])
 
     def watch(self, path: str, *, resource_version: str, timeout_seconds: int = 300,
-              label_selector: str | None = None, field_selector: str | None = None) -> Iterator[WatchEvent]:
+              label_selector: str | None = None, field_selector: str | None = None,
+              on_open: Callable[[urllib3.BaseHTTPResponse], None] | None = None) -> Iterator[WatchEvent]:
         """Events after `resource_version` until the server ends the watch. Raises Gone
-        when that version is too old (the caller lists again)."""
+        when that version is too old (the caller lists again). `on_open` receives the
+        open response, whose `shutdown()` ends the watch from another thread."""
         query: list[tuple[str, Any]] = [
             ("watch", "true"), ("resourceVersion", resource_version), ("allowWatchBookmarks", "true"),
             ("timeoutSeconds", timeout_seconds),
@@ -267,6 +269,8 @@ class KubeGateway:
                                   timeout=(5, timeout_seconds + 15))
         except (urllib3.exceptions.HTTPError, OSError) as err:
             raise Unavailable(f"watch {path}: {err}") from None
+        if on_open is not None:
+            on_open(response)
         try:
             if not 200 <= response.status <= 299:
                 raise _error(response.status, response.read(), method="WATCH", path=path, headers=response.headers)

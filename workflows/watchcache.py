@@ -105,7 +105,7 @@ class FleetCache:
         self._generation = 0
         self._fleet_generation = -1
         self._listeners: list[Callable[[str, str, Any], None]] = []
-        self._resume: dict[str, str] = {}
+        self._open_watches: dict[str, Any] = {}
 
     # --- lifecycle -------------------------------------------------------------------
     def start(self, *, watch: bool = True) -> FleetCache:
@@ -119,18 +119,28 @@ class FleetCache:
         if errors:
             raise KubeError(f"could not list {', '.join(errors)}; see the log for the API's answer")
         if watch:
-            for resource in self._resources.values():
-                thread = threading.Thread(target=self._watch_loop, args=(resource,),
-                                          name=f"watch-{resource.name}", daemon=True)
-                thread.start()
-                self._threads.append(thread)
+            self.watch()
         return self
 
+    def watch(self) -> None:
+        """Start (or, after `stop`, resume) watching from the last version seen."""
+        self._stop.clear()
+        for resource in self._resources.values():
+            thread = threading.Thread(target=self._watch_loop, args=(resource,),
+                                      name=f"watch-{resource.name}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
     def stop(self) -> None:
+        """Stop watching; what was seen stays in the cache."""
         self._stop.set()
+        for response in list(self._open_watches.values()):
+            response.shutdown()
         self._gateway.close_idle_connections()
         for thread in self._threads:
-            thread.join(timeout=2)
+            thread.join(timeout=5)
+        self._threads.clear()
+        self._open_watches.clear()
 
     def add_listener(self, listener: Callable[[str, str, Any], None]) -> None:
         """Called with (resource, event type, view) after each change is applied; the
@@ -139,12 +149,6 @@ class FleetCache:
 
     def relists(self, resource: str) -> int:
         return self._resources[resource].relists
-
-    def resume_from(self, resource: str, resource_version: str) -> None:
-        """Make the next watch of `resource` start at an older version, as after a long
-        disconnection (the API answers 410 when it is too old). For tests and drills."""
-        self._resume[resource] = resource_version
-        self._gateway.close_idle_connections()
 
     # --- listing and watching ----------------------------------------------------------
     def _list(self, resource: _Resource) -> bool:
@@ -184,11 +188,13 @@ class FleetCache:
                     return
                 self._list(resource)
                 continue
-            version = self._resume.pop(resource.name, None) or resource.resource_version
+            version = resource.resource_version
             try:
-                for event in self._gateway.watch(resource.path, resource_version=version,
-                                                 timeout_seconds=self._watch_timeout,
-                                                 label_selector=resource.label_selector):
+                for event in self._gateway.watch(
+                    resource.path, resource_version=version, timeout_seconds=self._watch_timeout,
+                    label_selector=resource.label_selector,
+                    on_open=lambda response, name=resource.name: self._open_watches.__setitem__(name, response),
+                ):
                     if self._stop.is_set():
                         return
                     self._apply(resource, event.type, event.object)

@@ -1,0 +1,11 @@
+"""Every command module, imported once so each registers itself; entry points import
+`dispatch` from here."""
+
+import importlib
+
+from commands.registry import REGISTRY, Call, dispatch, help_reply
+
+for _module in ("commands.fleet",):
+    importlib.import_module(_module)
+
+__all__ = ["REGISTRY", "Call", "dispatch", "help_reply"]

@@ -1,0 +1,200 @@
+"""Read-only fleet commands: /gpu status, /gpu node, /gpu findings."""
+
+from __future__ import annotations
+
+import difflib
+
+from commands import messages as msg
+from commands.registry import REGISTRY, Call, NotFoundError, UsageError
+from commands.reply import Fact, Notice, Reply, Section, Table
+from workflows.access import Role
+from workflows.findings import Finding
+from workflows.inventory import Fleet, NodeInventory, PoolInventory
+
+FINDINGS_IN_STATUS = 8
+
+
+def _notice(finding: Finding) -> Notice:
+    return Notice(severity=finding.severity, text=finding.message, subject=finding.subject, command=finding.command)
+
+
+def _closest(name: str, names: list[str]) -> list[str]:
+    return difflib.get_close_matches(name, names, n=3, cutoff=0.4)
+
+
+def _cluster_facts(fleet: Fleet) -> tuple[Fact, ...]:
+    cluster = fleet.cluster
+    if not cluster.operator_found:
+        return (Fact("GPU Operator", msg.no_operator()),)
+    policy = cluster.cluster_policy or "none"
+    if cluster.cluster_policy_state:
+        policy += f" ({cluster.cluster_policy_state})"
+    facts = [
+        Fact("GPU Operator", f"{cluster.operator_version or 'unknown version'} in {cluster.operator_namespace}"),
+        Fact("ClusterPolicy", policy),
+        Fact("Driver managed by", "NVIDIADriver CRs: " + ", ".join(cluster.nvidia_drivers)
+             if cluster.uses_nvidia_driver_crds else "ClusterPolicy"),
+        Fact("ClusterPolicy owner", cluster.cluster_policy_owner or "not set (configure cluster.cluster_policy_owner)"),
+    ]
+    if cluster.duplicate_cluster_policies:
+        facts.append(Fact("Duplicate ClusterPolicies", ", ".join(cluster.duplicate_cluster_policies)))
+    return tuple(facts)
+
+
+def _versions(pool: PoolInventory) -> str:
+    if not pool.driver_versions:
+        return "-"
+    if len(pool.driver_versions) == 1:
+        return next(iter(pool.driver_versions))
+    return " + ".join(f"{v} ({n})" for v, n in pool.driver_versions.items()) + " MIXED"
+
+
+def _pool_row(pool: PoolInventory, problems: int) -> tuple[str, ...]:
+    upgrade = pool.auto_upgrade.state + (" (default)" if pool.auto_upgrade.defaulted else "")
+    return (pool.name, pool.kind or "-", f"{pool.nodes_ready}/{pool.nodes_total}",
+            f"{pool.gpus_advertised}/{pool.gpus_expected}", str(pool.gpus_requested), _versions(pool),
+            upgrade, str(problems) if problems else "-")
+
+
+def _node_state(node: NodeInventory) -> str:
+    states = []
+    if node.upgrade.state:
+        states.append(f"upgrade: {node.upgrade.state}")
+    if node.mig.config:
+        states.append(f"MIG {node.mig.config} ({node.mig.config_state or '?'})")
+    states.extend(f"{operand} {value}" for operand, value in node.paused_operands.items())
+    return ", ".join(states) or "-"
+
+
+def _cordon(node: NodeInventory) -> str:
+    if not node.cordoned:
+        return "-"
+    return f"by {node.cordoned_by}" if node.cordoned_by else "yes (not by gpuops)"
+
+
+def _node_row(node: NodeInventory) -> tuple[str, ...]:
+    expected = node.expected_advertised
+    ready = {True: "Ready", False: "NotReady", None: "unknown"}[node.ready]
+    return (node.name, ready, _cordon(node), f"{node.advertised_gpus}/{expected if expected is not None else '?'}",
+            str(node.requested_gpus), node.effective_driver_version or "-", node.driver.owner, _node_state(node))
+
+
+def _findings_section(findings: tuple[Finding, ...], *, limit: int | None) -> Section:
+    shown = findings if limit is None else findings[:limit]
+    notices = tuple(_notice(f) for f in shown)
+    more = len(findings) - len(shown)
+    return Section(title="Findings", notices=notices, text=msg.more_findings(more) if more > 0 else None)
+
+
+def _find_pool(fleet: Fleet, name: str) -> PoolInventory:
+    pool = fleet.pool(name)
+    if pool is None:
+        names = [p.name for p in fleet.pools]
+        raise NotFoundError(msg.unknown_name("pool", name, _closest(name, names), len(names)))
+    return pool
+
+
+@REGISTRY.command("status", usage="status [pool]", role=Role.VIEWER,
+                  summary="Every pool at a glance, findings first; or one pool's nodes",
+                  examples=("/gpu status", "/gpu status serving-a"))
+def status(call: Call, args: list[str]) -> Reply:
+    if len(args) > 1:
+        raise UsageError(f"status takes at most one pool name, got {len(args)} words")
+    fleet = call.services.fleet.fleet(call.now)
+    if args:
+        return _pool_status(fleet, _find_pool(fleet, args[0]))
+    critical = sum(f.severity == "critical" for f in fleet.findings)
+    warning = sum(f.severity == "warning" for f in fleet.findings)
+    nodes = sum(p.nodes_total for p in fleet.pools)
+    summary = msg.fleet_summary(nodes, sum(p.nodes_ready for p in fleet.pools),
+                                sum(p.gpus_advertised for p in fleet.pools),
+                                sum(p.gpus_expected for p in fleet.pools), critical, warning) if nodes else msg.no_gpu_nodes()
+    problems = {p.name: sum(1 for f in fleet.findings if f.pool == p.name or f.subject == p.name) for p in fleet.pools}
+    sections = [Section(facts=_cluster_facts(fleet))]
+    if fleet.findings:
+        sections.append(_findings_section(fleet.findings, limit=FINDINGS_IN_STATUS))
+    if fleet.pools:
+        sections.append(Section(title="Pools", table=Table(
+            columns=msg.POOL_COLUMNS, rows=tuple(_pool_row(p, problems[p.name]) for p in fleet.pools))))
+    return Reply(title=msg.status_title(), summary=summary, sections=tuple(sections))
+
+
+def _pool_status(fleet: Fleet, pool: PoolInventory) -> Reply:
+    findings = tuple(f for f in fleet.findings if f.pool == pool.name or f.subject == pool.name)
+    facts = (
+        Fact("Kind", pool.kind or "not configured"),
+        Fact("Nodes Ready", f"{pool.nodes_ready}/{pool.nodes_total}"),
+        Fact("GPUs", f"{pool.gpus_advertised} advertised of {pool.gpus_expected} expected "
+                     f"({pool.gpus_physical} physical), {pool.gpus_requested} in use"),
+        Fact("Driver", _versions(pool)),
+        Fact("Auto-upgrade", f"{pool.auto_upgrade.state} ({pool.auto_upgrade.source}"
+                             + (", CRD default" if pool.auto_upgrade.defaulted else "") + ")"),
+    )
+    sections = [Section(facts=facts)]
+    if findings:
+        sections.append(_findings_section(findings, limit=None))
+    nodes = tuple(_node_row(fleet.nodes[name]) for name in pool.nodes)
+    sections.append(Section(title="Nodes", table=Table(columns=msg.NODE_COLUMNS, rows=nodes)))
+    return Reply(title=msg.status_title(pool.name), summary=facts[2].value, sections=tuple(sections))
+
+
+@REGISTRY.command("node", usage="node <name>", role=Role.VIEWER,
+                  summary="One GPU node in full: driver owner with evidence, GPUs, operands, state",
+                  examples=("/gpu node serving-a-05",))
+def node(call: Call, args: list[str]) -> Reply:
+    if len(args) != 1:
+        raise UsageError("name one node, e.g. `/gpu node serving-a-05`")
+    fleet = call.services.fleet.fleet(call.now)
+    name = args[0]
+    inv = fleet.nodes.get(name)  # type: ignore[call-overload]
+    if inv is None:
+        names = sorted(fleet.nodes)
+        raise NotFoundError(msg.unknown_name("GPU node", name, _closest(name, names), len(names)))
+    ready = {True: "Ready", False: "NotReady", None: "unknown"}[inv.ready]
+    gpus = Table(columns=("resource", "expected", "advertised", "allocatable", "in use"), rows=tuple(
+        (r.resource, str(r.expected) if r.expected is not None else "?", str(r.capacity), str(r.allocatable),
+         str(r.requested)) for r in inv.resources))
+    facts = (
+        Fact("Pool", inv.pool),
+        Fact("Product", inv.product or "unknown"),
+        Fact("Physical GPUs", str(inv.physical_gpus) if inv.physical_gpus is not None else "unknown"),
+        Fact("Node", ready + (", cordoned " + _cordon(inv) if inv.cordoned else ", schedulable")),
+        Fact("Driver", f"{inv.driver_version or 'not reported by GFD'}"
+                       + (f" (driver pod image {inv.driver_image_tag})" if inv.driver_image_tag else "")),
+        Fact("Device plugin", inv.device_plugin_pod.text),
+        Fact("Validator", inv.validator_pod.text),
+        Fact("Upgrade state", inv.upgrade.state or "-"),
+        Fact("MIG", f"{inv.mig.config} ({inv.mig.config_state or '?'}, strategy {inv.mig.strategy or '?'})"
+             if inv.mig.config else ("capable, not configured" if inv.mig.capable else "not MIG-capable")),
+        Fact("Paused operands", ", ".join(f"{k}={v}" for k, v in inv.paused_operands.items()) or "none"),
+    )
+    sections = [
+        Section(facts=facts),
+        Section(title=f"Driver owner: {inv.driver.owner}", bullets=inv.driver.evidence),
+        Section(title="GPUs", table=gpus),
+    ]
+    findings = fleet.findings_about(inv.name)
+    if findings:
+        sections.insert(0, _findings_section(findings, limit=None))
+    return Reply(title=msg.node_title(inv.name), summary=f"{inv.advertised_gpus}/{inv.expected_advertised or '?'} "
+                 f"GPUs advertised · driver owner {inv.driver.owner}", sections=tuple(sections))
+
+
+@REGISTRY.command("findings", usage="findings [pool|node]", role=Role.VIEWER,
+                  summary="Every problem found, most severe first",
+                  examples=("/gpu findings", "/gpu findings training-a"))
+def findings(call: Call, args: list[str]) -> Reply:
+    if len(args) > 1:
+        raise UsageError("findings takes at most one pool or node name")
+    fleet = call.services.fleet.fleet(call.now)
+    scope = args[0] if args else None
+    selected = fleet.findings
+    if scope is not None:
+        if fleet.pool(scope) is None and scope not in fleet.nodes and scope != "cluster":
+            names = [p.name for p in fleet.pools] + sorted(fleet.nodes)
+            raise NotFoundError(msg.unknown_name("pool or node", scope, _closest(scope, names), len(names)))
+        selected = tuple(f for f in fleet.findings if scope in (f.subject, f.pool))
+    if not selected:
+        return Reply(title=msg.findings_title(scope), summary=msg.no_findings(scope))
+    return Reply(title=msg.findings_title(scope), summary=f"{len(selected)} found",
+                 sections=(_findings_section(selected, limit=None),))

@@ -1,0 +1,153 @@
+"""The command registry and the one dispatcher every entry point uses.
+
+A command is a plain function `(call, args) -> Reply` registered with its words, usage,
+the role it needs and whether it asks for confirmation. The dispatcher splits the text,
+finds the command (longest match of words), checks the role (failing closed), and turns
+bad input into that command's usage with the closest match. Help comes from here too,
+and hides what the asking user cannot run.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import difflib
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from commands import messages as msg
+from commands.reply import Reply, Section, Table, error_reply
+from workflows.access import AccessDenied, Actor, Role
+
+if TYPE_CHECKING:
+    from commands.services import Services
+
+
+class UsageError(Exception):
+    """The arguments do not fit the command; the message says what is wrong."""
+
+
+class NotFoundError(Exception):
+    """A named thing (node, pool, request) does not exist; the message offers the closest."""
+
+
+@dataclass(frozen=True)
+class Call:
+    """One invocation: who, when, with what services."""
+
+    actor: Actor
+    now: dt.datetime
+    services: Services
+    text: str = ""
+
+
+Handler = Callable[[Call, list[str]], Reply]
+
+
+@dataclass(frozen=True)
+class CommandSpec:
+    words: tuple[str, ...]
+    handler: Handler
+    usage: str
+    summary: str
+    role: Role
+    examples: tuple[str, ...] = ()
+    confirm: bool = False
+
+    @property
+    def name(self) -> str:
+        return " ".join(self.words)
+
+
+@dataclass
+class Registry:
+    commands: dict[tuple[str, ...], CommandSpec] = field(default_factory=dict)
+
+    def command(self, words: str, *, usage: str, summary: str, role: Role,
+                examples: tuple[str, ...] = (), confirm: bool = False) -> Callable[[Handler], Handler]:
+        def tag(handler: Handler) -> Handler:
+            key = tuple(words.split())
+            if key in self.commands:
+                raise ValueError(f"command {words!r} registered twice")
+            self.commands[key] = CommandSpec(words=key, handler=handler, usage=usage, summary=summary,
+                                             role=role, examples=examples, confirm=confirm)
+            return handler
+        return tag
+
+    def resolve(self, tokens: list[str]) -> tuple[CommandSpec | None, list[str]]:
+        lowered = [t.lower() for t in tokens]
+        for length in range(min(len(tokens), 3), 0, -1):
+            spec = self.commands.get(tuple(lowered[:length]))
+            if spec is not None:
+                return spec, tokens[length:]
+        return None, tokens
+
+    def closest(self, tokens: list[str]) -> list[str]:
+        names = [spec.name for spec in self.commands.values()]
+        guess = " ".join(tokens[:2]).lower()
+        found = difflib.get_close_matches(guess, names, n=3, cutoff=0.5)
+        if not found and tokens:
+            found = difflib.get_close_matches(tokens[0].lower(), names, n=3, cutoff=0.5)
+        return found
+
+    def visible_to(self, actor: Actor) -> list[CommandSpec]:
+        return sorted((s for s in self.commands.values() if actor.has_anywhere(s.role)), key=lambda s: s.name)
+
+
+REGISTRY = Registry()
+
+
+def usage_reply(spec: CommandSpec, problem: str) -> Reply:
+    return Reply(title=msg.usage_title(spec.usage), summary=problem, ok=False,
+                 footer=msg.examples_line(spec.examples) if spec.examples else None)
+
+
+def dispatch(text: str, *, actor: Actor, services: Services, now: dt.datetime) -> Reply:
+    """Run one `/gpu ...` command line for `actor` and return its Reply."""
+    try:
+        tokens = shlex.split(text)
+    except ValueError as err:
+        return error_reply(msg.cannot_read_command(), msg.unbalanced_quotes(str(err)))
+    if tokens and tokens[0] == "/gpu":
+        tokens = tokens[1:]
+    if not tokens:
+        return help_reply(actor, [])
+    spec, args = REGISTRY.resolve(tokens)
+    if spec is None:
+        return error_reply(msg.unknown_command(" ".join(tokens[:2])), msg.did_you_mean(REGISTRY.closest(tokens)),
+                           hint=msg.see_help())
+    if not actor.has_anywhere(spec.role):
+        return error_reply(msg.not_allowed_title(), msg.needs_role(spec.name, spec.role, actor))
+    call = Call(actor=actor, now=now, services=services, text=text)
+    try:
+        return spec.handler(call, args)
+    except UsageError as err:
+        return usage_reply(spec, str(err))
+    except NotFoundError as err:
+        return error_reply(msg.not_found_title(), str(err))
+    except AccessDenied as err:
+        return error_reply(msg.not_allowed_title(), str(err))
+
+
+def help_reply(actor: Actor, args: list[str]) -> Reply:
+    if args:
+        spec, rest = REGISTRY.resolve(args)
+        if spec is None or rest:
+            return error_reply(msg.unknown_command(" ".join(args)), msg.did_you_mean(REGISTRY.closest(args)))
+        return Reply(title=msg.usage_title(spec.usage), summary=spec.summary, sections=(
+            Section(bullets=tuple(msg.example(e) for e in spec.examples)),
+            Section(text=msg.role_needed(spec.role, actor.has_anywhere(spec.role))),
+        ))
+    visible = REGISTRY.visible_to(actor)
+    if not visible:
+        return error_reply(msg.not_allowed_title(), msg.no_role(actor))
+    rows = tuple((f"/gpu {spec.usage}", spec.summary, str(spec.role)) for spec in visible)
+    return Reply(title=msg.help_title(), summary=msg.help_summary(),
+                 sections=(Section(table=Table(columns=msg.HELP_COLUMNS, rows=rows)),))
+
+
+@REGISTRY.command("help", usage="help [command]", summary="What gpuops can do, and how", role=Role.VIEWER,
+                  examples=("/gpu help", "/gpu help drain"))
+def help_command(call: Call, args: list[str]) -> Reply:
+    return help_reply(call.actor, args)

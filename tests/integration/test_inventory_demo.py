@@ -1,0 +1,134 @@
+"""The fleet inventory of the demo fleet, read from a real control plane, and the
+status commands and command line on top of it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from bot.render_text import render_text
+from commands.catalog import dispatch
+from commands.services import Services
+from testenv.install import wait_until
+from workflows.kube import Forbidden, KubeGateway
+
+pytestmark = pytest.mark.controlplane
+
+from tests.integration.inventory_helpers import CONFIG, ROOT, _codes, _now
+
+# --- the demo fleet ------------------------------------------------------------------------
+
+
+def test_the_demo_fleet_has_a_driver_owner_and_evidence_for_every_special_node(demo_fleet, fleet_cache):
+    cache = fleet_cache()
+    fleet = cache.fleet(_now())
+
+    assert fleet.cluster.operator_version == "v26.7.0"
+    assert fleet.cluster.cluster_policy_state == "ready"
+    assert fleet.cluster.cluster_policy_owner == "#gpu-platform (platform team)"
+    assert [(p.name, p.kind, p.nodes_total) for p in fleet.pools] == [
+        ("inference-mig", "serving", 6), ("serving-a", "serving", 8), ("training-a", "training", 10)]
+
+    host = fleet.nodes["training-a-09"]
+    assert host.driver.owner == "host"
+    assert "label nvidia.com/gpu.deploy.driver=pre-installed" in host.driver.evidence
+
+    conflict = fleet.nodes["training-a-10"]
+    assert conflict.driver.owner == "conflict"
+    assert any("came from the host" in e for e in conflict.driver.evidence)
+    assert "driver-conflict" in _codes(fleet, "training-a-10")
+
+    short = fleet.nodes["serving-a-05"]
+    assert (short.advertised_gpus, short.expected_advertised, short.physical_gpus) == (7, 8, 8)
+    assert "advertised-mismatch" in _codes(fleet, "serving-a-05")
+
+    assert fleet.nodes["training-a-03"].cordoned and fleet.nodes["training-a-03"].cordoned_by is None
+    assert fleet.nodes["serving-a-02"].requested_gpus == 8
+    assert fleet.nodes["serving-a-01"].driver.owner == "operator"
+
+    mig = fleet.nodes["inference-mig-01"]
+    assert [(r.resource, r.expected, r.capacity) for r in mig.resources] == [("nvidia.com/mig-1g.10gb", 56, 56)]
+    assert mig.mig.config == "all-1g.10gb" and mig.mig.config_state == "success"
+
+    training = fleet.pool("training-a")
+    assert training.mixed_driver_versions
+    assert "mixed-driver-versions" in _codes(fleet, "training-a")
+    # Nothing else is wrong with the demo fleet.
+    assert {f.subject for f in fleet.findings} == {"serving-a-05", "training-a-10", "training-a"}
+
+
+def test_status_puts_findings_first_and_names_the_closest_pool_or_node(demo_fleet, fleet_cache):
+    cache = fleet_cache()
+    services = Services(config=CONFIG, fleet=cache)
+    viewer = CONFIG.actor("U0DAVE")
+
+    reply = dispatch("status", actor=viewer, services=services, now=_now())
+    text = render_text(reply)
+    assert reply.ok
+    assert text.index("Findings") < text.index("Pools")
+    assert "[CRITICAL] training-a-10 has two driver sources" in text
+    assert "570.172.08 (2) + 580.95.05 (8) MIXED" in text
+
+    pool = dispatch("status serving-a", actor=viewer, services=services, now=_now())
+    assert pool.ok
+    rows = {row[0]: row for row in pool.sections[-1].table.rows}
+    assert set(rows) == {f"serving-a-0{i}" for i in range(1, 9)}
+    assert rows["serving-a-05"][3] == "7/8"
+
+    missing = dispatch("status serving-b", actor=viewer, services=services, now=_now())
+    assert not missing.ok and "`serving-a`" in missing.summary
+
+    node = dispatch("node serving-a-5", actor=viewer, services=services, now=_now())
+    assert not node.ok and "`serving-a-05`" in node.summary
+
+    detail = render_text(dispatch("node training-a-09", actor=viewer, services=services, now=_now()))
+    assert "Driver owner: host" in detail and "pre-installed" in detail
+
+    nobody = dispatch("status", actor=CONFIG.actor("U0STRANGER"), services=services, now=_now())
+    assert not nobody.ok and "needs the viewer role" in nobody.summary
+
+
+def test_the_gpuops_command_line_answers_and_fails_clearly(demo_fleet):
+    base = [sys.executable, "-m", "bot.cli", "--kubeconfig", str(demo_fleet.kubeconfig),
+            "--config", str(ROOT / "deploy" / "config.example.yaml")]
+    status = subprocess.run([*base, "status"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert status.returncode == 0, status.stderr
+    assert "24/24 GPU nodes Ready" in status.stdout
+
+    unknown = subprocess.run([*base, "node", "nope-01"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert unknown.returncode == 1
+    assert "No GPU node named `nope-01`" in unknown.stdout
+
+    bad = subprocess.run([sys.executable, "-m", "bot.cli", "--kubeconfig", str(demo_fleet.kubeconfig),
+                          "--context", "nosuch", "status"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert bad.returncode == 3 and "no context 'nosuch'" in bad.stderr
+
+
+def test_the_bots_service_account_reads_the_fleet_with_only_its_cluster_role(demo_fleet, fleet_cache):
+    installer = demo_fleet.installer()
+    installer.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpuops"}}, exist_ok=True)
+    for doc in yaml.safe_load_all((ROOT / "deploy" / "rbac.yaml").read_text()):
+        installer.create(doc, exist_ok=True)
+    bot = KubeGateway.connect(kubeconfig=demo_fleet.kubeconfig, context="bot")
+
+    def readable() -> bool:
+        try:
+            bot.list("/api/v1/nodes")
+            return True
+        except Forbidden:
+            return False
+
+    wait_until(readable, timeout=30, what="the ClusterRoleBinding to take effect")
+    fleet = fleet_cache(user="bot").fleet(_now())
+    assert fleet.nodes["training-a-10"].driver.owner == "conflict"
+    # Reading is all it can do: no Secrets, no deleting pods.
+    with pytest.raises(Forbidden):
+        bot.list("/api/v1/secrets")
+    replica = next(p for p in installer.list("Pod", namespace="serving"))
+    with pytest.raises(Forbidden):
+        bot.request("DELETE", f"/api/v1/namespaces/serving/pods/{replica['metadata']['name']}")
+
+

@@ -1,0 +1,72 @@
+"""Who is acting, and what they may do. Every entry point (Slack, console, command
+line) resolves its user to an `Actor` and every action checks a role here, so no entry
+point can skip a check."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from typing import NewType
+
+UserId = NewType("UserId", str)
+
+
+class Role(enum.StrEnum):
+    VIEWER = "viewer"      # read the fleet, requests and audit
+    OPERATOR = "operator"  # request drains, upgrades, MIG changes; control runs
+    APPROVER = "approver"  # approve or deny requests (never their own)
+    ADMIN = "admin"        # everything, including cancelling others' requests
+
+
+# What holding a role also grants. Approvers and operators can read; admins can do all.
+_IMPLIES: dict[Role, frozenset[Role]] = {
+    Role.VIEWER: frozenset({Role.VIEWER}),
+    Role.OPERATOR: frozenset({Role.OPERATOR, Role.VIEWER}),
+    Role.APPROVER: frozenset({Role.APPROVER, Role.VIEWER}),
+    Role.ADMIN: frozenset(Role),
+}
+
+
+def effective_roles(roles: Iterable[Role]) -> frozenset[Role]:
+    granted: set[Role] = set()
+    for role in roles:
+        granted |= _IMPLIES[role]
+    return frozenset(granted)
+
+
+@dataclass(frozen=True)
+class Actor:
+    """A person (or the CLI's local user) with the roles configuration gives them.
+
+    `roles` are global; `pool_roles` are roles held for one pool only (for example
+    approvers of the serving pools)."""
+
+    user_id: UserId
+    name: str
+    roles: frozenset[Role] = frozenset()
+    pool_roles: dict[str, frozenset[Role]] = field(default_factory=dict)
+    # Where the identity came from, for the audit: "slack", "console", "cli".
+    via: str = "slack"
+
+    def has(self, role: Role, *, pool: str | None = None) -> bool:
+        if role in effective_roles(self.roles):
+            return True
+        return pool is not None and role in effective_roles(self.pool_roles.get(pool, frozenset()))
+
+    def has_anywhere(self, role: Role) -> bool:
+        return self.has(role) or any(role in effective_roles(r) for r in self.pool_roles.values())
+
+
+class AccessDenied(Exception):
+    """The actor lacks the role an action needs; the message says which."""
+
+
+def require(actor: Actor, role: Role, *, action: str, pool: str | None = None) -> None:
+    """Fail closed: raise AccessDenied unless `actor` holds `role` (for `pool`)."""
+    if actor.has(role, pool=pool):
+        return
+    where = f" for pool {pool}" if pool else ""
+    held = ", ".join(sorted(effective_roles(actor.roles))) or "no role"
+    raise AccessDenied(f"{action} needs the {role} role{where}; {actor.name} has {held}")
