@@ -11,7 +11,9 @@ import datetime as dt
 import json
 import logging
 import os
+import queue
 import random
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -199,8 +201,13 @@ class KubeGateway:
 
     def request(self, method: str, path: str, *, query: list[tuple[str, Any]] | None = None,
                 body: Any = None, content_type: str = "application/json",
-                timeout: float | tuple[float, float] | None = (5, 60)) -> Json:
-        """One API call, JSON in and out, with retries and typed errors."""
+                timeout: float | tuple[float, float] | None = (5, 60),
+                retry_too_many: bool = True) -> Json:
+        """One API call, JSON in and out, with retries and typed errors.
+
+        `retry_too_many=False` hands a 429 straight to the caller: an eviction refused by
+        a PodDisruptionBudget also answers 429, and waiting on it is the engine's business
+        (it must not block here for Retry-After seconds)."""
         attempt = 0
         while True:
             attempt += 1
@@ -215,7 +222,7 @@ class KubeGateway:
                 error = Unavailable(f"{method} {path}: {err}", status=0)
             except TooManyRequests as err:
                 error = err
-            retryable = isinstance(error, TooManyRequests) or (
+            retryable = (isinstance(error, TooManyRequests) and retry_too_many) or (
                 method == "GET" and isinstance(error, Unavailable)
             )
             if not retryable or attempt >= self._retry.attempts:
@@ -227,28 +234,56 @@ class KubeGateway:
             self._sleep(delay * (1 + random.random() * 0.1))
 
     def list(self, path: str, *, label_selector: str | None = None, field_selector: str | None = None,
-             page_size: int = 500) -> ListResult:
-        """Every item of a collection, page by page, as raw JSON dicts."""
+             page_size: int = 500, on_page: Callable[[list[Json]], None] | None = None) -> ListResult:
+        """Every item of a collection, page by page, as raw JSON dicts.
+
+        With `on_page`, each page is handed over as it arrives while the next one is
+        being fetched (the server's work overlaps ours), and `items` comes back empty."""
+        pages: queue.Queue[list[Json] | None] = queue.Queue(maxsize=2)
+        consumer: threading.Thread | None = None
+        failure: list[BaseException] = []
+        if on_page is not None:
+            def consume() -> None:
+                while (page_items := pages.get()) is not None:
+                    if not failure:
+                        try:
+                            on_page(page_items)
+                        except BaseException as err:  # noqa: BLE001 - re-raised below
+                            failure.append(err)
+            consumer = threading.Thread(target=consume, name=f"list{path}", daemon=True)
+            consumer.start()
         items: list[Json] = []
         token: str | None = None
-        while True:
-            query: list[tuple[str, Any]] = [("limit", page_size)]
-            if label_selector:
-                query.append(("labelSelector", label_selector))
-            if field_selector:
-                query.append(("fieldSelector", field_selector))
-            if token:
-                query.append(("continue", token))
-            try:
-                page = self.request("GET", path, query=query)
-            except Gone:
-                # The continue token expired between pages: start over for a consistent list.
-                items, token = [], None
-                continue
-            items.extend(page.get("items") or [])
-            token = (page.get("metadata") or {}).get("continue")
-            if not token:
-                return ListResult(items=items, resource_version=page["metadata"]["resourceVersion"])
+        try:
+            while True:
+                query: list[tuple[str, Any]] = [("limit", page_size)]
+                if label_selector:
+                    query.append(("labelSelector", label_selector))
+                if field_selector:
+                    query.append(("fieldSelector", field_selector))
+                if token:
+                    query.append(("continue", token))
+                try:
+                    page = self.request("GET", path, query=query)
+                except Gone:
+                    if consumer is not None:
+                        raise  # pages already handed over cannot be taken back
+                    # The continue token expired between pages: start over for a consistent list.
+                    items, token = [], None
+                    continue
+                if consumer is not None:
+                    pages.put(page.get("items") or [])
+                else:
+                    items.extend(page.get("items") or [])
+                token = (page.get("metadata") or {}).get("continue")
+                if not token:
+                    return ListResult(items=items, resource_version=page["metadata"]["resourceVersion"])
+        finally:
+            if consumer is not None:
+                pages.put(None)
+                consumer.join()
+                if failure:
+                    raise failure[0]
 
     def watch(self, path: str, *, resource_version: str, timeout_seconds: int = 300,
               label_selector: str | None = None, field_selector: str | None = None,
@@ -310,7 +345,8 @@ _EMPTY: Mapping[str, str] = MappingProxyType({})
 
 
 def _frozen(mapping: Mapping[str, str] | None) -> Mapping[str, str]:
-    return MappingProxyType(dict(mapping)) if mapping else _EMPTY
+    # The dict is fresh from json.loads and referenced nowhere else: wrap, do not copy.
+    return MappingProxyType(mapping) if mapping else _EMPTY
 
 
 def node_from_json(obj: Json) -> NodeObject:

@@ -109,12 +109,24 @@ class FleetCache:
 
     # --- lifecycle -------------------------------------------------------------------
     def start(self, *, watch: bool = True) -> FleetCache:
-        """List everything (in parallel), then keep it current with watches."""
-        listers = [threading.Thread(target=self._list, args=(r,), daemon=True) for r in self._resources.values()]
-        for thread in listers:
+        """List everything, then keep it current with watches.
+
+        Pods and the cluster-level objects are listed first (in parallel); nodes come
+        last and are assessed page by page while the next page is on its way, so the
+        first fleet view costs one summary pass, not 5,000 assessments."""
+        context_ready = threading.Event()
+        first = [r for name, r in self._resources.items() if name != "nodes"]
+        listers = [threading.Thread(target=self._list, args=(r,), daemon=True) for r in first]
+        nodes = threading.Thread(target=self._list, args=(self._resources["nodes"],),
+                                 kwargs={"assess_when": context_ready}, daemon=True)
+        for thread in [*listers, nodes]:
             thread.start()
         for thread in listers:
             thread.join()
+        with self._lock:
+            self._refresh_context(dt.datetime.now(dt.timezone.utc))
+        context_ready.set()
+        nodes.join()
         errors = [r.name for r in self._resources.values() if not r.synced.is_set()]
         if errors:
             raise KubeError(f"could not list {', '.join(errors)}; see the log for the API's answer")
@@ -151,9 +163,33 @@ class FleetCache:
         return self._resources[resource].relists
 
     # --- listing and watching ----------------------------------------------------------
-    def _list(self, resource: _Resource) -> bool:
+    def _list(self, resource: _Resource, *, assess_when: threading.Event | None = None) -> bool:
+        """List `resource` into the cache. With `assess_when`, nodes are also assessed as
+        their pages arrive, once that event says pods and cluster objects are in."""
+        fresh: dict[str, Any] = {}
+        early: dict[NodeName, inv.NodeInventory] = {}
+        waiting: list[NodeObject] = []
+        now = dt.datetime.now(dt.timezone.utc)
+
+        def assess_waiting() -> None:
+            if assess_when is None or not assess_when.is_set() or self._context is None:
+                return
+            for node in waiting:
+                early[node.name] = inv.assess_node(node, pods_on_node=self.pods_on(node.name),
+                                                   context=self._context, settings=self._settings, now=now)
+            waiting.clear()
+
+        def convert(items: list[dict[str, Any]]) -> None:
+            for obj in items:
+                view = self._convert(resource, obj)
+                if view is not None:
+                    fresh[self._key(obj)] = view
+                    if assess_when is not None:
+                        waiting.append(view)
+            assess_waiting()
+
         try:
-            result = self._gateway.list(resource.path, label_selector=resource.label_selector)
+            result = self._gateway.list(resource.path, label_selector=resource.label_selector, on_page=convert)
         except NotFound:
             if not resource.optional:
                 raise
@@ -167,15 +203,16 @@ class FleetCache:
         except KubeError as err:
             log.warning("listing %s failed: %s", resource.name, err)
             return False
-        fresh = {}
-        for obj in result.items:
-            view = self._convert(resource, obj)
-            if view is not None:
-                fresh[self._key(obj)] = view
+        if assess_when is not None:
+            assess_when.wait()
+            assess_waiting()
         with self._lock:
             resource.available = True
             self._replace(resource, fresh)
             resource.resource_version = result.resource_version
+            if early and not self._context_dirty:
+                self._assessed.update(early)
+                self._dirty.difference_update(early)
         resource.synced.set()
         return True
 
@@ -312,6 +349,11 @@ class FleetCache:
             taken_at=now,
         )
 
+    def _refresh_context(self, now: dt.datetime) -> None:
+        """Cluster-level facts every node assessment uses (called with the lock held)."""
+        self._context = inv.fleet_context(self._snapshot(now), settings=self._settings)
+        self._context_dirty = False
+
     def node(self, name: str) -> NodeObject | None:
         with self._lock:
             return self._resources["nodes"].store.get(name)
@@ -332,9 +374,8 @@ class FleetCache:
             nodes = self._resources["nodes"].store
             pods = self._resources["pods"].store
             if self._context_dirty or self._context is None:
-                self._context = inv.fleet_context(self._snapshot(now), settings=self._settings)
+                self._refresh_context(now)
                 self._dirty = set(nodes)
-                self._context_dirty = False
             for name in self._dirty:
                 node = nodes.get(name)
                 if node is None:

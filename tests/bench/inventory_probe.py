@@ -1,0 +1,119 @@
+"""Run as its own process (the bot's read path and nothing else): time the raw node
+list, the cache's cold start and warm `/gpu status` renders, and report its RSS.
+
+    python -m tests.bench.inventory_probe --kubeconfig PATH --renders 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import statistics
+import sys
+import time
+
+from bot.render_text import render_text
+from commands.catalog import dispatch
+from commands.services import Services
+from workflows.config import GpuopsConfig
+from workflows.kube import NODES, KubeGateway
+from workflows.watchcache import FleetCache
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _hwm_mib() -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument("--renders", type=int, default=100)
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    gateway = KubeGateway.connect(kubeconfig=args.kubeconfig)
+    config = GpuopsConfig()
+
+    # Baseline: the raw list of every node, as bytes off the wire plus json.loads, paged
+    # as the cache pages it. Nothing can read the nodes faster with this server.
+    baseline = []
+    for _ in range(args.repeat):
+        started = time.perf_counter()
+        result = gateway.list(NODES)
+        baseline.append(time.perf_counter() - started)
+        nodes = len(result.items)
+        del result
+
+    cold = []
+    cache = None
+    for _ in range(args.repeat):
+        if cache is not None:
+            cache.stop()
+        started = time.perf_counter()
+        cache = FleetCache(gateway, settings=config.inventory_settings()).start(watch=False)
+        fleet = cache.fleet(dt.datetime.now(dt.timezone.utc))
+        cold.append(time.perf_counter() - started)
+    assert cache is not None
+    rss_after_cold = _rss_mib()
+
+    services = Services(config=config, fleet=cache)
+    actor = config.actor("bench", name="bench")
+    actor = type(actor)(user_id=actor.user_id, name="bench", roles=frozenset({"viewer"}))  # type: ignore[arg-type]
+    renders = []
+    for _ in range(args.renders):
+        now = dt.datetime.now(dt.timezone.utc)
+        started = time.perf_counter()
+        reply = dispatch("status", actor=actor, services=services, now=now)
+        text = render_text(reply)
+        renders.append(time.perf_counter() - started)
+    assert reply.ok, text
+    renders.sort()
+
+    # Worst warm case: something changed since the last render, so the fleet view is
+    # summarized again (one pass over 5,000 assessed nodes) before rendering.
+    class Resummarized:
+        def fleet(self, now: dt.datetime):  # noqa: ANN201
+            return cache.fleet(now, max_age=dt.timedelta(0))
+
+    changed = []
+    services = Services(config=config, fleet=Resummarized())
+    for _ in range(args.renders):
+        now = dt.datetime.now(dt.timezone.utc)
+        started = time.perf_counter()
+        render_text(dispatch("status", actor=actor, services=services, now=now))
+        changed.append(time.perf_counter() - started)
+    changed.sort()
+    json.dump({
+        "nodes_listed": nodes,
+        "gpu_nodes_in_fleet": len(fleet.nodes),
+        "gpus_advertised": sum(p.gpus_advertised for p in fleet.pools),
+        "pools": len(fleet.pools),
+        "pods_cached": len(cache.snapshot(dt.datetime.now(dt.timezone.utc)).pods),
+        "baseline_list_s": min(baseline),
+        "cold_start_s": min(cold),
+        "cold_over_baseline": min(cold) / min(baseline),
+        "status_median_ms": statistics.median(renders) * 1000,
+        "status_p99_ms": renders[max(0, int(len(renders) * 0.99) - 1)] * 1000,
+        "status_after_change_median_ms": statistics.median(changed) * 1000,
+        "status_after_change_p99_ms": changed[max(0, int(len(changed) * 0.99) - 1)] * 1000,
+        "renders": len(renders),
+        "rss_mib": rss_after_cold,
+        "rss_peak_mib": _hwm_mib(),
+        "status_first_line": text.splitlines()[2] if len(text.splitlines()) > 2 else "",
+    }, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
