@@ -28,6 +28,7 @@ OPERAND_LABEL = "sim.gpuops.io/operand"
 SIM = "sim.gpuops.io/"
 ANN_HOST_DRIVER = SIM + "host-driver"
 ANN_ADVERTISE = SIM + "advertise-gpus"
+ANN_UNHEALTHY = SIM + "unhealthy-gpus"
 ANN_DRIVER_DELAY = SIM + "driver-ready-seconds"
 ANN_VALIDATOR_DELAY = SIM + "validator-ready-seconds"
 ANN_MIG_STUCK = SIM + "mig-stuck"
@@ -101,6 +102,7 @@ class SpecialNode(_Model):
     host_driver: str | None = None
     driver_deploy: Literal["true", "false", "pre-installed"] = "true"
     advertise_gpus: int | None = None
+    unhealthy_gpus: int = 0
     cordoned: bool = False
     not_ready: bool = False
     mig_stuck: bool = False
@@ -230,6 +232,8 @@ def node_object(spec: FleetSpec, pool: PoolSpec, name: str, *, advertise: bool =
         annotations[ANN_HOST_DRIVER] = special.host_driver
     if special.advertise_gpus is not None:
         annotations[ANN_ADVERTISE] = str(special.advertise_gpus)
+    if special.unhealthy_gpus:
+        annotations[ANN_UNHEALTHY] = str(special.unhealthy_gpus)
     if special.not_ready:
         annotations[ANN_NOT_READY] = "true"
     if special.mig_stuck:

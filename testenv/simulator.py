@@ -313,7 +313,7 @@ class OperandSimulator:
             new_labels.update(self._mig_count_labels(labels, desired))
             return False
         if applied == desired:  # nothing to change (or a change was taken back)
-            if labels.get("nvidia.com/mig.config.state") != "success":
+            if labels.get("nvidia.com/mig.config.state") == "pending":
                 new_labels["nvidia.com/mig.config.state"] = "success"
             self._unpause(labels, new_labels)
             self._mig_pending_at.pop(name, None)
@@ -377,10 +377,15 @@ class OperandSimulator:
         for key in current:
             if key not in desired:
                 desired[key] = None
-        if all(current.get(k) == v for k, v in desired.items()):
+        # Devices the device plugin's health check marked unhealthy leave allocatable.
+        unhealthy = int(ann.get(fl.ANN_UNHEALTHY, "0"))
+        allocatable = {k: (str(max(0, int(v) - unhealthy)) if v is not None else None) for k, v in desired.items()}
+        current_allocatable = (status.get("allocatable") or {})
+        if all(current.get(k) == v for k, v in desired.items()) and \
+                all(current_allocatable.get(k) == v for k, v in allocatable.items()):
             return
         self.core.patch_node_status(node["metadata"]["name"],
-                                    {"status": {"capacity": desired, "allocatable": desired}})
+                                    {"status": {"capacity": desired, "allocatable": allocatable}})
 
     def _not_ready(self, node: dict[str, Any], ann: dict[str, str]) -> None:
         if ann.get(fl.ANN_NOT_READY) != "true":

@@ -1,0 +1,90 @@
+"""Every finding the inventory raises, provoked on a real control plane through the
+simulator's faults and the labels the GPU Operator would set."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+
+import pytest
+from kubernetes import client
+
+from testenv import fleet as fl
+from tests.integration.inventory_helpers import CONFIG, _codes, wait_fleet
+
+pytestmark = pytest.mark.controlplane
+
+TROUBLE = fl.FleetSpec(
+    name="trouble", system_nodes=1,
+    operator=fl.OperatorSpec(use_nvidia_driver_crd=True, mig_strategy="mixed"),
+    pools=(
+        fl.PoolSpec(name="good", kind="serving", nodes=5, driver_version="580.95.05", auto_upgrade=False),
+        fl.PoolSpec(name="bad", kind="training", nodes=1, driver_version="575.51.03", auto_upgrade=False),
+        fl.PoolSpec(name="mig", kind="serving", nodes=2, product="NVIDIA-A100-SXM4-80GB", mig_config="all-1g.10gb",
+                    driver_version="580.95.05", auto_upgrade=False),
+    ),
+    special_nodes=(
+        fl.SpecialNode(node="good-01", advertise_gpus=0),
+        fl.SpecialNode(node="good-02", unhealthy_gpus=2),
+        fl.SpecialNode(node="good-03", not_ready=True),
+        fl.SpecialNode(node="mig-01", mig_stuck=True),
+    ),
+    crashloop_driver_versions=("575.51.03",),
+)
+
+SHORT = CONFIG.model_copy(update={
+    "pools": {"good": CONFIG.pools["serving-a"], "mig": CONFIG.pools["serving-a"]},
+    "inventory": CONFIG.inventory.model_copy(update={"mig_pending_stuck_after": dt.timedelta(seconds=1),
+                                                     "upgrade_stuck_after": dt.timedelta(minutes=30)}),
+})
+
+
+def test_each_fault_raises_its_finding(fleet, cluster, fleet_cache):
+    fleet(TROUBLE)
+    core = client.CoreV1Api(cluster.api_client())
+    custom = client.CustomObjectsApi(cluster.api_client())
+    # What the operator's upgrade controller and MIG manager leave behind.
+    started = int(time.time()) - 2 * 3600
+    core.patch_node("good-04", {"metadata": {
+        "labels": {"nvidia.com/gpu-driver-upgrade-state": "wait-for-jobs-required"},
+        "annotations": {"nvidia.com/gpu-driver-upgrade-wait-for-pod-completion-start-time": str(started)}}})
+    core.patch_node("good-05", {"metadata": {"labels": {"nvidia.com/gpu-driver-upgrade-state": "upgrade-failed"}}})
+    core.patch_node("mig-01", {"metadata": {"labels": {"nvidia.com/mig.config": "all-3g.40gb"}}})
+    core.patch_node("mig-02", {"metadata": {"labels": {"nvidia.com/mig.config.state": "failed"}}})
+    # A second ClusterPolicy is ignored by the operator; the first is not ready.
+    second = fl.cluster_policy_object(TROUBLE)
+    second["metadata"]["name"] = "cluster-policy-copy"
+    custom.create_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", second)
+    custom.patch_cluster_custom_object_status("nvidia.com", "v1", "clusterpolicies", "cluster-policy-copy",
+                                              {"status": {"state": "ignored"}})
+    custom.patch_cluster_custom_object_status("nvidia.com", "v1", "clusterpolicies", "cluster-policy",
+                                              {"status": {"state": "notReady"}})
+
+    cache = fleet_cache(config=SHORT)
+    expected = {
+        "good-01": "device-plugin-no-gpus",
+        "good-02": "unhealthy-gpus",
+        "good-03": "node-not-ready",
+        "good-04": "upgrade-stuck",
+        "good-05": "upgrade-failed",
+        "bad-01": "driver-crash-loop",
+        "mig-01": "mig-change-stuck",
+        "mig-02": "mig-change-failed",
+        "cluster": "duplicate-cluster-policy",
+    }
+
+    def all_found(view) -> bool:
+        return all(code in _codes(view, subject) for subject, code in expected.items())
+
+    view = wait_fleet(cache, all_found, "every fault to show as a finding", timeout=90)
+    assert "cluster-policy-not-ready" in _codes(view, "cluster")
+    severities = {f.code: f.severity for f in view.findings}
+    assert severities["driver-crash-loop"] == "critical"
+    assert severities["upgrade-failed"] == "critical"
+    assert severities["unhealthy-gpus"] == "warning"
+    # The stuck MIG change explains its missing GPUs: no separate mismatch finding.
+    assert "advertised-mismatch" not in _codes(view, "mig-01")
+    assert view.nodes["bad-01"].driver_pod.crash_looping
+    assert view.nodes["good-02"].allocatable_gpus == 6 and view.nodes["good-02"].advertised_gpus == 8
+    messages = {f.code: f.message for f in view.findings}
+    assert "2h" in messages["upgrade-stuck"] or "2 h" in messages["upgrade-stuck"], messages["upgrade-stuck"]
