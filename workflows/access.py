@@ -49,6 +49,8 @@ class Actor:
     pool_roles: dict[str, frozenset[Role]] = field(default_factory=dict)
     # Where the identity came from, for the audit: "slack", "console", "cli".
     via: str = "slack"
+    # The Slack user groups the user is in (as far as gpuops looked them up).
+    groups: tuple[str, ...] = ()
 
     def has(self, role: Role, *, pool: str | None = None) -> bool:
         if role in effective_roles(self.roles):

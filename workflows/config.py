@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from workflows.access import Actor, Role, UserId
+from workflows.handover import RotationConfig
 from workflows.inventory import InventorySettings
 
 _DURATION = re.compile(r"^\s*(?:(\d+)d)?\s*(?:(\d+)h)?\s*(?:(\d+)m)?\s*(?:(\d+)s)?\s*$")
@@ -64,6 +65,137 @@ class PoolConfig(_Model):
     # How long a request waits for approval before it expires.
     request_ttl: Duration = dt.timedelta(hours=24)
 
+    # Drain policy. Parsing lives in workflows.windows / capacity / selectors (imported
+    # where used, so they never depend on configuration); their errors say how to fix it.
+
+    class Window(_Model):
+        """One allowed maintenance window: on `days` (the days it *starts* on: names,
+        ranges like mon-fri, or daily) from `start` to `end`, "HH:MM" wall-clock times
+        in the IANA `timezone`. An end at or before the start crosses midnight (equal
+        times make a 24-hour window); "24:00" ends at midnight. Quote the times in
+        YAML, which reads an unquoted 22:30 as the number 1350."""
+
+        days: tuple[str, ...]
+        start: str
+        end: str
+        timezone: str
+
+        @field_validator("days", mode="before")
+        @classmethod
+        def _days(cls, value: Any) -> tuple[str, ...]:
+            from workflows.windows import DAY_NAMES, parse_days
+            return tuple(DAY_NAMES[day] for day in sorted(parse_days(value)))
+
+        @field_validator("start", "end", mode="before")
+        @classmethod
+        def _clock(cls, value: Any, info: Any) -> str:
+            from workflows.windows import parse_clock
+            return parse_clock(value, end=info.field_name == "end").strftime("%H:%M")
+
+        @field_validator("timezone", mode="before")
+        @classmethod
+        def _zone(cls, value: Any) -> str:
+            from workflows.windows import parse_zone
+            return parse_zone(value).key
+
+        def window(self) -> Any:
+            """The `workflows.windows.MaintenanceWindow` this describes."""
+            from workflows.windows import MaintenanceWindow
+            return MaintenanceWindow.parse(days=list(self.days), start=self.start, end=self.end,
+                                           timezone=self.timezone)
+
+    class WaitFor(_Model):
+        """Pods (by label selector, e.g. "gpuops.io/must-finish=true") a drain waits for
+        to finish, up to `timeout`, before evicting what is left."""
+
+        selector: str
+        timeout: Duration
+
+        @field_validator("selector", mode="before")
+        @classmethod
+        def _selector(cls, value: Any) -> str:
+            from workflows.selectors import LabelSelector
+            return LabelSelector.parse(value).text
+
+    # When drains may run. No windows (the default) means no drain is allowed at all:
+    # gates fail closed. Write a list of windows, or `windows: always` for any time.
+    windows: tuple[Window, ...] | Literal["always"] = ()
+    # Nodes of the pool out at once, as a count (2) or a percent of its nodes ("25%",
+    # rounded down, at least 1 when above 0). Nodes already cordoned or NotReady count.
+    max_unavailable: int | str = 1
+    # GPUs that must stay Ready (advertised on Ready, schedulable nodes) during a drain.
+    min_ready_gpus: Annotated[int, Field(ge=0)] = 0
+    # How long an eviction may be held up by a PodDisruptionBudget before
+    # `pdb_timeout_action`: wait (for a person), skip (the node) or delete (the pods,
+    # ignoring the PDB; only with allow_delete: true).
+    drain_timeout: Duration = dt.timedelta(minutes=30)
+    allow_delete: bool = False
+    pdb_timeout_action: Literal["wait", "skip", "delete"] = "wait"
+    # Jobs that must finish rather than be evicted.
+    wait_for: WaitFor | None = None
+
+    _window_set: Any = None
+    _unavailable_budget: Any = None
+    _wait_for_selector: Any = None
+
+    @field_validator("windows", mode="wrap")
+    @classmethod
+    def _windows(cls, value: Any, handler: Any) -> Any:
+        from pydantic import TypeAdapter
+
+        from workflows import drain_messages
+        if value is None:
+            return ()
+        if isinstance(value, str):
+            if value.strip().lower() == "always":
+                return "always"
+            raise ValueError(drain_messages.windows_word(value))
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(drain_messages.windows_word(value))
+        return TypeAdapter(tuple[cls.Window, ...]).validate_python(value)
+
+    @field_validator("max_unavailable", mode="before")
+    @classmethod
+    def _max_unavailable(cls, value: Any) -> int | str:
+        from workflows.capacity import MaxUnavailable
+        budget = MaxUnavailable.parse(value)
+        return budget.count if budget.count is not None else str(budget)
+
+    @field_validator("pdb_timeout_action")
+    @classmethod
+    def _delete_needs_consent(cls, value: str, info: Any) -> str:
+        from workflows import drain_messages
+        if value == "delete" and info.data.get("allow_delete") is not True:
+            raise ValueError(drain_messages.delete_not_allowed())
+        return value
+
+    def model_post_init(self, context: Any) -> None:
+        from workflows.capacity import MaxUnavailable
+        from workflows.selectors import LabelSelector
+        from workflows.windows import WindowSet
+        if self.windows == "always":
+            self._window_set = WindowSet.any_time()
+        else:
+            self._window_set = WindowSet(windows=tuple(w.window() for w in self.windows))
+        self._unavailable_budget = MaxUnavailable.parse(self.max_unavailable)
+        self._wait_for_selector = (LabelSelector.parse(self.wait_for.selector)
+                                   if self.wait_for is not None else None)
+
+    @property
+    def window_set(self) -> Any:
+        """The pool's windows as a `workflows.windows.WindowSet`."""
+        return self._window_set
+
+    @property
+    def unavailable_budget(self) -> Any:
+        """`max_unavailable` as a `workflows.capacity.MaxUnavailable`."""
+        return self._unavailable_budget
+
+    @property
+    def wait_for_selector(self) -> Any:
+        """`wait_for.selector` as a `workflows.selectors.LabelSelector`, or None."""
+        return self._wait_for_selector
+
     def approvals_required(self, kind: RequestKind) -> int:
         if kind in self.approvals:
             return self.approvals[kind]
@@ -91,6 +223,7 @@ class GpuopsConfig(_Model):
     pools: dict[str, PoolConfig] = Field(default_factory=dict)
     access: AccessConfig = AccessConfig()
     database: Path | None = None
+    rotations: tuple[RotationConfig, ...] = ()
 
     @field_validator("pools")
     @classmethod
@@ -121,7 +254,7 @@ class GpuopsConfig(_Model):
             if user_id in policy.approvers or any(f"group:{g}" in policy.approvers for g in groups):
                 pool_roles[pool] = frozenset({Role.APPROVER})
         return Actor(user_id=UserId(user_id), name=name or self.access.names.get(user_id, user_id),
-                     roles=frozenset(roles), pool_roles=pool_roles, via=via)
+                     roles=frozenset(roles), pool_roles=pool_roles, via=via, groups=tuple(groups))
 
 
 class ConfigError(Exception):
