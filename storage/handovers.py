@@ -79,6 +79,20 @@ def latest(db: Database, *, rotation: str) -> Handover | None:
     return None if row is None else _handover(row)
 
 
+def recent(
+    db: Database, *, rotation: str, limit: int, before: dt.datetime | None = None
+) -> list[Handover]:
+    """The rotation's newest `limit` handovers (with a shift start before `before`, if
+    given), newest first."""
+    sql = "SELECT * FROM handovers WHERE rotation = ?"
+    params: list[Any] = [rotation]
+    if before is not None:
+        sql += " AND shift_start < ?"
+        params.append(codec.time_to_text(before))
+    rows = db.query(sql + " ORDER BY shift_start DESC LIMIT ?", [*params, limit])
+    return [_handover(r) for r in rows]
+
+
 def mark_posted(
     db: Database, *, id: HandoverId, ts: str, posted_at: dt.datetime, late: bool
 ) -> bool:

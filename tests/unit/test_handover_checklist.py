@@ -1,0 +1,312 @@
+"""What the incoming shift reads: the checklist built from a fleet of plain node and pod
+values, the open requests and the runs in flight, with what needs action first, and the
+changes since the previous handover."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from commands.handover import ACK_ACTION, render_checklist
+from storage.ids import RequestId, RunId, StepId
+from storage.steps import Step
+from workflows.cluster import NodeName
+from workflows.handover import RotationConfig
+from workflows.handover_checklist import (
+    Checklist,
+    DrainRecord,
+    RunInFlight,
+    build_checklist,
+    checklist_from_json,
+    checklist_to_json,
+)
+from workflows.inventory import Fleet
+from workflows.plans import NodeStep, Plan, PlanSummary, Wave
+from workflows.requests import ApprovalView, RequestView
+
+UTC = dt.timezone.utc
+HOUR = dt.timedelta(hours=1)
+# The fleet builders' NOW (2025-06-07 12:00 UTC) is 14:00 in Berlin: the day shift.
+ROTATION = RotationConfig.model_validate({
+    "name": "gpu-oncall", "team": "GPU platform", "channel": "C0GPU", "timezone": "Europe/Berlin",
+    "shifts": [{"name": "day", "starts": "0 8 * * *", "members": ["U0ALICE"]},
+               {"name": "night", "starts": "0 20 * * *", "members": ["U0BOB"]}],
+})
+
+
+def since(make, **ago: float) -> str:
+    return (make.now - dt.timedelta(**ago)).isoformat()
+
+
+def special_fleet(make) -> Fleet:
+    """One node of each kind the handover must call out, and a healthy one."""
+    nodes = [
+        make.node("gpu-ok"),
+        make.node("gpu-hand", unschedulable=True),
+        make.node("gpu-short", capacity={"nvidia.com/gpu": "6"}),
+        make.node("gpu-conflict", labels={"nvidia.com/gpu.deploy.driver": "pre-installed"}),
+        make.node("gpu-upgrade", labels={"nvidia.com/gpu-driver-upgrade-state": "upgrade-required"},
+                  annotations={"gpuops.io/upgrade-state-since": since(make, hours=26)}),
+        make.node("gpu-mig", capacity={"nvidia.com/gpu": "0"},
+                  labels={"nvidia.com/mig.config": "all-1g.10gb", "nvidia.com/mig.config.state": "pending",
+                          "nvidia.com/gpu.deploy.device-plugin": "paused-for-mig-change"},
+                  annotations={"gpuops.io/mig-state-since": since(make, minutes=45)}),
+        make.node("gpu-run", unschedulable=True,
+                  annotations={"gpuops.io/cordoned-by": json.dumps({"by": "U0ADA", "run": "run-aaa111"})}),
+        make.node("gpu-left", unschedulable=True,
+                  annotations={"gpuops.io/cordoned-by": json.dumps({"by": "U0ADA", "run": "run-old000"})}),
+    ]
+    pods = [p for n in nodes if n.name not in ("gpu-conflict", "gpu-mig") for p in make.operands(n.name)]
+    pods += [
+        make.driver_pod("gpu-conflict", ready=False, restarts=9, waiting_reason="CrashLoopBackOff",
+                        last_terminated_reason="Error"),
+        make.device_plugin_pod("gpu-conflict"),
+        make.driver_pod("gpu-mig"),
+    ]
+    return make.fleet(nodes, pods)
+
+
+def step(run: str, node: str, seq: int, kind: str, state: str, *, ended: dt.datetime | None = None,
+         started: dt.datetime | None = None, attempt: int = 1) -> Step:
+    return Step(id=StepId(seq), run_id=RunId(run), wave=0, node=node, seq=seq, kind=kind,  # type: ignore[arg-type]
+                state=state, attempt=attempt, started_at=started, ended_at=ended, detail={},  # type: ignore[arg-type]
+                error=None)
+
+
+def run_in_flight(make, *, state: str = "running", halted_reason: str | None = None) -> RunInFlight:
+    cordoned = make.now - 2 * HOUR
+    return RunInFlight(
+        run_id="run-aaa111", request_id="req-aaa111", kind="upgrade", pool="train-a", state=state,
+        dry_run=False, halted_reason=halted_reason,
+        steps=(
+            step("run-aaa111", "gpu-run", 0, "cordon", "done", ended=cordoned),
+            step("run-aaa111", "gpu-run", 1, "drain", "done", ended=cordoned + HOUR),
+            step("run-aaa111", "gpu-run", 2, "driver", "running", started=make.now - 20 * dt.timedelta(minutes=1),
+                 attempt=2),
+            step("run-aaa111", "gpu-run", 3, "uncordon", "pending"),
+        ),
+    )
+
+
+def request_view(request_id: str, *, state: str, kind: str = "drain", pool: str = "train-a",
+                 window_start: dt.datetime | None = None, expires_at: dt.datetime,
+                 counted: int = 0, required: int = 1, approvers: tuple[str, ...] = ()) -> RequestView:
+    plan = Plan(kind=kind, pool=pool, created_for="U0ADA",  # type: ignore[arg-type]
+                waves=(Wave(0, (NodeName("gpu-ok"),), (NodeStep("cordon", NodeName("gpu-ok")),)),),
+                summary=PlanSummary())
+    approvals = tuple(ApprovalView(approver=a, approver_name=a, decision="approve", plan_hash="0" * 64,
+                                   counts=True, reason=None, at=expires_at - 10 * HOUR) for a in approvers)
+    return RequestView(
+        id=RequestId(request_id), kind=kind, pool=pool, state=state, requester="U0ADA",  # type: ignore[arg-type]
+        requester_name="Ada", reason="maintenance", targets=["gpu-ok"], window_start=window_start,
+        window_end=window_start + 2 * HOUR if window_start else None, plan=plan, plan_hash="0" * 64,
+        approvals=approvals, approvals_required=required, approvals_counted=counted,
+        expires_at=expires_at, created_at=expires_at - 24 * HOUR, updated_at=expires_at - 24 * HOUR,
+        channel=None, thread_ts=None)
+
+
+@dataclass(frozen=True)
+class StoredBefore:
+    """A previous handover as storage gives it: a shift start and its content JSON."""
+
+    shift_start: dt.datetime
+    content: Any
+
+
+def checklist_for(make, *, fleet: Fleet | None = None, requests=(), runs=(), previous=None,
+                  drains=(), now: dt.datetime | None = None) -> Checklist:
+    now = now or make.now
+    return build_checklist(
+        fleet=fleet or special_fleet(make), requests=list(requests), runs_in_flight=list(runs),
+        previous=previous, rotation=ROTATION, shift=ROTATION.current_shift(now), now=now,
+        last_drains=list(drains))
+
+
+def lines(items) -> list[tuple[str, str, str]]:
+    return [(i.severity, i.kind, i.subject) for i in items]
+
+
+# ------------------------------------------------------------------ the special nodes
+
+
+def test_every_special_node_is_listed_with_what_needs_action_first(make):
+    checklist = checklist_for(make, runs=[run_in_flight(make)])
+
+    assert lines(checklist.needs_action) == [
+        ("critical", "finding", "gpu-conflict"),   # two driver sources
+        ("critical", "finding", "gpu-mig"),        # MIG change stuck
+        ("critical", "finding", "gpu-short"),      # advertises 6 of 8
+        ("warning", "finding", "gpu-upgrade"),     # upgrade stuck
+        ("warning", "cordon", "gpu-hand"),         # cordoned by hand
+        ("warning", "cordon", "gpu-left"),         # gpuops cordon left behind
+    ]
+    codes = {i.subject: i.code for i in checklist.needs_action if i.kind == "finding"}
+    assert codes == {"gpu-conflict": "driver-conflict", "gpu-mig": "mig-change-stuck",
+                     "gpu-short": "advertised-mismatch", "gpu-upgrade": "upgrade-stuck"}
+    assert all(i.command.startswith("/gpu ") for i in checklist.items())
+    assert "gpu-ok" not in {i.subject for i in checklist.items()}
+
+
+def test_cordons_say_who_cordoned_and_for_how_long_when_known(make):
+    checklist = checklist_for(make, runs=[run_in_flight(make)])
+    text = {i.subject: i.text for i in checklist.items() if i.kind == "cordon"}
+
+    assert text["gpu-hand"].startswith("gpu-hand is cordoned by hand, not by gpuops; first seen cordoned")
+    assert text["gpu-left"].startswith("gpu-left is still cordoned by gpuops by U0ADA for run-old000, which is no longer running")
+    assert text["gpu-run"] == "gpu-run is cordoned by gpuops for 2h for run-aaa111, which is in flight"
+    assert [i.subject for i in checklist.for_information if i.kind == "cordon"] == ["gpu-run"]
+
+
+def test_a_node_cordoned_at_the_previous_handover_too_shows_since_when(make):
+    first = checklist_for(make, now=make.now - 12 * HOUR)
+    before = StoredBefore(shift_start=first.shift_start, content=checklist_to_json(first))
+
+    checklist = checklist_for(make, previous=before)
+
+    (hand,) = [i for i in checklist.needs_action if i.subject == "gpu-hand"]
+    assert "cordoned for at least 12h (seen since Sat 07 Jun 02:00 CEST)" in hand.text
+
+
+def test_runs_in_flight_show_their_current_step_and_a_paused_run_needs_action(make):
+    running = checklist_for(make, runs=[run_in_flight(make)])
+    paused = checklist_for(make, runs=[run_in_flight(make, state="paused", halted_reason="validator failed on gpu-run")])
+
+    (item,) = running.in_flight
+    assert item.text == ("run-aaa111: upgrade of train-a for req-aaa111: wave 0, driver on gpu-run running "
+                         "for 20m, attempt 2; 2/4 steps done")
+    assert item.command == "/gpu request req-aaa111"
+    assert paused.in_flight == ()
+    (halted,) = [i for i in paused.needs_action if i.kind == "run"]
+    assert (halted.severity, halted.subject) == ("warning", "run-aaa111")
+    assert halted.text.endswith("is paused: validator failed on gpu-run; 2/4 steps done. Resume or abort it")
+
+
+def test_requests_waiting_for_approval_need_action_and_windows_in_the_shift_are_listed(make):
+    now = make.now  # 14:00 Berlin, day shift until 20:00
+    requests = [
+        request_view("req-wait01", state="pending", expires_at=now + 3 * HOUR, counted=1, required=2,
+                     window_start=now + 2 * HOUR),
+        request_view("req-soon01", state="approved", window_start=now + 4 * HOUR,
+                     expires_at=now + HOUR, approvers=("Bob",)),
+        request_view("req-late01", state="scheduled", window_start=now + 9 * HOUR, expires_at=now + HOUR),
+    ]
+
+    checklist = checklist_for(make, requests=requests)
+
+    (waiting,) = [i for i in checklist.needs_action if i.kind == "approval"]
+    assert waiting.text == ("req-wait01: drain of train-a waits for 1 more approval (1/2); expires "
+                            "Sat 07 Jun 17:00 CEST (in 3h); window Sat 07 Jun 16:00 CEST (this shift)")
+    assert [(i.subject, i.text) for i in checklist.coming_up] == [
+        ("req-soon01", "req-soon01: drain of train-a, window Sat 07 Jun 18:00 CEST – 20:00 (approved, approved by Bob)")]
+
+
+def test_each_pool_shows_its_last_drain_or_says_none_is_recorded(make):
+    fleet = make.fleet([make.node("a", pool="train-a"), make.node("b", pool="serving-a")],
+                       make.operands("a") + make.operands("b"))
+    drains = [DrainRecord(pool="train-a", request_id="req-old001", kind="drain", at=make.now - 30 * HOUR,
+                          nodes=2, outcome="succeeded"),
+              DrainRecord(pool="train-a", request_id="req-new001", kind="upgrade", at=make.now - 5 * HOUR,
+                          nodes=1, outcome="succeeded")]
+
+    checklist = checklist_for(make, fleet=fleet, drains=drains)
+
+    assert [(d.pool, d.text, d.command) for d in checklist.last_drains] == [
+        ("serving-a", "no drains recorded", "/gpu pool serving-a"),
+        ("train-a", "last drained Sat 07 Jun 09:00 CEST (5h ago): 1 node by req-new001 (upgrade, succeeded)",
+         "/gpu request req-new001"),
+    ]
+
+
+def test_the_cluster_facts_name_the_operator_the_cluster_policy_and_its_owner(make):
+    checklist = checklist_for(make)
+
+    assert checklist.cluster.operator == "v26.7.0 in gpu-operator"
+    assert checklist.cluster.cluster_policy == "cluster-policy (ready)"
+    assert checklist.cluster.owner == "not set (configure cluster.cluster_policy_owner)"
+
+
+# ------------------------------------------------------------------ changes since the last one
+
+
+def test_the_first_handover_has_nothing_to_compare_with(make):
+    assert checklist_for(make).changes is None
+
+
+def test_new_and_resolved_findings_are_diffed_against_the_previous_handover(make):
+    earlier_fleet = make.fleet([make.node("gpu-ok"), make.node("gpu-gone", capacity={"nvidia.com/gpu": "4"})],
+                               make.operands("gpu-ok") + make.operands("gpu-gone"))
+    first = checklist_for(make, fleet=earlier_fleet, now=make.now - 12 * HOUR)
+    before = StoredBefore(shift_start=first.shift_start, content=checklist_to_json(first))
+
+    checklist = checklist_for(make, previous=before)
+
+    assert checklist.changes is not None
+    assert checklist.changes.since == first.shift_start
+    assert [(i.code, i.subject) for i in checklist.changes.new] == [
+        ("driver-conflict", "gpu-conflict"), ("mig-change-stuck", "gpu-mig"),
+        ("advertised-mismatch", "gpu-short"), ("upgrade-stuck", "gpu-upgrade")]
+    assert [i.text for i in checklist.changes.resolved] == ["advertised-mismatch on gpu-gone is resolved"]
+    assert {(k["code"], k["subject"]) for k in checklist_to_json(checklist)["finding_keys"]} == {
+        (i.code, i.subject) for i in checklist.changes.new}
+
+
+def test_a_checklist_survives_storage_as_json(make):
+    checklist = checklist_for(make, runs=[run_in_flight(make)])
+
+    assert checklist_from_json(json.loads(json.dumps(checklist_to_json(checklist)))) == checklist
+
+
+# ------------------------------------------------------------------ rendered
+
+
+def test_the_default_rendering_puts_needs_action_first_with_commands_and_an_acknowledge_button(make):
+    from workflows.handover_service import HandoverView
+
+    checklist = checklist_for(make, runs=[run_in_flight(make)])
+    view = HandoverView(id=7, rotation="gpu-oncall", shift="day", shift_start=checklist.shift_start,  # type: ignore[arg-type]
+                        channel="C0GPU", ts=None, late=False, missed=0, queued_at=make.now, posted_at=None,
+                        acked_by=None, acked_by_name=None, acked_at=None, acks=(), reminded_at=None,
+                        escalated_at=None, members=("U0ALICE",), content={}, checklist=checklist)
+
+    reply = render_checklist(checklist, ROTATION.checklist_template, handover=view)
+
+    assert reply.title == "Handover to the day shift · GPU platform"
+    assert reply.summary.startswith("6 need action · 1 in flight · 0 windows this shift · Sat 07 Jun 08:00 CEST until")
+    assert reply.sections[0].title == "Needs action"
+    assert [(n.severity, n.subject, n.command) for n in reply.sections[0].notices][:2] == [
+        ("critical", None, "/gpu node gpu-conflict"), ("critical", None, "/gpu node gpu-mig")]
+    titles = [s.title for s in reply.sections]
+    assert titles == ["Needs action", "In flight", "Since the last handover", "Also worth knowing",
+                      "Last drain per pool", "Cluster"]
+    assert reply.intents[0].action == ACK_ACTION and reply.intents[0].value == "7"
+    assert reply.intents[0].label == "Acknowledge"
+    assert reply.visibility == "in_channel"
+    assert reply.footer.startswith("Waiting for someone on the day shift to acknowledge")
+
+
+def test_a_late_checklist_says_so_and_how_many_were_missed(make):
+    checklist = build_checklist(
+        fleet=special_fleet(make), requests=[], runs_in_flight=[], previous=None, rotation=ROTATION,
+        shift=ROTATION.current_shift(make.now), now=make.now, late=True, missed=2)
+
+    reply = render_checklist(checklist, ROTATION.checklist_template)
+
+    assert ("Posted late: gpuops was not running at the shift change (Sat 07 Jun 08:00 CEST, 6h before this "
+            "post); 2 earlier handovers were missed and not posted.") in reply.summary
+    assert reply.intents == ()
+
+
+@pytest.mark.parametrize("now_hour", [6, 18])
+def test_a_quiet_fleet_says_nothing_needs_action(make, now_hour):
+    now = dt.datetime(2025, 6, 7, now_hour, 0, tzinfo=UTC)
+    fleet = make.fleet([make.node("gpu-ok")], make.operands("gpu-ok"), now=now)
+
+    checklist = checklist_for(make, fleet=fleet, now=now)
+    reply = render_checklist(checklist, ROTATION.checklist_template)
+
+    assert checklist.all_clear
+    assert reply.summary.startswith("Nothing needs action · 0 in flight")
