@@ -7,6 +7,10 @@ PY := $(VENV)/bin/python
 GPU_OPERATOR_CRDS_DEFAULT := $(abspath ../shared/reference/gpu-operator/v26.7.0)
 export GPUOPS_GPU_OPERATOR_CRDS ?= $(if $(wildcard $(GPU_OPERATOR_CRDS_DEFAULT)),$(GPU_OPERATOR_CRDS_DEFAULT),)
 FLEET ?= demo
+# Who the console acts as (the demo configuration defines U0ALICE operator, U0BOB and
+# U0CAROL approvers, U0DAVE viewer, U0ERIN admin).
+DEMO_USER ?= U0ALICE
+DEMO_ARGS := --config deploy/config.example.yaml --kubeconfig .gpuops/testenv/kubeconfig --database .gpuops/demo.db
 
 .PHONY: venv demo test bench testenv-build testenv-up testenv-down clean
 
@@ -21,8 +25,17 @@ $(VENV)/.installed: pyproject.toml
 testenv-build: venv
 	$(PY) -m testenv build
 
+# The control plane with the demo fleet, then the bot: in Socket Mode when Slack tokens
+# are set, else the console (which reads a script from stdin when it is not a terminal).
 demo: testenv-build
 	$(PY) -m testenv demo --fleet $(FLEET)
+	@if [ -n "$$SLACK_BOT_TOKEN$$SLACK_BOT_TOKEN_FILE" ] && [ -n "$$SLACK_APP_TOKEN$$SLACK_APP_TOKEN_FILE" ]; then \
+		echo "gpuops: Slack tokens found; running the bot in Socket Mode (Ctrl-C stops it)"; \
+		$(VENV)/bin/gpuops run $(DEMO_ARGS); \
+	else \
+		echo "gpuops: no Slack tokens; the console as $(DEMO_USER) (make demo DEMO_USER=U0BOB to be someone else)"; \
+		$(VENV)/bin/gpuops console --as $(DEMO_USER) $(DEMO_ARGS); \
+	fi
 
 test: testenv-build
 	$(PY) -m pytest

@@ -1,5 +1,22 @@
-"""The `gpuops` command line. `gpuops status|node|findings` answer the same commands
-as Slack, from a kubeconfig (or the in-cluster ServiceAccount), once."""
+"""The `gpuops` command line.
+
+    gpuops run [--http]               the Slack bot (Socket Mode by default); the replica
+                                      holding the engine Lease also runs the engine, the
+                                      scheduler and the notifier ($POD_NAME names it)
+    gpuops console --as U0ALICE       the bot's logic in a terminal
+    gpuops status|node|findings       one command, printed, from the cluster
+    gpuops audit verify|export        check or export the hash-chained audit log
+
+Options shared by all: --config (or $GPUOPS_CONFIG), --kubeconfig/--context (else
+$KUBECONFIG, ~/.kube/config, or in-cluster), --database (else the configuration's
+`database`, else the default path). Slack secrets come only from the environment
+(SLACK_BOT_TOKEN, SLACK_APP_TOKEN, SLACK_SIGNING_SECRET, or the same names with _FILE).
+SLACK_API_URL points the bot at another Web API (a local fake Slack for demos and tests).
+
+Exit codes: 0 done, 1 the command failed (or the audit log is broken), 2 bad
+configuration, credentials or database, 3 the Kubernetes API could not be used, 4 Slack
+could not be used.
+"""
 
 from __future__ import annotations
 
@@ -7,68 +24,249 @@ import argparse
 import datetime as dt
 import getpass
 import logging
+import os
+import signal
 import sys
+import threading
+from pathlib import Path
 
+from bot import messages as msg
+from bot.credentials import CredentialsError, Mode, load_credentials
+from bot.logs import configure_logging, protect
 from bot.render_text import render_text
+from bot.wiring import Runtime, build_runtime, database_path, replica_identity
 from commands.catalog import dispatch
-from commands.services import Services
+from storage import audit
+from storage.database import open_database
+from storage.errors import StorageError
+from workflows.access import Actor
 from workflows.config import ConfigError, GpuopsConfig, load_config
-from workflows.kube import KubeError, KubeGateway
-from workflows.watchcache import FleetCache
+from workflows.kube import KubeError
+
+log = logging.getLogger("gpuops.bot.cli")
+
+EXIT_FAILED, EXIT_CONFIG, EXIT_KUBE, EXIT_SLACK = 1, 2, 3, 4
 
 
-def _connect(args: argparse.Namespace, config: GpuopsConfig) -> FleetCache:
-    gateway = KubeGateway.connect(kubeconfig=args.kubeconfig, context=args.context)
-    return FleetCache(gateway, settings=config.inventory_settings(),
-                      operator_namespace=config.cluster.operator_namespace).start(watch=False)
+def _runtime(args: argparse.Namespace, config: GpuopsConfig, *, watch: bool) -> Runtime:
+    return build_runtime(config, kubeconfig=args.kubeconfig, context=args.context,
+                         database=database_path(config, args.database), watch=watch)
+
+
+# ------------------------------------------------------------------ one-shot commands
+
+
+def _cli_actor(config: GpuopsConfig) -> Actor:
+    user = getpass.getuser()
+    actor = config.actor(f"cli:{user}", via="cli", name=user)
+    return Actor(user_id=actor.user_id, name=actor.name, roles=frozenset(config.access.cli_roles),
+                 pool_roles=actor.pool_roles, via="cli")
 
 
 def _one_command(args: argparse.Namespace, words: list[str]) -> int:
     config = load_config(args.config)
-    cache = _connect(args, config)
+    runtime = _runtime(args, config, watch=False)
     try:
-        user = getpass.getuser()
-        actor = config.actor(f"cli:{user}", via="cli", name=user)
-        actor = type(actor)(user_id=actor.user_id, name=actor.name, roles=frozenset(config.access.cli_roles),
-                            pool_roles=actor.pool_roles, via="cli")
-        reply = dispatch(" ".join(words), actor=actor, services=Services(config=config, fleet=cache),
+        reply = dispatch(" ".join(words), actor=_cli_actor(config), services=runtime.services(),
                          now=dt.datetime.now(dt.timezone.utc))
     finally:
-        cache.stop()
+        runtime.close()
     print(render_text(reply), end="")
-    return 0 if reply.ok else 1
+    return 0 if reply.ok else EXIT_FAILED
+
+
+# ------------------------------------------------------------------ run
+
+
+def _stop_event() -> threading.Event:
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        log.info(msg.stopping())
+        stop.set()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, on_signal)
+    return stop
+
+
+def _run(args: argparse.Namespace) -> int:
+    from slack_bolt.adapter.socket_mode import SocketModeHandler
+
+    from bot.http_server import SlackHttpServer
+    from bot.slack_api import web_client
+    from bot.slack_app import SlackRejectedToken, build_app
+
+    mode: Mode = "http" if args.http else "socket"
+    try:
+        credentials = load_credentials(mode)
+    except CredentialsError as err:
+        print(f"gpuops run: {err}", file=sys.stderr)
+        return EXIT_CONFIG
+    protect(credentials.secrets())
+    client = web_client(credentials.bot_token, base_url=os.environ.get("SLACK_API_URL") or None)
+    try:
+        client.auth_test()  # before the cluster is listed: a wrong token fails in a second
+    except Exception as err:  # noqa: BLE001 - say what, without a stack trace
+        response = getattr(err, "response", None)
+        if response is not None and hasattr(response, "get"):
+            print(f"gpuops run: {msg.slack_rejected_token(str(response.get('error')))}", file=sys.stderr)
+            return EXIT_CONFIG
+        print(f"gpuops run: {msg.slack_unreachable(type(err).__name__ + ': ' + str(err))}", file=sys.stderr)
+        return EXIT_SLACK
+    config = load_config(args.config)
+    runtime = _runtime(args, config, watch=True)
+    try:
+        try:
+            app, _bot = build_app(runtime, client=client,
+                                  signing_secret=credentials.signing_secret if mode == "http" else None)
+        except SlackRejectedToken as err:
+            print(f"gpuops run: {err}", file=sys.stderr)
+            return EXIT_CONFIG
+        stop = _stop_event()
+        # Every replica answers Slack; the one holding the engine Lease also runs the
+        # engine, the scheduler and the notifier (stopped by runtime.close()).
+        runtime.start_background(replica_identity(), slack=client)
+        if mode == "socket":
+            handler = SocketModeHandler(app, credentials.app_token)
+            handler.connect()
+            log.info(msg.started("Socket Mode", "no inbound port"))
+            stop.wait()
+            handler.close()
+        else:
+            server = SlackHttpServer(app, host=args.host, port=args.port).start()
+            log.info(msg.started("HTTP", server.url))
+            stop.wait()
+            server.stop()
+    finally:
+        runtime.close()
+    return 0
+
+
+# ------------------------------------------------------------------ console
+
+
+def _console(args: argparse.Namespace) -> int:
+    from bot.console import Console, run_console, terminal_reader
+
+    config = load_config(args.config)
+    runtime = _runtime(args, config, watch=True)
+    try:
+        if sys.stdin.isatty():
+            return Console(runtime, out=sys.stdout, as_user=args.as_user, read=terminal_reader()).run()
+        return run_console(sys.stdin, runtime=runtime, out=sys.stdout, as_user=args.as_user, echo=True)
+    finally:
+        runtime.close()
+
+
+# ------------------------------------------------------------------ audit
+
+
+def _audit(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    path = database_path(config, args.database)
+    if not path.is_file():
+        print(f"gpuops audit: {msg.no_database(str(path))}", file=sys.stderr)
+        return EXIT_CONFIG
+    db = open_database(path)
+    try:
+        if args.audit_command == "verify":
+            result = audit.verify(db)
+            if result.ok:
+                print(msg.audit_intact(result.checked))
+                return 0
+            print(msg.audit_broken(result.checked, result.first_bad_seq, result.problem or "unknown"))
+            return EXIT_FAILED
+        if args.output:
+            output = Path(args.output)
+            fd = os.open(output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as stream:
+                count = audit.export_jsonl(db, stream)
+            print(msg.audit_exported(count, str(output)), file=sys.stderr)
+        else:
+            count = audit.export_jsonl(db, sys.stdout)
+            print(msg.audit_exported(count, "standard output"), file=sys.stderr)
+        return 0
+    finally:
+        db.close()
+
+
+# ------------------------------------------------------------------ parsing
+
+
+def _common(*, suppress: bool) -> argparse.ArgumentParser:
+    """Shared options, accepted before or after the subcommand."""
+    default = argparse.SUPPRESS if suppress else None
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", default=default, help="gpuops configuration file (YAML); default: $GPUOPS_CONFIG")
+    common.add_argument("--kubeconfig", default=default,
+                        help="kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
+    common.add_argument("--context", default=default, help="kubeconfig context (default: the current one)")
+    common.add_argument("--database", default=default,
+                        help="the gpuops SQLite database (default: `database` in the configuration, else "
+                             "/var/lib/gpuops/gpuops.db in a pod or ./.gpuops/gpuops.db)")
+    common.add_argument("-v", "--verbose", action="store_true", default=default)
+    return common
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="gpuops", description="GPU fleet operations for Kubernetes",
+                                  parents=[_common(suppress=False)])
+    shared = [_common(suppress=True)]
+    sub = top.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("status", parents=shared, help="every pool at a glance, or one pool's nodes")
+    p.add_argument("pool", nargs="?")
+    p = sub.add_parser("node", parents=shared, help="one GPU node in full, with the driver owner's evidence")
+    p.add_argument("name")
+    p = sub.add_parser("findings", parents=shared, help="every problem found, most severe first")
+    p.add_argument("scope", nargs="?", help="a pool or node")
+    p = sub.add_parser("run", parents=shared, help="run the Slack bot (Socket Mode unless --http)",
+                       description="Run the Slack bot. Socket Mode (default) needs SLACK_BOT_TOKEN and "
+                                   "SLACK_APP_TOKEN; --http needs SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET "
+                                   "and serves POST /slack/events. Each may instead be read from the file "
+                                   "named by NAME_FILE.")
+    p.add_argument("--http", action="store_true", help="HTTP mode instead of Socket Mode")
+    p.add_argument("--host", default="0.0.0.0", help="HTTP mode: address to listen on (default 0.0.0.0)")
+    p.add_argument("--port", type=int, default=3000, help="HTTP mode: port to listen on (default 3000)")
+    p = sub.add_parser("console", parents=shared, help="the bot's logic in a terminal, as a given Slack user",
+                       description="Type /gpu commands and read the replies as text; type a button's number "
+                                   "to click it; ':as USER' switches identity. Reads a script from stdin "
+                                   "when stdin is not a terminal.")
+    p.add_argument("--as", dest="as_user", required=True, metavar="SLACK_USER_ID",
+                   help="act as this Slack user id (roles from the configuration)")
+    p = sub.add_parser("audit", parents=shared, help="verify or export the audit log")
+    audit_sub = p.add_subparsers(dest="audit_command", required=True)
+    audit_sub.add_parser("verify", parents=shared, help="check every hash of the chain; exit 1 if broken")
+    e = audit_sub.add_parser("export", parents=shared, help="every entry as JSON lines")
+    e.add_argument("--output", "-o", help="file to write (default: standard output)")
+    return top
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gpuops", description="GPU fleet operations for Kubernetes")
-    parser.add_argument("--config", help="gpuops configuration file (YAML); default: $GPUOPS_CONFIG")
-    parser.add_argument("--kubeconfig", help="kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
-    parser.add_argument("--context", help="kubeconfig context (default: the current one)")
-    parser.add_argument("-v", "--verbose", action="store_true")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("status", help="every pool at a glance, or one pool's nodes")
-    p.add_argument("pool", nargs="?")
-    p = sub.add_parser("node", help="one GPU node in full, with the driver owner's evidence")
-    p.add_argument("name")
-    p = sub.add_parser("findings", help="every problem found, most severe first")
-    p.add_argument("scope", nargs="?", help="a pool or node")
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
     if args.config is None:
-        import os
-
         args.config = os.environ.get("GPUOPS_CONFIG")
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    words = [args.command] + [w for w in (getattr(args, "pool", None), getattr(args, "name", None),
-                                          getattr(args, "scope", None)) if w]
+    # The bot is a daemon: it logs its life at INFO; one-shot commands only warnings.
+    configure_logging(verbose=bool(args.verbose) or args.command == "run")
     try:
+        if args.command == "run":
+            return _run(args)
+        if args.command == "console":
+            return _console(args)
+        if args.command == "audit":
+            return _audit(args)
+        words = [args.command] + [w for w in (getattr(args, "pool", None), getattr(args, "name", None),
+                                              getattr(args, "scope", None)) if w]
         return _one_command(args, words)
     except ConfigError as err:
         print(f"gpuops: configuration error:\n{err}", file=sys.stderr)
-        return 2
+        return EXIT_CONFIG
+    except StorageError as err:
+        print(f"gpuops: database: {err}", file=sys.stderr)
+        return EXIT_CONFIG
     except KubeError as err:
         print(f"gpuops: Kubernetes API: {err}", file=sys.stderr)
-        return 3
+        return EXIT_KUBE
 
 
 if __name__ == "__main__":

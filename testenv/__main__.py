@@ -157,8 +157,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     wait_converged(kubeconfig, timeout=60)
     print_summary(kubeconfig, fleet=state["fleet"])
     print(f"\nkubeconfig: {kubeconfig}\n  kubectl --kubeconfig {kubeconfig} get nodes")
-    print("The bot is not wired to this demo yet: inventory commands and the Slack console "
-          "arrive with later issues.\nStop the control plane with: make testenv-down")
+    print("Stop the control plane with: make testenv-down")
     return 0
 
 

@@ -7,7 +7,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 
+import freezegun
 import pytest
+
+# The kubernetes client loads its modules lazily; a frozen clock must not reach into them.
+freezegun.configure(extend_ignore_list=["kubernetes", "urllib3"])
 
 # Slack tokens must never leak into tests from the developer's shell.
 for _name in ("SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET"):

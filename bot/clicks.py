@@ -1,0 +1,129 @@
+"""What clicking a gpuops button does, the same for Slack and the console.
+
+A click names an action and carries an opaque value (a request id and the plan hash the
+clicker saw). Nothing in it is trusted: the request is looked up again and
+`RequestService` checks the clicker's role, the two-person rule, the plan hash and the
+deadline, exactly as for a typed command. The outcome says what the clicker should be
+told and how the request's message should read now.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from dataclasses import dataclass
+
+from bot import messages as msg
+from bot.intents import KNOWN_ACTIONS, decode_value
+from bot.request_card import request_card
+from commands.catalog import dispatch
+from commands.handover import handover_message
+from commands.reply import Reply, error_reply
+from commands.services import Services
+from workflows.access import Actor
+from workflows.handover_service import HandoverError, HandoverService
+from workflows.requests import RequestRefused, UnknownRequest
+from workflows.runs import RunRefused
+
+log = logging.getLogger("gpuops.bot.clicks")
+
+
+@dataclass(frozen=True)
+class Click:
+    action: str
+    value: str | None
+    actor: Actor
+    now: dt.datetime
+    reason: str | None = None  # for deny: what the modal (or console prompt) collected
+
+
+@dataclass(frozen=True)
+class Outcome:
+    # What to tell the clicker (only them).
+    notice: Reply
+    # How the request's message should read now; None to leave it alone.
+    card: Reply | None = None
+    # Deny needs a reason first: the request id to ask it for.
+    wants_reason: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.notice.ok
+
+
+def _refused(text: str) -> Reply:
+    return error_reply(msg.refused_title(), text)
+
+
+def _done(text: str) -> Reply:
+    return Reply(title=msg.done_title(), summary=text)
+
+
+def current_card(request_id: str, services: Services, *, actor: Actor, now: dt.datetime) -> Reply:
+    """The request as its message should read now: what `/gpu request <id>` shows (so a
+    message keeps its layout when a click updates it), else `request_card`."""
+    try:
+        reply = dispatch(f"request {request_id}", actor=actor, services=services, now=now)
+        if reply.ok:
+            return reply
+    except Exception:  # noqa: BLE001 - the decision is made; showing it must not fail
+        log.exception("/gpu request %s failed; showing the plain card", request_id)
+    return request_card(services.requests.get(request_id), now=now)
+
+
+def _abort(click: Click, run_id: str, services: Services) -> Outcome:
+    runs = services.runs
+    if runs is None:
+        return Outcome(notice=_refused(msg.abort_unavailable()))
+    try:
+        view = runs.abort(click.actor, run_id, now=click.now)
+    except RunRefused as err:
+        return Outcome(notice=_refused(str(err)))
+    return Outcome(notice=_done(msg.aborted_by_you(view.id)))
+
+
+def _acknowledge(click: Click, handover_id: str, services: Services) -> Outcome:
+    if services.database is None or not handover_id.isdigit():
+        return Outcome(notice=_refused(msg.not_a_gpuops_button()))
+    handovers = HandoverService(services.database, services.config)
+    try:
+        outcome = handovers.acknowledge(click.actor, int(handover_id), now=click.now,
+                                        actor_groups=click.actor.groups)
+    except HandoverError as err:
+        return Outcome(notice=_refused(str(err)))
+    card = handover_message(outcome.handover, services.config) if outcome.first else None
+    return Outcome(notice=_done(outcome.text), card=card)
+
+
+def press(click: Click, services: Services) -> Outcome:
+    """Carry out one click; refusals come back as the notice, never as an exception."""
+    value = decode_value(click.value)
+    if click.action not in KNOWN_ACTIONS or value is None:
+        return Outcome(notice=_refused(msg.not_a_gpuops_button()))
+    if click.action == "abort":
+        return _abort(click, value.subject, services)
+    if click.action == "handover-ack":
+        return _acknowledge(click, value.subject, services)
+    requests = services.requests
+    if requests is None:
+        return Outcome(notice=_refused(msg.requests_unavailable()))
+    request_id = value.subject
+    try:
+        if click.action == "approve":
+            view = requests.approve(click.actor, request_id, plan_hash=value.plan_hash or "", now=click.now)
+            notice = _done(msg.approved_by_you(view.id, view.approvals_counted, view.approvals_required))
+        elif click.action == "deny":
+            if not (click.reason or "").strip():
+                return Outcome(notice=_done(""), wants_reason=request_id)
+            view = requests.deny(click.actor, request_id, reason=click.reason or "", now=click.now)
+            notice = _done(msg.denied_by_you(view.id))
+        else:
+            view = requests.cancel(click.actor, request_id, now=click.now)
+            notice = _done(msg.cancelled_by_you(view.id))
+    except UnknownRequest as err:
+        return Outcome(notice=_refused(err.reason))
+    except RequestRefused as err:
+        # The card may be stale (approved, denied or expired meanwhile): show it as it is.
+        return Outcome(notice=_refused(err.reason),
+                       card=current_card(request_id, services, actor=click.actor, now=click.now))
+    return Outcome(notice=notice, card=current_card(view.id, services, actor=click.actor, now=click.now))

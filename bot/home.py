@@ -1,0 +1,61 @@
+"""The App Home tab: the fleet at a glance (the `/gpu status` reply, rendered for a view
+of up to 100 blocks) and the requests waiting for the viewer's approval, each with its
+Approve / Deny buttons. Published with views.publish when the user opens the tab, and
+again after they click one of its buttons."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from slack_sdk.models.blocks import Block, DividerBlock, HeaderBlock, PlainTextObject, SectionBlock
+from slack_sdk.models.views import View
+
+from bot import messages as msg
+from bot.render_blocks import (
+    VIEW_BLOCKS,
+    Mrkdwn,
+    actions_blocks,
+    context_block,
+    escape,
+    header_text,
+    reply_blocks,
+)
+from bot.request_card import request_card
+from commands.reply import Reply
+from workflows import request_messages as say
+from workflows.requests import RequestView
+
+# Each waiting request takes a section and an actions block.
+WAITING_SHOWN = 10
+
+
+def _waiting_blocks(waiting: list[RequestView], *, now: dt.datetime) -> list[Block]:
+    blocks: list[Block] = [SectionBlock(text=f"*{escape(msg.waiting_title(len(waiting)))}*")]
+    for index, view in enumerate(waiting[:WAITING_SHOWN]):
+        approvals = msg.approvals_line(view.approvals_counted, view.approvals_required,
+                                       [a.approver_name for a in view.approvals if a.counts])
+        line = msg.waiting_line(escape(view.id), view.kind, escape(view.pool), escape(view.requester_name),
+                                escape(view.reason[:500]), escape(approvals), say.when(view.expires_at))
+        blocks.append(SectionBlock(text=line))
+        card = request_card(view, now=now)
+        buttons = [i for i in card.intents if i.action in ("approve", "deny")]
+        blocks.extend(actions_blocks(buttons, first_index=2 * index, block_id=f"waiting-{index}"))
+    if len(waiting) > WAITING_SHOWN:
+        blocks.append(context_block(escape(msg.more_waiting(len(waiting) - WAITING_SHOWN))))
+    return blocks
+
+
+def home_view(fleet_reply: Reply, waiting: list[RequestView], *, now: dt.datetime,
+              notice: Reply | None = None) -> dict[str, Any]:
+    """The Home tab for one user; `notice` (the outcome of their last click) on top."""
+    top: list[Block] = [HeaderBlock(text=PlainTextObject(text=msg.home_title(), emoji=True))]
+    if notice is not None and (notice.summary or notice.title):
+        top.append(context_block(escape(f"{header_text(notice)}: {notice.summary or ''}")))
+    pending = _waiting_blocks(waiting, now=now) + [DividerBlock()]
+    footer = [context_block(escape(msg.home_updated_at(say.when(now))))]
+    status_title = SectionBlock(text=Mrkdwn(f"*{escape(fleet_reply.title)}*"))
+    room = VIEW_BLOCKS - len(top) - len(pending) - len(footer) - 1
+    status, _ = reply_blocks(fleet_reply, max_blocks=room, with_header=False)
+    blocks = top + pending + [status_title] + status + footer
+    return View(type="home", blocks=blocks).to_dict()

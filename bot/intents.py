@@ -1,0 +1,62 @@
+"""Buttons as every renderer shows them: their action ids, the confirmation a destructive
+one asks for, and the opaque value they carry.
+
+A button's value names a thing (a request id, and the plan hash the clicker was shown);
+it never carries a decision. The server looks the thing up and checks everything again
+when the button is clicked.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from bot import messages as msg
+from commands.reply import Confirm, Intent
+
+ACTION_PREFIX = "gpuops."
+# Clicking these cannot be undone, so Slack (and the console) ask first.
+DESTRUCTIVE = frozenset({"deny", "abort", "cancel"})
+KNOWN_ACTIONS = frozenset({"approve", "deny", "cancel", "abort", "handover-ack"})
+
+_ACTION_ID = re.compile(r"^gpuops\.([a-z]+(?:-[a-z]+)*)\.\d+$")
+_VALUE = re.compile(r"^(?P<subject>[A-Za-z0-9][A-Za-z0-9._-]{0,63})(?:/(?P<hash>[0-9a-f]{6,64}))?$")
+
+
+def confirm_for(intent: Intent) -> Confirm | None:
+    if intent.confirm is not None:
+        return intent.confirm
+    if intent.action in DESTRUCTIVE:
+        return msg.default_confirm(intent.action, intent.label)
+    return None
+
+
+def action_id(intent: Intent, index: int) -> str:
+    """Unique within a message even when two buttons do the same thing."""
+    return f"{ACTION_PREFIX}{intent.action}.{index}"
+
+
+def action_of(action_id_text: str) -> str | None:
+    match = _ACTION_ID.match(action_id_text)
+    return match.group(1) if match else None
+
+
+@dataclass(frozen=True)
+class ButtonValue:
+    subject: str  # a request id (a run id for abort, later)
+    plan_hash: str | None = None
+
+
+def encode_value(subject: str, plan_hash: str | None = None) -> str:
+    value = f"{subject}/{plan_hash}" if plan_hash else subject
+    if not _VALUE.match(value):
+        raise ValueError(f"not a button value: {value!r}")
+    return value
+
+
+def decode_value(value: str | None) -> ButtonValue | None:
+    """None for anything that is not what gpuops puts in a button (never trust it)."""
+    match = _VALUE.match(value or "")
+    if match is None:
+        return None
+    return ButtonValue(subject=match.group("subject"), plan_hash=match.group("hash"))

@@ -1,0 +1,277 @@
+"""Every sentence the bot itself says (to Slack users, console users and operators
+reading its logs and errors), in one place. The commands' own text lives in
+`commands.messages`, the requests' in `workflows.request_messages`."""
+
+from __future__ import annotations
+
+from commands.reply import Confirm
+
+# ------------------------------------------------------------------ credentials
+
+
+def why_bot_token() -> str:
+    return "the bot token (Slack app > OAuth & Permissions > Bot User OAuth Token)"
+
+
+def why_app_token() -> str:
+    return ("the app-level token Socket Mode connects with (Slack app > Basic Information > "
+            "App-Level Tokens, scope connections:write); or run with --http")
+
+
+def why_signing_secret() -> str:
+    return "the signing secret HTTP mode checks requests with (Slack app > Basic Information)"
+
+
+def credential_missing(name: str, why: str) -> str:
+    return f"{name} is not set: it is {why}. Set {name}, or {name}_FILE to a file holding it."
+
+
+def credential_twice(name: str) -> str:
+    return f"both {name} and {name}_FILE are set; set only one of them."
+
+
+def credential_file_unreadable(name: str, path: str, why: str) -> str:
+    return f"{name}_FILE names {path}, which cannot be read: {why}."
+
+
+def credential_file_empty(name: str, path: str) -> str:
+    return f"{name}_FILE names {path}, which is empty."
+
+
+def credential_malformed(name: str, prefix: str, found_prefix: str | None) -> str:
+    found = f"starts with {found_prefix!r}" if found_prefix else "does not"
+    return f"{name} must be a token starting with {prefix!r}, but it {found}. Is it the right token?"
+
+
+def signing_secret_malformed() -> str:
+    return "SLACK_SIGNING_SECRET does not look like a signing secret (too short, or it has spaces)."
+
+
+def slack_rejected_token(error: str) -> str:
+    return (f"Slack refused SLACK_BOT_TOKEN ({error}). Check that it is the current Bot User OAuth "
+            "Token of the installed app.")
+
+
+def slack_unreachable(detail: str) -> str:
+    return f"cannot reach Slack to check the bot token: {detail}"
+
+
+# ------------------------------------------------------------------ the process
+
+
+def started(mode: str, where: str) -> str:
+    return f"gpuops is answering /gpu over {mode} ({where})"
+
+
+def stopping() -> str:
+    return "gpuops is stopping"
+
+
+# ------------------------------------------------------------------ buttons
+
+
+def default_confirm(action: str, label: str) -> Confirm:
+    texts = {
+        "deny": ("Deny this request?", "The request ends and cannot be approved any more. "
+                 "You will be asked for the reason the requester reads.", "Deny"),
+        "cancel": ("Cancel this request?", "The request is withdrawn; approvals given so far are lost.",
+                   "Cancel request"),
+        "abort": ("Abort this run?", "The run stops between steps and leaves nodes as they are.", "Abort run"),
+    }
+    title, text, confirm = texts.get(action, (f"{label}?", "This cannot be undone.", label))
+    return Confirm(title=title, text=text, confirm=confirm, deny="Go back")
+
+
+def requests_unavailable() -> str:
+    return "Requests are not available in this gpuops (no request service)."
+
+
+def not_a_gpuops_button() -> str:
+    return "That button does not belong to a gpuops message this version understands."
+
+
+def abort_unavailable() -> str:
+    return "Runs cannot be aborted here: this gpuops has no run service."
+
+
+def aborted_by_you(run_id: str) -> str:
+    return f"You aborted {run_id}; it stops between steps and leaves nodes as they are."
+
+
+def approved_by_you(request_id: str, counted: int, required: int) -> str:
+    if counted >= required:
+        return f"You approved {request_id}: it has all {required} approvals it needs."
+    return f"You approved {request_id} ({counted} of {required})."
+
+
+def denied_by_you(request_id: str) -> str:
+    return f"You denied {request_id}; the requester sees your reason."
+
+
+def cancelled_by_you(request_id: str) -> str:
+    return f"You cancelled {request_id}."
+
+
+def refused_title() -> str:
+    return "Not done"
+
+
+def done_title() -> str:
+    return "Done"
+
+
+# ------------------------------------------------------------------ the deny modal
+
+
+DENY_MODAL_TITLE = "Deny request"
+DENY_MODAL_SUBMIT = "Deny"
+DENY_MODAL_CLOSE = "Go back"
+
+
+def deny_modal_intro(request_id: str) -> str:
+    return f"You are denying *{request_id}*. The requester reads your reason in the request's thread."
+
+
+def deny_reason_label() -> str:
+    return "Why do you deny it?"
+
+
+def deny_reason_missing() -> str:
+    return "Say why you deny it; the requester reads this."
+
+
+def modal_failed(error: str) -> str:
+    return (f"Slack did not open the form to deny ({error}); click Deny again. "
+            "Slack allows 3 seconds between the click and the form.")
+
+
+# ------------------------------------------------------------------ request cards
+
+
+KIND_NOUNS = {"drain": "Drain", "upgrade": "Driver upgrade", "mig": "MIG change"}
+
+
+def request_title(kind: str, request_id: str, pool: str) -> str:
+    return f"{KIND_NOUNS.get(kind, kind)} request {request_id} · pool {pool}"
+
+
+def as_soon_as_approved() -> str:
+    return "as soon as approved"
+
+
+def plan_line(short_hash: str, nodes: int, waves: int) -> str:
+    return f"{short_hash}… · {nodes} node{'s' if nodes != 1 else ''} in {waves} wave{'s' if waves != 1 else ''}"
+
+
+def approvals_line(counted: int, required: int, names: list[str]) -> str:
+    who = f" ({', '.join(names)})" if names else ""
+    if required == 0:
+        return "none needed"
+    return f"{counted} of {required}{who}"
+
+
+# ------------------------------------------------------------------ the Home tab
+
+
+def home_title() -> str:
+    return "gpuops: GPU fleet"
+
+
+def waiting_title(count: int) -> str:
+    return f"Waiting for your approval ({count})" if count else "Nothing waits for your approval"
+
+
+def waiting_line(request_id: str, kind: str, pool: str, requester: str, reason: str, approvals: str,
+                 expires: str) -> str:
+    return (f"*{request_id}* · {KIND_NOUNS.get(kind, kind)} on {pool}, requested by {requester}: {reason}\n"
+            f"Approvals {approvals} · expires {expires}")
+
+
+def more_waiting(count: int) -> str:
+    return f"…and {count} more waiting; `/gpu help` lists the request commands."
+
+
+def home_updated_at(when: str) -> str:
+    return f"Updated {when}. Reopen the tab to refresh."
+
+
+# ------------------------------------------------------------------ delivery and failures
+
+
+def full_text_title(title: str) -> str:
+    return f"gpuops: {title}"
+
+
+def something_failed() -> str:
+    return "Something went wrong while answering; the gpuops log says what. Try again in a minute."
+
+
+def reply_fallback_log(where: str, error: str) -> str:
+    return f"could not answer through {where} ({error}); trying the next way"
+
+
+def duplicate_delivery_log(kind: str, key: str) -> str:
+    return f"{kind} {key} was delivered again (a Slack retry); it ran once already"
+
+
+def group_lookup_failed_log(group: str, error: str) -> str:
+    return f"could not read the members of user group {group} ({error}); its roles are not granted"
+
+
+# ------------------------------------------------------------------ the console
+
+
+def console_intro(name: str, user_id: str, roles: str) -> str:
+    return (f"gpuops console as {name} ({user_id}, {roles}). Type /gpu commands; a number clicks "
+            "that button; :as USER switches identity; :quit ends.")
+
+
+def console_now_as(name: str, user_id: str, roles: str) -> str:
+    return f"Now acting as {name} ({user_id}, {roles})."
+
+
+def console_no_such_button(number: str, count: int) -> str:
+    if count == 0:
+        return f"There is no button {number}: the last reply has none."
+    return f"There is no button {number}: choose 1 to {count}."
+
+
+def console_confirm(title: str, text: str, confirm: str) -> str:
+    return f"{title} {text} Type yes to {confirm.lower()}, anything else to go back."
+
+
+def console_went_back() -> str:
+    return "Nothing done."
+
+
+def console_reason_prompt(request_id: str) -> str:
+    return f"Why do you deny {request_id}? (one line; the requester reads it)"
+
+
+def console_usage() -> str:
+    return ("Console commands: /gpu <command> (or just <command>) · N clicks button N of the last reply · "
+            ":as USER_ID · :help · :quit")
+
+
+def console_unknown(line: str) -> str:
+    return f"Unknown console command {line!r}. " + console_usage()
+
+
+# ------------------------------------------------------------------ audit
+
+
+def audit_intact(count: int) -> str:
+    return f"The audit log is intact: {count} entr{'y' if count == 1 else 'ies'}, every hash chains."
+
+
+def audit_broken(checked: int, first_bad: int | None, problem: str) -> str:
+    where = f" at entry {first_bad}" if first_bad is not None else ""
+    return f"The audit log is BROKEN{where}: {problem} ({checked} entries before it check out)."
+
+
+def audit_exported(count: int, where: str) -> str:
+    return f"Exported {count} audit entr{'y' if count == 1 else 'ies'} to {where}."
+
+
+def no_database(path: str) -> str:
+    return f"There is no gpuops database at {path}; pass --database or set `database` in the configuration."

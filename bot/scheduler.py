@@ -1,0 +1,261 @@
+"""The leader's clock: the periodic jobs only the replica holding the engine lease runs.
+
+    every 60 s   handovers      post each rotation's due handover, then send due reminders
+    every 60 s   expiry         expire pending requests whose approval deadline passed
+    every 60 s   window starts  start the run of each approved request whose window has begun
+    hourly       idempotency    forget delivery keys older than 7 days
+
+Each job is a function of `now`; the state it works from is all in the database, so the
+schedule needs no memory of its own: every job runs once as the scheduler starts (a
+restarted or newly elected leader catches up at once) and then at its interval. What
+makes a repeat harmless is the job's, not the scheduler's: a handover is stored once per
+(rotation, shift start), an expiry and a run start are compare-and-sets, a prune is a
+delete.
+
+Jobs run on apscheduler's BackgroundScheduler (UTC), at most one instance of each at a
+time, a missed run coalesced into one. Before each run the job asks `gate` (the lease):
+if this replica no longer leads, it does nothing. A job that raises is logged with its
+name and runs again at its next time; it never stops the scheduler or the other jobs.
+`run(name)` runs one job now, exactly as the timer would (tests and the console use it
+with a frozen clock).
+
+Runs started at their window use `RunService.start` with no actor (the scheduler's
+right, see `workflows.runs`); the engine, on this same replica, picks them up within its
+control check. A request whose window ended before it could start is left as it is:
+nothing marks it `missed` yet.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from apscheduler.executors.pool import ThreadPoolExecutor
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.interval import IntervalTrigger
+
+from commands.services import FleetSource
+from storage import idempotency
+from storage.database import PerThreadDatabase
+from workflows.config import GpuopsConfig
+from workflows.handover_service import HandoverService
+from workflows.requests import RequestService
+from workflows.runs import RunRefused, RunService
+
+log = logging.getLogger("gpuops.bot.scheduler")
+
+UTC = dt.timezone.utc
+MINUTE = dt.timedelta(minutes=1)
+HOUR = dt.timedelta(hours=1)
+# Longer than any redelivery Slack makes (minutes) and than a button is likely clicked twice.
+IDEMPOTENCY_KEEP = dt.timedelta(days=7)
+WORKERS = 4
+RUNNABLE_STATES = ("approved", "scheduled")
+
+
+def _utc_now() -> dt.datetime:
+    return dt.datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class Job:
+    """A named piece of periodic work: `work(now)` every `every`."""
+
+    name: str
+    every: dt.timedelta
+    work: Callable[[dt.datetime], object]
+
+
+@dataclass(frozen=True)
+class JobRun:
+    """One run of a job: `outcome` is "done", "failed" (with the error) or "skipped"
+    (this replica did not lead)."""
+
+    job: str
+    at: dt.datetime
+    outcome: str
+    error: str | None = None
+
+
+class JobRuns:
+    """The newest job runs, in order: for the log and for tests, which wait on it."""
+
+    def __init__(self, keep: int = 1000) -> None:
+        self._cond = threading.Condition()
+        self._seen: deque[JobRun] = deque(maxlen=keep)
+
+    def record(self, run: JobRun) -> None:
+        with self._cond:
+            self._seen.append(run)
+            self._cond.notify_all()
+
+    def all(self, job: str | None = None) -> list[JobRun]:
+        with self._cond:
+            return [r for r in self._seen if job is None or r.job == job]
+
+    def wait_for(self, predicate: Callable[[list[JobRun]], bool], timeout: float = 5.0) -> list[JobRun]:
+        with self._cond:
+            if not self._cond.wait_for(lambda: predicate(list(self._seen)), timeout=timeout):
+                raise TimeoutError(f"job runs so far: {list(self._seen)}")
+            return list(self._seen)
+
+
+class LeaderScheduler:
+    """The jobs on a BackgroundScheduler; see the module docstring."""
+
+    def __init__(self, jobs: Sequence[Job], *, clock: Callable[[], dt.datetime] = _utc_now,
+                 gate: Callable[[], bool] = lambda: True, runs: JobRuns | None = None) -> None:
+        names = [j.name for j in jobs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"job names must be unique: {names}")
+        self._jobs = {j.name: j for j in jobs}
+        self._clock = clock
+        self._gate = gate
+        self.runs = runs or JobRuns()
+        self._scheduler: BackgroundScheduler | None = None
+        self._stopped = threading.Event()
+
+    @property
+    def job_names(self) -> list[str]:
+        return list(self._jobs)
+
+    def start(self) -> LeaderScheduler:
+        """Schedule every job: first run now, then every interval."""
+        if self._scheduler is not None:
+            raise RuntimeError("the scheduler is already running")
+        self._stopped.clear()
+        scheduler = BackgroundScheduler(timezone=UTC, executors={"default": ThreadPoolExecutor(WORKERS)},
+                                        job_defaults={"coalesce": True, "max_instances": 1,
+                                                      "misfire_grace_time": None})
+        first = dt.datetime.now(UTC)
+        for job in self._jobs.values():
+            scheduler.add_job(self.run, IntervalTrigger(seconds=job.every.total_seconds(), timezone=UTC),
+                              args=[job.name], id=job.name, name=job.name, next_run_time=first)
+        scheduler.start()
+        self._scheduler = scheduler
+        log.info("scheduler started: %s", ", ".join(f"{j.name} every {_every(j.every)}" for j in self._jobs.values()))
+        return self
+
+    def stop(self) -> None:
+        """No job starts after this; a job in flight finishes on its own thread."""
+        self._stopped.set()
+        scheduler, self._scheduler = self._scheduler, None
+        if scheduler is not None:
+            scheduler.shutdown(wait=False)
+            log.info("scheduler stopped")
+
+    @property
+    def running(self) -> bool:
+        return self._scheduler is not None
+
+    def run(self, name: str) -> JobRun:
+        """Run job `name` now (if this replica leads and the scheduler was not stopped);
+        never raises."""
+        job = self._jobs[name]
+        now = self._clock()
+        if self._stopped.is_set():
+            result = JobRun(job.name, now, "skipped", "the scheduler is stopped")
+        elif not self._gate():
+            result = JobRun(job.name, now, "skipped", "this replica does not hold the engine lease")
+        else:
+            try:
+                job.work(now)
+            except Exception as err:  # noqa: BLE001 - one failing job must not stop the others
+                log.exception("scheduled job %s failed; it runs again in %s", job.name, _every(job.every))
+                result = JobRun(job.name, now, "failed", f"{type(err).__name__}: {err}")
+            else:
+                result = JobRun(job.name, now, "done")
+        self.runs.record(result)
+        return result
+
+    def run_all(self) -> list[JobRun]:
+        """Every job once, in order (what a start does, synchronously)."""
+        return [self.run(name) for name in self._jobs]
+
+
+def _every(interval: dt.timedelta) -> str:
+    seconds = int(interval.total_seconds())
+    if seconds and seconds % 3600 == 0:
+        return f"{seconds // 3600} h"
+    if seconds and seconds % 60 == 0:
+        return f"{seconds // 60} min"
+    return f"{interval.total_seconds():g} s"
+
+
+# ------------------------------------------------------------------ the jobs
+
+
+class LeaderHost(Protocol):
+    """What the jobs need from the runtime."""
+
+    config: GpuopsConfig
+    fleet: FleetSource
+    database: PerThreadDatabase
+
+    def notify(self) -> None: ...
+
+
+def post_handovers(host: LeaderHost, now: dt.datetime) -> None:
+    """Post each rotation's due handover, then remind or escalate unacknowledged ones."""
+    if not host.config.rotations:
+        return
+    service = HandoverService(host.database.get(), host.config)
+    posted = service.post_due(host.fleet, now=now)
+    fired = service.send_reminders(now)
+    for view in posted:
+        log.info("handover %s queued for %s (%s shift from %s)", view.id, view.rotation, view.shift,
+                 view.shift_start.isoformat())
+    if posted or fired:
+        host.notify()
+
+
+def expire_requests(host: LeaderHost, now: dt.datetime) -> None:
+    expired = RequestService(host.database.get(), host.config).expire_due(now)
+    for view in expired:
+        log.info("request %s expired (deadline %s)", view.id, view.expires_at.isoformat())
+    if expired:
+        host.notify()
+
+
+def start_window_runs(host: LeaderHost, now: dt.datetime) -> None:
+    """Start the run of each approved request whose window has begun and not ended (a
+    request without a window runs as soon as it is approved)."""
+    db = host.database.get()
+    started = 0
+    for view in RequestService(db, host.config).open_requests():
+        if view.state not in RUNNABLE_STATES:
+            continue
+        if view.window_start is not None and now < view.window_start:
+            continue
+        if view.window_end is not None and now >= view.window_end:
+            continue  # the window passed while no replica led: left for a person to decide
+        try:
+            run = RunService(db).start(view.id, dry_run=False, now=now)
+        except RunRefused as err:  # e.g. cancelled or started meanwhile
+            log.info("run of %s not started: %s", view.id, err)
+            continue
+        started += 1
+        log.info("started %s for %s at its window", run.id, view.id)
+    if started:
+        host.notify()
+
+
+def prune_idempotency(host: LeaderHost, now: dt.datetime) -> None:
+    forgotten = idempotency.prune(host.database.get(), older_than=now - IDEMPOTENCY_KEEP)
+    if forgotten:
+        log.info("forgot %d delivery keys older than %s", forgotten, _every(IDEMPOTENCY_KEEP))
+
+
+def leader_jobs(host: LeaderHost) -> list[Job]:
+    """The leader's jobs over `host`'s database (each job thread on its own connection)."""
+    return [
+        Job("handovers", MINUTE, lambda now: post_handovers(host, now)),
+        Job("expiry", MINUTE, lambda now: expire_requests(host, now)),
+        Job("window-starts", MINUTE, lambda now: start_window_runs(host, now)),
+        Job("idempotency", HOUR, lambda now: prune_idempotency(host, now)),
+    ]

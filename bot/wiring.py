@@ -1,0 +1,428 @@
+"""The one place the process's services are built: the fleet view (a watch-backed cache
+of the cluster), the database, the request service. Every entry point (`gpuops run`,
+`gpuops console`, the one-shot commands) takes a `Runtime` from here; tests build one
+from a plain `Fleet` with `runtime_from_fleet_source`.
+
+Leadership (`gpuops run`): every replica answers Slack; only the one holding the engine
+Lease (`workflows.lease`) runs the leader's work: the engine, the scheduler
+(`bot.scheduler`) and the notifier (`bot.notifier`). `Runtime.start_background(identity,
+slack=...)` claims the lease and starts a `Leadership` that starts that work when the
+lease is gained and stops it the moment it is lost (the lease's change callback, and a
+check every second because a claim can also simply run out); regaining starts it afresh.
+Between losing the lease and the stop, the notifier and the scheduler ask the lease
+before every action, and the engine before every side effect, so nothing acts on a lost
+claim. `engine_worker` is the one function that knows the engine's API.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from slack_sdk import WebClient
+
+from bot.notifier import Notifier, OutboxSlack
+from bot.scheduler import LeaderScheduler, leader_jobs
+from commands.services import FleetSource, Services
+from storage import idempotency
+from storage.database import PerThreadDatabase, default_database_path
+from workflows.config import GpuopsConfig
+from workflows.kube import KubeGateway
+from workflows.lease import EngineLease, LeaseSettings
+from workflows.watchcache import FleetCache
+
+log = logging.getLogger("gpuops.bot.wiring")
+
+
+def in_container() -> bool:
+    return "KUBERNETES_SERVICE_HOST" in os.environ
+
+
+def database_path(config: GpuopsConfig, explicit: str | Path | None) -> Path:
+    """--database, else the configuration's `database`, else the default location."""
+    if explicit:
+        return Path(explicit)
+    if config.database is not None:
+        return config.database
+    return default_database_path(in_container())
+
+
+@dataclass
+class Runtime:
+    """What a running gpuops holds. Thread-safe: each thread gets its own database
+    connection from `database`, and services are built per call."""
+
+    config: GpuopsConfig
+    fleet: FleetSource
+    database: PerThreadDatabase
+    # The Kubernetes API (None in tests and wherever no cluster is used): the engine and
+    # the lease need it.
+    gateway: KubeGateway | None = None
+    leadership: Leadership | None = None
+    _closers: list[Callable[[], None]] = field(default_factory=list)
+
+    def services(self) -> Services:
+        """Services for one command or click, on the calling thread's connection."""
+        return Services.on_database(config=self.config, fleet=self.fleet, database=self.database.get())
+
+    def first_delivery(self, key: str, *, scope: str, now: dt.datetime) -> bool:
+        """True the first time `key` is seen in `scope`, across restarts (SQLite)."""
+        return idempotency.remember(self.database.get(), key=key, scope=scope, at=now)
+
+    def notify(self) -> None:
+        """Something was queued in the outbox: the notifier (if this replica runs it)
+        delivers it now instead of at its next timer. Cheap; call it after any change
+        that writes an outbox message."""
+        if self.leadership is not None:
+            self.leadership.notify()
+
+    def start_background(self, identity: str, *, slack: WebClient, lease: Lease | None = None,
+                         check_every: float = 1.0) -> Leadership:
+        """Claim the engine lease as `identity` (unique per replica, e.g. the pod name)
+        and run the leader's work while it is held; `close()` stops it and gives the
+        lease back. `lease` replaces the Kubernetes Lease (tests; `AlwaysHeld` for a
+        single replica)."""
+        if self.leadership is not None:
+            raise RuntimeError("the background work is already started")
+        leadership = Leadership(lambda held_lease: leader_workers(self, lease=held_lease, identity=identity,
+                                                                 slack=slack),
+                                identity=identity, check_every=check_every)
+        if lease is None:
+            if self.gateway is None:
+                raise RuntimeError("no Kubernetes API to hold the engine lease with; pass a lease")
+            lease = EngineLease(self.gateway, identity=identity, settings=lease_settings(),
+                                on_change=leadership.changed)
+        self.leadership = leadership
+        leadership.start(lease)
+        return leadership
+
+    def close(self) -> None:
+        leadership, self.leadership = self.leadership, None
+        if leadership is not None:
+            leadership.stop()
+        for closer in reversed(self._closers):
+            try:
+                closer()
+            except Exception:  # noqa: BLE001 - closing must go on
+                log.exception("closing %s failed", closer)
+        self._closers.clear()
+        self.database.close()
+
+
+def runtime_from_fleet_source(config: GpuopsConfig, fleet: FleetSource, database: str | Path) -> Runtime:
+    """A runtime over any fleet source (a FleetCache, or a plain Fleet in tests)."""
+    per_thread = PerThreadDatabase(database)
+    per_thread.get()  # open and migrate now, so a bad file stops the start
+    return Runtime(config=config, fleet=fleet, database=per_thread)
+
+
+def build_runtime(config: GpuopsConfig, *, kubeconfig: str | None, context: str | None,
+                  database: str | Path, watch: bool = True) -> Runtime:
+    """Connect to the cluster (kubeconfig or in-cluster), list the fleet, start the
+    watches (unless `watch` is False: a one-shot command), open the database."""
+    gateway = KubeGateway.connect(kubeconfig=kubeconfig, context=context)
+    cache = FleetCache(gateway, settings=config.inventory_settings(),
+                       operator_namespace=config.cluster.operator_namespace).start(watch=watch)
+    try:
+        runtime = runtime_from_fleet_source(config, cache, database)
+    except BaseException:
+        cache.stop()
+        raise
+    runtime._closers.append(cache.stop)
+    runtime.gateway = gateway
+    return runtime
+
+
+# ------------------------------------------------------------------ leadership
+
+
+class Lease(Protocol):
+    """What leadership needs of a lease (`workflows.lease.EngineLease`, `AlwaysHeld`)."""
+
+    def held(self) -> bool: ...
+
+    def start(self) -> object: ...
+
+    def stop(self, *, release: bool = True) -> None: ...
+
+
+class Worker(Protocol):
+    """Leader-only work: started once, stopped once (a new term builds new workers)."""
+
+    name: str
+
+    def start(self) -> object: ...
+
+    def stop(self) -> None: ...
+
+
+def replica_identity() -> str:
+    """This replica's name in the lease and the audit log: $POD_NAME (set it from the
+    downward API), else the host name (a pod's name in Kubernetes), with the process id
+    outside a container so two local processes never share it."""
+    pod = os.environ.get("POD_NAME")
+    if pod:
+        return pod
+    host = socket.gethostname()
+    return host if in_container() else f"{host}-{os.getpid()}"
+
+
+def lease_settings() -> LeaseSettings:
+    """The engine Lease lives in the bot's own namespace: $POD_NAMESPACE, else the
+    service account's namespace, else `gpuops`."""
+    namespace = os.environ.get("POD_NAMESPACE")
+    account = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+    if not namespace and account.is_file():
+        namespace = account.read_text().strip()
+    return LeaseSettings(namespace=namespace or LeaseSettings.namespace)
+
+
+class ThreadWorker:
+    """`body(stop)` on a thread until `stop` is set; if it returns or raises before
+    that, it is started again after `restart_after` seconds (its state is in the
+    database, so a restart resumes)."""
+
+    def __init__(self, name: str, body: Callable[[threading.Event], object], *, restart_after: float = 5.0) -> None:
+        self.name = name
+        self._body = body
+        self._restart_after = restart_after
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> ThreadWorker:
+        self._thread = threading.Thread(target=self._loop, name=f"gpuops-{self.name}", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def join(self, timeout: float) -> bool:
+        if self._thread is not None:
+            self._thread.join(timeout)
+            return not self._thread.is_alive()
+        return True
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._body(self._stop)
+            except Exception:  # noqa: BLE001 - log, wait, start again
+                log.exception("%s stopped with an error; starting it again in %.0f s", self.name,
+                              self._restart_after)
+            else:
+                if not self._stop.is_set():
+                    log.warning("%s returned while still wanted; starting it again in %.0f s", self.name,
+                                self._restart_after)
+            self._stop.wait(self._restart_after)
+
+
+class NotifierWorker:
+    name = "notifier"
+
+    def __init__(self, notifier: Notifier) -> None:
+        self.notifier = notifier
+
+    def start(self) -> NotifierWorker:
+        self.notifier.start()
+        return self
+
+    def stop(self) -> None:
+        self.notifier.stop(timeout=0)
+
+    def join(self, timeout: float) -> bool:
+        self.notifier.stop(timeout=timeout)
+        return not self.notifier.running
+
+
+class SchedulerWorker:
+    name = "scheduler"
+
+    def __init__(self, scheduler: LeaderScheduler) -> None:
+        self.scheduler = scheduler
+
+    def start(self) -> SchedulerWorker:
+        self.scheduler.start()
+        return self
+
+    def stop(self) -> None:
+        self.scheduler.stop()
+
+
+def engine_worker(runtime: Runtime, *, lease: Lease, identity: str) -> Worker | None:
+    """The engine on this replica, or None where it cannot run (no Kubernetes API, or a
+    fleet source without watch events). The one function that knows `workflows.engine`:
+    it runs `run_engine` on its own thread and database connection, with the lease this
+    replica already holds (so the engine checks the same claim before every side effect)
+    and with every committed transition waking the notifier."""
+    if runtime.gateway is None or not hasattr(runtime.fleet, "add_listener"):
+        log.warning("the engine does not run here: %s", "no Kubernetes API" if runtime.gateway is None
+                    else "the fleet source sends no watch events")
+        return None
+    from workflows.engine import EngineSettings, run_engine
+
+    gateway = runtime.gateway
+
+    def body(stop: threading.Event) -> None:
+        db = runtime.database.get()
+        try:
+            run_engine(EngineSettings(), gateway, runtime.fleet, db, identity, stop,  # type: ignore[arg-type]
+                       lease=lease, on_commit=lambda _commits: runtime.notify())
+        finally:
+            runtime.database.close()
+
+    return ThreadWorker("engine", body)
+
+
+def leader_workers(runtime: Runtime, *, lease: Lease, identity: str, slack: WebClient) -> list[Worker]:
+    """What the lease holder runs, built afresh for each term: the notifier, the
+    scheduler and the engine, each asking the lease before it acts."""
+    workers: list[Worker] = [
+        NotifierWorker(Notifier(runtime, OutboxSlack.like(slack), gate=lease.held)),
+        SchedulerWorker(LeaderScheduler(leader_jobs(runtime), gate=lease.held)),
+    ]
+    engine = engine_worker(runtime, lease=lease, identity=identity)
+    if engine is not None:
+        workers.append(engine)
+    return workers
+
+
+class Leadership:
+    """Starts the leader's workers while the lease is held, stops them when it is not.
+
+    A supervisor thread compares `lease.held()` with what runs: on a gain it builds and
+    starts new workers (a term), on a loss it stops them at once (stop flags only; the
+    joins come after, off the lease's thread). It looks when the lease calls `changed`
+    and every `check_every` seconds, since a claim can run out without a callback."""
+
+    STOP_WAIT = 15.0
+
+    def __init__(self, make_workers: Callable[[Lease], list[Worker]], *, identity: str,
+                 check_every: float = 1.0) -> None:
+        self._make_workers = make_workers
+        self.identity = identity
+        self._check_every = check_every
+        self._lease: Lease | None = None
+        self._workers: list[Worker] = []
+        self._lock = threading.Lock()
+        self._poke = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._cond = threading.Condition()
+        # How many terms this replica led, and whether it leads now: for logs and tests.
+        self.terms = 0
+        self._leading = False
+
+    # -------------------------------------------------------------- control
+    def start(self, lease: Lease) -> Leadership:
+        self._lease = lease
+        lease.start()
+        self._thread = threading.Thread(target=self._supervise, name="gpuops-leadership", daemon=True)
+        self._thread.start()
+        log.info("%s is waiting for the engine lease; only its holder runs the engine, the scheduler and "
+                 "the notifier, every replica answers Slack", self.identity)
+        return self
+
+    def changed(self, held: bool) -> None:
+        """The lease's callback (on its own thread): look now."""
+        self._poke.set()
+
+    def notify(self) -> None:
+        with self._lock:
+            workers = list(self._workers)
+        for worker in workers:
+            if isinstance(worker, NotifierWorker):
+                worker.notifier.notify()
+
+    def stop(self) -> None:
+        """Stop the leader's work and give the lease back."""
+        self._stop.set()
+        self._poke.set()
+        if self._thread is not None:
+            self._thread.join(self.STOP_WAIT + 5)
+            self._thread = None
+        self._end_term("the process is stopping")
+        if self._lease is not None:
+            self._lease.stop(release=True)
+
+    # -------------------------------------------------------------- observing
+    @property
+    def leading(self) -> bool:
+        with self._cond:
+            return self._leading
+
+    @property
+    def workers(self) -> list[Worker]:
+        with self._lock:
+            return list(self._workers)
+
+    def wait_until(self, leading: bool, *, terms: int | None = None, timeout: float = 5.0) -> None:
+        """Wait until this replica leads (or not), after `terms` terms if given."""
+        def reached() -> bool:
+            return self._leading == leading and (terms is None or self.terms >= terms)
+
+        with self._cond:
+            if not self._cond.wait_for(reached, timeout=timeout):
+                raise TimeoutError(f"leading={self._leading} after {self.terms} terms")
+
+    # -------------------------------------------------------------- the supervisor
+    def _supervise(self) -> None:
+        assert self._lease is not None
+        while not self._stop.is_set():
+            self._poke.clear()
+            try:
+                held = self._lease.held()
+                if held and not self._leading:
+                    self._begin_term()
+                elif not held and self._leading:
+                    self._end_term("the engine lease was lost")
+            except Exception:  # noqa: BLE001 - the supervisor must outlive any worker's bug
+                log.exception("leadership could not start or stop the leader's work")
+            self._poke.wait(self._check_every)
+
+    def _begin_term(self) -> None:
+        assert self._lease is not None
+        workers = self._make_workers(self._lease)
+        started: list[Worker] = []
+        try:
+            for worker in workers:
+                worker.start()
+                started.append(worker)
+        except BaseException:
+            for worker in started:
+                worker.stop()
+            raise
+        with self._lock:
+            self._workers = started
+        with self._cond:
+            self.terms += 1
+            self._leading = True
+            self._cond.notify_all()
+        log.info("%s leads (term %d): running %s", self.identity, self.terms,
+                 ", ".join(w.name for w in started))
+
+    def _end_term(self, why: str) -> None:
+        with self._lock:
+            workers, self._workers = self._workers, []
+        for worker in workers:  # flags first, so all of them stop at once
+            try:
+                worker.stop()
+            except Exception:  # noqa: BLE001
+                log.exception("stopping the %s failed", worker.name)
+        with self._cond:
+            was = self._leading
+            self._leading = False
+            self._cond.notify_all()
+        if was:
+            log.warning("%s stopped the engine, scheduler and notifier: %s", self.identity, why)
+        for worker in workers:
+            join = getattr(worker, "join", None)
+            if join is not None and not join(self.STOP_WAIT):
+                log.warning("the %s is still finishing its last action", worker.name)

@@ -1,0 +1,182 @@
+"""The console as a person (or a script) uses it: commands typed, replies read as text,
+buttons clicked by number, identities switched. The same dispatcher and click handler as
+Slack, so the same roles and the same two-person rule."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+from freezegun import freeze_time
+
+from bot.console import run_console
+
+from tests.e2e.conftest import ROOT, submit_upgrade
+
+START = dt.datetime(2025, 6, 7, 12, 0, tzinfo=dt.timezone.utc)
+
+
+def console(runtime, script: str, *, as_user: str = "U0DAVE") -> tuple[int, str]:
+    out = io.StringIO()
+    code = run_console(script.strip().splitlines(), runtime=runtime, out=out, as_user=as_user)
+    return code, out.getvalue()
+
+
+def test_a_viewer_reads_fleet_status_as_text(runtime):
+    code, transcript = console(runtime, "/gpu status")
+
+    assert code == 0
+    assert "gpuops console as dave (U0DAVE, viewer)" in transcript
+    assert "dave> /gpu status\nGPU fleet status\n================" in transcript
+    assert "9 GPU nodes Ready" in transcript and "serving-a" in transcript
+
+
+def test_an_unknown_command_gets_the_closest_match_and_a_failing_exit_code(runtime):
+    code, transcript = console(runtime, "/gpu findngs")
+
+    assert code == 1
+    assert "Unknown command: findngs (failed)" in transcript and "Did you mean `/gpu findings`?" in transcript
+
+
+def test_the_two_person_rule_holds_in_the_console_as_in_slack(runtime):
+    request = submit_upgrade(runtime, by="U0ERIN")
+
+    code, transcript = console(runtime, f"""
+/gpu request {request.id}
+1
+:as U0BOB
+1
+1
+:as U0CAROL
+1
+""", as_user="U0ERIN")
+
+    assert code == 0
+    assert "[1] Approve\n[2] Deny (asks to confirm)" in transcript
+    assert "(two-person rule)" in transcript  # erin cannot approve her own request
+    assert "Now acting as bob (U0BOB, approver, viewer, approver of inference-mig, approver of serving-a)." in transcript
+    assert f"Done: You approved {request.id} (1 of 2)." in transcript
+    assert f"Not done: You already approved {request.id}" in transcript  # bob's second click
+    assert f"Done: You approved {request.id}: it has all 2 approvals it needs." in transcript
+    assert runtime.services().requests.get(request.id).state == "approved"
+
+
+def test_deny_in_the_console_asks_to_confirm_then_for_the_reason(runtime):
+    request = submit_upgrade(runtime)
+
+    code, transcript = console(runtime, f"""
+/gpu request {request.id}
+2
+no
+2
+yes
+the capacity floor of serving-a is reached
+""", as_user="U0CAROL")
+
+    assert "Deny this request? The request ends" in transcript
+    assert "Nothing done." in transcript
+    assert f"Why do you deny {request.id}?" in transcript
+    assert f"Done: You denied {request.id}" in transcript
+    assert "carol denied plan" in transcript and "the capacity floor of serving-a is reached" in transcript
+    assert runtime.services().requests.get(request.id).state == "denied"
+
+
+def test_a_viewer_clicking_approve_in_the_console_is_refused(runtime):
+    request = submit_upgrade(runtime)
+
+    code, transcript = console(runtime, f"/gpu request {request.id}\n1")
+
+    assert code == 1 and "needs the approver role for pool serving-a" in transcript
+
+
+def test_approving_after_the_deadline_says_when_it_expired(runtime):
+    # The kubernetes client builds its models lazily, which freezegun's module scan would trigger.
+    with freeze_time(START, ignore=["kubernetes"]) as clock:
+        request = submit_upgrade(runtime, now=START)
+        clock.tick(dt.timedelta(hours=25))
+        code, transcript = console(runtime, f"/gpu request {request.id}\n1", as_user="U0BOB")
+
+    assert code == 1
+    assert f"Not done: {request.id} expired at 2025-06-08 12:00 UTC before it had enough approvals" in transcript
+    assert "expired · 0 of 2 approvals" in transcript  # the request shown again, as it is now
+
+
+def test_console_commands_help_and_unknown_ones(runtime):
+    code, transcript = console(runtime, ":help\n:frobnicate\n7")
+
+    assert "Console commands:" in transcript and "Unknown console command ':frobnicate'" in transcript
+    assert "There is no button 7" in transcript
+
+
+# ------------------------------------------------------------------ the real command line
+
+
+def _gpuops(*args: str, env: dict[str, str] | None = None, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("SLACK_")}
+    return subprocess.run([str(Path(sys.executable).with_name("gpuops")), *args], input=stdin, capture_output=True,
+                          text=True, cwd=ROOT, env={**clean, **(env or {})}, timeout=60)
+
+
+def test_gpuops_console_help_explains_the_identity_and_the_script_mode():
+    result = _gpuops("console", "--help")
+
+    assert result.returncode == 0
+    assert "--as SLACK_USER_ID" in result.stdout and "stdin" in result.stdout
+
+
+def test_gpuops_run_without_or_with_malformed_tokens_says_which_and_exits_2():
+    missing = _gpuops("run")
+    wrong_kind = _gpuops("run", env={"SLACK_BOT_TOKEN": "xoxp-a-user-token", "SLACK_APP_TOKEN": "xapp-1"})
+    no_secret = _gpuops("run", "--http", env={"SLACK_BOT_TOKEN": "xoxb-1-2-secretpart"})
+
+    assert [r.returncode for r in (missing, wrong_kind, no_secret)] == [2, 2, 2]
+    assert "SLACK_BOT_TOKEN is not set" in missing.stderr
+    assert "must be a token starting with 'xoxb-', but it starts with 'xoxp-'" in wrong_kind.stderr
+    assert "SLACK_SIGNING_SECRET is not set" in no_secret.stderr
+    for result in (missing, wrong_kind, no_secret):
+        assert "Traceback" not in result.stderr and "secretpart" not in result.stderr + result.stdout
+
+
+def test_gpuops_run_reads_tokens_from_files_and_reports_a_token_slack_refuses(slack, tmp_path):
+    token_file = tmp_path / "bot-token"
+    token_file.write_text("xoxb-revoked-secretpart\n")
+
+    result = _gpuops("run", env={"SLACK_BOT_TOKEN_FILE": str(token_file), "SLACK_APP_TOKEN": slack.app_token,
+                                 "SLACK_API_URL": slack.base_url})
+
+    assert result.returncode == 2
+    assert "Slack refused SLACK_BOT_TOKEN (invalid_auth)" in result.stderr
+    assert "Traceback" not in result.stderr and "secretpart" not in result.stderr
+
+
+def test_gpuops_audit_verify_and_export_a_sound_log_then_name_the_entry_someone_changed(runtime, tmp_path):
+    submit_upgrade(runtime)
+    database = str(runtime.database.path)
+    runtime.close()
+
+    sound = _gpuops("audit", "verify", "--database", database)
+    exported = _gpuops("audit", "export", "--output", str(tmp_path / "audit.jsonl"), "--database", database)
+    lines = (tmp_path / "audit.jsonl").read_text().splitlines()
+    raw = sqlite3.connect(database)
+    raw.execute("DROP TRIGGER audit_no_update")
+    raw.execute("UPDATE audit SET actor = 'U0MALLORY' WHERE seq = 1")
+    raw.commit()
+    raw.close()
+    broken = _gpuops("audit", "verify", "--database", database)
+
+    assert sound.returncode == 0 and "The audit log is intact: 1 entry" in sound.stdout
+    assert exported.returncode == 0 and "Exported 1 audit entry" in exported.stderr
+    assert [json.loads(line)["action"] for line in lines] == ["request.created"]
+    assert broken.returncode == 1 and "The audit log is BROKEN at entry 1" in broken.stdout
+
+
+def test_gpuops_audit_on_a_missing_database_says_where_it_looked(tmp_path):
+    result = _gpuops("audit", "verify", "--database", str(tmp_path / "nothing.db"))
+
+    assert result.returncode == 2 and "There is no gpuops database at" in result.stderr

@@ -1,0 +1,110 @@
+"""What `gpuops run` reads before it answers anything (credentials from the environment
+or files, secrets kept out of logs) and how a Slack user becomes an Actor (roles by user
+id and by user group, group members cached for five minutes, failed lookups fail closed)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from bot.credentials import CredentialsError, load_credentials
+from bot.identity import SlackDirectory
+from bot.logs import RedactSecrets
+from bot.slack_api import SlackApi, web_client
+from workflows.access import Role
+
+from tests.e2e.conftest import demo_config
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def directory(slack):
+    clock = Clock()
+    config = demo_config(pools={"serving-a": {"kind": "serving", "approvers": ["group:S0ONCALL"]}})
+    slack.workspace.set_usergroup("S0ONCALL", ["U0DAVE"])
+    api = SlackApi(web_client(slack.bot_token, base_url=slack.base_url))
+    return SlackDirectory(api, config, clock=clock), clock
+
+
+def test_socket_mode_needs_both_tokens_and_http_mode_the_signing_secret(tmp_path):
+    secret_file = tmp_path / "secret"
+    secret_file.write_text("0123456789abcdef0123\n")
+
+    socket = load_credentials("socket", {"SLACK_BOT_TOKEN": "xoxb-1-abc", "SLACK_APP_TOKEN": "xapp-1-def"})
+    http = load_credentials("http", {"SLACK_BOT_TOKEN": "xoxb-1-abc", "SLACK_SIGNING_SECRET_FILE": str(secret_file)})
+
+    assert (socket.app_token, http.signing_secret) == ("xapp-1-def", "0123456789abcdef0123")
+    assert "xoxb" not in repr(socket) and "0123" not in repr(http)
+
+
+@pytest.mark.parametrize("env, says", [
+    ({"SLACK_BOT_TOKEN": "xoxb-1"}, "SLACK_APP_TOKEN is not set"),
+    ({"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_APP_TOKEN": "xoxb-2"}, "starting with 'xapp-', but it starts with 'xoxb-'"),
+    ({"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_BOT_TOKEN_FILE": "/x", "SLACK_APP_TOKEN": "xapp-1"}, "set only one"),
+    ({"SLACK_BOT_TOKEN_FILE": "/nonexistent/token", "SLACK_APP_TOKEN": "xapp-1"}, "cannot be read"),
+])
+def test_a_missing_or_wrong_credential_is_named_with_what_to_do(env, says):
+    with pytest.raises(CredentialsError, match=says):
+        load_credentials("socket", env)
+
+
+def test_secrets_and_anything_token_shaped_are_redacted_from_log_lines(caplog):
+    logger = logging.getLogger("gpuops.test.redaction")
+    caplog.set_level(logging.INFO, logger="gpuops.test.redaction")
+    caplog.handler.addFilter(RedactSecrets(["signing-secret-value-123"]))
+
+    logger.warning("posting with %s and %s, secret %s", "xoxb-1234-5678-abcdef", "xapp-1-A0-99-zz",
+                   "signing-secret-value-123")
+    logger.info("Invalid request signature detected (body: token=legacy-verification&team_id=T0)")
+
+    assert caplog.messages == ["posting with [redacted] and [redacted], secret [redacted]",
+                               "Invalid request signature detected (body: token=[redacted]&team_id=T0)"]
+
+
+def test_roles_come_from_the_user_id_and_from_slack_user_groups(directory):
+    directory, _ = directory
+
+    frank = directory.actor("U0FRANK")
+    dave = directory.actor("U0DAVE")
+
+    assert frank.has(Role.APPROVER) and not frank.has(Role.OPERATOR)  # S0SRE: approver
+    assert dave.has(Role.VIEWER) and not dave.has(Role.APPROVER)
+    assert dave.has(Role.APPROVER, pool="serving-a")  # group:S0ONCALL approves serving-a
+
+
+def test_group_members_are_cached_for_five_minutes_then_read_again(directory, slack):
+    directory, clock = directory
+    assert not directory.actor("U0ALICE").has(Role.APPROVER)
+    slack.workspace.set_usergroup("S0SRE", ["U0FRANK", "U0ALICE"])
+
+    clock.now += 299
+    assert not directory.actor("U0ALICE").has(Role.APPROVER)
+    clock.now += 2
+    assert directory.actor("U0ALICE").has(Role.APPROVER)
+    assert len(slack.calls("usergroups.users.list")) == 4  # two groups, read twice
+
+
+def test_a_failed_group_lookup_grants_nothing_and_is_tried_again_later(directory, slack):
+    directory, clock = directory
+    slack.fail_next("usergroups.users.list", "ratelimited", status=200, times=2)  # both groups
+
+    assert not directory.actor("U0FRANK").has(Role.APPROVER)
+    clock.now += 31
+    assert directory.actor("U0FRANK").has(Role.APPROVER)
+
+
+def test_names_come_from_the_configuration_else_slack(directory, slack):
+    directory, _ = directory
+    slack.workspace.add_user("U0GRACE", name="grace", display_name="Grace H.")
+
+    assert directory.actor("U0BOB").name == "bob"
+    assert directory.actor("U0GRACE").name == "Grace H."
+    assert directory.actor("U0NOBODY", fallback_name="nobody").name == "nobody"
