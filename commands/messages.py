@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 from workflows.access import Actor, Role, effective_roles
 
 HELP_COLUMNS = ("command", "what it does", "role")
@@ -126,3 +128,121 @@ def not_a_gpu_node(name: str) -> str:
 POOL_COLUMNS = ("pool", "kind", "nodes ready", "GPUs adv/expected", "in use", "driver", "auto-upgrade", "problems")
 NODE_COLUMNS = ("node", "ready", "cordon", "GPUs adv/expected", "in use", "driver", "owner", "state")
 FINDING_COLUMNS = ("severity", "subject", "finding")
+
+
+# --- requests, runs and the audit log (commands/requests.py) ---------------------------------
+
+REQUEST_COLUMNS = ("request", "kind", "pool", "state", "requester", "approvals", "plan", "expires")
+STEP_COLUMNS = ("wave", "node", "step", "state", "note")
+AUDIT_COLUMNS = ("seq", "at (UTC)", "who", "action", "target", "what")
+WAVE_COLUMNS = ("wave", "nodes", "steps per node")
+
+
+def when(at: dt.datetime) -> str:
+    return at.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
+
+
+def requests_title(pool: str | None) -> str:
+    return f"Open requests in {pool}" if pool else "Open requests"
+
+
+def no_open_requests(pool: str | None) -> str:
+    return f"No open requests in {pool}." if pool else "No open requests."
+
+
+def open_requests_summary(count: int, waiting_for_you: int) -> str:
+    text = f"{count} open"
+    return text + (f" · {waiting_for_you} waiting for your approval" if waiting_for_you else "")
+
+
+def request_title(request_id: str, kind: str, pool: str) -> str:
+    return f"{request_id}: {kind} on {pool}"
+
+
+def request_summary(state: str, counted: int, required: int, short_hash: str) -> str:
+    return f"{state} · {counted} of {required} approvals · plan {short_hash}"
+
+
+def approvals_line(name: str, decision: str, short_hash: str, counts: bool, reason: str | None) -> str:
+    text = f"{name} {'approved' if decision == 'approve' else 'denied'} plan {short_hash}"
+    if reason:
+        text += f": {reason}"
+    return text + ("" if counts or decision != "approve" else " (no longer counts: the plan changed)")
+
+
+def run_section_title(run_id: str, state: str, dry_run: bool) -> str:
+    return f"Run {run_id}{' (dry run)' if dry_run else ''}: {state}"
+
+
+def run_left_cordoned(nodes: tuple[str, ...]) -> str:
+    return "Left cordoned by this run: " + ", ".join(nodes)
+
+
+def approve_needs_hash(request_id: str, short_hash: str) -> str:
+    return (f"Approvals are for one exact plan. Review it below, then run "
+            f"`/gpu approve {request_id} {short_hash}` to approve that plan.")
+
+
+def approve_title(request_id: str) -> str:
+    return f"Approve {request_id}?"
+
+
+def approved_title(request_id: str) -> str:
+    return f"Approved {request_id}"
+
+
+def denied_title(request_id: str) -> str:
+    return f"Denied {request_id}"
+
+
+def cancelled_title(request_id: str) -> str:
+    return f"Cancelled {request_id}"
+
+
+def refused_title() -> str:
+    return "Refused"
+
+
+def not_available(what: str) -> str:
+    return f"{what} are not available here: this gpuops has no database configured."
+
+
+def run_control_title(run_id: str, action: str) -> str:
+    return f"{run_id} {action}"
+
+
+def audit_title(scope: str | None) -> str:
+    return f"Audit log for {scope}" if scope else "Audit log"
+
+
+def audit_empty(scope: str | None) -> str:
+    return f"Nothing recorded for {scope}." if scope else "The audit log is empty."
+
+
+def audit_summary(count: int, newest_first: bool) -> str:
+    return f"{count} {'entry' if count == 1 else 'entries'}, {'newest' if newest_first else 'oldest'} first"
+
+
+def audit_count_limit(limit: int) -> str:
+    return f"the number of entries must be between 1 and {limit}"
+
+
+def deny_needs_reason() -> str:
+    return "say why you deny it, e.g. `/gpu deny req-7f3a2c \"window clashes with the launch\"`"
+
+
+
+def name_one(what: str) -> str:
+    return f"name one {what}"
+
+
+def at_most_one_pool() -> str:
+    return "requests takes at most one pool name"
+
+
+def approve_usage() -> str:
+    return "name the request, then the plan hash you reviewed"
+
+
+def audit_usage() -> str:
+    return "give a number of entries or one request id"

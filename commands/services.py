@@ -1,14 +1,20 @@
-"""What commands may call: the fleet view, configuration and the request service.
-Entry points (Slack app, console, command line) build one and pass it in."""
+"""What commands may call: the fleet view, configuration, the request service, the run
+controls and the database the audit log lives in. Entry points (Slack app, console,
+command line) build one and pass it in; everything but `config` and `fleet` is optional,
+and a command that needs a missing service answers that it is not available here."""
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
+from storage.database import Database
 from workflows.config import GpuopsConfig
 from workflows.inventory import Fleet
+from workflows.requests import RequestService
+from workflows.runs import RunService
 
 
 class FleetSource(Protocol):
@@ -19,5 +25,16 @@ class FleetSource(Protocol):
 class Services:
     config: GpuopsConfig
     fleet: FleetSource
-    # The request service and engine arrive with the requests issue.
-    requests: Any | None = None
+    requests: RequestService | None = None
+    # Start, pause, resume and abort runs, and read the audit log (workflows.runs).
+    runs: RunService | None = None
+    # The connection the services above use (one per thread, see storage.database).
+    database: Database | None = None
+
+    @classmethod
+    def on_database(cls, *, config: GpuopsConfig, fleet: FleetSource, database: Database,
+                    wake_engine: Callable[[], None] | None = None) -> Services:
+        """Every service on one database connection; `wake_engine` (Engine.wake) makes an
+        engine in this process notice run controls at once."""
+        return cls(config=config, fleet=fleet, requests=RequestService(database, config),
+                   runs=RunService(database, wake=wake_engine), database=database)

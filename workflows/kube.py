@@ -141,6 +141,35 @@ class WatchEvent:
     object: Json
 
 
+@dataclass(frozen=True, slots=True)
+class PodOnNode:
+    """A pod bound to a node, with what deciding on its eviction needs beyond `PodObject`."""
+
+    pod: PodObject
+    uid: str
+    # NVIDIA_VISIBLE_DEVICES as a container's env sets it literally, if any: the NVIDIA
+    # container runtime then hands the pod GPUs without any resource request.
+    visible_devices: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRecord:
+    """A coordination.k8s.io/v1 Lease as leader election reads and writes it."""
+
+    namespace: str
+    name: str
+    holder: str | None
+    duration_seconds: int | None
+    acquire_time: dt.datetime | None
+    renew_time: dt.datetime | None
+    transitions: int
+    resource_version: str
+
+
+def _leases(namespace: str) -> str:
+    return f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+
+
 class KubeGateway:
     """One authenticated connection to an API server.
 
@@ -330,6 +359,125 @@ class KubeGateway:
     def close_idle_connections(self) -> None:
         self._api.rest_client.pool_manager.clear()
 
+    # --- reads the engine needs fresh (not from the cache) -----------------------------
+    def get_node(self, name: str) -> NodeObject:
+        return node_from_json(self.request("GET", f"{NODES}/{name}"))
+
+    def list_pods_on_node(self, node: str, *, label_selector: str | None = None) -> list[PodOnNode]:
+        """Every pod bound to `node` (fieldSelector spec.nodeName), in every namespace."""
+        result = self.list(PODS, field_selector=f"spec.nodeName={node}", label_selector=label_selector)
+        return [pod_on_node_from_json(obj) for obj in result.items]
+
+    def get_lease(self, namespace: str, name: str) -> LeaseRecord:
+        return lease_from_json(self.request("GET", f"{_leases(namespace)}/{name}"))
+
+    # --- writes ------------------------------------------------------------------------
+    # Every write takes `dry_run`: the API server then authorises, validates and admits it
+    # (RBAC, webhooks, PodDisruptionBudgets) but persists nothing (query dryRun=All). Each
+    # write is logged at INFO as "mutation: <what> <target>" before it is sent, so the log
+    # says exactly what gpuops asked of the cluster.
+
+    def _mutate(self, what: str, target: str, method: str, path: str, *, body: Any, dry_run: bool,
+                content_type: str = "application/json", retry_too_many: bool = True,
+                quiet: bool = False) -> Json:
+        query: list[tuple[str, Any]] = [("dryRun", "All")] if dry_run else []
+        (log.debug if quiet else log.info)("mutation: %s %s%s", what, target, " (dry run)" if dry_run else "")
+        return self.request(method, path, query=query, body=body, content_type=content_type,
+                            retry_too_many=retry_too_many)
+
+    def _patch_node(self, what: str, name: str, *, unschedulable: bool | None = None,
+                    labels: Mapping[str, str | None] | None = None,
+                    annotations: Mapping[str, str | None] | None = None,
+                    resource_version: str | None = None, dry_run: bool) -> NodeObject:
+        metadata: Json = {}
+        if labels:
+            metadata["labels"] = dict(labels)
+        if annotations:
+            metadata["annotations"] = dict(annotations)
+        if resource_version:
+            # NB: a merge patch that names a resourceVersion applies only to that version
+            # (409 otherwise), so a decision made on what was read cannot land on a node
+            # someone changed meanwhile.
+            metadata["resourceVersion"] = resource_version
+        body: Json = {"metadata": metadata}
+        if unschedulable is not None:
+            body["spec"] = {"unschedulable": unschedulable}
+        return node_from_json(self._mutate(what, f"node {name}", "PATCH", f"{NODES}/{name}", body=body,
+                                           dry_run=dry_run, content_type="application/merge-patch+json"))
+
+    def cordon_node(self, name: str, *, annotations: Mapping[str, str | None],
+                    resource_version: str | None, dry_run: bool) -> NodeObject:
+        """Mark the node unschedulable and set `annotations` (None removes a key), in one patch."""
+        return self._patch_node("cordon", name, unschedulable=True, annotations=annotations,
+                                resource_version=resource_version, dry_run=dry_run)
+
+    def uncordon_node(self, name: str, *, annotations: Mapping[str, str | None],
+                      resource_version: str | None, dry_run: bool) -> NodeObject:
+        """Mark the node schedulable and set `annotations` (None removes a key), in one patch."""
+        return self._patch_node("uncordon", name, unschedulable=False, annotations=annotations,
+                                resource_version=resource_version, dry_run=dry_run)
+
+    def annotate_node(self, name: str, *, annotations: Mapping[str, str | None],
+                      resource_version: str | None, dry_run: bool) -> NodeObject:
+        """Set or remove (None) node annotations, leaving schedulability alone."""
+        return self._patch_node("annotate", name, annotations=annotations,
+                                resource_version=resource_version, dry_run=dry_run)
+
+    def label_node(self, name: str, *, labels: Mapping[str, str | None], dry_run: bool,
+                   resource_version: str | None = None) -> NodeObject:
+        """Set or remove (None) node labels."""
+        return self._patch_node("label", name, labels=labels, resource_version=resource_version,
+                                dry_run=dry_run)
+
+    def evict_pod(self, namespace: str, name: str, *, uid: str, dry_run: bool) -> None:
+        """Ask the Eviction API (policy/v1) to remove a pod, so PodDisruptionBudgets apply.
+
+        Raises TooManyRequests (429) at once, without retrying, when a budget does not
+        allow the disruption now; Conflict when the pod named is no longer the pod with
+        `uid` (it was replaced); NotFound when it is gone."""
+        body = {"apiVersion": "policy/v1", "kind": "Eviction",
+                "metadata": {"name": name, "namespace": namespace},
+                "deleteOptions": {"preconditions": {"uid": uid}}}
+        self._mutate("evict", f"pod {namespace}/{name} uid={uid}", "POST",
+                     f"/api/v1/namespaces/{namespace}/pods/{name}/eviction", body=body, dry_run=dry_run,
+                     retry_too_many=False)
+
+    def delete_pod(self, namespace: str, name: str, *, uid: str, dry_run: bool,
+                   grace_seconds: int | None = None) -> None:
+        """Delete a pod (no PodDisruptionBudget applies), only if it is still the pod with
+        `uid`: Conflict otherwise, NotFound when it is gone."""
+        body: Json = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+        if grace_seconds is not None:
+            body["gracePeriodSeconds"] = grace_seconds
+        self._mutate("delete", f"pod {namespace}/{name} uid={uid}", "DELETE",
+                     f"/api/v1/namespaces/{namespace}/pods/{name}", body=body, dry_run=dry_run)
+
+    def create_lease(self, namespace: str, name: str, *, holder: str, duration_seconds: int,
+                     at: dt.datetime, dry_run: bool = False) -> LeaseRecord:
+        """Create the Lease held by `holder`; Conflict when it exists already."""
+        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"holderIdentity": holder, "leaseDurationSeconds": duration_seconds,
+                         "acquireTime": _micro_time(at), "renewTime": _micro_time(at),
+                         "leaseTransitions": 0}}
+        return lease_from_json(self._mutate("create lease", f"{namespace}/{name}", "POST", _leases(namespace),
+                                            body=body, dry_run=dry_run, quiet=True))
+
+    def update_lease(self, lease: LeaseRecord, *, dry_run: bool = False) -> LeaseRecord:
+        """Replace the Lease with `lease`, only if it is still at `lease.resource_version`
+        (Conflict otherwise: someone else wrote it first)."""
+        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": lease.name, "namespace": lease.namespace,
+                             "resourceVersion": lease.resource_version},
+                "spec": {"holderIdentity": lease.holder or None,
+                         "leaseDurationSeconds": lease.duration_seconds,
+                         "acquireTime": _micro_time(lease.acquire_time) if lease.acquire_time else None,
+                         "renewTime": _micro_time(lease.renew_time) if lease.renew_time else None,
+                         "leaseTransitions": lease.transitions}}
+        return lease_from_json(self._mutate("update lease", f"{lease.namespace}/{lease.name}", "PUT",
+                                            f"{_leases(lease.namespace)}/{lease.name}", body=body,
+                                            dry_run=dry_run, quiet=True))
+
 
 # --- JSON -> views ------------------------------------------------------------------------
 
@@ -456,4 +604,31 @@ def custom_object_from_json(obj: Json) -> CustomObject:
         annotations=_frozen(meta.get("annotations")),
         spec=MappingProxyType(obj.get("spec") or {}), status=MappingProxyType(obj.get("status") or {}),
         created_at=_time(meta.get("creationTimestamp")) or _EPOCH,
+    )
+
+
+def pod_on_node_from_json(obj: Json) -> PodOnNode:
+    visible: str | None = None
+    spec = obj.get("spec") or {}
+    for container in list(spec.get("initContainers") or ()) + list(spec.get("containers") or ()):
+        for env in container.get("env") or ():
+            if env.get("name") == "NVIDIA_VISIBLE_DEVICES" and env.get("value") is not None:
+                visible = str(env["value"])
+    return PodOnNode(pod=pod_from_json(obj), uid=obj["metadata"].get("uid", ""), visible_devices=visible)
+
+
+def _micro_time(at: dt.datetime) -> str:
+    """A Kubernetes MicroTime: RFC 3339 in UTC with microseconds."""
+    return at.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def lease_from_json(obj: Json) -> LeaseRecord:
+    meta = obj["metadata"]
+    spec = obj.get("spec") or {}
+    duration = spec.get("leaseDurationSeconds")
+    return LeaseRecord(
+        namespace=meta.get("namespace", ""), name=meta["name"], holder=spec.get("holderIdentity") or None,
+        duration_seconds=int(duration) if duration is not None else None,
+        acquire_time=_time(spec.get("acquireTime")), renew_time=_time(spec.get("renewTime")),
+        transitions=int(spec.get("leaseTransitions") or 0), resource_version=meta.get("resourceVersion", ""),
     )

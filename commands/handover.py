@@ -1,0 +1,186 @@
+"""Shift handover: /gpu handover [rotation] shows the checklist for the shift on duty now;
+/gpu handover history [rotation] [n] lists past handovers and who acknowledged them.
+
+`render_checklist` turns a checklist into the Reply the bot posts at each shift change
+(with the Acknowledge button); `handover_message` does it for a stored handover, which is
+what the notifier needs for the post and for the update after the acknowledgement.
+Read-only towards the cluster; the commands need the viewer role.
+"""
+
+from __future__ import annotations
+
+import re
+
+from commands import messages as msg
+from commands.registry import REGISTRY, Call, NotFoundError, UsageError
+from commands.reply import Intent, Notice, Reply, Section, Table
+from workflows import handover_messages as say
+from workflows.access import Role
+from workflows.config import GpuopsConfig
+from workflows.handover import RotationConfig, default_template
+from workflows.handover_checklist import Checklist, ChecklistTemplate
+from workflows.handover_service import HandoverService, HandoverView, UnknownRotation
+
+ACK_ACTION = "handover-ack"
+HISTORY_DEFAULT = 10
+HISTORY_MOST = 100
+HISTORY_COLUMNS = ("shift start", "shift", "posted", "acknowledged by", "at", "acks")
+
+_ITEM = re.compile(r"^\*\s*(critical|warning|info):\s*(.*)$")
+
+
+# --------------------------------------------------------------------------------------
+# The checklist as a Reply
+
+
+def render_checklist(
+    checklist: Checklist, template: ChecklistTemplate, *, handover: HandoverView | None = None
+) -> Reply:
+    """The checklist rendered by `template` (line grammar in templates/handover.md.j2).
+    With the stored `handover`, the reply carries the Acknowledge button until someone on
+    the incoming shift has acknowledged, and says who did."""
+    title = say.default_title(checklist.shift)
+    summary: list[str] = []
+    footer: list[str] = []
+    sections: list[_SectionDraft] = []
+    for raw in template.render(checklist).splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith("## "):
+            sections.append(_SectionDraft(title=line[3:].strip()))
+        elif line.startswith("# "):
+            title = line[2:].strip()
+        elif line.startswith("~ "):
+            footer.append(line[2:].strip())
+        elif not sections:
+            summary.append(line)
+        else:
+            sections[-1].add(line)
+    intents: tuple[Intent, ...] = ()
+    if handover is not None:
+        zone = checklist.zone
+        if handover.acked_by_name is not None and handover.acked_at is not None:
+            footer.insert(0, say.acknowledged_footer(name=handover.acked_by_name,
+                                                     at=handover.acked_at, zone=zone))
+        else:
+            footer.insert(0, say.not_acknowledged_footer(shift=handover.shift))
+            intents = (Intent(action=ACK_ACTION, label="Acknowledge", value=str(handover.id),
+                              style="primary"),)
+    return Reply(
+        title=title,
+        summary="\n".join(summary) or None,
+        sections=tuple(s.section() for s in sections),
+        intents=intents,
+        visibility="in_channel",
+        footer=" · ".join(footer) or None,
+        extra={"handover_id": handover.id} if handover is not None else {},
+    )
+
+
+class _SectionDraft:
+    def __init__(self, title: str) -> None:
+        self.title = title
+        self.text: list[str] = []
+        self.notices: list[Notice] = []
+        self.bullets: list[str] = []
+
+    def add(self, line: str) -> None:
+        item = _ITEM.match(line)
+        if item is not None:
+            severity, rest = item.groups()
+            text, _, command = rest.rpartition(" | ")
+            if not text or not command.startswith("/gpu"):
+                text, command = rest, ""
+            self.notices.append(Notice(severity=severity, text=text.strip(),  # type: ignore[arg-type]
+                                       command=command.strip() or None))
+        elif line.startswith("- "):
+            self.bullets.append(line[2:].strip())
+        else:
+            self.text.append(line)
+
+    def section(self) -> Section:
+        return Section(title=self.title, text="\n".join(self.text) or None,
+                       notices=tuple(self.notices), bullets=tuple(self.bullets))
+
+
+def handover_message(view: HandoverView, config: GpuopsConfig) -> Reply:
+    """A stored handover as its Slack message: the checklist as posted, and its
+    acknowledgement as it stands now."""
+    rotation = next((r for r in config.rotations if r.name == view.rotation), None)
+    template = rotation.checklist_template if rotation is not None else default_template()
+    return render_checklist(view.checklist, template, handover=view)
+
+
+# --------------------------------------------------------------------------------------
+# Commands
+
+
+@REGISTRY.command("handover", usage="handover [rotation]", role=Role.VIEWER,
+                  summary="The shift handover checklist now: what needs action, what is in flight",
+                  examples=("/gpu handover", "/gpu handover gpu-oncall"))
+def handover(call: Call, args: list[str]) -> Reply:
+    if len(args) > 1:
+        raise UsageError(say.handover_usage(len(args)))
+    service = _service(call)
+    rotation = _rotation(service, args[0] if args else None)
+    shift = rotation.current_shift(call.now)
+    fleet = call.services.fleet.fleet(call.now)
+    checklist = service.checklist(rotation, shift, fleet=fleet, now=call.now)
+    return render_checklist(checklist, rotation.checklist_template,
+                            handover=service.for_shift(rotation.name, shift.start))
+
+
+@REGISTRY.command("handover history", usage="handover history [rotation] [n]", role=Role.VIEWER,
+                  summary="Past handovers: when, late or not, who acknowledged",
+                  examples=("/gpu handover history", "/gpu handover history gpu-oncall 20"))
+def history(call: Call, args: list[str]) -> Reply:
+    name: str | None = None
+    count = HISTORY_DEFAULT
+    for arg in args:
+        if arg.isdigit():
+            count = int(arg)
+            if not 1 <= count <= HISTORY_MOST:
+                raise UsageError(say.history_count(count, most=HISTORY_MOST))
+        elif name is None:
+            name = arg
+        else:
+            raise UsageError(say.history_usage())
+    service = _service(call)
+    rotation = _rotation(service, name)
+    views = service.history(rotation.name, count)
+    title = say.history_title(rotation.name)
+    if not views:
+        return Reply(title=title, summary=say.no_history())
+    rows = tuple(_history_row(v, rotation) for v in views)
+    acked = sum(v.acknowledged for v in views)
+    late = sum(v.late for v in views)
+    return Reply(title=title,
+                 summary=say.history_summary(len(views), acknowledged=acked, late=late),
+                 sections=(Section(table=Table(columns=HISTORY_COLUMNS, rows=rows)),))
+
+
+def _history_row(view: HandoverView, rotation: RotationConfig) -> tuple[str, ...]:
+    acked_at = say.when(view.acked_at, rotation.zone) if view.acked_at else "-"
+    return (say.when(view.shift_start, rotation.zone), view.shift,
+            say.history_posted(late=view.late, missed=view.missed, in_slack=view.ts is not None),
+            view.acked_by_name or say.nobody_yet(), acked_at,
+            say.history_acks(counted=view.counted_acks, not_counted=len(view.acks) - view.counted_acks))
+
+
+def _service(call: Call) -> HandoverService:
+    services = call.services
+    service = getattr(services, "handovers", None)
+    if service is not None:
+        return service
+    database = getattr(services, "database", None)
+    if database is None:
+        raise NotFoundError(msg.not_available("Handovers"))
+    return HandoverService(database, services.config)
+
+
+def _rotation(service: HandoverService, name: str | None) -> RotationConfig:
+    try:
+        return service.rotation(name)
+    except UnknownRotation as err:
+        raise NotFoundError(str(err)) from None

@@ -1,0 +1,261 @@
+"""Requests, their runs and the audit log: /gpu requests, request, approve, deny, cancel,
+pause, resume, abort and audit.
+
+Each command checks the role the registry names at the door; the services check the
+rest (the two-person rule, pool-scoped approvers, requester-or-admin) and their refusals
+are shown verbatim. Approving needs the plan's hash: `/gpu approve <id>` alone shows the
+plan and the exact command to approve it, so nobody approves a plan they have not seen.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from commands import messages as msg
+from commands.registry import REGISTRY, Call, NotFoundError, UsageError
+from commands.reply import Fact, Intent, Reply, Section, Table, error_reply
+from storage.audit import AuditEntry
+from workflows.access import AccessDenied, Role
+from workflows.requests import RequestRefused, RequestService, RequestView, UnknownRequest
+from workflows.runs import RunRefused, RunService, RunView, UnknownRun, step_note
+
+AUDIT_DEFAULT = 20
+AUDIT_LIMIT = 200
+
+
+def _requests(call: Call) -> RequestService:
+    service = call.services.requests
+    if service is None:
+        raise NotFoundError(msg.not_available("Requests"))
+    return service  # type: ignore[no-any-return]
+
+
+def _runs(call: Call) -> RunService:
+    service = call.services.runs
+    if service is None:
+        raise NotFoundError(msg.not_available("Runs"))
+    return service
+
+
+def _one(args: list[str], what: str) -> str:
+    if len(args) != 1:
+        raise UsageError(msg.name_one(what))
+    return args[0]
+
+
+def _refused(err: Exception) -> Reply:
+    return error_reply(msg.refused_title(), str(err))
+
+
+def _row(view: RequestView) -> tuple[str, ...]:
+    return (view.id, view.kind, view.pool, view.state, view.requester_name,
+            f"{view.approvals_counted}/{view.approvals_required}", view.short_hash,
+            msg.when(view.expires_at) if view.state == "pending" else "-")
+
+
+def _intents(view: RequestView) -> tuple[Intent, ...]:
+    if view.state != "pending":
+        return ()
+    value = f"{view.id}/{view.plan_hash}"  # as bot.intents encodes a button value
+    return (Intent(action="approve", label="Approve", value=value, style="primary"),
+            Intent(action="deny", label="Deny", value=value, style="danger"))
+
+
+def _plan_section(view: RequestView) -> Section:
+    rows = tuple(
+        (str(wave.index + 1), ", ".join(wave.nodes),
+         " → ".join(step.kind for step in wave.steps_for(wave.nodes[0])) if wave.nodes else "-")
+        for wave in view.plan.waves)
+    return Section(title=f"Plan {view.short_hash}", table=Table(columns=msg.WAVE_COLUMNS, rows=rows),
+                   bullets=view.summary.notes)
+
+
+def _run_section(run: RunView) -> Section:
+    rows = tuple((str(s.wave + 1), s.node, s.kind, s.state, s.error or step_note(s) or "")
+                 for s in run.steps)
+    bullets = []
+    if run.run.halted_reason:
+        bullets.append(run.run.halted_reason)
+    if run.left_cordoned and run.state in ("failed", "aborted"):
+        bullets.append(msg.run_left_cordoned(run.left_cordoned))
+    return Section(title=msg.run_section_title(run.id, run.state, run.run.dry_run),
+                   table=Table(columns=msg.STEP_COLUMNS, rows=rows), bullets=tuple(bullets))
+
+
+def _request_reply(call: Call, view: RequestView, *, title: str | None = None) -> Reply:
+    facts = (
+        Fact("Requested by", view.requester_name),
+        Fact("Reason", view.reason),
+        Fact("Window", f"{msg.when(view.window_start)} - {msg.when(view.window_end)}"
+             if view.window_start and view.window_end else "none"),
+        Fact("Plan hash", view.plan_hash),
+    )
+    sections = [Section(facts=facts), _plan_section(view)]
+    if view.approvals:
+        sections.append(Section(title="Decisions", bullets=tuple(
+            msg.approvals_line(a.approver_name, a.decision, a.plan_hash[:8], a.counts, a.reason)
+            for a in view.approvals)))
+    if call.services.runs is not None:
+        sections.extend(_run_section(run) for run in call.services.runs.for_request(view.id))
+    return Reply(title=title or msg.request_title(view.id, view.kind, view.pool),
+                 summary=msg.request_summary(view.state, view.approvals_counted, view.approvals_required,
+                                             view.short_hash),
+                 sections=tuple(sections), intents=_intents(view))
+
+
+@REGISTRY.command("requests", usage="requests [pool]", role=Role.VIEWER,
+                  summary="Open requests (pending, approved, scheduled, running)",
+                  examples=("/gpu requests", "/gpu requests serving-a"))
+def list_requests(call: Call, args: list[str]) -> Reply:
+    if len(args) > 1:
+        raise UsageError(msg.at_most_one_pool())
+    pool = args[0] if args else None
+    service = _requests(call)
+    views = service.open_requests(pool)
+    if not views:
+        return Reply(title=msg.requests_title(pool), summary=msg.no_open_requests(pool))
+    waiting = {v.id for v in service.waiting_for(call.actor, now=call.now)}
+    return Reply(title=msg.requests_title(pool),
+                 summary=msg.open_requests_summary(len(views), len(waiting & {v.id for v in views})),
+                 sections=(Section(table=Table(columns=msg.REQUEST_COLUMNS, rows=tuple(_row(v) for v in views))),))
+
+
+@REGISTRY.command("request", usage="request <id>", role=Role.VIEWER,
+                  summary="One request: its plan, decisions and runs step by step",
+                  examples=("/gpu request req-7f3a2c",))
+def show_request(call: Call, args: list[str]) -> Reply:
+    request_id = _one(args, "request, e.g. `/gpu request req-7f3a2c`")
+    try:
+        view = _requests(call).get(request_id)
+    except UnknownRequest as err:
+        raise NotFoundError(str(err)) from None
+    return _request_reply(call, view)
+
+
+@REGISTRY.command("approve", usage="approve <id> [plan-hash]", role=Role.APPROVER,
+                  summary="Approve one exact plan of a request (two-person rule)",
+                  examples=("/gpu approve req-7f3a2c", "/gpu approve req-7f3a2c 3f9a1c0e"))
+def approve(call: Call, args: list[str]) -> Reply:
+    if len(args) not in (1, 2):
+        raise UsageError(msg.approve_usage())
+    service = _requests(call)
+    try:
+        if len(args) == 1:
+            view = service.get(args[0])
+            shown = _request_reply(call, view, title=msg.approve_title(view.id))
+            return Reply(title=shown.title, summary=msg.approve_needs_hash(view.id, view.short_hash),
+                         sections=shown.sections, intents=shown.intents)
+        view = service.approve(call.actor, args[0], plan_hash=args[1], now=call.now)
+    except UnknownRequest as err:
+        raise NotFoundError(str(err)) from None
+    except AccessDenied:
+        raise
+    except RequestRefused as err:
+        return _refused(err)
+    return _request_reply(call, view, title=msg.approved_title(view.id))
+
+
+@REGISTRY.command("deny", usage="deny <id> <reason>", role=Role.APPROVER,
+                  summary="Deny a pending request, saying why",
+                  examples=('/gpu deny req-7f3a2c "clashes with the launch"',))
+def deny(call: Call, args: list[str]) -> Reply:
+    if len(args) < 2:
+        raise UsageError(msg.deny_needs_reason())
+    try:
+        view = _requests(call).deny(call.actor, args[0], reason=" ".join(args[1:]), now=call.now)
+    except UnknownRequest as err:
+        raise NotFoundError(str(err)) from None
+    except AccessDenied:
+        raise
+    except RequestRefused as err:
+        return _refused(err)
+    return _request_reply(call, view, title=msg.denied_title(view.id))
+
+
+@REGISTRY.command("cancel", usage="cancel <id>", role=Role.OPERATOR,
+                  summary="Withdraw a request before it runs (requester or admin)",
+                  examples=("/gpu cancel req-7f3a2c",))
+def cancel(call: Call, args: list[str]) -> Reply:
+    request_id = _one(args, "request to cancel")
+    try:
+        view = _requests(call).cancel(call.actor, request_id, now=call.now)
+    except UnknownRequest as err:
+        raise NotFoundError(str(err)) from None
+    except AccessDenied:
+        raise
+    except RequestRefused as err:
+        return _refused(err)
+    return _request_reply(call, view, title=msg.cancelled_title(view.id))
+
+
+def _control(call: Call, args: list[str], action: str) -> Reply:
+    run_id = _one(args, "run, e.g. run-9b01de")
+    service = _runs(call)
+    try:
+        view = getattr(service, {"paused": "pause", "resumed": "resume", "aborted": "abort"}[action])(
+            call.actor, run_id, now=call.now)
+    except UnknownRun as err:
+        raise NotFoundError(str(err)) from None
+    except RunRefused as err:
+        return _refused(err)
+    return Reply(title=msg.run_control_title(view.id, action), summary=view.run.halted_reason
+                 if action == "aborted" else None, sections=(_run_section(view),), visibility="in_channel")
+
+
+@REGISTRY.command("pause", usage="pause <run>", role=Role.OPERATOR,
+                  summary="Pause a run: steps in flight finish, nothing new starts",
+                  examples=("/gpu pause run-9b01de",))
+def pause(call: Call, args: list[str]) -> Reply:
+    return _control(call, args, "paused")
+
+
+@REGISTRY.command("resume", usage="resume <run>", role=Role.OPERATOR,
+                  summary="Resume a paused run", examples=("/gpu resume run-9b01de",))
+def resume(call: Call, args: list[str]) -> Reply:
+    return _control(call, args, "resumed")
+
+
+@REGISTRY.command("abort", usage="abort <run>", role=Role.OPERATOR, confirm=True,
+                  summary="Stop a run now; nodes stay as they are (cordoned ones stay cordoned)",
+                  examples=("/gpu abort run-9b01de",))
+def abort(call: Call, args: list[str]) -> Reply:
+    return _control(call, args, "aborted")
+
+
+def _audit_row(entry: AuditEntry, names: dict[str, str]) -> tuple[str, ...]:
+    detail: Any = entry.detail if isinstance(entry.detail, dict) else {}
+    what = detail.get("text") or detail.get("note") or detail.get("reason") or ""
+    if not what and (entry.before is not None or entry.after is not None):
+        what = f"{entry.before} → {entry.after}"
+    who = names.get(entry.actor, entry.actor) + (f" as {entry.k8s_identity}" if entry.k8s_identity else "")
+    return (str(entry.seq), msg.when(entry.at), who, entry.action, entry.target, str(what))
+
+
+@REGISTRY.command("audit", usage="audit [n | request-id]", role=Role.VIEWER,
+                  summary="The audit log: the newest n entries, or everything about one request",
+                  examples=("/gpu audit", "/gpu audit 50", "/gpu audit req-7f3a2c"))
+def audit_log(call: Call, args: list[str]) -> Reply:
+    if len(args) > 1:
+        raise UsageError(msg.audit_usage())
+    service = _runs(call)
+    scope: str | None = None
+    if args and not args[0].isdigit():
+        scope = args[0]
+        try:
+            _requests(call).get(scope)
+        except UnknownRequest as err:
+            raise NotFoundError(str(err)) from None
+        entries = service.request_audit(scope)
+        newest_first = False
+    else:
+        n = int(args[0]) if args else AUDIT_DEFAULT
+        if not 1 <= n <= AUDIT_LIMIT:
+            raise UsageError(msg.audit_count_limit(AUDIT_LIMIT))
+        entries = service.recent_audit(n)
+        newest_first = True
+    if not entries:
+        return Reply(title=msg.audit_title(scope), summary=msg.audit_empty(scope))
+    names = call.services.config.access.names
+    return Reply(title=msg.audit_title(scope), summary=msg.audit_summary(len(entries), newest_first),
+                 sections=(Section(table=Table(columns=msg.AUDIT_COLUMNS,
+                                               rows=tuple(_audit_row(e, names) for e in entries))),))

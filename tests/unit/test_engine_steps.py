@@ -1,0 +1,203 @@
+"""The engine's steps as pure decisions: which pods a drain or a driver change evicts
+and why, the cordon mark, waiting on the inventory, holding, and which nodes a stopped
+run leaves cordoned."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from storage.ids import RequestId, RunId, StepId
+from storage.runs import Run
+from storage.steps import Step
+from workflows.cluster import NodeObject, PodObject
+from workflows.inventory import ANNOTATION_CORDONED_BY, NodeInventory
+from workflows.kube import PodOnNode
+from workflows.runs import nodes_left_cordoned
+from workflows.steps import CordonMark, Done, Hold, StepParamsError, Waiting, WaitFor, decide
+
+NOW = dt.datetime(2025, 6, 7, 12, 0, tzinfo=dt.timezone.utc)
+
+
+def _pod(make, *, gpus: int = 0, owner: str | None = "ReplicaSet", env: str | None = None,
+         labels: dict[str, str] | None = None, annotations: dict[str, str] | None = None,
+         phase: str = "Running", deleting: bool = False) -> PodOnNode:
+    pod: PodObject = make.pod(node="gpu-01", namespace="ml", owner_kind=owner, phase=phase, deleting=deleting,
+                              labels=labels, gpu_requests={"nvidia.com/gpu": gpus} if gpus else None)
+    if annotations:
+        pod = PodObject(**{**{f: getattr(pod, f) for f in PodObject.__slots__}, "annotations": annotations})
+    return PodOnNode(pod=pod, uid="uid-1", visible_devices=env)
+
+
+@pytest.mark.parametrize("scope", ["gpu", "all"])
+def test_gpu_pods_are_evicted_in_either_scope_and_say_what_they_use(make, scope):
+    decision = decide(_pod(make, gpus=2), scope=scope)
+    assert (decision.action, decision.why) == ("evict", "uses GPUs: nvidia.com/gpu=2")
+
+
+def test_a_pod_that_sees_every_gpu_through_its_environment_is_evicted_although_it_requests_none(make):
+    decision = decide(_pod(make, env="all"), scope="gpu")
+    assert decision.action == "evict"
+    assert "NVIDIA_VISIBLE_DEVICES=all" in decision.why and "driver could not unload" in decision.why
+    assert decide(_pod(make, env="void"), scope="gpu").action == "skip"
+    assert decide(_pod(make, labels={"gpuops.io/gpu-user": "true"}), scope="gpu").action == "evict"
+
+
+def test_a_pod_without_gpus_keeps_running_for_driver_work_but_is_evicted_by_a_drain(make):
+    assert decide(_pod(make), scope="gpu").why == "uses no GPU: left running (scope gpu)"
+    assert decide(_pod(make), scope="all").action == "evict"
+
+
+def test_daemonset_mirror_finished_and_terminating_pods_are_never_evicted_and_the_detail_says_why(make):
+    daemon = decide(_pod(make, owner="DaemonSet", gpus=1), scope="all")
+    assert daemon.action == "skip" and "its controller would put it straight back" in daemon.why
+    assert "NB: it uses GPUs" in daemon.why
+    mirror = decide(_pod(make, owner="Node", annotations={"kubernetes.io/config.mirror": "x"}), scope="all")
+    assert mirror.action == "skip" and "static (mirror) pod" in mirror.why
+    assert decide(_pod(make, gpus=1, phase="Succeeded"), scope="all").why == "finished (Succeeded): holds nothing, left alone"
+    assert decide(_pod(make, gpus=1, deleting=True), scope="all").action == "wait"
+
+
+def _node(make, annotation: str | None, *, unschedulable: bool = True) -> NodeObject:
+    return make.node("gpu-01", annotations={ANNOTATION_CORDONED_BY: annotation} if annotation else None,
+                     unschedulable=unschedulable)
+
+
+def test_the_cordon_mark_reads_back_what_gpuops_wrote_and_ignores_anything_else(make):
+    mark = CordonMark(run="run-1", by="gpuops for alice", prior_unschedulable=True, at="2025-06-07T12:00:00.000000Z")
+    assert CordonMark.of(_node(make, mark.to_text())) == mark
+    assert CordonMark.of(_node(make, "by hand")) is None
+    assert CordonMark.of(_node(make, '{"by": "someone"}')) is None
+    assert CordonMark.of(_node(make, None)) is None
+
+
+@dataclass
+class _Ctx:
+    inventory: NodeInventory | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    intent: dict[str, Any] = field(default_factory=dict)
+    dry_run: bool = False
+    now: dt.datetime = NOW
+    node: str = "gpu-h100-01"
+    window_end: dt.datetime | None = None
+
+    def node_inventory(self) -> NodeInventory | None:
+        return self.inventory
+
+
+def test_waiting_for_a_healthy_node_is_done_at_once_and_names_the_conditions(make):
+    step = WaitFor(("node-ready", "gpus-advertised", "device-plugin-ready", "validator-ready"))
+    outcome = step.advance(_Ctx(inventory=make.assess(make.node())))  # type: ignore[arg-type]
+    assert outcome == Done("holds: node-ready, gpus-advertised, device-plugin-ready, validator-ready")
+
+
+def test_a_node_that_advertises_too_few_gpus_keeps_the_step_waiting_and_says_how_many(make):
+    short = make.assess(make.node(capacity={"nvidia.com/gpu": "7"}, allocatable={"nvidia.com/gpu": "7"}))
+    step = WaitFor(("gpus-advertised",))
+    assert step.advance(_Ctx(inventory=short)) == Waiting("waiting: 7/8 GPUs advertised (7 allocatable)")  # type: ignore[arg-type]
+    # A dry run looks once and reports what it would wait for.
+    assert step.advance(_Ctx(inventory=short, dry_run=True)) == Done(  # type: ignore[arg-type]
+        "would wait, now: 7/8 GPUs advertised (7 allocatable)")
+
+
+def test_a_wait_for_an_unknown_condition_is_refused_with_the_known_ones(make):
+    with pytest.raises(StepParamsError, match="unknown condition gpus-happy; use: device-plugin-ready"):
+        WaitFor(("node-ready",)).prepare(_Ctx(params={"conditions": ["gpus-happy"]}))  # type: ignore[arg-type]
+
+
+def test_a_hold_waits_until_its_time_and_is_done_from_then_on():
+    hold = Hold()
+    intent = hold.prepare(_Ctx(params={"seconds": 90}))  # type: ignore[arg-type]
+    assert intent == {"until": "2025-06-07T12:01:30.000000Z"}
+    waiting = hold.advance(_Ctx(intent=intent))  # type: ignore[arg-type]
+    assert isinstance(waiting, Waiting) and waiting.retry_in == 90
+    assert hold.advance(_Ctx(intent=intent, now=NOW + dt.timedelta(seconds=90))) == Done(  # type: ignore[arg-type]
+        "held until 2025-06-07 12:01:30 UTC")
+    # Without a time of its own, a hold lasts until the request's window ends.
+    assert hold.prepare(_Ctx(window_end=NOW + dt.timedelta(hours=2))) == {  # type: ignore[arg-type]
+        "until": "2025-06-07T14:00:00.000000Z"}
+
+
+def _run(dry_run: bool = False) -> Run:
+    return Run(id=RunId("run-1"), request_id=RequestId("req-1"), state="failed", dry_run=dry_run, current_wave=0,
+               created_at=NOW, started_at=NOW, ended_at=NOW, halted_reason=None)
+
+
+def _step(node: str, kind: str, state: str, seq: int, detail: dict[str, Any] | None = None) -> Step:
+    return Step(id=StepId(seq), run_id=RunId("run-1"), wave=0, node=node, seq=seq, kind=kind,  # type: ignore[arg-type]
+                state=state, attempt=1, started_at=NOW, ended_at=None, detail=detail or {}, error=None)  # type: ignore[arg-type]
+
+
+def test_a_stopped_run_reports_the_nodes_it_cordoned_and_not_those_cordoned_before_it():
+    steps = [
+        _step("a", "cordon", "done", 0, {"intent": {"prior_unschedulable": False}}),
+        _step("a", "uncordon", "skipped", 1),
+        _step("b", "cordon", "done", 0, {"intent": {"prior_unschedulable": True}}),
+        _step("c", "cordon", "running", 0, {"intent": {"prior_unschedulable": False}}),
+        _step("d", "cordon", "done", 0, {"intent": {"prior_unschedulable": False}}),
+        _step("d", "uncordon", "done", 1),
+        _step("e", "cordon", "done", 0, {"intent": {"prior_unschedulable": False},
+                                         "result": {"prior_unschedulable": True, "held_by_run": "run-0"}}),
+        _step("f", "cordon", "pending", 0),
+    ]
+    assert nodes_left_cordoned(_run(), steps) == ("a", "c")
+    assert nodes_left_cordoned(_run(dry_run=True), steps) == ()
+
+
+class _OneNode:
+    """The two gateway calls the cordon step makes, on one node value."""
+
+    def __init__(self, node: NodeObject) -> None:
+        self.node = node
+        self.patches: list[str] = []
+
+    def get_node(self, name: str) -> NodeObject:
+        return self.node
+
+    def cordon_node(self, name: str, **kwargs: Any) -> NodeObject:
+        self.patches.append("cordon")
+        return self.node
+
+    def annotate_node(self, name: str, **kwargs: Any) -> NodeObject:
+        self.patches.append("annotate")
+        return self.node
+
+
+@dataclass
+class _CordonCtx(_Ctx):
+    gateway: Any = None
+    run_id: str = "run-2"
+    cordoned_by: str = "gpuops for alice"
+    unfinished: tuple[str, ...] = ()
+
+    def run_unfinished(self, run_id: str) -> bool:
+        return run_id in self.unfinished
+
+    def act(self) -> None:
+        return None
+
+
+def test_a_node_another_unfinished_run_holds_fails_the_cordon_and_is_left_untouched(make):
+    from workflows.steps import Cordon, Failed
+
+    mark = CordonMark(run="run-1", by="gpuops for bob", prior_unschedulable=False, at="x").to_text()
+    gateway = _OneNode(_node(make, mark))
+    outcome = Cordon().advance(_CordonCtx(gateway=gateway, unfinished=("run-1",)))  # type: ignore[arg-type]
+    assert isinstance(outcome, Failed) and "cordoned by gpuops run run-1 (gpuops for bob), which has not finished" in outcome.reason
+    # Left behind by a run that is over, the node is not this run's to uncordon either.
+    outcome = Cordon().advance(_CordonCtx(gateway=gateway))  # type: ignore[arg-type]
+    assert isinstance(outcome, Done) and outcome.detail == {"prior_unschedulable": True, "held_by_run": "run-1"}
+    assert gateway.patches == []
+
+
+def test_cordoning_a_node_a_human_cordoned_only_marks_it_and_remembers_it_was_cordoned(make):
+    from workflows.steps import Cordon
+
+    gateway = _OneNode(_node(make, None, unschedulable=True))
+    outcome = Cordon().advance(_CordonCtx(gateway=gateway))  # type: ignore[arg-type]
+    assert gateway.patches == ["annotate"]
+    assert outcome == Done("already cordoned by someone else: marked it, and it will stay cordoned at the end",
+                           {"prior_unschedulable": True})

@@ -1,0 +1,402 @@
+"""Every sentence a person reads about runs and steps, in one place.
+
+Step notes end up in the step's detail (shown by `/gpu request`), halted reasons in the
+run's `halted_reason`, and thread messages in the request's Slack thread through the
+outbox. Say what happened to which node, and what is left for a person to do. Nothing
+here decides anything; `workflows.steps`, `workflows.engine` and `workflows.runs` choose.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping, Sequence
+
+
+def when(at: dt.datetime) -> str:
+    return at.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _duration(span: dt.timedelta | None) -> str:
+    if span is None:
+        return "no limit"
+    seconds = int(span.total_seconds())
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
+
+
+def _list(items: Iterable[str], limit: int = 5) -> str:
+    items = list(items)
+    shown = ", ".join(items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
+def _dry(dry_run: bool) -> str:
+    return "would " if dry_run else ""
+
+
+# --- cordon and uncordon -------------------------------------------------------------------
+
+def cordoned(*, prior_unschedulable: bool, dry_run: bool) -> str:
+    if prior_unschedulable:
+        return ("already cordoned by someone else: " + ("would mark" if dry_run else "marked")
+                + " it, and it will stay cordoned at the end")
+    return "would cordon it (it was schedulable)" if dry_run else "cordoned (it was schedulable)"
+
+
+def cordon_in_place(prior_unschedulable: bool) -> str:
+    return ("this run's cordon mark is in place (it was cordoned before this run, and stays so)"
+            if prior_unschedulable else "cordoned by this run (found in place)")
+
+
+def cordoned_by_other_run(run: str, by: str) -> str:
+    return (f"already cordoned by gpuops run {run} ({by}); left to that run: this run will not "
+            "uncordon it")
+
+
+def node_in_other_run(node: str, run: str, by: str) -> str:
+    return (f"{node} is cordoned by gpuops run {run} ({by}), which has not finished; two runs must not "
+            "change one node at once. Let that run finish, or abort it, then start this one again")
+
+
+def node_changed_meanwhile(node: str) -> str:
+    return f"{node} changed while gpuops was changing it; reading it again"
+
+
+def not_ours_to_uncordon(unschedulable: bool) -> str:
+    state = "cordoned" if unschedulable else "schedulable"
+    return f"not cordoned by this run: left as it is ({state})"
+
+
+def stays_cordoned() -> str:
+    return "stays cordoned: it was cordoned before this run; only gpuops' mark was removed"
+
+
+def uncordoned(*, dry_run: bool) -> str:
+    return "would uncordon it" if dry_run else "uncordoned"
+
+
+# --- evict ------------------------------------------------------------------------------
+
+def requests_gpus(resources: Mapping[str, int]) -> str:
+    return "uses GPUs: " + ", ".join(f"{name}={n}" for name, n in sorted(resources.items()))
+
+
+def visible_devices(value: str) -> str:
+    return (f"uses GPUs without requesting them (env NVIDIA_VISIBLE_DEVICES={value}): evicted, or "
+            "the driver could not unload")
+
+
+def gpu_user_label(label: str) -> str:
+    return f"uses GPUs without requesting them (label {label}=true)"
+
+
+def already_terminating() -> str:
+    return "already terminating: waited for, not evicted"
+
+
+def finished_pod(phase: str) -> str:
+    return f"finished ({phase}): holds nothing, left alone"
+
+
+def mirror_pod() -> str:
+    return "a static (mirror) pod: the kubelet owns it, so it cannot be evicted; left alone"
+
+
+def daemonset_pod(daemonset: str, gpu: str | None) -> str:
+    text = f"DaemonSet {daemonset} pod: not evicted, its controller would put it straight back"
+    return text + (f" (NB: it {gpu})" if gpu else "")
+
+
+def drain_scope() -> str:
+    return "uses no GPU; evicted because a drain empties the node (scope all)"
+
+
+def not_a_gpu_pod() -> str:
+    return "uses no GPU: left running (scope gpu)"
+
+
+def evicted(count: int, skipped: int, *, dry_run: bool) -> str:
+    text = f"{'would evict' if dry_run else 'evicted'} {count} pod{'s' if count != 1 else ''}"
+    return text + (f"; {skipped} left alone (see detail)" if skipped else "")
+
+
+def would_evict(count: int, blocked: Mapping[str, str], skipped: int) -> str:
+    text = evicted(count, skipped, dry_run=True)
+    if blocked:
+        text += "; a PodDisruptionBudget would block " + _list(sorted(blocked)) + " right now"
+    return text
+
+
+def eviction_blocked(blocked: Mapping[str, str]) -> str:
+    pod, why = sorted(blocked.items())[0]
+    more = f" (and {len(blocked) - 1} more)" if len(blocked) > 1 else ""
+    return f"eviction of {pod}{more} is blocked by a PodDisruptionBudget: {why}"
+
+
+def eviction_blocked_timeout(node: str, blocked: Mapping[str, str], timeout: dt.timedelta | None) -> str:
+    return (f"{node}: {eviction_blocked(blocked)}; gave up after {_duration(timeout)}. Free the "
+            "budget (scale the workload up elsewhere) or move the pod by hand, then start a new run")
+
+
+def waiting_for_pods_to_go(pods: Sequence[str]) -> str:
+    return f"waiting for {_list(pods)} to terminate"
+
+
+def pods_would_not_go(pods: Sequence[str]) -> str:
+    return f"{_list(pods)} did not terminate within 2 minutes of being deleted"
+
+
+def escalated(why: str) -> str:
+    return f"deleted despite its PodDisruptionBudget (on_timeout: delete) after: {why}"
+
+
+def deleted_blocked_pods(pods: Sequence[str]) -> str:
+    return f"eviction timed out; deleted {_list(pods)} despite the budget (on_timeout: delete)"
+
+
+# --- wait-for -----------------------------------------------------------------------------
+
+def node_ready_text(ready: bool | None) -> str:
+    return {True: "node Ready", False: "node NotReady", None: "node readiness unknown"}[ready]
+
+
+def advertised_text(advertised: int, allocatable: int, expected: int | None) -> str:
+    if expected is None:
+        return f"{advertised} GPUs advertised, expected count unknown (no GFD labels)"
+    return f"{advertised}/{expected} GPUs advertised ({allocatable} allocatable)"
+
+
+def host_driver() -> str:
+    return "host driver"
+
+
+def mig_state_text(config: str | None, state: str | None) -> str:
+    return f"MIG {config or 'not configured'} ({state or 'no state'})"
+
+
+def unknown_conditions(unknown: Sequence[str], known: Sequence[str]) -> str:
+    if not unknown:
+        return "wait-for needs at least one condition: " + ", ".join(known)
+    return f"unknown condition {', '.join(unknown)}; use: {', '.join(known)}"
+
+
+def node_not_in_cache(node: str) -> str:
+    return f"{node} is not in the fleet view (not a GPU node, or deleted)"
+
+
+def conditions_hold(names: Sequence[str]) -> str:
+    return "holds: " + ", ".join(names)
+
+
+def waiting_for(unmet: Sequence[str]) -> str:
+    return "waiting: " + "; ".join(unmet)
+
+
+def would_wait_for(unmet: Sequence[str]) -> str:
+    return "would wait, now: " + "; ".join(unmet)
+
+
+def jobs_finished(selector: str) -> str:
+    return f"no pod matching {selector} runs here"
+
+
+def waiting_for_jobs(running: Sequence[str]) -> str:
+    return f"waiting for {_list(running)} to finish"
+
+
+def would_wait_for_jobs(running: Sequence[str]) -> str:
+    return f"would wait for {_list(running)} to finish"
+
+
+def jobs_still_running_continue(running: Sequence[str]) -> str:
+    return f"time is up; carrying on although {_list(running)} still run (on_timeout: continue)"
+
+
+# --- driver and MIG --------------------------------------------------------------------------
+
+def gpu_pods_in_the_way(pods: Sequence[str], change: str) -> str:
+    return (f"not {change} while GPU pods still run here: {_list(pods)} (they came back or were never "
+            "evicted; evict them, or set allow_gpu_pods)")
+
+
+def no_driver_pod(node: str) -> str:
+    return (f"{node} runs no GPU Operator driver pod (a host driver, or the operator does not manage "
+            "it): gpuops does not change host drivers")
+
+
+def driver_already_at(version: str) -> str:
+    return f"the driver pod already runs {version} and is Ready: not restarted"
+
+
+def would_restart_driver(pod: str) -> str:
+    return f"would delete driver pod {pod}; its DaemonSet would start a new one from the current template"
+
+
+def driver_deleted(pod: str) -> str:
+    return f"deleted driver pod {pod}; waiting for its DaemonSet to start a new one"
+
+
+def waiting_for_new_driver_pod() -> str:
+    return "waiting for the DaemonSet to start a new driver pod"
+
+
+def new_driver_failing(pod: str, text: str) -> str:
+    return f"the new driver pod {pod} is failing: {text}"
+
+
+def new_driver_not_ready(pod: str, text: str) -> str:
+    return f"waiting for the new driver pod {pod} to be Ready (now: {text})"
+
+
+def new_driver_wrong_version(pod: str, version: str | None, wanted: str) -> str:
+    return (f"the new driver pod {pod} runs {version or 'an unknown version'}, not {wanted}: update "
+            "the ClusterPolicy (or NVIDIADriver) driver version first")
+
+
+def driver_restarted(pod: str, version: str | None) -> str:
+    return f"new driver pod {pod} is Ready" + (f" ({version})" if version else "")
+
+
+def would_set_mig(config: str, prior: str | None) -> str:
+    return f"would set nvidia.com/mig.config to {config} (now {prior or 'unset'})"
+
+
+def mig_requested(config: str) -> str:
+    return f"asked the MIG manager for {config}; waiting for it to start"
+
+
+def mig_applied(config: str) -> str:
+    return f"MIG layout {config} applied"
+
+
+def mig_failed(node: str, config: str) -> str:
+    return f"the MIG manager on {node} reports failed for {config}"
+
+
+def mig_waiting(config: str, state: str | None) -> str:
+    return f"waiting for the MIG manager to apply {config} (state: {state or 'not started'})"
+
+
+def held_until(until: dt.datetime | None, *, dry_run: bool) -> str:
+    if until is None:
+        return "nothing to hold for (no window end)"
+    return (f"would hold until {when(until)}" if dry_run else f"held until {when(until)}")
+
+
+def holding_until(until: dt.datetime) -> str:
+    return f"holding until {when(until)}"
+
+
+# --- the engine ---------------------------------------------------------------------------------
+
+def step_label(kind: str, node: str) -> str:
+    return f"{node}: {kind}"
+
+
+def step_started(kind: str, node: str, *, dry_run: bool) -> str:
+    return f"{step_label(kind, node)} started" + (" (dry run)" if dry_run else "")
+
+
+def step_done(kind: str, node: str, note: str) -> str:
+    return f"{step_label(kind, node)} done: {note}"
+
+
+def step_failed(kind: str, node: str, reason: str) -> str:
+    return f"{step_label(kind, node)} failed: {reason}"
+
+
+def step_timed_out(timeout: dt.timedelta | None, reason: str) -> str:
+    return f"timed out after {_duration(timeout)}; last: {reason}"
+
+
+def step_resumed(kind: str, node: str, replica: str) -> str:
+    return f"{step_label(kind, node)} resumed by {replica} after a restart or lease change; checking the cluster first"
+
+
+def api_refused(error: str) -> str:
+    return f"the Kubernetes API refused: {error}"
+
+
+def api_unreachable(error: str) -> str:
+    return f"the Kubernetes API did not answer: {error}; trying again"
+
+
+def bad_params(error: str) -> str:
+    return f"the plan's parameters for this step cannot be used: {error}"
+
+
+def run_started(run_id: str, request_id: str, nodes: int, waves: int, *, dry_run: bool) -> str:
+    what = "Dry run" if dry_run else "Run"
+    return (f"{what} {run_id} of {request_id} started: {nodes} node{'s' if nodes != 1 else ''} in "
+            f"{waves} wave{'s' if waves != 1 else ''}")
+
+
+def run_created(run_id: str, request_id: str, *, dry_run: bool) -> str:
+    return f"{'Dry run' if dry_run else 'Run'} {run_id} of {request_id} is queued for the engine"
+
+
+def wave_started(index: int, nodes: Sequence[str]) -> str:
+    return f"wave {index + 1} started: {_list(nodes)}"
+
+
+def run_succeeded(run_id: str, *, dry_run: bool, left_cordoned: Sequence[str]) -> str:
+    text = f"{'Dry run' if dry_run else 'Run'} {run_id} finished: every step done"
+    if left_cordoned:
+        text += f". Still cordoned, as they were before the run: {_list(left_cordoned)}"
+    return text
+
+
+def halted(node: str, kind: str, reason: str, *, left_cordoned: Sequence[str]) -> str:
+    text = f"{node}: {kind} failed: {reason}. The run stopped; no further steps or waves"
+    return text + "." + _left_cordoned(left_cordoned)
+
+
+def halted_elsewhere(node: str) -> str:
+    return f"stopped because {node} failed"
+
+
+def _left_cordoned(nodes: Sequence[str]) -> str:
+    if not nodes:
+        return " No node is left cordoned by this run."
+    return (f" Left cordoned by this run: {_list(nodes, limit=20)} (uncordon by hand once you "
+            "have checked them).")
+
+
+def run_paused(run_id: str, actor: str) -> str:
+    return f"{actor} paused {run_id}: steps in flight finish, nothing new starts"
+
+
+def run_resumed(run_id: str, actor: str) -> str:
+    return f"{actor} resumed {run_id}"
+
+
+def run_aborted(run_id: str, actor: str, *, left_cordoned: Sequence[str]) -> str:
+    return (f"{actor} aborted {run_id}: nothing more will be done and nodes are left as they "
+            "are." + _left_cordoned(left_cordoned))
+
+
+def aborted_step(actor: str) -> str:
+    return f"aborted by {actor}"
+
+
+# --- refusals (shown verbatim to the person who tried) ---------------------------------------------
+
+def unknown_run(run_id: str, closest: Sequence[str]) -> str:
+    if closest:
+        return f"No run {run_id}. Did you mean {' or '.join(closest)}?"
+    return f"No run {run_id}."
+
+
+def cannot_control(run_id: str, action: str, state: str) -> str:
+    return f"{run_id} is {state}: it cannot be {action}"
+
+
+def request_not_runnable(request_id: str, state: str) -> str:
+    return f"{request_id} is {state}: only an approved or scheduled request can start a run"
+
+
+def already_running(request_id: str) -> str:
+    return f"{request_id} already has a run in progress"

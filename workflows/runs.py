@@ -1,0 +1,252 @@
+"""Runs as people control them: start an approved request's run, pause, resume, abort,
+and read a run back with its steps and the nodes it left cordoned.
+
+`RunService` writes; the engine (`workflows.engine`, on the replica holding the lease)
+executes. Every change here is one transaction: the run's compare-and-set transition,
+the request's, the steps it ends, an audit row and an outbox message for the request's
+thread. The engine notices a change on its next look at the database (within its
+`control_check` period), at once when it runs in this process and `wake` is given.
+
+- `start`: an approved (or scheduled) request becomes `running` and gets a `pending` run
+  whose steps are the plan's (`Plan.new_steps()`), each stored with detail
+  `{"params": ...}`. The engine adds `intent` when a step starts and `note`/`result` when
+  it ends.
+- `pause`: the engine lets steps in flight finish and starts nothing new.
+- `resume`: back to running.
+- `abort`: stop now and leave every node as it is; pending steps become `skipped`,
+  steps in flight `failed` ("aborted by ..."), and the reply names the nodes this run
+  left cordoned. An API call already on the wire when the abort lands still completes.
+
+Roles: starting needs the operator role for the pool, unless the scheduler (`actor`
+None) starts it; pause, resume and abort need the operator role for the pool.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import difflib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from storage import audit, outbox
+from storage import requests as stored_requests
+from storage import runs as stored_runs
+from storage import steps as stored_steps
+from storage.audit import AuditEntry
+from storage.database import Database
+from storage.ids import RequestId, RunId
+from storage.requests import Request
+from storage.runs import Run, RunState
+from storage.steps import NewStep, Step
+from workflows import run_messages as say
+from workflows.access import Actor, Role, require
+from workflows.plans import plan_from_json
+
+
+class RunRefused(Exception):
+    """The action was refused; the message is one sentence for the person who tried."""
+
+
+class UnknownRun(RunRefused):
+    def __init__(self, run_id: str, closest: Sequence[str]) -> None:
+        super().__init__(say.unknown_run(run_id, closest))
+        self.run_id = run_id
+        self.closest = tuple(closest)
+
+
+@dataclass(frozen=True)
+class RunView:
+    run: Run
+    request_id: RequestId
+    pool: str
+    kind: str
+    steps: tuple[Step, ...]
+    # Nodes this run cordoned (or may have: a cordon in flight) and has not uncordoned.
+    left_cordoned: tuple[str, ...]
+
+    @property
+    def id(self) -> RunId:
+        return self.run.id
+
+    @property
+    def state(self) -> RunState:
+        return self.run.state
+
+
+def step_note(step: Step) -> str | None:
+    detail = step.detail if isinstance(step.detail, dict) else {}
+    note = detail.get("note")
+    return str(note) if note is not None else None
+
+
+def step_intent(step: Step) -> dict[str, Any]:
+    detail = step.detail if isinstance(step.detail, dict) else {}
+    intent = detail.get("intent")
+    return intent if isinstance(intent, dict) else {}
+
+
+def step_params(step: Step) -> dict[str, Any]:
+    detail = step.detail if isinstance(step.detail, dict) else {}
+    params = detail.get("params")
+    return params if isinstance(params, dict) else {}
+
+
+def nodes_left_cordoned(run: Run, steps: Sequence[Step]) -> tuple[str, ...]:
+    """Nodes whose cordon by this run happened (or was in flight) and that this run has
+    not uncordoned. A dry run cordons nothing; a node cordoned before the run is not
+    counted (it was never this run's to uncordon)."""
+    if run.dry_run:
+        return ()
+    left = []
+    for step in steps:
+        if step.kind != "cordon" or step.state not in ("running", "done"):
+            continue
+        intent = step_intent(step)
+        result = (step.detail or {}).get("result") if isinstance(step.detail, dict) else None
+        prior = (result or {}).get("prior_unschedulable", intent.get("prior_unschedulable"))
+        if prior or "other_mark" in intent or (result or {}).get("held_by_run"):
+            continue
+        uncordoned = any(s.node == step.node and s.kind == "uncordon" and s.state == "done" for s in steps)
+        if not uncordoned:
+            left.append(step.node)
+    return tuple(sorted(set(left)))
+
+
+class RunService:
+    """Runs on one database connection (one per thread, see `storage.database`)."""
+
+    def __init__(self, db: Database, *, wake: Callable[[], None] | None = None) -> None:
+        self._db = db
+        self._wake = wake or (lambda: None)
+
+    # -------------------------------------------------------------- actions
+
+    def start(self, request_id: str, *, dry_run: bool, now: dt.datetime,
+              actor: Actor | None = None) -> RunView:
+        """Queue a run of an approved request's plan for the engine."""
+        with self._db.transaction():
+            request = self._request(RequestId(request_id))
+            if actor is not None:
+                require(actor, Role.OPERATOR, action="Starting a run", pool=request.pool)
+            if request.state not in ("approved", "scheduled"):
+                raise RunRefused(say.request_not_runnable(request.id, request.state))
+            plan = plan_from_json(request.plan)  # type: ignore[arg-type]
+            run = stored_runs.create(self._db, request_id=request.id, dry_run=dry_run, at=now)
+            if run is None:
+                raise RunRefused(say.already_running(request.id))
+            if not stored_requests.transition(self._db, id=request.id, expected=request.state,
+                                              new="running", at=now):
+                raise RunRefused(say.request_not_runnable(request.id, "changing"))
+            stored_steps.add(self._db, run_id=run.id, steps=[
+                NewStep(wave=s.wave, node=s.node, seq=s.seq, kind=s.kind, detail={"params": s.detail})
+                for s in plan.new_steps()])
+            who = actor.user_id if actor else audit.GPUOPS_ACTOR
+            audit.append(self._db, actor=who, k8s_identity=None, action="run.created", target=request.pool,
+                         at=now, request_id=request.id, run_id=run.id, before=request.state, after="running",
+                         detail={"dry_run": dry_run, "plan_hash": request.plan_hash,
+                                 "nodes": list(plan.nodes), "waves": len(plan.waves)})
+            self._notify(request, run.id, event="run.created", state="pending", now=now,
+                         dedupe=f"{run.id}/created", text=say.run_created(run.id, request.id, dry_run=dry_run))
+        self._wake()
+        return self.get(run.id)
+
+    def pause(self, actor: Actor, run_id: str, *, now: dt.datetime) -> RunView:
+        return self._control(actor, run_id, now=now, action="paused", expected=("pending", "running"),
+                             new="paused", text=lambda run: say.run_paused(run.id, actor.name))
+
+    def resume(self, actor: Actor, run_id: str, *, now: dt.datetime) -> RunView:
+        return self._control(actor, run_id, now=now, action="resumed", expected=("paused",),
+                             new="running", text=lambda run: say.run_resumed(run.id, actor.name))
+
+    def abort(self, actor: Actor, run_id: str, *, now: dt.datetime) -> RunView:
+        return self._control(actor, run_id, now=now, action="aborted",
+                             expected=("pending", "running", "paused"), new="aborted", text=None)
+
+    # -------------------------------------------------------------- reading
+
+    def get(self, run_id: str) -> RunView:
+        run = stored_runs.get(self._db, id=RunId(run_id))
+        if run is None:
+            raise UnknownRun(run_id, self._closest(run_id))
+        return self._view(run)
+
+    def for_request(self, request_id: str) -> list[RunView]:
+        return [self._view(r) for r in stored_runs.for_request(self._db, request_id=RequestId(request_id))]
+
+    def unfinished(self) -> list[RunView]:
+        return [self._view(r) for r in stored_runs.unfinished(self._db)]
+
+    def recent_audit(self, n: int) -> list[AuditEntry]:
+        """The newest `n` audit rows, newest first."""
+        return audit.recent(self._db, n)
+
+    def request_audit(self, request_id: str) -> list[AuditEntry]:
+        """Everything recorded about one request (its runs included), oldest first."""
+        return audit.for_request(self._db, RequestId(request_id))
+
+    # -------------------------------------------------------------- privately
+
+    def _control(self, actor: Actor, run_id: str, *, now: dt.datetime, action: str,
+                 expected: tuple[RunState, ...], new: RunState,
+                 text: Callable[[Run], str] | None) -> RunView:
+        with self._db.transaction():
+            run = stored_runs.get(self._db, id=RunId(run_id))
+            if run is None:
+                raise UnknownRun(run_id, self._closest(run_id))
+            request = self._request(run.request_id)
+            require(actor, Role.OPERATOR, action=f"A run being {action}", pool=request.pool)
+            if run.state not in expected:
+                raise RunRefused(say.cannot_control(run.id, action, run.state))
+            reason: str | None = None
+            if new == "aborted":
+                steps = stored_steps.for_run(self._db, run_id=run.id)
+                left = nodes_left_cordoned(run, steps)
+                reason = say.run_aborted(run.id, actor.name, left_cordoned=left)
+                for step in steps:
+                    if step.state == "pending":
+                        stored_steps.transition(self._db, id=step.id, expected="pending", new="skipped", at=now)
+                    elif step.state == "running":
+                        stored_steps.transition(self._db, id=step.id, expected="running", new="failed", at=now,
+                                                error=say.aborted_step(actor.name))
+                stored_requests.transition(self._db, id=request.id, expected=("running", "scheduled", "approved"),
+                                           new="failed", at=now)
+            if not stored_runs.transition(self._db, id=run.id, expected=run.state, new=new, at=now,
+                                          halted_reason=reason):
+                raise RunRefused(say.cannot_control(run.id, action, "changing"))
+            message = reason if reason is not None else text(run)  # type: ignore[misc]
+            entry = audit.append(self._db, actor=actor.user_id, k8s_identity=None, action=f"run.{action}",
+                                 target=request.pool, at=now, request_id=request.id, run_id=run.id,
+                                 before=run.state, after=new, detail={"text": message})
+            self._notify(request, run.id, event=f"run.{action}", state=new, now=now,
+                         dedupe=f"{run.id}/{action}/{entry.seq}", text=message)
+        self._wake()
+        return self.get(run_id)
+
+    def _request(self, request_id: RequestId) -> Request:
+        request = stored_requests.get(self._db, id=request_id)
+        if request is None:
+            closest = difflib.get_close_matches(request_id, stored_requests.known_ids(self._db), n=3, cutoff=0.6)
+            raise RunRefused(say.unknown_run(request_id, closest))
+        return request
+
+    def _closest(self, run_id: str) -> list[str]:
+        # NB: read-only; storage has no "recent run ids" function of its own.
+        known = [row["id"] for row in self._db.query("SELECT id FROM runs ORDER BY created_at DESC LIMIT 1000")]
+        return difflib.get_close_matches(run_id, known, n=3, cutoff=0.6)
+
+    def _view(self, run: Run) -> RunView:
+        request = stored_requests.get(self._db, id=run.request_id)
+        steps = tuple(stored_steps.for_run(self._db, run_id=run.id))
+        return RunView(run=run, request_id=run.request_id, pool=request.pool if request else "?",
+                       kind=request.kind if request else "?", steps=steps,
+                       left_cordoned=nodes_left_cordoned(run, steps))
+
+    def _notify(self, request: Request, run_id: RunId, *, event: str, state: str, text: str,
+                now: dt.datetime, dedupe: str) -> None:
+        if request.channel is None:
+            return
+        outbox.enqueue(self._db, channel=request.channel, thread_ts=request.thread_ts, kind="post", at=now,
+                       dedupe_key=dedupe,
+                       payload={"event": event, "request_id": request.id, "run_id": run_id,
+                                "pool": request.pool, "kind": request.kind, "state": state, "text": text})
