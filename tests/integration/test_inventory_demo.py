@@ -13,7 +13,7 @@ from bot.render_text import render_text
 from commands.catalog import dispatch
 from commands.services import Services
 from testenv.install import wait_until
-from workflows.kube import Forbidden, KubeGateway
+from workflows.kube import Forbidden, KubeGateway, TooManyRequests
 
 pytestmark = pytest.mark.controlplane
 
@@ -124,11 +124,21 @@ def test_the_bots_service_account_reads_the_fleet_with_only_its_cluster_role(dem
     wait_until(readable, timeout=30, what="the ClusterRoleBinding to take effect")
     fleet = fleet_cache(user="bot").fleet(_now())
     assert fleet.nodes["training-a-10"].driver.owner == "conflict"
-    # Reading is all it can do: no Secrets, no deleting pods.
+    # What a run does is allowed (here as dry runs: nothing changes)...
+    node = bot.get_node("serving-a-03")
+    bot.cordon_node("serving-a-03", annotations={"gpuops.io/cordoned-by": "{}"},
+                    resource_version=node.resource_version, dry_run=True)
+    replica = next(p for p in installer.list("Pod", namespace="serving"))
+    with pytest.raises(TooManyRequests):  # allowed, and refused by the PDB, as it should be
+        bot.evict_pod("serving", replica["metadata"]["name"], uid=replica["metadata"]["uid"], dry_run=True)
+    bot.create_lease("gpuops", "rbac-probe", holder="probe", duration_seconds=15, at=_now(), dry_run=True)
+    assert not installer.get({"kind": "Node", "metadata": {"name": "serving-a-03"}})["spec"].get("unschedulable")
+    # ...and nothing more: no Secrets, no changing workloads, no Leases elsewhere.
     with pytest.raises(Forbidden):
         bot.list("/api/v1/secrets")
-    replica = next(p for p in installer.list("Pod", namespace="serving"))
     with pytest.raises(Forbidden):
-        bot.request("DELETE", f"/api/v1/namespaces/serving/pods/{replica['metadata']['name']}")
+        bot.request("DELETE", "/apis/apps/v1/namespaces/serving/deployments/llm-serving")
+    with pytest.raises(Forbidden):
+        bot.create_lease("kube-system", "rbac-probe", holder="probe", duration_seconds=15, at=_now(), dry_run=True)
 
 
