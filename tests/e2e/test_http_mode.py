@@ -4,7 +4,6 @@ answers afterwards through the fake Web API and response_urls."""
 from __future__ import annotations
 
 import json
-import statistics
 import time
 
 from bot.slack_app import WORKERS
@@ -52,7 +51,8 @@ def test_a_signed_status_command_is_acked_empty_and_answered_on_its_response_url
     assert "serving-a" in text_of(post.body["blocks"])
 
 
-def test_the_ack_returns_while_the_command_is_still_working_and_within_100_ms(http_bot, fleet_source):
+def test_the_ack_returns_while_the_command_is_still_working(http_bot, fleet_source):
+    # How fast the ack comes is measured by `make bench` (tests/bench/test_ack_latency.py).
     fleet_source.hold()
     url, _, answer = slash(http_bot, "status")
     assert answer.status == 200 and fleet_source.reading.wait(5)
@@ -60,15 +60,14 @@ def test_the_ack_returns_while_the_command_is_still_working_and_within_100_ms(ht
     fleet_source.released.set()
     assert http_bot.slack.wait_for_response(url).ok
 
-    timings = [slash(http_bot, "help")[2].seconds for _ in range(5)]
-    assert statistics.median(timings) < 0.1, timings
-
 
 def test_acks_keep_coming_while_every_worker_is_busy(http_bot, fleet_source):
     fleet_source.hold()
     sent = [slash(http_bot, "status") for _ in range(WORKERS + 2)]
 
-    assert all(answer.status == 200 and answer.seconds < 1 for _, _, answer in sent)
+    # Every ack came back while every worker was still held on the fleet.
+    assert all(answer.status == 200 for _, _, answer in sent)
+    assert not any(http_bot.slack.response_posts(url) for url, _, _ in sent)
     fleet_source.released.set()
     http_bot.deliveries.wait_for(lambda ds: len(ds) == WORKERS + 2)
     assert all(http_bot.slack.response_posts(url) for url, _, _ in sent)
