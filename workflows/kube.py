@@ -374,16 +374,23 @@ class KubeGateway:
     # --- writes ------------------------------------------------------------------------
     # Every write takes `dry_run`: the API server then authorises, validates and admits it
     # (RBAC, webhooks, PodDisruptionBudgets) but persists nothing (query dryRun=All). Each
-    # write is logged at INFO as "mutation: <what> <target>" before it is sent, so the log
-    # says exactly what gpuops asked of the cluster.
+    # write is logged at INFO as "mutation: <what> <target>" before it is sent, and as
+    # "mutation refused: ..." when the server refused it, so the log says exactly what
+    # gpuops changed in the cluster.
 
     def _mutate(self, what: str, target: str, method: str, path: str, *, body: Any, dry_run: bool,
                 content_type: str = "application/json", retry_too_many: bool = True,
                 quiet: bool = False) -> Json:
         query: list[tuple[str, Any]] = [("dryRun", "All")] if dry_run else []
-        (log.debug if quiet else log.info)("mutation: %s %s%s", what, target, " (dry run)" if dry_run else "")
-        return self.request(method, path, query=query, body=body, content_type=content_type,
-                            retry_too_many=retry_too_many)
+        say = log.debug if quiet else log.info
+        say("mutation: %s %s%s", what, target, " (dry run)" if dry_run else "")
+        try:
+            return self.request(method, path, query=query, body=body, content_type=content_type,
+                                retry_too_many=retry_too_many)
+        except KubeError as err:
+            # The server refused it (a conflict, a PDB): nothing was changed.
+            say("mutation refused: %s %s (%s %s)", what, target, err.status, err.reason)
+            raise
 
     def _patch_node(self, what: str, name: str, *, unschedulable: bool | None = None,
                     labels: Mapping[str, str | None] | None = None,

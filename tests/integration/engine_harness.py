@@ -178,7 +178,17 @@ def running_ready(pod: dict[str, Any]) -> bool:
 
 def mutations(log_text: str) -> list[str]:
     """The writes a gateway logged ("cordon node x", "evict pod ns/name uid=..."), in order."""
-    return [line.split("mutation: ", 1)[1].strip() for line in log_text.splitlines() if "mutation: " in line]
+    done: list[str] = []
+    for line in log_text.splitlines():
+        if "mutation: " in line:
+            done.append(line.split("mutation: ", 1)[1].strip())
+        elif "mutation refused: " in line:  # the server changed nothing: not a write
+            refused = line.split("mutation refused: ", 1)[1].rsplit(" (", 1)[0].strip()
+            for index in range(len(done) - 1, -1, -1):
+                if done[index] == refused:
+                    del done[index]
+                    break
+    return done
 
 
 def thread_messages(db: Database) -> list[dict[str, Any]]:

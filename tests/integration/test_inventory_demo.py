@@ -142,3 +142,24 @@ def test_the_bots_service_account_reads_the_fleet_with_only_its_cluster_role(dem
         bot.create_lease("kube-system", "rbac-probe", holder="probe", duration_seconds=15, at=_now(), dry_run=True)
 
 
+
+
+def test_the_handover_checklist_on_the_demo_fleet_lists_each_special_node(demo_fleet, fleet_cache, tmp_path):
+    from commands.handover import render_checklist
+    from storage.database import open_database
+    from workflows.handover_service import HandoverService
+
+    now = _now()
+    rotation = CONFIG.rotations[0]
+    service = HandoverService(open_database(tmp_path / "gpuops.db"), CONFIG)
+    checklist = service.checklist(rotation, rotation.current_shift(now), fleet=fleet_cache().fleet(now), now=now)
+    text = render_text(render_checklist(checklist, rotation.checklist_template))
+
+    action = " ".join(item.text for item in checklist.needs_action)
+    for node in ("serving-a-05", "training-a-10"):  # fewer GPUs; two driver sources
+        assert node in action, node
+    assert "training-a-03" in text  # cordoned by a person
+    assert "training-a" in action or "training-a" in " ".join(i.text for i in checklist.for_information)
+    assert "v26.7.0" in text and "#gpu-platform" in text
+    # Items needing action come before everything else.
+    assert text.index("serving-a-05") < text.index("training-a-03")

@@ -6,11 +6,12 @@ from __future__ import annotations
 import threading
 
 import pytest
-from kubernetes import client, watch
+from kubernetes import client
 
 from testenv import fleet as fl
 from testenv.install import wait_until
 from testenv.summary import advertised
+from workflows.kube import NODES, KubeGateway
 from tests.integration import observe
 
 pytestmark = pytest.mark.controlplane
@@ -18,29 +19,34 @@ pytestmark = pytest.mark.controlplane
 class _AdvertisedHistory:
     """Records every GPU count a node advertised, from a watch (no polling gaps)."""
 
-    def __init__(self, api: client.ApiClient, node: str) -> None:
+    def __init__(self, kubeconfig, node: str) -> None:
         self.values: list[int] = []
-        self._watch = watch.Watch()
-        self._api = client.CoreV1Api(api)
+        self._gateway = KubeGateway.connect(kubeconfig=kubeconfig)
         self._node = node
-        self._started = threading.Event()
+        self._stop = threading.Event()
+        self._response = None
+        listed = self._gateway.list(NODES, field_selector=f"metadata.name={node}")
+        self._version = listed.resource_version
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
-        self._started.wait(10)
 
     def _run(self) -> None:
-        listed = self._api.listnode(field_selector=f"metadata.name={self._node}")
-        self._started.set()
-        try:
-            for event in self._watch.stream(self._api.list_node, field_selector=f"metadata.name={self._node}",
-                                            resource_version=listed.metadata.resource_version,
-                                            timeout_seconds=120):
-                self.values.append(advertised(event["raw_object"]))
-        except Exception:  # noqa: BLE001 - the stream ends when the test stops it
-            pass
+        while not self._stop.is_set():
+            try:
+                for event in self._gateway.watch(NODES, resource_version=self._version, timeout_seconds=60,
+                                                 field_selector=f"metadata.name={self._node}",
+                                                 on_open=lambda r: setattr(self, "_response", r)):
+                    self._version = event.object["metadata"]["resourceVersion"]
+                    if event.type != "BOOKMARK":
+                        self.values.append(advertised(event.object))
+            except Exception:  # noqa: BLE001 - resume from the last version seen
+                if self._stop.wait(0.2):
+                    return
 
     def stop(self) -> None:
-        self._watch.stop()
+        self._stop.set()
+        if self._response is not None:
+            self._response.shutdown()
 
 
 def test_deleting_a_driver_pod_recreates_it_and_the_node_re_advertises_its_gpus(demo_fleet):
@@ -48,7 +54,7 @@ def test_deleting_a_driver_pod_recreates_it_and_the_node_re_advertises_its_gpus(
     node = "serving-a-04"
     (old,) = observe.operand_pods(installer, node, "nvidia-driver-daemonset")
     assert advertised(observe.node(installer, node)) == 8
-    history = _AdvertisedHistory(demo_fleet.api_client(), node)
+    history = _AdvertisedHistory(demo_fleet.kubeconfig, node)
 
     installer.delete(old)
 
@@ -127,7 +133,7 @@ def test_a_mig_profile_change_goes_pending_then_advertises_the_new_layout(demo_f
     installer = demo_fleet.installer()
     core = client.CoreV1Api(demo_fleet.api_client())
     node = "inference-mig-06"
-    core.patchnode(node, {"metadata": {"labels": {"nvidia.com/mig.config": "all-3g.40gb"}}})
+    core.patch_node(node, {"metadata": {"labels": {"nvidia.com/mig.config": "all-3g.40gb"}}})
     try:
         wait_until(lambda: observe.node(installer, node)["status"]["capacity"].get("nvidia.com/mig-3g.40gb") == "16",
                    timeout=60, what=f"{node} to advertise 16 x 3g.40gb")
@@ -139,7 +145,7 @@ def test_a_mig_profile_change_goes_pending_then_advertises_the_new_layout(demo_f
         assert "nvidia.com/mig-1g.10gb" not in after["status"]["capacity"]
         assert labels["nvidia.com/gpu.deploy.device-plugin"] == "true"
     finally:
-        core.patchnode(node, {"metadata": {"labels": {"nvidia.com/mig.config": "all-1g.10gb"}}})
+        core.patch_node(node, {"metadata": {"labels": {"nvidia.com/mig.config": "all-1g.10gb"}}})
         wait_until(lambda: observe.node(installer, node)["status"]["capacity"].get("nvidia.com/mig-1g.10gb") == "56",
                    timeout=60, what=f"{node} to return to all-1g.10gb")
 
@@ -148,7 +154,7 @@ def test_a_stuck_mig_change_pauses_operands_and_advertises_nothing(demo_fleet):
     installer = demo_fleet.installer()
     core = client.CoreV1Api(demo_fleet.api_client())
     node = "inference-mig-05"
-    core.patchnode(node, {"metadata": {"annotations": {fl.ANN_MIG_STUCK: "true"},
+    core.patch_node(node, {"metadata": {"annotations": {fl.ANN_MIG_STUCK: "true"},
                                         "labels": {"nvidia.com/mig.config": "all-2g.20gb"}}})
     try:
         wait_until(lambda: observe.node(installer, node)["metadata"]["labels"].get(
@@ -157,7 +163,7 @@ def test_a_stuck_mig_change_pauses_operands_and_advertises_nothing(demo_fleet):
         wait_until(lambda: advertised(observe.node(installer, node)) == 0, timeout=30, what=f"{node} to advertise 0")
         assert observe.node(installer, node)["metadata"]["labels"]["nvidia.com/mig.config.state"] == "pending"
     finally:
-        core.patchnode(node, {"metadata": {"annotations": {fl.ANN_MIG_STUCK: None},
+        core.patch_node(node, {"metadata": {"annotations": {fl.ANN_MIG_STUCK: None},
                                             "labels": {"nvidia.com/mig.config": "all-1g.10gb"}}})
         wait_until(lambda: observe.node(installer, node)["status"]["capacity"].get("nvidia.com/mig-1g.10gb") == "56",
                    timeout=60, what=f"{node} to recover")
