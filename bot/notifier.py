@@ -269,6 +269,10 @@ class Notifier:
         # not sent (a burst of step updates becomes one chat.update).
         self._cards: OrderedDict[tuple[str, str], str] = OrderedDict()
         self._paused_until: dt.datetime | None = None
+        # Passes the thread finished and whether it now waits for a wake-up (for tests).
+        self._idle = threading.Condition()
+        self._passes = 0
+        self._waiting = False
 
     # -------------------------------------------------------------- the thread
     def notify(self) -> None:
@@ -298,6 +302,21 @@ class Notifier:
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
+    def wait_until_idle(self, *, after_passes: int = 0, timeout: float = 5.0) -> int:
+        """Wait until the thread has nothing due and sleeps until woken (after at least
+        `after_passes` idle waits); returns how many idle waits it began so far."""
+        with self._idle:
+            if not self._idle.wait_for(lambda: self._waiting and self._passes > after_passes, timeout=timeout):
+                raise TimeoutError(f"the notifier is not idle after {self._passes} idle waits")
+            return self._passes
+
+    def _set_idle(self, waiting: bool) -> None:
+        with self._idle:
+            self._waiting = waiting
+            if waiting:
+                self._passes += 1
+            self._idle.notify_all()
+
     def _loop(self) -> None:
         try:
             while not self._stop.is_set():
@@ -308,7 +327,9 @@ class Notifier:
                     log.exception("a notifier pass failed; trying again in %.0f s", self._retry_every)
                     busy = False
                 if not busy:
+                    self._set_idle(True)
                     self._wake.wait(self._retry_every)
+                    self._set_idle(False)
         finally:
             self._host.database.close()
 
@@ -324,24 +345,28 @@ class Notifier:
         db = self._host.database.get()
         claimed = outbox.claim_pending(db, limit=self._batch, now=now, lease=CLAIM_LEASE)
         for index, message in enumerate(claimed):
-            stop_why = self._why_stop(message)
+            if message.claimed_until is not None and self._clock() >= message.claimed_until:
+                # Our claim on it (and on the rest, claimed together) ran out: another
+                # notifier may hold them now, so they are neither sent nor touched.
+                log.warning("the notifier's claim on %d outbox messages ran out before they were sent; "
+                            "they go out in a later pass", len(claimed) - index)
+                break
+            stop_why = self._why_stop()
             if stop_why is not None:
+                # Still ours: hand them back now rather than when the claim runs out.
                 for rest in claimed[index:]:
                     self._release(db, rest, stop_why, retry_at=self._paused_until or self._clock())
                 break
             self._deliver_one(db, message)
         return len(claimed)
 
-    def _why_stop(self, message: OutboxMessage) -> str | None:
+    def _why_stop(self) -> str | None:
         if self._stop.is_set():
             return "the notifier is stopping"
         if not self._gate():
             return "this replica no longer holds the engine lease"
-        now = self._clock()
-        if self._paused_until is not None and now < self._paused_until:
+        if self._paused_until is not None and self._clock() < self._paused_until:
             return "Slack asked to wait (rate limited)"
-        if message.claimed_until is not None and now >= message.claimed_until:
-            return "its claim ran out before it was sent"
         return None
 
     def _release(self, db: Database, message: OutboxMessage, why: str, *, retry_at: dt.datetime) -> None:

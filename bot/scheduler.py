@@ -40,7 +40,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
 from commands.services import FleetSource
-from storage import idempotency
+from storage import idempotency, outbox
 from storage.database import PerThreadDatabase
 from workflows.config import GpuopsConfig
 from workflows.handover_service import HandoverService
@@ -54,6 +54,9 @@ MINUTE = dt.timedelta(minutes=1)
 HOUR = dt.timedelta(hours=1)
 # Longer than any redelivery Slack makes (minutes) and than a button is likely clicked twice.
 IDEMPOTENCY_KEEP = dt.timedelta(days=7)
+# Sent messages are kept a month: long enough that a dedupe key freed by pruning is never
+# enqueued again by the request or handover that made it.
+OUTBOX_KEEP = dt.timedelta(days=30)
 WORKERS = 4
 RUNNABLE_STATES = ("approved", "scheduled")
 
@@ -251,6 +254,12 @@ def prune_idempotency(host: LeaderHost, now: dt.datetime) -> None:
         log.info("forgot %d delivery keys older than %s", forgotten, _every(IDEMPOTENCY_KEEP))
 
 
+def prune_outbox(host: LeaderHost, now: dt.datetime) -> None:
+    forgotten = outbox.prune_sent(host.database.get(), older_than=now - OUTBOX_KEEP)
+    if forgotten:
+        log.info("forgot %d sent messages older than %s", forgotten, _every(OUTBOX_KEEP))
+
+
 def leader_jobs(host: LeaderHost) -> list[Job]:
     """The leader's jobs over `host`'s database (each job thread on its own connection)."""
     return [
@@ -258,4 +267,5 @@ def leader_jobs(host: LeaderHost) -> list[Job]:
         Job("expiry", MINUTE, lambda now: expire_requests(host, now)),
         Job("window-starts", MINUTE, lambda now: start_window_runs(host, now)),
         Job("idempotency", HOUR, lambda now: prune_idempotency(host, now)),
+        Job("outbox", HOUR, lambda now: prune_outbox(host, now)),
     ]

@@ -316,8 +316,10 @@ class Leadership:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._cond = threading.Condition()
-        # How many terms this replica led, and whether it leads now: for logs and tests.
+        # How many terms this replica led, whether it leads now, and how often the
+        # supervisor looked at the lease: for logs and tests.
         self.terms = 0
+        self.checks = 0
         self._leading = False
 
     # -------------------------------------------------------------- control
@@ -363,10 +365,13 @@ class Leadership:
         with self._lock:
             return list(self._workers)
 
-    def wait_until(self, leading: bool, *, terms: int | None = None, timeout: float = 5.0) -> None:
-        """Wait until this replica leads (or not), after `terms` terms if given."""
+    def wait_until(self, leading: bool, *, terms: int | None = None, checks: int | None = None,
+                   timeout: float = 5.0) -> None:
+        """Wait until this replica leads (or not), after `terms` terms and `checks`
+        looks at the lease if given."""
         def reached() -> bool:
-            return self._leading == leading and (terms is None or self.terms >= terms)
+            return (self._leading == leading and (terms is None or self.terms >= terms)
+                    and (checks is None or self.checks >= checks))
 
         with self._cond:
             if not self._cond.wait_for(reached, timeout=timeout):
@@ -385,6 +390,9 @@ class Leadership:
                     self._end_term("the engine lease was lost")
             except Exception:  # noqa: BLE001 - the supervisor must outlive any worker's bug
                 log.exception("leadership could not start or stop the leader's work")
+            with self._cond:
+                self.checks += 1
+                self._cond.notify_all()
             self._poke.wait(self._check_every)
 
     def _begin_term(self) -> None:
@@ -416,13 +424,14 @@ class Leadership:
                 worker.stop()
             except Exception:  # noqa: BLE001
                 log.exception("stopping the %s failed", worker.name)
+        for worker in workers:  # then wait for the action each may have in hand
+            join = getattr(worker, "join", None)
+            if join is not None and not join(self.STOP_WAIT):
+                log.warning("the %s is still finishing its last action", worker.name)
         with self._cond:
             was = self._leading
             self._leading = False
             self._cond.notify_all()
         if was:
-            log.warning("%s stopped the engine, scheduler and notifier: %s", self.identity, why)
-        for worker in workers:
-            join = getattr(worker, "join", None)
-            if join is not None and not join(self.STOP_WAIT):
-                log.warning("the %s is still finishing its last action", worker.name)
+            log.log(logging.INFO if self._stop.is_set() else logging.WARNING,
+                    "%s stopped the engine, scheduler and notifier: %s", self.identity, why)

@@ -1,0 +1,38 @@
+"""`gpuops run`'s composition on a real API server (the local control plane): two
+replicas built as `gpuops run` builds them elect one leader through the Kubernetes
+Lease; the leader runs the engine, the scheduler and the notifier, the other runs none
+of them, and when the leader stops (handing the lease back) the other takes over."""
+
+from __future__ import annotations
+
+import pytest
+
+from bot.slack_api import web_client
+from bot.wiring import build_runtime
+
+pytestmark = pytest.mark.controlplane
+
+
+def test_of_two_replicas_only_the_lease_holder_runs_the_leaders_work_and_the_other_takes_over_when_it_stops(
+        cluster, config, slack, tmp_path, monkeypatch):
+    monkeypatch.setenv("POD_NAMESPACE", "default")
+    client = web_client(slack.bot_token, base_url=slack.base_url)
+    replicas = [build_runtime(config, kubeconfig=str(cluster.kubeconfig), context="admin",
+                              database=tmp_path / "gpuops.db") for _ in range(2)]
+    first, second = replicas
+    try:
+        leader = first.start_background("replica-a", slack=client)
+        leader.wait_until(True, timeout=20)
+        assert {w.name for w in leader.workers} == {"notifier", "scheduler", "engine"}
+
+        follower = second.start_background("replica-b", slack=client)
+        follower.wait_until(False, checks=3, timeout=20)
+        assert follower.workers == [] and follower.terms == 0
+
+        first.close()  # stops its work and hands the lease back
+        assert not leader.leading
+        follower.wait_until(True, timeout=20)
+        assert {w.name for w in follower.workers} == {"notifier", "scheduler", "engine"}
+    finally:
+        for runtime in replicas:
+            runtime.close()
