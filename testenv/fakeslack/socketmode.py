@@ -29,6 +29,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from testenv.fakeslack.serving import BackgroundServer
 from testenv.fakeslack.websocket import (
     CloseCode,
     HandshakeError,
@@ -73,7 +74,6 @@ class FakeSocketModeServer:
 
     def __init__(self, *, app_id: str = "A0GPUOPS", host: str = "127.0.0.1", port: int = 0) -> None:
         self.app_id = app_id
-        self._address = (host, port)
         self._cond = threading.Condition()
         self._tickets: set[str] = set()
         self._connections: list[_Connection] = []
@@ -82,31 +82,17 @@ class FakeSocketModeServer:
         self._acks: list[dict[str, Any]] = []
         self._pongs: list[bytes] = []
         self._envelopes: list[dict[str, Any]] = []
-        self._server: _TcpServer | None = None
-        self._thread: threading.Thread | None = None
+        self._serving = BackgroundServer(_TcpServer, _Handler, (host, port), owner=self, name="fake-socket-mode")
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> FakeSocketModeServer:
-        if self._server is None:
-            server = _TcpServer(self._address, _Handler)
-            server.fake = self
-            self._server = server
-            self._thread = threading.Thread(
-                target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                name="fake-socket-mode", daemon=True,
-            )
-            self._thread.start()
+        self._serving.start()
         return self
 
     def stop(self) -> None:
-        server, self._server = self._server, None
-        if server is not None:
-            server.shutdown()
-            server.server_close()
+        self._serving.shutdown()
         self.drop_connections()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
+        self._serving.join()
 
     def __enter__(self) -> FakeSocketModeServer:
         return self.start()
@@ -116,9 +102,7 @@ class FakeSocketModeServer:
 
     @property
     def url(self) -> str:
-        if self._server is None:
-            raise RuntimeError("FakeSocketModeServer is not started: use start() or `with`")
-        host, port = self._server.server_address[:2]
+        host, port = self._serving.address("FakeSocketModeServer")
         return f"ws://{host}:{port}/link/"
 
     def connection_url(self) -> str:

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 
 from testenv.fakeslack import methods
 from testenv.fakeslack.methods import MethodContext, SlackError
+from testenv.fakeslack.serving import BackgroundServer
 from testenv.fakeslack.workspace import Ephemeral, Message, Workspace
 
 log = logging.getLogger("gpuops.testenv.fakeslack")
@@ -137,35 +138,20 @@ class FakeSlackWebApi:
         self.bot_token = bot_token
         self.app_token = app_token
         self._socket_mode = socket_mode
-        self._address = (host, port)
         self._clock = clock
         self._cond = threading.Condition()
         self._rec = _Recordings()
-        self._server: _HttpServer | None = None
-        self._thread: threading.Thread | None = None
+        self._serving = BackgroundServer(_HttpServer, _Handler, (host, port), owner=self, name="fake-slack-webapi")
         self._next_response_key = 0
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> FakeSlackWebApi:
-        if self._server is None:
-            server = _HttpServer(self._address, _Handler)
-            server.fake = self
-            self._server = server
-            self._thread = threading.Thread(
-                target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                name="fake-slack-webapi", daemon=True,
-            )
-            self._thread.start()
+        self._serving.start()
         return self
 
     def stop(self) -> None:
-        server, self._server = self._server, None
-        if server is not None:
-            server.shutdown()
-            server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-            self._thread = None
+        self._serving.shutdown()
+        self._serving.join()
 
     def __enter__(self) -> FakeSlackWebApi:
         return self.start()
@@ -176,9 +162,7 @@ class FakeSlackWebApi:
     @property
     def url(self) -> str:
         """The server's root, e.g. http://127.0.0.1:PORT/."""
-        if self._server is None:
-            raise RuntimeError("FakeSlackWebApi is not started: use start() or `with`")
-        host, port = self._server.server_address[:2]
+        host, port = self._serving.address("FakeSlackWebApi")
         return f"http://{host}:{port}/"
 
     @property
