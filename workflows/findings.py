@@ -213,7 +213,7 @@ def node_command(node: str) -> str:
 
 
 def pool_command(pool: str) -> str:
-    return f"/gpu pool {pool}"
+    return f"/gpu status {pool}"
 
 
 def format_age(age: dt.timedelta) -> str:

@@ -587,7 +587,7 @@ def sample_checklist() -> Checklist:
         in_flight=(item("run", "info", "run-000000"),),
         coming_up=(item("window", "info", "req-000000"),),
         for_information=(item("finding", "info", "unpooled"),),
-        last_drains=(PoolDrain(pool="train-a", text="no drains recorded", command="/gpu pool train-a"),),
+        last_drains=(PoolDrain(pool="train-a", text="no drains recorded", command="/gpu status train-a"),),
         changes=Changes(since=start - dt.timedelta(hours=12),
                         new=(item("finding", "critical", "gpu-01"),),
                         resolved=(item("finding", "warning", "gpu-03"),)),

@@ -310,7 +310,7 @@ def test_a_serving_pool_that_upgrades_its_driver_on_its_own_is_a_warning(make):
 
     assert codes(findings) == [("warning", "serving-auto-upgrade", "serving-a")]
     assert "auto-upgrade on (ClusterPolicy cluster-policy)" in findings[0].message
-    assert findings[0].command == "/gpu pool serving-a"
+    assert findings[0].command == "/gpu status serving-a"
 
 
 def test_a_serving_pool_under_an_nvidia_driver_that_defaults_to_auto_upgrade_is_a_warning(make):

@@ -215,7 +215,7 @@ def test_each_pool_shows_its_last_drain_or_says_none_is_recorded(make):
     checklist = checklist_for(make, fleet=fleet, drains=drains)
 
     assert [(d.pool, d.text, d.command) for d in checklist.last_drains] == [
-        ("serving-a", "no drains recorded", "/gpu pool serving-a"),
+        ("serving-a", "no drains recorded", "/gpu status serving-a"),
         ("train-a", "last drained Sat 07 Jun 09:00 CEST (5h ago): 1 node by req-new001 (upgrade, succeeded)",
          "/gpu request req-new001"),
     ]
