@@ -176,6 +176,11 @@ def running_ready(pod: dict[str, Any]) -> bool:
         c["type"] == "Ready" and c["status"] == "True" for c in status.get("conditions") or ())
 
 
+def attempts(log_text: str) -> list[str]:
+    """Every write a gateway sent, whether or not the server refused it."""
+    return [line.split("mutation: ", 1)[1].strip() for line in log_text.splitlines() if "mutation: " in line]
+
+
 def mutations(log_text: str) -> list[str]:
     """The writes a gateway logged ("cordon node x", "evict pod ns/name uid=..."), in order."""
     done: list[str] = []

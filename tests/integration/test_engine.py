@@ -102,8 +102,9 @@ def test_an_eviction_a_pod_disruption_budget_blocks_times_out_and_halts_the_run_
         ("pdb-02", "wait-for"): "skipped", ("pdb-02", "uncordon"): "skipped"}
     assert view.left_cordoned == ("pdb-01",)
     # It tried more than once while it waited, and said so in the thread.
-    tries = [m for m in h.mutations(caplog.text) if m.startswith("evict pod serving/")]
+    tries = [m for m in h.attempts(caplog.text) if m.startswith("evict pod serving/")]
     assert len(tries) >= 2
+    assert not [m for m in h.mutations(caplog.text) if m.startswith("evict pod serving/")]  # all refused
     failed = [m for m in h.thread_messages(db) if m["event"] == "run.failed"]
     assert len(failed) == 1 and failed[0]["text"] == finished.halted_reason
     assert audit.verify(db).ok
