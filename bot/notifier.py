@@ -60,6 +60,7 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler
 
+from bot.journal import Journal
 from bot.clicks import current_card
 from bot.render_blocks import NOTIFICATION_TEXT, escape, render_blocks
 from commands.handover import handover_message
@@ -203,30 +204,8 @@ class Delivery:
     retry_at: dt.datetime | None = None
 
 
-class Deliveries:
-    """Every delivery in order, for the log and for tests, which wait on it instead of
-    sleeping. Keeps the newest `keep`."""
-
-    def __init__(self, keep: int = 1000) -> None:
-        self._cond = threading.Condition()
-        self._seen: list[Delivery] = []
-        self._keep = keep
-
-    def record(self, delivery: Delivery) -> None:
-        with self._cond:
-            self._seen.append(delivery)
-            del self._seen[:-self._keep]
-            self._cond.notify_all()
-
-    def all(self) -> list[Delivery]:
-        with self._cond:
-            return list(self._seen)
-
-    def wait_for(self, predicate: Callable[[list[Delivery]], bool], timeout: float = 5.0) -> list[Delivery]:
-        with self._cond:
-            if not self._cond.wait_for(lambda: predicate(self._seen), timeout=timeout):
-                raise TimeoutError(f"deliveries so far: {self._seen}")
-            return list(self._seen)
+class Deliveries(Journal[Delivery]):
+    """Every delivery of the outbox to Slack, in order."""
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import re
-import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
 from bot import messages as msg
+from bot.journal import Journal
 from bot.clicks import Click, Outcome, press
 from bot.home import home_view
 from bot.identity import SlackDirectory
@@ -72,28 +72,8 @@ class Delivery:
     outcome: str  # answered, duplicate, failed
 
 
-class Deliveries:
-    """What became of each delivery from Slack, in order: for the log and for tests,
-    which wait on it instead of sleeping."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._seen: list[Delivery] = []
-
-    def record(self, kind: str, key: str | None, outcome: str) -> None:
-        with self._cond:
-            self._seen.append(Delivery(kind, key, outcome))
-            self._cond.notify_all()
-
-    def all(self) -> list[Delivery]:
-        with self._cond:
-            return list(self._seen)
-
-    def wait_for(self, predicate: Callable[[list[Delivery]], bool], timeout: float = 5.0) -> list[Delivery]:
-        with self._cond:
-            if not self._cond.wait_for(lambda: predicate(self._seen), timeout=timeout):
-                raise TimeoutError(f"deliveries so far: {self._seen}")
-            return list(self._seen)
+class Deliveries(Journal[Delivery]):
+    """What became of each delivery from Slack, in order."""
 
 
 @dataclass(frozen=True)
@@ -159,7 +139,7 @@ class SlackBot:
             return True
         if not first:
             log.info(msg.duplicate_delivery_log(kind, key))
-            self.deliveries.record(kind, key, "duplicate")
+            self.deliveries.record(Delivery(kind, key, "duplicate"))
         return first
 
     def run_command(self, command: dict[str, Any]) -> None:
@@ -172,12 +152,12 @@ class SlackBot:
         try:
             actor = self.directory.actor(user, fallback_name=command.get("user_name"))
             reply = dispatch(str(command.get("text") or ""), actor=actor, services=self.runtime.services(),
-                             now=self.clock())
+                             now=self.clock(), channel=command.get("channel_id"))
         except Exception:  # noqa: BLE001 - answer something rather than nothing
             log.exception("/gpu %s for %s failed", command.get("text"), user)
             reply, outcome = error_reply(msg.refused_title(), msg.something_failed()), "failed"
         self.answer(reply, user=user, channel=command.get("channel_id"), response_url=command.get("response_url"))
-        self.deliveries.record("command", key, outcome)
+        self.deliveries.record(Delivery("command", key, outcome))
 
     def run_click(self, body: dict[str, Any], action: dict[str, Any]) -> None:
         user = str((body.get("user") or {}).get("id") or "")
@@ -204,14 +184,14 @@ class SlackBot:
                 error = self.api.open_modal(str(body.get("trigger_id")), deny_modal(outcome.wants_reason, context))
                 if error is not None:
                     self.tell(user, error_reply(msg.refused_title(), msg.modal_failed(error)), place)
-                self.deliveries.record("click", key, "answered")
+                self.deliveries.record(Delivery("click", key, "answered"))
                 return
             self.show(outcome, actor=actor, place=place)
-            self.deliveries.record("click", key, "answered" if outcome.ok else "refused")
+            self.deliveries.record(Delivery("click", key, "answered" if outcome.ok else "refused"))
         except Exception:  # noqa: BLE001
             log.exception("click %s by %s failed", action.get("action_id"), user)
             self.tell(user, error_reply(msg.refused_title(), msg.something_failed()), place)
-            self.deliveries.record("click", key, "failed")
+            self.deliveries.record(Delivery("click", key, "failed"))
 
     def run_deny(self, body: dict[str, Any], view: dict[str, Any]) -> None:
         user = str((body.get("user") or {}).get("id") or "")
@@ -228,11 +208,11 @@ class SlackBot:
                           reason=submitted_reason(view))
             outcome = press(click, self.runtime.services())
             self.show(outcome, actor=actor, place=place)
-            self.deliveries.record("deny", key, "answered" if outcome.ok else "refused")
+            self.deliveries.record(Delivery("deny", key, "answered" if outcome.ok else "refused"))
         except Exception:  # noqa: BLE001
             log.exception("deny by %s failed", user)
             self.tell(user, error_reply(msg.refused_title(), msg.something_failed()), place)
-            self.deliveries.record("deny", key, "failed")
+            self.deliveries.record(Delivery("deny", key, "failed"))
 
     def run_home(self, body: dict[str, Any], event: dict[str, Any]) -> None:
         user = str(event.get("user") or "")
@@ -241,10 +221,10 @@ class SlackBot:
             return
         try:
             published = self.publish_home(user)
-            self.deliveries.record("home", key, "answered" if published else "failed")
+            self.deliveries.record(Delivery("home", key, "answered" if published else "failed"))
         except Exception:  # noqa: BLE001
             log.exception("the Home tab of %s failed", user)
-            self.deliveries.record("home", key, "failed")
+            self.deliveries.record(Delivery("home", key, "failed"))
 
     # -------------------------------------------------------------- answering
     def publish_home(self, user: str, *, actor: Actor | None = None, notice: Reply | None = None) -> bool:
