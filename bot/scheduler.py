@@ -21,8 +21,9 @@ with a frozen clock).
 
 Runs started at their window use `RunService.start` with no actor (the scheduler's
 right, see `workflows.runs`); the engine, on this same replica, picks them up within its
-control check. A request whose window ended before it could start is left as it is:
-nothing marks it `missed` yet.
+control check. A request is never started late: one whose window ended, or began more
+than `START_GRACE` before a replica could start it (the bot was down, no replica led), is
+marked `missed` and its requester is told in its thread.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from storage import idempotency, outbox
 from storage.database import PerThreadDatabase
 from workflows.config import GpuopsConfig
 from workflows.handover_service import HandoverService
-from workflows.requests import RequestService
+from workflows.requests import RequestRefused, RequestService
 from workflows.runs import RunRefused, RunService
 
 log = logging.getLogger("gpuops.bot.scheduler")
@@ -59,6 +60,9 @@ IDEMPOTENCY_KEEP = dt.timedelta(days=7)
 OUTBOX_KEEP = dt.timedelta(days=30)
 WORKERS = 4
 RUNNABLE_STATES = ("approved", "scheduled")
+# How late after its window starts a run may still begin (a job runs every minute; a
+# leader change takes seconds). Later than this the window is missed, not used late.
+START_GRACE = dt.timedelta(minutes=5)
 
 
 def _utc_now() -> dt.datetime:
@@ -227,25 +231,44 @@ def expire_requests(host: LeaderHost, now: dt.datetime) -> None:
 
 def start_window_runs(host: LeaderHost, now: dt.datetime) -> None:
     """Start the run of each approved request whose window has begun and not ended (a
-    request without a window runs as soon as it is approved)."""
+    request without a window runs as soon as it is approved); mark missed, never start
+    late, one whose window ended or began more than START_GRACE ago while no replica
+    could start it."""
     db = host.database.get()
-    started = 0
+    changed = 0  # runs started and windows marked missed: messages to send
     for view in RequestService(db, host.config).open_requests():
         if view.state not in RUNNABLE_STATES:
             continue
         if view.window_start is not None and now < view.window_start:
             continue
-        if view.window_end is not None and now >= view.window_end:
-            continue  # the window passed while no replica led: left for a person to decide
+        if _window_missed(view.window_start, view.window_end, view.updated_at, now=now):
+            try:
+                RequestService(db, host.config).mark_missed(view.id, now=now)
+            except RequestRefused as err:  # e.g. cancelled or started meanwhile
+                log.info("request %s not marked missed: %s", view.id, err)
+                continue
+            log.warning("request %s missed its window (%s - %s)", view.id, view.window_start,
+                        view.window_end)
+            changed += 1
+            continue
         try:
             run = RunService(db).start(view.id, dry_run=False, now=now)
         except RunRefused as err:  # e.g. cancelled or started meanwhile
             log.info("run of %s not started: %s", view.id, err)
             continue
-        started += 1
+        changed += 1
         log.info("started %s for %s at its window", run.id, view.id)
-    if started:
+    if changed:
         host.notify()
+
+
+def _window_missed(start: dt.datetime | None, end: dt.datetime | None, approved_at: dt.datetime,
+                   *, now: dt.datetime) -> bool:
+    """The window ended, or began more than START_GRACE ago (and before the request was
+    approved: a request approved inside its window may start then)."""
+    if end is not None and now >= end:
+        return True
+    return start is not None and now - start > START_GRACE and approved_at <= start
 
 
 def prune_idempotency(host: LeaderHost, now: dt.datetime) -> None:

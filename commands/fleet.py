@@ -8,6 +8,7 @@ from commands import messages as msg
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
 from commands.reply import Fact, Notice, Reply, Section, Table
 from workflows.access import Role
+from workflows.drain import drain_history
 from workflows.findings import Finding
 from workflows.inventory import Fleet, NodeInventory, PoolInventory
 
@@ -116,7 +117,31 @@ def status(call: Call, args: list[str]) -> Reply:
     if fleet.pools:
         sections.append(Section(title="Pools", table=Table(
             columns=msg.POOL_COLUMNS, rows=tuple(_pool_row(p, problems[p.name]) for p in fleet.pools))))
+    drains = _drains_section(call)
+    if drains is not None:
+        sections.append(drains)
     return Reply(title=msg.status_title(), summary=summary, sections=tuple(sections))
+
+
+def _drains_section(call: Call) -> Section | None:
+    """The last drain per pool and the drain windows active or waiting; None (no
+    section at all) before the first drain, or where there is no database."""
+    if call.services.database is None:
+        return None
+    history = drain_history(call.services.database)
+    if not history:
+        return None
+    rows = []
+    for pools in history.values():
+        last = pools.last
+        active = "; ".join(
+            f"{d.request_id} {d.state} {msg.when(d.window_start) if d.window_start else 'now'}"
+            f" - {msg.when(d.window_end) if d.window_end else 'drain done'}" for d in pools.active)
+        rows.append((pools.pool, f"{last.request_id} ({last.state})" if last else "-",
+                     msg.when(last.updated_at) if last else "-",
+                     ", ".join(last.nodes) if last else "-", active or "-"))
+    return Section(title=msg.last_drains_title(),
+                   table=Table(columns=msg.DRAIN_HISTORY_COLUMNS, rows=tuple(rows)))
 
 
 def _pool_status(fleet: Fleet, pool: PoolInventory) -> Reply:

@@ -246,3 +246,71 @@ def approve_usage() -> str:
 
 def audit_usage() -> str:
     return "give a number of entries or one request id"
+
+
+DRAIN_WAVE_COLUMNS = ("wave", "nodes", "GPUs out", "nodes unavailable", "ready GPUs left")
+DRAIN_WORKLOAD_COLUMNS = ("node", "workload", "GPUs", "owner", "PDBs")
+
+
+def drain_title(request_id: str, pool: str) -> str:
+    return f"Drain {request_id} · {pool}"
+
+
+def drain_summary(state: str, counted: int, required: int, short_hash: str) -> str:
+    if state == "approved":
+        return f"approved (the pool needs no approval) · plan {short_hash}"
+    return f"{state} · {counted} of {required} approvals · plan {short_hash}"
+
+
+def drain_window(start: str, end: str | None) -> str:
+    return f"{start} - {end}" if end else f"{start} until `/gpu drain done`"
+
+
+def drain_wave_capacity(unavailable: int, allowed: int) -> str:
+    return f"{unavailable} of {allowed} allowed"
+
+
+def drain_ready_gpus(ready: int, floor: int) -> str:
+    return f"{ready} (floor {floor})"
+
+
+def drain_no_workloads(known: bool) -> str:
+    if known:
+        return "Nothing to evict: no workload pods on these nodes."
+    return "Workloads are not known here (no pod source); the engine evicts whatever runs then."
+
+
+def drain_pdb_line(ref: str, allowed: int, pods: int, may_block: bool) -> str:
+    line = f"{ref}: allows {allowed} disruption(s), selects {pods} pod(s) to evict"
+    return line + " — may block eviction" if may_block else line
+
+
+def drain_refused_title(rule: str) -> str:
+    return f"Drain refused ({rule})"
+
+
+def drain_done_title(run_id: str) -> str:
+    return f"Drain window of {run_id} ended early"
+
+
+def drain_extended_title(request_id: str) -> str:
+    return f"Drain {request_id}: more time asked"
+
+
+def drain_extend_usage() -> str:
+    return "Name the request and how much longer, e.g. `/gpu drain extend req-7f3a2c 2h`."
+
+
+def drain_extend_open_ended(request_id: str) -> str:
+    return f"{request_id} has no window end: it lasts until `/gpu drain done {request_id}`."
+
+
+def drain_not_a_drain(request_id: str, kind: str) -> str:
+    return f"{request_id} is a {kind} request, not a drain."
+
+
+def last_drains_title() -> str:
+    return "Drains"
+
+
+DRAIN_HISTORY_COLUMNS = ("pool", "last drain", "ended (UTC)", "nodes", "active window")

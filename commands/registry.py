@@ -40,6 +40,9 @@ class Call:
     now: dt.datetime
     services: Services
     text: str = ""
+    # The Slack channel the command was typed in (None off Slack): where a request's
+    # thread is posted.
+    channel: str | None = None
 
 
 Handler = Callable[[Call, list[str]], Reply]
@@ -103,7 +106,8 @@ def usage_reply(spec: CommandSpec, problem: str) -> Reply:
                  footer=msg.examples_line(spec.examples) if spec.examples else None)
 
 
-def dispatch(text: str, *, actor: Actor, services: Services, now: dt.datetime) -> Reply:
+def dispatch(text: str, *, actor: Actor, services: Services, now: dt.datetime,
+             channel: str | None = None) -> Reply:
     """Run one `/gpu ...` command line for `actor` and return its Reply."""
     try:
         tokens = shlex.split(text)
@@ -119,7 +123,7 @@ def dispatch(text: str, *, actor: Actor, services: Services, now: dt.datetime) -
                            hint=msg.see_help())
     if not actor.has_anywhere(spec.role):
         return error_reply(msg.not_allowed_title(), msg.needs_role(spec.name, spec.role, actor))
-    call = Call(actor=actor, now=now, services=services, text=text)
+    call = Call(actor=actor, now=now, services=services, text=text, channel=channel)
     try:
         return spec.handler(call, args)
     except UsageError as err:

@@ -53,6 +53,11 @@ def _row(view: RequestView) -> tuple[str, ...]:
             msg.when(view.expires_at) if view.state == "pending" else "-")
 
 
+def approval_intents(view: RequestView) -> tuple[Intent, ...]:
+    """Approve and Deny buttons for a pending request (bound to its current plan)."""
+    return _intents(view)
+
+
 def _intents(view: RequestView) -> tuple[Intent, ...]:
     if view.state != "pending":
         return ()

@@ -1,17 +1,20 @@
 """What commands may call: the fleet view, configuration, the request service, the run
-controls and the database the audit log lives in. Entry points (Slack app, console,
+controls, the database the audit log lives in, and (optional) the pods and PDBs a
+drain preview lists. Entry points (Slack app, console,
 command line) build one and pass it in; everything but `config` and `fleet` is optional,
 and a command that needs a missing service answers that it is not available here."""
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from storage.database import Database
+from workflows.cluster import NodeName, PodObject
 from workflows.config import GpuopsConfig
+from workflows.drain import PdbView
 from workflows.inventory import Fleet
 from workflows.requests import RequestService
 from workflows.runs import RunService
@@ -19,6 +22,15 @@ from workflows.runs import RunService
 
 class FleetSource(Protocol):
     def fleet(self, now: dt.datetime) -> Fleet: ...
+
+
+class WorkloadSource(Protocol):
+    """The pods and PodDisruptionBudgets a drain preview reads (the fleet's inventory
+    only counts GPUs). Entry points adapt the watch cache; tests pass plain values."""
+
+    def pods_on(self, node: NodeName) -> Sequence[PodObject]: ...
+
+    def pdbs(self, namespace: str) -> Sequence[PdbView]: ...
 
 
 @dataclass
@@ -30,6 +42,8 @@ class Services:
     runs: RunService | None = None
     # The connection the services above use (one per thread, see storage.database).
     database: Database | None = None
+    # Pods and PDBs for drain previews; without it a drain plan lists no workloads.
+    cluster: WorkloadSource | None = None
 
     @classmethod
     def on_database(cls, *, config: GpuopsConfig, fleet: FleetSource, database: Database,

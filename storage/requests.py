@@ -149,6 +149,29 @@ def replace_plan(
     return cursor.rowcount == 1
 
 
+def replace_window_end(
+    db: Database,
+    *,
+    id: RequestId,
+    expected_plan_hash: str,
+    plan: JsonValue,
+    plan_hash: str,
+    window_end: dt.datetime | None,
+    expires_at: dt.datetime,
+    at: dt.datetime,
+) -> bool:
+    """Bind a not-yet-running request to a new plan with a new window end; it is
+    `pending` again (approvals are per plan hash). False if it moved on meanwhile."""
+    cursor = db.execute(
+        "UPDATE requests SET plan = ?, plan_hash = ?, window_end = ?, expires_at = ?, "
+        "state = 'pending', updated_at = ? "
+        "WHERE id = ? AND state IN ('pending', 'approved', 'scheduled') AND plan_hash = ?",
+        (codec.json_to_text(plan), plan_hash, codec.optional_time_to_text(window_end),
+         codec.time_to_text(expires_at), codec.time_to_text(at), id, expected_plan_hash),
+    )
+    return cursor.rowcount == 1
+
+
 def set_thread(db: Database, *, id: RequestId, channel: str, thread_ts: str) -> bool:
     """Remember the Slack thread that tells this request's story (first one wins)."""
     cursor = db.execute(

@@ -136,6 +136,17 @@ def transition(
     return cursor.rowcount == 1
 
 
+def replace_detail(db: Database, *, id: StepId, expected: StepState | Collection[StepState],
+                   detail: JsonValue) -> bool:
+    """Replace the step's detail while it is in `expected` (a control such as a released
+    hold); True if this call won."""
+    states = codec.state_set(expected)
+    marks = ", ".join("?" for _ in states)
+    cursor = db.execute(f"UPDATE steps SET detail = ? WHERE id = ? AND state IN ({marks})",
+                        (codec.json_to_text(detail), id, *states))
+    return cursor.rowcount == 1
+
+
 def _from_row(row: dict[str, Any]) -> Step:
     return Step(
         id=StepId(row["id"]),

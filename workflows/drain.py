@@ -42,6 +42,9 @@ from dataclasses import dataclass
 from typing import Literal
 
 from storage import codec
+from storage import requests as stored_requests
+from storage.database import Database
+from storage.requests import Request
 from workflows import drain_messages as say
 from workflows.capacity import (
     CapacityCheck,
@@ -51,7 +54,7 @@ from workflows.capacity import (
     concurrent_work,
     pool_nodes,
 )
-from workflows.cluster import NodeName, PodObject, PoolName
+from workflows.cluster import DisruptionBudget, NodeName, PodObject, PoolName
 from workflows.config import PoolConfig, parse_duration
 from workflows.inventory import UNPOOLED, Fleet, NodeInventory
 from workflows.plans import NodeStep, Plan, PlanSummary, Wave, plan_hash
@@ -116,23 +119,8 @@ class DrainRefused(DrainError):
 # ------------------------------------------------------------------ plain values
 
 
-@dataclass(frozen=True, slots=True)
-class PdbView:
-    """A PodDisruptionBudget as the preview needs it. `selector` is its matchLabels; an
-    empty one selects every pod in the namespace (policy/v1)."""
-
-    namespace: str
-    name: str
-    selector: Mapping[str, str]
-    disruptions_allowed: int
-
-    def selects(self, pod: PodObject) -> bool:
-        return pod.namespace == self.namespace and all(
-            pod.labels.get(k) == v for k, v in self.selector.items())
-
-    @property
-    def ref(self) -> str:
-        return f"{self.namespace}/{self.name}"
+# The preview's view of a PodDisruptionBudget is the gateway's.
+PdbView = DisruptionBudget
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -747,3 +735,61 @@ def _notes(spec: DrainRequestSpec, *, preview: DrainPreview, policy: PoolConfig)
         notes.append(say.note_waits_for(len(waiting), selector=policy.wait_for.selector,
                                         timeout=policy.wait_for.timeout))
     return tuple(notes)
+
+
+# ------------------------------------------------------------------ what has been drained
+
+
+@dataclass(frozen=True, slots=True)
+class DrainRecord:
+    """One drain request as `/gpu status` shows it."""
+
+    request_id: str
+    pool: str
+    state: str
+    nodes: tuple[str, ...]
+    window_start: dt.datetime | None
+    window_end: dt.datetime | None
+    updated_at: dt.datetime  # for a finished drain: when it finished
+
+
+@dataclass(frozen=True, slots=True)
+class PoolDrains:
+    """A pool's last finished drain (None before the first) and its drains whose
+    window is approved, scheduled or running now."""
+
+    pool: str
+    last: DrainRecord | None
+    active: tuple[DrainRecord, ...]
+
+
+_FINISHED_DRAIN_STATES = ("done", "failed")
+_ACTIVE_DRAIN_STATES = ("approved", "scheduled", "running")
+_HISTORY_LIMIT = 500
+
+
+def drain_history(db: Database) -> dict[str, PoolDrains]:
+    """Per pool that has had a drain: the last one that finished (done or failed), with
+    when and which nodes, and the drains active or waiting for their window. Pools
+    without any drain are absent."""
+
+    def record(row: Request) -> DrainRecord:
+        targets = row.targets if isinstance(row.targets, list) else []
+        return DrainRecord(request_id=row.id, pool=row.pool, state=row.state,
+                           nodes=tuple(str(t) for t in targets), window_start=row.window_start,
+                           window_end=row.window_end, updated_at=row.updated_at)
+
+    finished = [record(r) for r in stored_requests.in_states(db, states=_FINISHED_DRAIN_STATES,
+                                                             limit=_HISTORY_LIMIT) if r.kind == "drain"]
+    active = [record(r) for r in stored_requests.in_states(db, states=_ACTIVE_DRAIN_STATES,
+                                                           limit=_HISTORY_LIMIT) if r.kind == "drain"]
+    pools = sorted({d.pool for d in finished} | {d.pool for d in active})
+    history: dict[str, PoolDrains] = {}
+    for pool in pools:
+        ours = [d for d in finished if d.pool == pool]
+        last = max(ours, key=lambda d: d.updated_at) if ours else None
+        history[pool] = PoolDrains(
+            pool=pool, last=last,
+            active=tuple(sorted((d for d in active if d.pool == pool),
+                                key=lambda d: (d.window_start or d.updated_at, d.request_id))))
+    return history

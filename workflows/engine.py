@@ -302,7 +302,10 @@ class Engine:
             if live is None:
                 live = self._adopt(run, info, step)
             elif not live.evaluate_now and (step.id in evaluated or not (
-                    step.node in woken or step.id in due or (live.due is not None and live.due <= self._mono()))):
+                    step.node in woken or step.id in due or (live.due is not None and live.due <= self._mono())
+                    # NB: `drain done` (RunService.release_hold) is a control written to the
+                    # step's params, maybe by another process: look at once, not at the old due.
+                    or step_params(step).get("released_at"))):
                 continue
             evaluated.add(step.id)
             outcome = self._evaluate(run, info, step, live, steps)

@@ -245,3 +245,24 @@ def thread_replanned(*, request_id: str, actor: str, plan_hash: str, voided: int
         f"{actor} changed the plan of {request_id} (now {plan_ref(plan_hash)}); "
         f"{voided_text} — approvers, please review the new plan."
     )
+
+
+def thread_missed(*, request_id: str, requester_name: str, window_start: dt.datetime | None,
+                  window_end: dt.datetime | None, now: dt.datetime) -> str:
+    window = f"{when(window_start) if window_start else 'now'} - {when(window_end) if window_end else 'open'}"
+    return (f"{requester_name}, {request_id} was not started: its window ({window}) had passed or begun too long "
+            f"ago when gpuops could start it ({when(now)}). Nothing was drained; "
+            f"request it again for a later window.")
+
+
+def thread_extended(*, request_id: str, actor: str, window_end: dt.datetime | None,
+                    plan_hash: str, voided: int) -> str:
+    end = when(window_end) if window_end else "drain done"
+    return (f"{actor} asked for more time on {request_id}: the window now ends {end} "
+            f"(plan {plan_ref(plan_hash)}); {voided} earlier {approvals_word(voided)} no longer "
+            f"{'counts' if voided == 1 else 'count'} — approvers, please review it again.")
+
+
+def not_extendable(request_id: str, *, state: str) -> str:
+    return (f"{request_id} is {state}: only a request that has not started yet (pending, approved "
+            f"or scheduled) can get a later window end.")

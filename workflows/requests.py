@@ -1,4 +1,5 @@
-"""Requests and their approvals: submit, approve, deny, cancel, re-plan, expire.
+"""Requests and their approvals: submit, approve, deny, cancel, re-plan (also of a
+drain's window end, `extend_window`), expire, and mark a missed window (`mark_missed`).
 
 `RequestService` applies `workflows.policy` to what storage holds and records each
 outcome. Every state change writes, in ONE transaction:
@@ -360,6 +361,66 @@ class RequestService:
                 return self._view(self._load(request.id))
         assert verdict.refusal is not None
         raise _refused(verdict.refusal)
+
+    def extend_window(
+        self, actor: Actor, request_id: str, new_plan: Plan, *, window_end: dt.datetime | None,
+        now: dt.datetime,
+    ) -> RequestView:
+        """A re-plan of the window end: the request is bound to `new_plan` (built for the
+        longer window) and is pending again, so the pool's approvals apply anew. Only
+        before it runs, by the requester or an admin."""
+        with self._db.transaction():
+            request = self._touch(request_id, now=now)
+            if request.state not in ("pending", "approved", "scheduled"):
+                raise RequestRefused(say.not_extendable(request.id, state=request.state))
+            if not policy.may_act_for_requester(request, actor):
+                raise RequestAccessDenied(
+                    say.not_requester_or_admin(request.id, requester_name=request.requester_name,
+                                               verb="extend"),
+                    code=RefusalCode.NOT_REQUESTER_OR_ADMIN)
+            _check_plan_fits(new_plan, kind=request.kind, pool=request.pool,
+                             created_for=request.requester,
+                             window_start=request.window_start, window_end=window_end)
+            digest = plan_hash(new_plan)
+            decisions = self._decisions(request)
+            voided = len(policy.counted_approvers(request, decisions))
+            pool_policy = self._config.pools[request.pool]
+            if not stored_requests.replace_window_end(
+                    self._db, id=request.id, expected_plan_hash=request.plan_hash,
+                    plan=plan_to_json(new_plan), plan_hash=digest, window_end=window_end,
+                    expires_at=now + pool_policy.request_ttl, at=now):
+                raise _ChangedMeanwhile(request.id)
+            self._audit(request, actor=actor.user_id, action="request.replanned",
+                        before=request.state, after="pending", now=now,
+                        detail={"old_plan_hash": request.plan_hash, "new_plan_hash": digest,
+                                "approvals_voided": voided,
+                                "old_window_end": _time(request.window_end),
+                                "window_end": _time(window_end)})
+            self._notify(request, event="request.replanned", state="pending", now=now,
+                         dedupe=f"extended/{digest}",
+                         text=say.thread_extended(request_id=request.id, actor=actor.name,
+                                                  window_end=window_end, plan_hash=digest,
+                                                  voided=voided))
+            return self._view(self._load(request.id))
+
+    def mark_missed(self, request_id: str, *, now: dt.datetime) -> RequestView:
+        """An approved request whose window passed before gpuops could start it: it is
+        `missed`, never started late, and the requester is told in its thread."""
+        with self._db.transaction():
+            request = self._load(request_id)
+            self._transition(request, expected=frozenset({"approved", "scheduled"}), new="missed",
+                             now=now)
+            self._audit(request, actor=audit.GPUOPS_ACTOR, action="request.missed",
+                        before=request.state, after="missed", now=now,
+                        detail={"window_start": _time(request.window_start),
+                                "window_end": _time(request.window_end),
+                                "plan_hash": request.plan_hash})
+            self._notify(request, event="request.missed", state="missed", now=now, dedupe="missed",
+                         text=say.thread_missed(request_id=request.id,
+                                                requester_name=request.requester_name,
+                                                window_start=request.window_start,
+                                                window_end=request.window_end, now=now))
+            return self._view(self._load(request.id))
 
     def expire_due(self, now: dt.datetime) -> list[RequestView]:
         """Expire every pending request whose approval deadline has come; the expired

@@ -400,3 +400,21 @@ def request_not_runnable(request_id: str, state: str) -> str:
 
 def already_running(request_id: str) -> str:
     return f"{request_id} already has a run in progress"
+
+
+def hold_released(run_id: str, actor: str, *, nodes: Sequence[str]) -> str:
+    return (f"{actor} said drain done: the hold of run {run_id} ends now for {_list(nodes)}; "
+            f"the nodes are validated and uncordoned next")
+
+
+def nothing_to_release(run_id: str) -> str:
+    return f"Run {run_id} has no hold left to end (it already ended or never began)"
+
+
+def not_allowed_to_release(request_id: str, *, requester_name: str) -> str:
+    return (f"Only {requester_name} (who asked for {request_id}), an operator of its pool or an "
+            f"admin can end its window early")
+
+
+def no_run_yet(request_id: str) -> str:
+    return f"{request_id} has no run yet: cancel it with `/gpu cancel {request_id}` instead"

@@ -13,6 +13,9 @@ thread. The engine notices a change on its next look at the database (within its
   it ends.
 - `pause`: the engine lets steps in flight finish and starts nothing new.
 - `resume`: back to running.
+- `release_hold` (`/gpu drain done`): the run's hold steps get a `released_at` param
+  and end at once (pending ones as they start); the requester, an operator of the pool
+  or an admin.
 - `abort`: stop now and leave every node as it is; pending steps become `skipped`,
   steps in flight `failed` ("aborted by ..."), and the reply names the nodes this run
   left cordoned. An API call already on the wire when the abort lands still completes.
@@ -29,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from storage import audit, outbox
+from storage import audit, codec, outbox
 from storage import requests as stored_requests
 from storage import runs as stored_runs
 from storage import steps as stored_steps
@@ -162,6 +165,40 @@ class RunService:
     def abort(self, actor: Actor, run_id: str, *, now: dt.datetime) -> RunView:
         return self._control(actor, run_id, now=now, action="aborted",
                              expected=("pending", "running", "paused"), new="aborted", text=None)
+
+    def release_hold(self, actor: Actor, request_id: str, *, now: dt.datetime) -> RunView:
+        """`drain done`: end the hold steps of the request's unfinished run now (pending
+        ones end as they start). The requester, an operator of the pool or an admin."""
+        with self._db.transaction():
+            request = self._request(RequestId(request_id))
+            if actor.user_id != request.requester and not actor.has(Role.OPERATOR, pool=request.pool):
+                raise RunRefused(say.not_allowed_to_release(request.id,
+                                                           requester_name=request.requester_name))
+            runs = [r for r in stored_runs.for_request(self._db, request_id=request.id)
+                    if r.state in ("pending", "running", "paused")]
+            if not runs:
+                raise RunRefused(say.no_run_yet(request.id))
+            run = runs[-1]
+            released: list[str] = []
+            for step in stored_steps.for_run(self._db, run_id=run.id):
+                if step.kind != "hold" or step.state not in ("pending", "running"):
+                    continue
+                detail = dict(step.detail) if isinstance(step.detail, dict) else {}
+                params = {**step_params(step), "released_at": codec.time_to_text(now),
+                          "released_by_user": actor.user_id}
+                if stored_steps.replace_detail(self._db, id=step.id, expected=step.state,
+                                               detail={**detail, "params": params}):
+                    released.append(step.node)
+            if not released:
+                raise RunRefused(say.nothing_to_release(run.id))
+            message = say.hold_released(run.id, actor.name, nodes=sorted(set(released)))
+            entry = audit.append(self._db, actor=actor.user_id, k8s_identity=None, action="run.released",
+                                 target=request.pool, at=now, request_id=request.id, run_id=run.id,
+                                 before=run.state, after=run.state, detail={"text": message})
+            self._notify(request, run.id, event="run.released", state=run.state, now=now,
+                         dedupe=f"{run.id}/released/{entry.seq}", text=message)
+        self._wake()
+        return self.get(run.id)
 
     # -------------------------------------------------------------- reading
 

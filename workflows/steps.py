@@ -681,14 +681,19 @@ class Mig:
 
 class Hold:
     """Keep the node as it is (drained, cordoned) until `until` (a UTC time), for
-    `seconds`, or else until the request's window ends; no limit of its own."""
+    `seconds`, or else until the request's window ends; no limit of its own. A
+    `released_at` param (written by `RunService.release_hold`, i.e. `drain done`) ends
+    it at that time, whichever comes first."""
 
     def timeout(self, ctx: StepContext) -> dt.timedelta | None:
         return None
 
     def prepare(self, ctx: StepContext) -> dict[str, Any]:
         until: dt.datetime | None
-        if "until" in ctx.params:
+        if ctx.params.get("released_at"):
+            # NB: `drain done` before the hold began: it ends as soon as it starts.
+            until = codec.optional_time_from_text(str(ctx.params["released_at"]))
+        elif "until" in ctx.params:
             until = dt.datetime.fromisoformat(str(ctx.params["until"]).replace("Z", "+00:00"))
         elif "seconds" in ctx.params:
             until = ctx.now + dt.timedelta(seconds=float(ctx.params["seconds"]))
@@ -698,6 +703,9 @@ class Hold:
 
     def advance(self, ctx: StepContext) -> Outcome:
         until = codec.optional_time_from_text(ctx.intent.get("until"))
+        released = codec.optional_time_from_text(ctx.params.get("released_at"))
+        if released is not None:
+            until = released if until is None else min(until, released)
         if until is None or ctx.now >= until or ctx.dry_run:
             return Done(say.held_until(until, dry_run=ctx.dry_run))
         return Waiting(say.holding_until(until), retry_in=(until - ctx.now).total_seconds())

@@ -1,0 +1,196 @@
+"""Drains: /gpu drain (request a drain window), /gpu drain done (end it early) and
+/gpu drain extend (ask for more time).
+
+A drain is read by `workflows.drain.parse_drain_request`, checked and planned by
+`plan_drain` against the pool's policy and the open requests, then stored as a pending
+request (`RequestService.submit`). The reply shows the plan first: nodes per wave, what
+will be evicted and which PDBs select it, the capacity left while each wave is out, and
+the window; then the request id with Approve/Deny. Bad words answer with usage; a drain
+the policy forbids is refused naming the rule and what would fit. Nothing is stored then.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from commands import messages as msg
+from commands.registry import REGISTRY, Call, NotFoundError, UsageError
+from commands.reply import Fact, Reply, Section, Table, error_reply
+from commands.requests import approval_intents
+from workflows import drain_messages as say
+from workflows import request_messages as request_say
+from workflows.access import AccessDenied, Role, require
+from workflows.cluster import NodeName, PodObject
+from workflows.config import parse_duration
+from workflows.drain import (
+    DrainPlan,
+    DrainRefused,
+    DrainRequestError,
+    PdbView,
+    parse_drain_request,
+    plan_drain,
+)
+from workflows.inventory import Fleet
+from workflows.requests import RequestRefused, RequestService, RequestView, UnknownRequest
+from workflows.runs import RunRefused, RunService
+from workflows.windows import UTC
+
+
+def _requests(call: Call) -> RequestService:
+    if call.services.requests is None:
+        raise NotFoundError(msg.not_available("Requests"))
+    return call.services.requests
+
+
+def _runs(call: Call) -> RunService:
+    if call.services.runs is None:
+        raise NotFoundError(msg.not_available("Runs"))
+    return call.services.runs
+
+
+def _refused(err: DrainRefused) -> Reply:
+    # The reason names the rule, the numbers and, when one was found, the first time
+    # the same drain fits (`fits_at`).
+    return error_reply(msg.drain_refused_title(err.code), err.reason)
+
+
+def _workloads(call: Call, nodes: tuple[NodeName, ...]) -> tuple[dict[NodeName, list[PodObject]], list[PdbView]]:
+    cluster = call.services.cluster
+    if cluster is None:
+        return {}, []
+    pods = {node: list(cluster.pods_on(node)) for node in nodes}
+    namespaces = sorted({pod.namespace for node_pods in pods.values() for pod in node_pods})
+    return pods, [pdb for namespace in namespaces for pdb in cluster.pdbs(namespace)]
+
+
+def _plan(call: Call, args: list[str], *, fleet: Fleet, replacing: str | None = None) -> DrainPlan:
+    pools = call.services.config.pools
+    try:
+        spec = parse_drain_request(args, fleet=fleet, pools=pools, now=call.now)
+    except DrainRequestError as err:
+        raise UsageError(err.reason) from None
+    require(call.actor, Role.OPERATOR, action="Requesting a drain", pool=spec.pool)
+    pods, pdbs = _workloads(call, spec.nodes)
+    return plan_drain(spec, fleet=fleet, pods_by_node=pods, policy=pools[spec.pool],
+                      open_requests=_requests(call).open_requests(spec.pool), now=call.now,
+                      requested_by=call.actor.user_id, pdbs=pdbs, replacing=replacing)
+
+
+def _drain_sections(planned: DrainPlan, *, workloads_known: bool) -> list[Section]:
+    spec, preview = planned.spec, planned.preview
+    end = say.local_time(spec.end, spec.zone) if spec.end is not None else None
+    waves = Section(title="Waves", table=Table(columns=msg.DRAIN_WAVE_COLUMNS, rows=tuple(
+        (str(w.index + 1), ", ".join(w.nodes), str(w.gpus_out),
+         msg.drain_wave_capacity(w.unavailable_nodes, preview.allowed_unavailable),
+         msg.drain_ready_gpus(w.ready_gpus, preview.min_ready_gpus))
+        for w in preview.waves)), bullets=planned.plan.summary.notes)
+    facts = (Fact("Window", msg.drain_window(say.local_time(spec.start, spec.zone), end)),
+             Fact("Pool", f"{preview.pool}: {preview.pool_nodes} nodes, {preview.ready_gpus_now} GPUs ready now"))
+    rows = tuple((n.node, w.ref, str(w.gpus), w.owner or "-", ", ".join(w.pdbs) or "-")
+                 for n in preview.nodes for w in n.workloads)
+    evicted = (Section(title="To be evicted", table=Table(columns=msg.DRAIN_WORKLOAD_COLUMNS, rows=rows))
+               if rows else Section(title="To be evicted", text=msg.drain_no_workloads(workloads_known)))
+    sections = [Section(facts=facts), waves, evicted]
+    if preview.pdbs:
+        sections.append(Section(title="PodDisruptionBudgets", bullets=tuple(
+            msg.drain_pdb_line(p.ref, p.disruptions_allowed, len(p.pods), p.may_block) for p in preview.pdbs)))
+    return sections
+
+
+def _request_facts(view: RequestView) -> Section:
+    return Section(facts=(Fact("Request", view.id), Fact("Requested by", view.requester_name),
+                          Fact("Reason", view.reason or "-"), Fact("Plan hash", view.plan_hash)))
+
+
+def _drain_reply(call: Call, planned: DrainPlan, view: RequestView, *, title: str | None = None) -> Reply:
+    sections = [*_drain_sections(planned, workloads_known=call.services.cluster is not None),
+                _request_facts(view)]
+    return Reply(title=title or msg.drain_title(view.id, view.pool),
+                 summary=msg.drain_summary(view.state, view.approvals_counted, view.approvals_required,
+                                           view.short_hash),
+                 sections=tuple(sections), intents=approval_intents(view))
+
+
+@REGISTRY.command("drain", usage="drain <node...|pool> [at <time>|next-window] [for <duration>] [reason]",
+                  role=Role.OPERATOR, summary="Ask for a drain window: plan, policy check, then approvals",
+                  examples=("/gpu drain gpu-a-01 gpu-a-02 at sat 02:00 for 2h NIC swap",
+                            "/gpu drain train-a next-window firmware"))
+def drain(call: Call, args: list[str]) -> Reply:
+    if not args:
+        raise UsageError(say.drain_needs_target())
+    fleet = call.services.fleet.fleet(call.now)
+    try:
+        planned = _plan(call, args, fleet=fleet)
+    except DrainRefused as err:
+        return _refused(err)
+    spec = planned.spec
+    try:
+        view = _requests(call).submit(call.actor, kind="drain", pool=spec.pool, targets=spec.targets,
+                                      plan=planned.plan, window_start=spec.start, window_end=spec.end,
+                                      reason=spec.reason, channel=call.channel, now=call.now)
+    except AccessDenied:
+        raise
+    except RequestRefused as err:
+        return error_reply(msg.refused_title(), str(err))
+    return _drain_reply(call, planned, view)
+
+
+@REGISTRY.command("drain done", usage="drain done <id>", role=Role.OPERATOR,
+                  summary="End a drain window early: the nodes are validated and uncordoned",
+                  examples=("/gpu drain done req-7f3a2c",))
+def drain_done(call: Call, args: list[str]) -> Reply:
+    # The run service checks the rest: the requester, an operator of the pool or an admin.
+    if len(args) != 1:
+        raise UsageError(msg.name_one("drain request, e.g. `/gpu drain done req-7f3a2c`"))
+    request = _drain_request(call, args[0])
+    try:
+        run = _runs(call).release_hold(call.actor, request.id, now=call.now)
+    except RunRefused as err:
+        return error_reply(msg.refused_title(), str(err))
+    rows = tuple((str(s.wave + 1), s.node, s.kind, s.state) for s in run.steps if s.kind == "hold")
+    return Reply(title=msg.drain_done_title(run.id), visibility="in_channel",
+                 sections=(Section(table=Table(columns=msg.STEP_COLUMNS[:4], rows=rows)),))
+
+
+@REGISTRY.command("drain extend", usage="drain extend <id> <duration>", role=Role.OPERATOR,
+                  summary="Ask for more time: the window end is re-planned and approved again",
+                  examples=("/gpu drain extend req-7f3a2c 2h",))
+def drain_extend(call: Call, args: list[str]) -> Reply:
+    if len(args) != 2:
+        raise UsageError(msg.drain_extend_usage())
+    request = _drain_request(call, args[0])
+    if request.state not in ("pending", "approved", "scheduled"):
+        return error_reply(msg.refused_title(), request_say.not_extendable(request.id, state=request.state))
+    try:
+        more = parse_duration(args[1])
+    except ValueError:
+        raise UsageError(say.bad_duration(args[1])) from None
+    if more <= dt.timedelta(0):
+        raise UsageError(say.bad_duration(args[1]))
+    if request.window_end is None or request.window_start is None:
+        return error_reply(msg.refused_title(), msg.drain_extend_open_ended(request.id))
+    length = request.window_end - request.window_start + more
+    words = [*request.targets, "at", request.window_start.astimezone(UTC).strftime("%Y-%m-%d %H:%M"), "UTC",
+             "for", f"{int(length.total_seconds() // 60)}m", request.reason]
+    fleet = call.services.fleet.fleet(call.now)
+    try:
+        planned = _plan(call, [w for w in words if w], fleet=fleet, replacing=request.id)
+        view = _requests(call).extend_window(call.actor, request.id, planned.plan,
+                                             window_end=planned.spec.end, now=call.now)
+    except DrainRefused as err:
+        return _refused(err)
+    except AccessDenied:
+        raise
+    except RequestRefused as err:
+        return error_reply(msg.refused_title(), str(err))
+    return _drain_reply(call, planned, view, title=msg.drain_extended_title(view.id))
+
+
+def _drain_request(call: Call, request_id: str) -> RequestView:
+    try:
+        view = _requests(call).get(request_id)
+    except UnknownRequest as err:
+        raise NotFoundError(str(err)) from None
+    if view.kind != "drain":
+        raise UsageError(msg.drain_not_a_drain(view.id, view.kind))
+    return view
