@@ -33,7 +33,9 @@ from bot.scheduler import LeaderScheduler, leader_jobs
 from commands.services import FleetSource, Services
 from storage import idempotency
 from storage.database import PerThreadDatabase, default_database_path
+from workflows.cluster import NodeName, PodObject
 from workflows.config import GpuopsConfig
+from workflows.drain import PdbView
 from workflows.kube import KubeGateway
 from workflows.lease import EngineLease, LeaseSettings
 from workflows.watchcache import FleetCache
@@ -54,6 +56,21 @@ def database_path(config: GpuopsConfig, explicit: str | Path | None) -> Path:
     return default_database_path(in_container())
 
 
+@dataclass(frozen=True)
+class _LiveWorkloads:
+    """Pods and PodDisruptionBudgets for drain previews, read from the API when a drain
+    is asked for (the watch cache keeps only operator and GPU pods; a preview must name
+    every pod it would evict)."""
+
+    gateway: KubeGateway
+
+    def pods_on(self, node: NodeName) -> list[PodObject]:
+        return self.gateway.list_pods_bound_to(node)
+
+    def pdbs(self, namespace: str) -> list[PdbView]:
+        return self.gateway.list_disruption_budgets(namespace)
+
+
 @dataclass
 class Runtime:
     """What a running gpuops holds. Thread-safe: each thread gets its own database
@@ -70,7 +87,10 @@ class Runtime:
 
     def services(self) -> Services:
         """Services for one command or click, on the calling thread's connection."""
-        return Services.on_database(config=self.config, fleet=self.fleet, database=self.database.get())
+        services = Services.on_database(config=self.config, fleet=self.fleet, database=self.database.get())
+        if self.gateway is not None:
+            services.cluster = _LiveWorkloads(self.gateway)
+        return services
 
     def first_delivery(self, key: str, *, scope: str, now: dt.datetime) -> bool:
         """True the first time `key` is seen in `scope`, across restarts (SQLite)."""

@@ -121,6 +121,25 @@ class CustomObject:
 
 
 @dataclass(frozen=True, slots=True)
+class DisruptionBudget:
+    """A PodDisruptionBudget (policy/v1). `selector` is its matchLabels; an empty one
+    selects every pod in the namespace."""
+
+    namespace: str
+    name: str
+    selector: Mapping[str, str]
+    disruptions_allowed: int
+    has_expressions: bool = False
+
+    def selects(self, pod: PodObject) -> bool:
+        return pod.namespace == self.namespace and all(pod.labels.get(k) == v for k, v in self.selector.items())
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterSnapshot:
     """What the cache holds at one moment. `pods` are the pods in the operator's
     namespace plus every pod that asks for a GPU resource."""

@@ -28,6 +28,7 @@ from kubernetes.client.rest import ApiException
 from workflows.cluster import (
     ContainerState,
     CustomObject,
+    DisruptionBudget,
     DeploymentObject,
     NodeName,
     NodeObject,
@@ -368,6 +369,15 @@ class KubeGateway:
         result = self.list(PODS, field_selector=f"spec.nodeName={node}", label_selector=label_selector)
         return [pod_on_node_from_json(obj) for obj in result.items]
 
+    def list_pods_bound_to(self, node: str) -> list[PodObject]:
+        """Every pod bound to `node`, as the inventory's views (for previews)."""
+        return [pod_from_json(obj) for obj in self.list(PODS, field_selector=f"spec.nodeName={node}").items]
+
+    def list_disruption_budgets(self, namespace: str) -> list[DisruptionBudget]:
+        """The PodDisruptionBudgets of one namespace (policy/v1)."""
+        path = f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets"
+        return [disruption_budget_from_json(obj) for obj in self.list(path).items]
+
     def get_lease(self, namespace: str, name: str) -> LeaseRecord:
         return lease_from_json(self.request("GET", f"{_leases(namespace)}/{name}"))
 
@@ -638,4 +648,16 @@ def lease_from_json(obj: Json) -> LeaseRecord:
         duration_seconds=int(duration) if duration is not None else None,
         acquire_time=_time(spec.get("acquireTime")), renew_time=_time(spec.get("renewTime")),
         transitions=int(spec.get("leaseTransitions") or 0), resource_version=meta.get("resourceVersion", ""),
+    )
+
+
+def disruption_budget_from_json(obj: Json) -> DisruptionBudget:
+    meta = obj["metadata"]
+    selector = (obj.get("spec") or {}).get("selector") or {}
+    return DisruptionBudget(
+        namespace=meta.get("namespace", ""), name=meta["name"],
+        selector=_frozen(selector.get("matchLabels")),
+        # matchExpressions are not evaluated by the preview; say so rather than guess.
+        has_expressions=bool(selector.get("matchExpressions")),
+        disruptions_allowed=int((obj.get("status") or {}).get("disruptionsAllowed") or 0),
     )

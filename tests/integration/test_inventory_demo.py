@@ -124,6 +124,10 @@ def test_the_bots_service_account_reads_the_fleet_with_only_its_cluster_role(dem
     wait_until(readable, timeout=30, what="the ClusterRoleBinding to take effect")
     fleet = fleet_cache(user="bot").fleet(_now())
     assert fleet.nodes["training-a-10"].driver.owner == "conflict"
+    # A drain preview reads every pod on a node and the PDBs that apply...
+    (budget,) = bot.list_disruption_budgets("serving")
+    assert (budget.ref, budget.disruptions_allowed) == ("serving/llm-serving", 0)
+    assert {p.name.rsplit("-", 2)[0] for p in bot.list_pods_bound_to("serving-a-02")} >= {"llm-serving"}
     # What a run does is allowed (here as dry runs: nothing changes)...
     node = bot.get_node("serving-a-03")
     bot.cordon_node("serving-a-03", annotations={"gpuops.io/cordoned-by": "{}"},
