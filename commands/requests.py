@@ -9,6 +9,7 @@ plan and the exact command to approve it, so nobody approves a plan they have no
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from commands import messages as msg
@@ -144,20 +145,29 @@ def approve(call: Call, args: list[str]) -> Reply:
     if len(args) not in (1, 2):
         raise UsageError(msg.approve_usage())
     service = _requests(call)
-    try:
-        if len(args) == 1:
+    if len(args) == 1:
+        try:
             view = service.get(args[0])
-            shown = _request_reply(call, view, title=msg.approve_title(view.id))
-            return Reply(title=shown.title, summary=msg.approve_needs_hash(view.id, view.short_hash),
-                         sections=shown.sections, intents=shown.intents)
-        view = service.approve(call.actor, args[0], plan_hash=args[1], now=call.now)
+        except UnknownRequest as err:
+            raise NotFoundError(str(err)) from None
+        shown = _request_reply(call, view, title=msg.approve_title(view.id))
+        return Reply(title=shown.title, summary=msg.approve_needs_hash(view.id, view.short_hash),
+                     sections=shown.sections, intents=shown.intents)
+    return _decide(call, lambda: service.approve(call.actor, args[0], plan_hash=args[1], now=call.now),
+                   msg.approved_title)
+
+
+def _decide(call: Call, decision: Callable[[], RequestView], title: Callable[[str], str]) -> Reply:
+    """Carry out an approval, denial or cancellation: a refusal is an answer, not an error."""
+    try:
+        view = decision()
     except UnknownRequest as err:
         raise NotFoundError(str(err)) from None
     except AccessDenied:
         raise
     except RequestRefused as err:
         return _refused(err)
-    return _request_reply(call, view, title=msg.approved_title(view.id))
+    return _request_reply(call, view, title=title(view.id))
 
 
 @REGISTRY.command("deny", usage="deny <id> <reason>", role=Role.APPROVER,
@@ -166,15 +176,8 @@ def approve(call: Call, args: list[str]) -> Reply:
 def deny(call: Call, args: list[str]) -> Reply:
     if len(args) < 2:
         raise UsageError(msg.deny_needs_reason())
-    try:
-        view = _requests(call).deny(call.actor, args[0], reason=" ".join(args[1:]), now=call.now)
-    except UnknownRequest as err:
-        raise NotFoundError(str(err)) from None
-    except AccessDenied:
-        raise
-    except RequestRefused as err:
-        return _refused(err)
-    return _request_reply(call, view, title=msg.denied_title(view.id))
+    return _decide(call, lambda: _requests(call).deny(call.actor, args[0], reason=" ".join(args[1:]), now=call.now),
+                   msg.denied_title)
 
 
 @REGISTRY.command("cancel", usage="cancel <id>", role=Role.OPERATOR,
@@ -182,15 +185,7 @@ def deny(call: Call, args: list[str]) -> Reply:
                   examples=("/gpu cancel req-7f3a2c",))
 def cancel(call: Call, args: list[str]) -> Reply:
     request_id = _one(args, "request to cancel")
-    try:
-        view = _requests(call).cancel(call.actor, request_id, now=call.now)
-    except UnknownRequest as err:
-        raise NotFoundError(str(err)) from None
-    except AccessDenied:
-        raise
-    except RequestRefused as err:
-        return _refused(err)
-    return _request_reply(call, view, title=msg.cancelled_title(view.id))
+    return _decide(call, lambda: _requests(call).cancel(call.actor, request_id, now=call.now), msg.cancelled_title)
 
 
 def _control(call: Call, args: list[str], action: str) -> Reply:
