@@ -152,6 +152,10 @@ def _console(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     runtime = _runtime(args, config, watch=True)
     try:
+        # The console runs the engine and the scheduler too (never the Slack notifier), so
+        # an approved run really executes, but only while it holds the engine's Lease: with
+        # a gpuops already running against this cluster, that one keeps acting.
+        runtime.start_background(f"console-{replica_identity()}", slack=None)
         if sys.stdin.isatty():
             return Console(runtime, out=sys.stdout, as_user=args.as_user, read=terminal_reader()).run()
         return run_console(sys.stdin, runtime=runtime, out=sys.stdout, as_user=args.as_user, echo=True)

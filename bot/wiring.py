@@ -103,7 +103,7 @@ class Runtime:
         if self.leadership is not None:
             self.leadership.notify()
 
-    def start_background(self, identity: str, *, slack: WebClient, lease: Lease | None = None,
+    def start_background(self, identity: str, *, slack: WebClient | None, lease: Lease | None = None,
                          check_every: float = 1.0) -> Leadership:
         """Claim the engine lease as `identity` (unique per replica, e.g. the pod name)
         and run the leader's work while it is held; `close()` stops it and gives the
@@ -301,13 +301,14 @@ def engine_worker(runtime: Runtime, *, lease: Lease, identity: str) -> Worker | 
     return ThreadWorker("engine", body)
 
 
-def leader_workers(runtime: Runtime, *, lease: Lease, identity: str, slack: WebClient) -> list[Worker]:
-    """What the lease holder runs, built afresh for each term: the notifier, the
-    scheduler and the engine, each asking the lease before it acts."""
-    workers: list[Worker] = [
-        NotifierWorker(Notifier(runtime, OutboxSlack.like(slack), gate=lease.held)),
-        SchedulerWorker(LeaderScheduler(leader_jobs(runtime), gate=lease.held)),
-    ]
+def leader_workers(runtime: Runtime, *, lease: Lease, identity: str, slack: WebClient | None) -> list[Worker]:
+    """What the lease holder runs, built afresh for each term: the notifier (when there
+    is a Slack to post to; the console has none), the scheduler and the engine, each
+    asking the lease before it acts."""
+    workers: list[Worker] = []
+    if slack is not None:
+        workers.append(NotifierWorker(Notifier(runtime, OutboxSlack.like(slack), gate=lease.held)))
+    workers.append(SchedulerWorker(LeaderScheduler(leader_jobs(runtime), gate=lease.held)))
     engine = engine_worker(runtime, lease=lease, identity=identity)
     if engine is not None:
         workers.append(engine)

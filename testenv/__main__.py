@@ -63,6 +63,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         env.start()
         env.apply_fleet(spec)
+        # Where gpuops itself would run (its engine Lease lives there).
+        env.installer().create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpuops"}},
+                               exist_ok=True)
         link = folder / "kubeconfig"
         link.unlink(missing_ok=True)
         link.write_text(env.kubeconfig.read_text())
