@@ -654,6 +654,7 @@ def _node_steps(node: NodeInventory, *, policy: PoolConfig, end: dt.datetime | N
             "device_plugin_ready": True,
             "validator_ready": True,
             "advertised_gpus": _gpus_to_expect(node),
+            "timeout_s": int(policy.validate_timeout.total_seconds()),
         }),
         # A node that was cordoned before (by a person) stays cordoned.
         NodeStep("uncordon", node.name, {"leave_cordoned": node.cordoned}),

@@ -57,6 +57,8 @@ ANNOTATION_MIRROR = "kubernetes.io/config.mirror"
 _NO_DEVICES = frozenset({"", "void", "none"})
 
 EvictScope = Literal["gpu", "all"]
+# The evict scope drain plans write (workflows.drain.EVICTION_SCOPE): `all` here.
+DRAIN_PLAN_SCOPE = "all-non-daemonset"
 
 
 class LeaseLost(Exception):
@@ -373,6 +375,8 @@ class Evict:
 
     def scope(self, ctx: StepContext) -> EvictScope:
         value = ctx.params.get("scope")
+        if value == DRAIN_PLAN_SCOPE:
+            value = "all"  # what drain plans write: DaemonSet pods are skipped either way
         if value is None:
             value = self._default_scope or ("all" if ctx.plan_kind == "drain" else "gpu")
         if value not in ("gpu", "all"):
@@ -380,11 +384,17 @@ class Evict:
         return value  # type: ignore[return-value]
 
     def timeout(self, ctx: StepContext) -> dt.timedelta | None:
+        if "timeout_s" not in ctx.params and "pdb_timeout_s" in ctx.params:
+            # A drain plan: the pool's drain_timeout.
+            return _seconds({"timeout_s": ctx.params["pdb_timeout_s"]}, 600)
         return _seconds(ctx.params, 600)
 
     def prepare(self, ctx: StepContext) -> dict[str, Any]:
         scope = self.scope(ctx)
-        on_timeout = ctx.params.get("on_timeout", "fail")
+        # A drain plan says the pool's pdb_timeout_action: only `delete` deletes; `wait`
+        # and `skip` halt the run with the node cordoned, for a person to decide.
+        default = "delete" if ctx.params.get("pdb_timeout_action") == "delete" else "fail"
+        on_timeout = ctx.params.get("on_timeout", default)
         if on_timeout not in ("fail", "delete"):
             raise StepParamsError(f"on_timeout must be 'fail' or 'delete', not {on_timeout!r}")
         targets, skipped, waited = [], [], []
@@ -693,7 +703,7 @@ class Hold:
         if ctx.params.get("released_at"):
             # NB: `drain done` before the hold began: it ends as soon as it starts.
             until = codec.optional_time_from_text(str(ctx.params["released_at"]))
-        elif "until" in ctx.params:
+        elif ctx.params.get("until"):  # None: an open-ended drain, held until `drain done`
             until = dt.datetime.fromisoformat(str(ctx.params["until"]).replace("Z", "+00:00"))
         elif "seconds" in ctx.params:
             until = ctx.now + dt.timedelta(seconds=float(ctx.params["seconds"]))

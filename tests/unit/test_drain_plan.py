@@ -377,7 +377,7 @@ def test_each_node_is_cordoned_evicted_held_validated_and_uncordoned(cluster, no
     assert hold.params == {"until": codec.time_to_text(berlin("2026-12-05 06:00")),
                            "released_by": "drain done"}
     assert validate.params == {"node_ready": True, "device_plugin_ready": True,
-                               "validator_ready": True, "advertised_gpus": 8}
+                               "validator_ready": True, "advertised_gpus": 8, "timeout_s": 600}
 
 
 def test_jobs_matching_wait_for_are_waited_for_before_eviction(cluster, now):
@@ -519,3 +519,15 @@ def test_wait_for_selectors_match_pods_as_kubectl_does(selector, labels, matches
         "kind": "training", "wait_for": {"selector": selector, "timeout": "1h"}}}}).pools["p"]
 
     assert pool.wait_for_selector.matches(labels) is matches
+
+
+def test_a_pool_that_asks_to_skip_nodes_a_pdb_blocks_is_refused_at_start():
+    import pydantic
+    import pytest
+
+    from workflows.config import GpuopsConfig
+
+    with pytest.raises(pydantic.ValidationError) as refused:
+        GpuopsConfig.model_validate({"pools": {"p": {"kind": "serving", "windows": "always",
+                                                     "pdb_timeout_action": "skip"}}})
+    assert "skip is not supported yet" in str(refused.value)

@@ -201,3 +201,14 @@ def test_cordoning_a_node_a_human_cordoned_only_marks_it_and_remembers_it_was_co
     assert gateway.patches == ["annotate"]
     assert outcome == Done("already cordoned by someone else: marked it, and it will stay cordoned at the end",
                            {"prior_unschedulable": True})
+
+
+def test_an_evict_step_from_a_drain_plan_reads_its_scope_and_the_pools_drain_timeout():
+    from workflows.steps import Evict
+
+    # What workflows.drain writes for each node (the pool's drain_timeout and pdb_timeout_action).
+    params = {"scope": "all-non-daemonset", "pdb_timeout_s": 45, "pdb_timeout_action": "wait"}
+    assert Evict().scope(_Ctx(params=params)) == "all"  # type: ignore[arg-type]
+    assert Evict().timeout(_Ctx(params=params)) == dt.timedelta(seconds=45)  # type: ignore[arg-type]
+    with pytest.raises(StepParamsError, match="evict scope must be 'gpu' or 'all', not 'some'"):
+        Evict().scope(_Ctx(params={"scope": "some"}))  # type: ignore[arg-type]
