@@ -16,6 +16,7 @@ import time
 from bot.render_text import render_text
 from commands.catalog import dispatch
 from commands.services import Services
+from workflows.access import Actor, Role, UserId
 from workflows.config import GpuopsConfig
 from workflows.kube import NODES, KubeGateway
 from workflows.watchcache import FleetCache
@@ -69,8 +70,7 @@ def main() -> None:
     rss_after_cold = _rss_mib()
 
     services = Services(config=config, fleet=cache)
-    actor = config.actor("bench", name="bench")
-    actor = type(actor)(user_id=actor.user_id, name="bench", roles=frozenset({"viewer"}))  # type: ignore[arg-type]
+    actor = Actor(user_id=UserId("bench"), name="bench", roles=frozenset({Role.VIEWER}), via="cli")
     renders = []
     for _ in range(args.renders):
         now = dt.datetime.now(dt.timezone.utc)
