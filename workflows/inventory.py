@@ -20,6 +20,7 @@ shared/reference/gpu-operator/FACTS.md; the wording of evidence lives in the
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import re
 from collections import defaultdict
@@ -88,6 +89,7 @@ POD_SELECTOR_VALIDATOR = ("app", "nvidia-operator-validator")
 
 PRE_INSTALLED = "pre-installed"
 PAUSED_PREFIX = "paused-for-"
+_SCANNED_LABEL_PREFIXES = (LABEL_DEPLOY_PREFIX, MIG_RESOURCE_PREFIX)
 PAUSED_FOR_MIG_CHANGE = "paused-for-mig-change"
 
 UNPOOLED = PoolName("unpooled")
@@ -235,6 +237,7 @@ MISSING_POD = PodState(present=False)
 _VERSION_AT_START = re.compile(r"^v?(\d+(?:\.\d+)+)")
 
 
+@functools.lru_cache(maxsize=1024)  # a fleet runs a handful of images on thousands of pods
 def image_tag(image: str) -> str | None:
     """The tag of an image reference, ignoring a registry port and a digest."""
     reference = image.split("@", 1)[0]
@@ -244,6 +247,7 @@ def image_tag(image: str) -> str | None:
     return last_segment.split(":", 1)[1] or None
 
 
+@functools.lru_cache(maxsize=1024)
 def version_of_tag(tag: str | None) -> str | None:
     if tag is None:
         return None
@@ -252,9 +256,9 @@ def version_of_tag(tag: str | None) -> str | None:
 
 
 def pod_state(pod: PodObject) -> PodState:
-    restarts = sum(c.restart_count for c in pod.containers) + sum(
-        c.restart_count for c in pod.init_containers
-    )
+    restarts = 0
+    for container in (*pod.containers, *pod.init_containers):
+        restarts += container.restart_count
     waiting_reason: str | None = None
     init_failed = False
     init_running = False
@@ -338,6 +342,8 @@ def group_pods_by_node(pods: Iterable[PodObject]) -> dict[NodeName, list[PodObje
 def _best_first(pods: list[PodObject]) -> list[PodObject]:
     # A rollout or a wedged termination can leave two pods of one role on a node: the
     # live, newest one is the one that describes the node now.
+    if len(pods) < 2:
+        return pods
     return sorted(pods, key=lambda p: (p.deleting, -p.created_at.timestamp()))
 
 
@@ -686,9 +692,13 @@ def assess_node(
     mig_expected: dict[str, int] = {}
     mig_replicas: dict[str, int] = {}
     for key, value in labels.items():
-        if key.startswith(LABEL_DEPLOY_PREFIX) and value.startswith(PAUSED_PREFIX):
-            paused[key.removeprefix(LABEL_DEPLOY_PREFIX)] = value
-        elif key.startswith(MIG_RESOURCE_PREFIX):
+        # One test per label for the common case (GFD sets dozens of labels per node).
+        if not key.startswith(_SCANNED_LABEL_PREFIXES):
+            continue
+        if key.startswith(LABEL_DEPLOY_PREFIX):
+            if value.startswith(PAUSED_PREFIX):
+                paused[key.removeprefix(LABEL_DEPLOY_PREFIX)] = value
+        else:
             profile, _, attribute = key.removeprefix(MIG_RESOURCE_PREFIX).rpartition(".")
             if attribute == "count":
                 mig_expected[MIG_RESOURCE_PREFIX + profile] = _int(value) or 0
@@ -715,8 +725,7 @@ def assess_node(
         physical = None if mig_devices_counted else count
 
     names = sorted(
-        {r for r in node.capacity if is_gpu_resource(r)}
-        | {r for r in node.allocatable if is_gpu_resource(r)}
+        {r for r in (*node.capacity, *node.allocatable) if is_gpu_resource(r)}
         | {r for r, n in expected.items() if n is not None}
         | {r for r, n in requested.items() if n}
     )

@@ -7,7 +7,9 @@ which keeps a 5,000-node list fast.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import gc
 import json
 import logging
 import os
@@ -21,6 +23,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+import orjson
 import urllib3
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
@@ -90,6 +93,34 @@ class TooManyRequests(KubeError):
 
 class Unavailable(KubeError):
     """The API server could not be reached, or answered 5xx, after retries."""
+
+
+# A list page of 500 nodes is ~1.5 MB of JSON and becomes ~100,000 small objects, and a
+# cold cache makes a million. The cyclic garbage collector would walk the growing heap
+# again and again while they are made (nothing here builds cycles), so it waits.
+_QUIET_GC_BYTES = 64 * 1024
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection inside (reference counting still frees memory).
+    Process-wide: whoever paused it first turns it back on."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def loads(data: bytes | str) -> Any:
+    """Parse an API answer (orjson: about twice json's speed on list pages)."""
+    if len(data) < _QUIET_GC_BYTES:
+        return orjson.loads(data)
+    with gc_paused():
+        return orjson.loads(data)
 
 
 _BY_STATUS: dict[int, type[KubeError]] = {403: Forbidden, 404: NotFound, 409: Conflict, 410: Gone, 422: Invalid}
@@ -246,7 +277,7 @@ class KubeGateway:
                                       timeout=timeout)
                 data = response.data
                 if 200 <= response.status <= 299:
-                    return json.loads(data) if data else {}
+                    return loads(data) if data else {}
                 error = _error(response.status, data, method=method, path=path, headers=response.headers)
             except (urllib3.exceptions.HTTPError, OSError) as err:
                 error = Unavailable(f"{method} {path}: {err}", status=0)
@@ -346,7 +377,7 @@ class KubeGateway:
                     line, buffer = buffer.split(b"\n", 1)
                     if not line.strip():
                         continue
-                    event = json.loads(line)
+                    event = loads(line)
                     if event.get("type") == "ERROR":
                         status = event.get("object") or {}
                         raise _error(int(status.get("code") or 500), json.dumps(status), method="WATCH",
@@ -510,7 +541,7 @@ _EMPTY: Mapping[str, str] = MappingProxyType({})
 
 
 def _frozen(mapping: Mapping[str, str] | None) -> Mapping[str, str]:
-    # The dict is fresh from json.loads and referenced nowhere else: wrap, do not copy.
+    # The dict is fresh from the parser and referenced nowhere else: wrap, do not copy.
     return MappingProxyType(mapping) if mapping else _EMPTY
 
 

@@ -41,6 +41,7 @@ from workflows.kube import (
     NotFound,
     custom_object_from_json,
     deployment_from_json,
+    gc_paused,
     node_from_json,
     pod_from_json,
     pod_gpu_requests,
@@ -113,7 +114,16 @@ class FleetCache:
 
         Pods and the cluster-level objects are listed first (in parallel); nodes come
         last and are assessed page by page while the next page is on its way, so the
-        first fleet view costs one summary pass, not 5,000 assessments."""
+        first fleet view costs one summary pass, not 5,000 assessments. The garbage
+        collector pauses meanwhile (see `gc_paused`): it would cost more than the
+        assessments."""
+        with gc_paused():
+            self._initial_list()
+        if watch:
+            self.watch()
+        return self
+
+    def _initial_list(self) -> None:
         context_ready = threading.Event()
         first = [r for name, r in self._resources.items() if name != "nodes"]
         listers = [threading.Thread(target=self._list, args=(r,), daemon=True) for r in first]
@@ -130,9 +140,6 @@ class FleetCache:
         errors = [r.name for r in self._resources.values() if not r.synced.is_set()]
         if errors:
             raise KubeError(f"could not list {', '.join(errors)}; see the log for the API's answer")
-        if watch:
-            self.watch()
-        return self
 
     def watch(self) -> None:
         """Start (or, after `stop`, resume) watching from the last version seen."""
