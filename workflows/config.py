@@ -126,9 +126,9 @@ class PoolConfig(_Model):
     # GPUs that must stay Ready (advertised on Ready, schedulable nodes) during a drain.
     min_ready_gpus: Annotated[int, Field(ge=0)] = 0
     # How long an eviction may be held up by a PodDisruptionBudget before
-    # `pdb_timeout_action`: wait (the run halts for a person; `skip` is refused until the
-    # engine can leave one node out) or delete (the pods,
-    # ignoring the PDB; only with allow_delete: true).
+    # `pdb_timeout_action`: wait (the run halts with the node cordoned, for a person to
+    # decide), skip (the node is left out: uncordoned, its pods keep running, the run goes
+    # on) or delete (the pods, ignoring the PDB; only with allow_delete: true).
     drain_timeout: Duration = dt.timedelta(minutes=30)
     allow_delete: bool = False
     # How long a drained node may take to come back (Ready, driver, device plugin and
@@ -171,10 +171,6 @@ class PoolConfig(_Model):
         from workflows import drain_messages
         if value == "delete" and info.data.get("allow_delete") is not True:
             raise ValueError(drain_messages.delete_not_allowed())
-        if value == "skip":
-            # The engine cannot leave one node out of a run yet; refusing beats a policy
-            # that silently behaves like `wait`.
-            raise ValueError(drain_messages.skip_not_supported())
         return value
 
     def model_post_init(self, context: Any) -> None:

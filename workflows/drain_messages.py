@@ -335,7 +335,7 @@ def note_stays_cordoned(node: str) -> str:
 
 _PDB_ACTIONS = {
     "wait": "waits for a person to act",
-    "skip": "skips the node",
+    "skip": "leaves the node out of the drain (uncordoned, its pods keep running)",
     "delete": "deletes the pods in spite of the PDB",
 }
 
@@ -350,8 +350,3 @@ def note_pdb_may_block(pdb: str, *, allowed: int, needed: int, timeout: dt.timed
 def note_waits_for(count: int, *, selector: str, timeout: dt.timedelta) -> str:
     return (f"{plural(count, 'pod')} {'matches' if count == 1 else 'match'} wait_for ({selector}): "
             f"the drain waits up to {duration_text(timeout)} for them to finish before evicting.")
-
-
-def skip_not_supported() -> str:
-    return ("pdb_timeout_action: skip is not supported yet; use wait (the run halts with the node "
-            "cordoned and says why, for a person to decide) or delete (with allow_delete: true)")

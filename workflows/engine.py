@@ -23,7 +23,12 @@ What it does, as a runbook:
   at once.
 - A failing step halts the run: no further steps or waves, nodes left as they are (so a
   drained node stays cordoned), and the reason goes to the run's `halted_reason`, the
-  audit log and the request's thread. Pause lets steps in flight finish and starts
+  audit log and the request's thread. A step may instead leave its node out (a PDB
+  still blocking at the timeout, when the pool says `skip`): that node's remaining steps
+  are skipped except its `uncordon`, which gives back what this run cordoned, and the
+  run goes on with the other nodes.
+- A waiting step may have something to tell (a PDB holding up an eviction, a window
+  about to end): it is posted to the request's thread once (per step, or per run). Pause lets steps in flight finish and starts
   nothing new; abort (workflows.runs) ends the run at once.
 - Only the replica holding the engine lease acts: `lease.held()` is checked before every
   transaction and every side effect; a replica that loses it forgets what it was doing
@@ -78,6 +83,8 @@ from workflows.steps import (
     Done,
     Failed,
     LeaseLost,
+    LeftOut,
+    Notice,
     Outcome,
     StepParamsError,
     Waiting,
@@ -148,6 +155,8 @@ class _Live:
     due: float | None = None
     failures: int = 0
     reason: str | None = None
+    # Notices already posted for this step (their outbox dedupe keys).
+    noticed: set[str] = field(default_factory=set)
 
 
 class Engine:
@@ -315,6 +324,11 @@ class Engine:
             elif isinstance(outcome, Failed):
                 self._halt(run, info, step, outcome.reason, detail=outcome.detail)
                 return False
+            elif isinstance(outcome, LeftOut):
+                self._leave_out(run, info, step, outcome)
+                progressed = True
+            elif outcome.notice is not None:
+                self._tell(run, info, step, live, outcome.notice)
         if progressed:
             return True
 
@@ -350,7 +364,10 @@ class Engine:
             following = next((s for s in node_steps if s.state == "pending"), None)
             if following is None:
                 continue
-            if any(s.state != "done" for s in node_steps if s.seq < following.seq):
+            earlier = [s for s in node_steps if s.seq < following.seq]
+            if any(s.state != "done" for s in earlier) and not (
+                    following.kind == "uncordon" and _left_out(earlier)
+                    and all(s.state in ("done", "skipped") for s in earlier)):
                 continue  # fail closed: only after every earlier step of the node is done
             if not any(s.state != "pending" for s in node_steps):
                 if free <= 0:
@@ -494,6 +511,39 @@ class Engine:
         self._live.pop(step.id, None)
         log.info("%s: %s", self.replica, text)
 
+    def _leave_out(self, run: Run, info: _RunInfo, step: Step, outcome: LeftOut) -> None:
+        """Skip what is left of the step's node, except the uncordon that gives it back."""
+        now = self._clock()
+        node_steps = [s for s in stored_steps.for_run(self._db, run_id=run.id) if s.node == step.node]
+        uncordon_next = any(s.kind == "uncordon" and s.state == "pending" for s in node_steps)
+        text = say.node_left_out(outcome.reason, uncordon_next=uncordon_next)
+        detail = {"params": step_params(step), "intent": step_intent(step), "note": text,
+                  "result": {**outcome.detail, LEFT_OUT: True}}
+        with self._commit():
+            if not stored_steps.transition(self._db, id=step.id, expected="running", new="skipped", at=now,
+                                           detail=detail, error=outcome.reason):
+                raise _Changed()
+            for other in node_steps:
+                if other.state == "pending" and other.kind != "uncordon":
+                    stored_steps.transition(self._db, id=other.id, expected="pending", new="skipped", at=now)
+            self._audit(run, info, action="node.left_out", target=step.node, before="running", after="skipped",
+                        detail={"step": step.id, "kind": step.kind, "reason": outcome.reason, "text": text})
+            self._notify(run, info, event="node.left_out", state=run.state, text=text, kind="post",
+                         dedupe=f"{run.id}/step/{step.id}/left-out", node=step.node)
+        self._live.pop(step.id, None)
+        log.warning("%s: %s", self.replica, text)
+
+    def _tell(self, run: Run, info: _RunInfo, step: Step, live: _Live, notice: Notice) -> None:
+        """Post a waiting step's notice to the thread, once (the outbox dedupes by key,
+        across restarts too; `live.noticed` spares the transaction)."""
+        key = f"{run.id}/notice/{notice.key}" if notice.per_run else f"{run.id}/step/{step.id}/{notice.key}"
+        if key in live.noticed:
+            return
+        with self._commit():
+            self._notify(run, info, event=f"step.{notice.key}", state=run.state, text=notice.text, kind="post",
+                         dedupe=key, node=None if notice.per_run else step.node)
+        live.noticed.add(key)
+
     def _halt(self, run: Run, info: _RunInfo, step: Step, reason: str,
               detail: Mapping[str, Any] | None = None) -> None:
         """The step failed: the run stops here, every node left as it is."""
@@ -533,7 +583,9 @@ class Engine:
         now = self._clock()
         still = sorted({s.node for s in steps if s.kind == "cordon" and s.state == "done"
                         and (step_intent(s).get("prior_unschedulable") or "other_mark" in step_intent(s))})
-        text = say.run_succeeded(run.id, dry_run=run.dry_run, left_cordoned=[] if run.dry_run else still)
+        left_out = sorted({s.node for s in steps if _left_out([s])})
+        text = say.run_succeeded(run.id, dry_run=run.dry_run, left_cordoned=[] if run.dry_run else still,
+                                 left_out=left_out)
         with self._commit():
             if not stored_runs.transition(self._db, id=run.id, expected=("running", "paused"), new="succeeded",
                                           at=now):
@@ -588,6 +640,18 @@ class Engine:
     def node_inventory(self, node: str, now: dt.datetime) -> NodeInventory | None:
         fleet = self._cache.fleet(now)
         return fleet.nodes.get(node)  # type: ignore[no-any-return]
+
+
+LEFT_OUT = "left_out"
+
+
+def _left_out(steps: Sequence[Step]) -> bool:
+    """Whether one of `steps` left its node out of the run (see `Engine._leave_out`)."""
+    for step in steps:
+        result = (step.detail or {}).get("result") if isinstance(step.detail, dict) else None
+        if step.state == "skipped" and isinstance(result, dict) and result.get(LEFT_OUT):
+            return True
+    return False
 
 
 class _StepContext:

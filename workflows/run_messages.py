@@ -141,6 +141,28 @@ def eviction_blocked_timeout(node: str, blocked: Mapping[str, str], timeout: dt.
             "budget (scale the workload up elsewhere) or move the pod by hand, then start a new run")
 
 
+_THEN = {"fail": "the run halts with the node cordoned, for a person to decide",
+         "skip": "the node is left out of the run and uncordoned",
+         "delete": "the blocked pods are deleted, bypassing the budget"}
+
+
+def pdb_blocking(node: str, blocked: Mapping[str, str], *, deadline: dt.datetime | None, then: str) -> str:
+    until = f"until {when(deadline)}" if deadline is not None else "for now"
+    return (f"{node}: {eviction_blocked(blocked)}. Retrying {until}; then "
+            f"{_THEN.get(then, _THEN['fail'])}. Scaling the workload up elsewhere frees the budget")
+
+
+def left_out_blocked(node: str, blocked: Mapping[str, str], timeout: dt.timedelta | None) -> str:
+    return (f"{node} is left out of this run: {eviction_blocked(blocked)} still, after "
+            f"{_duration(timeout)}. Its remaining pods keep running; it is uncordoned and the run "
+            "goes on with the other nodes")
+
+
+def window_ending(until: dt.datetime, *, request_id: str) -> str:
+    return (f"The drain window ends at {when(until)}: the nodes are then validated and uncordoned. "
+            f"Need longer? `/gpu drain extend {request_id} <duration>`")
+
+
 def waiting_for_pods_to_go(pods: Sequence[str]) -> str:
     return f"waiting for {_list(pods)} to terminate"
 
@@ -342,8 +364,12 @@ def wave_started(index: int, nodes: Sequence[str]) -> str:
     return f"wave {index + 1} started: {_list(nodes)}"
 
 
-def run_succeeded(run_id: str, *, dry_run: bool, left_cordoned: Sequence[str]) -> str:
+def run_succeeded(run_id: str, *, dry_run: bool, left_cordoned: Sequence[str],
+                  left_out: Sequence[str] = ()) -> str:
     text = f"{'Dry run' if dry_run else 'Run'} {run_id} finished: every step done"
+    if left_out:
+        text = (f"{'Dry run' if dry_run else 'Run'} {run_id} finished without {_list(left_out)} "
+                f"(left out, see the thread); every other step done")
     if left_cordoned:
         text += f". Still cordoned, as they were before the run: {_list(left_cordoned)}"
     return text
@@ -352,6 +378,10 @@ def run_succeeded(run_id: str, *, dry_run: bool, left_cordoned: Sequence[str]) -
 def halted(node: str, kind: str, reason: str, *, left_cordoned: Sequence[str]) -> str:
     text = f"{node}: {kind} failed: {reason}. The run stopped; no further steps or waves"
     return text + "." + _left_cordoned(left_cordoned)
+
+
+def node_left_out(reason: str, *, uncordon_next: bool) -> str:
+    return reason + ("" if uncordon_next else ". It was cordoned before the run and stays so")
 
 
 def halted_elsewhere(node: str) -> str:

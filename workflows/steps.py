@@ -75,6 +75,18 @@ class Done:
 
 
 @dataclass(frozen=True)
+class Notice:
+    """Something people should hear about while a step waits (a PodDisruptionBudget
+    holding up an eviction, a window about to end): posted once per step and `key` in
+    the request's thread."""
+
+    key: str
+    text: str
+    # One notice for the whole run rather than one per node's step.
+    per_run: bool = False
+
+
+@dataclass(frozen=True)
 class Waiting:
     reason: str
     # Look again after this many seconds even without a watch event (None: only on
@@ -82,6 +94,17 @@ class Waiting:
     retry_in: float | None = None
     # The step handles its own deadline (it escalated and is finishing that off).
     overdue_ok: bool = False
+    notice: Notice | None = None
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """The node is left out of the run: its remaining steps are skipped, except that a
+    node this run cordoned is given back (its `uncordon` step still runs); the run goes
+    on with the other nodes."""
+
+    reason: str
+    detail: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -90,7 +113,7 @@ class Failed:
     detail: Mapping[str, Any] = field(default_factory=dict)
 
 
-Outcome = Done | Waiting | Failed
+Outcome = Done | Waiting | Failed | LeftOut
 
 
 class StepContext(Protocol):
@@ -145,6 +168,10 @@ class StepLogic(Protocol):
     def prepare(self, ctx: StepContext) -> dict[str, Any]: ...
 
     def advance(self, ctx: StepContext) -> Outcome: ...
+
+
+# A pool's pdb_timeout_action (config) as the evict step's on_timeout.
+_ON_TIMEOUT = {"wait": "fail", "skip": "skip", "delete": "delete"}
 
 
 def _seconds(params: Mapping[str, Any], default: float) -> dt.timedelta:
@@ -245,7 +272,8 @@ class Cordon:
 class Uncordon:
     """Make the node schedulable again, only if this run cordoned it and it was
     schedulable before; always remove this run's mark. The engine starts this step only
-    when every earlier step of the node is done (so after validation)."""
+    when every earlier step of the node is done (so after validation), or when the node
+    was left out of the run (then it is given back as it was)."""
 
     def timeout(self, ctx: StepContext) -> dt.timedelta | None:
         return _seconds(ctx.params, 120)
@@ -365,9 +393,11 @@ class Evict:
     is done when each chosen pod is gone (or replaced: a new uid).
 
     A 429 from a PodDisruptionBudget is retried on a timer (PDB status is not watched)
-    and on watch events about the node, until `timeout_s` (default 600). Then
-    `on_timeout` says what happens: `fail` (default; the run halts with the node
-    cordoned) or `delete` (delete the blocked pods, bypassing the budget, on record).
+    and on watch events about the node, until `timeout_s` (default 600); the first one
+    is told in the request's thread. Then `on_timeout` says what happens: `fail`
+    (default; the run halts with the node cordoned, for a person to decide), `skip`
+    (the node is left out: the pods still on it keep running, it is uncordoned and the
+    run goes on) or `delete` (delete the blocked pods, bypassing the budget, on record).
     """
 
     def __init__(self, *, default_scope: EvictScope | None = None) -> None:
@@ -391,12 +421,12 @@ class Evict:
 
     def prepare(self, ctx: StepContext) -> dict[str, Any]:
         scope = self.scope(ctx)
-        # A drain plan says the pool's pdb_timeout_action: only `delete` deletes; `wait`
-        # and `skip` halt the run with the node cordoned, for a person to decide.
-        default = "delete" if ctx.params.get("pdb_timeout_action") == "delete" else "fail"
+        # A drain plan says the pool's pdb_timeout_action: `wait` halts the run with the
+        # node cordoned, for a person to decide; `skip` leaves the node out; `delete` deletes.
+        default = _ON_TIMEOUT.get(str(ctx.params.get("pdb_timeout_action")), "fail")
         on_timeout = ctx.params.get("on_timeout", default)
-        if on_timeout not in ("fail", "delete"):
-            raise StepParamsError(f"on_timeout must be 'fail' or 'delete', not {on_timeout!r}")
+        if on_timeout not in ("fail", "skip", "delete"):
+            raise StepParamsError(f"on_timeout must be 'fail', 'skip' or 'delete', not {on_timeout!r}")
         targets, skipped, waited = [], [], []
         for pod in sorted(ctx.gateway.list_pods_on_node(ctx.node), key=lambda p: (p.pod.namespace, p.pod.name)):
             decision = decide(pod, scope=scope)
@@ -436,12 +466,17 @@ class Evict:
             return Done(say.would_evict(len(remaining), blocked, len(ctx.intent.get("skipped", ()))),
                         {**summary, "blocked": blocked})
         if blocked and ctx.expired:
-            if ctx.intent.get("on_timeout") == "delete":
+            on_timeout = ctx.intent.get("on_timeout")
+            if on_timeout == "delete":
                 return self._escalate(ctx, remaining, present, blocked)
+            if on_timeout == "skip":
+                return LeftOut(say.left_out_blocked(ctx.node, blocked, ctx.timeout), {**summary, "blocked": blocked})
             return Failed(say.eviction_blocked_timeout(ctx.node, blocked, ctx.timeout),
                           {**summary, "blocked": blocked})
         if blocked:
-            return Waiting(say.eviction_blocked(blocked), retry_in=2.0)
+            notice = Notice("pdb-blocked", say.pdb_blocking(ctx.node, blocked, deadline=ctx.deadline,
+                                                            then=str(ctx.intent.get("on_timeout") or "fail")))
+            return Waiting(say.eviction_blocked(blocked), retry_in=2.0, notice=notice)
         terminating = [t["pod"] for t in remaining]
         if ctx.expired and any(ctx.recorded(f"delete/{t['uid']}") for t in remaining):
             if ctx.now >= (ctx.deadline or ctx.now) + dt.timedelta(seconds=120):
@@ -693,7 +728,8 @@ class Hold:
     """Keep the node as it is (drained, cordoned) until `until` (a UTC time), for
     `seconds`, or else until the request's window ends; no limit of its own. A
     `released_at` param (written by `RunService.release_hold`, i.e. `drain done`) ends
-    it at that time, whichever comes first."""
+    it at that time, whichever comes first. `WINDOW_ENDING_NOTICE` before the end, the
+    request's thread is told (once per run) so someone can ask for more time."""
 
     def timeout(self, ctx: StepContext) -> dt.timedelta | None:
         return None
@@ -709,7 +745,10 @@ class Hold:
             until = ctx.now + dt.timedelta(seconds=float(ctx.params["seconds"]))
         else:
             until = ctx.window_end
-        return {"until": codec.optional_time_to_text(until)}
+        # Warn before the end only when the hold outlasts the warning's lead.
+        warn_at = until - WINDOW_ENDING_NOTICE if until is not None else None
+        return {"until": codec.optional_time_to_text(until),
+                "warn_at": codec.optional_time_to_text(warn_at if warn_at and warn_at > ctx.now else None)}
 
     def advance(self, ctx: StepContext) -> Outcome:
         until = codec.optional_time_from_text(ctx.intent.get("until"))
@@ -718,7 +757,18 @@ class Hold:
             until = released if until is None else min(until, released)
         if until is None or ctx.now >= until or ctx.dry_run:
             return Done(say.held_until(until, dry_run=ctx.dry_run))
-        return Waiting(say.holding_until(until), retry_in=(until - ctx.now).total_seconds())
+        warn_at = codec.optional_time_from_text(ctx.intent.get("warn_at"))
+        if warn_at is None or released is not None:
+            return Waiting(say.holding_until(until), retry_in=(until - ctx.now).total_seconds())
+        if ctx.now >= warn_at:
+            # Every node of the run is held to the same window end: one notice for all.
+            notice = Notice("window-ending", say.window_ending(until, request_id=ctx.request_id), per_run=True)
+            return Waiting(say.holding_until(until), retry_in=(until - ctx.now).total_seconds(), notice=notice)
+        return Waiting(say.holding_until(until), retry_in=(warn_at - ctx.now).total_seconds())
+
+
+# How long before a hold ends the thread hears that the window is ending.
+WINDOW_ENDING_NOTICE = dt.timedelta(minutes=15)
 
 
 LOGIC: dict[str, StepLogic] = {
@@ -740,6 +790,6 @@ def logic_for(kind: str) -> StepLogic:
 
 
 __all__ = [
-    "CONDITIONS", "CordonMark", "Done", "Failed", "LOGIC", "LeaseLost", "Outcome", "PodDecision",
+    "CONDITIONS", "CordonMark", "Done", "Failed", "LOGIC", "LeaseLost", "LeftOut", "Notice", "Outcome", "PodDecision",
     "StepContext", "StepLogic", "StepParamsError", "Waiting", "decide", "gpu_use", "logic_for",
 ]

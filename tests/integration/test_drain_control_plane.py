@@ -2,7 +2,9 @@
 real engine: alice asks, bob approves, the run starts, `/gpu drain done` ends the hold,
 and the nodes are validated before they are uncordoned. A node that comes back with fewer
 GPUs than it has halts the run with the node left cordoned; an engine restarted during the
-hold carries on where the other stopped. Each test builds a small fleet of its own."""
+hold carries on where the other stopped; a PodDisruptionBudget that allows one disruption
+makes the second eviction wait (and the thread hears why); a pool that skips blocked
+nodes leaves one out and gives it back. Each test builds a small fleet of its own."""
 
 from __future__ import annotations
 
@@ -28,13 +30,17 @@ from workflows.runs import RunView
 pytestmark = pytest.mark.controlplane
 
 CHANNEL = "C0GPUOPS"
-POOLS = ("serve", "short", "restart")
+POOLS = ("serve", "short", "restart", "budget", "skip")
+# The skip pool gives a blocked eviction 4 seconds, then leaves the node out.
+POLICY_CHANGES = {"skip": {"drain_timeout": "4s", "pdb_timeout_action": "skip"},
+                  "budget": {"drain_timeout": "120s"}}
 
 
 def drain_config() -> GpuopsConfig:
     return GpuopsConfig.model_validate({
         "pools": {name: {"kind": "serving", "approvers": ["U0BOB"], "windows": "always", "max_unavailable": 2,
-                         "min_ready_gpus": 0, "drain_timeout": "20s", "validate_timeout": "5s"}
+                         "min_ready_gpus": 0, "drain_timeout": "20s", "validate_timeout": "5s",
+                         **POLICY_CHANGES.get(name, {})}
                   for name in POOLS},
         "access": {"users": {"U0ALICE": ["operator"], "U0BOB": ["approver"]},
                    "names": {"U0ALICE": "alice", "U0BOB": "bob"}},
@@ -192,3 +198,111 @@ def test_an_engine_restarted_during_the_hold_carries_on_without_cordoning_again_
     actions = [r.action for r in audit.for_run(runtime.database.get(), run.id)]
     assert "step.resumed" in actions
     assert audit.verify(runtime.database.get()).ok
+
+
+def _pinned_deployment(namespace: str, name: str, node: str, *, replicas: int = 1) -> dict:
+    """One replica set of a service spread over nodes by hand: its pods run on `node`
+    only and do not tolerate the cordon, so an evicted pod's replacement stays Pending."""
+    labels = {"app": name, "tier": "llm"}
+    return {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": namespace, "labels": {fl.FLEET_LABEL: "budget"}},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
+                     "template": {"metadata": {"labels": labels},
+                                  "spec": {"nodeSelector": {"kubernetes.io/hostname": node},
+                                           "terminationGracePeriodSeconds": 1,
+                                           "containers": [{"name": "main", "image": "registry.example/llm:1.0",
+                                                           "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}}
+
+
+def _evicted(caplog_text: str, pods: dict[str, dict]) -> list[str]:
+    return [node for node, pod in pods.items()
+            if any(w.startswith(f"evict pod llm/{pod['metadata']['name']} ") for w in h.mutations(caplog_text))]
+
+
+def test_a_pdb_that_allows_one_disruption_makes_the_second_eviction_wait_and_the_thread_hears_why(
+        fleet, cluster, runtime, caplog):
+    fleet(fl.FleetSpec(name="budget", system_nodes=0,
+                       pools=(fl.PoolSpec(name="budget", kind="serving", nodes=3),)))
+    installer = cluster.installer()
+    _ready_fleet(runtime, installer, ["budget-01", "budget-02", "budget-03"])
+    installer.create({"apiVersion": "v1", "kind": "Namespace",
+                      "metadata": {"name": "llm", "labels": {fl.FLEET_LABEL: "budget"}}})
+    for index in (1, 2, 3):
+        installer.create(_pinned_deployment("llm", f"llm-{index}", f"budget-0{index}"))
+    pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "llm", "namespace": "llm"},
+           "spec": {"minAvailable": 2, "selector": {"matchLabels": {"tier": "llm"}}}}
+    installer.create(pdb)
+    pods = {f"budget-0{i}": _ready_pod(installer, "llm", f"llm-{i}") for i in (1, 2)}
+    wait_until(lambda: installer.get(pdb).get("status", {}).get("disruptionsAllowed") == 1, timeout=30,
+               what="the PDB to allow one disruption (3 healthy, 2 must stay)")
+
+    asked, request, run = ask_approve_start(runtime, '/gpu drain budget-01 budget-02 for 10m "rack move"')
+    assert "PDB llm/llm allows 1 disruption now but a wave evicts 2 of its pods" in _texts(asked)
+    db = runtime.database.get()
+    with caplog.at_level(logging.INFO, logger="gpuops.kube"), h.EngineThread(cluster.kubeconfig, db.path):
+        # Both nodes are cordoned at once (one wave); the budget lets one pod go.
+        wait_until(lambda: any(m["event"] == "step.pdb-blocked" for m in h.thread_messages(db)) or None,
+                   timeout=60, what="the thread to hear that a PDB blocks the second eviction")
+        first = _evicted(caplog.text, pods)
+        assert len(first) == 1, first
+        waiting = "budget-02" if first == ["budget-01"] else "budget-01"
+        assert _step_state(runtime, run.id, waiting, "evict") == "running"
+        assert [p["metadata"]["uid"] for p in h.workload_pods(installer, "llm", f"llm-{waiting[-1]}")] == [
+            pods[waiting]["metadata"]["uid"]]  # still running: the budget held
+        # Someone does what the thread says: scales the service up on a node not drained.
+        installer.call("PATCH", "/apis/apps/v1/namespaces/llm/deployments/llm-3",
+                       body={"spec": {"replicas": 2}}, content_type="application/merge-patch+json")
+        wait_until(lambda: _step_state(runtime, run.id, waiting, "evict") == "done", timeout=60,
+                   what="the second eviction once the budget allows it")
+        wait_until(lambda: all(_step_state(runtime, run.id, n, "hold") == "running" for n in pods), timeout=30,
+                   what="both nodes to be held")
+        assert gpu(runtime, "U0ALICE", f"/gpu drain done {request.id}").ok
+        finished = h.wait_run(db, run.id)
+
+    assert finished.state == "succeeded", finished.halted_reason
+    assert sorted(_evicted(caplog.text, pods)) == ["budget-01", "budget-02"]
+    blocked = [r for r in audit.for_run(db, run.id) if r.action == "pod.evict"]
+    assert len(blocked) == 2  # one intent per pod, however often the budget said no
+    for node in pods:
+        assert not h.unschedulable(installer, node) and h.cordon_mark(installer, node) is None
+    assert audit.verify(db).ok
+
+
+def test_a_pool_that_skips_blocked_nodes_leaves_one_out_gives_it_back_and_drains_the_rest(
+        fleet, cluster, runtime, caplog):
+    fleet(fl.FleetSpec(name="skip", system_nodes=0, pools=(fl.PoolSpec(name="skip", kind="serving", nodes=2),),
+                       workloads=(fl.WorkloadSpec(name="solo", namespace="solo", node="skip-01",
+                                                  pdb_min_available=1),)))
+    installer = cluster.installer()
+    _ready_fleet(runtime, installer, ["skip-01", "skip-02"])
+    solo = _ready_pod(installer, "solo", "solo")
+
+    _, request, run = ask_approve_start(runtime, '/gpu drain skip-01 skip-02 for 10m "firmware"')
+    db = runtime.database.get()
+    with caplog.at_level(logging.INFO, logger="gpuops.kube"), h.EngineThread(cluster.kubeconfig, db.path):
+        wait_until(lambda: _step_state(runtime, run.id, "skip-01", "uncordon") == "done", timeout=60,
+                   what="skip-01 to be left out and given back")
+        wait_until(lambda: _step_state(runtime, run.id, "skip-02", "hold") == "running", timeout=30,
+                   what="skip-02 to be held")
+        assert not h.unschedulable(installer, "skip-01") and h.unschedulable(installer, "skip-02")
+        assert gpu(runtime, "U0ALICE", f"/gpu drain done {request.id}").ok
+        finished = h.wait_run(db, run.id)
+
+    assert finished.state == "succeeded", finished.halted_reason
+    steps = {(s.node, s.kind): s.state for s in runtime.services().runs.get(run.id).steps}  # type: ignore[union-attr]
+    assert [steps[("skip-01", k)] for k in ("cordon", "evict", "hold", "validate", "uncordon")] == [
+        "done", "skipped", "skipped", "skipped", "done"]
+    assert all(steps[("skip-02", k)] == "done" for k in ("cordon", "evict", "hold", "validate", "uncordon"))
+    # The pod the budget protected never moved; skip-01 is back as it was.
+    assert [p["metadata"]["uid"] for p in h.workload_pods(installer, "solo", "solo")] == [solo["metadata"]["uid"]]
+    assert not h.unschedulable(installer, "skip-01") and h.cordon_mark(installer, "skip-01") is None
+    assert not h.unschedulable(installer, "skip-02")
+    messages = h.thread_messages(db)
+    told = [m["text"] for m in messages if m["event"] in ("step.pdb-blocked", "node.left_out")]
+    assert len(told) == 2, told
+    assert told[0].startswith("skip-01: eviction of solo/") and "then the node is left out of the run" in told[0]
+    assert told[1].startswith("skip-01 is left out of this run") and "after 4s" in told[1]
+    done = [m["text"] for m in messages if m["event"] == "run.succeeded"]
+    assert done == [f"Run {run.id} finished without skip-01 (left out, see the thread); every other step done"]
+    assert [r.target for r in audit.for_run(db, run.id) if r.action == "node.left_out"] == ["skip-01"]
+    assert audit.verify(db).ok

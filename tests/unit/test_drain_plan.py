@@ -521,13 +521,11 @@ def test_wait_for_selectors_match_pods_as_kubectl_does(selector, labels, matches
     assert pool.wait_for_selector.matches(labels) is matches
 
 
-def test_a_pool_that_asks_to_skip_nodes_a_pdb_blocks_is_refused_at_start():
-    import pydantic
-    import pytest
+def test_a_pool_that_skips_nodes_a_pdb_blocks_writes_skip_into_the_evict_step_and_says_so_in_the_plan(
+        cluster, now):
+    drain = plan("gpu-a-02 at sat 02:00", cluster, now, cfg=config(train_a={"pdb_timeout_action": "skip"}))
 
-    from workflows.config import GpuopsConfig
-
-    with pytest.raises(pydantic.ValidationError) as refused:
-        GpuopsConfig.model_validate({"pools": {"p": {"kind": "serving", "windows": "always",
-                                                     "pdb_timeout_action": "skip"}}})
-    assert "skip is not supported yet" in str(refused.value)
+    evict = drain.plan.waves[0].steps_for("gpu-a-02")[1]
+    assert evict.params["pdb_timeout_action"] == "skip"
+    assert any("serve/api-pdb" in note and "leaves the node out of the drain" in note
+               for note in drain.plan.summary.notes)

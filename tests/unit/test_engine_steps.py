@@ -83,6 +83,7 @@ class _Ctx:
     now: dt.datetime = NOW
     node: str = "gpu-h100-01"
     window_end: dt.datetime | None = None
+    request_id: str = "req-7f3a2c"
 
     def node_inventory(self) -> NodeInventory | None:
         return self.inventory
@@ -111,14 +112,34 @@ def test_a_wait_for_an_unknown_condition_is_refused_with_the_known_ones(make):
 def test_a_hold_waits_until_its_time_and_is_done_from_then_on():
     hold = Hold()
     intent = hold.prepare(_Ctx(params={"seconds": 90}))  # type: ignore[arg-type]
-    assert intent == {"until": "2025-06-07T12:01:30.000000Z"}
+    assert intent == {"until": "2025-06-07T12:01:30.000000Z", "warn_at": None}  # too short to warn
     waiting = hold.advance(_Ctx(intent=intent))  # type: ignore[arg-type]
     assert isinstance(waiting, Waiting) and waiting.retry_in == 90
     assert hold.advance(_Ctx(intent=intent, now=NOW + dt.timedelta(seconds=90))) == Done(  # type: ignore[arg-type]
         "held until 2025-06-07 12:01:30 UTC")
     # Without a time of its own, a hold lasts until the request's window ends.
     assert hold.prepare(_Ctx(window_end=NOW + dt.timedelta(hours=2))) == {  # type: ignore[arg-type]
-        "until": "2025-06-07T14:00:00.000000Z"}
+        "until": "2025-06-07T14:00:00.000000Z", "warn_at": "2025-06-07T13:45:00.000000Z"}
+
+
+def test_a_long_hold_tells_the_thread_a_quarter_of_an_hour_before_the_window_ends_once_for_the_run():
+    hold = Hold()
+    intent = hold.prepare(_Ctx(window_end=NOW + dt.timedelta(hours=2)))  # type: ignore[arg-type]
+
+    early = hold.advance(_Ctx(intent=intent))  # type: ignore[arg-type]
+    assert isinstance(early, Waiting) and early.notice is None
+    assert early.retry_in == (dt.timedelta(hours=1, minutes=45)).total_seconds()  # wakes up to warn
+
+    late = hold.advance(_Ctx(intent=intent, now=NOW + dt.timedelta(hours=1, minutes=46)))  # type: ignore[arg-type]
+    assert isinstance(late, Waiting) and late.notice is not None and late.notice.per_run
+    assert late.notice.text == ("The drain window ends at 2025-06-07 14:00:00 UTC: the nodes are then validated "
+                                "and uncordoned. Need longer? `/gpu drain extend req-7f3a2c <duration>`")
+    assert late.retry_in == dt.timedelta(minutes=14).total_seconds()
+
+    # After `drain done` there is nothing to warn about.
+    released = hold.advance(_Ctx(intent=intent, now=NOW + dt.timedelta(hours=1, minutes=46),  # type: ignore[arg-type]
+                                 params={"released_at": "2025-06-07T13:50:00.000000Z"}))
+    assert isinstance(released, Waiting) and released.notice is None
 
 
 def _run(dry_run: bool = False) -> Run:
