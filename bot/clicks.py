@@ -4,7 +4,8 @@ A click names an action and carries an opaque value (a request id and the plan h
 clicker saw). Nothing in it is trusted: the request is looked up again and
 `RequestService` checks the clicker's role, the two-person rule, the plan hash and the
 deadline, exactly as for a typed command. The outcome says what the clicker should be
-told and how the request's message should read now.
+told and how the request's message should read now, or that a form comes first (Deny's
+reason; "Request a drain" opens the drain form, whose submission is `/gpu drain`).
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ import logging
 from dataclasses import dataclass
 
 from bot import messages as msg
-from bot.intents import KNOWN_ACTIONS, decode_value
+from bot.drain_form import cannot_request_drain
+from bot.intents import KNOWN_ACTIONS, decode_target, decode_value
 from bot.request_card import request_card
 from commands.catalog import dispatch
 from commands.handover import handover_message
-from commands.reply import Reply, error_reply
+from commands.reply import REQUEST_DRAIN, Reply, error_reply
 from commands.services import Services
 from workflows.access import Actor
 from workflows.handover_service import HandoverError, HandoverService
@@ -45,6 +47,8 @@ class Outcome:
     card: Reply | None = None
     # Deny needs a reason first: the request id to ask it for.
     wants_reason: str | None = None
+    # "Request a drain" opens the drain form: the node or pool to fill in ("" for none).
+    wants_drain_form: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -95,8 +99,23 @@ def _acknowledge(click: Click, handover_id: str, services: Services) -> Outcome:
     return Outcome(notice=_done(outcome.text), card=card)
 
 
+def _request_drain(click: Click) -> Outcome:
+    """Nothing is requested yet: the clicker gets the form (or, in the console, the
+    command to type). Someone who cannot drain anything is told so now rather than
+    after filling it in; the submission runs `/gpu drain`, which checks again."""
+    target = decode_target(click.value)
+    if target is None:
+        return Outcome(notice=_refused(msg.not_a_gpuops_button()))
+    refusal = cannot_request_drain(click.actor)
+    if refusal is not None:
+        return Outcome(notice=_refused(refusal))
+    return Outcome(notice=_done(""), wants_drain_form=target)
+
+
 def press(click: Click, services: Services) -> Outcome:
     """Carry out one click; refusals come back as the notice, never as an exception."""
+    if click.action == REQUEST_DRAIN:
+        return _request_drain(click)
     value = decode_value(click.value)
     if click.action not in KNOWN_ACTIONS or value is None:
         return Outcome(notice=_refused(msg.not_a_gpuops_button()))

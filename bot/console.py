@@ -6,8 +6,9 @@ command goes through the same dispatcher and a click through the same handler
 check are identical: only the identity is taken on trust (`--as`, `:as`), which is why
 the console is for people who can already read the database and the cluster.
 Destructive buttons ask to confirm, as Slack's dialog does, and Deny asks for a reason,
-as Slack's form does. Roles come from the configuration's user ids; Slack user groups
-are not looked up (there is no Slack here).
+as Slack's form does. "Request a drain", whose Slack form has no console twin, says
+which `/gpu drain` to type. Roles come from the configuration's user ids; Slack user
+groups are not looked up (there is no Slack here).
 
 Lines come from any iterable, so scripts and tests drive it like a person would:
 
@@ -22,6 +23,7 @@ from typing import TextIO
 
 from bot import messages as msg
 from bot.clicks import Click, Outcome, press
+from bot.drain_form import drain_usage
 from bot.intents import confirm_for
 from bot.render_text import render_text
 from bot.wiring import Runtime
@@ -118,6 +120,10 @@ class Console:
         click = Click(action=intent.action, value=intent.value, actor=self.actor, now=self.clock())
         services = self.runtime.services()
         outcome = press(click, services)
+        if outcome.wants_drain_form is not None:
+            self.say(msg.drain_form_in_console(drain_usage(outcome.wants_drain_form)))
+            self.last_ok = True
+            return
         if outcome.wants_reason is not None:
             self.say(msg.console_reason_prompt(outcome.wants_reason))
             reason = (self.read("reason> ") or "").strip()

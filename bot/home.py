@@ -1,7 +1,8 @@
 """The App Home tab: the fleet at a glance (the `/gpu status` reply, rendered for a view
 of up to 100 blocks) and the requests waiting for the viewer's approval, each with its
-Approve / Deny buttons. Published with views.publish when the user opens the tab, and
-again after they click one of its buttons."""
+Approve / Deny buttons; for those who may ask for drains, a "Request a drain" button
+that opens the drain form with nothing filled in. Published with views.publish when the
+user opens the tab, and again after they click one of its buttons."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from bot.render_blocks import (
     reply_blocks,
 )
 from bot.request_card import request_card
-from commands.reply import Reply
+from commands import messages as command_msg
+from commands.reply import REQUEST_DRAIN, Intent, Reply
 from workflows import request_messages as say
 from workflows.requests import RequestView
 
@@ -47,11 +49,15 @@ def _waiting_blocks(waiting: list[RequestView], *, now: dt.datetime) -> list[Blo
 
 
 def home_view(fleet_reply: Reply, waiting: list[RequestView], *, now: dt.datetime,
-              notice: Reply | None = None) -> dict[str, Any]:
-    """The Home tab for one user; `notice` (the outcome of their last click) on top."""
+              notice: Reply | None = None, drain_button: bool = False) -> dict[str, Any]:
+    """The Home tab for one user; `notice` (the outcome of their last click) on top;
+    `drain_button` for someone who may request drains."""
     top: list[Block] = [HeaderBlock(text=PlainTextObject(text=msg.home_title(), emoji=True))]
     if notice is not None and (notice.summary or notice.title):
         top.append(context_block(escape(f"{header_text(notice)}: {notice.summary or ''}")))
+    if drain_button:
+        request_drain = Intent(action=REQUEST_DRAIN, label=command_msg.request_drain_label(), value="")
+        top.extend(actions_blocks([request_drain], block_id="request-drain"))
     pending = _waiting_blocks(waiting, now=now) + [DividerBlock()]
     footer = [context_block(escape(msg.home_updated_at(say.when(now))))]
     status_title = SectionBlock(text=Mrkdwn(f"*{escape(fleet_reply.title)}*"))

@@ -1,9 +1,10 @@
 """Buttons as every renderer shows them: their action ids, the confirmation a destructive
 one asks for, and the opaque value they carry.
 
-A button's value names a thing (a request id, and the plan hash the clicker was shown);
-it never carries a decision. The server looks the thing up and checks everything again
-when the button is clicked.
+A button's value names a thing (a request id, and the plan hash the clicker was shown;
+or the node or pool "Request a drain" fills into the drain form); it never carries a
+decision. The server looks the thing up and checks everything again when the button is
+clicked.
 """
 
 from __future__ import annotations
@@ -12,15 +13,18 @@ import re
 from dataclasses import dataclass
 
 from bot import messages as msg
-from commands.reply import Confirm, Intent
+from commands.reply import REQUEST_DRAIN, Confirm, Intent
 
 ACTION_PREFIX = "gpuops."
 # Clicking these cannot be undone, so Slack (and the console) ask first.
 DESTRUCTIVE = frozenset({"deny", "abort", "cancel"})
-KNOWN_ACTIONS = frozenset({"approve", "deny", "cancel", "abort", "handover-ack"})
+KNOWN_ACTIONS = frozenset({"approve", "deny", "cancel", "abort", "handover-ack", REQUEST_DRAIN})
 
 _ACTION_ID = re.compile(r"^gpuops\.([a-z]+(?:-[a-z]+)*)\.\d+$")
 _VALUE = re.compile(r"^(?P<subject>[A-Za-z0-9][A-Za-z0-9._-]{0,63})(?:/(?P<hash>[0-9a-f]{6,64}))?$")
+# A node (a Kubernetes name, up to 253 characters) or a pool (a label value, up to 63).
+TARGET_NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,251}[A-Za-z0-9])?"
+_TARGET = re.compile(f"^{TARGET_NAME}$")
 
 
 def confirm_for(intent: Intent) -> Confirm | None:
@@ -60,3 +64,11 @@ def decode_value(value: str | None) -> ButtonValue | None:
     if match is None:
         return None
     return ButtonValue(subject=match.group("subject"), plan_hash=match.group("hash"))
+
+
+def decode_target(value: str | None) -> str | None:
+    """The node or pool a "Request a drain" button names: "" when it names none (the
+    Home tab's), None for anything that is not a name."""
+    if not value:
+        return ""
+    return value if _TARGET.match(value) else None

@@ -140,9 +140,112 @@ def deny_reason_missing() -> str:
     return "Say why you deny it; the requester reads this."
 
 
-def modal_failed(error: str) -> str:
-    return (f"Slack did not open the form to deny ({error}); click Deny again. "
+def modal_failed(error: str, *, form: str = "to deny", button: str = "Deny") -> str:
+    return (f"Slack did not open the form {form} ({error}); click {button} again. "
             "Slack allows 3 seconds between the click and the form.")
+
+
+# ------------------------------------------------------------------ the drain form
+
+
+DRAIN_FORM_TITLE = "Request a drain"
+DRAIN_FORM_SUBMIT = "Plan the drain"
+DRAIN_FORM_CLOSE = "Cancel"
+DRAIN_FORM_FORM = "to request a drain"
+WHEN_CHOICES = {"now": "Now", "next-window": "At the pool's next window", "at": "At the time below"}
+
+
+def drain_form_intro(channel: str | None) -> str:
+    """`channel` is a checked channel id (it becomes a channel link)."""
+    where = (f"The plan comes back to you in <#{channel}>, and the request's thread is posted there."
+             if channel else "The plan comes back to you as a direct message; approvers find the request "
+             "on their gpuops Home tab.")
+    return ("gpuops plans the drain and checks it against the pool's policy, exactly as `/gpu drain` does. "
+            + where)
+
+
+def drain_targets_label() -> str:
+    return "Nodes or pool"
+
+
+def drain_targets_hint() -> str:
+    return "GPU node names separated by spaces, all in one pool; or one pool name for all its nodes."
+
+
+def drain_when_label() -> str:
+    return "Start"
+
+
+def drain_time_label() -> str:
+    return "Time"
+
+
+def drain_time_hint() -> str:
+    return "Only for \"At the time below\". Shown in your Slack time zone."
+
+
+def drain_duration_label() -> str:
+    return "How long"
+
+
+def drain_duration_hint() -> str:
+    return ("Like 2h, 90m or 1h30m. Empty: until the pool's window ends, or on a pool that is always open "
+            "until someone says /gpu drain done.")
+
+
+def drain_reason_label() -> str:
+    return "Reason"
+
+
+def drain_reason_hint() -> str:
+    return "Approvers read it, and it stays in the request's record."
+
+
+def drain_form_no_targets() -> str:
+    return "Name at least one GPU node, or a pool."
+
+
+def drain_form_bad_target(word: str) -> str:
+    return f"{word!r} is not a node or pool name; separate names with spaces."
+
+
+def drain_form_clause_in_targets(word: str) -> str:
+    return f"{word!r} belongs in Start or How long, not here: list only node or pool names."
+
+
+def drain_form_no_time() -> str:
+    return "Pick the time the drain starts, or choose another Start."
+
+
+def drain_form_time_passed() -> str:
+    return "That time has passed; pick a later one."
+
+
+def drain_form_bad_duration(text: str) -> str:
+    return f"Write how long like 2h, 90m or 1h30m, not {text!r}."
+
+
+def drain_form_no_reason() -> str:
+    return "Say why the nodes must be drained; approvers read it before they approve."
+
+
+def drain_form_reason_starts_with(word: str) -> str:
+    return (f"Start the reason with another word than {word!r}: `/gpu drain` would read it as part of "
+            "when the drain starts.")
+
+
+def drain_form_footer(command: str, footer: str | None) -> str:
+    asked = f"From the drain form: `/gpu {command}`"
+    return f"{footer} · {asked}" if footer else asked
+
+
+def drain_form_reason_is_a_target(word: str) -> str:
+    return (f"The reason starts with {word!r}, which names a GPU node or pool: `/gpu drain` would drain it "
+            "too. Nothing was requested; start the reason with another word, or choose how long.")
+
+
+def drain_form_in_console(usage: str) -> str:
+    return f"In Slack this button opens the drain form. Here, type: /gpu {usage}"
 
 
 # ------------------------------------------------------------------ request cards

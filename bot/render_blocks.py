@@ -282,11 +282,12 @@ def _confirm(intent: Intent) -> ConfirmObject | None:
 
 
 def actions_blocks(intents: Sequence[Intent], *, first_index: int = 0, block_id: str = "intents") -> list[Block]:
-    """Buttons, 25 to an actions block, each with its opaque value and, when it cannot
-    be undone, a confirmation dialog."""
+    """Buttons, 25 to an actions block, each with its opaque value (none when it names
+    nothing, as the Home tab's "Request a drain") and, when it cannot be undone, a
+    confirmation dialog."""
     elements = [
         ButtonElement(text=_plain(intent.label, BUTTON_TEXT), action_id=buttons.action_id(intent, first_index + i),
-                      value=intent.value, style=intent.style, confirm=_confirm(intent))
+                      value=intent.value or None, style=intent.style, confirm=_confirm(intent))
         for i, intent in enumerate(intents)
     ]
     return [ActionsBlock(block_id=f"{block_id}-{n}" if n else block_id, elements=elements[start:start + ACTIONS_ELEMENTS])

@@ -6,11 +6,14 @@ answer within milliseconds however slow the cluster or Slack itself is. The work
 
 1. drops a repeated delivery: the first thing it does is remember the delivery's key in
    the SQLite idempotency table (scope `slack-retry` for commands and events, `button`
-   for clicks and the deny form), so a Slack retry (X-Slack-Retry-Num in HTTP mode,
-   retry_attempt in Socket Mode) or a redelivery after a restart runs nothing twice;
+   for clicks and the forms), so a Slack retry (X-Slack-Retry-Num in HTTP mode,
+   retry_attempt in Socket Mode) or a redelivery after a restart runs nothing twice. A
+   form submission the ack refused with field errors is not remembered: the form stays
+   open under the same view id, and its corrected submission must still run;
 2. resolves the Slack user to an `Actor` (`bot.identity`);
 3. runs the same dispatcher (`commands.dispatch`) or click handler (`bot.clicks`) the
-   console uses, so role checks and the two-person rule are the domain's, not Slack's;
+   console uses, so role checks and the two-person rule are the domain's, not Slack's
+   (the drain form, too, becomes the words of `/gpu drain` and goes through dispatch);
 4. answers: the response_url first, then chat.postMessage, then a DM; a reply too long
    for one message is cut and its full text uploaded as a file.
 
@@ -25,7 +28,7 @@ import logging
 import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from slack_bolt import App
@@ -36,6 +39,14 @@ from slack_sdk.errors import SlackApiError
 from bot import messages as msg
 from bot.journal import Journal
 from bot.clicks import Click, Outcome, press
+from bot.drain_form import (
+    DRAIN_CALLBACK,
+    DrainFormContext,
+    drain_form,
+    drain_form_context,
+    may_request_drain,
+    read_drain_form,
+)
 from bot.home import home_view
 from bot.identity import SlackDirectory
 from bot.intents import action_of
@@ -67,9 +78,9 @@ def utc_now() -> dt.datetime:
 
 @dataclass(frozen=True)
 class Delivery:
-    kind: str  # command, click, deny, home
+    kind: str  # command, click, deny, drain-form, home
     key: str | None
-    outcome: str  # answered, duplicate, failed
+    outcome: str  # answered, refused, invalid (field errors shown), duplicate, failed
 
 
 class Deliveries(Journal[Delivery]):
@@ -108,6 +119,7 @@ class SlackBot:
         app.command(SLASH_COMMAND)(ack=self.ack, lazy=[self.run_command])
         app.action(_ACTION_IDS)(ack=self.ack, lazy=[self.run_click])
         app.view(DENY_CALLBACK)(ack=self.ack_deny, lazy=[self.run_deny])
+        app.view(DRAIN_CALLBACK)(ack=self.ack_drain_form, lazy=[self.run_drain_form])
         for event in BOT_EVENTS:
             app.event(event)(ack=self.ack, lazy=[self.run_home])
         app.error(self.on_error)
@@ -123,6 +135,14 @@ class SlackBot:
             ack()
         else:
             ack(response_action="errors", errors={REASON_BLOCK: msg.deny_reason_missing()})
+
+    def ack_drain_form(self, ack: Any, view: dict[str, Any]) -> None:
+        # Only checks that read the form and the clock: the cluster is not asked here.
+        reading = read_drain_form(view, now=self.clock())
+        if reading.errors:
+            ack(response_action="errors", errors=reading.errors)
+        else:
+            ack()
 
     def on_error(self, error: Exception, body: dict[str, Any]) -> None:
         log.error("listener failed on a %s delivery: %s", body.get("type") or body.get("command"), error,
@@ -177,6 +197,14 @@ class SlackBot:
             click = Click(action=action_of(str(action.get("action_id") or "")) or "", value=action.get("value"),
                           actor=actor, now=self.clock())
             outcome = press(click, self.runtime.services())
+            if outcome.wants_drain_form is not None:
+                context = DrainFormContext(channel=None if place.from_home else place.channel)
+                error = self.api.open_modal(str(body.get("trigger_id")), drain_form(outcome.wants_drain_form, context))
+                if error is not None:
+                    self.tell(user, error_reply(msg.refused_title(), msg.modal_failed(
+                        error, form=msg.DRAIN_FORM_FORM, button=msg.DRAIN_FORM_TITLE)), place)
+                self.deliveries.record(Delivery("click", key, "answered" if error is None else "failed"))
+                return
             if outcome.wants_reason is not None:
                 context = DenyContext(value=str(action.get("value")), channel=place.channel,
                                       message_ts=place.message_ts, ephemeral=place.ephemeral,
@@ -196,6 +224,10 @@ class SlackBot:
     def run_deny(self, body: dict[str, Any], view: dict[str, Any]) -> None:
         user = str((body.get("user") or {}).get("id") or "")
         key = f"{DENY_CALLBACK}:{user}:{view.get('id')}"
+        if not submitted_reason(view):
+            # The ack showed the field error; the same view comes back with the reason.
+            self.deliveries.record(Delivery("deny", key, "invalid"))
+            return
         if not self._first("deny", key, BUTTON_SCOPE):
             return
         context = deny_context(str(view.get("private_metadata") or ""))
@@ -213,6 +245,39 @@ class SlackBot:
             log.exception("deny by %s failed", user)
             self.tell(user, error_reply(msg.refused_title(), msg.something_failed()), place)
             self.deliveries.record(Delivery("deny", key, "failed"))
+
+    def run_drain_form(self, body: dict[str, Any], view: dict[str, Any]) -> None:
+        """The drain form, submitted: `/gpu drain` with the form's words, answered to
+        the submitter where they clicked (an ephemeral message there, else a DM)."""
+        user = str((body.get("user") or {}).get("id") or "")
+        key = f"{DRAIN_CALLBACK}:{user}:{view.get('id')}"
+        reading = read_drain_form(view, now=self.clock())
+        if reading.form is None:
+            # The ack showed the field errors; the same view comes back corrected.
+            self.deliveries.record(Delivery("drain-form", key, "invalid"))
+            return
+        if not self._first("drain-form", key, BUTTON_SCOPE):
+            return
+        form = reading.form
+        channel = drain_form_context(str(view.get("private_metadata") or "")).channel
+        outcome = "answered"
+        try:
+            actor = self.directory.actor(user, fallback_name=(body.get("user") or {}).get("username"))
+            services = self.runtime.services()
+            now = self.clock()
+            word = form.first_reason_word()
+            if word is not None and (word in services.config.pools or word in services.fleet.fleet(now).nodes):
+                reply = error_reply(msg.refused_title(), msg.drain_form_reason_is_a_target(word))
+            else:
+                reply = dispatch(form.command(), actor=actor, services=services, now=now, channel=channel)
+            reply = replace(reply, footer=msg.drain_form_footer(form.command(), reply.footer))
+            if not reply.ok:
+                outcome = "refused"
+        except Exception:  # noqa: BLE001 - answer something rather than nothing
+            log.exception("the drain form of %s (%s) failed", user, form.command())
+            reply, outcome = error_reply(msg.refused_title(), msg.something_failed()), "failed"
+        self.answer(reply, user=user, channel=channel, response_url=None, ephemeral_in_channel=True)
+        self.deliveries.record(Delivery("drain-form", key, outcome))
 
     def run_home(self, body: dict[str, Any], event: dict[str, Any]) -> None:
         user = str(event.get("user") or "")
@@ -233,10 +298,14 @@ class SlackBot:
         now = self.clock()
         fleet_reply = dispatch("status", actor=actor, services=services, now=now)
         waiting = services.requests.waiting_for(actor, now=now) if services.requests is not None else []
-        return self.api.publish_home(user, home_view(fleet_reply, waiting, now=now, notice=notice))
+        return self.api.publish_home(user, home_view(fleet_reply, waiting, now=now, notice=notice,
+                                                     drain_button=may_request_drain(actor)))
 
-    def answer(self, reply: Reply, *, user: str, channel: str | None, response_url: str | None) -> None:
-        """The reply to a command: where the user looks first, then anywhere that works."""
+    def answer(self, reply: Reply, *, user: str, channel: str | None, response_url: str | None,
+               ephemeral_in_channel: bool = False) -> None:
+        """The reply to a command: where the user looks first, then anywhere that works.
+        `ephemeral_in_channel` (for a form, which has no response_url): a reply only the
+        user sees goes to them in `channel` before a DM."""
         rendered = render_blocks(reply)
         if rendered.truncated:
             link = self._upload_full_text(reply, user=user, channel=channel)
@@ -246,6 +315,9 @@ class SlackBot:
         if response_url and self.api.respond(response_url, {**message, "response_type": reply.visibility}):
             return
         if reply.visibility == "in_channel" and channel and self.api.post(channel, message):
+            return
+        if (ephemeral_in_channel and reply.visibility == "ephemeral" and channel
+                and self.api.ephemeral(channel, user, message)):
             return
         if not self.api.direct_message(user, message):
             log.error("could not answer %s by response_url, channel or DM", user)

@@ -6,7 +6,7 @@ import difflib
 
 from commands import messages as msg
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
-from commands.reply import Fact, Notice, Reply, Section, Table
+from commands.reply import REQUEST_DRAIN, Fact, Intent, Notice, Reply, Section, Table
 from workflows.access import Role
 from workflows.drain import drain_history
 from workflows.findings import Finding
@@ -87,6 +87,15 @@ def _findings_section(findings: tuple[Finding, ...], *, limit: int | None) -> Se
     return Section(title="Findings", notices=notices, text=msg.more_findings(more) if more > 0 else None)
 
 
+def _drain_button(call: Call, *, pool: str, target: str) -> tuple[Intent, ...]:
+    """"Request a drain" of `target`, for whoever `/gpu drain` would let drain `pool`
+    (the drain checks again when asked); none for a pool without a drain policy."""
+    drain = REGISTRY.commands.get(("drain",))
+    if drain is None or pool not in call.services.config.pools or not call.actor.has(drain.role, pool=pool):
+        return ()
+    return (Intent(action=REQUEST_DRAIN, label=msg.request_drain_label(), value=target),)
+
+
 def _find_pool(fleet: Fleet, name: str) -> PoolInventory:
     pool = fleet.pool(name)
     if pool is None:
@@ -103,7 +112,8 @@ def status(call: Call, args: list[str]) -> Reply:
         raise UsageError(f"status takes at most one pool name, got {len(args)} words")
     fleet = call.services.fleet.fleet(call.now)
     if args:
-        return _pool_status(fleet, _find_pool(fleet, args[0]))
+        pool = _find_pool(fleet, args[0])
+        return _pool_status(fleet, pool, intents=_drain_button(call, pool=pool.name, target=pool.name))
     critical = sum(f.severity == "critical" for f in fleet.findings)
     warning = sum(f.severity == "warning" for f in fleet.findings)
     nodes = sum(p.nodes_total for p in fleet.pools)
@@ -144,7 +154,7 @@ def _drains_section(call: Call) -> Section | None:
                    table=Table(columns=msg.DRAIN_HISTORY_COLUMNS, rows=tuple(rows)))
 
 
-def _pool_status(fleet: Fleet, pool: PoolInventory) -> Reply:
+def _pool_status(fleet: Fleet, pool: PoolInventory, *, intents: tuple[Intent, ...] = ()) -> Reply:
     findings = tuple(f for f in fleet.findings if f.pool == pool.name or f.subject == pool.name)
     facts = (
         Fact("Kind", pool.kind or "not configured"),
@@ -160,7 +170,8 @@ def _pool_status(fleet: Fleet, pool: PoolInventory) -> Reply:
         sections.append(_findings_section(findings, limit=None))
     nodes = tuple(_node_row(fleet.nodes[name]) for name in pool.nodes)
     sections.append(Section(title="Nodes", table=Table(columns=msg.NODE_COLUMNS, rows=nodes)))
-    return Reply(title=msg.status_title(pool.name), summary=facts[2].value, sections=tuple(sections))
+    return Reply(title=msg.status_title(pool.name), summary=facts[2].value, sections=tuple(sections),
+                 intents=intents)
 
 
 @REGISTRY.command("node", usage="node <name>", role=Role.VIEWER,
@@ -202,7 +213,8 @@ def node(call: Call, args: list[str]) -> Reply:
     if findings:
         sections.insert(0, _findings_section(findings, limit=None))
     return Reply(title=msg.node_title(inv.name), summary=f"{inv.advertised_gpus}/{inv.expected_advertised or '?'} "
-                 f"GPUs advertised · driver owner {inv.driver.owner}", sections=tuple(sections))
+                 f"GPUs advertised · driver owner {inv.driver.owner}", sections=tuple(sections),
+                 intents=_drain_button(call, pool=inv.pool, target=inv.name))
 
 
 @REGISTRY.command("findings", usage="findings [pool|node]", role=Role.VIEWER,

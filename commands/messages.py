@@ -121,6 +121,10 @@ def node_title(name: str) -> str:
     return f"GPU node {name}"
 
 
+def request_drain_label() -> str:
+    return "Request a drain"
+
+
 def not_a_gpu_node(name: str) -> str:
     return f"`{name}` is a node, but not a GPU node (no GPU labels or capacity)."
 

@@ -9,6 +9,11 @@ from typing import Literal
 
 Severity = Literal["critical", "warning", "info"]
 
+# The button that offers to request a drain of the pool or node a reply is about: its
+# value is only that name ("" for none). Slack opens the drain form; the console says
+# which `/gpu drain` to type.
+REQUEST_DRAIN = "request-drain"
+
 
 @dataclass(frozen=True)
 class Fact:

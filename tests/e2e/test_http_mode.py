@@ -264,6 +264,25 @@ def test_deny_asks_for_a_reason_in_a_modal_and_then_denies_and_updates_the_messa
     assert f"You denied {request.id}" in told.body["text"]
 
 
+def test_a_deny_form_sent_back_for_its_reason_still_denies_when_submitted_again_under_the_same_view(http_bot):
+    # Slack keeps a form that got field errors open: the corrected submission has the same view id.
+    request = submit_upgrade(http_bot.runtime)
+    ts = http_bot.post_card(request)
+    deny = button(http_bot.slack.workspace.message(CHANNEL, ts), "Deny")
+    click(http_bot, action_id=deny["action_id"], value=deny["value"], user="U0BOB", message_ts=ts)
+    opened = http_bot.slack.wait_for("views.open")
+    form = {"callback_id": "gpuops.deny", "user_id": "U0BOB", "view_id": opened.response["view"]["id"],
+            "private_metadata": opened.args["view"]["private_metadata"]}
+
+    empty = send(http_bot.url, signing.view_submission_body(**form, values={"reason": {"reason": ""}}))
+    send(http_bot.url, signing.view_submission_body(**form, values={"reason": {"reason": "capacity floor"}}))
+
+    assert empty.json()["response_action"] == "errors"
+    deliveries = http_bot.deliveries.wait_for(lambda ds: len([d for d in ds if d.kind == "deny"]) == 2)
+    assert [d.outcome for d in deliveries if d.kind == "deny"] == ["invalid", "answered"]
+    assert http_bot.runtime.services().requests.get(request.id).state == "denied"
+
+
 def test_a_rate_limited_update_is_retried_after_retry_after(http_bot):
     request = submit_upgrade(http_bot.runtime)
     ts = http_bot.post_card(request)

@@ -1,0 +1,236 @@
+"""The drain request form: the modal a "Request a drain" button opens (views.open with
+the click's trigger_id), and what its submission means.
+
+The form asks what `/gpu drain` asks (nodes or a pool, when, how long, why) and turns
+the answers into the very words that command takes, so the submission runs the same
+command: the same role checks, policy gates, plan and stored request. Only what can be
+checked without the cluster is checked here, in the ack, as field errors (no target,
+a word that is not a name, a duration that does not read, a time missing or past, no
+reason). The form always asks for a reason, which `/gpu drain` needs only where the
+pool wants approvals: whoever fills in a form can say why.
+
+Its private_metadata says only where to answer (the channel the button was in); like a
+button's value it is a pointer, read defensively on submit.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from slack_sdk.models.blocks import (
+    DateTimePickerElement,
+    InputBlock,
+    MarkdownTextObject,
+    Option,
+    PlainTextInputElement,
+    PlainTextObject,
+    SectionBlock,
+    StaticSelectElement,
+)
+from slack_sdk.models.views import View
+
+from bot import messages as msg
+from bot.intents import TARGET_NAME
+from commands import messages as command_msg
+from commands.catalog import REGISTRY
+from workflows.access import Actor
+from workflows.config import parse_duration
+from workflows.drain_messages import at_words
+from workflows.windows import UTC
+
+DRAIN_CALLBACK = "gpuops.drain-request"
+# Each input is the only element of its block, so a block and its action share a name.
+TARGETS, WHEN, TIME, DURATION, REASON = "targets", "when", "time", "duration", "reason"
+TARGETS_MAX = 2000
+DURATION_MAX = 20
+REASON_MAX = 500
+
+When = Literal["now", "next-window", "at"]
+_WHENS: tuple[When, ...] = ("now", "next-window", "at")
+_DRAIN = ("drain",)
+# The words `/gpu drain` reads as when or how long; in the targets they would end the list.
+_CLAUSE_WORDS = frozenset({"at", "for", "next-window"})
+_TARGET_WORD = re.compile(f"^(?:pool=)?{TARGET_NAME}$")
+_CHANNEL_ID = re.compile(r"^[CGD][A-Z0-9]{2,30}$")
+_TARGET_PLACEHOLDER = "<node...|pool>"
+
+
+def cannot_request_drain(actor: Actor) -> str | None:
+    """Why `actor` cannot ask for any drain (the dispatcher's words), or None when they
+    hold the role `/gpu drain` needs for some pool (the command checks the pool)."""
+    spec = REGISTRY.commands.get(_DRAIN)
+    if spec is None:
+        return msg.not_a_gpuops_button()
+    return None if actor.has_anywhere(spec.role) else command_msg.needs_role(spec.name, spec.role, actor)
+
+
+def may_request_drain(actor: Actor) -> bool:
+    return cannot_request_drain(actor) is None
+
+
+def drain_usage(target: str) -> str:
+    """`/gpu drain`'s usage, with the target filled in when there is one."""
+    spec = REGISTRY.commands.get(_DRAIN)
+    usage = spec.usage if spec is not None else f"drain {_TARGET_PLACEHOLDER}"
+    return usage.replace(_TARGET_PLACEHOLDER, target, 1) if target else usage
+
+
+# ------------------------------------------------------------------ the modal
+
+
+@dataclass(frozen=True)
+class DrainFormContext:
+    # The channel the button was clicked in: where the plan is shown and the request's
+    # thread posted. None from the Home tab (the plan then comes as a DM).
+    channel: str | None = None
+
+
+def drain_form(target: str, context: DrainFormContext) -> dict[str, Any]:
+    """The modal, its targets prefilled with `target` ("" for none)."""
+    options = [Option(value=when, label=msg.WHEN_CHOICES[when]) for when in _WHENS]
+    channel = context.channel if context.channel and _CHANNEL_ID.match(context.channel) else None
+    metadata = {"channel": channel} if channel else {}
+    return View(
+        type="modal",
+        callback_id=DRAIN_CALLBACK,
+        title=PlainTextObject(text=msg.DRAIN_FORM_TITLE),
+        submit=PlainTextObject(text=msg.DRAIN_FORM_SUBMIT),
+        close=PlainTextObject(text=msg.DRAIN_FORM_CLOSE),
+        private_metadata=json.dumps(metadata),
+        blocks=[
+            SectionBlock(text=MarkdownTextObject(text=msg.drain_form_intro(channel))),
+            InputBlock(block_id=TARGETS, label=PlainTextObject(text=msg.drain_targets_label()),
+                       hint=PlainTextObject(text=msg.drain_targets_hint()),
+                       element=PlainTextInputElement(action_id=TARGETS, initial_value=target or None,
+                                                     max_length=TARGETS_MAX)),
+            InputBlock(block_id=WHEN, label=PlainTextObject(text=msg.drain_when_label()),
+                       element=StaticSelectElement(action_id=WHEN, options=options, initial_option=options[0])),
+            InputBlock(block_id=TIME, label=PlainTextObject(text=msg.drain_time_label()), optional=True,
+                       hint=PlainTextObject(text=msg.drain_time_hint()),
+                       element=DateTimePickerElement(action_id=TIME)),
+            InputBlock(block_id=DURATION, label=PlainTextObject(text=msg.drain_duration_label()), optional=True,
+                       hint=PlainTextObject(text=msg.drain_duration_hint()),
+                       element=PlainTextInputElement(action_id=DURATION, max_length=DURATION_MAX)),
+            InputBlock(block_id=REASON, label=PlainTextObject(text=msg.drain_reason_label()),
+                       hint=PlainTextObject(text=msg.drain_reason_hint()),
+                       element=PlainTextInputElement(action_id=REASON, max_length=REASON_MAX)),
+        ],
+    ).to_dict()
+
+
+def drain_form_context(private_metadata: str) -> DrainFormContext:
+    """Where to answer; no channel when the metadata is not what `drain_form` wrote."""
+    try:
+        raw = json.loads(private_metadata or "{}")
+    except ValueError:
+        return DrainFormContext()
+    channel = raw.get("channel") if isinstance(raw, dict) else None
+    return DrainFormContext(channel=channel if isinstance(channel, str) and _CHANNEL_ID.match(channel) else None)
+
+
+# ------------------------------------------------------------------ the submission
+
+
+@dataclass(frozen=True)
+class DrainForm:
+    """A drain as the form asked for it, every field readable."""
+
+    targets: tuple[str, ...]
+    when: When
+    at: dt.datetime | None  # aware, for when == "at"
+    duration: str | None  # as `/gpu drain` reads it after `for`, e.g. "1h30m"
+    reason: str
+
+    def words(self) -> list[str]:
+        words = list(self.targets)
+        if self.when == "next-window":
+            words.append("next-window")
+        elif self.when == "at" and self.at is not None:
+            words += at_words(self.at, UTC).split()
+        if self.duration:
+            words += ["for", self.duration]
+        return words + self.reason.split()
+
+    def command(self) -> str:
+        """The `/gpu drain ...` line (without `/gpu`) this form stands for, quoted so
+        the dispatcher reads back exactly these words."""
+        return shlex.join([*_DRAIN, *self.words()])
+
+    def first_reason_word(self) -> str | None:
+        """The reason's first word when nothing but the targets comes before it: there
+        `/gpu drain` would read a node or pool name as one more node to drain."""
+        if self.when != "now" or self.duration or not self.reason:
+            return None
+        return self.reason.split()[0].removeprefix("pool=")
+
+
+@dataclass(frozen=True)
+class DrainFormReading:
+    form: DrainForm | None
+    # block_id -> what is wrong there, as Slack shows it under the field.
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+def _value(values: dict[str, Any], block: str) -> dict[str, Any]:
+    found = (values.get(block) or {}).get(block)
+    return found if isinstance(found, dict) else {}
+
+
+def _text(values: dict[str, Any], block: str) -> str:
+    text = _value(values, block).get("value")
+    return text.strip() if isinstance(text, str) else ""
+
+
+def read_drain_form(view: dict[str, Any], *, now: dt.datetime) -> DrainFormReading:
+    """The submitted form, or the field errors Slack should show (nothing is done then)."""
+    values = (view.get("state") or {}).get("values") or {}
+    errors: dict[str, str] = {}
+
+    targets = tuple(_text(values, TARGETS).replace(",", " ").split())
+    if not targets:
+        errors[TARGETS] = msg.drain_form_no_targets()
+    for word in targets:
+        if word.lower() in _CLAUSE_WORDS:
+            errors[TARGETS] = msg.drain_form_clause_in_targets(word)
+            break
+        if not _TARGET_WORD.match(word):
+            errors[TARGETS] = msg.drain_form_bad_target(word)
+            break
+
+    picked = _value(values, TIME).get("selected_date_time")
+    at = dt.datetime.fromtimestamp(picked, tz=UTC) if isinstance(picked, int) and not isinstance(picked, bool) \
+        else None
+    chosen = (_value(values, WHEN).get("selected_option") or {}).get("value")
+    when: When = chosen if chosen in _WHENS else ("at" if at is not None else "now")
+    if when == "at":
+        if at is None:
+            errors[TIME] = msg.drain_form_no_time()
+        elif at < now:
+            errors[TIME] = msg.drain_form_time_passed()
+
+    written = _text(values, DURATION)
+    duration = "".join(written.split()) or None
+    if duration is not None:
+        try:
+            ok = duration[0].isdigit() and parse_duration(duration) > dt.timedelta(0)
+        except ValueError:
+            ok = False
+        if not ok:
+            errors[DURATION] = msg.drain_form_bad_duration(written)
+
+    reason = " ".join(_text(values, REASON).split())
+    first, _, rest = reason.partition(" ")
+    if not reason:
+        errors[REASON] = msg.drain_form_no_reason()
+    elif first.lower() in ("at", "next-window") or (first.lower() == "for" and (not rest or rest[0].isdigit())):
+        errors[REASON] = msg.drain_form_reason_starts_with(first)
+
+    if errors:
+        return DrainFormReading(form=None, errors=errors)
+    return DrainFormReading(form=DrainForm(targets=targets, when=when, at=at if when == "at" else None,
+                                           duration=duration, reason=reason))
