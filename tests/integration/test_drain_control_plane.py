@@ -30,10 +30,14 @@ from workflows.runs import RunView
 pytestmark = pytest.mark.controlplane
 
 CHANNEL = "C0GPUOPS"
-POOLS = ("serve", "short", "restart", "budget", "skip")
-# The skip pool gives a blocked eviction 4 seconds, then leaves the node out.
+POOLS = ("serve", "short", "restart", "budget", "skip", "gates", "floor")
+WEEKENDS = [{"days": ["sat", "sun"], "start": "02:00", "end": "06:00", "timezone": "Europe/Berlin"}]
+# The skip pool gives a blocked eviction 4 seconds, then leaves the node out; gates and
+# floor drain only at weekends, one node at a time (gates), never below 16 GPUs (floor).
 POLICY_CHANGES = {"skip": {"drain_timeout": "4s", "pdb_timeout_action": "skip"},
-                  "budget": {"drain_timeout": "120s"}}
+                  "budget": {"drain_timeout": "120s"},
+                  "gates": {"windows": WEEKENDS, "max_unavailable": 1},
+                  "floor": {"windows": WEEKENDS, "min_ready_gpus": 16}}
 
 
 def drain_config() -> GpuopsConfig:
@@ -84,15 +88,22 @@ def _ready_pod(installer, namespace: str, app: str) -> dict:
     return next(p for p in h.workload_pods(installer, namespace, app) if h.running_ready(p))
 
 
-def ask_approve_start(runtime: Runtime, text: str) -> tuple[Reply, RequestView, RunView]:
+def ask_and_approve(runtime: Runtime, text: str) -> tuple[Reply, RequestView]:
     asked = gpu(runtime, "U0ALICE", text)
     assert asked.ok, _texts(asked)
     services = runtime.services()
-    assert services.requests is not None and services.runs is not None
+    assert services.requests is not None
     request = services.requests.get(asked.title.split()[1])
     approved = gpu(runtime, "U0BOB", f"/gpu approve {request.id} {request.short_hash}")
     assert approved.ok and (approved.summary or "").startswith("approved"), _texts(approved)
-    run = services.runs.start(request.id, dry_run=False, now=h.now(), actor=runtime.config.actor("U0ALICE"))
+    return asked, request
+
+
+def ask_approve_start(runtime: Runtime, text: str) -> tuple[Reply, RequestView, RunView]:
+    asked, request = ask_and_approve(runtime, text)
+    runs = runtime.services().runs
+    assert runs is not None
+    run = runs.start(request.id, dry_run=False, now=h.now(), actor=runtime.config.actor("U0ALICE"))
     return asked, request, run
 
 
@@ -198,6 +209,33 @@ def test_an_engine_restarted_during_the_hold_carries_on_without_cordoning_again_
     actions = [r.action for r in audit.for_run(runtime.database.get(), run.id)]
     assert "step.resumed" in actions
     assert audit.verify(runtime.database.get()).ok
+
+
+def test_drains_the_pool_policy_forbids_are_refused_naming_the_rule_and_store_nothing(fleet, cluster, runtime):
+    fleet(fl.FleetSpec(name="gates", system_nodes=0, pools=(fl.PoolSpec(name="gates", kind="serving", nodes=3),
+                                                            fl.PoolSpec(name="floor", kind="serving", nodes=2))))
+    installer = cluster.installer()
+    _ready_fleet(runtime, installer, ["gates-01", "gates-02", "gates-03", "floor-01", "floor-02"])
+    requests = runtime.services().requests
+    assert requests is not None
+
+    outside = gpu(runtime, "U0ALICE", '/gpu drain gates-01 at wed 10:00 for 1h "fan swap"')
+    assert not outside.ok and outside.title == "Drain refused (outside-window)", _texts(outside)
+    assert "outside pool gates's maintenance windows (sat,sun 02:00-06:00 Europe/Berlin)" in _texts(outside)
+    assert "The first time it fits is" in _texts(outside) and "ask with `at " in _texts(outside)
+
+    # 16 GPUs must stay Ready in floor; it has 16, every one of them on a Ready node.
+    floor = gpu(runtime, "U0ALICE", '/gpu drain floor-01 next-window for 1h "fan swap"')
+    assert not floor.ok and floor.title == "Drain refused (min_ready_gpus)", _texts(floor)
+    assert "would leave 8 Ready GPUs in pool floor (of 16 now), below its floor of 16" in _texts(floor)
+    assert requests.open_requests("floor") == [] and requests.open_requests("gates") == []
+
+    _, first = ask_and_approve(runtime, '/gpu drain gates-01 next-window for 1h "fan swap"')
+    second = gpu(runtime, "U0ALICE", '/gpu drain gates-02 next-window for 1h "fan swap"')
+    assert not second.ok and second.title == "Drain refused (max_unavailable)", _texts(second)
+    assert f"held by overlapping request {first.id}" in _texts(second)
+    assert [r.id for r in requests.open_requests("gates")] == [first.id]
+    assert not any(h.unschedulable(installer, n) for n in ("gates-01", "gates-02", "floor-01"))
 
 
 def _pinned_deployment(namespace: str, name: str, node: str, *, replicas: int = 1) -> dict:
