@@ -89,7 +89,7 @@ POD_SELECTOR_VALIDATOR = ("app", "nvidia-operator-validator")
 
 PRE_INSTALLED = "pre-installed"
 PAUSED_PREFIX = "paused-for-"
-_SCANNED_LABEL_PREFIXES = (LABEL_DEPLOY_PREFIX, MIG_RESOURCE_PREFIX)
+_NVIDIA = "nvidia.com/"
 PAUSED_FOR_MIG_CHANGE = "paused-for-mig-change"
 
 UNPOOLED = PoolName("unpooled")
@@ -691,14 +691,15 @@ def assess_node(
     paused: dict[str, str] = {}
     mig_expected: dict[str, int] = {}
     mig_replicas: dict[str, int] = {}
-    for key, value in labels.items():
-        # One test per label for the common case (GFD sets dozens of labels per node).
-        if not key.startswith(_SCANNED_LABEL_PREFIXES):
-            continue
+    # GFD sets dozens of labels per node and few matter here: one substring search over
+    # all keys (or values) decides whether they need a look one by one.
+    scan_paused = PAUSED_PREFIX in "\n".join(labels.values())
+    scan_mig = "\n" + MIG_RESOURCE_PREFIX in "\n" + "\n".join(labels)
+    for key, value in labels.items() if scan_paused or scan_mig else ():
         if key.startswith(LABEL_DEPLOY_PREFIX):
             if value.startswith(PAUSED_PREFIX):
                 paused[key.removeprefix(LABEL_DEPLOY_PREFIX)] = value
-        else:
+        elif key.startswith(MIG_RESOURCE_PREFIX):
             profile, _, attribute = key.removeprefix(MIG_RESOURCE_PREFIX).rpartition(".")
             if attribute == "count":
                 mig_expected[MIG_RESOURCE_PREFIX + profile] = _int(value) or 0
@@ -725,7 +726,7 @@ def assess_node(
         physical = None if mig_devices_counted else count
 
     names = sorted(
-        {r for r in (*node.capacity, *node.allocatable) if is_gpu_resource(r)}
+        {r for r in (*node.capacity, *node.allocatable) if r.startswith(_NVIDIA) and is_gpu_resource(r)}
         | {r for r, n in expected.items() if n is not None}
         | {r for r, n in requested.items() if n}
     )
