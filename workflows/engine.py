@@ -28,8 +28,9 @@ What it does, as a runbook:
   are skipped except its `uncordon`, which gives back what this run cordoned, and the
   run goes on with the other nodes.
 - A waiting step may have something to tell (a PDB holding up an eviction, a window
-  about to end): it is posted to the request's thread once (per step, or per run). Pause lets steps in flight finish and starts
-  nothing new; abort (workflows.runs) ends the run at once.
+  about to end): it is posted to the request's thread once (per step, or per run).
+- Pause lets steps in flight finish and starts nothing new; abort (workflows.runs) ends
+  the run at once.
 - Only the replica holding the engine lease acts: `lease.held()` is checked before every
   transaction and every side effect; a replica that loses it forgets what it was doing
   and waits, and whoever holds the lease next resumes from the database.
