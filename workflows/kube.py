@@ -102,9 +102,13 @@ _QUIET_GC_BYTES = 64 * 1024
 
 
 @contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
+def gc_paused(*, keep: bool = False) -> Iterator[None]:
     """No cyclic garbage collection inside (reference counting still frees memory).
-    Process-wide: whoever paused it first turns it back on."""
+    Process-wide: whoever paused it first turns it back on.
+
+    `keep`: what was made inside lives as long as the process (a cache's initial
+    contents): it is frozen (`gc.freeze`) before collection resumes, so no collection
+    walks it again, the first one right after the pause included."""
     if not gc.isenabled():
         yield
         return
@@ -112,6 +116,8 @@ def gc_paused() -> Iterator[None]:
     try:
         yield
     finally:
+        if keep:
+            gc.freeze()
         gc.enable()
 
 

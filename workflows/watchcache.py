@@ -115,9 +115,10 @@ class FleetCache:
         Pods and the cluster-level objects are listed first (in parallel); nodes come
         last and are assessed page by page while the next page is on its way, so the
         first fleet view costs one summary pass, not 5,000 assessments. The garbage
-        collector pauses meanwhile (see `gc_paused`): it would cost more than the
-        assessments."""
-        with gc_paused():
+        collector pauses meanwhile, and what was listed is frozen out of its sight (see
+        `gc_paused`): walking the million objects of a big fleet again and again would
+        cost more than the assessments."""
+        with gc_paused(keep=True):
             self._initial_list()
         if watch:
             self.watch()
