@@ -10,7 +10,9 @@ reason). The form always asks for a reason, which `/gpu drain` needs only where 
 pool wants approvals: whoever fills in a form can say why.
 
 Its private_metadata says only where to answer (the channel the button was in); like a
-button's value it is a pointer, read defensively on submit.
+button's value it is a pointer, read defensively on submit. A form opened from the Home
+tab has no channel, so it asks for one: a request without a channel would have no
+thread, and its progress (PDB blocks, window ending, the end) would reach nobody.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from slack_sdk.models.blocks import (
+    ConversationFilter,
+    ConversationSelectElement,
     DateTimePickerElement,
     InputBlock,
     MarkdownTextObject,
@@ -46,6 +50,8 @@ from workflows.windows import UTC
 DRAIN_CALLBACK = "gpuops.drain-request"
 # Each input is the only element of its block, so a block and its action share a name.
 TARGETS, WHEN, TIME, DURATION, REASON = "targets", "when", "time", "duration", "reason"
+# Only in a form opened from the Home tab: the channel the request's thread goes to.
+CHANNEL = "channel"
 TARGETS_MAX = 2000
 DURATION_MAX = 20
 REASON_MAX = 500
@@ -86,7 +92,7 @@ def drain_usage(target: str) -> str:
 @dataclass(frozen=True)
 class DrainFormContext:
     # The channel the button was clicked in: where the plan is shown and the request's
-    # thread posted. None from the Home tab (the plan then comes as a DM).
+    # thread posted. None from the Home tab (the form then asks for a channel).
     channel: str | None = None
 
 
@@ -95,6 +101,12 @@ def drain_form(target: str, context: DrainFormContext) -> dict[str, Any]:
     options = [Option(value=when, label=msg.WHEN_CHOICES[when]) for when in _WHENS]
     channel = context.channel if context.channel and _CHANNEL_ID.match(context.channel) else None
     metadata = {"channel": channel} if channel else {}
+    ask_channel = [] if channel else [
+        InputBlock(block_id=CHANNEL, label=PlainTextObject(text=msg.drain_channel_label()),
+                   hint=PlainTextObject(text=msg.drain_channel_hint()),
+                   element=ConversationSelectElement(
+                       action_id=CHANNEL,
+                       filter=ConversationFilter(include=["public", "private"], exclude_bot_users=True)))]
     return View(
         type="modal",
         callback_id=DRAIN_CALLBACK,
@@ -119,6 +131,7 @@ def drain_form(target: str, context: DrainFormContext) -> dict[str, Any]:
             InputBlock(block_id=REASON, label=PlainTextObject(text=msg.drain_reason_label()),
                        hint=PlainTextObject(text=msg.drain_reason_hint()),
                        element=PlainTextInputElement(action_id=REASON, max_length=REASON_MAX)),
+            *ask_channel,
         ],
     ).to_dict()
 
@@ -145,6 +158,8 @@ class DrainForm:
     at: dt.datetime | None  # aware, for when == "at"
     duration: str | None  # as `/gpu drain` reads it after `for`, e.g. "1h30m"
     reason: str
+    # The channel picked in a form from the Home tab (else the button's, in the metadata).
+    channel: str | None = None
 
     def words(self) -> list[str]:
         words = list(self.targets)
@@ -230,7 +245,15 @@ def read_drain_form(view: dict[str, Any], *, now: dt.datetime) -> DrainFormReadi
     elif first.lower() in ("at", "next-window") or (first.lower() == "for" and (not rest or rest[0].isdigit())):
         errors[REASON] = msg.drain_form_reason_starts_with(first)
 
+    channel: str | None = None
+    if CHANNEL in values:  # the form asked for a channel: it came from the Home tab
+        picked_channel = _value(values, CHANNEL).get("selected_conversation")
+        if isinstance(picked_channel, str) and _CHANNEL_ID.match(picked_channel):
+            channel = picked_channel
+        else:
+            errors[CHANNEL] = msg.drain_form_no_channel()
+
     if errors:
         return DrainFormReading(form=None, errors=errors)
     return DrainFormReading(form=DrainForm(targets=targets, when=when, at=at if when == "at" else None,
-                                           duration=duration, reason=reason))
+                                           duration=duration, reason=reason, channel=channel))

@@ -158,10 +158,23 @@ WHEN_CHOICES = {"now": "Now", "next-window": "At the pool's next window", "at": 
 def drain_form_intro(channel: str | None) -> str:
     """`channel` is a checked channel id (it becomes a channel link)."""
     where = (f"The plan comes back to you in <#{channel}>, and the request's thread is posted there."
-             if channel else "The plan comes back to you as a direct message; approvers find the request "
-             "on their gpuops Home tab.")
+             if channel else "Pick the channel for the request's thread below: its progress is posted "
+             "there, and the plan comes back to you there too.")
     return ("gpuops plans the drain and checks it against the pool's policy, exactly as `/gpu drain` does. "
             + where)
+
+
+def drain_channel_label() -> str:
+    return "Post the request in"
+
+
+def drain_channel_hint() -> str:
+    return ("The request's thread (approvals, PDB blocks, the window ending, the result) goes here; "
+            "gpuops must be a member of the channel.")
+
+
+def drain_form_no_channel() -> str:
+    return "Pick a channel: the request's progress is posted in its thread there."
 
 
 def drain_targets_label() -> str:

@@ -248,7 +248,8 @@ class SlackBot:
 
     def run_drain_form(self, body: dict[str, Any], view: dict[str, Any]) -> None:
         """The drain form, submitted: `/gpu drain` with the form's words, answered to
-        the submitter where they clicked (an ephemeral message there, else a DM)."""
+        the submitter in the channel the button was in or the form named (an ephemeral
+        message there, else a DM)."""
         user = str((body.get("user") or {}).get("id") or "")
         key = f"{DRAIN_CALLBACK}:{user}:{view.get('id')}"
         reading = read_drain_form(view, now=self.clock())
@@ -259,7 +260,7 @@ class SlackBot:
         if not self._first("drain-form", key, BUTTON_SCOPE):
             return
         form = reading.form
-        channel = drain_form_context(str(view.get("private_metadata") or "")).channel
+        channel = form.channel or drain_form_context(str(view.get("private_metadata") or "")).channel
         outcome = "answered"
         try:
             actor = self.directory.actor(user, fallback_name=(body.get("user") or {}).get("username"))

@@ -78,14 +78,17 @@ def opened_form(bot) -> dict[str, Any]:
 
 
 def submit(bot, view: dict[str, Any], *, user: str, targets: str, when: str = "now", duration: str = "",
-           reason: str, retry: bool = False):
-    """Press "Plan the drain": Slack posts the view's state with the view's own id."""
+           reason: str, retry: bool = False, channel: str | None = None):
+    """Press "Plan the drain": Slack posts the view's state with the view's own id (and
+    the channel picked, in a form from the Home tab, which asks for one)."""
     values = {"targets": {"targets": targets},
               "when": {"when": {"type": "static_select", "selected_option": {
                   "text": {"type": "plain_text", "text": when}, "value": when}}},
               "time": {"time": {"type": "datetimepicker", "selected_date_time": None}},
               "duration": {"duration": duration},
               "reason": {"reason": reason}}
+    if any(b.get("block_id") == "channel" for b in view.get("blocks") or ()):
+        values["channel"] = {"channel": {"type": "conversations_select", "selected_conversation": channel}}
     body = signing.view_submission_body(callback_id=FORM, user_id=user, view_id=view["id"], values=values,
                                         private_metadata=view["private_metadata"])
     headers = {"X-Slack-Retry-Num": "1", "X-Slack-Retry-Reason": "http_timeout"} if retry else None
@@ -144,6 +147,28 @@ def test_a_submission_slack_delivers_twice_requests_one_drain(http_bot):
     assert len(http_bot.slack.calls("chat.postEphemeral")) == 1
 
 
+def test_a_form_from_the_home_tab_asks_where_the_thread_goes_and_answers_there(http_bot):
+    send(http_bot.url, signing.app_home_opened_body("U0ALICE"), content_type=signing.JSON)
+    http_bot.deliveries.wait_for(lambda ds: any(d.kind == "home" for d in ds))
+    (button,) = drain_buttons(http_bot.slack.workspace.home_view("U0ALICE")["blocks"])
+    click_on_home(http_bot, button, user="U0ALICE")
+    view = opened_form(http_bot)
+
+    nowhere = submit(http_bot, view, user="U0ALICE", targets="training-a-001", reason="firmware")
+    assert nowhere.json() == {"response_action": "errors", "errors": {
+        "channel": "Pick a channel: the request's progress is posted in its thread there."}}
+    assert stored_requests(http_bot) == []
+
+    picked = submit(http_bot, view, user="U0ALICE", targets="training-a-001", reason="firmware", channel=CHANNEL)
+    assert (picked.status, picked.body) == (200, "")
+    assert form_deliveries(http_bot, 2) == ["invalid", "answered"]
+    (request,) = stored_requests(http_bot)
+    assert request["channel"] == CHANNEL  # the notifier opens the request's thread there
+    posted = http_bot.slack.wait_for("chat.postEphemeral")
+    assert (posted.args["channel"], posted.args["user"]) == (CHANNEL, "U0ALICE")
+    assert f"Drain {request['id']}" in text_of(posted.args["blocks"])
+
+
 def test_a_malformed_duration_is_a_field_error_nothing_is_stored_and_the_corrected_form_goes_through(http_bot):
     send(http_bot.url, signing.app_home_opened_body("U0ALICE"), content_type=signing.JSON)
     http_bot.deliveries.wait_for(lambda ds: any(d.kind == "home" for d in ds))
@@ -152,10 +177,10 @@ def test_a_malformed_duration_is_a_field_error_nothing_is_stored_and_the_correct
 
     click_on_home(http_bot, button, user="U0ALICE")
     view = opened_form(http_bot)
-    assert json.loads(view["private_metadata"]) == {}  # no channel: the answer comes as a DM
+    assert json.loads(view["private_metadata"]) == {}  # no channel: the form asks for one
 
     refused = submit(http_bot, view, user="U0ALICE", targets="training-a-001", duration="2 hours",
-                     reason="firmware")
+                     reason="firmware", channel=CHANNEL)
 
     assert refused.json() == {"response_action": "errors",
                               "errors": {"duration": "Write how long like 2h, 90m or 1h30m, not '2 hours'."}}
@@ -164,13 +189,14 @@ def test_a_malformed_duration_is_a_field_error_nothing_is_stored_and_the_correct
     assert http_bot.slack.calls("chat.postEphemeral") == [] and http_bot.slack.calls("chat.postMessage") == []
 
     # Slack keeps the form open under the same view id; the corrected submission runs.
-    fixed = submit(http_bot, view, user="U0ALICE", targets="training-a-001", duration="2h", reason="firmware")
+    fixed = submit(http_bot, view, user="U0ALICE", targets="training-a-001", duration="2h", reason="firmware",
+                   channel=CHANNEL)
     assert (fixed.status, fixed.body) == (200, "")
     assert form_deliveries(http_bot, 2) == ["invalid", "answered"]
     (request,) = stored_requests(http_bot)
-    assert request["state"] == "pending" and request["channel"] is None
-    dm = http_bot.slack.wait_for("chat.postMessage")
-    assert dm.args["channel"].startswith("D") and f"Drain {request['id']}" in text_of(dm.args["blocks"])
+    assert request["state"] == "pending" and request["channel"] == CHANNEL
+    answer = http_bot.slack.wait_for("chat.postEphemeral")
+    assert answer.args["channel"] == CHANNEL and f"Drain {request['id']}" in text_of(answer.args["blocks"])
 
 
 def test_a_viewer_is_not_offered_the_button_and_is_refused_when_clicking_or_submitting_anyway(http_bot):

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from bot.clicks import Click, press
-from bot.drain_form import DURATION, REASON, TARGETS, TIME, DrainFormContext, drain_form, drain_form_context, \
+from bot.drain_form import CHANNEL, DURATION, REASON, TARGETS, TIME, DrainFormContext, drain_form, drain_form_context, \
     drain_usage, read_drain_form
 from bot.home import home_view
 from commands.catalog import dispatch
@@ -76,14 +76,32 @@ def test_the_form_is_a_modal_slack_accepts_with_the_clicked_pool_filled_in():
     assert "<#C0OPS>" in view["blocks"][0]["text"]["text"]
 
 
-def test_from_the_home_tab_the_form_is_empty_and_says_the_plan_comes_as_a_direct_message():
+def test_from_the_home_tab_the_form_is_empty_and_asks_where_the_requests_thread_goes():
     view = drain_form("", DrainFormContext())
 
     assert blockkit.view_errors(view, expected_type="modal") == []
     targets = next(b for b in view["blocks"] if b.get("block_id") == TARGETS)
     assert "initial_value" not in targets["element"]
     assert json.loads(view["private_metadata"]) == {}
-    assert "direct message" in view["blocks"][0]["text"]["text"]
+    assert "Pick the channel for the request's thread" in view["blocks"][0]["text"]["text"]
+    channel = next(b for b in view["blocks"] if b.get("block_id") == CHANNEL)
+    assert channel["element"]["type"] == "conversations_select" and not channel.get("optional")
+    # Opened in a channel, the form asks for none: the thread goes where the button was.
+    assert all(b.get("block_id") != CHANNEL for b in drain_form("x", DrainFormContext(channel="C0OPS"))["blocks"])
+
+
+def test_a_form_from_the_home_tab_needs_a_channel_and_carries_the_one_picked():
+    def with_channel(picked: Any) -> dict[str, Any]:
+        view = submitted()
+        view["state"]["values"][CHANNEL] = {CHANNEL: {"type": "conversations_select",
+                                                      "selected_conversation": picked}}
+        return view
+
+    assert read_drain_form(with_channel("C0OPS"), now=NOW).form.channel == "C0OPS"  # type: ignore[union-attr]
+    for bad in (None, "", "#ops", "C0OPS> <!channel"):
+        reading = read_drain_form(with_channel(bad), now=NOW)
+        assert reading.form is None and list(reading.errors) == [CHANNEL], bad
+    assert read_drain_form(submitted(), now=NOW).form.channel is None  # type: ignore[union-attr]
 
 
 @pytest.mark.parametrize("metadata", ['{"channel": "C0OPS> <!channel"}', '{"channel": 7}', "not json", "[]", ""])
