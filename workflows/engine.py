@@ -79,7 +79,7 @@ from workflows.inventory import NodeInventory
 from workflows.kube import Forbidden, Invalid, KubeError, KubeGateway, NotFound
 from workflows.lease import EngineLease, LeaseSettings
 from workflows.plans import Plan, plan_from_json
-from workflows.runs import nodes_left_cordoned, step_intent, step_params
+from workflows.runs import WAITING, nodes_left_cordoned, step_intent, step_params
 from workflows.steps import (
     Done,
     Failed,
@@ -328,8 +328,10 @@ class Engine:
             elif isinstance(outcome, LeftOut):
                 self._leave_out(run, info, step, outcome)
                 progressed = True
-            elif outcome.notice is not None:
-                self._tell(run, info, step, live, outcome.notice)
+            else:
+                self._show_waiting(run, info, step, live, outcome.reason)
+                if outcome.notice is not None:
+                    self._tell(run, info, step, live, outcome.notice)
         if progressed:
             return True
 
@@ -487,7 +489,6 @@ class Engine:
         if isinstance(outcome, Waiting):
             if ctx.expired and not outcome.overdue_ok:
                 return Failed(say.step_timed_out(ctx.timeout, outcome.reason))
-            live.reason = outcome.reason
             delay = outcome.retry_in if outcome.retry_in is not None else self.settings.resync.total_seconds()
             if ctx.deadline is not None and not outcome.overdue_ok:
                 delay = min(delay, max(0.0, (ctx.deadline - ctx.now).total_seconds()) + 0.05)
@@ -533,6 +534,23 @@ class Engine:
                          dedupe=f"{run.id}/step/{step.id}/left-out", node=step.node)
         self._live.pop(step.id, None)
         log.warning("%s: %s", self.replica, text)
+
+    def _show_waiting(self, run: Run, info: _RunInfo, step: Step, live: _Live, reason: str) -> None:
+        """Keep what a running step waits for in its detail (`/gpu request` and the
+        request's card show it), written when it changes, not at every look."""
+        if live.reason == reason:
+            return
+        with self._commit():
+            current = stored_steps.get(self._db, id=step.id)  # NB: `drain done` may have written it
+            if current is None or current.state != "running":
+                return
+            detail = dict(current.detail) if isinstance(current.detail, dict) else {}
+            if detail.get(WAITING) != reason:
+                detail[WAITING] = reason
+                stored_steps.replace_detail(self._db, id=step.id, expected="running", detail=detail)
+                self._notify(run, info, event="step.waiting", state="running", text=reason, kind="update",
+                             dedupe=None, node=step.node)
+        live.reason = reason
 
     def _tell(self, run: Run, info: _RunInfo, step: Step, live: _Live, notice: Notice) -> None:
         """Post a waiting step's notice to the thread, once (the outbox dedupes by key,
@@ -607,7 +625,7 @@ class Engine:
                             detail={**detail, "replica": self.replica, "dry_run": run.dry_run})
 
     def _notify(self, run: Run, info: _RunInfo, *, event: str, state: str, text: str, kind: str,
-                dedupe: str, node: str | None = None) -> None:
+                dedupe: str | None, node: str | None = None) -> None:
         request = info.request
         if request.channel is None:
             return

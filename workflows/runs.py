@@ -78,9 +78,17 @@ class RunView:
 
 
 def step_note(step: Step) -> str | None:
+    """What a person reads about the step: its outcome once it ended, what it waits for
+    while it runs (the engine keeps `waiting` current)."""
     detail = step.detail if isinstance(step.detail, dict) else {}
     note = detail.get("note")
+    if note is None and step.state == "running":
+        note = detail.get(WAITING)
     return str(note) if note is not None else None
+
+
+# The step detail key holding what a running step waits for.
+WAITING = "waiting"
 
 
 def step_intent(step: Step) -> dict[str, Any]:

@@ -285,6 +285,10 @@ def test_a_pdb_that_allows_one_disruption_makes_the_second_eviction_wait_and_the
         assert len(first) == 1, first
         waiting = "budget-02" if first == ["budget-01"] else "budget-01"
         assert _step_state(runtime, run.id, waiting, "evict") == "running"
+        # The request's card says what the step waits for, not only the thread.
+        shown = _texts(gpu(runtime, "U0ALICE", f"/gpu request {request.id}"))
+        assert f"{waiting} | evict | running | eviction of llm/{pods[waiting]['metadata']['name']}" in shown, shown
+        assert "is blocked by a PodDisruptionBudget" in shown
         assert [p["metadata"]["uid"] for p in h.workload_pods(installer, "llm", f"llm-{waiting[-1]}")] == [
             pods[waiting]["metadata"]["uid"]]  # still running: the budget held
         # Someone does what the thread says: scales the service up on a node not drained.
