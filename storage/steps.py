@@ -136,6 +136,16 @@ def transition(
     return cursor.rowcount == 1
 
 
+def stop_unfinished(db: Database, steps: Sequence[Step], *, at: dt.datetime, error: str) -> None:
+    """End the steps a stopped run leaves behind: pending ones become `skipped`, running
+    ones `failed` with `error` (steps another writer moved meanwhile are left alone)."""
+    for step in steps:
+        if step.state == "pending":
+            transition(db, id=step.id, expected="pending", new="skipped", at=at)
+        elif step.state == "running":
+            transition(db, id=step.id, expected="running", new="failed", at=at, error=error)
+
+
 def replace_detail(db: Database, *, id: StepId, expected: StepState | Collection[StepState],
                    detail: JsonValue) -> bool:
     """Replace the step's detail while it is in `expected` (a control such as a released

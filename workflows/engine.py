@@ -576,13 +576,8 @@ class Engine:
                     raise _Changed()
                 self._audit(run, info, action="step.failed", target=step.node, before=step.state, after="failed",
                             detail={"step": step.id, "kind": step.kind, "reason": reason})
-            others = stored_steps.for_run(self._db, run_id=run.id)
-            for other in others:
-                if other.state == "pending":
-                    stored_steps.transition(self._db, id=other.id, expected="pending", new="skipped", at=now)
-                elif other.state == "running":
-                    stored_steps.transition(self._db, id=other.id, expected="running", new="failed", at=now,
-                                            error=say.halted_elsewhere(step.node))
+            stored_steps.stop_unfinished(self._db, stored_steps.for_run(self._db, run_id=run.id), at=now,
+                                         error=say.halted_elsewhere(step.node))
             left = nodes_left_cordoned(run, stored_steps.for_run(self._db, run_id=run.id))
             text = say.halted(step.node, step.kind, reason, left_cordoned=left)
             if not stored_runs.transition(self._db, id=run.id, expected=("running", "paused"), new="failed", at=now,

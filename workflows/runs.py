@@ -248,12 +248,7 @@ class RunService:
                 steps = stored_steps.for_run(self._db, run_id=run.id)
                 left = nodes_left_cordoned(run, steps)
                 reason = say.run_aborted(run.id, actor.name, left_cordoned=left)
-                for step in steps:
-                    if step.state == "pending":
-                        stored_steps.transition(self._db, id=step.id, expected="pending", new="skipped", at=now)
-                    elif step.state == "running":
-                        stored_steps.transition(self._db, id=step.id, expected="running", new="failed", at=now,
-                                                error=say.aborted_step(actor.name))
+                stored_steps.stop_unfinished(self._db, steps, at=now, error=say.aborted_step(actor.name))
                 stored_requests.transition(self._db, id=request.id, expected=("running", "scheduled", "approved"),
                                            new="failed", at=now)
             if not stored_runs.transition(self._db, id=run.id, expected=run.state, new=new, at=now,

@@ -22,18 +22,11 @@ from workflows.kube import NODES, KubeGateway
 from workflows.watchcache import FleetCache
 
 
-def _rss_mib() -> float:
+def _status_mib(field: str) -> float:
+    """A memory figure of this process from /proc/self/status (VmRSS, VmHWM), in MiB."""
     with open("/proc/self/status") as status:
         for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def _hwm_mib() -> float:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) / 1024
     return float("nan")
 
@@ -69,7 +62,7 @@ def main() -> None:
         pairs.append((baseline, time.perf_counter() - started))
     assert cache is not None
     ratios = sorted(cold / baseline for baseline, cold in pairs)
-    rss_after_cold = _rss_mib()
+    rss_after_cold = _status_mib("VmRSS")
 
     services = Services(config=config, fleet=cache)
     actor = Actor(user_id=UserId("bench"), name="bench", roles=frozenset({Role.VIEWER}), via="cli")
@@ -115,7 +108,7 @@ def main() -> None:
         "status_after_change_p99_ms": changed[max(0, int(len(changed) * 0.99) - 1)] * 1000,
         "renders": len(renders),
         "rss_mib": rss_after_cold,
-        "rss_peak_mib": _hwm_mib(),
+        "rss_peak_mib": _status_mib("VmHWM"),
         "status_first_line": text.splitlines()[2] if len(text.splitlines()) > 2 else "",
     }, sys.stdout)
 
