@@ -83,6 +83,7 @@ def race(workers: int, db_path: Path, action: Callable[[Database], object]) -> l
                 results[index] = action(own)
         except BaseException as err:  # surfaced in the main thread below
             errors.append(err)
+            barrier.abort()  # the others stop waiting for a thread that will never come
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(workers)]
     for t in threads:
@@ -90,7 +91,7 @@ def race(workers: int, db_path: Path, action: Callable[[Database], object]) -> l
     for t in threads:
         t.join()
     if errors:
-        raise errors[0]
+        raise next((e for e in errors if not isinstance(e, threading.BrokenBarrierError)), errors[0])
     return results
 
 
