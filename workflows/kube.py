@@ -1,13 +1,15 @@
 """The Kubernetes gateway: the only module (with the watch cache beside it) that talks
 to the API server. One request function owns retries, backoff and Retry-After; HTTP
 errors become a small typed exception tree; JSON becomes the frozen views of
-`workflows.cluster`. Lists and watches read raw JSON (no per-object model classes),
-which keeps a 5,000-node list fast.
+`workflows.cluster`. Lists and watches read raw JSON (no per-object model classes):
+as plain dicts, or decoded straight into the schemas of `workflows.wire`, which read
+only what gpuops uses and keep a 5,000-node list fast.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import datetime as dt
 import gc
 import json
@@ -20,30 +22,25 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
+import msgspec
 import orjson
 import urllib3
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
+from workflows import wire
 from workflows.cluster import (
-    ContainerState,
-    CustomObject,
     DisruptionBudget,
-    DeploymentObject,
-    NodeName,
     NodeObject,
-    OwnerRef,
     PodObject,
-    Taint,
-    is_gpu_resource,
 )
 
 log = logging.getLogger("gpuops.kube")
 
 Json = dict[str, Any]
+Wire = TypeVar("Wire", bound=msgspec.Struct)
 
 NODES = "/api/v1/nodes"
 PODS = "/api/v1/pods"
@@ -121,12 +118,52 @@ def gc_paused(*, keep: bool = False) -> Iterator[None]:
         gc.enable()
 
 
-def loads(data: bytes | str) -> Any:
+def loads(data: bytes | str | memoryview) -> Any:
     """Parse an API answer (orjson: about twice json's speed on list pages)."""
     if len(data) < _QUIET_GC_BYTES:
         return orjson.loads(data)
     with gc_paused():
         return orjson.loads(data)
+
+
+_EVENT = msgspec.json.Decoder(wire.WatchEventWire)
+
+
+@functools.lru_cache(maxsize=None)
+def _decoder(schema: type[msgspec.Struct] | None, *, page: bool) -> msgspec.json.Decoder | None:
+    if schema is None:
+        return None
+    return msgspec.json.Decoder(wire.ListPageWire[schema] if page else schema)  # type: ignore[valid-type]
+
+
+def _decode(decoder: msgspec.json.Decoder, data: bytes, path: str) -> Any:
+    try:
+        return decoder.decode(data)
+    except msgspec.DecodeError as err:
+        raise KubeError(f"unreadable answer from {path}: {err}") from None
+
+
+def _page_reader(path: str, schema: type[msgspec.Struct] | None) -> Callable[[bytes], tuple[list[Any], str | None, str]]:
+    """bytes of one list page -> (items, continue token, resourceVersion)."""
+    decoder = _decoder(schema, page=True)
+    if decoder is None:
+        def read_json(data: bytes) -> tuple[list[Any], str | None, str]:
+            page = loads(data)
+            meta = page.get("metadata") or {}
+            return page.get("items") or [], meta.get("continue"), meta.get("resourceVersion", "")
+        return read_json
+
+    def read_typed(data: bytes) -> tuple[list[Any], str | None, str]:
+        page = _decode(decoder, data, path)
+        return page.items, page.metadata.continue_, page.metadata.resourceVersion
+    return read_typed
+
+
+def _object_reader(path: str, schema: type[msgspec.Struct] | None) -> Callable[[bytes], Any]:
+    decoder = _decoder(schema, page=False)
+    if decoder is None:
+        return lambda data: loads(memoryview(data))
+    return lambda data: _decode(decoder, data, path)
 
 
 _BY_STATUS: dict[int, type[KubeError]] = {403: Forbidden, 404: NotFound, 409: Conflict, 410: Gone, 422: Invalid}
@@ -275,6 +312,15 @@ class KubeGateway:
         `retry_too_many=False` hands a 429 straight to the caller: an eviction refused by
         a PodDisruptionBudget also answers 429, and waiting on it is the engine's business
         (it must not block here for Retry-After seconds)."""
+        data = self._fetch(method, path, query=query, body=body, content_type=content_type, timeout=timeout,
+                           retry_too_many=retry_too_many)
+        return loads(data) if data else {}
+
+    def _fetch(self, method: str, path: str, *, query: list[tuple[str, Any]] | None = None,
+               body: Any = None, content_type: str = "application/json",
+               timeout: float | tuple[float, float] | None = (5, 60),
+               retry_too_many: bool = True) -> bytes:
+        """`request`'s answer as the bytes of a successful response."""
         attempt = 0
         while True:
             attempt += 1
@@ -283,7 +329,7 @@ class KubeGateway:
                                       timeout=timeout)
                 data = response.data
                 if 200 <= response.status <= 299:
-                    return loads(data) if data else {}
+                    return data
                 error = _error(response.status, data, method=method, path=path, headers=response.headers)
             except (urllib3.exceptions.HTTPError, OSError) as err:
                 error = Unavailable(f"{method} {path}: {err}", status=0)
@@ -301,12 +347,15 @@ class KubeGateway:
             self._sleep(delay * (1 + random.random() * 0.1))
 
     def list(self, path: str, *, label_selector: str | None = None, field_selector: str | None = None,
-             page_size: int = 500, on_page: Callable[[list[Json]], None] | None = None) -> ListResult:
-        """Every item of a collection, page by page, as raw JSON dicts.
+             page_size: int = 500, on_page: Callable[[list[Any]], None] | None = None,
+             schema: type[msgspec.Struct] | None = None) -> ListResult:
+        """Every item of a collection, page by page, as raw JSON dicts or, with `schema`
+        (see `workflows.wire`), decoded straight into that schema.
 
         With `on_page`, each page is handed over as it arrives while the next one is
         being fetched (the server's work overlaps ours), and `items` comes back empty."""
-        pages: queue.Queue[list[Json] | None] = queue.Queue(maxsize=2)
+        read_page = _page_reader(path, schema)
+        pages: queue.Queue[list[Any] | None] = queue.Queue(maxsize=2)
         consumer: threading.Thread | None = None
         failure: list[BaseException] = []
         if on_page is not None:
@@ -319,7 +368,7 @@ class KubeGateway:
                             failure.append(err)
             consumer = threading.Thread(target=consume, name=f"list{path}", daemon=True)
             consumer.start()
-        items: list[Json] = []
+        items: list[Any] = []
         token: str | None = None
         try:
             while True:
@@ -331,7 +380,7 @@ class KubeGateway:
                 if token:
                     query.append(("continue", token))
                 try:
-                    page = self.request("GET", path, query=query)
+                    page_items, token, version = read_page(self._fetch("GET", path, query=query))
                 except Gone:
                     if consumer is not None:
                         raise  # pages already handed over cannot be taken back
@@ -339,12 +388,11 @@ class KubeGateway:
                     items, token = [], None
                     continue
                 if consumer is not None:
-                    pages.put(page.get("items") or [])
+                    pages.put(page_items)
                 else:
-                    items.extend(page.get("items") or [])
-                token = (page.get("metadata") or {}).get("continue")
+                    items.extend(page_items)
                 if not token:
-                    return ListResult(items=items, resource_version=page["metadata"]["resourceVersion"])
+                    return ListResult(items=items, resource_version=version)
         finally:
             if consumer is not None:
                 pages.put(None)
@@ -354,10 +402,13 @@ class KubeGateway:
 
     def watch(self, path: str, *, resource_version: str, timeout_seconds: int = 300,
               label_selector: str | None = None, field_selector: str | None = None,
-              on_open: Callable[[urllib3.BaseHTTPResponse], None] | None = None) -> Iterator[WatchEvent]:
-        """Events after `resource_version` until the server ends the watch. Raises Gone
-        when that version is too old (the caller lists again). `on_open` receives the
-        open response, whose `shutdown()` ends the watch from another thread."""
+              on_open: Callable[[urllib3.BaseHTTPResponse], None] | None = None,
+              schema: type[msgspec.Struct] | None = None) -> Iterator[WatchEvent]:
+        """Events after `resource_version` until the server ends the watch, each object
+        a raw JSON dict or, with `schema`, decoded into it. Raises Gone when that version
+        is too old (the caller lists again). `on_open` receives the open response, whose
+        `shutdown()` ends the watch from another thread."""
+        read_object = _object_reader(path, schema)
         query: list[tuple[str, Any]] = [
             ("watch", "true"), ("resourceVersion", resource_version), ("allowWatchBookmarks", "true"),
             ("timeoutSeconds", timeout_seconds),
@@ -383,12 +434,12 @@ class KubeGateway:
                     line, buffer = buffer.split(b"\n", 1)
                     if not line.strip():
                         continue
-                    event = loads(line)
-                    if event.get("type") == "ERROR":
-                        status = event.get("object") or {}
+                    event = _decode(_EVENT, line, path)
+                    if event.type == "ERROR":
+                        status = loads(memoryview(event.object))
                         raise _error(int(status.get("code") or 500), json.dumps(status), method="WATCH",
                                      path=path, headers={})
-                    yield WatchEvent(type=event["type"], object=event["object"])
+                    yield WatchEvent(type=event.type, object=read_object(event.object))
         except (urllib3.exceptions.ProtocolError, urllib3.exceptions.ReadTimeoutError, OSError) as err:
             log.debug("watch %s ended: %s", path, err)
         finally:
@@ -542,123 +593,19 @@ def _time(value: str | None) -> dt.datetime | None:
     return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
-_EMPTY: Mapping[str, str] = MappingProxyType({})
-
-
-def _frozen(mapping: Mapping[str, str] | None) -> Mapping[str, str]:
-    # The dict is fresh from the parser and referenced nowhere else: wrap, do not copy.
-    return MappingProxyType(mapping) if mapping else _EMPTY
+def _convert(obj: Json, schema: type[Wire]) -> Wire:
+    try:
+        return msgspec.convert(obj, schema)
+    except msgspec.ValidationError as err:
+        raise KubeError(f"unexpected {schema.__name__.removesuffix('Wire')} from the API: {err}") from None
 
 
 def node_from_json(obj: Json) -> NodeObject:
-    meta = obj["metadata"]
-    spec = obj.get("spec") or {}
-    status = obj.get("status") or {}
-    ready: bool | None = None
-    ready_changed: dt.datetime | None = None
-    for condition in status.get("conditions") or ():
-        if condition.get("type") == "Ready":
-            ready = condition.get("status") == "True"
-            ready_changed = _time(condition.get("lastTransitionTime"))
-    return NodeObject(
-        name=NodeName(meta["name"]),
-        labels=_frozen(meta.get("labels")),
-        annotations=_frozen(meta.get("annotations")),
-        unschedulable=bool(spec.get("unschedulable")),
-        taints=tuple(Taint(key=t.get("key", ""), value=t.get("value", ""), effect=t.get("effect", ""))
-                     for t in spec.get("taints") or ()),
-        ready=ready,
-        ready_changed_at=ready_changed,
-        capacity=_frozen(status.get("capacity")),
-        allocatable=_frozen(status.get("allocatable")),
-        created_at=_time(meta.get("creationTimestamp")) or _EPOCH,
-        resource_version=meta.get("resourceVersion", ""),
-    )
-
-
-def _quantity(value: Any) -> int:
-    """GPU quantities are whole numbers ("8"); anything else counts as 0."""
-    try:
-        return int(str(value))
-    except ValueError:
-        return 0
-
-
-def pod_gpu_requests(spec: Json) -> dict[str, int]:
-    totals: dict[str, int] = {}
-    for container in spec.get("containers") or ():
-        resources = container.get("resources") or {}
-        names = set(resources.get("requests") or {}) | set(resources.get("limits") or {})
-        for name in names:
-            if is_gpu_resource(name):
-                amount = max(_quantity((resources.get("requests") or {}).get(name, 0)),
-                             _quantity((resources.get("limits") or {}).get(name, 0)))
-                totals[name] = totals.get(name, 0) + amount
-    return totals
-
-
-def _containers(statuses: list[Json] | None) -> tuple[ContainerState, ...]:
-    result = []
-    for cs in statuses or ():
-        state = cs.get("state") or {}
-        last = (cs.get("lastState") or {}).get("terminated") or {}
-        result.append(ContainerState(
-            name=cs.get("name", ""), image=cs.get("image", ""), ready=bool(cs.get("ready")),
-            restart_count=int(cs.get("restartCount") or 0),
-            waiting_reason=(state.get("waiting") or {}).get("reason"),
-            last_terminated_reason=last.get("reason"),
-            running="running" in state,
-        ))
-    return tuple(result)
+    return wire.node_view(_convert(obj, wire.NodeWire))
 
 
 def pod_from_json(obj: Json) -> PodObject:
-    meta = obj["metadata"]
-    spec = obj.get("spec") or {}
-    status = obj.get("status") or {}
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ())
-    return PodObject(
-        namespace=meta.get("namespace", ""),
-        name=meta["name"],
-        node_name=NodeName(spec["nodeName"]) if spec.get("nodeName") else None,
-        labels=_frozen(meta.get("labels")),
-        annotations=_frozen(meta.get("annotations")),
-        phase=status.get("phase") or "Pending",
-        ready=ready,
-        deleting=bool(meta.get("deletionTimestamp")),
-        owners=tuple(OwnerRef(kind=o.get("kind", ""), name=o.get("name", ""), controller=bool(o.get("controller")))
-                     for o in meta.get("ownerReferences") or ()),
-        containers=_containers(status.get("containerStatuses")),
-        init_containers=_containers(status.get("initContainerStatuses")),
-        images=tuple(c.get("image", "") for c in spec.get("containers") or ()),
-        gpu_requests=MappingProxyType(pod_gpu_requests(spec)),
-        created_at=_time(meta.get("creationTimestamp")) or _EPOCH,
-        resource_version=meta.get("resourceVersion", ""),
-    )
-
-
-def deployment_from_json(obj: Json) -> DeploymentObject:
-    meta = obj["metadata"]
-    spec = obj.get("spec") or {}
-    status = obj.get("status") or {}
-    containers = ((spec.get("template") or {}).get("spec") or {}).get("containers") or ()
-    return DeploymentObject(
-        namespace=meta.get("namespace", ""), name=meta["name"], labels=_frozen(meta.get("labels")),
-        images=tuple(c.get("image", "") for c in containers),
-        replicas=int(spec.get("replicas") if spec.get("replicas") is not None else 1),
-        ready_replicas=int(status.get("readyReplicas") or 0),
-    )
-
-
-def custom_object_from_json(obj: Json) -> CustomObject:
-    meta = obj["metadata"]
-    return CustomObject(
-        kind=obj.get("kind", ""), name=meta["name"], labels=_frozen(meta.get("labels")),
-        annotations=_frozen(meta.get("annotations")),
-        spec=MappingProxyType(obj.get("spec") or {}), status=MappingProxyType(obj.get("status") or {}),
-        created_at=_time(meta.get("creationTimestamp")) or _EPOCH,
-    )
+    return wire.pod_view(_convert(obj, wire.PodWire))
 
 
 def pod_on_node_from_json(obj: Json) -> PodOnNode:
@@ -693,7 +640,7 @@ def disruption_budget_from_json(obj: Json) -> DisruptionBudget:
     selector = (obj.get("spec") or {}).get("selector") or {}
     return DisruptionBudget(
         namespace=meta.get("namespace", ""), name=meta["name"],
-        selector=_frozen(selector.get("matchLabels")),
+        selector=wire.frozen_map(selector.get("matchLabels")),
         # matchExpressions are not evaluated by the preview; say so rather than guess.
         has_expressions=bool(selector.get("matchExpressions")),
         disruptions_allowed=int((obj.get("status") or {}).get("disruptionsAllowed") or 0),

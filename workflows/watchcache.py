@@ -29,6 +29,7 @@ from workflows.cluster import (
     NodeObject,
     PodObject,
 )
+from workflows import wire
 from workflows.kube import (
     CLUSTER_POLICIES,
     DEPLOYMENTS,
@@ -39,12 +40,7 @@ from workflows.kube import (
     KubeError,
     KubeGateway,
     NotFound,
-    custom_object_from_json,
-    deployment_from_json,
     gc_paused,
-    node_from_json,
-    pod_from_json,
-    pod_gpu_requests,
 )
 
 log = logging.getLogger("gpuops.watchcache")
@@ -53,21 +49,22 @@ _OPERAND_APPS = frozenset({"nvidia-device-plugin-daemonset", "nvidia-operator-va
 OPERATOR_DEPLOYMENT_SELECTOR = "app=gpu-operator"
 
 
-def _keep_pod(obj: dict[str, Any], operator_namespace: str | None) -> bool:
+def _keep_pod(pod: wire.PodWire, operator_namespace: str | None) -> bool:
     """Operator pods and GPU-requesting pods; the rest of a big cluster stays out."""
-    meta = obj["metadata"]
-    labels = meta.get("labels") or {}
-    if operator_namespace and meta.get("namespace") == operator_namespace:
+    meta = pod.metadata
+    labels = meta.labels
+    if operator_namespace and meta.namespace == operator_namespace:
         return True
     if labels.get("app.kubernetes.io/component") == "nvidia-driver" or labels.get("app") in _OPERAND_APPS:
         return True
-    return bool(pod_gpu_requests(obj.get("spec") or {}))
+    return bool(wire.gpu_requests(pod.spec))
 
 
 @dataclass
 class _Resource:
     name: str
     path: str
+    schema: type[Any]  # what is read of each object (workflows.wire)
     label_selector: str | None = None
     optional: bool = False  # a CRD that may not be installed
     store: dict[str, Any] = field(default_factory=dict)
@@ -90,11 +87,12 @@ class FleetCache:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._resources = {
-            "nodes": _Resource("nodes", NODES),
-            "pods": _Resource("pods", PODS),
-            "deployments": _Resource("deployments", DEPLOYMENTS, label_selector=OPERATOR_DEPLOYMENT_SELECTOR),
-            "clusterpolicies": _Resource("clusterpolicies", CLUSTER_POLICIES, optional=True),
-            "nvidiadrivers": _Resource("nvidiadrivers", NVIDIA_DRIVERS, optional=True),
+            "nodes": _Resource("nodes", NODES, wire.NodeWire),
+            "pods": _Resource("pods", PODS, wire.PodWire),
+            "deployments": _Resource("deployments", DEPLOYMENTS, wire.DeploymentWire,
+                                     label_selector=OPERATOR_DEPLOYMENT_SELECTOR),
+            "clusterpolicies": _Resource("clusterpolicies", CLUSTER_POLICIES, wire.CustomObjectWire, optional=True),
+            "nvidiadrivers": _Resource("nvidiadrivers", NVIDIA_DRIVERS, wire.CustomObjectWire, optional=True),
         }
         self._pods_by_node: dict[NodeName, set[str]] = defaultdict(set)
         self._dirty: set[NodeName] = set()
@@ -187,7 +185,7 @@ class FleetCache:
                                                    context=self._context, settings=self._settings, now=now)
             waiting.clear()
 
-        def convert(items: list[dict[str, Any]]) -> None:
+        def convert(items: list[Any]) -> None:
             for obj in items:
                 view = self._convert(resource, obj)
                 if view is not None:
@@ -197,7 +195,8 @@ class FleetCache:
             assess_waiting()
 
         try:
-            result = self._gateway.list(resource.path, label_selector=resource.label_selector, on_page=convert)
+            result = self._gateway.list(resource.path, label_selector=resource.label_selector, on_page=convert,
+                                        schema=resource.schema)
         except NotFound:
             if not resource.optional:
                 raise
@@ -237,7 +236,7 @@ class FleetCache:
             try:
                 for event in self._gateway.watch(
                     resource.path, resource_version=version, timeout_seconds=self._watch_timeout,
-                    label_selector=resource.label_selector,
+                    label_selector=resource.label_selector, schema=resource.schema,
                     on_open=lambda response, name=resource.name: self._open_watches.__setitem__(name, response),
                 ):
                     if self._stop.is_set():
@@ -261,8 +260,8 @@ class FleetCache:
                         self._replace(resource, {})
                         self._context_dirty = True
 
-    def _apply(self, resource: _Resource, kind: str, obj: dict[str, Any]) -> None:
-        version = (obj.get("metadata") or {}).get("resourceVersion")
+    def _apply(self, resource: _Resource, kind: str, obj: Any) -> None:
+        version = obj.metadata.resourceVersion
         if kind == "BOOKMARK":
             if version:
                 resource.resource_version = version
@@ -310,18 +309,18 @@ class FleetCache:
         else:
             self._context_dirty = True
 
-    def _key(self, obj: dict[str, Any]) -> str:
-        meta = obj["metadata"]
-        return f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta["name"]
+    def _key(self, obj: Any) -> str:
+        meta = obj.metadata
+        return f"{meta.namespace}/{meta.name}" if meta.namespace else meta.name
 
-    def _convert(self, resource: _Resource, obj: dict[str, Any]) -> Any:
+    def _convert(self, resource: _Resource, obj: Any) -> Any:
         if resource.name == "nodes":
-            return node_from_json(obj)
+            return wire.node_view(obj)
         if resource.name == "pods":
-            return pod_from_json(obj) if _keep_pod(obj, self.operator_namespace) else None
+            return wire.pod_view(obj) if _keep_pod(obj, self.operator_namespace) else None
         if resource.name == "deployments":
-            return deployment_from_json(obj)
-        return custom_object_from_json(obj)
+            return wire.deployment_view(obj)
+        return wire.custom_object_view(obj)
 
     # --- reading -----------------------------------------------------------------------
     @property
