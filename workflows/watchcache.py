@@ -2,8 +2,8 @@
 operand pods and every pod that asks for a GPU, the operator Deployment, ClusterPolicies
 and NVIDIADrivers.
 
-Each resource is listed once as raw JSON, then watched from that list's
-resourceVersion; a watch that ends is resumed from the last version seen, and one whose
+Each resource is listed once as raw JSON, decoded straight into the schema of what
+gpuops reads of it (`workflows.wire`), then watched from that list's resourceVersion; a watch that ends is resumed from the last version seen, and one whose
 version expired (410) is replaced by a fresh list whose differences (including
 deletions) are applied, so no change is lost. The fleet view is memoized per node: a
 node is assessed again only when it or a pod on it changed, or when cluster-level
