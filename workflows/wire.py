@@ -171,8 +171,9 @@ class CustomObjectWire(_Wire):
 
     kind: str = ""
     metadata: ObjectMetaWire = field(default_factory=ObjectMetaWire)
-    spec: dict[str, Any] = {}
-    status: dict[str, Any] = {}
+    # Free-form: a CR's schema decides, and may allow null.
+    spec: dict[str, Any] | None = None
+    status: dict[str, Any] | None = None
 
 
 Item = TypeVar("Item")

@@ -143,3 +143,15 @@ def test_a_field_of_the_wrong_type_is_refused_with_where_it_is():
 
     with pytest.raises(KubeError, match=r"unexpected Node from the API: .*\$\.status\.capacity"):
         node_from_json(broken)
+
+
+def test_a_cluster_policy_keeps_its_free_form_spec_and_tolerates_a_null_status():
+    raw = orjson.dumps({"kind": "ClusterPolicy", "metadata": {"name": "cluster-policy"},
+                        "spec": {"driver": {"enabled": True, "upgradePolicy": {"autoUpgrade": False}}},
+                        "status": None})
+
+    policy = wire.custom_object_view(msgspec.json.decode(raw, type=wire.CustomObjectWire))
+
+    assert policy.kind == "ClusterPolicy" and policy.name == "cluster-policy"
+    assert policy.spec["driver"] == {"enabled": True, "upgradePolicy": {"autoUpgrade": False}}
+    assert policy.status == {}
