@@ -9,8 +9,8 @@ only what gpuops uses and keep a 5,000-node list fast.
 from __future__ import annotations
 
 import contextlib
-import functools
 import datetime as dt
+import functools
 import gc
 import json
 import logging
@@ -133,7 +133,7 @@ _EVENT = msgspec.json.Decoder(wire.WatchEventWire)
 def _decoder(schema: type[msgspec.Struct] | None, *, page: bool) -> msgspec.json.Decoder | None:
     if schema is None:
         return None
-    return msgspec.json.Decoder(wire.ListPageWire[schema] if page else schema)  # type: ignore[valid-type]
+    return msgspec.json.Decoder(wire.ListPageWire[schema] if page else schema)
 
 
 def _decode(decoder: msgspec.json.Decoder, data: bytes, path: str) -> Any:
@@ -206,14 +206,14 @@ class RetryPolicy:
 
 @dataclass(frozen=True)
 class ListResult:
-    items: list[Json]
+    items: list[Any]  # JSON dicts, or schema instances when listed with a schema
     resource_version: str
 
 
 @dataclass(frozen=True)
 class WatchEvent:
     type: str  # ADDED | MODIFIED | DELETED | BOOKMARK
-    object: Json
+    object: Any  # a JSON dict, or a schema instance when watched with a schema
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,9 +3,10 @@ operand pods and every pod that asks for a GPU, the operator Deployment, Cluster
 and NVIDIADrivers.
 
 Each resource is listed once as raw JSON, decoded straight into the schema of what
-gpuops reads of it (`workflows.wire`), then watched from that list's resourceVersion; a watch that ends is resumed from the last version seen, and one whose
-version expired (410) is replaced by a fresh list whose differences (including
-deletions) are applied, so no change is lost. The fleet view is memoized per node: a
+gpuops reads of it (`workflows.wire`), then watched from that list's resourceVersion;
+a watch that ends is resumed from the last version seen, and one whose version expired
+(410) is replaced by a fresh list whose differences (including deletions) are applied,
+so no change is lost. The fleet view is memoized per node: a
 node is assessed again only when it or a pod on it changed, or when cluster-level
 objects changed.
 """
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workflows import inventory as inv
+from workflows import wire
 from workflows.cluster import (
     ClusterSnapshot,
     CustomObject,
@@ -29,7 +31,6 @@ from workflows.cluster import (
     NodeObject,
     PodObject,
 )
-from workflows import wire
 from workflows.kube import (
     CLUSTER_POLICIES,
     DEPLOYMENTS,

@@ -3,9 +3,10 @@ the frozen views of `workflows.cluster` they become.
 
 A schema names only the fields gpuops uses. msgspec decodes an API answer straight
 into it and skips everything else (managedFields, images, most of a pod's spec) without
-building Python objects for it: a page of 500 nodes decodes about three times faster
-than a generic JSON parse of it, a page of pods ten times faster. Missing fields take
-their defaults, as the API omits empty ones; a field of the wrong type is an error.
+building Python objects for it. Measured on pages of 500 bench objects: a node page
+decodes in a third of the time a generic parse plus the walk over its dicts took (half
+the time of the parse alone), a pod page in a tenth. Missing fields take their
+defaults, as the API omits empty ones; a field of the wrong type is an error.
 """
 
 from __future__ import annotations
