@@ -155,7 +155,8 @@ def _page_reader(path: str, schema: type[msgspec.Struct] | None) -> Callable[[by
 
     def read_typed(data: bytes) -> tuple[list[Any], str | None, str]:
         page = _decode(decoder, data, path)
-        return page.items, page.metadata.continue_, page.metadata.resourceVersion
+        meta = wire.list_meta_of(page)
+        return page.items or [], meta.continue_, meta.resourceVersion or ""
     return read_typed
 
 
@@ -245,6 +246,11 @@ def _leases(namespace: str) -> str:
     return f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
 
 
+# Retries are `KubeGateway._fetch`'s alone: urllib3's own (three by default) would each
+# log a warning and multiply the waits.
+_NO_URLLIB3_RETRIES = False
+
+
 class KubeGateway:
     """One authenticated connection to an API server.
 
@@ -266,6 +272,7 @@ class KubeGateway:
         if kubeconfig is None and "KUBERNETES_SERVICE_HOST" in os.environ and not os.environ.get("KUBECONFIG"):
             configuration = client.Configuration()
             config.load_incluster_config(client_configuration=configuration)
+            configuration.retries = _NO_URLLIB3_RETRIES
             namespace = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
             identity = f"system:serviceaccount:{namespace.read_text().strip()}:gpuops" if namespace.exists() else "in-cluster"
             return cls(client.ApiClient(configuration), identity=identity)
@@ -277,8 +284,10 @@ class KubeGateway:
         if chosen is None:
             names = ", ".join(c["name"] for c in contexts)
             raise KubeError(f"kubeconfig {path} has no context {context!r} (it has: {names})")
-        api = config.new_client_from_config(config_file=path, context=chosen["name"])
-        return cls(api, identity=chosen["context"].get("user", chosen["name"]))
+        configuration = client.Configuration()
+        config.load_kube_config(config_file=path, context=chosen["name"], client_configuration=configuration)
+        configuration.retries = _NO_URLLIB3_RETRIES
+        return cls(client.ApiClient(configuration), identity=chosen["context"].get("user", chosen["name"]))
 
     @property
     def server(self) -> str:
@@ -343,7 +352,9 @@ class KubeGateway:
             delay = min(self._retry.max_delay, self._retry.base_delay * 2 ** (attempt - 1))
             if isinstance(error, TooManyRequests) and error.retry_after is not None:
                 delay = min(self._retry.max_delay, error.retry_after)
-            log.info("retrying %s %s in %.1fs: %s", method, path, delay, error)
+            # NB: debug only: an unreachable API would otherwise write a line per try; the
+            # callers say once that it is lost and once that it is back.
+            log.debug("retrying %s %s in %.1fs: %s", method, path, delay, error)
             self._sleep(delay * (1 + random.random() * 0.1))
 
     def list(self, path: str, *, label_selector: str | None = None, field_selector: str | None = None,

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import random
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -48,17 +50,20 @@ log = logging.getLogger("gpuops.watchcache")
 
 _OPERAND_APPS = frozenset({"nvidia-device-plugin-daemonset", "nvidia-operator-validator"})
 OPERATOR_DEPLOYMENT_SELECTOR = "app=gpu-operator"
+# Seconds between attempts to reach the API while it does not answer.
+_BACKOFF_MIN = 0.5
+_BACKOFF_MAX = 30.0
 
 
 def _keep_pod(pod: wire.PodWire, operator_namespace: str | None) -> bool:
     """Operator pods and GPU-requesting pods; the rest of a big cluster stays out."""
-    meta = pod.metadata
-    labels = meta.labels
+    meta = wire.meta_of(pod)
+    labels = wire.labels_of(meta)
     if operator_namespace and meta.namespace == operator_namespace:
         return True
     if labels.get("app.kubernetes.io/component") == "nvidia-driver" or labels.get("app") in _OPERAND_APPS:
         return True
-    return bool(wire.gpu_requests(pod.spec))
+    return bool(wire.gpu_requests(wire.pod_spec_of(pod)))
 
 
 @dataclass
@@ -72,6 +77,10 @@ class _Resource:
     resource_version: str = ""
     available: bool = True
     relists: int = 0
+    bookmarks: int = 0
+    watches: int = 0  # watches opened
+    # Since when the API has not answered this resource's list or watch (None: it does).
+    lost_since: float | None = None
     synced: threading.Event = field(default_factory=threading.Event)
 
 
@@ -169,6 +178,29 @@ class FleetCache:
     def relists(self, resource: str) -> int:
         return self._resources[resource].relists
 
+    def bookmarks(self, resource: str) -> int:
+        """Watch BOOKMARK events seen for `resource` (the API server sends one about every
+        minute, and shortly before a watch times out)."""
+        return self._resources[resource].bookmarks
+
+    def watches(self, resource: str) -> int:
+        """Watches of `resource` opened so far (one more each time the server ends one)."""
+        return self._resources[resource].watches
+
+    # --- losing and regaining the API: one line each way per resource, never one per retry
+    def _lost(self, resource: _Resource, what: str, err: KubeError) -> None:
+        if resource.lost_since is None:
+            resource.lost_since = time.monotonic()
+            log.warning("%s of %s failed: %s; trying again with backoff (up to %.0f s apart)",
+                        what, resource.name, err, _BACKOFF_MAX)
+        else:
+            log.debug("%s of %s failed again: %s", what, resource.name, err)
+
+    def _answered(self, resource: _Resource) -> None:
+        if resource.lost_since is not None:
+            log.info("%s: the API answers again after %.0f s", resource.name, time.monotonic() - resource.lost_since)
+            resource.lost_since = None
+
     # --- listing and watching ----------------------------------------------------------
     def _list(self, resource: _Resource, *, assess_when: threading.Event | None = None) -> bool:
         """List `resource` into the cache. With `assess_when`, nodes are also assessed as
@@ -209,8 +241,9 @@ class FleetCache:
             resource.synced.set()
             return False
         except KubeError as err:
-            log.warning("listing %s failed: %s", resource.name, err)
+            self._lost(resource, "listing", err)
             return False
+        self._answered(resource)
         if assess_when is not None:
             assess_when.wait()
             assess_waiting()
@@ -225,7 +258,7 @@ class FleetCache:
         return True
 
     def _watch_loop(self, resource: _Resource) -> None:
-        backoff = 0.5
+        backoff = _BACKOFF_MIN
         while not self._stop.is_set():
             if not resource.available:
                 # A CRD that is not installed: look again now and then.
@@ -234,27 +267,34 @@ class FleetCache:
                 self._list(resource)
                 continue
             version = resource.resource_version
+
+            def opened(response: Any, resource: _Resource = resource) -> None:
+                self._open_watches[resource.name] = response
+                if 200 <= response.status <= 299:
+                    resource.watches += 1
+                    self._answered(resource)
+
             try:
                 for event in self._gateway.watch(
                     resource.path, resource_version=version, timeout_seconds=self._watch_timeout,
-                    label_selector=resource.label_selector, schema=resource.schema,
-                    on_open=lambda response, name=resource.name: self._open_watches.__setitem__(name, response),
+                    label_selector=resource.label_selector, schema=resource.schema, on_open=opened,
                 ):
                     if self._stop.is_set():
                         return
                     self._apply(resource, event.type, event.object)
-                    backoff = 0.5
+                    backoff = _BACKOFF_MIN
             except Gone:
                 log.info("watch of %s expired at %s; listing again", resource.name, version)
                 resource.relists += 1
                 if not self._list(resource):
                     self._stop.wait(backoff)
+                    backoff = min(backoff * 2, _BACKOFF_MAX)
             except KubeError as err:
                 if self._stop.is_set():
                     return
-                log.warning("watch of %s failed: %s", resource.name, err)
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 10)
+                self._lost(resource, "watch", err)
+                self._stop.wait(backoff * (1 + random.random() * 0.2))
+                backoff = min(backoff * 2, _BACKOFF_MAX)
                 if isinstance(err, NotFound) and resource.optional:
                     with self._lock:
                         resource.available = False
@@ -262,8 +302,9 @@ class FleetCache:
                         self._context_dirty = True
 
     def _apply(self, resource: _Resource, kind: str, obj: Any) -> None:
-        version = obj.metadata.resourceVersion
+        version = wire.meta_of(obj).resourceVersion
         if kind == "BOOKMARK":
+            resource.bookmarks += 1
             if version:
                 resource.resource_version = version
             return
@@ -311,8 +352,7 @@ class FleetCache:
             self._context_dirty = True
 
     def _key(self, obj: Any) -> str:
-        meta = obj.metadata
-        return f"{meta.namespace}/{meta.name}" if meta.namespace else meta.name
+        return wire.object_key(obj)
 
     def _convert(self, resource: _Resource, obj: Any) -> Any:
         if resource.name == "nodes":

@@ -46,66 +46,67 @@ class _Wire(Struct, gc=False):
 
 
 class OwnerReferenceWire(_Wire):
-    kind: str = ""
-    name: str = ""
-    controller: bool = False
+    kind: str | None = None
+    name: str | None = None
+    controller: bool | None = None
 
 
 class ObjectMetaWire(_Wire):
     # Empty in a watch BOOKMARK, whose object carries only a resourceVersion.
-    name: str = ""
-    namespace: str = ""
-    labels: dict[str, str] = {}
-    annotations: dict[str, str] = {}
-    resourceVersion: str = ""
+    name: str | None = None
+    namespace: str | None = None
+    labels: dict[str, str] | None = None
+    annotations: dict[str, str] | None = None
+    resourceVersion: str | None = None
     creationTimestamp: dt.datetime | None = None
     deletionTimestamp: dt.datetime | None = None
-    ownerReferences: list[OwnerReferenceWire] = []
+    ownerReferences: list[OwnerReferenceWire] | None = None
 
 
 class ConditionWire(_Wire):
-    type: str = ""
-    status: str = ""
+    type: str | None = None
+    status: str | None = None
     lastTransitionTime: dt.datetime | None = None
 
 
 class TaintWire(_Wire):
-    key: str = ""
-    value: str = ""
-    effect: str = ""
+    key: str | None = None
+    value: str | None = None
+    effect: str | None = None
 
 
 class NodeSpecWire(_Wire):
-    unschedulable: bool = False
-    taints: list[TaintWire] = []
+    unschedulable: bool | None = None
+    taints: list[TaintWire] | None = None
 
 
 class NodeStatusWire(_Wire):
-    capacity: dict[str, str] = {}
-    allocatable: dict[str, str] = {}
-    conditions: list[ConditionWire] = []
+    capacity: dict[str, str] | None = None
+    allocatable: dict[str, str] | None = None
+    conditions: list[ConditionWire] | None = None
 
 
 class NodeWire(_Wire):
-    metadata: ObjectMetaWire = field(default_factory=ObjectMetaWire)
-    spec: NodeSpecWire = field(default_factory=NodeSpecWire)
-    status: NodeStatusWire = field(default_factory=NodeStatusWire)
+    metadata: ObjectMetaWire | None = None
+    spec: NodeSpecWire | None = None
+    status: NodeStatusWire | None = None
 
 
 class ResourcesWire(_Wire):
-    requests: dict[str, str] = {}
-    limits: dict[str, str] = {}
+    requests: dict[str, str] | None = None
+    limits: dict[str, str] | None = None
 
 
 class ContainerWire(_Wire):
-    name: str = ""
-    image: str = ""
-    resources: ResourcesWire = field(default_factory=ResourcesWire)
+    name: str | None = None
+    image: str | None = None
+    resources: ResourcesWire | None = None
 
 
 class PodSpecWire(_Wire):
     nodeName: str | None = None
-    containers: list[ContainerWire] = []
+    # NB: a watch BOOKMARK's pod says `"containers": null`.
+    containers: list[ContainerWire] | None = None
 
 
 class WaitingWire(_Wire):
@@ -123,55 +124,55 @@ class ContainerStateWire(_Wire):
 
 
 class ContainerStatusWire(_Wire):
-    name: str = ""
-    image: str = ""
-    ready: bool = False
-    restartCount: int = 0
-    state: ContainerStateWire = field(default_factory=ContainerStateWire)
-    lastState: ContainerStateWire = field(default_factory=ContainerStateWire)
+    name: str | None = None
+    image: str | None = None
+    ready: bool | None = None
+    restartCount: int | None = None
+    state: ContainerStateWire | None = None
+    lastState: ContainerStateWire | None = None
 
 
 class PodStatusWire(_Wire):
     phase: str | None = None
-    conditions: list[ConditionWire] = []
-    containerStatuses: list[ContainerStatusWire] = []
-    initContainerStatuses: list[ContainerStatusWire] = []
+    conditions: list[ConditionWire] | None = None
+    containerStatuses: list[ContainerStatusWire] | None = None
+    initContainerStatuses: list[ContainerStatusWire] | None = None
 
 
 class PodWire(_Wire):
-    metadata: ObjectMetaWire = field(default_factory=ObjectMetaWire)
-    spec: PodSpecWire = field(default_factory=PodSpecWire)
-    status: PodStatusWire = field(default_factory=PodStatusWire)
+    metadata: ObjectMetaWire | None = None
+    spec: PodSpecWire | None = None
+    status: PodStatusWire | None = None
 
 
 class PodTemplateSpecWire(_Wire):
-    containers: list[ContainerWire] = []
+    containers: list[ContainerWire] | None = None
 
 
 class PodTemplateWire(_Wire):
-    spec: PodTemplateSpecWire = field(default_factory=PodTemplateSpecWire)
+    spec: PodTemplateSpecWire | None = None
 
 
 class DeploymentSpecWire(_Wire):
     replicas: int | None = None
-    template: PodTemplateWire = field(default_factory=PodTemplateWire)
+    template: PodTemplateWire | None = None
 
 
 class DeploymentStatusWire(_Wire):
-    readyReplicas: int = 0
+    readyReplicas: int | None = None
 
 
 class DeploymentWire(_Wire):
-    metadata: ObjectMetaWire = field(default_factory=ObjectMetaWire)
-    spec: DeploymentSpecWire = field(default_factory=DeploymentSpecWire)
-    status: DeploymentStatusWire = field(default_factory=DeploymentStatusWire)
+    metadata: ObjectMetaWire | None = None
+    spec: DeploymentSpecWire | None = None
+    status: DeploymentStatusWire | None = None
 
 
 class CustomObjectWire(_Wire):
     """A ClusterPolicy or NVIDIADriver: spec and status stay generic JSON."""
 
-    kind: str = ""
-    metadata: ObjectMetaWire = field(default_factory=ObjectMetaWire)
+    kind: str | None = None
+    metadata: ObjectMetaWire | None = None
     # Free-form: a CR's schema decides, and may allow null.
     spec: dict[str, Any] | None = None
     status: dict[str, Any] | None = None
@@ -181,13 +182,13 @@ Item = TypeVar("Item")
 
 
 class ListMetaWire(_Wire):
-    resourceVersion: str = ""
+    resourceVersion: str | None = None
     continue_: str | None = field(name="continue", default=None)
 
 
 class ListPageWire(_Wire, Generic[Item]):
-    metadata: ListMetaWire = field(default_factory=ListMetaWire)
-    items: list[Item] = []
+    metadata: ListMetaWire | None = None
+    items: list[Item] | None = None
 
 
 class WatchEventWire(_Wire):
@@ -195,6 +196,41 @@ class WatchEventWire(_Wire):
 
     type: str
     object: msgspec.Raw = msgspec.Raw(b"{}")
+
+
+# The API may send null for any field its Go types do not mark `omitempty` (a BOOKMARK
+# pod says `"containers": null`), so every field above is optional and read through
+# these, which turn a null into the empty value.
+_NO_META = ObjectMetaWire()
+_NO_NODE_SPEC = NodeSpecWire()
+_NO_NODE_STATUS = NodeStatusWire()
+_NO_POD_SPEC = PodSpecWire()
+_NO_POD_STATUS = PodStatusWire()
+_NO_RESOURCES = ResourcesWire()
+_NO_CONTAINER_STATE = ContainerStateWire()
+_NO_LIST_META = ListMetaWire()
+
+
+def meta_of(obj: NodeWire | PodWire | DeploymentWire | CustomObjectWire) -> ObjectMetaWire:
+    return obj.metadata or _NO_META
+
+
+def pod_spec_of(pod: PodWire) -> PodSpecWire:
+    return pod.spec or _NO_POD_SPEC
+
+
+def list_meta_of(page: ListPageWire[Any]) -> ListMetaWire:
+    return page.metadata or _NO_LIST_META
+
+
+def labels_of(meta: ObjectMetaWire) -> Mapping[str, str]:
+    return meta.labels or _EMPTY
+
+
+def object_key(obj: NodeWire | PodWire | DeploymentWire | CustomObjectWire) -> str:
+    """namespace/name, or the name of a cluster-scoped object."""
+    meta = meta_of(obj)
+    return f"{meta.namespace}/{meta.name or ''}" if meta.namespace else (meta.name or "")
 
 
 # --- schemas to views ------------------------------------------------------------------
@@ -211,87 +247,92 @@ def _quantity(value: str) -> int:
 def gpu_requests(spec: PodSpecWire) -> dict[str, int]:
     """Per GPU resource, the sum over containers of max(request, limit)."""
     totals: dict[str, int] = {}
-    for container in spec.containers:
-        requests, limits = container.resources.requests, container.resources.limits
+    for container in spec.containers or ():
+        resources = container.resources or _NO_RESOURCES
+        requests, limits = resources.requests or _EMPTY, resources.limits or _EMPTY
         if not requests and not limits:
             continue
         for name in requests.keys() | limits.keys():
             if is_gpu_resource(name):
-                amount = max(_quantity(requests.get(name, "0")), _quantity(limits.get(name, "0")))
+                amount = max(_quantity(requests.get(name) or "0"), _quantity(limits.get(name) or "0"))
                 totals[name] = totals.get(name, 0) + amount
     return totals
 
 
 def node_view(wire: NodeWire) -> NodeObject:
-    meta, status = wire.metadata, wire.status
+    meta, spec, status = meta_of(wire), wire.spec or _NO_NODE_SPEC, wire.status or _NO_NODE_STATUS
     ready: bool | None = None
     ready_changed: dt.datetime | None = None
-    for condition in status.conditions:
+    for condition in status.conditions or ():
         if condition.type == "Ready":
             ready = condition.status == "True"
             ready_changed = condition.lastTransitionTime
     return NodeObject(
-        name=NodeName(meta.name),
+        name=NodeName(meta.name or ""),
         labels=frozen_map(meta.labels),
         annotations=frozen_map(meta.annotations),
-        unschedulable=wire.spec.unschedulable,
-        taints=tuple(Taint(key=t.key, value=t.value, effect=t.effect) for t in wire.spec.taints),
+        unschedulable=spec.unschedulable is True,
+        taints=tuple(Taint(key=t.key or "", value=t.value or "", effect=t.effect or "") for t in spec.taints or ()),
         ready=ready,
         ready_changed_at=ready_changed,
         capacity=frozen_map(status.capacity),
         allocatable=frozen_map(status.allocatable),
         created_at=meta.creationTimestamp or EPOCH,
-        resource_version=meta.resourceVersion,
+        resource_version=meta.resourceVersion or "",
     )
 
 
-def _containers(statuses: list[ContainerStatusWire]) -> tuple[ContainerState, ...]:
-    return tuple(
-        ContainerState(
-            name=cs.name, image=cs.image, ready=cs.ready, restart_count=cs.restartCount,
-            waiting_reason=cs.state.waiting.reason if cs.state.waiting else None,
-            last_terminated_reason=cs.lastState.terminated.reason if cs.lastState.terminated else None,
-            running=cs.state.running is not None,
-        )
-        for cs in statuses
-    )
+def _containers(statuses: list[ContainerStatusWire] | None) -> tuple[ContainerState, ...]:
+    states = []
+    for cs in statuses or ():
+        state, last = cs.state or _NO_CONTAINER_STATE, cs.lastState or _NO_CONTAINER_STATE
+        states.append(ContainerState(
+            name=cs.name or "", image=cs.image or "", ready=cs.ready is True, restart_count=cs.restartCount or 0,
+            waiting_reason=state.waiting.reason if state.waiting else None,
+            last_terminated_reason=last.terminated.reason if last.terminated else None,
+            running=state.running is not None,
+        ))
+    return tuple(states)
 
 
 def pod_view(wire: PodWire) -> PodObject:
-    meta, spec, status = wire.metadata, wire.spec, wire.status
+    meta, spec, status = meta_of(wire), pod_spec_of(wire), wire.status or _NO_POD_STATUS
     return PodObject(
-        namespace=meta.namespace,
-        name=meta.name,
+        namespace=meta.namespace or "",
+        name=meta.name or "",
         node_name=NodeName(spec.nodeName) if spec.nodeName else None,
         labels=frozen_map(meta.labels),
         annotations=frozen_map(meta.annotations),
         phase=status.phase or "Pending",
-        ready=any(c.type == "Ready" and c.status == "True" for c in status.conditions),
+        ready=any(c.type == "Ready" and c.status == "True" for c in status.conditions or ()),
         deleting=meta.deletionTimestamp is not None,
-        owners=tuple(OwnerRef(kind=o.kind, name=o.name, controller=o.controller) for o in meta.ownerReferences),
+        owners=tuple(OwnerRef(kind=o.kind or "", name=o.name or "", controller=o.controller is True)
+                     for o in meta.ownerReferences or ()),
         containers=_containers(status.containerStatuses),
         init_containers=_containers(status.initContainerStatuses),
-        images=tuple(c.image for c in spec.containers),
+        images=tuple(c.image or "" for c in spec.containers or ()),
         gpu_requests=frozen_map(gpu_requests(spec)),
         created_at=meta.creationTimestamp or EPOCH,
-        resource_version=meta.resourceVersion,
+        resource_version=meta.resourceVersion or "",
     )
 
 
 def deployment_view(wire: DeploymentWire) -> DeploymentObject:
-    meta = wire.metadata
+    meta = meta_of(wire)
+    spec = wire.spec or DeploymentSpecWire()
+    template = (spec.template.spec if spec.template else None) or PodTemplateSpecWire()
     return DeploymentObject(
-        namespace=meta.namespace, name=meta.name, labels=frozen_map(meta.labels),
-        images=tuple(c.image for c in wire.spec.template.spec.containers),
-        replicas=wire.spec.replicas if wire.spec.replicas is not None else 1,
-        ready_replicas=wire.status.readyReplicas,
+        namespace=meta.namespace or "", name=meta.name or "", labels=frozen_map(meta.labels),
+        images=tuple(c.image or "" for c in template.containers or ()),
+        replicas=spec.replicas if spec.replicas is not None else 1,
+        ready_replicas=(wire.status.readyReplicas if wire.status else None) or 0,
     )
 
 
 def custom_object_view(wire: CustomObjectWire) -> CustomObject:
-    meta = wire.metadata
+    meta = meta_of(wire)
     return CustomObject(
-        kind=wire.kind, name=meta.name, labels=frozen_map(meta.labels), annotations=frozen_map(meta.annotations),
-        spec=frozen_map(wire.spec), status=frozen_map(wire.status),
+        kind=wire.kind or "", name=meta.name or "", labels=frozen_map(meta.labels),
+        annotations=frozen_map(meta.annotations), spec=frozen_map(wire.spec), status=frozen_map(wire.status),
         created_at=meta.creationTimestamp or EPOCH,
     )

@@ -92,7 +92,8 @@ def test_a_page_decoded_from_bytes_gives_the_same_views_as_the_dict_reading():
 
     decoded = msgspec.json.decode(page, type=wire.ListPageWire[wire.NodeWire])
 
-    assert decoded.metadata.continue_ == "next" and decoded.metadata.resourceVersion == "5000"
+    meta = wire.list_meta_of(decoded)
+    assert meta.continue_ == "next" and meta.resourceVersion == "5000"
     assert [wire.node_view(n) for n in decoded.items] == [node_from_json(NODE)] * 2
 
 
@@ -135,7 +136,8 @@ def test_a_watch_bookmark_decodes_although_it_names_no_object():
 
     node = msgspec.json.decode(event.object, type=wire.NodeWire)
 
-    assert event.type == "BOOKMARK" and node.metadata.resourceVersion == "9001" and node.metadata.name == ""
+    assert event.type == "BOOKMARK" and wire.meta_of(node).resourceVersion == "9001"
+    assert wire.object_key(node) == ""
 
 
 def test_a_field_of_the_wrong_type_is_refused_with_where_it_is():
@@ -155,3 +157,63 @@ def test_a_cluster_policy_keeps_its_free_form_spec_and_tolerates_a_null_status()
     assert policy.kind == "ClusterPolicy" and policy.name == "cluster-policy"
     assert policy.spec["driver"] == {"enabled": True, "upgradePolicy": {"autoUpgrade": False}}
     assert policy.status == {}
+
+
+def test_a_pod_bookmark_with_null_containers_decodes():
+    # What kube-apiserver v1.37 sends on a pod watch about once a minute.
+    raw = (b'{"type":"BOOKMARK","object":{"kind":"Pod","apiVersion":"v1","metadata":{"resourceVersion":"8123",'
+           b'"creationTimestamp":null,"annotations":{"k8s.io/initial-events-end":"true"}},'
+           b'"spec":{"containers":null},"status":{}}}')
+    event = msgspec.json.decode(raw, type=wire.WatchEventWire)
+
+    pod = msgspec.json.decode(event.object, type=wire.PodWire)
+
+    assert wire.meta_of(pod).resourceVersion == "8123"
+    assert wire.pod_view(pod).images == () and wire.gpu_requests(wire.pod_spec_of(pod)) == {}
+
+
+# Go's map[string]string and ResourceList never hold null values; the maps themselves may be null.
+_STRING_MAPS = frozenset({"labels", "annotations", "capacity", "allocatable", "requests", "limits"})
+
+
+def _nulled(value: object) -> list[object]:
+    """Copies of `value` with one field (at any depth) set to null, one copy per field."""
+    copies: list[object] = []
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            copies.append({**value, key: None})
+            if key not in _STRING_MAPS:
+                copies.extend({**value, key: changed} for changed in _nulled(inner))
+    elif isinstance(value, list):
+        for index, inner in enumerate(value):
+            copies.extend([*value[:index], changed, *value[index + 1:]] for changed in _nulled(inner))
+    return copies
+
+
+DEPLOYMENT = {"metadata": {"name": "gpu-operator", "namespace": "gpu-operator", "labels": {"app": "gpu-operator"}},
+              "spec": {"replicas": 1, "template": {"spec": {"containers": [{"name": "o", "image": "op:v26.7.0"}]}}},
+              "status": {"readyReplicas": 1}}
+
+
+@pytest.mark.parametrize(("obj", "schema", "view"), [
+    (NODE, wire.NodeWire, wire.node_view),
+    (POD, wire.PodWire, wire.pod_view),
+    (DEPLOYMENT, wire.DeploymentWire, wire.deployment_view),
+], ids=["node", "pod", "deployment"])
+def test_a_null_in_any_field_reads_as_the_empty_value(obj, schema, view):
+    variants = _nulled(obj)
+    assert len(variants) >= 10
+
+    for variant in variants:
+        decoded = msgspec.json.decode(orjson.dumps(variant), type=schema)
+        view(decoded)  # no error: a null is "not set", as the API means it
+        assert isinstance(wire.object_key(decoded), str)
+
+
+def test_null_labels_and_conditions_read_as_none_set():
+    node = node_from_json({"metadata": {"name": "n", "labels": None, "annotations": None},
+                           "spec": {"unschedulable": None, "taints": None},
+                           "status": {"capacity": None, "conditions": None}})
+
+    assert node.labels == {} and node.annotations == {} and not node.unschedulable
+    assert node.taints == () and node.capacity == {} and node.ready is None
