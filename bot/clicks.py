@@ -87,7 +87,7 @@ def _abort(click: Click, run_id: str, services: Services) -> Outcome:
 
 
 def _acknowledge(click: Click, handover_id: str, services: Services) -> Outcome:
-    if services.database is None or not handover_id.isdigit():
+    if services.database is None or not (handover_id.isascii() and handover_id.isdigit()):
         return Outcome(notice=_refused(msg.not_a_gpuops_button()))
     handovers = HandoverService(services.database, services.config)
     try:

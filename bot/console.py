@@ -99,7 +99,11 @@ class Console:
         elif line.startswith(":"):
             self.say(msg.console_unknown(line))
         elif line.isdigit():
-            self.click(int(line))
+            if line.isascii():
+                self.click(int(line))
+            else:  # "²" is a digit to str.isdigit() but no number to int()
+                intents = self.last.intents if self.last is not None else ()
+                self.say(msg.console_no_such_button(line, len(intents)))
         else:
             services = self.runtime.services()
             self.show(dispatch(line, actor=self.actor, services=services, now=self.clock()))

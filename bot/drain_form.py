@@ -232,7 +232,7 @@ def read_drain_form(view: dict[str, Any], *, now: dt.datetime) -> DrainFormReadi
     duration = "".join(written.split()) or None
     if duration is not None:
         try:
-            ok = duration[0].isdigit() and parse_duration(duration) > dt.timedelta(0)
+            ok = duration[:1].isascii() and duration[0].isdigit() and parse_duration(duration) > dt.timedelta(0)
         except ValueError:
             ok = False
         if not ok:
@@ -242,7 +242,7 @@ def read_drain_form(view: dict[str, Any], *, now: dt.datetime) -> DrainFormReadi
     first, _, rest = reason.partition(" ")
     if not reason:
         errors[REASON] = msg.drain_form_no_reason()
-    elif first.lower() in ("at", "next-window") or (first.lower() == "for" and (not rest or rest[0].isdigit())):
+    elif first.lower() in ("at", "next-window") or (first.lower() == "for" and (not rest or (rest[0].isascii() and rest[0].isdigit()))):
         errors[REASON] = msg.drain_form_reason_starts_with(first)
 
     channel: str | None = None

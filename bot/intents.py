@@ -20,7 +20,7 @@ ACTION_PREFIX = "gpuops."
 DESTRUCTIVE = frozenset({"deny", "abort", "cancel"})
 KNOWN_ACTIONS = frozenset({"approve", "deny", "cancel", "abort", "handover-ack", REQUEST_DRAIN})
 
-_ACTION_ID = re.compile(r"^gpuops\.([a-z]+(?:-[a-z]+)*)\.\d+$")
+_ACTION_ID = re.compile(r"^gpuops\.([a-z]+(?:-[a-z]+)*)\.\d+$", re.ASCII)
 _VALUE = re.compile(r"^(?P<subject>[A-Za-z0-9][A-Za-z0-9._-]{0,63})(?:/(?P<hash>[0-9a-f]{6,64}))?$")
 # A node (a Kubernetes name, up to 253 characters) or a pool (a label value, up to 63).
 TARGET_NAME = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,251}[A-Za-z0-9])?"

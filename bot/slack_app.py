@@ -65,7 +65,7 @@ COMMAND_SCOPE = "slack-retry"
 EVENT_SCOPE = "slack-retry"
 BUTTON_SCOPE = "button"
 WORKERS = 8
-_ACTION_IDS = re.compile(r"^gpuops\.[a-z]+(?:-[a-z]+)*\.\d+$")
+_ACTION_IDS = re.compile(r"^gpuops\.[a-z]+(?:-[a-z]+)*\.\d+$", re.ASCII)
 
 
 class SlackRejectedToken(Exception):

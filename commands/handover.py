@@ -138,7 +138,9 @@ def history(call: Call, args: list[str]) -> Reply:
     name: str | None = None
     count = HISTORY_DEFAULT
     for arg in args:
-        if arg.isdigit():
+        if arg.isdigit() and not arg.isascii():
+            raise UsageError(say.history_usage())
+        if arg.isascii() and arg.isdigit():
             count = int(arg)
             if not 1 <= count <= HISTORY_MOST:
                 raise UsageError(say.history_count(count, most=HISTORY_MOST))

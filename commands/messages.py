@@ -249,7 +249,7 @@ def approve_usage() -> str:
 
 
 def audit_usage() -> str:
-    return "give a number of entries or one request id"
+    return "give a number of entries (digits 0-9, e.g. `/gpu audit 50`) or one request id"
 
 
 DRAIN_WAVE_COLUMNS = ("wave", "nodes", "GPUs out", "nodes unavailable", "ready GPUs left")

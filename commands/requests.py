@@ -239,7 +239,9 @@ def audit_log(call: Call, args: list[str]) -> Reply:
         raise UsageError(msg.audit_usage())
     service = _runs(call)
     scope: str | None = None
-    if args and not args[0].isdigit():
+    if args and args[0].isdigit() and not args[0].isascii():
+        raise UsageError(msg.audit_usage())
+    if args and not (args[0].isascii() and args[0].isdigit()):
         scope = args[0]
         try:
             _requests(call).get(scope)

@@ -43,8 +43,8 @@ HOLDING_STATES = frozenset({"approved", "scheduled", "running"})
 
 Rule = Literal["max_unavailable", "min_ready_gpus"]
 
-_PERCENT = re.compile(r"^\s*(\d{1,3})\s*%\s*$")
-_COUNT = re.compile(r"^\s*(\d+)\s*$")
+_PERCENT = re.compile(r"^\s*(\d{1,3})\s*%\s*$", re.ASCII)
+_COUNT = re.compile(r"^\s*(\d+)\s*$", re.ASCII)
 
 
 @dataclass(frozen=True, slots=True)

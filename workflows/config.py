@@ -17,7 +17,7 @@ from workflows.access import Actor, Role, UserId
 from workflows.handover import RotationConfig
 from workflows.inventory import InventorySettings
 
-_DURATION = re.compile(r"^\s*(?:(\d+)d)?\s*(?:(\d+)h)?\s*(?:(\d+)m)?\s*(?:(\d+)s)?\s*$")
+_DURATION = re.compile(r"^\s*(?:(\d+)d)?\s*(?:(\d+)h)?\s*(?:(\d+)m)?\s*(?:(\d+)s)?\s*$", re.ASCII)
 
 
 def parse_duration(value: Any) -> dt.timedelta:

@@ -79,8 +79,8 @@ FIT_SEARCH_LIMIT = 500
 # node or pool (refused) rather than the start of the reason.
 _TARGET_LIKENESS = 0.75
 _KEYWORDS = ("at", "for", "next-window")
-_DATE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})$")
-_DATE_TIME = re.compile(r"^(\d{4}-\d{2}-\d{2})[T ](\d{1,2}:\d{2})$")
+_DATE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})$", re.ASCII)
+_DATE_TIME = re.compile(r"^(\d{4}-\d{2}-\d{2})[T ](\d{1,2}:\d{2})$", re.ASCII)
 
 StartFrom = Literal["now", "at", "next-window"]
 # "May these nodes be out together from start to end?"
@@ -182,7 +182,7 @@ def parse_drain_request(
             if when_words is not None or next_window:
                 raise DrainRequestError(say.repeated_clause("at"), code="repeated-clause")
             when_words, at = _take_time_words(words, at + 1)
-        elif word == "for" and at + 1 < len(words) and words[at + 1][:1].isdigit():
+        elif word == "for" and at + 1 < len(words) and _is_number(words[at + 1][:1]):
             if duration is not None:
                 raise DrainRequestError(say.repeated_clause("for"), code="repeated-clause")
             try:
@@ -218,6 +218,11 @@ def parse_drain_request(
         end = None if occurrence is None or occurrence.end == END_OF_TIME else occurrence.end
     return DrainRequestSpec(pool=pool, nodes=nodes, whole_pool=whole_pool, start=start, end=end,
                             duration=duration, start_from=start_from, zone=zone, reason=reason)
+
+
+def _is_number(word: str) -> bool:
+    # NB: str.isdigit() is true for "²" and other digits int() refuses.
+    return word.isascii() and word.isdigit()
 
 
 def _aware(t: dt.datetime) -> dt.datetime:
@@ -323,7 +328,7 @@ def _take_time_words(words: list[str], at: int) -> tuple[list[str], int]:
     return taken, at
 
 
-_CLOCK_WORD = re.compile(r"^\d{1,2}:\d{2}$")
+_CLOCK_WORD = re.compile(r"^\d{1,2}:\d{2}$", re.ASCII)
 _RELATIVE_DAYS = {"today": 0, "tomorrow": 1}
 
 

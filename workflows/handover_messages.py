@@ -235,7 +235,7 @@ def handover_usage(words: int) -> str:
 
 
 def history_usage() -> str:
-    return "name one rotation, then optionally how many handovers to show"
+    return "name one rotation, then optionally how many handovers to show (digits 0-9, e.g. 20)"
 
 
 def history_count(count: int, *, most: int) -> str:

@@ -234,7 +234,7 @@ class PodState:
 
 MISSING_POD = PodState(present=False)
 
-_VERSION_AT_START = re.compile(r"^v?(\d+(?:\.\d+)+)")
+_VERSION_AT_START = re.compile(r"^v?(\d+(?:\.\d+)+)", re.ASCII)
 
 
 @functools.lru_cache(maxsize=1024)  # a fleet runs a handful of images on thousands of pods

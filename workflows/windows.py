@@ -52,7 +52,7 @@ SEARCH_HORIZON = dt.timedelta(days=366)
 # would otherwise merge into one span without end).
 _MERGE_SPAN = dt.timedelta(days=8)
 
-_CLOCK = re.compile(r"^(\d{1,2}):(\d{2})$")
+_CLOCK = re.compile(r"^(\d{1,2}):(\d{2})$", re.ASCII)
 
 
 class WindowError(ValueError):

@@ -180,3 +180,23 @@ def test_gpuops_audit_on_a_missing_database_says_where_it_looked(tmp_path):
     result = _gpuops("audit", "verify", "--database", str(tmp_path / "nothing.db"))
 
     assert result.returncode == 2 and "There is no gpuops database at" in result.stderr
+
+
+def test_unicode_digits_get_usage_not_a_crash(runtime):
+    request = submit_upgrade(runtime, by="U0ERIN")
+
+    code, transcript = console(runtime, f"""
+/gpu request {request.id}
+²
+/gpu audit ²
+/gpu handover history ²
+/gpu status
+""", as_user="U0BOB")
+
+    assert code == 0  # the console lived to run the last line
+    assert "bob> ²\nThere is no button ²: choose 1 to 2." in transcript
+    assert "bob> /gpu audit ²\nUsage" in transcript and "digits 0-9, e.g. `/gpu audit 50`" in transcript
+    assert "bob> /gpu handover history ²\nUsage" in transcript and "(digits 0-9, e.g. 20)" in transcript
+    assert "bob> /gpu status\nGPU fleet status" in transcript
+    # Nothing was clicked: the request still waits for both approvals.
+    assert runtime.services().requests.get(request.id).approvals_counted == 0

@@ -212,6 +212,9 @@ def test_nodes_of_two_pools_are_refused_naming_each_pool(cluster, now):
         ("gpu-u-01", "unconfigured-pool", "gpu-u-01 is in no pool"),
         ("gpu-a-01 for 2x", "bad-duration", "like 2h, 90m or 1h30m, not '2x'"),
         ("gpu-a-01 at noon", "bad-time", "Cannot read the time 'noon'"),
+        # Digits other than 0-9 (Arabic-Indic here) are words, not numbers.
+        ("gpu-a-01 for 2h\u0663\u0660m", "bad-duration", "not '2h\u0663\u0660m'"),
+        ("gpu-a-01 at \u0660\u0662:\u0660\u0660", "bad-time", "Cannot read the time"),
         ("gpu-a-01 at 2026-13-05 02:00", "bad-time", "Cannot read the time"),
         ("gpu-a-01 at sat 02:00 at sun 02:00", "repeated-clause", "Say `at` once"),
         ("gpu-a-01 at sat 02:00 Mars/Olympus", "unknown-zone", "'Mars/Olympus' is not an IANA time zone"),
