@@ -135,6 +135,9 @@ class PoolConfig(_Model):
     # validator healthy, every physical GPU advertised) before the run halts with it cordoned.
     validate_timeout: Duration = dt.timedelta(minutes=10)
     pdb_timeout_action: Literal["wait", "skip", "delete"] = "wait"
+    # The longest a drain with no end (`/gpu drain <nodes>` on a `windows: always` pool,
+    # without `for`) holds its nodes; unset, it holds them until someone says `drain done`.
+    open_drain_max: Duration | None = None
     # Jobs that must finish rather than be evicted.
     wait_for: WaitFor | None = None
 

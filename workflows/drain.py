@@ -650,10 +650,7 @@ def _node_steps(node: NodeInventory, *, policy: PoolConfig, end: dt.datetime | N
             "pdb_timeout_s": int(policy.drain_timeout.total_seconds()),
             "pdb_timeout_action": policy.pdb_timeout_action,
         }),
-        NodeStep("hold", node.name, {
-            "until": codec.optional_time_to_text(end),
-            "released_by": "drain done",
-        }),
+        NodeStep("hold", node.name, _hold_params(end, policy)),
         NodeStep("validate", node.name, {
             "node_ready": True,
             "device_plugin_ready": True,
@@ -665,6 +662,15 @@ def _node_steps(node: NodeInventory, *, policy: PoolConfig, end: dt.datetime | N
         NodeStep("uncordon", node.name, {"leave_cordoned": node.cordoned}),
     ]
     return steps
+
+
+def _hold_params(end: dt.datetime | None, policy: PoolConfig) -> dict[str, object]:
+    """Until the window's (or `for`'s) end; with no end, until `drain done` (`until`
+    None), at most the pool's `open_drain_max` when it sets one."""
+    params: dict[str, object] = {"until": codec.optional_time_to_text(end), "released_by": "drain done"}
+    if end is None and policy.open_drain_max is not None:
+        params["at_most_s"] = int(policy.open_drain_max.total_seconds())
+    return params
 
 
 def _gpus_to_expect(node: NodeInventory) -> int:
@@ -726,7 +732,8 @@ def _preview(spec: DrainRequestSpec, *, fleet: Fleet, members: Sequence[NodeInve
 
 def _notes(spec: DrainRequestSpec, *, preview: DrainPreview, policy: PoolConfig) -> tuple[str, ...]:
     notes = [say.note_waves(len(preview.waves), largest=max(len(w.nodes) for w in preview.waves),
-                            end=spec.end, zone=spec.zone)]
+                            end=spec.end, zone=spec.zone,
+                            at_most=policy.open_drain_max if spec.end is None else None)]
     for node in preview.nodes:
         if node.already_cordoned:
             notes.append(say.note_stays_cordoned(node.node))

@@ -319,8 +319,11 @@ def capacity_refused(check: CapacityCheck, *, zone: dt.tzinfo, fits_at: dt.datet
 # ------------------------------------------------------------------ plan notes
 
 
-def note_waves(waves: int, *, largest: int, end: dt.datetime | None, zone: dt.tzinfo) -> str:
+def note_waves(waves: int, *, largest: int, end: dt.datetime | None, zone: dt.tzinfo,
+               at_most: dt.timedelta | None = None) -> str:
     until = (f"the window ends at {local_time(end, zone)}" if end is not None else None)
+    if at_most is not None:
+        until = f"{duration_text(at_most)} have passed (the pool's open_drain_max)"
     release = f"someone says `drain done` or {until}" if until else "someone says `drain done`"
     if waves == 1:
         return (f"One wave of {plural(largest, 'node')}: it stays drained until {release}, then is "

@@ -163,6 +163,11 @@ def window_ending(until: dt.datetime, *, request_id: str) -> str:
             f"Need longer? `/gpu drain extend {request_id} <duration>`")
 
 
+def open_drain_limit_ending(until: dt.datetime) -> str:
+    return (f"This drain has no end of its own and reaches the pool's limit for open-ended drains "
+            f"(open_drain_max) at {when(until)}: the nodes are then validated and uncordoned.")
+
+
 def waiting_for_pods_to_go(pods: Sequence[str]) -> str:
     return f"waiting for {_list(pods)} to terminate"
 
@@ -302,10 +307,16 @@ def mig_waiting(config: str, state: str | None) -> str:
     return f"waiting for the MIG manager to apply {config} (state: {state or 'not started'})"
 
 
-def held_until(until: dt.datetime | None, *, dry_run: bool) -> str:
+def held_until(until: dt.datetime | None, *, dry_run: bool, open_ended: bool = False) -> str:
+    if until is None and open_ended:
+        return "would hold until someone says `drain done`"
     if until is None:
         return "nothing to hold for (no window end)"
     return (f"would hold until {when(until)}" if dry_run else f"held until {when(until)}")
+
+
+def holding_until_released() -> str:
+    return "holding until someone says `drain done`"
 
 
 def holding_until(until: dt.datetime) -> str:

@@ -736,18 +736,25 @@ class Hold:
 
     def prepare(self, ctx: StepContext) -> dict[str, Any]:
         until: dt.datetime | None
+        open_ended = False
         if ctx.params.get("released_at"):
             # NB: `drain done` before the hold began: it ends as soon as it starts.
             until = codec.optional_time_from_text(str(ctx.params["released_at"]))
-        elif ctx.params.get("until"):  # None: an open-ended drain, held until `drain done`
+        elif ctx.params.get("until"):
             until = dt.datetime.fromisoformat(str(ctx.params["until"]).replace("Z", "+00:00"))
+        elif "until" in ctx.params:
+            # An open-ended drain (`until: None`): held until `drain done`, or for at
+            # most the pool's `open_drain_max` when it sets one.
+            open_ended = True
+            at_most = ctx.params.get("at_most_s")
+            until = ctx.now + dt.timedelta(seconds=float(at_most)) if at_most else None
         elif "seconds" in ctx.params:
             until = ctx.now + dt.timedelta(seconds=float(ctx.params["seconds"]))
         else:
             until = ctx.window_end
         # Warn before the end only when the hold outlasts the warning's lead.
         warn_at = until - WINDOW_ENDING_NOTICE if until is not None else None
-        return {"until": codec.optional_time_to_text(until),
+        return {"until": codec.optional_time_to_text(until), "open_ended": open_ended,
                 "warn_at": codec.optional_time_to_text(warn_at if warn_at and warn_at > ctx.now else None)}
 
     def advance(self, ctx: StepContext) -> Outcome:
@@ -755,14 +762,19 @@ class Hold:
         released = codec.optional_time_from_text(ctx.params.get("released_at"))
         if released is not None:
             until = released if until is None else min(until, released)
+        if until is None and ctx.intent.get("open_ended") and not ctx.dry_run:
+            # Only `drain done` (a control the engine looks at as it lands) ends it.
+            return Waiting(say.holding_until_released())
         if until is None or ctx.now >= until or ctx.dry_run:
-            return Done(say.held_until(until, dry_run=ctx.dry_run))
+            return Done(say.held_until(until, dry_run=ctx.dry_run, open_ended=bool(ctx.intent.get("open_ended"))))
         warn_at = codec.optional_time_from_text(ctx.intent.get("warn_at"))
         if warn_at is None or released is not None:
             return Waiting(say.holding_until(until), retry_in=(until - ctx.now).total_seconds())
         if ctx.now >= warn_at:
             # Every node of the run is held to the same window end: one notice for all.
-            notice = Notice("window-ending", say.window_ending(until, request_id=ctx.request_id), per_run=True)
+            text = (say.open_drain_limit_ending(until) if ctx.intent.get("open_ended")
+                    else say.window_ending(until, request_id=ctx.request_id))
+            notice = Notice("window-ending", text, per_run=True)
             return Waiting(say.holding_until(until), retry_in=(until - ctx.now).total_seconds(), notice=notice)
         return Waiting(say.holding_until(until), retry_in=(warn_at - ctx.now).total_seconds())
 

@@ -30,7 +30,7 @@ from workflows.runs import RunView
 pytestmark = pytest.mark.controlplane
 
 CHANNEL = "C0GPUOPS"
-POOLS = ("serve", "short", "restart", "budget", "skip", "gates", "floor")
+POOLS = ("serve", "short", "restart", "budget", "skip", "gates", "floor", "open")
 WEEKENDS = [{"days": ["sat", "sun"], "start": "02:00", "end": "06:00", "timezone": "Europe/Berlin"}]
 # The skip pool gives a blocked eviction 4 seconds, then leaves the node out; gates and
 # floor drain only at weekends, one node at a time (gates), never below 16 GPUs (floor).
@@ -155,6 +155,28 @@ def test_a_drain_asked_for_in_slack_is_approved_held_until_drain_done_then_valid
     assert {r.target for r in rows if r.action == "pod.evict"} == {
         f"serve/{llm['metadata']['name']}", f"serve/{embed['metadata']['name']}"}
     assert audit.verify(runtime.database.get()).ok
+
+
+def test_a_drain_without_an_end_holds_its_node_until_drain_done(fleet, cluster, runtime):
+    fleet(fl.FleetSpec(name="open", system_nodes=0, pools=(fl.PoolSpec(name="open", kind="serving", nodes=2),)))
+    installer = cluster.installer()
+    _ready_fleet(runtime, installer, ["open-01", "open-02"])
+
+    asked, request, run = ask_approve_start(runtime, '/gpu drain open-01 "disk swap"')  # always pool, no `for`
+    assert "until someone says `drain done`" in _texts(asked)
+    assert request.window_end is None
+    with h.EngineThread(cluster.kubeconfig, runtime.database.get().path) as engine:
+        wait_until(lambda: _step_state(runtime, run.id, "open-01", "hold") == "running", timeout=60,
+                   what="open-01 to be held")
+        engine.passes_after(10)  # the engine keeps looking; nothing ends the hold but `drain done`
+        assert _step_state(runtime, run.id, "open-01", "hold") == "running"
+        assert h.unschedulable(installer, "open-01")
+        assert "holding until someone says `drain done`" in _texts(gpu(runtime, "U0ALICE", f"/gpu request {request.id}"))
+        assert gpu(runtime, "U0ALICE", f"/gpu drain done {request.id}").ok
+        finished = h.wait_run(runtime.database.get(), run.id)
+
+    assert finished.state == "succeeded", finished.halted_reason
+    assert not h.unschedulable(installer, "open-01") and h.cordon_mark(installer, "open-01") is None
 
 
 def test_a_node_that_comes_back_with_fewer_gpus_fails_validation_and_stays_cordoned_with_the_reason_in_the_thread(

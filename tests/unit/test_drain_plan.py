@@ -463,6 +463,15 @@ def test_a_drain_on_an_always_pool_without_for_holds_until_drain_done(cluster, n
     assert "until someone says `drain done`, then" in drain.plan.summary.notes[0]
 
 
+def test_an_open_ended_drain_on_a_pool_with_open_drain_max_says_its_limit_in_the_plan(cluster, now):
+    drain = plan("gpu-b-01 disk swap", cluster, now, cfg=config(serve_b={"open_drain_max": "3d"}))
+
+    assert drain.plan.waves[0].steps_for("gpu-b-01")[2].params == {"until": None, "released_by": "drain done",
+                                                                   "at_most_s": 259200}
+    assert ("until someone says `drain done` or 3d have passed (the pool's open_drain_max), then"
+            in drain.plan.summary.notes[0])
+
+
 # ------------------------------------------------------------------ the pool policy
 
 

@@ -112,14 +112,46 @@ def test_a_wait_for_an_unknown_condition_is_refused_with_the_known_ones(make):
 def test_a_hold_waits_until_its_time_and_is_done_from_then_on():
     hold = Hold()
     intent = hold.prepare(_Ctx(params={"seconds": 90}))  # type: ignore[arg-type]
-    assert intent == {"until": "2025-06-07T12:01:30.000000Z", "warn_at": None}  # too short to warn
+    assert intent == {"until": "2025-06-07T12:01:30.000000Z", "open_ended": False, "warn_at": None}  # too short to warn
     waiting = hold.advance(_Ctx(intent=intent))  # type: ignore[arg-type]
     assert isinstance(waiting, Waiting) and waiting.retry_in == 90
     assert hold.advance(_Ctx(intent=intent, now=NOW + dt.timedelta(seconds=90))) == Done(  # type: ignore[arg-type]
         "held until 2025-06-07 12:01:30 UTC")
     # Without a time of its own, a hold lasts until the request's window ends.
     assert hold.prepare(_Ctx(window_end=NOW + dt.timedelta(hours=2))) == {  # type: ignore[arg-type]
-        "until": "2025-06-07T14:00:00.000000Z", "warn_at": "2025-06-07T13:45:00.000000Z"}
+        "until": "2025-06-07T14:00:00.000000Z", "open_ended": False, "warn_at": "2025-06-07T13:45:00.000000Z"}
+
+
+def test_an_open_ended_drain_holds_until_drain_done_however_long_that_takes():
+    hold = Hold()
+    # What a drain plan writes on a `windows: always` pool without `for`: no end.
+    params = {"until": None, "released_by": "drain done"}
+    intent = hold.prepare(_Ctx(params=params))  # type: ignore[arg-type]
+    assert intent == {"until": None, "open_ended": True, "warn_at": None}
+
+    for later in (dt.timedelta(minutes=1), dt.timedelta(days=30)):
+        held = hold.advance(_Ctx(params=params, intent=intent, now=NOW + later))  # type: ignore[arg-type]
+        assert held == Waiting("holding until someone says `drain done`")
+
+    released = {**params, "released_at": "2025-07-07T12:00:00.000000Z"}
+    done = hold.advance(_Ctx(params=released, intent=intent, now=NOW + dt.timedelta(days=30)))  # type: ignore[arg-type]
+    assert done == Done("held until 2025-07-07 12:00:00 UTC")
+
+
+def test_an_open_ended_drain_on_a_pool_with_a_limit_ends_at_the_limit_and_warns_before():
+    hold = Hold()
+    params = {"until": None, "released_by": "drain done", "at_most_s": 86400}
+    intent = hold.prepare(_Ctx(params=params))  # type: ignore[arg-type]
+    assert intent == {"until": "2025-06-08T12:00:00.000000Z", "open_ended": True,
+                      "warn_at": "2025-06-08T11:45:00.000000Z"}
+
+    warned = hold.advance(_Ctx(params=params, intent=intent, now=NOW + dt.timedelta(hours=23, minutes=50)))  # type: ignore[arg-type]
+    assert isinstance(warned, Waiting) and warned.notice is not None
+    assert warned.notice.text == ("This drain has no end of its own and reaches the pool's limit for open-ended "
+                                  "drains (open_drain_max) at 2025-06-08 12:00:00 UTC: the nodes are then "
+                                  "validated and uncordoned.")
+    assert hold.advance(_Ctx(params=params, intent=intent, now=NOW + dt.timedelta(days=1))) == Done(  # type: ignore[arg-type]
+        "held until 2025-06-08 12:00:00 UTC")
 
 
 def test_a_long_hold_tells_the_thread_a_quarter_of_an_hour_before_the_window_ends_once_for_the_run():
