@@ -63,7 +63,7 @@ def _workloads(call: Call, nodes: tuple[NodeName, ...]) -> tuple[dict[NodeName, 
     return pods, [pdb for namespace in namespaces for pdb in cluster.pdbs(namespace)]
 
 
-def _plan(call: Call, args: list[str], *, fleet: Fleet, replacing: str | None = None) -> DrainPlan:
+def _plan(call: Call, args: list[str], *, fleet: Fleet, replacing: RequestView | None = None) -> DrainPlan:
     pools = call.services.config.pools
     try:
         spec = parse_drain_request(args, fleet=fleet, pools=pools, now=call.now)
@@ -71,9 +71,11 @@ def _plan(call: Call, args: list[str], *, fleet: Fleet, replacing: str | None = 
         raise UsageError(err.reason) from None
     require(call.actor, Role.OPERATOR, action="Requesting a drain", pool=spec.pool)
     pods, pdbs = _workloads(call, spec.nodes)
+    # A re-plan (an admin extending alice's drain) is still alice's request and plan.
+    requested_by = replacing.requester if replacing is not None else call.actor.user_id
     return plan_drain(spec, fleet=fleet, pods_by_node=pods, policy=pools[spec.pool],
                       open_requests=_requests(call).open_requests(spec.pool), now=call.now,
-                      requested_by=call.actor.user_id, pdbs=pdbs, replacing=replacing)
+                      requested_by=requested_by, pdbs=pdbs, replacing=replacing.id if replacing else None)
 
 
 def _drain_sections(planned: DrainPlan, *, workloads_known: bool) -> list[Section]:
@@ -174,7 +176,7 @@ def drain_extend(call: Call, args: list[str]) -> Reply:
              "for", f"{int(length.total_seconds() // 60)}m", request.reason]
     fleet = call.services.fleet.fleet(call.now)
     try:
-        planned = _plan(call, [w for w in words if w], fleet=fleet, replacing=request.id)
+        planned = _plan(call, [w for w in words if w], fleet=fleet, replacing=request)
         view = _requests(call).extend_window(call.actor, request.id, planned.plan,
                                              window_end=planned.spec.end, now=call.now)
     except DrainRefused as err:

@@ -396,11 +396,21 @@ class RequestService:
                                 "approvals_voided": voided,
                                 "old_window_end": _time(request.window_end),
                                 "window_end": _time(window_end)})
-            self._notify(request, event="request.replanned", state="pending", now=now,
+            required = policy.approvals_required(request, pool_policy)
+            self._notify(request, event="request.replanned", state=policy.state_at_creation(required), now=now,
                          dedupe=f"extended/{digest}",
                          text=say.thread_extended(request_id=request.id, actor=actor.name,
                                                   window_end=window_end, plan_hash=digest,
                                                   voided=voided))
+            if policy.state_at_creation(required) == "approved":
+                # A pool that needs no approval for this kind approves the new plan at
+                # once, as it did the first one: nobody is asked to approve "0 of 0".
+                extended = self._load(request.id)
+                self._transition(extended, expected="pending", new="approved", now=now)
+                self._audit(extended, actor=audit.GPUOPS_ACTOR, action="request.approved",
+                            before="pending", after="approved", now=now,
+                            detail={"plan_hash": digest, "approvals_required": 0,
+                                    "why": "pool policy needs no approval"})
             return self._view(self._load(request.id))
 
     def mark_missed(self, request_id: str, *, now: dt.datetime) -> RequestView:

@@ -225,6 +225,36 @@ def test_drain_extend_replans_the_window_end_and_voids_the_approvals(make, tmp_p
     services.database.close()  # type: ignore[union-attr]
 
 
+def test_an_admin_extending_someone_elses_drain_keeps_it_their_request(make, tmp_path, now):
+    services = build(make, tmp_path, config(approvals={"drain": 1}))
+    asked = run(services, "U0ALICE", "drain gpu-a-01 at sat 03:00 for 1h firmware", now)
+    request = services.requests.get(asked.title.split()[1])  # type: ignore[union-attr]
+
+    reply = run(services, "U0ERIN", f"drain extend {request.id} 1h", now)
+
+    assert reply.ok, reply.summary
+    after = services.requests.get(request.id)  # type: ignore[union-attr]
+    assert after.requester == "U0ALICE" and after.plan_hash != request.plan_hash
+    # Bob can still approve alice's re-planned request: it was not turned into erin's.
+    approved = run(services, "U0BOB", f"approve {request.id} {after.short_hash}", now)
+    assert approved.ok and approved.summary.startswith("approved"), approved.summary
+    services.database.close()  # type: ignore[union-attr]
+
+
+def test_extending_a_drain_on_a_pool_that_needs_no_approval_stays_approved(services, now):
+    asked = run(services, "U0ALICE", "drain gpu-a-01 at sat 03:00 for 1h firmware", now)
+    assert asked.summary.startswith("approved"), asked.summary  # type: ignore[union-attr]
+    request_id = asked.title.split()[1]
+
+    reply = run(services, "U0ALICE", f"drain extend {request_id} 1h", now)
+
+    assert reply.ok, reply.summary
+    assert reply.summary.startswith("approved"), reply.summary  # type: ignore[union-attr]
+    assert "0 of 0" not in (reply.summary or "")
+    assert services.requests.get(request_id).state == "approved"  # type: ignore[union-attr]
+    assert [i.action for i in reply.intents] != ["approve", "deny"]
+
+
 def test_drain_extend_past_the_pools_window_is_refused_and_changes_nothing(services, now):
     asked = run(services, "U0ALICE", "drain gpu-a-01 at sat 03:00 for 1h firmware", now)
     request = services.requests.get(asked.title.split()[1])  # type: ignore[union-attr]
