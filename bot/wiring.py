@@ -294,7 +294,7 @@ def engine_worker(runtime: Runtime, *, lease: Lease, identity: str) -> Worker | 
         db = runtime.database.get()
         try:
             run_engine(EngineSettings(), gateway, runtime.fleet, db, identity, stop,  # type: ignore[arg-type]
-                       lease=lease, on_commit=lambda _commits: runtime.notify())
+                       lease=lease, on_commit=lambda _commits: runtime.notify(), pools=runtime.config.pools)
         finally:
             runtime.database.close()
 

@@ -310,3 +310,60 @@ def check_drain(
         most_at_once=len(chosen),
         refusals=tuple(refusals),
     )
+
+
+# ------------------------------------------------------------------ before a wave
+
+
+@dataclass(frozen=True, slots=True)
+class WaveGate:
+    """May a run's next wave start now? A request was checked against the pool when it
+    was made; the engine asks again when the run starts and before every wave, since
+    people cordon nodes, other runs start and windows close in between.
+
+    `rule` names what blocks it ("window", "busy", "max_unavailable", "min_ready_gpus")
+    and `reason` says it in one sentence; `over` means it never will in this window (the
+    window ended), so the run halts instead of waiting."""
+
+    rule: str | None = None
+    reason: str | None = None
+    over: bool = False
+
+    @property
+    def fits(self) -> bool:
+        return self.rule is None
+
+
+def check_wave(
+    *,
+    pool: str,
+    wave: int,
+    nodes: Sequence[NodeName],
+    pool_nodes: Sequence[NodeInventory],
+    now: dt.datetime,
+    window_end: dt.datetime | None,
+    allowed_now: bool,
+    max_unavailable: MaxUnavailable,
+    min_ready_gpus: int,
+    concurrent: Sequence[ConcurrentWork] = (),
+    busy: Mapping[NodeName, str] | None = None,
+) -> WaveGate:
+    """Whether wave `wave` (its `nodes`) may be taken out of `pool` at `now`, until
+    `window_end` (None: until released): inside the request's window and one of the
+    pool's (`allowed_now`), none of its nodes in another unfinished run (`busy`: node ->
+    run id), and both capacity rules as `check_drain` reads them, on the pool as it is
+    now."""
+    if window_end is not None and now >= window_end:
+        return WaveGate("window", say.wave_window_over(wave, window_end), over=True)
+    if not allowed_now:
+        return WaveGate("window", say.wave_outside_windows(wave, pool))
+    taken = {node: run for node, run in (busy or {}).items() if node in nodes}
+    if taken:
+        return WaveGate("busy", say.wave_nodes_busy(wave, taken))
+    verdict = check_drain(pool=pool, pool_nodes=pool_nodes, nodes=nodes, start=now, end=window_end,
+                          max_unavailable=max_unavailable, min_ready_gpus=min_ready_gpus,
+                          concurrent=concurrent)
+    if not verdict.ok:
+        first = verdict.refusals[0]
+        return WaveGate(first.rule, say.wave_does_not_fit(wave, first.reason))
+    return WaveGate()

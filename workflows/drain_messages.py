@@ -211,6 +211,36 @@ def below_gpu_floor(*, pool: str, nodes: Sequence[str], pool_size: int, already:
             f"{_what_fits(most_at_once, nodes)}.")
 
 
+# ------------------------------------------------------------------ before a wave (the engine asks again)
+
+
+def _wave(wave: int) -> str:
+    return f"Wave {wave + 1}"
+
+
+def wave_window_over(wave: int, window_end: dt.datetime) -> str:
+    return (f"{_wave(wave)} could not start before the window ended at "
+            f"{window_end.astimezone(dt.timezone.utc):%Y-%m-%d %H:%M} UTC")
+
+
+def wave_outside_windows(wave: int, pool: str) -> str:
+    return f"{_wave(wave)} waits: pool {pool} allows no drain now (outside its windows)"
+
+
+def wave_nodes_busy(wave: int, taken: Mapping[str, str]) -> str:
+    held = ", ".join(f"{node} (in {run})" for node, run in sorted(taken.items()))
+    return f"{_wave(wave)} waits: another unfinished run holds {held}"
+
+
+def wave_does_not_fit(wave: int, reason: str) -> str:
+    return (f"{_wave(wave)} waits (the pool changed since its plan was checked): {reason} "
+            "It starts when it fits, or the run halts at the window's end")
+
+
+def pool_gone(wave: int, pool: str) -> str:
+    return f"{_wave(wave)} waits: {pool_not_configured(pool)}"
+
+
 # ------------------------------------------------------------------ reading a drain request
 
 

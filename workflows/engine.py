@@ -21,6 +21,12 @@ What it does, as a runbook:
   a fixed poll. It reads the database every `control_check` for runs started and
   controls (pause, resume, abort) written by other processes, and `wake()` makes it look
   at once.
+- Before a wave starts (the first one too), the pool is checked again as it is now
+  (workflows.capacity.check_wave): inside its windows and the request's, no node in
+  another run's current wave, max_unavailable and min_ready_gpus counting whatever people
+  or other runs took out since approval. A wave that does not fit waits, its thread
+  told why once per reason, and the run halts if the window ends first. A dry run says
+  so and goes on.
 - A failing step halts the run: no further steps or waves, nodes left as they are (so a
   drained node stays cordoned), and the reason goes to the run's `halted_reason`, the
   audit log and the request's thread. A step may instead leave its node out (a PDB
@@ -63,7 +69,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from storage import audit, outbox
 from storage import requests as stored_requests
@@ -74,7 +80,9 @@ from storage.ids import RunId, StepId
 from storage.requests import Request
 from storage.runs import Run
 from storage.steps import Step, StepKind
+from workflows import drain_messages as gate_say
 from workflows import run_messages as say
+from workflows.capacity import HOLDING_STATES, ConcurrentWork, WaveGate, check_wave, pool_nodes
 from workflows.inventory import NodeInventory
 from workflows.kube import Forbidden, Invalid, KubeError, KubeGateway, NotFound
 from workflows.lease import EngineLease, LeaseSettings
@@ -91,6 +99,9 @@ from workflows.steps import (
     Waiting,
     logic_for,
 )
+
+if TYPE_CHECKING:
+    from workflows.config import PoolConfig
 
 log = logging.getLogger("gpuops.engine")
 
@@ -167,7 +178,8 @@ class Engine:
                  settings: EngineSettings = EngineSettings(),
                  clock: Callable[[], dt.datetime] = _utc_now,
                  monotonic: Callable[[], float] = time.monotonic,
-                 on_commit: Callable[[int], None] | None = None) -> None:
+                 on_commit: Callable[[int], None] | None = None,
+                 pools: Mapping[str, PoolConfig] | None = None) -> None:
         self._db = db
         self._gateway = gateway
         self._cache = cache
@@ -177,6 +189,11 @@ class Engine:
         self._clock = clock
         self._mono = monotonic
         self._on_commit = on_commit
+        # The pools' policies, for the check before every wave; None: no check (only
+        # tests of step mechanics and `python -m workflows.engine` without --config).
+        self._pools = pools
+        # What each run's next wave waits for, as last told (one line per change).
+        self._gated: dict[RunId, str] = {}
         self._queue: queue.SimpleQueue[str] = queue.SimpleQueue()
         self._timers: list[tuple[float, int, StepId]] = []
         self._timer_seq = itertools.count()
@@ -250,6 +267,7 @@ class Engine:
         self._live.clear()
         self._timers.clear()
         self._info.clear()
+        self._gated.clear()
 
     def run_pass(self, woken: set[str] = frozenset()) -> bool:  # type: ignore[assignment]
         """Drive every unfinished run once; True if any is left unfinished."""
@@ -299,7 +317,10 @@ class Engine:
         if run.current_wave is None:
             if run.state == "paused":
                 return False
-            self._enter_wave(run, info, steps, None, min(s.wave for s in steps))
+            first = min(s.wave for s in steps)
+            if not self._wave_may_start(run, info, steps, first):
+                return False
+            self._enter_wave(run, info, steps, None, first)
             return True
         wave_steps = [s for s in steps if s.wave == run.current_wave]
 
@@ -343,6 +364,8 @@ class Engine:
         if all(s.state in ("done", "skipped") for s in wave_steps):
             later = sorted({s.wave for s in steps if s.wave > run.current_wave})
             if later:
+                if not self._wave_may_start(run, info, steps, later[0]):
+                    return False
                 self._enter_wave(run, info, steps, run.current_wave, later[0])
                 return True
             self._finish_run(run, info, steps)
@@ -407,6 +430,61 @@ class Engine:
             self._notify(run, info, event="run.started", state="running", text=text, kind="post",
                          dedupe=f"{run.id}/started")
         log.info("%s: %s", self.replica, text)
+
+    def _wave_may_start(self, run: Run, info: _RunInfo, steps: Sequence[Step], wave: int) -> bool:
+        """Check the pool again before a wave (the first one too): windows, other runs on
+        its nodes, max_unavailable and min_ready_gpus on the pool as it is now. A wave
+        that does not fit waits (the thread hears why, once per reason) and the run
+        halts when the window ends; a dry run reports it and goes on."""
+        if self._pools is None:
+            return True
+        verdict = self._wave_gate(run, info, steps, wave)
+        if verdict.fits:
+            if self._gated.pop(run.id, None) is not None:
+                log.info("%s: run %s: wave %d fits now", self.replica, run.id, wave + 1)
+            return True
+        reason = verdict.reason or ""
+        if verdict.over and not run.dry_run:
+            self._halt_run(run, info, reason, wave=wave)
+            return False
+        if self._gated.get(run.id) != reason:
+            with self._commit():
+                text = say.dry_run_wave_would_wait(reason) if run.dry_run else reason
+                self._audit(run, info, action="run.waiting", target=info.request.pool, before=run.current_wave,
+                            after=run.current_wave, detail={"wave": wave, "rule": verdict.rule, "text": text})
+                self._notify(run, info, event="run.waiting", state=run.state, text=text, kind="post",
+                             dedupe=f"{run.id}/wave/{wave}/waits/{verdict.rule}")
+            self._gated[run.id] = reason
+            log.info("%s: run %s: %s", self.replica, run.id, reason)
+        return run.dry_run
+
+    def _wave_gate(self, run: Run, info: _RunInfo, steps: Sequence[Step], wave: int) -> WaveGate:
+        assert self._pools is not None
+        request = info.request
+        policy = self._pools.get(request.pool)
+        if policy is None:
+            return WaveGate("window", gate_say.pool_gone(wave, request.pool))
+        now = self._clock()
+        nodes = sorted({s.node for s in steps if s.wave == wave})
+        concurrent: list[ConcurrentWork] = []
+        for other in stored_requests.in_states(self._db, states=HOLDING_STATES):
+            if other.pool != request.pool or other.id == request.id:
+                continue
+            other_plan = plan_from_json(other.plan)  # type: ignore[arg-type]
+            concurrent.append(ConcurrentWork(label=str(other.id), start=other.window_start, end=other.window_end,
+                                             waves=tuple(tuple(w.nodes) for w in other_plan.waves)))
+        busy: dict[str, str] = {}
+        for other_run in stored_runs.unfinished(self._db):
+            if other_run.id == run.id or other_run.current_wave is None:
+                continue  # NB: a run's later waves touch nothing yet (two queued runs never deadlock)
+            for step in stored_steps.for_run(self._db, run_id=other_run.id, wave=other_run.current_wave):
+                if step.node in nodes and step.state in ("pending", "running"):
+                    busy[step.node] = str(other_run.id)
+        return check_wave(pool=request.pool, wave=wave, nodes=nodes,
+                          pool_nodes=pool_nodes(self._cache.fleet(now), request.pool), now=now,
+                          window_end=request.window_end, allowed_now=policy.window_set.contains(now),
+                          max_unavailable=policy.unavailable_budget, min_ready_gpus=policy.min_ready_gpus,
+                          concurrent=concurrent, busy=busy)
 
     def _enter_wave(self, run: Run, info: _RunInfo, steps: Sequence[Step], old: int | None, new: int) -> None:
         nodes = sorted({s.node for s in steps if s.wave == new})
@@ -576,22 +654,37 @@ class Engine:
                     raise _Changed()
                 self._audit(run, info, action="step.failed", target=step.node, before=step.state, after="failed",
                             detail={"step": step.id, "kind": step.kind, "reason": reason})
-            stored_steps.stop_unfinished(self._db, stored_steps.for_run(self._db, run_id=run.id), at=now,
-                                         error=say.halted_elsewhere(step.node))
-            left = nodes_left_cordoned(run, stored_steps.for_run(self._db, run_id=run.id))
-            text = say.halted(step.node, step.kind, reason, left_cordoned=left)
-            if not stored_runs.transition(self._db, id=run.id, expected=("running", "paused"), new="failed", at=now,
-                                          halted_reason=text):
-                raise _Changed()
-            stored_requests.transition(self._db, id=info.request.id, expected="running", new="failed", at=now)
-            self._audit(run, info, action="run.failed", target=info.request.pool, before=run.state, after="failed",
-                        detail={"node": step.node, "kind": step.kind, "reason": reason, "left_cordoned": list(left),
-                                "text": text})
-            self._notify(run, info, event="run.failed", state="failed", text=text, kind="post",
-                         dedupe=f"{run.id}/failed")
+            self._fail_run(run, info, now, stopped=say.halted_elsewhere(step.node),
+                           text=lambda left: say.halted(step.node, step.kind, reason, left_cordoned=left),
+                           detail={"node": step.node, "kind": step.kind, "reason": reason})
+
+    def _halt_run(self, run: Run, info: _RunInfo, reason: str, *, wave: int) -> None:
+        """The run cannot go on (its next wave missed the window): it stops before that
+        wave, every node left as it is."""
+        with self._commit():
+            self._fail_run(run, info, self._clock(), stopped=reason,
+                           text=lambda left: say.halted_before_wave(reason, left_cordoned=left),
+                           detail={"wave": wave, "reason": reason})
+        self._gated.pop(run.id, None)
+
+    def _fail_run(self, run: Run, info: _RunInfo, now: dt.datetime, *, stopped: str,
+                  text: Callable[[tuple[str, ...]], str], detail: Mapping[str, Any]) -> None:
+        """Inside a transaction: unfinished steps stopped, the run and its request failed,
+        audited and told, with the nodes the run leaves cordoned."""
+        stored_steps.stop_unfinished(self._db, stored_steps.for_run(self._db, run_id=run.id), at=now, error=stopped)
+        left = nodes_left_cordoned(run, stored_steps.for_run(self._db, run_id=run.id))
+        said = text(left)
+        if not stored_runs.transition(self._db, id=run.id, expected=("running", "paused"), new="failed", at=now,
+                                      halted_reason=said):
+            raise _Changed()
+        stored_requests.transition(self._db, id=info.request.id, expected="running", new="failed", at=now)
+        self._audit(run, info, action="run.failed", target=info.request.pool, before=run.state, after="failed",
+                    detail={**detail, "left_cordoned": list(left), "text": said})
+        self._notify(run, info, event="run.failed", state="failed", text=said, kind="post",
+                     dedupe=f"{run.id}/failed")
         for other in stored_steps.for_run(self._db, run_id=run.id):
             self._live.pop(other.id, None)
-        log.warning("%s: run %s halted: %s", self.replica, run.id, text)
+        log.warning("%s: run %s halted: %s", self.replica, run.id, said)
 
     def _finish_run(self, run: Run, info: _RunInfo, steps: Sequence[Step]) -> None:
         now = self._clock()
@@ -727,21 +820,26 @@ class _StepContext:
 
 def run_engine(config: EngineSettings, gateway: KubeGateway, cache: NodeSource, db: Database, identity: str,
                stop_event: threading.Event, *, lease: Any | None = None,
-               on_commit: Callable[[int], None] | None = None, exit_when_idle: bool = False) -> Engine:
+               on_commit: Callable[[int], None] | None = None, exit_when_idle: bool = False,
+               pools: Mapping[str, PoolConfig] | None = None) -> Engine:
     """Run the engine in the calling thread until `stop_event` is set.
 
     `cache` must be started (FleetCache.start()); `db` belongs to the calling thread;
     `identity` names this replica in the lease and the audit log (unique per replica,
     e.g. the pod name). Without `lease`, one is created from `config.lease` and given back
-    when the engine stops. Returns the engine (its `commits` count, for tests)."""
+    when the engine stops. `pools` (the configuration's) are checked before every wave;
+    without them nothing is. Returns the engine (its `commits` count, for tests)."""
     engine_ref: list[Engine] = []
     own_lease = lease is None
     if lease is None:
         lease = EngineLease(gateway, identity=identity, settings=config.lease,
                             on_change=lambda held: engine_ref[0].wake() if engine_ref else None)
         lease.start()
+    if pools is None:
+        log.warning("%s: no pool policies given: waves are not checked against the pools before they start",
+                    identity)
     engine = Engine(db=db, gateway=gateway, cache=cache, lease=lease, replica=identity, settings=config,
-                    on_commit=on_commit)
+                    on_commit=on_commit, pools=pools)
     engine_ref.append(engine)
     try:
         engine.run(stop_event, exit_when_idle=exit_when_idle)
@@ -781,7 +879,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--db", required=True, help="the gpuops database file")
     parser.add_argument("--kubeconfig", help="kubeconfig (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
     parser.add_argument("--context", help="kubeconfig context")
-    parser.add_argument("--config", help="gpuops configuration (YAML), for the pool label and operator namespace")
+    parser.add_argument("--config", help="gpuops configuration (YAML): the pool label, the operator namespace, and "
+                        "the pools' policies checked before every wave (without it, none are)")
     parser.add_argument("--identity", default=f"{socket.gethostname()}-{os.getpid()}",
                         help="this replica's name in the lease and the audit log (default: host-pid)")
     parser.add_argument("--lease-namespace", default=LeaseSettings.namespace)
@@ -811,7 +910,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         max_parallel_nodes=args.max_parallel_nodes)
     try:
         run_engine(settings, gateway, cache, db, args.identity, stop, on_commit=_crash_hook(),
-                   exit_when_idle=args.exit_when_idle)
+                   exit_when_idle=args.exit_when_idle, pools=config.pools if args.config else None)
     finally:
         cache.stop()
         db.close()

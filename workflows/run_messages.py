@@ -391,6 +391,14 @@ def halted(node: str, kind: str, reason: str, *, left_cordoned: Sequence[str]) -
     return text + "." + _left_cordoned(left_cordoned)
 
 
+def halted_before_wave(reason: str, *, left_cordoned: Sequence[str]) -> str:
+    return f"{reason}. The run stopped; no further waves." + _left_cordoned(left_cordoned)
+
+
+def dry_run_wave_would_wait(reason: str) -> str:
+    return f"(dry run) {reason}; a real run would wait here, the dry run goes on"
+
+
 def node_left_out(reason: str, *, uncordon_next: bool) -> str:
     return reason + ("" if uncordon_next else ". It was cordoned before the run and stays so")
 

@@ -85,10 +85,13 @@ class EngineThread:
     """An engine in a thread of the test process, on its own database connection."""
 
     def __init__(self, kubeconfig: Path, db_path: Path, *, identity: str = "engine-test",
-                 lease: Any = None, settings: EngineSettings = FAST) -> None:
+                 lease: Any = None, settings: EngineSettings = FAST, pools: Any = None,
+                 clock: Any = None) -> None:
         self.kubeconfig, self.db_path, self.identity = kubeconfig, db_path, identity
         self.lease = lease if lease is not None else AlwaysHeld()
         self.settings = settings
+        self.pools = pools  # the pools checked before every wave (None: no check)
+        self.clock = clock or now  # what the engine reads as the time
         self.stop = threading.Event()
         self.error: BaseException | None = None
         self.engine: Any = None
@@ -100,7 +103,7 @@ class EngineThread:
         db = open_database(self.db_path)
         try:
             self.engine = Engine(db=db, gateway=gateway, cache=cache, lease=self.lease, replica=self.identity,
-                                 settings=self.settings)
+                                 settings=self.settings, pools=self.pools, clock=self.clock)
             self.engine.run(self.stop)
         except BaseException as err:  # noqa: BLE001 - reported by __exit__
             self.error = err
@@ -160,8 +163,8 @@ def cordon_mark(installer: Installer, name: str) -> str | None:
     return (node(installer, name)["metadata"].get("annotations") or {}).get(ANNOTATION_CORDONED_BY)
 
 
-def cordon_by_hand(installer: Installer, name: str) -> None:
-    installer.call("PATCH", f"/api/v1/nodes/{name}", body={"spec": {"unschedulable": True}},
+def cordon_by_hand(installer: Installer, name: str, *, cordoned: bool = True) -> None:
+    installer.call("PATCH", f"/api/v1/nodes/{name}", body={"spec": {"unschedulable": cordoned}},
                    content_type="application/merge-patch+json")
 
 

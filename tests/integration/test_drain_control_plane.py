@@ -8,6 +8,7 @@ nodes leaves one out and gives it back. Each test builds a small fleet of its ow
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,7 +31,7 @@ from workflows.runs import RunView
 pytestmark = pytest.mark.controlplane
 
 CHANNEL = "C0GPUOPS"
-POOLS = ("serve", "short", "restart", "budget", "skip", "gates", "floor", "open")
+POOLS = ("serve", "short", "restart", "budget", "skip", "gates", "floor", "open", "recheck")
 WEEKENDS = [{"days": ["sat", "sun"], "start": "02:00", "end": "06:00", "timezone": "Europe/Berlin"}]
 # The skip pool gives a blocked eviction 4 seconds, then leaves the node out; gates and
 # floor drain only at weekends, one node at a time (gates), never below 16 GPUs (floor).
@@ -128,7 +129,7 @@ def test_a_drain_asked_for_in_slack_is_approved_held_until_drain_done_then_valid
     assert f"serve/{llm['metadata']['name']}" in shown and f"serve/{embed['metadata']['name']}" in shown
     assert request.reason == "kernel patch" and list(request.targets) == ["serve-01", "serve-02"]
 
-    with caplog.at_level(logging.INFO, logger="gpuops.kube"), h.EngineThread(cluster.kubeconfig, runtime.database.get().path):
+    with caplog.at_level(logging.INFO, logger="gpuops.kube"), h.EngineThread(cluster.kubeconfig, runtime.database.get().path, pools=runtime.config.pools):
         wait_until(lambda: all(_step_state(runtime, run.id, n, "hold") == "running" for n in ("serve-01", "serve-02")),
                    timeout=60, what="both nodes to be held")
         assert h.unschedulable(installer, "serve-01") and h.unschedulable(installer, "serve-02")
@@ -165,7 +166,7 @@ def test_a_drain_without_an_end_holds_its_node_until_drain_done(fleet, cluster, 
     asked, request, run = ask_approve_start(runtime, '/gpu drain open-01 "disk swap"')  # always pool, no `for`
     assert "until someone says `drain done`" in _texts(asked)
     assert request.window_end is None
-    with h.EngineThread(cluster.kubeconfig, runtime.database.get().path) as engine:
+    with h.EngineThread(cluster.kubeconfig, runtime.database.get().path, pools=runtime.config.pools) as engine:
         wait_until(lambda: _step_state(runtime, run.id, "open-01", "hold") == "running", timeout=60,
                    what="open-01 to be held")
         engine.passes_after(10)  # the engine keeps looking; nothing ends the hold but `drain done`
@@ -188,7 +189,7 @@ def test_a_node_that_comes_back_with_fewer_gpus_fails_validation_and_stays_cordo
 
     _, request, run = ask_approve_start(runtime, '/gpu drain short-01 for 1m "kernel patch"')
     gpu(runtime, "U0ALICE", f"/gpu drain done {request.id}")  # the hold ends as soon as it starts
-    with h.EngineThread(cluster.kubeconfig, runtime.database.get().path):
+    with h.EngineThread(cluster.kubeconfig, runtime.database.get().path, pools=runtime.config.pools):
         finished = h.wait_run(runtime.database.get(), run.id)
 
     assert finished.state == "failed"
@@ -370,3 +371,79 @@ def test_a_pool_that_skips_blocked_nodes_leaves_one_out_gives_it_back_and_drains
     assert done == [f"Run {run.id} finished without skip-01 (left out, see the thread); every other step done"]
     assert [r.target for r in audit.for_run(db, run.id) if r.action == "node.left_out"] == ["skip-01"]
     assert audit.verify(db).ok
+
+
+class Thread:
+    """The request threads' messages as they accumulate (reading the outbox takes them)."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime, self.messages = runtime, []  # type: list[dict]
+
+    def texts(self, event: str) -> list[str]:
+        self.messages += h.thread_messages(self.runtime.database.get())
+        return [str(m["text"]) for m in self.messages if m["event"] == event]
+
+
+def _recheck_fleet(fleet, runtime: Runtime, installer) -> None:
+    fleet(fl.FleetSpec(name="recheck", system_nodes=0,
+                       pools=(fl.PoolSpec(name="recheck", kind="serving", nodes=3),)))
+    _ready_fleet(runtime, installer, ["recheck-01", "recheck-02", "recheck-03"])
+
+
+def test_a_node_cordoned_by_hand_after_approval_makes_the_wave_wait_until_the_pool_has_room(
+        fleet, cluster, runtime, caplog):
+    installer = cluster.installer()
+    _recheck_fleet(fleet, runtime, installer)
+    _, request = ask_and_approve(runtime, '/gpu drain recheck-01 recheck-02 for 10m "rack move"')  # max_unavailable 2
+    h.cordon_by_hand(installer, "recheck-03")  # after approval: 3 of 3 would be out
+    wait_until(lambda: runtime.fleet.fleet(h.now()).nodes["recheck-03"].cordoned, timeout=30,  # type: ignore[attr-defined]
+               what="the bot to see recheck-03 cordoned")
+    run = runtime.services().runs.start(request.id, dry_run=False, now=h.now(),  # type: ignore[union-attr]
+                                        actor=runtime.config.actor("U0ALICE"))
+    thread = Thread(runtime)
+
+    with caplog.at_level(logging.INFO, logger="gpuops.engine"), \
+            h.EngineThread(cluster.kubeconfig, runtime.database.get().path, pools=runtime.config.pools) as engine:
+        wait_until(lambda: thread.texts("run.waiting") or None, timeout=60, what="the thread to hear the wave waits")
+        engine.passes_after(10)
+        (waits,) = thread.texts("run.waiting")  # said once, however often the engine looks
+        assert "Wave 1 waits" in waits and "max_unavailable" in waits and "recheck-03" in waits, waits
+        assert not h.unschedulable(installer, "recheck-01") and not h.unschedulable(installer, "recheck-02")
+        assert caplog.text.count("Wave 1 waits") == 1
+
+        h.cordon_by_hand(installer, "recheck-03", cordoned=False)  # the pool has room again
+        wait_until(lambda: all(_step_state(runtime, run.id, n, "hold") == "running"
+                               for n in ("recheck-01", "recheck-02")), timeout=60, what="both nodes to be held")
+        assert "wave 1 fits now" in caplog.text
+        assert gpu(runtime, "U0ALICE", f"/gpu drain done {request.id}").ok
+        finished = h.wait_run(runtime.database.get(), run.id)
+
+    assert finished.state == "succeeded", finished.halted_reason
+    assert not h.unschedulable(installer, "recheck-01") and not h.unschedulable(installer, "recheck-02")
+    assert [r.action for r in audit.for_run(runtime.database.get(), run.id)].count("run.waiting") == 1
+
+
+def test_a_wave_that_never_fits_halts_at_the_windows_end_and_touches_no_node(fleet, cluster, runtime):
+    installer = cluster.installer()
+    _recheck_fleet(fleet, runtime, installer)
+    _, request = ask_and_approve(runtime, '/gpu drain recheck-01 recheck-02 for 5m "rack move"')
+    h.cordon_by_hand(installer, "recheck-03")
+    wait_until(lambda: runtime.fleet.fleet(h.now()).nodes["recheck-03"].cordoned, timeout=30,  # type: ignore[attr-defined]
+               what="the bot to see recheck-03 cordoned")
+    run = runtime.services().runs.start(request.id, dry_run=False, now=h.now(),  # type: ignore[union-attr]
+                                        actor=runtime.config.actor("U0ALICE"))
+    thread = Thread(runtime)
+    ahead = [dt.timedelta(0)]  # the engine's clock runs ahead once the wave waits
+
+    with h.EngineThread(cluster.kubeconfig, runtime.database.get().path, pools=runtime.config.pools,
+                        clock=lambda: h.now() + ahead[0]):
+        wait_until(lambda: thread.texts("run.waiting") or None, timeout=60, what="the thread to hear the wave waits")
+        ahead[0] = dt.timedelta(minutes=6)  # past the window's end
+        finished = h.wait_run(runtime.database.get(), run.id)
+
+    assert finished.state == "failed"
+    assert "Wave 1 could not start before the window ended" in (finished.halted_reason or "")
+    assert "No node is left cordoned by this run" in (finished.halted_reason or "")
+    assert not h.unschedulable(installer, "recheck-01") and not h.unschedulable(installer, "recheck-02")
+    assert stored_requests.get(runtime.database.get(), id=request.id).state == "failed"  # type: ignore[union-attr]
+    assert "run.failed" in [r.action for r in audit.for_run(runtime.database.get(), run.id)]

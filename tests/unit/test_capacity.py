@@ -13,6 +13,7 @@ from workflows.capacity import (
     ConcurrentWork,
     MaxUnavailable,
     check_drain,
+    check_wave,
     concurrent_work,
     pool_nodes,
 )
@@ -246,3 +247,40 @@ def test_only_approved_scheduled_and_running_requests_on_the_pool_count():
     assert [w.label for w in found] == ["req-a", "req-b", "req-c"]
     assert found[0].waves == (("gpu-a-01",), ("gpu-a-02",))
     assert (found[0].start, found[0].end) == (SAT_0200, SAT_0600)
+
+
+# ------------------------------------------------------------------ before a wave
+
+
+def wave_check(members, nodes, *, now=SAT_0200, end=SAT_0600, allowed_now=True, busy=None, max_unavailable="2",
+               min_ready_gpus=0, concurrent=()):
+    return check_wave(pool="train-a", wave=1, nodes=nodes, pool_nodes=members, now=now, window_end=end,
+                      allowed_now=allowed_now, max_unavailable=MaxUnavailable.parse(max_unavailable),
+                      min_ready_gpus=min_ready_gpus, concurrent=concurrent, busy=busy)
+
+
+def test_a_wave_that_fitted_when_approved_waits_once_a_person_cordons_another_node(make):
+    assert wave_check(pool_of(make), names(1, 2)).fits
+    members = pool_of(make, n4={"unschedulable": True})
+
+    gate = wave_check(members, names(1, 2))
+
+    assert not gate.fits and not gate.over and gate.rule == "max_unavailable"
+    assert gate.reason is not None and gate.reason.startswith("Wave 2 waits")
+    assert "would leave 3 of 4 nodes" in gate.reason and "gpu-a-04" in gate.reason
+    assert "halts at the window's end" in gate.reason
+
+
+def test_a_wave_waits_for_the_gpu_floor_outside_the_pools_windows_and_for_nodes_another_run_holds(make):
+    assert wave_check(pool_of(make), names(1, 2), min_ready_gpus=24).rule == "min_ready_gpus"
+    outside = wave_check(pool_of(make), names(1), allowed_now=False)
+    assert (outside.rule, outside.over) == ("window", False) and "outside its windows" in (outside.reason or "")
+    taken = wave_check(pool_of(make), names(1, 2), busy={NodeName("gpu-a-02"): "run-9f1e", NodeName("gpu-a-03"): "run-1"})
+    assert taken.rule == "busy" and taken.reason == "Wave 2 waits: another unfinished run holds gpu-a-02 (in run-9f1e)"
+
+
+def test_a_wave_still_waiting_when_the_window_ends_is_over(make):
+    gate = wave_check(pool_of(make), names(1), now=SAT_0600)
+    assert gate.over and gate.reason == "Wave 2 could not start before the window ended at 2026-12-05 05:00 UTC"
+    # An open-ended drain (no end) is never over by time.
+    assert wave_check(pool_of(make), names(1), now=SAT_0600 + HOUR * 100, end=None).fits
