@@ -2,10 +2,13 @@
 
     every 60 s   handovers      post each rotation's due handover, then send due reminders
     every 60 s   expiry         expire pending requests whose approval deadline passed
-    every 60 s   window starts  start the run of each approved request whose window has begun
+    every 10 s   window starts  start the run of each approved request whose window has begun,
+                                and again at the next window start and when a request is approved
     hourly       idempotency    forget delivery keys older than 7 days
 
-Each job is a function of `now`; the state it works from is all in the database, so the
+Each job is a function of `now`; a job may return when it wants to run next, before its
+interval (window starts: the next approved window's start), and `poke(name)` runs it now
+(a request approved on this replica). The state it works from is all in the database, so the
 schedule needs no memory of its own: every job runs once as the scheduler starts (a
 restarted or newly elected leader catches up at once) and then at its interval. What
 makes a repeat harmless is the job's, not the scheduler's: a handover is stored once per
@@ -38,6 +41,7 @@ from typing import Protocol
 
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.date import DateTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from commands.services import FleetSource
@@ -63,6 +67,10 @@ RUNNABLE_STATES = ("approved", "scheduled")
 # How late after its window starts a run may still begin (a job runs every minute; a
 # leader change takes seconds). Later than this the window is missed, not used late.
 START_GRACE = dt.timedelta(minutes=5)
+WINDOW_STARTS = "window-starts"
+# How often window starts are looked for in any case (an approval on another replica is
+# seen within this; one on this replica, and every known window start, at once).
+WINDOW_CHECK = dt.timedelta(seconds=10)
 
 
 def _utc_now() -> dt.datetime:
@@ -126,6 +134,8 @@ class LeaderScheduler:
         self.runs = runs or JobRuns()
         self._scheduler: BackgroundScheduler | None = None
         self._stopped = threading.Event()
+        # One run of a job at a time, whether the timer, a poke or a due time started it.
+        self._running = {name: threading.Lock() for name in self._jobs}
 
     @property
     def job_names(self) -> list[str]:
@@ -143,8 +153,8 @@ class LeaderScheduler:
         for job in self._jobs.values():
             scheduler.add_job(self.run, IntervalTrigger(seconds=job.every.total_seconds(), timezone=UTC),
                               args=[job.name], id=job.name, name=job.name, next_run_time=first)
+        self._scheduler = scheduler  # NB: before start: the first runs may ask for a due time
         scheduler.start()
-        self._scheduler = scheduler
         log.info("scheduler started: %s", ", ".join(f"{j.name} every {_every(j.every)}" for j in self._jobs.values()))
         return self
 
@@ -160,9 +170,28 @@ class LeaderScheduler:
     def running(self) -> bool:
         return self._scheduler is not None
 
+    def poke(self, name: str) -> None:
+        """Run job `name` as soon as a worker is free (never twice at once); nothing when
+        the scheduler is not running."""
+        self._run_at(name, dt.datetime.now(UTC), key="poke")
+
+    def _run_at(self, name: str, at: dt.datetime, *, key: str) -> None:
+        scheduler = self._scheduler
+        if scheduler is None or name not in self._jobs:
+            return
+        try:
+            scheduler.add_job(self.run, DateTrigger(run_date=at, timezone=UTC), args=[name],
+                              id=f"{name}/{key}", name=name, replace_existing=True)
+        except Exception as err:  # noqa: BLE001 - e.g. shut down meanwhile; the interval still runs
+            log.debug("could not schedule %s at %s: %s", name, at.isoformat(), err)
+
     def run(self, name: str) -> JobRun:
         """Run job `name` now (if this replica leads and the scheduler was not stopped);
         never raises."""
+        with self._running[name]:
+            return self._run_once(name)
+
+    def _run_once(self, name: str) -> JobRun:
         job = self._jobs[name]
         now = self._clock()
         if self._stopped.is_set():
@@ -171,12 +200,15 @@ class LeaderScheduler:
             result = JobRun(job.name, now, "skipped", "this replica does not hold the engine lease")
         else:
             try:
-                job.work(now)
+                due = job.work(now)
             except Exception as err:  # noqa: BLE001 - one failing job must not stop the others
                 log.exception("scheduled job %s failed; it runs again in %s", job.name, _every(job.every))
                 result = JobRun(job.name, now, "failed", f"{type(err).__name__}: {err}")
             else:
                 result = JobRun(job.name, now, "done")
+                if isinstance(due, dt.datetime) and due > now:
+                    # The job's own clock may be frozen (tests): the due time, in real time.
+                    self._run_at(name, dt.datetime.now(UTC) + (due - now), key="due")
         self.runs.record(result)
         return result
 
@@ -229,17 +261,20 @@ def expire_requests(host: LeaderHost, now: dt.datetime) -> None:
         host.notify()
 
 
-def start_window_runs(host: LeaderHost, now: dt.datetime) -> None:
+def start_window_runs(host: LeaderHost, now: dt.datetime) -> dt.datetime | None:
     """Start the run of each approved request whose window has begun and not ended (a
     request without a window runs as soon as it is approved); mark missed, never start
     late, one whose window ended or began more than START_GRACE ago while no replica
-    could start it."""
+    could start it. Returns the next window start of an approved request, when this job
+    should run again."""
     db = host.database.get()
     changed = 0  # runs started and windows marked missed: messages to send
+    upcoming: list[dt.datetime] = []
     for view in RequestService(db, host.config).open_requests():
         if view.state not in RUNNABLE_STATES:
             continue
         if view.window_start is not None and now < view.window_start:
+            upcoming.append(view.window_start)
             continue
         if _window_missed(view.window_start, view.window_end, view.updated_at, now=now):
             try:
@@ -260,6 +295,7 @@ def start_window_runs(host: LeaderHost, now: dt.datetime) -> None:
         log.info("started %s for %s at its window", run.id, view.id)
     if changed:
         host.notify()
+    return min(upcoming, default=None)
 
 
 def _window_missed(start: dt.datetime | None, end: dt.datetime | None, approved_at: dt.datetime,
@@ -288,7 +324,7 @@ def leader_jobs(host: LeaderHost) -> list[Job]:
     return [
         Job("handovers", MINUTE, lambda now: post_handovers(host, now)),
         Job("expiry", MINUTE, lambda now: expire_requests(host, now)),
-        Job("window-starts", MINUTE, lambda now: start_window_runs(host, now)),
+        Job(WINDOW_STARTS, WINDOW_CHECK, lambda now: start_window_runs(host, now)),
         Job("idempotency", HOUR, lambda now: prune_idempotency(host, now)),
         Job("outbox", HOUR, lambda now: prune_outbox(host, now)),
     ]

@@ -29,7 +29,7 @@ from typing import Protocol
 from slack_sdk import WebClient
 
 from bot.notifier import Notifier, OutboxSlack
-from bot.scheduler import LeaderScheduler, leader_jobs
+from bot.scheduler import WINDOW_STARTS, LeaderScheduler, leader_jobs
 from commands.services import FleetSource, Services
 from storage import idempotency
 from storage.database import PerThreadDatabase, default_database_path
@@ -87,7 +87,8 @@ class Runtime:
 
     def services(self) -> Services:
         """Services for one command or click, on the calling thread's connection."""
-        services = Services.on_database(config=self.config, fleet=self.fleet, database=self.database.get())
+        services = Services.on_database(config=self.config, fleet=self.fleet, database=self.database.get(),
+                                        on_approved=self.request_approved)
         if self.gateway is not None:
             services.cluster = _LiveWorkloads(self.gateway)
         return services
@@ -102,6 +103,12 @@ class Runtime:
         that writes an outbox message."""
         if self.leadership is not None:
             self.leadership.notify()
+
+    def request_approved(self) -> None:
+        """A request became approved on this replica: if it leads, its scheduler looks for
+        runs due now (a window already open starts at once, not at the next tick)."""
+        if self.leadership is not None:
+            self.leadership.poke_job(WINDOW_STARTS)
 
     def start_background(self, identity: str, *, slack: WebClient | None, lease: Lease | None = None,
                          check_every: float = 1.0) -> Leadership:
@@ -363,6 +370,14 @@ class Leadership:
         for worker in workers:
             if isinstance(worker, NotifierWorker):
                 worker.notifier.notify()
+
+    def poke_job(self, name: str) -> None:
+        """Run the scheduler's job `name` now, if this replica leads."""
+        with self._lock:
+            workers = list(self._workers)
+        for worker in workers:
+            if isinstance(worker, SchedulerWorker):
+                worker.scheduler.poke(name)
 
     def stop(self) -> None:
         """Stop the leader's work and give the lease back."""

@@ -47,8 +47,10 @@ class Services:
 
     @classmethod
     def on_database(cls, *, config: GpuopsConfig, fleet: FleetSource, database: Database,
-                    wake_engine: Callable[[], None] | None = None) -> Services:
+                    wake_engine: Callable[[], None] | None = None,
+                    on_approved: Callable[[], None] | None = None) -> Services:
         """Every service on one database connection; `wake_engine` (Engine.wake) makes an
-        engine in this process notice run controls at once."""
-        return cls(config=config, fleet=fleet, requests=RequestService(database, config),
+        engine in this process notice run controls at once; `on_approved` is told when a
+        request becomes approved (so its run can start at once if its window is open)."""
+        return cls(config=config, fleet=fleet, requests=RequestService(database, config, on_approved=on_approved),
                    runs=RunService(database, wake=wake_engine), database=database)

@@ -38,7 +38,8 @@ from __future__ import annotations
 
 import datetime as dt
 import difflib
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -166,15 +167,33 @@ class RequestView:
 # ------------------------------------------------------------------ the service
 
 
-class RequestService:
-    """Requests on one database connection (one per thread, see `storage.database`)."""
+def _wakes_when_approved(method: Callable[..., RequestView]) -> Callable[..., RequestView]:
+    """After the transaction: a request that is now approved may be due to run (its
+    window open already), so whoever starts runs hears of it at once."""
 
-    def __init__(self, db: Database, config: GpuopsConfig) -> None:
+    @functools.wraps(method)
+    def wrapper(self: RequestService, *args: Any, **kwargs: Any) -> RequestView:
+        view = method(self, *args, **kwargs)
+        if view.state == "approved" and self._on_approved is not None:
+            self._on_approved()
+        return view
+
+    return wrapper
+
+
+class RequestService:
+    """Requests on one database connection (one per thread, see `storage.database`).
+    `on_approved` is called after any change that leaves a request approved."""
+
+    def __init__(self, db: Database, config: GpuopsConfig, *,
+                 on_approved: Callable[[], None] | None = None) -> None:
         self._db = db
         self._config = config
+        self._on_approved = on_approved
 
     # -------------------------------------------------------------- actions
 
+    @_wakes_when_approved
     def submit(
         self,
         actor: Actor,
@@ -239,6 +258,7 @@ class RequestService:
                                     "why": "pool policy needs no approval"})
             return self._view(self._load(row.id))
 
+    @_wakes_when_approved
     def approve(
         self, actor: Actor, request_id: str, *, plan_hash: str, now: dt.datetime
     ) -> RequestView:
@@ -362,6 +382,7 @@ class RequestService:
         assert verdict.refusal is not None
         raise _refused(verdict.refusal)
 
+    @_wakes_when_approved
     def extend_window(
         self, actor: Actor, request_id: str, new_plan: Plan, *, window_end: dt.datetime | None,
         now: dt.datetime,

@@ -6,15 +6,18 @@ tests/integration/test_engine_lease.py; the engine needs that server too.)"""
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 
 import pytest
 
+from bot import scheduler as scheduler_module
 from bot.slack_api import web_client
 from bot.wiring import Leadership, NotifierWorker, SchedulerWorker, ThreadWorker
 from testenv.fakeslack import FakeSlackWebApi
 
-from tests.e2e.conftest import submit_upgrade
+from testenv.install import wait_until
+from tests.e2e.conftest import CHANNEL, a_plan, submit_upgrade
 
 
 class TestLease:
@@ -139,3 +142,31 @@ def test_a_leader_worker_that_dies_is_started_again():
         worker.stop()
         assert worker.join(5)
     assert len(calls) == 2
+
+
+def test_a_request_approved_inside_its_open_window_starts_its_run_at_once_not_at_the_next_tick(
+        runtime, monkeypatch):
+    # The timer would look only in an hour: what starts the run is the approval itself.
+    monkeypatch.setattr(scheduler_module, "WINDOW_CHECK", dt.timedelta(hours=1))
+    lease = TestLease(held=True)
+    leadership = runtime.start_background("replica-a", slack=None, lease=lease)
+    try:
+        leadership.wait_until(True)
+        (scheduler,) = [w.scheduler for w in leadership.workers if isinstance(w, SchedulerWorker)]
+        scheduler.runs.wait_for(lambda rs: any(r.job == "window-starts" for r in rs))
+        now = dt.datetime.now(dt.timezone.utc)
+        services = runtime.services()
+        view = services.requests.submit(
+            runtime.config.actor("U0ALICE"), kind="upgrade", pool="serving-a", targets=["serving-a-000"],
+            plan=a_plan("serving-a"), window_start=now, window_end=now + dt.timedelta(minutes=1),
+            reason="a one-minute window", channel=CHANNEL, now=now)
+        for approver in ("U0BOB", "U0CAROL"):
+            view = services.requests.approve(runtime.config.actor(approver), view.id, plan_hash=view.plan_hash,
+                                             now=dt.datetime.now(dt.timezone.utc))
+        assert view.state == "approved"
+
+        scheduler.runs.wait_for(lambda rs: sum(r.job == "window-starts" for r in rs) >= 2)
+        wait_until(lambda: runtime.services().runs.for_request(view.id), timeout=5, what="the run to start")
+    finally:
+        runtime.close()
+    assert runtime.services().requests.get(view.id).state == "running"

@@ -87,3 +87,33 @@ def test_the_clock_the_jobs_see_is_the_schedulers():
 def test_two_jobs_cannot_share_a_name():
     with pytest.raises(ValueError, match="unique"):
         LeaderScheduler([Job("expiry", HOUR, print), Job("expiry", HOUR, print)])
+
+
+def test_a_job_that_says_when_it_is_due_runs_again_then_not_at_its_hourly_interval():
+    seen: list[dt.datetime] = []
+
+    def work(now: dt.datetime) -> dt.datetime | None:
+        seen.append(now)
+        return now + dt.timedelta(milliseconds=200) if len(seen) == 1 else None
+
+    scheduler = LeaderScheduler([Job("window-starts", HOUR, work)]).start()
+    try:
+        scheduler.runs.wait_for(lambda rs: len(rs) == 2)
+        assert seen[1] - seen[0] >= dt.timedelta(milliseconds=200)
+    finally:
+        scheduler.stop()
+    assert len(scheduler.runs.all()) == 2  # the second asked for nothing more
+
+
+def test_a_poked_job_runs_now_not_at_its_next_hourly_time():
+    seen: list[str] = []
+    scheduler = LeaderScheduler([counting("window-starts", HOUR, seen)])
+    scheduler.poke("window-starts")  # not running yet: nothing happens
+    scheduler.start()
+    try:
+        scheduler.runs.wait_for(lambda rs: len(rs) == 1)
+        scheduler.poke("window-starts")
+        scheduler.runs.wait_for(lambda rs: len(rs) == 2)
+    finally:
+        scheduler.stop()
+    assert seen == ["window-starts", "window-starts"]
