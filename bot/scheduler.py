@@ -4,6 +4,7 @@
     every 60 s   expiry         expire pending requests whose approval deadline passed
     every 10 s   window starts  start the run of each approved request whose window has begun,
                                 and again at the next window start and when a request is approved
+    every 60 s   stale marks    remove gpuops cordon marks from nodes a person uncordoned by hand
     hourly       idempotency    forget delivery keys older than 7 days
 
 Each job is a function of `now`; a job may return when it wants to run next, before its
@@ -48,7 +49,9 @@ from commands.services import FleetSource
 from storage import idempotency, outbox
 from storage.database import PerThreadDatabase
 from workflows.config import GpuopsConfig
+from workflows.cordons import Cordons
 from workflows.handover_service import HandoverService
+from workflows.kube import KubeGateway
 from workflows.requests import RequestRefused, RequestService
 from workflows.runs import RunRefused, RunService
 
@@ -235,6 +238,7 @@ class LeaderHost(Protocol):
     config: GpuopsConfig
     fleet: FleetSource
     database: PerThreadDatabase
+    gateway: KubeGateway | None
 
     def notify(self) -> None: ...
 
@@ -307,6 +311,16 @@ def _window_missed(start: dt.datetime | None, end: dt.datetime | None, approved_
     return start is not None and now - start > START_GRACE and approved_at <= start
 
 
+def clear_stale_marks(host: LeaderHost, now: dt.datetime) -> None:
+    """Remove gpuops' cordon mark from each node a person uncordoned by hand after its run
+    finished (workflows.cordons), so a later cordon is not shown as gpuops'."""
+    if host.gateway is None:
+        return
+    candidates = [n.name for n in host.fleet.fleet(now).nodes.values() if n.stale_mark_run]
+    if candidates:
+        Cordons(host.database.get(), host.gateway).clear_stale_marks(candidates, now=now)
+
+
 def prune_idempotency(host: LeaderHost, now: dt.datetime) -> None:
     forgotten = idempotency.prune(host.database.get(), older_than=now - IDEMPOTENCY_KEEP)
     if forgotten:
@@ -325,6 +339,7 @@ def leader_jobs(host: LeaderHost) -> list[Job]:
         Job("handovers", MINUTE, lambda now: post_handovers(host, now)),
         Job("expiry", MINUTE, lambda now: expire_requests(host, now)),
         Job(WINDOW_STARTS, WINDOW_CHECK, lambda now: start_window_runs(host, now)),
+        Job("stale-marks", MINUTE, lambda now: clear_stale_marks(host, now)),
         Job("idempotency", HOUR, lambda now: prune_idempotency(host, now)),
         Job("outbox", HOUR, lambda now: prune_outbox(host, now)),
     ]

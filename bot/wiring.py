@@ -35,6 +35,7 @@ from storage import idempotency
 from storage.database import PerThreadDatabase, default_database_path
 from workflows.cluster import NodeName, PodObject
 from workflows.config import GpuopsConfig
+from workflows.cordons import Cordons
 from workflows.drain import PdbView
 from workflows.kube import KubeGateway
 from workflows.lease import EngineLease, LeaseSettings
@@ -91,6 +92,7 @@ class Runtime:
                                         on_approved=self.request_approved)
         if self.gateway is not None:
             services.cluster = _LiveWorkloads(self.gateway)
+            services.cordons = Cordons(services.database, self.gateway)  # type: ignore[arg-type]
         return services
 
     def first_delivery(self, key: str, *, scope: str, now: dt.datetime) -> bool:

@@ -1,4 +1,4 @@
-"""Read-only fleet commands: /gpu status, /gpu node, /gpu findings."""
+"""Fleet commands: /gpu status, /gpu node, /gpu findings (read-only), and /gpu uncordon."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import difflib
 
 from commands import messages as msg
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
-from commands.reply import REQUEST_DRAIN, Fact, Intent, Notice, Reply, Section, Table
+from commands.reply import REQUEST_DRAIN, Fact, Intent, Notice, Reply, Section, Table, error_reply
 from workflows.access import Role
+from workflows.cordons import UncordonRefused
 from workflows.drain import drain_history
 from workflows.findings import Finding
 from workflows.inventory import Fleet, NodeInventory, PoolInventory
@@ -215,6 +216,27 @@ def node(call: Call, args: list[str]) -> Reply:
     return Reply(title=msg.node_title(inv.name), summary=f"{inv.advertised_gpus}/{inv.expected_advertised or '?'} "
                  f"GPUs advertised · driver owner {inv.driver.owner}", sections=tuple(sections),
                  intents=_drain_button(call, pool=inv.pool, target=inv.name))
+
+
+@REGISTRY.command("uncordon", usage="uncordon <node>", role=Role.OPERATOR,
+                  summary="Give back a node a finished gpuops run left cordoned",
+                  examples=("/gpu uncordon serving-a-05",))
+def uncordon(call: Call, args: list[str]) -> Reply:
+    if len(args) != 1:
+        raise UsageError(msg.uncordon_usage())
+    if call.services.cordons is None:
+        raise NotFoundError(msg.not_available("Uncordoning"))
+    fleet = call.services.fleet.fleet(call.now)
+    name = args[0]
+    inv = fleet.nodes.get(name)  # type: ignore[call-overload]
+    if inv is None:
+        names = sorted(fleet.nodes)
+        raise NotFoundError(msg.unknown_name("GPU node", name, _closest(name, names), len(names)))
+    try:
+        text = call.services.cordons.uncordon(call.actor, inv.name, pool=inv.pool, now=call.now)
+    except UncordonRefused as err:
+        return error_reply(msg.refused_title(), str(err))
+    return Reply(title=msg.uncordoned_title(inv.name), summary=text, visibility="in_channel")
 
 
 @REGISTRY.command("findings", usage="findings [pool|node]", role=Role.VIEWER,

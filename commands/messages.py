@@ -121,6 +121,14 @@ def node_title(name: str) -> str:
     return f"GPU node {name}"
 
 
+def uncordoned_title(name: str) -> str:
+    return f"Uncordoned {name}"
+
+
+def uncordon_usage() -> str:
+    return "name one node a gpuops run left cordoned, e.g. `/gpu uncordon serving-a-05`"
+
+
 def request_drain_label() -> str:
     return "Request a drain"
 

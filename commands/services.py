@@ -14,6 +14,7 @@ from typing import Protocol
 from storage.database import Database
 from workflows.cluster import NodeName, PodObject
 from workflows.config import GpuopsConfig
+from workflows.cordons import Cordons
 from workflows.drain import PdbView
 from workflows.inventory import Fleet
 from workflows.requests import RequestService
@@ -44,6 +45,8 @@ class Services:
     database: Database | None = None
     # Pods and PDBs for drain previews; without it a drain plan lists no workloads.
     cluster: WorkloadSource | None = None
+    # gpuops' cordon marks outside a run (`/gpu uncordon`); needs the Kubernetes API.
+    cordons: Cordons | None = None
 
     @classmethod
     def on_database(cls, *, config: GpuopsConfig, fleet: FleetSource, database: Database,

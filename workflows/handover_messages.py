@@ -73,11 +73,12 @@ def cordoned_by_hand(node: str, *, since: dt.datetime | None, now: dt.datetime,
 
 
 def cordon_left_behind(node: str, *, by: str | None, run: str | None) -> str:
-    who = f" by {by}" if by else ""
-    what = f" for {run}, which is no longer running" if run else ""
+    # NB: `by` is what the mark says, "gpuops for alice": not "by gpuops by gpuops".
+    who = by if by and by.startswith("gpuops") else f"gpuops{f' ({by})' if by else ''}"
+    what = f" in {run}, which is no longer running" if run else ""
     return (
-        f"{node} is still cordoned by gpuops{who}{what}; check the run's outcome, then "
-        "uncordon it or hand it to someone"
+        f"{node} is still cordoned by {who}{what}; check the run's outcome, then "
+        f"`/gpu uncordon {node}` or hand it to someone"
     )
 
 

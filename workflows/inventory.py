@@ -618,6 +618,9 @@ class NodeInventory:
     mig: MigStatus
     # deploy label suffix -> value, for every operand paused by the operator.
     paused_operands: Mapping[str, str]
+    # The run named by a gpuops cordon mark left on a node that is schedulable (a person
+    # uncordoned it by hand): a stale mark, see workflows.cordons.
+    stale_mark_run: str | None = None
 
     @property
     def expected_advertised(self) -> int | None:
@@ -751,11 +754,10 @@ def assess_node(
         config_state=labels.get(LABEL_MIG_CONFIG_STATE),
         since=_parse_time(node.annotations.get(ANNOTATION_MIG_STATE_SINCE)),
     )
-    cordoned_by, cordon_run = (
-        _cordon_mark(node.annotations.get(ANNOTATION_CORDONED_BY))
-        if node.unschedulable
-        else (None, None)
-    )
+    cordoned_by, cordon_run = _cordon_mark(node.annotations.get(ANNOTATION_CORDONED_BY))
+    stale_mark_run = None
+    if not node.unschedulable:
+        stale_mark_run, cordoned_by, cordon_run = cordon_run, None, None
     driver = judge_driver_owner(
         labels=labels,
         driver_pods=driver_states,
@@ -777,6 +779,7 @@ def assess_node(
         ready_changed_at=node.ready_changed_at,
         cordoned=node.unschedulable,
         cordoned_by=cordoned_by,
+        stale_mark_run=stale_mark_run,
         cordon_run=cordon_run,
         driver_version=gfd_version,
         driver_image_tag=driver_pod.image_tag,

@@ -193,8 +193,8 @@ def test_a_failing_job_does_not_stop_the_other_jobs(config, db_path, slack):
             scheduler.run_all()
             frozen.tick(dt.timedelta(hours=25))  # a handover is due, and the request has expired
             runs = {r.job: r.outcome for r in scheduler.run_all()}
-        assert runs == {"handovers": "failed", "expiry": "done", "window-starts": "done", "idempotency": "done",
-                        "outbox": "done"}
+        assert runs == {"handovers": "failed", "expiry": "done", "window-starts": "done", "stale-marks": "done",
+                        "idempotency": "done", "outbox": "done"}
         assert runtime.services().requests.get(view.id).state == "expired"
     finally:
         runtime.close()
@@ -203,9 +203,9 @@ def test_a_failing_job_does_not_stop_the_other_jobs(config, db_path, slack):
 def test_the_real_timer_runs_every_job_as_the_scheduler_starts(runtime):
     scheduler = LeaderScheduler(leader_jobs(runtime)).start()
     try:
-        runs = scheduler.runs.wait_for(lambda rs: len(rs) == 5)
+        runs = scheduler.runs.wait_for(lambda rs: len(rs) == 6)
     finally:
         scheduler.stop()
     assert {(r.job, r.outcome) for r in runs} == {
-        ("handovers", "done"), ("expiry", "done"), ("window-starts", "done"), ("idempotency", "done"),
-        ("outbox", "done")}
+        ("handovers", "done"), ("expiry", "done"), ("window-starts", "done"), ("stale-marks", "done"),
+        ("idempotency", "done"), ("outbox", "done")}

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from bot.scheduler import clear_stale_marks
 from bot.wiring import Runtime, build_runtime
 from commands.catalog import dispatch
 from commands.reply import Reply
@@ -447,3 +448,48 @@ def test_a_wave_that_never_fits_halts_at_the_windows_end_and_touches_no_node(fle
     assert not h.unschedulable(installer, "recheck-01") and not h.unschedulable(installer, "recheck-02")
     assert stored_requests.get(runtime.database.get(), id=request.id).state == "failed"  # type: ignore[union-attr]
     assert "run.failed" in [r.action for r in audit.for_run(runtime.database.get(), run.id)]
+
+
+def test_gpu_uncordon_gives_back_what_a_failed_run_left_cordoned_and_a_hand_uncordon_leaves_no_stale_mark(
+        fleet, cluster, runtime):
+    fleet(fl.FleetSpec(name="short", system_nodes=0, pools=(fl.PoolSpec(name="short", kind="serving", nodes=3),),
+                       special_nodes=(fl.SpecialNode(node="short-01", advertise_gpus=7),
+                                      fl.SpecialNode(node="short-02", advertise_gpus=7))))
+    installer = cluster.installer()
+    _ready_fleet(runtime, installer, ["short-01", "short-02", "short-03"])
+    _, request, run = ask_approve_start(runtime, '/gpu drain short-01 short-02 for 1m "kernel patch"')
+    gpu(runtime, "U0ALICE", f"/gpu drain done {request.id}")
+    with h.EngineThread(cluster.kubeconfig, runtime.database.get().path, pools=runtime.config.pools):
+        assert h.wait_run(runtime.database.get(), run.id).state == "failed"
+    assert h.unschedulable(installer, "short-01") and h.unschedulable(installer, "short-02")
+
+    # Refusals change nothing.
+    not_cordoned = gpu(runtime, "U0ALICE", "/gpu uncordon short-03")
+    assert not not_cordoned.ok and "short-03 is not cordoned" in _texts(not_cordoned)
+    assert not gpu(runtime, "U0BOB", "/gpu uncordon short-01").ok  # an approver, not an operator
+    assert "Closest: `short-01`" in _texts(gpu(runtime, "U0ALICE", "/gpu uncordon short-1"))
+    assert h.unschedulable(installer, "short-01")
+
+    given_back = gpu(runtime, "U0ALICE", "/gpu uncordon short-01")
+    assert given_back.ok, _texts(given_back)
+    assert not h.unschedulable(installer, "short-01") and h.cordon_mark(installer, "short-01") is None
+    rows = audit.recent(runtime.database.get(), 20)
+    assert [(r.actor, r.target) for r in rows if r.action == "node.uncordoned"] == [("U0ALICE", "short-01")]
+
+    # short-02 is uncordoned by hand, as gpuops' messages advise: its mark is stale and
+    # the leader removes it, so a person's later cordon is not shown as gpuops'.
+    h.cordon_by_hand(installer, "short-02", cordoned=False)
+    wait_until(lambda: runtime.fleet.fleet(h.now()).nodes["short-02"].stale_mark_run == run.id,  # type: ignore[attr-defined]
+               timeout=30, what="the bot to see short-02's stale mark")
+    clear_stale_marks(runtime, h.now())
+    assert h.cordon_mark(installer, "short-02") is None
+    cleared = [r for r in audit.recent(runtime.database.get(), 20) if r.action == "node.mark_cleared"]
+    assert [(r.actor, r.target, r.run_id) for r in cleared] == [("gpuops", "short-02", run.id)]
+    h.cordon_by_hand(installer, "short-02")
+    wait_until(lambda: runtime.fleet.fleet(h.now()).nodes["short-02"].cordoned, timeout=30,  # type: ignore[attr-defined]
+               what="the bot to see short-02 cordoned")
+    assert "cordoned yes (not by gpuops)" in _texts(gpu(runtime, "U0ALICE", "/gpu node short-02"))
+    refused = gpu(runtime, "U0ALICE", "/gpu uncordon short-02")
+    assert not refused.ok and "was not cordoned by gpuops" in _texts(refused)
+    assert h.unschedulable(installer, "short-02")
+    assert audit.verify(runtime.database.get()).ok

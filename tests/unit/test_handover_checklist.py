@@ -58,7 +58,7 @@ def special_fleet(make) -> Fleet:
         make.node("gpu-run", unschedulable=True,
                   annotations={"gpuops.io/cordoned-by": json.dumps({"by": "U0ADA", "run": "run-aaa111"})}),
         make.node("gpu-left", unschedulable=True,
-                  annotations={"gpuops.io/cordoned-by": json.dumps({"by": "U0ADA", "run": "run-old000"})}),
+                  annotations={"gpuops.io/cordoned-by": json.dumps({"by": "gpuops for ada", "run": "run-old000"})}),
     ]
     pods = [p for n in nodes if n.name not in ("gpu-conflict", "gpu-mig") for p in make.operands(n.name)]
     pods += [
@@ -156,7 +156,8 @@ def test_cordons_say_who_cordoned_and_for_how_long_when_known(make):
     text = {i.subject: i.text for i in checklist.items() if i.kind == "cordon"}
 
     assert text["gpu-hand"].startswith("gpu-hand is cordoned by hand, not by gpuops; first seen cordoned")
-    assert text["gpu-left"].startswith("gpu-left is still cordoned by gpuops by U0ADA for run-old000, which is no longer running")
+    assert text["gpu-left"].startswith("gpu-left is still cordoned by gpuops for ada in run-old000, which is no "
+                                       "longer running; check the run's outcome, then `/gpu uncordon gpu-left`")
     assert text["gpu-run"] == "gpu-run is cordoned by gpuops for 2h for run-aaa111, which is in flight"
     assert [i.subject for i in checklist.for_information if i.kind == "cordon"] == ["gpu-run"]
 
