@@ -36,6 +36,7 @@ from storage.database import PerThreadDatabase, default_database_path
 from workflows.cluster import NodeName, PodObject
 from workflows.config import GpuopsConfig
 from workflows.cordons import Cordons
+from workflows.first_seen import FirstSeen
 from workflows.drain import PdbView
 from workflows.kube import KubeGateway
 from workflows.lease import EngineLease, LeaseSettings
@@ -157,13 +158,12 @@ def build_runtime(config: GpuopsConfig, *, kubeconfig: str | None, context: str 
     """Connect to the cluster (kubeconfig or in-cluster), list the fleet, start the
     watches (unless `watch` is False: a one-shot command), open the database."""
     gateway = KubeGateway.connect(kubeconfig=kubeconfig, context=context)
+    per_thread = PerThreadDatabase(database)
+    per_thread.get()  # open and migrate now, so a bad file stops the start
     cache = FleetCache(gateway, settings=config.inventory_settings(),
-                       operator_namespace=config.cluster.operator_namespace).start(watch=watch)
-    try:
-        runtime = runtime_from_fleet_source(config, cache, database)
-    except BaseException:
-        cache.stop()
-        raise
+                       operator_namespace=config.cluster.operator_namespace,
+                       first_seen=FirstSeen(per_thread.get)).start(watch=watch)
+    runtime = Runtime(config=config, fleet=cache, database=per_thread)
     runtime._closers.append(cache.stop)
     runtime.gateway = gateway
     return runtime

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 
 from commands import messages as msg
@@ -10,7 +11,7 @@ from commands.reply import REQUEST_DRAIN, Fact, Intent, Notice, Reply, Section, 
 from workflows.access import Role
 from workflows.cordons import UncordonRefused
 from workflows.drain import drain_history
-from workflows.findings import Finding
+from workflows.findings import Finding, cordons_left_behind, sort_findings
 from workflows.inventory import Fleet, NodeInventory, PoolInventory
 
 FINDINGS_IN_STATUS = 8
@@ -18,6 +19,17 @@ FINDINGS_IN_STATUS = 8
 
 def _notice(finding: Finding) -> Notice:
     return Notice(severity=finding.severity, text=finding.message, subject=finding.subject, command=finding.command)
+
+
+def _fleet(call: Call) -> Fleet:
+    """The fleet, with the findings that need gpuops' runs too: nodes a finished run left
+    cordoned."""
+    fleet = call.services.fleet.fleet(call.now)
+    if call.services.runs is None:
+        return fleet
+    left = cordons_left_behind(fleet.nodes.values(), now=call.now,
+                               unfinished_runs=[str(view.id) for view in call.services.runs.unfinished()])
+    return dataclasses.replace(fleet, findings=sort_findings((*fleet.findings, *left))) if left else fleet
 
 
 def _closest(name: str, names: list[str]) -> list[str]:
@@ -111,16 +123,20 @@ def _find_pool(fleet: Fleet, name: str) -> PoolInventory:
 def status(call: Call, args: list[str]) -> Reply:
     if len(args) > 1:
         raise UsageError(f"status takes at most one pool name, got {len(args)} words")
-    fleet = call.services.fleet.fleet(call.now)
+    fleet = _fleet(call)
     if args:
         pool = _find_pool(fleet, args[0])
         return _pool_status(fleet, pool, intents=_drain_button(call, pool=pool.name, target=pool.name))
     critical = sum(f.severity == "critical" for f in fleet.findings)
     warning = sum(f.severity == "warning" for f in fleet.findings)
     nodes = sum(p.nodes_total for p in fleet.pools)
-    summary = msg.fleet_summary(nodes, sum(p.nodes_ready for p in fleet.pools),
-                                sum(p.gpus_advertised for p in fleet.pools),
-                                sum(p.gpus_expected for p in fleet.pools), critical, warning) if nodes else msg.no_gpu_nodes()
+    cordoned = [(n.cordon_run, n.advertised_gpus) for n in fleet.nodes.values() if n.cordoned]
+    summary = msg.fleet_summary(
+        nodes=nodes, ready=sum(p.nodes_ready for p in fleet.pools), cordoned=cordoned,
+        physical=sum(p.gpus_physical for p in fleet.pools), advertised=sum(p.gpus_advertised for p in fleet.pools),
+        expected=sum(p.gpus_expected for p in fleet.pools),
+        slices=sum(n.mig_slices_advertised for n in fleet.nodes.values()),
+        critical=critical, warning=warning) if nodes else msg.no_gpu_nodes()
     problems = {p.name: sum(1 for f in fleet.findings if f.pool == p.name or f.subject == p.name) for p in fleet.pools}
     sections = [Section(facts=_cluster_facts(fleet))]
     if fleet.findings:
@@ -181,7 +197,7 @@ def _pool_status(fleet: Fleet, pool: PoolInventory, *, intents: tuple[Intent, ..
 def node(call: Call, args: list[str]) -> Reply:
     if len(args) != 1:
         raise UsageError("name one node, e.g. `/gpu node serving-a-05`")
-    fleet = call.services.fleet.fleet(call.now)
+    fleet = _fleet(call)
     name = args[0]
     inv = fleet.nodes.get(name)  # type: ignore[call-overload]
     if inv is None:
@@ -245,7 +261,7 @@ def uncordon(call: Call, args: list[str]) -> Reply:
 def findings(call: Call, args: list[str]) -> Reply:
     if len(args) > 1:
         raise UsageError("findings takes at most one pool or node name")
-    fleet = call.services.fleet.fleet(call.now)
+    fleet = _fleet(call)
     scope = args[0] if args else None
     selected = fleet.findings
     if scope is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 
 from workflows.access import Actor, Role, effective_roles
 
@@ -91,14 +92,32 @@ def status_title(pool: str | None = None) -> str:
     return f"GPU pool {pool}" if pool else "GPU fleet status"
 
 
-def fleet_summary(nodes: int, ready: int, advertised: int, expected: int, critical: int, warning: int) -> str:
+def fleet_summary(*, nodes: int, ready: int, cordoned: Sequence[tuple[str | None, int]], physical: int,
+                  advertised: int, expected: int, slices: int, critical: int, warning: int) -> str:
+    """The status line. `cordoned`: (the gpuops run that cordoned it, or None for a person;
+    its advertised GPUs) per cordoned node."""
     problems = []
     if critical:
         problems.append(f"{critical} critical")
     if warning:
         problems.append(f"{warning} warning{'s' if warning != 1 else ''}")
     health = ", ".join(problems) if problems else "no problems found"
-    return f"{ready}/{nodes} GPU nodes Ready · {advertised}/{expected} GPUs advertised · {health}"
+    parts = [f"{ready}/{nodes} GPU nodes Ready"]
+    if cordoned:
+        runs = sorted({run for run, _ in cordoned if run})
+        by_gpuops = sum(1 for run, _ in cordoned if run)
+        by_hand = len(cordoned) - by_gpuops
+        who = []
+        if by_gpuops:
+            who.append(f"{by_gpuops} by gpuops ({', '.join(runs[:3])}{', …' if len(runs) > 3 else ''})")
+        if by_hand:
+            who.append(f"{by_hand} by hand")
+        parts.append(f"{len(cordoned)} cordoned, {sum(g for _, g in cordoned)} GPUs out ({'; '.join(who)})")
+    parts.append(f"{physical} physical GPUs")
+    slices_text = f", {slices} of them MIG slices" if slices else ""
+    parts.append(f"{advertised}/{expected} advertised{slices_text}")
+    parts.append(health)
+    return " · ".join(parts)
 
 
 def no_gpu_nodes() -> str:

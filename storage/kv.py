@@ -1,6 +1,6 @@
-"""Small named text values: the engine's lease holder notes, the audit chain's anchor.
-
-Keys starting with `audit.` belong to `storage.audit`; nothing else should write them.
+"""Small named text values: the engine's lease holder notes, the audit chain's anchor,
+first-seen times of node states. Keys starting with `audit.` belong to `storage.audit`, `first-seen.` to
+`storage.first_seen`; nothing else should write them.
 """
 
 from __future__ import annotations

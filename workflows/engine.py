@@ -194,6 +194,8 @@ class Engine:
         self._pools = pools
         # What each run's next wave waits for, as last told (one line per change).
         self._gated: dict[RunId, str] = {}
+        # Steps whose start the API did not answer (logged once, not per try).
+        self._cannot_start: set[StepId] = set()
         self._queue: queue.SimpleQueue[str] = queue.SimpleQueue()
         self._timers: list[tuple[float, int, StepId]] = []
         self._timer_seq = itertools.count()
@@ -268,6 +270,7 @@ class Engine:
         self._timers.clear()
         self._info.clear()
         self._gated.clear()
+        self._cannot_start.clear()
 
     def run_pass(self, woken: set[str] = frozenset()) -> bool:  # type: ignore[assignment]
         """Drive every unfinished run once; True if any is left unfinished."""
@@ -511,8 +514,13 @@ class Engine:
             self._halt(run, info, step, say.api_refused(str(err)))
             return True
         except KubeError as err:
-            log.warning("%s: cannot start %s on %s yet: %s", self.replica, step.kind, step.node, err)
+            if step.id not in self._cannot_start:  # one line when it starts failing, not one per try
+                log.warning("%s: cannot start %s on %s yet: %s", self.replica, step.kind, step.node, err)
+            self._cannot_start.add(step.id)
             return False
+        if step.id in self._cannot_start:
+            self._cannot_start.discard(step.id)
+            log.info("%s: the API answers again; starting %s on %s", self.replica, step.kind, step.node)
         now = self._clock()
         detail = {"params": step_params(step), "intent": intent}
         with self._commit():

@@ -44,6 +44,7 @@ FindingCode: TypeAlias = Literal[
     "cluster-policy-not-ready",
     "no-gpu-operator",
     "node-not-ready",
+    "cordon-left-behind",
 ]
 
 CLUSTER_SUBJECT = "cluster"
@@ -112,14 +113,11 @@ def node_findings(
         add("critical", "mig-change-failed", msg_mig_change_failed(inv))
         zero_explained = True
     elif inv.paused_for_mig_change:
+        # Aged from when the change began (gpuops notes when it first saw the state,
+        # workflows.first_seen): a change that just started is not stuck, however many
+        # GPUs it advertises meanwhile; without any time, no age and no finding.
         mig_age = inv.mig.age(now)
-        if inv.mig.in_progress and mig_age is not None:
-            stuck = mig_age > settings.mig_pending_stuck_after
-        else:
-            # Without a start time, a paused node advertising nothing is the wedge
-            # seen in gpu-operator#2833.
-            stuck = inv.advertised_gpus == 0
-        if stuck:
+        if mig_age is not None and mig_age > settings.mig_pending_stuck_after:
             add("critical", "mig-change-stuck", msg_mig_change_stuck(inv, age=mig_age))
             zero_explained = True
 
@@ -378,14 +376,25 @@ def msg_serving_auto_upgrade(pool: PoolInventory) -> str:
 
 
 def msg_mixed_driver_versions(pool: PoolInventory) -> str:
+    owners = pool.driver_version_owners
+
+    def owned(version: str) -> str:
+        found = owners.get(version, ())
+        return f", {'/'.join(found)}-installed" if found else ""
+
     versions = ", ".join(
-        f"{version} ({count} node{'' if count == 1 else 's'})"
+        f"{version} ({count} node{'' if count == 1 else 's'}{owned(version)})"
         for version, count in pool.driver_versions.items()
     )
-    return (
-        f"pool {pool.name} runs mixed driver versions: {versions}; finish or roll back "
-        "the upgrade"
-    )
+    host_only = [v for v in pool.driver_versions if owners.get(v) == ("host",)]
+    if host_only and len(host_only) < len(pool.driver_versions):
+        advice = ("the mix comes from host-installed drivers, not an upgrade in flight: move those "
+                  "nodes to the operator's driver or bring their host driver to the pool's version")
+    elif host_only:
+        advice = "every version is host-installed: bring the hosts to one version"
+    else:
+        advice = "finish or roll back the upgrade"
+    return f"pool {pool.name} runs mixed driver versions: {versions}; {advice}"
 
 
 def msg_no_gpu_operator(*, reason: str) -> str:
@@ -408,3 +417,27 @@ def msg_cluster_policy_not_ready(cluster: ClusterInfo) -> str:
         f"ClusterPolicy {cluster.cluster_policy} is notReady; check its status.conditions "
         "and the gpu-operator logs for the operand that is failing"
     )
+
+
+# --------------------------------------------------------------------------------------
+# Cordons a finished run left behind (needs the runs, so not part of `summarize`)
+
+
+def cordons_left_behind(nodes: Iterable[NodeInventory], *, unfinished_runs: Iterable[str],
+                        now: dt.datetime) -> tuple[Finding, ...]:
+    """A warning per node still cordoned by gpuops for a run that is no longer running
+    (a failed validation, an abort): capacity out until someone looks."""
+    running = set(unfinished_runs)
+    return tuple(
+        Finding(severity="warning", code="cordon-left-behind", subject=inv.name, pool=inv.pool,
+                message=msg_cordon_left_behind(inv, now=now), command=f"/gpu uncordon {inv.name}")
+        for inv in nodes
+        if inv.cordoned and inv.cordon_run is not None and inv.cordon_run not in running
+    )
+
+
+def msg_cordon_left_behind(inv: NodeInventory, *, now: dt.datetime) -> str:
+    since = f" for {format_age(now - inv.cordoned_at)}" if inv.cordoned_at is not None else ""
+    return (f"{inv.name} has been cordoned by {inv.cordoned_by or 'gpuops'}{since} in {inv.cordon_run}, which "
+            f"is no longer running: {inv.advertised_gpus} GPUs out of service; check the run's outcome, "
+            f"then `/gpu uncordon {inv.name}`")

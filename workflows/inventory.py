@@ -621,6 +621,8 @@ class NodeInventory:
     # The run named by a gpuops cordon mark left on a node that is schedulable (a person
     # uncordoned it by hand): a stale mark, see workflows.cordons.
     stale_mark_run: str | None = None
+    # When gpuops cordoned it, from its mark (None when gpuops did not).
+    cordoned_at: dt.datetime | None = None
 
     @property
     def expected_advertised(self) -> int | None:
@@ -634,6 +636,16 @@ class NodeInventory:
     @property
     def allocatable_gpus(self) -> int:
         return sum(r.allocatable for r in self.resources)
+
+    @property
+    def mig_slices_advertised(self) -> int:
+        """How many of `advertised_gpus` are MIG slices, not whole GPUs: every
+        nvidia.com/mig-* resource, and nvidia.com/gpu itself under the single strategy
+        with MIG enabled."""
+        enabled = bool(self.mig.config) and not str(self.mig.config).startswith("all-disabled")
+        return sum(r.capacity for r in self.resources
+                   if r.resource.startswith("nvidia.com/mig-")
+                   or (enabled and self.mig.strategy == "single" and r.resource == "nvidia.com/gpu"))
 
     @property
     def effective_driver_version(self) -> str | None:
@@ -754,10 +766,10 @@ def assess_node(
         config_state=labels.get(LABEL_MIG_CONFIG_STATE),
         since=_parse_time(node.annotations.get(ANNOTATION_MIG_STATE_SINCE)),
     )
-    cordoned_by, cordon_run = _cordon_mark(node.annotations.get(ANNOTATION_CORDONED_BY))
+    cordoned_by, cordon_run, cordoned_at = _cordon_mark(node.annotations.get(ANNOTATION_CORDONED_BY))
     stale_mark_run = None
     if not node.unschedulable:
-        stale_mark_run, cordoned_by, cordon_run = cordon_run, None, None
+        stale_mark_run, cordoned_by, cordon_run, cordoned_at = cordon_run, None, None, None
     driver = judge_driver_owner(
         labels=labels,
         driver_pods=driver_states,
@@ -780,6 +792,7 @@ def assess_node(
         cordoned=node.unschedulable,
         cordoned_by=cordoned_by,
         stale_mark_run=stale_mark_run,
+        cordoned_at=cordoned_at,
         cordon_run=cordon_run,
         driver_version=gfd_version,
         driver_image_tag=driver_pod.image_tag,
@@ -820,16 +833,17 @@ def _upgrade_since(node: NodeObject, state: str | None) -> dt.datetime | None:
     return None
 
 
-def _cordon_mark(raw: str | None) -> tuple[str | None, str | None]:
+def _cordon_mark(raw: str | None) -> tuple[str | None, str | None, dt.datetime | None]:
     if not raw:
-        return None, None
+        return None, None, None
     try:
         mark = json.loads(raw)
     except ValueError:
-        return None, None
+        return None, None, None
     if not isinstance(mark, dict):
-        return None, None
-    return _str_or_none(mark.get("by")), _str_or_none(mark.get("run"))
+        return None, None, None
+    at = mark.get("at")
+    return _str_or_none(mark.get("by")), _str_or_none(mark.get("run")), _parse_time(at if isinstance(at, str) else None)
 
 
 # --------------------------------------------------------------------------------------
@@ -957,6 +971,8 @@ class PoolInventory:
     # driver version -> number of nodes running it
     driver_versions: Mapping[str, int]
     auto_upgrade: AutoUpgradeSetting
+    # driver version -> who owns the driver on the nodes running it ("host", "operator")
+    driver_version_owners: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def nodes_total(self) -> int:
@@ -991,6 +1007,7 @@ class _PoolTally:
     allocatable: int = 0
     requested: int = 0
     versions: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    owners: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     nvidia_drivers: set[str] = field(default_factory=set)
 
 
@@ -1026,6 +1043,7 @@ def summarize(
         version = inventory.effective_driver_version
         if version:
             tally.versions[version] += 1
+            tally.owners[version].add(inventory.driver.owner)
         if inventory.driver.nvidia_driver:
             tally.nvidia_drivers.add(inventory.driver.nvidia_driver)
         memo = node_findings.get(name) if node_findings is not None else None
@@ -1048,6 +1066,7 @@ def summarize(
             gpus_requested=tally.requested,
             driver_versions=MappingProxyType(dict(sorted(tally.versions.items()))),
             auto_upgrade=_pool_auto_upgrade(tally.nvidia_drivers, context=context),
+            driver_version_owners=MappingProxyType({v: tuple(sorted(o)) for v, o in sorted(tally.owners.items())}),
         )
         for pool, tally in sorted(tallies.items(), key=lambda item: (item[0] == UNPOOLED, item[0]))
     )

@@ -21,10 +21,13 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workflows import inventory as inv
 from workflows import wire
+
+if TYPE_CHECKING:
+    from workflows.first_seen import FirstSeen
 from workflows.cluster import (
     ClusterSnapshot,
     CustomObject,
@@ -88,8 +91,12 @@ class FleetCache:
     """Start once, then ask `fleet(now)` as often as needed."""
 
     def __init__(self, gateway: KubeGateway, *, settings: inv.InventorySettings,
-                 operator_namespace: str | None = None, watch_timeout: int = 300) -> None:
+                 operator_namespace: str | None = None, watch_timeout: int = 300,
+                 first_seen: FirstSeen | None = None) -> None:
         self._gateway = gateway
+        # Ages of upgrade and MIG states from gpuops' own records (None: only what the
+        # nodes say; see workflows.first_seen).
+        self._first_seen = first_seen
         self._settings = settings
         self._configured_namespace = operator_namespace
         self._watch_timeout = watch_timeout
@@ -214,8 +221,7 @@ class FleetCache:
             if assess_when is None or not assess_when.is_set() or self._context is None:
                 return
             for node in waiting:
-                early[node.name] = inv.assess_node(node, pods_on_node=self.pods_on(node.name),
-                                                   context=self._context, settings=self._settings, now=now)
+                early[node.name] = self._assess(node, self.pods_on(node.name), now)
             waiting.clear()
 
         def convert(items: list[Any]) -> None:
@@ -411,6 +417,11 @@ class FleetCache:
             store = self._resources["pods"].store
             return [store[k] for k in self._pods_by_node.get(NodeName(node), ()) if k in store]
 
+    def _assess(self, node: NodeObject, pods: list[PodObject], now: dt.datetime) -> inv.NodeInventory:
+        assert self._context is not None
+        assessed = inv.assess_node(node, pods_on_node=pods, context=self._context, settings=self._settings, now=now)
+        return self._first_seen.stamp(assessed, now) if self._first_seen is not None else assessed
+
     def fleet(self, now: dt.datetime, *, max_age: dt.timedelta = dt.timedelta(seconds=5)) -> inv.Fleet:
         """The fleet view. Reused as it is while nothing changed and it is younger than
         `max_age` (ages in findings move with time); otherwise only changed nodes are
@@ -427,11 +438,11 @@ class FleetCache:
             for name in self._dirty:
                 node = nodes.get(name)
                 if node is None:
-                    self._assessed.pop(name, None)
+                    if self._assessed.pop(name, None) is not None and self._first_seen is not None:
+                        self._first_seen.forget(name)
                     continue
                 on_node = [pods[k] for k in self._pods_by_node.get(name, ()) if k in pods]
-                self._assessed[name] = inv.assess_node(node, pods_on_node=on_node, context=self._context,
-                                                       settings=self._settings, now=now)
+                self._assessed[name] = self._assess(node, on_node, now)
             self._dirty.clear()
             self._fleet = inv.summarize(self._assessed, context=self._context, settings=self._settings, now=now)
             self._fleet_at = now

@@ -6,7 +6,9 @@ import datetime as dt
 
 import pytest
 
+from storage.database import open_database
 from workflows.findings import format_age, node_findings
+from workflows.first_seen import FirstSeen
 from workflows.inventory import InventorySettings
 
 
@@ -258,12 +260,59 @@ def test_a_mig_change_still_within_its_time_is_only_noted_as_expected(make):
     assert codes(findings) == [("info", "advertised-mismatch", node.name)]
 
 
-def test_a_paused_mig_change_with_no_known_start_and_no_gpus_advertised_is_stuck(make):
+def test_a_paused_mig_change_with_no_known_start_is_not_called_stuck_at_once(make):
+    # Outside the simulator nothing on the node says when a change began.
     node = mig_node(make, state="success")
 
     findings = make.fleet([node], [make.driver_pod(node.name)]).findings
 
-    assert codes(findings) == [("critical", "mig-change-stuck", node.name)]
+    assert "mig-change-stuck" not in [f.code for f in findings]
+
+
+def first_seen_on(tmp_path):
+    db = open_database(tmp_path / "gpuops.db")
+    return db, FirstSeen(lambda: db)
+
+
+def test_gpuops_ages_a_mig_change_from_when_it_first_saw_it_and_remembers_that_across_a_restart(make, tmp_path):
+    db, first_seen = first_seen_on(tmp_path)
+    settings = InventorySettings()
+    started = first_seen.stamp(make.assess(mig_node(make, state="pending"), [make.driver_pod("gpu-h100-01")]),
+                               make.now)
+
+    just_now = node_findings(started, settings=settings, now=make.now + dt.timedelta(minutes=1))
+    assert "mig-change-stuck" not in [f.code for f in just_now]
+
+    restarted = FirstSeen(lambda: db)  # a new process on the same database
+    again = restarted.stamp(make.assess(mig_node(make, state="pending"), [make.driver_pod("gpu-h100-01")]),
+                            make.now + dt.timedelta(minutes=40))
+    assert again.mig.since == make.now
+    later = node_findings(again, settings=settings, now=make.now + dt.timedelta(minutes=40))
+    assert codes(later)[0] == ("critical", "mig-change-stuck", "gpu-h100-01")
+    assert "(pending for 40m)" in later[0].message
+
+    # A new state starts a new age.
+    moved = restarted.stamp(make.assess(mig_node(make, state="rebooting"), [make.driver_pod("gpu-h100-01")]),
+                            make.now + dt.timedelta(minutes=41))
+    assert moved.mig.since == make.now + dt.timedelta(minutes=41)
+    db.close()
+
+
+def test_a_node_waiting_in_upgrade_required_gets_a_finding_once_it_has_waited_too_long(make, tmp_path):
+    db, first_seen = first_seen_on(tmp_path)
+    node = make.node(labels={"nvidia.com/gpu-driver-upgrade-state": "upgrade-required"})
+    seen = first_seen.stamp(make.assess(node), make.now)
+
+    assert node_findings(seen, settings=InventorySettings(), now=make.now + dt.timedelta(minutes=5)) == ()
+    late = node_findings(seen, settings=InventorySettings(), now=make.now + dt.timedelta(hours=3))
+    assert codes(late) == [("warning", "upgrade-stuck", node.name)]
+    assert "upgrade-required for 3h" in late[0].message
+    # Back to done: forgotten, so a later upgrade is aged afresh.
+    done = make.node(labels={"nvidia.com/gpu-driver-upgrade-state": "upgrade-done"})
+    first_seen.stamp(make.assess(done), make.now + dt.timedelta(hours=4))
+    assert first_seen.stamp(make.assess(node), make.now + dt.timedelta(hours=5)).upgrade.since == (
+        make.now + dt.timedelta(hours=5))
+    db.close()
 
 
 def test_a_failed_mig_change_is_critical(make):
@@ -338,7 +387,22 @@ def test_a_pool_running_two_driver_versions_is_a_warning(make):
     finding = only(make.fleet(nodes, pods).findings, "mixed-driver-versions")
 
     assert finding.severity == "warning"
-    assert "570.172.08 (1 node), 580.95.05 (1 node)" in finding.message
+    assert ("570.172.08 (1 node, operator-installed), 580.95.05 (1 node, operator-installed); "
+            "finish or roll back the upgrade") in finding.message
+
+
+def test_a_version_mix_that_comes_from_host_installed_drivers_says_so_not_finish_the_upgrade(make):
+    nodes = [make.node("a"), make.node("b", labels={"nvidia.com/cuda.driver-version.full": "550.54.15",
+                                                    "nvidia.com/gpu.deploy.driver": "false"})]
+    pods = make.operands("a") + [make.device_plugin_pod("b"), make.validator_pod("b")]
+    fleet = make.fleet(nodes, pods)
+    assert fleet.nodes["b"].driver.owner == "host"
+
+    finding = only(fleet.findings, "mixed-driver-versions")
+
+    assert "550.54.15 (1 node, host-installed), 580.95.05 (1 node, operator-installed)" in finding.message
+    assert "the mix comes from host-installed drivers, not an upgrade in flight" in finding.message
+    assert "finish or roll back" not in finding.message
 
 
 def test_unpooled_gpu_nodes_are_reported_once_with_their_count(make):
