@@ -110,7 +110,7 @@ def _drain_reply(call: Call, planned: DrainPlan, view: RequestView, *, title: st
     return Reply(title=title or msg.drain_title(view.id, view.pool),
                  summary=msg.drain_summary(view.state, view.approvals_counted, view.approvals_required,
                                            view.short_hash),
-                 sections=tuple(sections), intents=approval_intents(view))
+                 sections=tuple(sections), intents=approval_intents(view, call.actor))
 
 
 @REGISTRY.command("drain", usage="drain <node...|pool> [at <time>|next-window] [for <duration>] [reason]",

@@ -16,7 +16,7 @@ from commands import messages as msg
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
 from commands.reply import Fact, Intent, Reply, Section, Table, error_reply
 from storage.audit import AuditEntry
-from workflows.access import AccessDenied, Role
+from workflows.access import AccessDenied, Actor, Role
 from workflows.requests import RequestRefused, RequestService, RequestView, UnknownRequest
 from workflows.runs import RunRefused, RunService, RunView, UnknownRun, step_note
 
@@ -54,17 +54,31 @@ def _row(view: RequestView) -> tuple[str, ...]:
             msg.when(view.expires_at) if view.state == "pending" else "-")
 
 
-def approval_intents(view: RequestView) -> tuple[Intent, ...]:
-    """Approve and Deny buttons for a pending request (bound to its current plan)."""
-    return _intents(view)
-
-
-def _intents(view: RequestView) -> tuple[Intent, ...]:
+def approval_intents(view: RequestView, viewer: Actor) -> tuple[Intent, ...]:
+    """The buttons of a pending request in a reply only `viewer` sees: Approve and Deny
+    (bound to its current plan), or for its requester, who may not approve her own
+    request, Cancel."""
     if view.state != "pending":
         return ()
+    if viewer.user_id == view.requester:
+        return (_cancel(view),)
+    return _decide_intents(view)
+
+
+def _decide_intents(view: RequestView) -> tuple[Intent, ...]:
     value = f"{view.id}/{view.plan_hash}"  # as bot.intents encodes a button value
     return (Intent(action="approve", label="Approve", value=value, style="primary"),
             Intent(action="deny", label="Deny", value=value, style="danger"))
+
+
+def _cancel(view: RequestView) -> Intent:
+    return Intent(action="cancel", label="Cancel request", value=view.id, style="danger")
+
+
+def card_intents(view: RequestView) -> tuple[Intent, ...]:
+    """The buttons of a pending request's message everyone sees (`/gpu request`, which
+    the channel card is): Approve and Deny for approvers, Cancel for the requester."""
+    return (*_decide_intents(view), _cancel(view)) if view.state == "pending" else ()
 
 
 def _plan_section(view: RequestView) -> Section:
@@ -106,7 +120,7 @@ def _request_reply(call: Call, view: RequestView, *, title: str | None = None) -
     return Reply(title=title or msg.request_title(view.id, view.kind, view.pool),
                  summary=msg.request_summary(view.state, view.approvals_counted, view.approvals_required,
                                              view.short_hash),
-                 sections=tuple(sections), intents=_intents(view))
+                 sections=tuple(sections), intents=card_intents(view))
 
 
 @REGISTRY.command("requests", usage="requests [pool]", role=Role.VIEWER,

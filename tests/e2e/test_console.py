@@ -194,7 +194,7 @@ def test_unicode_digits_get_usage_not_a_crash(runtime):
 """, as_user="U0BOB")
 
     assert code == 0  # the console lived to run the last line
-    assert "bob> ²\nThere is no button ²: choose 1 to 2." in transcript
+    assert "bob> ²\nThere is no button ²: choose 1 to 3." in transcript
     assert "bob> /gpu audit ²\nUsage" in transcript and "digits 0-9, e.g. `/gpu audit 50`" in transcript
     assert "bob> /gpu handover history ²\nUsage" in transcript and "(digits 0-9, e.g. 20)" in transcript
     assert "bob> /gpu status\nGPU fleet status" in transcript

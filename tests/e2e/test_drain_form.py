@@ -108,7 +108,7 @@ def form_deliveries(bot, count: int) -> list[str]:
 # ------------------------------------------------------------------ the tests
 
 
-def test_an_operator_requests_a_drain_from_the_pool_status_and_gets_the_plan_with_approve_and_deny(http_bot):
+def test_an_operator_requests_a_drain_from_the_pool_status_and_gets_the_plan_with_her_cancel_button(http_bot):
     status = slash(http_bot, "status training-a", user="U0ALICE")
     (button,) = drain_buttons(status["blocks"])
     assert button["value"] == "training-a"
@@ -129,8 +129,9 @@ def test_an_operator_requests_a_drain_from_the_pool_status_and_gets_the_plan_wit
     assert json.loads(request["targets"]) == ["training-a-001"]
     assert (request["reason"], request["channel"]) == ("NIC swap", CHANNEL)
     assert f"Drain {request['id']} · training-a" in text and "training-a-001" in text and "NIC swap" in text
-    assert {"Approve", "Deny"} <= {e["text"]["text"] for b in posted.args["blocks"] if b["type"] == "actions"
-                                   for e in b["elements"]}
+    # Only alice sees this answer, and she may not approve her own request: Cancel, not Approve.
+    assert {e["text"]["text"] for b in posted.args["blocks"] if b["type"] == "actions"
+            for e in b["elements"]} == {"Cancel request"}
     assert "From the drain form: `/gpu drain training-a-001 for 2h NIC swap`" in text
     assert form_deliveries(http_bot, 1) == ["answered"]
 

@@ -83,7 +83,7 @@ def test_approve_without_a_hash_shows_the_plan_and_the_exact_command_and_counts_
                              f"`/gpu approve {request.id} {request.short_hash}` to approve that plan.")
     plan = next(s for s in reply.sections if s.title == f"Plan {request.short_hash}")
     assert plan.table.rows == (("1", "gpu-01", "cordon → driver → uncordon"), ("2", "gpu-02", "cordon → driver → uncordon"))
-    assert [i.action for i in reply.intents] == ["approve", "deny"]
+    assert [i.action for i in reply.intents] == ["approve", "deny", "cancel"]
     assert reply.intents[0].value == f"{request.id}/{request.plan_hash}"
     assert services.requests.get(request.id).approvals_counted == 0
 
