@@ -134,7 +134,8 @@ def _run(args: argparse.Namespace) -> int:
             stop.wait()
             handler.close()
         else:
-            server = SlackHttpServer(app, host=args.host, port=args.port).start()
+            server = SlackHttpServer(app, signing_secret=str(credentials.signing_secret), host=args.host,
+                                     port=args.port).start()
             log.info(msg.started("HTTP", server.url))
             stop.wait()
             server.stop()
