@@ -407,8 +407,14 @@ def console_unknown(line: str) -> str:
 # ------------------------------------------------------------------ audit
 
 
-def audit_intact(count: int) -> str:
-    return f"The audit log is intact: {count} entr{'y' if count == 1 else 'ies'}, every hash chains."
+def audit_intact(count: int, *, head: str, expected: str | None = None) -> str:
+    published = f" It holds the published head {expected}." if expected else ""
+    return (f"The audit log is intact: {count} entr{'y' if count == 1 else 'ies'}, every hash chains.{published}"
+            f"\nIts head now: {head} (keep it; `gpuops audit verify --expected {head}` checks it later).")
+
+
+def audit_head_log(head: str) -> str:
+    return f"audit chain head {head}"
 
 
 def audit_broken(checked: int, first_bad: int | None, problem: str) -> str:

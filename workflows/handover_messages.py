@@ -192,6 +192,10 @@ def not_acknowledged_footer(*, shift: str) -> str:
     return f"Waiting for someone on the {shift} shift to acknowledge"
 
 
+def audit_head_footer(head: str) -> str:
+    return f"Audit chain head {head} (`gpuops audit verify --expected {head}` checks it later)"
+
+
 def reminder(*, shift: str, waited: dt.timedelta) -> str:
     return (
         f"Reminder: nobody on the {shift} shift has acknowledged this handover after "

@@ -14,7 +14,8 @@ The bot drives it: every minute, `post_due(fleet_source, now=...)` then
 Outbox payloads are JSON objects with `event`, `handover_id`, `rotation` and `text` (a
 one-line fallback from `workflows.handover_messages`):
 
-- `handover.posted` (kind "post", to the rotation's channel): render the stored
+- `handover.posted` (kind "post", to the rotation's channel; the stored content carries
+  the audit chain head as it stood, which the post shows): render the stored
   checklist (`commands.handover.handover_message(view, config)`), post it, then call
   `record_message(handover_id, ts=..., now=...)` with the message's ts;
 - `handover.acknowledged` (kind "update"; `ts` is the message to update): render it
@@ -114,6 +115,9 @@ class HandoverView:
     members: tuple[str, ...]  # the incoming shift as posted
     content: JsonValue
     checklist: Checklist
+    # The audit chain head (`SEQ:HASH`) when the handover was posted, published with it so
+    # that `gpuops audit verify --expected` can later catch a rewritten database.
+    audit_head: str | None = None
 
     @property
     def acknowledged(self) -> bool:
@@ -265,6 +269,8 @@ class HandoverService:
             "queued_at": codec.time_to_text(now),
         }
         with self._db.transaction():
+            # Read under the write lock: the newest entry before this post's own row.
+            content["audit_head"] = audit.head_of(self._db).text
             created = stored_handovers.create(self._db, rotation=config.name,
                                               shift_start=shift_start, channel=config.channel,
                                               content=content)
@@ -497,6 +503,7 @@ class HandoverService:
             members=tuple(content.get("members", ())),
             content=stored.content,
             checklist=checklist_from_json(content),
+            audit_head=content.get("audit_head"),
         )
 
 
