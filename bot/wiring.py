@@ -38,6 +38,7 @@ from workflows.config import GpuopsConfig
 from workflows.drain import PdbView
 from workflows.kube import KubeGateway
 from workflows.lease import EngineLease, LeaseSettings
+from workflows.requests import RoleLookup
 from workflows.watchcache import FleetCache
 
 log = logging.getLogger("gpuops.bot.wiring")
@@ -83,11 +84,15 @@ class Runtime:
     # the lease need it.
     gateway: KubeGateway | None = None
     leadership: Leadership | None = None
+    # Who holds which role now (the Slack app sets its directory, which knows user
+    # groups); None: the configuration alone.
+    roles: RoleLookup | None = None
     _closers: list[Callable[[], None]] = field(default_factory=list)
 
     def services(self) -> Services:
         """Services for one command or click, on the calling thread's connection."""
-        services = Services.on_database(config=self.config, fleet=self.fleet, database=self.database.get())
+        services = Services.on_database(config=self.config, fleet=self.fleet, database=self.database.get(),
+                                        roles=self.roles)
         if self.gateway is not None:
             services.cluster = _LiveWorkloads(self.gateway)
         return services

@@ -16,7 +16,7 @@ from workflows.cluster import NodeName, PodObject
 from workflows.config import GpuopsConfig
 from workflows.drain import PdbView
 from workflows.inventory import Fleet
-from workflows.requests import RequestService
+from workflows.requests import RequestService, RoleLookup
 from workflows.runs import RunService
 
 
@@ -47,8 +47,9 @@ class Services:
 
     @classmethod
     def on_database(cls, *, config: GpuopsConfig, fleet: FleetSource, database: Database,
-                    wake_engine: Callable[[], None] | None = None) -> Services:
+                    wake_engine: Callable[[], None] | None = None, roles: RoleLookup | None = None) -> Services:
         """Every service on one database connection; `wake_engine` (Engine.wake) makes an
-        engine in this process notice run controls at once."""
-        return cls(config=config, fleet=fleet, requests=RequestService(database, config),
+        engine in this process notice run controls at once; `roles` says who holds which
+        role now (default: the configuration alone, without Slack user groups)."""
+        return cls(config=config, fleet=fleet, requests=RequestService(database, config, roles=roles),
                    runs=RunService(database, wake=wake_engine), database=database)

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import datetime as dt
 import difflib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,13 +52,18 @@ from storage.ids import RequestId
 from storage.requests import Request, RequestKind, RequestState
 from workflows import policy
 from workflows import request_messages as say
-from workflows.access import AccessDenied, Actor
+from workflows.access import AccessDenied, Actor, Role
 from workflows.config import GpuopsConfig, PoolConfig
 from workflows.plans import Plan, PlanSummary, plan_from_json, plan_hash, plan_to_json, short_hash
-from workflows.policy import Refusal, RefusalCode
+from workflows.policy import ApproverNow, Refusal, RefusalCode
 
 # How many open requests the list views read at most.
 LIST_LIMIT = 500
+
+# Who a user is now, by user id: their roles from the configuration and, where the bot
+# knows them, from their Slack user groups. Earlier approvals are re-checked against it
+# every time they are counted (`policy` rule 2).
+RoleLookup = Callable[[str], Actor]
 
 
 # ------------------------------------------------------------------ errors
@@ -169,9 +174,10 @@ class RequestView:
 class RequestService:
     """Requests on one database connection (one per thread, see `storage.database`)."""
 
-    def __init__(self, db: Database, config: GpuopsConfig) -> None:
+    def __init__(self, db: Database, config: GpuopsConfig, *, roles: RoleLookup | None = None) -> None:
         self._db = db
         self._config = config
+        self._roles: RoleLookup = roles or (lambda user_id: config.actor(user_id))
 
     # -------------------------------------------------------------- actions
 
@@ -243,14 +249,16 @@ class RequestService:
         self, actor: Actor, request_id: str, *, plan_hash: str, now: dt.datetime
     ) -> RequestView:
         """Count `actor`'s approval of the plan with `plan_hash` (the full hash or the
-        short one they were shown); the request is approved when enough have counted."""
+        short one they were shown); the request is approved when enough have counted.
+        Earlier approvers count only if they still hold the approver role."""
+        approver_now = self._approvers_looked_up(request_id)
         with self._db.transaction():
             request = self._touch(request_id, now=now)
             decisions = self._decisions(request)
             decision = policy.check_approval(
                 request=request, approvals_so_far=decisions, approver=actor,
                 plan_hash=plan_hash, pool_policy=self._pool(request), now=now,
-                names=self._names)
+                approver_now=approver_now, names=self._names)
             if decision.refusal is None:
                 recorded = stored_approvals.record(
                     self._db, request_id=request.id, approver=actor.user_id,
@@ -349,7 +357,8 @@ class RequestService:
                     plan=plan_to_json(new_plan), plan_hash=digest, at=now)
                 if not replaced:
                     raise _ChangedMeanwhile(request.id)
-                voided = len(policy.counted_approvers(request, decisions))
+                voided = len(policy.counted_approvers(request, decisions,
+                                                      approver_now=self._approver_now(request)))
                 self._audit(request, actor=actor.user_id, action="request.replanned",
                             before="pending", after="pending", now=now,
                             detail={"old_plan_hash": request.plan_hash, "new_plan_hash": digest,
@@ -383,7 +392,8 @@ class RequestService:
                              window_start=request.window_start, window_end=window_end)
             digest = plan_hash(new_plan)
             decisions = self._decisions(request)
-            voided = len(policy.counted_approvers(request, decisions))
+            voided = len(policy.counted_approvers(request, decisions,
+                                                  approver_now=self._approver_now(request)))
             pool_policy = self._config.pools[request.pool]
             if not stored_requests.replace_window_end(
                     self._db, id=request.id, expected_plan_hash=request.plan_hash,
@@ -463,7 +473,8 @@ class RequestService:
         for request in stored_requests.in_states(self._db, states=("pending",), limit=LIST_LIMIT):
             decision = policy.check_approval(
                 request=request, approvals_so_far=self._decisions(request), approver=actor,
-                plan_hash=request.plan_hash, pool_policy=self._pool(request), now=now)
+                plan_hash=request.plan_hash, pool_policy=self._pool(request), now=now,
+                approver_now=self._approver_now(request))
             if decision.counted:
                 waiting.append(self._view(request))
         return sorted(waiting, key=lambda v: (v.expires_at, v.created_at, v.id))
@@ -473,6 +484,29 @@ class RequestService:
     @property
     def _names(self) -> dict[str, str]:
         return self._config.access.names
+
+    def _approver_now(self, request: Request) -> ApproverNow:
+        """Whether a user holds the approver role for the request's pool now; each user
+        is looked up once per call of the service."""
+        known: dict[str, bool] = {}
+
+        def approver_now(user_id: str) -> bool:
+            if user_id not in known:
+                known[user_id] = self._roles(user_id).has(Role.APPROVER, pool=request.pool)
+            return known[user_id]
+
+        return approver_now
+
+    def _approvers_looked_up(self, request_id: str) -> ApproverNow:
+        """`_approver_now` with everyone who decided so far already looked up, before the
+        write lock is taken: a lookup may ask Slack for a user group's members."""
+        request = stored_requests.get(self._db, id=RequestId(request_id))
+        if request is None:
+            return lambda _user_id: False  # the transaction says there is no such request
+        approver_now = self._approver_now(request)
+        for decision in self._decisions(request):
+            approver_now(decision.approver)
+        return approver_now
 
     def _pool(self, request: Request) -> PoolConfig | None:
         return self._config.pools.get(request.pool)
@@ -497,7 +531,7 @@ class RequestService:
 
     def _expire(self, request: Request, *, now: dt.datetime) -> Request:
         decisions = self._decisions(request)
-        counted = len(policy.counted_approvers(request, decisions))
+        counted = len(policy.counted_approvers(request, decisions, approver_now=self._approver_now(request)))
         required = policy.approvals_required(request, self._pool(request))
         self._transition(request, expected="pending", new="expired", now=now)
         self._audit(request, actor=audit.GPUOPS_ACTOR, action="request.expired",
@@ -538,7 +572,7 @@ class RequestService:
 
     def _view(self, request: Request) -> RequestView:
         decisions = self._decisions(request)
-        counting = set(policy.counted_approvers(request, decisions))
+        counting = set(policy.counted_approvers(request, decisions, approver_now=self._approver_now(request)))
         return RequestView(
             id=request.id,
             kind=request.kind,

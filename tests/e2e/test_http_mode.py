@@ -310,6 +310,39 @@ def test_roles_from_a_slack_user_group_let_its_members_approve(http_bot):
     assert http_bot.slack.last("usergroups.users.list").args["usergroup"] == "S0SRE"
 
 
+def test_someone_just_taken_out_of_an_approver_group_cannot_approve_on_the_cached_members(http_bot):
+    first, second = submit_upgrade(http_bot.runtime), submit_upgrade(http_bot.runtime)
+    first_ts, second_ts = http_bot.post_card(first), http_bot.post_card(second)
+    approve = button(http_bot.slack.workspace.message(CHANNEL, first_ts), "Approve")
+    click(http_bot, action_id=approve["action_id"], value=approve["value"], user="U0FRANK", message_ts=first_ts)
+    http_bot.deliveries.wait_for(lambda ds: len(ds) == 1)
+
+    http_bot.slack.workspace.set_usergroup("S0SRE", [])  # well within the 5-minute cache
+    approve = button(http_bot.slack.workspace.message(CHANNEL, second_ts), "Approve")
+    url, _ = click(http_bot, action_id=approve["action_id"], value=approve["value"], user="U0FRANK",
+                   message_ts=second_ts)
+
+    assert "needs the approver role" in http_bot.slack.wait_for_response(url).body["text"]
+    assert http_bot.runtime.services().requests.get(second.id).approvals_counted == 0
+
+
+def test_an_approval_stops_counting_once_its_approver_left_the_group_before_the_request_completed(http_bot):
+    request = submit_upgrade(http_bot.runtime)
+    ts = http_bot.post_card(request)
+    approve = button(http_bot.slack.workspace.message(CHANNEL, ts), "Approve")
+    click(http_bot, action_id=approve["action_id"], value=approve["value"], user="U0FRANK", message_ts=ts)
+    http_bot.deliveries.wait_for(lambda ds: len(ds) == 1)
+    assert http_bot.runtime.services().requests.get(request.id).approvals_counted == 1
+
+    http_bot.slack.workspace.set_usergroup("S0SRE", [])
+    url, _ = click(http_bot, action_id=approve["action_id"], value=approve["value"], user="U0BOB", message_ts=ts)
+
+    assert "You approved" in http_bot.slack.wait_for_response(url).body["text"]
+    view = http_bot.runtime.services().requests.get(request.id)
+    assert (view.state, view.approvals_counted, view.approvers) == ("pending", 1, ("U0BOB",))
+    assert "1 of 2 approvals" in text_of(http_bot.slack.workspace.message(CHANNEL, ts).blocks)
+
+
 def test_when_slack_cannot_list_a_user_group_its_members_get_no_role(http_bot):
     request = submit_upgrade(http_bot.runtime)
     ts = http_bot.post_card(request)
