@@ -52,4 +52,4 @@ class Services:
         engine in this process notice run controls at once; `roles` says who holds which
         role now (default: the configuration alone, without Slack user groups)."""
         return cls(config=config, fleet=fleet, requests=RequestService(database, config, roles=roles),
-                   runs=RunService(database, wake=wake_engine), database=database)
+                   runs=RunService(database, wake=wake_engine, names=config.access.names), database=database)

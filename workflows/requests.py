@@ -52,7 +52,7 @@ from storage.ids import RequestId
 from storage.requests import Request, RequestKind, RequestState
 from workflows import policy
 from workflows import request_messages as say
-from workflows.access import AccessDenied, Actor, Role
+from workflows.access import AccessDenied, Actor, Role, public_name
 from workflows.config import GpuopsConfig, PoolConfig
 from workflows.plans import Plan, PlanSummary, plan_from_json, plan_hash, plan_to_json, short_hash
 from workflows.policy import ApproverNow, Refusal, RefusalCode
@@ -234,7 +234,7 @@ class RequestService:
             self._notify(row, event="request.created", state=policy.state_at_creation(required),
                          now=now, dedupe="created",
                          text=say.thread_created(
-                             request_id=row.id, requester_name=actor.name, kind=kind, pool=pool,
+                             request_id=row.id, requester_name=self._public(actor), kind=kind, pool=pool,
                              nodes=len(plan.nodes), waves=len(plan.waves), reason=row.reason,
                              plan_hash=digest, approvals_required=required, expires_at=expires_at))
             if policy.state_at_creation(required) == "approved":
@@ -276,8 +276,8 @@ class RequestService:
                             "approvals_required": decision.approvals_required})
                 self._notify(
                     request, event="request.approval", state=new, now=now,
-                    dedupe=f"approval/{actor.user_id}/{request.plan_hash}",
-                    text=say.thread_approval(request_id=request.id, approver=actor.name,
+                    dedupe=f"approval/{actor.user_id}/{request.plan_hash}", people=(actor.user_id,),
+                    text=say.thread_approval(request_id=request.id, approver=self._public(actor),
                                              counted=decision.approvals_counted,
                                              required=decision.approvals_required))
                 return self._view(self._load(request.id))
@@ -307,8 +307,8 @@ class RequestService:
                             before="pending", after="denied", now=now,
                             detail={"plan_hash": request.plan_hash, "reason": why})
                 self._notify(request, event="request.denied", state="denied", now=now,
-                             dedupe="denied",
-                             text=say.thread_denied(request_id=request.id, approver=actor.name,
+                             dedupe="denied", people=(actor.user_id,),
+                             text=say.thread_denied(request_id=request.id, approver=self._public(actor),
                                                     reason=why))
                 return self._view(self._load(request.id))
         assert verdict.refusal is not None
@@ -328,8 +328,8 @@ class RequestService:
                             before=request.state, after="cancelled", now=now,
                             detail={"plan_hash": request.plan_hash})
                 self._notify(request, event="request.cancelled", state="cancelled", now=now,
-                             dedupe="cancelled",
-                             text=say.thread_cancelled(request_id=request.id, actor=actor.name))
+                             dedupe="cancelled", people=(actor.user_id,),
+                             text=say.thread_cancelled(request_id=request.id, actor=self._public(actor)))
                 return self._view(self._load(request.id))
         assert verdict.refusal is not None
         raise _refused(verdict.refusal)
@@ -364,8 +364,8 @@ class RequestService:
                             detail={"old_plan_hash": request.plan_hash, "new_plan_hash": digest,
                                     "approvals_voided": voided})
                 self._notify(request, event="request.replanned", state="pending", now=now,
-                             dedupe=f"replanned/{digest}",
-                             text=say.thread_replanned(request_id=request.id, actor=actor.name,
+                             dedupe=f"replanned/{digest}", people=(actor.user_id,),
+                             text=say.thread_replanned(request_id=request.id, actor=self._public(actor),
                                                        plan_hash=digest, voided=voided))
                 return self._view(self._load(request.id))
         assert verdict.refusal is not None
@@ -408,8 +408,8 @@ class RequestService:
                                 "window_end": _time(window_end)})
             required = policy.approvals_required(request, pool_policy)
             self._notify(request, event="request.replanned", state=policy.state_at_creation(required), now=now,
-                         dedupe=f"extended/{digest}",
-                         text=say.thread_extended(request_id=request.id, actor=actor.name,
+                         dedupe=f"extended/{digest}", people=(actor.user_id,),
+                         text=say.thread_extended(request_id=request.id, actor=self._public(actor),
                                                   window_end=window_end, plan_hash=digest,
                                                   voided=voided))
             if policy.state_at_creation(required) == "approved":
@@ -437,7 +437,8 @@ class RequestService:
                                 "plan_hash": request.plan_hash})
             self._notify(request, event="request.missed", state="missed", now=now, dedupe="missed",
                          text=say.thread_missed(request_id=request.id,
-                                                requester_name=request.requester_name,
+                                                requester_name=public_name(request.requester, names=self._names,
+                                                                           fallback=request.requester_name),
                                                 window_start=request.window_start,
                                                 window_end=request.window_end, now=now))
             return self._view(self._load(request.id))
@@ -484,6 +485,9 @@ class RequestService:
     @property
     def _names(self) -> dict[str, str]:
         return self._config.access.names
+
+    def _public(self, actor: Actor) -> str:
+        return public_name(actor.user_id, names=self._names, fallback=actor.name)
 
     def _approver_now(self, request: Request) -> ApproverNow:
         """Whether a user holds the approver role for the request's pool now; each user
@@ -560,7 +564,7 @@ class RequestService:
 
     def _notify(
         self, request: Request, *, event: str, state: str, text: str, now: dt.datetime,
-        dedupe: str,
+        dedupe: str, people: Sequence[str] = (),
     ) -> None:
         if request.channel is None:
             return
@@ -568,7 +572,10 @@ class RequestService:
             self._db, channel=request.channel, thread_ts=request.thread_ts, kind="post", at=now,
             dedupe_key=f"{request.id}/{dedupe}",
             payload={"event": event, "request_id": request.id, "pool": request.pool,
-                     "kind": request.kind, "state": state, "text": text})
+                     "kind": request.kind, "state": state, "text": text,
+                     # Whose `<@…>` in the text is a mention gpuops wrote (the notifier
+                     # escapes all other markup).
+                     "people": sorted({request.requester, *people})})
 
     def _view(self, request: Request) -> RequestView:
         decisions = self._decisions(request)

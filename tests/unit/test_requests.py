@@ -49,7 +49,8 @@ CONFIG = GpuopsConfig.model_validate({
             "U0EVE": ["viewer"],
             "U0OTTO": ["operator"],
         },
-        "names": {"U0BOB": "Bob", "U0CAROL": "Carol"},
+        "names": {"U0ADA": "Ada", "U0BOB": "Bob", "U0CAROL": "Carol", "U0DAN": "Dan", "U0EVE": "Eve",
+                  "U0OTTO": "Otto", "U0PAM": "Pam"},
     },
 })
 ada, bob, carol, dan, eve, otto, pam = (
