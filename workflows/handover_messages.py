@@ -176,6 +176,10 @@ def ack_not_counted(*, name: str, shift: str) -> str:
     )
 
 
+def ack_already_yours(*, name: str, acked_at: dt.datetime, zone: zoneinfo.ZoneInfo) -> str:
+    return f"{name} acknowledged this handover already, at {when(acked_at, zone)}."
+
+
 def ack_already(*, name: str, acked_by: str, acked_at: dt.datetime,
                 zone: zoneinfo.ZoneInfo) -> str:
     return (
