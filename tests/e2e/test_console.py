@@ -19,9 +19,10 @@ from freezegun import freeze_time
 from bot.console import run_console
 from bot.render_text import render_text
 from commands.handover import handover_message
+from commands.reply import Reply
 from workflows.handover_service import HandoverService
 
-from tests.e2e.conftest import ROOT, submit_upgrade
+from tests.e2e.conftest import ROOT, a_plan, submit_upgrade
 
 START = dt.datetime(2025, 6, 7, 12, 0, tzinfo=dt.timezone.utc)
 
@@ -250,3 +251,28 @@ def test_gpuops_audit_verify_refuses_an_expected_head_it_cannot_read(runtime):
 
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "--expected: '42:not-a-hash' is not an audit head: it is SEQ:HASH" in result.stderr
+
+
+def test_escape_sequences_in_a_reason_never_reach_the_terminal(runtime):
+    services = runtime.services()
+    hostile = "fix\x1b[2J\x1b[1;1H\x1b[32mAPPROVED BY ERIN\x1b[0m\x1b]0;owned\x07\r\x08 \x1b]8;;https://evil\x1b\\link"
+    request = services.requests.submit(
+        runtime.config.actor("U0ALICE"), kind="upgrade", pool="serving-a", targets=["serving-a-000"],
+        plan=a_plan(), window_start=None, window_end=None, reason=hostile, now=dt.datetime.now(dt.timezone.utc))
+
+    code, transcript = console(runtime, f"/gpu request {request.id}\n/gpu requests", as_user="U0BOB")
+
+    assert code == 0
+    assert not any(c in transcript for c in "\x1b\x07\r\x08\x9b")
+    assert "fixAPPROVED BY ERIN" in transcript and "link" in transcript
+    assert "https://evil" not in transcript
+
+
+def test_text_for_a_terminal_keeps_what_it_says_and_drops_what_would_act_on_the_terminal():
+    reply = Reply(title="Request req-1 \x1b[31mred\x1b[0m", summary="line one\nline\ttwo\r\x7f\u202eevil",
+                  visibility="ephemeral")
+
+    text = render_text(reply)
+
+    assert text.startswith("Request req-1 red\n")
+    assert "line one\nline\ttwo\ufffd\ufffd\ufffdevil" in text
