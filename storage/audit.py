@@ -223,12 +223,12 @@ def _unaudited(db: Database) -> str | None:
         "SELECT id, state FROM requests WHERE state != 'pending' AND NOT EXISTS "
         "(SELECT 1 FROM audit WHERE audit.request_id = requests.id) ORDER BY created_at LIMIT 1")
     if request is not None:
-        return _request_unaudited(request["id"], request["state"])
+        return _unaudited_row("request", request["id"], request["state"])
     run = db.query_one(
         "SELECT id, state FROM runs WHERE NOT EXISTS "
         "(SELECT 1 FROM audit WHERE audit.run_id = runs.id) ORDER BY created_at LIMIT 1")
     if run is not None:
-        return _run_unaudited(run["id"], run["state"])
+        return _unaudited_row("run", run["id"], run["state"])
     return None
 
 
@@ -358,12 +358,8 @@ def _anchor_unreadable(why: str) -> str:
     return f"the audit anchor ({ANCHOR_KEY}) cannot be read, so it was changed ({why})"
 
 
-def _request_unaudited(request_id: str, state: str) -> str:
-    return f"request {request_id} is {state} but no audit row mentions it: its rows were wiped"
-
-
-def _run_unaudited(run_id: str, state: str) -> str:
-    return f"run {run_id} is {state} but no audit row mentions it: its rows were wiped"
+def _unaudited_row(what: str, id: str, state: str) -> str:
+    return f"{what} {id} is {state} but no audit row mentions it: its rows were wiped"
 
 
 def _changed_row(seq: int) -> str:

@@ -38,6 +38,16 @@ def button(message, label: str) -> dict:
                 if e["text"]["text"] == label)
 
 
+def approved_by(bot, user: str):
+    """A fresh upgrade request's card in the channel, approved by `user` (waited for)."""
+    request = submit_upgrade(bot.runtime)
+    ts = bot.post_card(request)
+    approve = button(bot.slack.workspace.message(CHANNEL, ts), "Approve")
+    click(bot, action_id=approve["action_id"], value=approve["value"], user=user, message_ts=ts)
+    bot.deliveries.wait_for(lambda ds: len(ds) == 1)
+    return request, ts, approve
+
+
 # ------------------------------------------------------------------ commands
 
 
@@ -313,11 +323,9 @@ def test_roles_from_a_slack_user_group_let_its_members_approve(http_bot):
 
 
 def test_someone_just_taken_out_of_an_approver_group_cannot_approve_on_the_cached_members(http_bot):
-    first, second = submit_upgrade(http_bot.runtime), submit_upgrade(http_bot.runtime)
-    first_ts, second_ts = http_bot.post_card(first), http_bot.post_card(second)
-    approve = button(http_bot.slack.workspace.message(CHANNEL, first_ts), "Approve")
-    click(http_bot, action_id=approve["action_id"], value=approve["value"], user="U0FRANK", message_ts=first_ts)
-    http_bot.deliveries.wait_for(lambda ds: len(ds) == 1)
+    approved_by(http_bot, "U0FRANK")  # reads the group's members into the cache
+    second = submit_upgrade(http_bot.runtime)
+    second_ts = http_bot.post_card(second)
 
     http_bot.slack.workspace.set_usergroup("S0SRE", [])  # well within the 5-minute cache
     approve = button(http_bot.slack.workspace.message(CHANNEL, second_ts), "Approve")
@@ -329,11 +337,7 @@ def test_someone_just_taken_out_of_an_approver_group_cannot_approve_on_the_cache
 
 
 def test_an_approval_stops_counting_once_its_approver_left_the_group_before_the_request_completed(http_bot):
-    request = submit_upgrade(http_bot.runtime)
-    ts = http_bot.post_card(request)
-    approve = button(http_bot.slack.workspace.message(CHANNEL, ts), "Approve")
-    click(http_bot, action_id=approve["action_id"], value=approve["value"], user="U0FRANK", message_ts=ts)
-    http_bot.deliveries.wait_for(lambda ds: len(ds) == 1)
+    request, ts, approve = approved_by(http_bot, "U0FRANK")
     assert http_bot.runtime.services().requests.get(request.id).approvals_counted == 1
 
     http_bot.slack.workspace.set_usergroup("S0SRE", [])
