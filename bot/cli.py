@@ -124,6 +124,8 @@ def _run(args: argparse.Namespace) -> int:
             print(f"gpuops run: {err}", file=sys.stderr)
             return EXIT_CONFIG
         stop = _stop_event()
+        # Published in the log as well as in each handover post (`audit verify --expected`).
+        log.info(msg.audit_head_log(audit.head_of(runtime.database.get()).text))
         # Every replica answers Slack; the one holding the engine Lease also runs the
         # engine, the scheduler and the notifier (stopped by runtime.close()).
         runtime.start_background(replica_identity(), slack=client)
@@ -134,7 +136,8 @@ def _run(args: argparse.Namespace) -> int:
             stop.wait()
             handler.close()
         else:
-            server = SlackHttpServer(app, host=args.host, port=args.port).start()
+            server = SlackHttpServer(app, signing_secret=str(credentials.signing_secret), host=args.host,
+                                     port=args.port).start()
             log.info(msg.started("HTTP", server.url))
             stop.wait()
             server.stop()
@@ -172,12 +175,20 @@ def _audit(args: argparse.Namespace) -> int:
     if not path.is_file():
         print(f"gpuops audit: {msg.no_database(str(path))}", file=sys.stderr)
         return EXIT_CONFIG
+    expected = None
+    if args.audit_command == "verify" and args.expected is not None:
+        try:
+            expected = audit.parse_head(args.expected)
+        except audit.BadHead as err:
+            print(f"gpuops audit verify: --expected: {err}", file=sys.stderr)
+            return EXIT_CONFIG
     db = open_database(path)
     try:
         if args.audit_command == "verify":
-            result = audit.verify(db)
+            result = audit.verify(db, expected=expected)
             if result.ok:
-                print(msg.audit_intact(result.checked))
+                print(msg.audit_intact(result.checked, head=audit.head_of(db).text,
+                                       expected=expected.text if expected else None))
                 return 0
             print(msg.audit_broken(result.checked, result.first_bad_seq, result.problem or "unknown"))
             return EXIT_FAILED
@@ -240,7 +251,10 @@ def parser() -> argparse.ArgumentParser:
                    help="act as this Slack user id (roles from the configuration)")
     p = sub.add_parser("audit", parents=shared, help="verify or export the audit log")
     audit_sub = p.add_subparsers(dest="audit_command", required=True)
-    audit_sub.add_parser("verify", parents=shared, help="check every hash of the chain; exit 1 if broken")
+    v = audit_sub.add_parser("verify", parents=shared, help="check every hash of the chain; exit 1 if broken")
+    v.add_argument("--expected", metavar="SEQ:HASH",
+                   help="a chain head gpuops published earlier (in a handover post or its log): that entry "
+                        "must still be in the chain with that hash, which a rewritten database cannot fake")
     e = audit_sub.add_parser("export", parents=shared, help="every entry as JSON lines")
     e.add_argument("--output", "-o", help="file to write (default: standard output)")
     return top

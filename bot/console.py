@@ -25,7 +25,7 @@ from bot import messages as msg
 from bot.clicks import Click, Outcome, press
 from bot.drain_form import drain_usage
 from bot.intents import confirm_for
-from bot.render_text import render_text
+from bot.render_text import render_text, terminal_safe
 from bot.wiring import Runtime
 from commands.catalog import dispatch
 from commands.reply import Reply
@@ -60,7 +60,7 @@ class Console:
         return self.runtime.config.actor(user_id, via="console")
 
     def say(self, text: str) -> None:
-        self.out.write(text.rstrip("\n") + "\n")
+        self.out.write(terminal_safe(text.rstrip("\n")) + "\n")
         self.out.flush()
 
     def show(self, reply: Reply) -> None:
@@ -69,7 +69,7 @@ class Console:
         self.last_ok = reply.ok
 
     def prompt(self) -> str:
-        return f"{self.actor.name}> "
+        return terminal_safe(f"{self.actor.name}> ")
 
     # -------------------------------------------------------------- the loop
     def run(self) -> int:
@@ -154,7 +154,7 @@ def reader_of(lines: Iterable[str], *, out: TextIO, echo: bool) -> Reader:
     def read(prompt: str) -> str | None:
         line = next(iterator, None)
         if line is not None and echo:
-            out.write(f"{prompt}{line.rstrip()}\n")
+            out.write(terminal_safe(f"{prompt}{line.rstrip()}") + "\n")
         return line
 
     return read

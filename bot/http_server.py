@@ -1,98 +1,195 @@
-"""HTTP mode: a small threaded HTTP server in front of the Bolt app.
+"""HTTP mode: the Bolt app behind waitress, a kept production WSGI server.
 
-Slack POSTs slash commands, clicks and events to `/slack/events`; the app checks the
-signature and the timestamp (older than 5 minutes is refused) and answers 401 when
-either is wrong. `/healthz` answers 200 for a liveness probe. Bodies over 1 MiB are
-refused before they are read: nothing Slack sends is that large.
+Slack POSTs slash commands, clicks and events to `/slack/events`; `/healthz` answers 200
+for a liveness probe on the same server. Put it behind the cluster's TLS ingress; Slack
+only calls HTTPS URLs.
 
-Put it behind the cluster's TLS ingress; Slack only calls HTTPS URLs.
+What waitress does for us (its settings, from `HttpSettings`): it reads every request
+whole on its event loop before a worker thread sees it, so a slow or silent client
+holds no thread; it drops a connection idle for `read_timeout` seconds (a client that
+announces a body and sends nothing); it stops accepting past `max_connections` open
+connections (the rest wait in the listen `backlog`, which is large, so a burst is
+queued, not reset); it refuses bodies over `max_body` with 413, and it reads
+`Transfer-Encoding: chunked` bodies itself.
+
+What gpuops does before Bolt sees a request (`SlackEndpoint`): it checks the signature
+and timestamp over the raw bytes, and only then decodes and parses the body. A request
+that fails gets 401 (signature) or 400 (a signed body that is not a Slack payload) and
+one log line that names the reason and the client, never the body. Bolt checks the
+signature again (its own middleware), so an app dispatched some other way is still
+guarded.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import urlsplit
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
 
-from slack_bolt import App, BoltRequest
+from slack_bolt import App, BoltRequest, BoltResponse
+from slack_bolt.adapter.wsgi import SlackRequestHandler
+from slack_bolt.adapter.wsgi.http_request import WsgiHttpRequest
+from waitress import wasyncore
+from waitress.server import create_server
+
+from bot import messages as msg
 
 log = logging.getLogger("gpuops.bot.http")
 
 EVENTS_PATH = "/slack/events"
 HEALTH_PATH = "/healthz"
-MAX_BODY = 1 << 20
+# Slack refuses requests signed more than five minutes away from now.
+MAX_CLOCK_SKEW = 300
+# waitress counts its own listening socket and its wake-up pipe among the open ones.
+_WAITRESS_OWN_SOCKETS = 2
+
+StartResponse = Callable[..., Any]
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-    app: App
+@dataclass(frozen=True)
+class HttpSettings:
+    """How the HTTP server protects itself; every number is a waitress setting."""
+
+    # Connections the kernel queues while every slot is taken (Linux caps it at
+    # net.core.somaxconn); Python's http.server default of 5 reset bursts.
+    backlog: int = 1024
+    # Seconds a connection may send nothing before it is closed (whole seconds: waitress).
+    read_timeout: int = 10
+    # Open connections at most; past it new ones wait in the backlog.
+    max_connections: int = 200
+    # Worker threads running the ack (the work itself runs on Bolt's listener pool).
+    threads: int = 8
+    # Nothing Slack sends comes near this.
+    max_body: int = 1 << 20
+
+    def __post_init__(self) -> None:
+        for name in ("backlog", "read_timeout", "max_connections", "threads", "max_body"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"HttpSettings.{name} must be at least 1, not {getattr(self, name)}")
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    server_version = "gpuops"
-    protocol_version = "HTTP/1.1"
+def signature_problem(*, secret: str, body: bytes, timestamp: str | None, signature: str | None,
+                      now: float) -> str | None:
+    """Why the request is not signed by Slack with `secret`, or None when it is.
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        if urlsplit(self.path).path == HEALTH_PATH:
-            self._send(200, b"ok\n", {"Content-Type": "text/plain"})
-        else:
-            self._send(404, b"not found\n", {"Content-Type": "text/plain"})
+    Done here over the raw bytes, not with slack_sdk's SignatureVerifier, because that one
+    raises on a non-numeric timestamp or a non-ASCII signature and decodes the body before
+    it checks anything."""
+    if not timestamp or not signature:
+        return msg.http_unsigned()
+    if not (timestamp.isascii() and timestamp.isdigit()) or len(timestamp) > 12:
+        return msg.http_bad_timestamp()
+    skew = abs(now - int(timestamp))
+    if skew > MAX_CLOCK_SKEW:
+        return msg.http_stale_timestamp(int(skew), MAX_CLOCK_SKEW)
+    base = b"v0:" + timestamp.encode("ascii") + b":" + body
+    expected = "v0=" + hmac.new(secret.encode("utf-8"), base, hashlib.sha256).hexdigest()
+    if not signature.isascii() or not hmac.compare_digest(expected.encode("ascii"), signature.encode("ascii")):
+        return msg.http_bad_signature()
+    return None
 
-    def do_POST(self) -> None:  # noqa: N802
-        url = urlsplit(self.path)
-        if url.path != EVENTS_PATH:
-            self._send(404, b"not found\n", {"Content-Type": "text/plain"})
-            return
+
+class SlackEndpoint(SlackRequestHandler):
+    """Bolt's WSGI adapter with the signature checked before the body is parsed."""
+
+    def __init__(self, app: App, *, signing_secret: str, clock: Callable[[], float] = time.time) -> None:
+        super().__init__(app, path=EVENTS_PATH)
+        self._secret = signing_secret
+        self._clock = clock
+
+    def dispatch(self, request: WsgiHttpRequest) -> BoltResponse:
+        environ = request.environ
+        client = str(environ.get("REMOTE_ADDR") or "unknown")
+        length = int(environ.get("CONTENT_LENGTH") or 0)  # waitress has checked it (and de-chunked)
+        raw = environ["wsgi.input"].read(length) if length else b""
+        headers = request.get_headers()
+        problem = signature_problem(secret=self._secret, body=raw, now=self._clock(),
+                                    timestamp=_one(headers.get("x-slack-request-timestamp")),
+                                    signature=_one(headers.get("x-slack-signature")))
+        if problem is not None:
+            log.warning(msg.http_rejected(client, 401, problem))
+            return BoltResponse(status=401, body="")
         try:
-            length = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            length = -1
-        if length < 0 or length > MAX_BODY:
-            self._send(413, b"request too large\n", {"Content-Type": "text/plain"})
-            return
-        body = self.rfile.read(length).decode("utf-8", errors="replace")
-        headers = {name.lower(): value for name, value in self.headers.items()}
-        response = self.server.app.dispatch(BoltRequest(body=body, query=url.query, headers=headers))
-        out_headers = {name: values[0] for name, values in response.headers.items() if values}
-        self._send(response.status, (response.body or "").encode("utf-8"), out_headers)
+            bolt_request = BoltRequest(body=raw.decode("utf-8"), query=request.query_string, headers=headers)
+        except Exception as err:  # noqa: BLE001 - parsing does no I/O: any failure is the body's
+            log.warning(msg.http_rejected(client, 400, msg.http_unparsable(type(err).__name__)))
+            return BoltResponse(status=400, body="")
+        return self.app.dispatch(bolt_request)
 
-    def _send(self, status: int, body: bytes, headers: dict[str, str]) -> None:
-        self.send_response(status)
-        for name, value in headers.items():
-            if name.lower() != "content-length":
-                self.send_header(name, value)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - http.server's signature
-        log.debug("%s " + format, self.address_string(), *args)
+def _one(value: str | Iterable[str] | None) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return next(iter(value), None)
+
+
+class _Routes:
+    """The WSGI application: /healthz, else Bolt's adapter (404 for any other path)."""
+
+    def __init__(self, endpoint: SlackEndpoint) -> None:
+        self._endpoint = endpoint
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") == HEALTH_PATH and environ.get("REQUEST_METHOD") in ("GET", "HEAD"):
+            start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "3")])
+            return [b"ok\n"]
+        try:
+            return self._endpoint(environ, start_response)
+        except Exception:  # noqa: BLE001 - one line of ours, not waitress's traceback to stderr
+            log.exception(msg.http_failed(str(environ.get("PATH_INFO"))))
+            start_response("500 Internal Server Error", [("Content-Length", "0")])
+            return [b""]
 
 
 class SlackHttpServer:
     """Serves `app` on host:port (port 0: a free one) until `stop()`."""
 
-    def __init__(self, app: App, *, host: str = "0.0.0.0", port: int = 3000) -> None:
-        self._server = _Server((host, port), _Handler)
-        self._server.app = app
+    def __init__(self, app: App, *, signing_secret: str, host: str = "0.0.0.0", port: int = 3000,
+                 settings: HttpSettings = HttpSettings()) -> None:
+        self.settings = settings
+        self._map: dict[int, Any] = {}
+        self._server = create_server(
+            _Routes(SlackEndpoint(app, signing_secret=signing_secret)), map=self._map, host=host, port=port,
+            backlog=settings.backlog, threads=settings.threads, max_request_body_size=settings.max_body,
+            connection_limit=settings.max_connections + _WAITRESS_OWN_SOCKETS,
+            channel_timeout=settings.read_timeout, cleanup_interval=1, ident="gpuops",
+            # A client hanging up is routine, not a stack trace in the log.
+            log_socket_errors=False, clear_untrusted_proxy_headers=True)
+        # waitress warns "Task queue depth is N" whenever a request finds no idle thread,
+        # even the first request after start; a burst from Slack queues for milliseconds.
+        logging.getLogger("waitress.queue").setLevel(logging.ERROR)
+        self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}{EVENTS_PATH}"
+        return f"http://{self._server.effective_host}:{self._server.effective_port}{EVENTS_PATH}"
+
+    @property
+    def health_url(self) -> str:
+        return f"http://{self._server.effective_host}:{self._server.effective_port}{HEALTH_PATH}"
 
     def start(self) -> SlackHttpServer:
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
-                                        name="gpuops-http", daemon=True)
+        self._thread = threading.Thread(target=self._serve, name="gpuops-http", daemon=True)
         self._thread.start()
         return self
 
+    def _serve(self) -> None:
+        # The event loop runs here, one turn at a time, so stop() only has to ask: every
+        # socket is closed on this thread, never under the loop's feet.
+        while not self._stopping.is_set():
+            wasyncore.loop(timeout=1.0, map=self._map, use_poll=True, count=1)
+        self._server.task_dispatcher.shutdown(timeout=5)
+        wasyncore.close_all(self._map)
+
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._stopping.set()
+        self._server.pull_trigger()
         if self._thread is not None:
-            self._thread.join(timeout=5)
+            self._thread.join(timeout=10)
+

@@ -3,9 +3,12 @@ user id and the Slack user groups they belong to.
 
 Group members are read with usergroups.users.list, one call per group the configuration
 names (in `access.usergroups` or as `group:S…` in a pool's approvers), and kept for
-`ttl` (5 minutes). A lookup that fails grants nothing from that group (fail closed) and
-is tried again after `failure_ttl`, so a Slack outage cannot hand out roles and does not
-turn into a call per command either. Names come from the configuration, else users.info
+`ttl` (5 minutes). An approval click reads them again at once (`fresh`), so someone just
+taken out of an approver group cannot approve on the cached list, and the earlier
+approvals counted with it are re-checked on fresh members too (`roles_of`). A lookup
+that fails grants nothing from that group (fail closed) and is tried again after
+`failure_ttl`, so a Slack outage cannot hand out roles and does not turn into a call per
+command either. Names come from the configuration, else users.info
 (cached the same way), else what the payload says, else the id.
 """
 
@@ -53,16 +56,26 @@ class SlackDirectory:
         self._groups: dict[str, _Cached] = {}
         self._names: dict[str, tuple[str | None, float]] = {}
 
-    def actor(self, user_id: str, *, fallback_name: str | None = None) -> Actor:
-        groups = tuple(g for g in configured_groups(self._config) if user_id in self._members(g))
+    def actor(self, user_id: str, *, fallback_name: str | None = None, fresh: bool = False) -> Actor:
+        """The user with their roles; `fresh` reads the user groups from Slack now
+        instead of from the cache (an approval click)."""
+        groups = self._groups_of(user_id, fresh=fresh)
         name = self._config.access.names.get(user_id) or self._name(user_id) or fallback_name or user_id
         return self._config.actor(user_id, groups=groups, via="slack", name=name)
 
-    def _members(self, group: str) -> frozenset[str]:
+    def roles_of(self, user_id: str) -> Actor:
+        """The user's roles as the cache knows them, without asking Slack for a name
+        (`workflows.requests.RoleLookup`)."""
+        return self._config.actor(user_id, groups=self._groups_of(user_id), via="slack")
+
+    def _groups_of(self, user_id: str, *, fresh: bool = False) -> tuple[str, ...]:
+        return tuple(g for g in configured_groups(self._config) if user_id in self._members(g, fresh=fresh))
+
+    def _members(self, group: str, *, fresh: bool = False) -> frozenset[str]:
         now = self._clock()
         with self._lock:
             cached = self._groups.get(group)
-        if cached is None or cached.until <= now:
+        if fresh or cached is None or cached.until <= now:
             try:
                 cached = _Cached(self._api.usergroup_members(group), now + self._ttl)
             except Exception as err:  # noqa: BLE001 - any failure fails closed

@@ -67,6 +67,37 @@ def stopping() -> str:
     return "gpuops is stopping"
 
 
+# ------------------------------------------------------------------ the HTTP endpoint (never the body)
+
+
+def http_rejected(client: str, status: int, why: str) -> str:
+    return f"refused a request to /slack/events from {client} with {status}: {why}"
+
+
+def http_unsigned() -> str:
+    return "it has no X-Slack-Signature or X-Slack-Request-Timestamp header"
+
+
+def http_bad_timestamp() -> str:
+    return "X-Slack-Request-Timestamp is not a number of seconds"
+
+
+def http_stale_timestamp(skew: int, limit: int) -> str:
+    return f"it was signed {skew} s away from now (at most {limit} s are allowed; is a clock wrong?)"
+
+
+def http_bad_signature() -> str:
+    return "the signature does not match the body (is SLACK_SIGNING_SECRET the app's current one?)"
+
+
+def http_unparsable(error: str) -> str:
+    return f"the signed body is not a Slack payload ({error})"
+
+
+def http_failed(path: str) -> str:
+    return f"answering a request to {path} failed"
+
+
 # ------------------------------------------------------------------ buttons
 
 
@@ -376,8 +407,14 @@ def console_unknown(line: str) -> str:
 # ------------------------------------------------------------------ audit
 
 
-def audit_intact(count: int) -> str:
-    return f"The audit log is intact: {count} entr{'y' if count == 1 else 'ies'}, every hash chains."
+def audit_intact(count: int, *, head: str, expected: str | None = None) -> str:
+    published = f" It holds the published head {expected}." if expected else ""
+    return (f"The audit log is intact: {count} entr{'y' if count == 1 else 'ies'}, every hash chains.{published}"
+            f"\nIts head now: {head} (keep it; `gpuops audit verify --expected {head}` checks it later).")
+
+
+def audit_head_log(head: str) -> str:
+    return f"audit chain head {head}"
 
 
 def audit_broken(checked: int, first_bad: int | None, problem: str) -> str:

@@ -27,8 +27,10 @@ What it does, as a runbook (one pass of `deliver_due`):
 
 Escaping: every text from the payload is escaped for mrkdwn (`bot.render_blocks.escape`:
 &, <, >), so user text (a request's reason) can never form a mention, a broadcast or a
-link. Mentions are the only markup the notifier writes itself, built from the payload's
-`mentions` ids after checking they are plain Slack ids.
+link. Mentions are the only markup that comes through: those the notifier writes itself
+from the payload's `mentions` ids, and the `<@U…>` a request's sentence names someone by
+(`workflows.access.public_name`) for the ids its payload lists as `people`; each id is
+checked to be a plain Slack id first.
 
 Delivery is at least once. The outbox dedupe key keeps a repeated transition from
 queueing a message twice; a message marked sent is never claimed again, so a restarted
@@ -425,7 +427,7 @@ class Notifier:
         thread = message.thread_ts
         if thread is None and request.channel == channel:
             thread = request.thread_ts  # queued before the thread existed
-        text = _text(str(payload.get("text") or request_id))
+        text = _with_people(payload.get("people"), _text(str(payload.get("text") or request_id)))
         if thread is None:
             # The first message of the request opens its thread with the card.
             card = self._card_message(request_id, now=now)
@@ -540,6 +542,15 @@ def mention_markup(mentions: Any) -> str:
             else:
                 log.warning("left out mention %r: not a Slack %s id", value, key[:-1])
     return " ".join(parts)
+
+
+def _with_people(people: Any, escaped: str) -> str:
+    """The escaped text with `<@U…>` restored for each Slack user id in `people`."""
+    for raw in people if isinstance(people, list) else ():
+        user = str(raw)
+        if _SLACK_ID.match(user) and user.startswith(("U", "W")):
+            escaped = escaped.replace(f"&lt;@{user}&gt;", f"<@{user}>")
+    return escaped
 
 
 def _with_mentions(mentions: Any, text: str) -> str:

@@ -1,5 +1,10 @@
 """Replies as plain text, for the console and the command line (Jinja2 template
-`templates/reply.txt.j2`). Nothing is cut here: a terminal scrolls."""
+`templates/reply.txt.j2`). Nothing is cut here: a terminal scrolls.
+
+What reaches a terminal goes through `terminal_safe`: a reason or a name is text someone
+typed into Slack, and an escape sequence in it would otherwise act on the reader's
+terminal (clear the screen, rewrite a line with a carriage return, recolour a warning,
+set the window title, print a link that points elsewhere)."""
 
 from __future__ import annotations
 
@@ -12,6 +17,22 @@ from bot.intents import confirm_for
 from commands.reply import Fact, Intent, Reply, Table
 
 _TEMPLATES = Path(__file__).with_name("templates")
+
+# ECMA-48 sequences: CSI (ESC [ or the C1 byte), OSC/DCS/APC/PM/SOS strings ended by BEL
+# or ST on the same line (an unended one loses only its introducer, never the text after
+# it), and two-character escapes; then any control character left, but tab and newline;
+# and the bidirectional overrides that make text read in another order than it is.
+_SEQUENCE = re.compile(
+    r"(?:\x1b\[|\x9b)[\x30-\x3f]*[\x20-\x2f]*[\x40-\x7e]?"
+    r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c\n]*(?:\x07|\x1b\\|\x9c)"
+    r"|\x1b[\x20-\x7e]?")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def terminal_safe(text: str) -> str:
+    """`text` with terminal control sequences removed and other control characters
+    shown as U+FFFD, so what is printed is only what it says (tabs and newlines stay)."""
+    return _CONTROL.sub("\ufffd", _SEQUENCE.sub("", text))
 
 
 def _cell(text: str, width: int | None) -> str:
@@ -52,5 +73,5 @@ _ENV.globals["asks_to_confirm"] = _asks_to_confirm
 
 
 def render_text(reply: Reply) -> str:
-    text = _ENV.get_template("reply.txt.j2").render(reply=reply)
+    text = terminal_safe(_ENV.get_template("reply.txt.j2").render(reply=reply))
     return re.sub(r"\n{3,}", "\n\n", text).rstrip() + "\n"

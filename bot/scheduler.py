@@ -45,6 +45,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.date import DateTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
+from bot import messages as msg
 from commands.services import FleetSource
 from storage import idempotency, outbox
 from storage.database import PerThreadDatabase
@@ -251,8 +252,8 @@ def post_handovers(host: LeaderHost, now: dt.datetime) -> None:
     posted = service.post_due(host.fleet, now=now)
     fired = service.send_reminders(now)
     for view in posted:
-        log.info("handover %s queued for %s (%s shift from %s)", view.id, view.rotation, view.shift,
-                 view.shift_start.isoformat())
+        log.info("handover %s queued for %s (%s shift from %s); %s", view.id, view.rotation, view.shift,
+                 view.shift_start.isoformat(), msg.audit_head_log(view.audit_head or "unknown"))
     if posted or fired:
         host.notify()
 

@@ -65,6 +65,9 @@ COMMAND_SCOPE = "slack-retry"
 EVENT_SCOPE = "slack-retry"
 BUTTON_SCOPE = "button"
 WORKERS = 8
+# Clicks that decide a request: the clicker's user groups are read from Slack afresh, not
+# from the 5-minute cache, so someone just taken out of an approver group cannot decide.
+APPROVER_DECISIONS = frozenset({"approve", "deny"})
 _ACTION_IDS = re.compile(r"^gpuops\.[a-z]+(?:-[a-z]+)*\.\d+$", re.ASCII)
 
 
@@ -193,9 +196,10 @@ class SlackBot:
             response_url=body.get("response_url"),
         )
         try:
-            actor = self.directory.actor(user, fallback_name=(body.get("user") or {}).get("username"))
-            click = Click(action=action_of(str(action.get("action_id") or "")) or "", value=action.get("value"),
-                          actor=actor, now=self.clock())
+            clicked = action_of(str(action.get("action_id") or "")) or ""
+            actor = self.directory.actor(user, fallback_name=(body.get("user") or {}).get("username"),
+                                         fresh=clicked in APPROVER_DECISIONS)
+            click = Click(action=clicked, value=action.get("value"), actor=actor, now=self.clock())
             outcome = press(click, self.runtime.services())
             if outcome.wants_drain_form is not None:
                 context = DrainFormContext(channel=None if place.from_home else place.channel)
@@ -235,7 +239,7 @@ class SlackBot:
                       ephemeral=bool(context and context.ephemeral), from_home=bool(context and context.from_home),
                       response_url=context.response_url if context else None)
         try:
-            actor = self.directory.actor(user, fallback_name=(body.get("user") or {}).get("username"))
+            actor = self.directory.actor(user, fallback_name=(body.get("user") or {}).get("username"), fresh=True)
             click = Click(action="deny", value=context.value if context else None, actor=actor, now=self.clock(),
                           reason=submitted_reason(view))
             outcome = press(click, self.runtime.services())
@@ -386,5 +390,8 @@ def build_app(runtime: Runtime, *, client: WebClient, signing_secret: str | None
         error = cause.response.get("error") if isinstance(cause, SlackApiError) else "auth.test failed"
         raise SlackRejectedToken(msg.slack_rejected_token(str(error))) from None
     bot = bot or SlackBot(runtime, SlackApi(client))
+    # Approvals are re-checked against user groups too whenever they are counted, on
+    # every thread of this process (the notifier's cards as well as the clicks).
+    runtime.roles = bot.directory.roles_of
     bot.register(app)
     return app, bot

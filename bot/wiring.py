@@ -40,6 +40,7 @@ from workflows.first_seen import FirstSeen
 from workflows.drain import PdbView
 from workflows.kube import KubeGateway
 from workflows.lease import EngineLease, LeaseSettings
+from workflows.requests import RoleLookup
 from workflows.watchcache import FleetCache
 
 log = logging.getLogger("gpuops.bot.wiring")
@@ -85,12 +86,15 @@ class Runtime:
     # the lease need it.
     gateway: KubeGateway | None = None
     leadership: Leadership | None = None
+    # Who holds which role now (the Slack app sets its directory, which knows user
+    # groups); None: the configuration alone.
+    roles: RoleLookup | None = None
     _closers: list[Callable[[], None]] = field(default_factory=list)
 
     def services(self) -> Services:
         """Services for one command or click, on the calling thread's connection."""
         services = Services.on_database(config=self.config, fleet=self.fleet, database=self.database.get(),
-                                        on_approved=self.request_approved)
+                                        roles=self.roles, on_approved=self.request_approved)
         if self.gateway is not None:
             services.cluster = _LiveWorkloads(self.gateway)
             services.cordons = Cordons(services.database, self.gateway)  # type: ignore[arg-type]

@@ -67,6 +67,8 @@ def render_checklist(
             footer.insert(0, say.not_acknowledged_footer(shift=handover.shift))
             intents = (Intent(action=ACK_ACTION, label="Acknowledge", value=str(handover.id),
                               style="primary"),)
+        if handover.audit_head is not None:
+            footer.append(say.audit_head_footer(handover.audit_head))
     return Reply(
         title=title,
         summary="\n".join(summary) or None,

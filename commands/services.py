@@ -17,7 +17,7 @@ from workflows.config import GpuopsConfig
 from workflows.cordons import Cordons
 from workflows.drain import PdbView
 from workflows.inventory import Fleet
-from workflows.requests import RequestService
+from workflows.requests import RequestService, RoleLookup
 from workflows.runs import RunService
 
 
@@ -50,10 +50,13 @@ class Services:
 
     @classmethod
     def on_database(cls, *, config: GpuopsConfig, fleet: FleetSource, database: Database,
-                    wake_engine: Callable[[], None] | None = None,
+                    wake_engine: Callable[[], None] | None = None, roles: RoleLookup | None = None,
                     on_approved: Callable[[], None] | None = None) -> Services:
         """Every service on one database connection; `wake_engine` (Engine.wake) makes an
-        engine in this process notice run controls at once; `on_approved` is told when a
-        request becomes approved (so its run can start at once if its window is open)."""
-        return cls(config=config, fleet=fleet, requests=RequestService(database, config, on_approved=on_approved),
-                   runs=RunService(database, wake=wake_engine), database=database)
+        engine in this process notice run controls at once; `roles` says who holds which
+        role now (default: the configuration alone, without Slack user groups);
+        `on_approved` is told when a request becomes approved (so its run can start at
+        once if its window is open)."""
+        return cls(config=config, fleet=fleet,
+                   requests=RequestService(database, config, roles=roles, on_approved=on_approved),
+                   runs=RunService(database, wake=wake_engine, names=config.access.names), database=database)

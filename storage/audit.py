@@ -26,6 +26,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, TextIO
@@ -78,6 +79,29 @@ class AuditHead:
 
     seq: int
     hash: str
+
+    @property
+    def text(self) -> str:
+        """How the head is published: `SEQ:HASH` (`parse_head` reads it back)."""
+        return f"{self.seq}:{self.hash}"
+
+
+_HEAD_TEXT = re.compile(r"(\d{1,18}):([0-9a-f]{64})", re.ASCII)
+
+
+class BadHead(ValueError):
+    """A published head that is not `SEQ:HASH`; the message says what was wrong."""
+
+
+def parse_head(text: str) -> AuditHead:
+    """`SEQ:HASH` as gpuops publishes it (e.g. in a handover post) back into a head."""
+    found = _HEAD_TEXT.fullmatch(text.strip().lower())
+    if found is None:
+        raise BadHead(
+            f"{text!r} is not an audit head: it is SEQ:HASH as gpuops publishes it, the entry "
+            "number, a colon and the 64 hex digits of that entry's hash (e.g. 42:3f9a…)"
+        )
+    return AuditHead(seq=int(found.group(1)), hash=found.group(2))
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,11 +176,17 @@ def verify(db: Database, *, expected: AuditHead | None = None) -> VerifyResult:
     expected_seen = expected is None or expected.seq == 0
     for row in _rows_in_order(db):
         seq = row["seq"]
+        if not isinstance(seq, int) or isinstance(seq, bool):
+            return _bad(checked, previous.seq + 1, _unreadable_seq(previous.seq, seq))
         if seq != previous.seq + 1:
             return _bad(checked, previous.seq + 1, _missing_rows(previous.seq, seq))
         if row["prev_hash"] != previous.hash:
             return _bad(checked, seq, _broken_link(seq))
-        if _chain_hash(previous.hash, _hashed_fields(row)) != row["hash"]:
+        try:
+            digest = _chain_hash(previous.hash, _hashed_fields(row))
+        except (ValueError, TypeError, RecursionError) as err:  # garbage JSON, 1e400, NaN
+            return _bad(checked, seq, _unreadable_row(seq, err))
+        if digest != row["hash"]:
             return _bad(checked, seq, _changed_row(seq))
         if expected is not None and seq == expected.seq:
             if row["hash"] != expected.hash:
@@ -168,7 +198,10 @@ def verify(db: Database, *, expected: AuditHead | None = None) -> VerifyResult:
     if not expected_seen:
         assert expected is not None
         return _bad(checked, previous.seq + 1, _published_row_missing(expected.seq, previous.seq))
-    anchor = _anchor(db)
+    try:
+        anchor = _anchor(db)
+    except _UnreadableAnchor as err:
+        return _bad(checked, previous.seq or None, _anchor_unreadable(str(err)))
     if anchor is None:
         if checked:
             return _bad(checked, None, _anchor_missing(previous.seq))
@@ -178,7 +211,25 @@ def verify(db: Database, *, expected: AuditHead | None = None) -> VerifyResult:
         return _bad(checked - 1, previous.seq, _last_row_not_anchored(previous.seq))
     elif anchor.seq < previous.seq:
         return _bad(anchor.seq, anchor.seq + 1, _rows_after_anchor(anchor.seq, previous.seq))
+    unaudited = _unaudited(db)
+    if unaudited is not None:
+        return _bad(checked, None, unaudited)
     return VerifyResult(ok=True, checked=checked, first_bad_seq=None, problem=None)
+
+
+def _unaudited(db: Database) -> str | None:
+    """A decided request or a run that no audit row mentions, if there is one."""
+    request = db.query_one(
+        "SELECT id, state FROM requests WHERE state != 'pending' AND NOT EXISTS "
+        "(SELECT 1 FROM audit WHERE audit.request_id = requests.id) ORDER BY created_at LIMIT 1")
+    if request is not None:
+        return _unaudited_row("request", request["id"], request["state"])
+    run = db.query_one(
+        "SELECT id, state FROM runs WHERE NOT EXISTS "
+        "(SELECT 1 FROM audit WHERE audit.run_id = runs.id) ORDER BY created_at LIMIT 1")
+    if run is not None:
+        return _unaudited_row("run", run["id"], run["state"])
+    return None
 
 
 def export_jsonl(db: Database, stream: TextIO) -> int:
@@ -236,12 +287,22 @@ def _rows_in_order(db: Database) -> Iterator[dict[str, Any]]:
         yield dict(zip(names, values))
 
 
+class _UnreadableAnchor(ValueError):
+    pass
+
+
 def _anchor(db: Database) -> AuditHead | None:
     text = kv.get(db, key=ANCHOR_KEY)
     if text is None:
         return None
-    value = json.loads(text)
-    return AuditHead(seq=int(value["seq"]), hash=str(value["hash"]))
+    try:
+        value = json.loads(text)
+        seq, digest = value["seq"], value["hash"]
+    except (ValueError, TypeError, KeyError) as err:
+        raise _UnreadableAnchor(f"{type(err).__name__}: {err}") from None
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0 or not isinstance(digest, str):
+        raise _UnreadableAnchor(f"it holds seq {seq!r} and hash {digest!r}")
+    return AuditHead(seq=seq, hash=digest)
 
 
 def _from_row(row: dict[str, Any]) -> AuditEntry:
@@ -283,6 +344,22 @@ def _broken_link(seq: int) -> str:
         f"audit row {seq} does not chain from row {seq - 1}: rows were deleted, inserted "
         "or reordered"
     )
+
+
+def _unreadable_seq(last_good: int, found: object) -> str:
+    return f"the audit row after row {last_good} has the seq {found!r}, which is not a row number"
+
+
+def _unreadable_row(seq: int, err: Exception) -> str:
+    return f"audit row {seq} cannot be read, so it was changed after it was written ({type(err).__name__}: {err})"
+
+
+def _anchor_unreadable(why: str) -> str:
+    return f"the audit anchor ({ANCHOR_KEY}) cannot be read, so it was changed ({why})"
+
+
+def _unaudited_row(what: str, id: str, state: str) -> str:
+    return f"{what} {id} is {state} but no audit row mentions it: its rows were wiped"
 
 
 def _changed_row(seq: int) -> str:

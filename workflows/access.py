@@ -5,7 +5,8 @@ point can skip a check."""
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from typing import NewType
@@ -72,3 +73,19 @@ def require(actor: Actor, role: Role, *, action: str, pool: str | None = None) -
     where = f" for pool {pool}" if pool else ""
     held = ", ".join(sorted(effective_roles(actor.roles))) or "no role"
     raise AccessDenied(f"{action} needs the {role} role{where}; {actor.name} has {held}")
+
+
+_SLACK_USER_ID = re.compile(r"[UW][A-Z0-9]{2,31}", re.ASCII)
+
+
+def public_name(user_id: str, *, names: Mapping[str, str], fallback: str | None = None) -> str:
+    """How a person is named in a message others read in Slack (a request's thread): the
+    name the configuration gives them, else a mention `<@U…>`, which Slack shows as that
+    very user. Never their Slack display name: its owner can change it to anyone's (a
+    group member who renames herself "carol" must not read as carol). Someone who is not
+    a Slack user (the command line) is named by `fallback`, else their id."""
+    if user_id in names:
+        return names[user_id]
+    if _SLACK_USER_ID.fullmatch(user_id):
+        return f"<@{user_id}>"
+    return fallback or user_id

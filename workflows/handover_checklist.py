@@ -27,6 +27,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
 import jinja2
+import jinja2.sandbox
 
 from storage import codec
 from storage.steps import Step
@@ -533,7 +534,10 @@ def _load_template(path: Path, mtime_ns: int, size: int) -> ChecklistTemplate:
 
 @lru_cache(maxsize=None)
 def _environment(folder: str) -> jinja2.Environment:
-    environment = jinja2.Environment(
+    # Sandboxed: a team's template is configuration, not code, so it may read the
+    # checklist's fields but never reach Python's internals (`__class__`, `__globals__`,
+    # `mro()`) nor call methods that change what they are given.
+    environment = jinja2.sandbox.ImmutableSandboxedEnvironment(
         loader=jinja2.FileSystemLoader(folder),
         undefined=jinja2.StrictUndefined,
         autoescape=False,  # plain lines; the renderers escape for their medium

@@ -177,6 +177,10 @@ def ack_not_counted(*, name: str, shift: str) -> str:
     )
 
 
+def ack_already_yours(*, name: str, acked_at: dt.datetime, zone: zoneinfo.ZoneInfo) -> str:
+    return f"{name} acknowledged this handover already, at {when(acked_at, zone)}."
+
+
 def ack_already(*, name: str, acked_by: str, acked_at: dt.datetime,
                 zone: zoneinfo.ZoneInfo) -> str:
     return (
@@ -191,6 +195,10 @@ def acknowledged_footer(*, name: str, at: dt.datetime, zone: zoneinfo.ZoneInfo) 
 
 def not_acknowledged_footer(*, shift: str) -> str:
     return f"Waiting for someone on the {shift} shift to acknowledge"
+
+
+def audit_head_footer(head: str) -> str:
+    return f"Audit chain head {head} (`gpuops audit verify --expected {head}` checks it later)"
 
 
 def reminder(*, shift: str, waited: dt.timedelta) -> str:

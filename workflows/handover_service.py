@@ -14,7 +14,8 @@ The bot drives it: every minute, `post_due(fleet_source, now=...)` then
 Outbox payloads are JSON objects with `event`, `handover_id`, `rotation` and `text` (a
 one-line fallback from `workflows.handover_messages`):
 
-- `handover.posted` (kind "post", to the rotation's channel): render the stored
+- `handover.posted` (kind "post", to the rotation's channel; the stored content carries
+  the audit chain head as it stood, which the post shows): render the stored
   checklist (`commands.handover.handover_message(view, config)`), post it, then call
   `record_message(handover_id, ts=..., now=...)` with the message's ts;
 - `handover.acknowledged` (kind "update"; `ts` is the message to update): render it
@@ -114,6 +115,9 @@ class HandoverView:
     members: tuple[str, ...]  # the incoming shift as posted
     content: JsonValue
     checklist: Checklist
+    # The audit chain head (`SEQ:HASH`) when the handover was posted, published with it so
+    # that `gpuops audit verify --expected` can later catch a rewritten database.
+    audit_head: str | None = None
 
     @property
     def acknowledged(self) -> bool:
@@ -265,6 +269,8 @@ class HandoverService:
             "queued_at": codec.time_to_text(now),
         }
         with self._db.transaction():
+            # Read under the write lock: the newest entry before this post's own row.
+            content["audit_head"] = audit.head_of(self._db).text
             created = stored_handovers.create(self._db, rotation=config.name,
                                               shift_start=shift_start, channel=config.channel,
                                               content=content)
@@ -325,30 +331,46 @@ class HandoverService:
             stored = self._load(handover_id)
             counted = is_member(self._members(stored), actor.user_id, actor_groups)
             first = counted and stored.acked_by is None
-            stored_handovers.record_ack(self._db, handover_id=stored.id, user=actor.user_id,
-                                        at=now, counted=counted)
-            before = "waiting" if stored.acked_by is None else "acknowledged"
-            audit.append(
-                self._db, actor=actor.user_id, k8s_identity=None,
-                action="handover.acknowledged" if first else "handover.ack-recorded",
-                target=stored.rotation, at=now, before=before,
-                after="acknowledged" if first else before,
-                detail={"handover_id": stored.id, "shift": _content(stored).get("shift"),
-                        "shift_start": codec.time_to_text(stored.shift_start),
-                        "counted": counted, "first": first})
-            if first:
-                self._queue_update(self._load(handover_id), now=now)
+            # Anyone in the workspace can press the button: a click that would record what
+            # this person's earlier click already did writes nothing, so clicking on and
+            # on (above all by someone not on the shift) cannot flood the acks or the audit.
+            repeated = not first and any(
+                a.user == actor.user_id and a.counted == counted
+                for a in stored_handovers.acks(self._db, handover_id=stored.id))
+            if not repeated:
+                self._record_ack(stored, actor, counted=counted, first=first, now=now)
         view = self.get(handover_id)
         zone = self._zone(view.rotation)
         if first:
             text = say.acknowledged(name=actor.name, shift=view.shift)
         elif not counted:
             text = say.ack_not_counted(name=actor.name, shift=view.shift)
+        elif view.acked_by == actor.user_id:
+            assert view.acked_at is not None
+            text = say.ack_already_yours(name=actor.name, acked_at=view.acked_at, zone=zone)
         else:
             assert view.acked_by_name is not None and view.acked_at is not None
             text = say.ack_already(name=actor.name, acked_by=view.acked_by_name,
                                    acked_at=view.acked_at, zone=zone)
         return AckOutcome(handover=view, counted=counted, first=first, text=text)
+
+    def _record_ack(self, stored: Handover, actor: Actor, *, counted: bool, first: bool,
+                    now: dt.datetime) -> None:
+        """The ack row, its audit row and (the first that counts) the message update; in
+        the caller's transaction."""
+        stored_handovers.record_ack(self._db, handover_id=stored.id, user=actor.user_id,
+                                    at=now, counted=counted)
+        before = "waiting" if stored.acked_by is None else "acknowledged"
+        audit.append(
+            self._db, actor=actor.user_id, k8s_identity=None,
+            action="handover.acknowledged" if first else "handover.ack-recorded",
+            target=stored.rotation, at=now, before=before,
+            after="acknowledged" if first else before,
+            detail={"handover_id": stored.id, "shift": _content(stored).get("shift"),
+                    "shift_start": codec.time_to_text(stored.shift_start),
+                    "counted": counted, "first": first})
+        if first:
+            self._queue_update(self._load(stored.id), now=now)
 
     # -------------------------------------------------------------- chasing
 
@@ -497,6 +519,7 @@ class HandoverService:
             members=tuple(content.get("members", ())),
             content=stored.content,
             checklist=checklist_from_json(content),
+            audit_head=content.get("audit_head"),
         )
 
 

@@ -11,7 +11,9 @@ An approval counts only if all hold:
    future (a pending request whose deadline has passed is expired, whether or not the
    sweep has marked it yet);
 2. the approver holds the approver role for the request's pool (a global approver or
-   admin, or an approver for that pool only);
+   admin, or an approver for that pool only), when they approve AND whenever the
+   approvals are counted later: someone who lost the role (left the user group, was
+   taken out of the configuration) no longer counts towards the request;
 3. the approver is not the requester;
 4. the approver approves the plan that is current now (by its hash, or a prefix of at
    least `SHORT_HASH_LENGTH` digits as shown to them): approvals are per plan hash, so a
@@ -33,7 +35,7 @@ import datetime as dt
 import difflib
 import enum
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from storage.approvals import Approval
@@ -131,9 +133,15 @@ def state_at_creation(required: int) -> RequestState:
     return "approved" if required == 0 else "pending"
 
 
-def counted_approvers(request: Request, decisions: Sequence[Approval]) -> tuple[str, ...]:
-    """Distinct approvers of the current plan, in the order they approved; never the
-    requester (storage would not hold such a row, but the rule does not rely on it)."""
+# Whether a user holds the approver role for the request's pool now (rule 2, re-checked).
+ApproverNow = Callable[[str], bool]
+
+
+def counted_approvers(request: Request, decisions: Sequence[Approval], *,
+                      approver_now: ApproverNow) -> tuple[str, ...]:
+    """Distinct approvers of the current plan who still hold the approver role, in the
+    order they approved; never the requester (storage would not hold such a row, but the
+    rule does not rely on it)."""
     seen: list[str] = []
     for d in decisions:
         if (
@@ -141,6 +149,7 @@ def counted_approvers(request: Request, decisions: Sequence[Approval]) -> tuple[
             and d.plan_hash == request.plan_hash
             and d.approver != request.requester
             and d.approver not in seen
+            and approver_now(d.approver)
         ):
             seen.append(d.approver)
     return tuple(seen)
@@ -236,14 +245,16 @@ def check_approval(
     plan_hash: str,
     pool_policy: PoolConfig | None,
     now: dt.datetime,
+    approver_now: ApproverNow,
     names: Mapping[str, str] = _NO_NAMES,
 ) -> ApprovalDecision:
     """Does `approver`'s approval of `plan_hash` count, and does it complete the request?
 
-    `approvals_so_far` are all decisions on the request (any plan hash); `names` maps
-    Slack user ids to display names for the sentences."""
+    `approvals_so_far` are all decisions on the request (any plan hash); `approver_now`
+    tells whether an earlier approver still holds the role; `names` maps Slack user ids
+    to display names for the sentences."""
     required = approvals_required(request, pool_policy)
-    counted = counted_approvers(request, approvals_so_far)
+    counted = counted_approvers(request, approvals_so_far, approver_now=approver_now)
 
     def refuse(code: RefusalCode, reason: str) -> ApprovalDecision:
         return ApprovalDecision(Refusal(code, reason), len(counted), required)

@@ -53,13 +53,18 @@ from storage.ids import RequestId
 from storage.requests import Request, RequestKind, RequestState
 from workflows import policy
 from workflows import request_messages as say
-from workflows.access import AccessDenied, Actor
+from workflows.access import AccessDenied, Actor, Role, public_name
 from workflows.config import GpuopsConfig, PoolConfig
 from workflows.plans import Plan, PlanSummary, plan_from_json, plan_hash, plan_to_json, short_hash
-from workflows.policy import Refusal, RefusalCode
+from workflows.policy import ApproverNow, Refusal, RefusalCode
 
 # How many open requests the list views read at most.
 LIST_LIMIT = 500
+
+# Who a user is now, by user id: their roles from the configuration and, where the bot
+# knows them, from their Slack user groups. Earlier approvals are re-checked against it
+# every time they are counted (`policy` rule 2).
+RoleLookup = Callable[[str], Actor]
 
 
 # ------------------------------------------------------------------ errors
@@ -185,10 +190,11 @@ class RequestService:
     """Requests on one database connection (one per thread, see `storage.database`).
     `on_approved` is called after any change that leaves a request approved."""
 
-    def __init__(self, db: Database, config: GpuopsConfig, *,
+    def __init__(self, db: Database, config: GpuopsConfig, *, roles: RoleLookup | None = None,
                  on_approved: Callable[[], None] | None = None) -> None:
         self._db = db
         self._config = config
+        self._roles: RoleLookup = roles or (lambda user_id: config.actor(user_id))
         self._on_approved = on_approved
 
     # -------------------------------------------------------------- actions
@@ -247,7 +253,7 @@ class RequestService:
             self._notify(row, event="request.created", state=policy.state_at_creation(required),
                          now=now, dedupe="created",
                          text=say.thread_created(
-                             request_id=row.id, requester_name=actor.name, kind=kind, pool=pool,
+                             request_id=row.id, requester_name=self._public(actor), kind=kind, pool=pool,
                              nodes=len(plan.nodes), waves=len(plan.waves), reason=row.reason,
                              plan_hash=digest, approvals_required=required, expires_at=expires_at))
             if policy.state_at_creation(required) == "approved":
@@ -263,14 +269,16 @@ class RequestService:
         self, actor: Actor, request_id: str, *, plan_hash: str, now: dt.datetime
     ) -> RequestView:
         """Count `actor`'s approval of the plan with `plan_hash` (the full hash or the
-        short one they were shown); the request is approved when enough have counted."""
+        short one they were shown); the request is approved when enough have counted.
+        Earlier approvers count only if they still hold the approver role."""
+        approver_now = self._approvers_looked_up(request_id)
         with self._db.transaction():
             request = self._touch(request_id, now=now)
             decisions = self._decisions(request)
             decision = policy.check_approval(
                 request=request, approvals_so_far=decisions, approver=actor,
                 plan_hash=plan_hash, pool_policy=self._pool(request), now=now,
-                names=self._names)
+                approver_now=approver_now, names=self._names)
             if decision.refusal is None:
                 recorded = stored_approvals.record(
                     self._db, request_id=request.id, approver=actor.user_id,
@@ -288,8 +296,8 @@ class RequestService:
                             "approvals_required": decision.approvals_required})
                 self._notify(
                     request, event="request.approval", state=new, now=now,
-                    dedupe=f"approval/{actor.user_id}/{request.plan_hash}",
-                    text=say.thread_approval(request_id=request.id, approver=actor.name,
+                    dedupe=f"approval/{actor.user_id}/{request.plan_hash}", people=(actor.user_id,),
+                    text=say.thread_approval(request_id=request.id, approver=self._public(actor),
                                              counted=decision.approvals_counted,
                                              required=decision.approvals_required))
                 return self._view(self._load(request.id))
@@ -319,8 +327,8 @@ class RequestService:
                             before="pending", after="denied", now=now,
                             detail={"plan_hash": request.plan_hash, "reason": why})
                 self._notify(request, event="request.denied", state="denied", now=now,
-                             dedupe="denied",
-                             text=say.thread_denied(request_id=request.id, approver=actor.name,
+                             dedupe="denied", people=(actor.user_id,),
+                             text=say.thread_denied(request_id=request.id, approver=self._public(actor),
                                                     reason=why))
                 return self._view(self._load(request.id))
         assert verdict.refusal is not None
@@ -340,8 +348,8 @@ class RequestService:
                             before=request.state, after="cancelled", now=now,
                             detail={"plan_hash": request.plan_hash})
                 self._notify(request, event="request.cancelled", state="cancelled", now=now,
-                             dedupe="cancelled",
-                             text=say.thread_cancelled(request_id=request.id, actor=actor.name))
+                             dedupe="cancelled", people=(actor.user_id,),
+                             text=say.thread_cancelled(request_id=request.id, actor=self._public(actor)))
                 return self._view(self._load(request.id))
         assert verdict.refusal is not None
         raise _refused(verdict.refusal)
@@ -369,14 +377,15 @@ class RequestService:
                     plan=plan_to_json(new_plan), plan_hash=digest, at=now)
                 if not replaced:
                     raise _ChangedMeanwhile(request.id)
-                voided = len(policy.counted_approvers(request, decisions))
+                voided = len(policy.counted_approvers(request, decisions,
+                                                      approver_now=self._approver_now(request)))
                 self._audit(request, actor=actor.user_id, action="request.replanned",
                             before="pending", after="pending", now=now,
                             detail={"old_plan_hash": request.plan_hash, "new_plan_hash": digest,
                                     "approvals_voided": voided})
                 self._notify(request, event="request.replanned", state="pending", now=now,
-                             dedupe=f"replanned/{digest}",
-                             text=say.thread_replanned(request_id=request.id, actor=actor.name,
+                             dedupe=f"replanned/{digest}", people=(actor.user_id,),
+                             text=say.thread_replanned(request_id=request.id, actor=self._public(actor),
                                                        plan_hash=digest, voided=voided))
                 return self._view(self._load(request.id))
         assert verdict.refusal is not None
@@ -404,7 +413,8 @@ class RequestService:
                              window_start=request.window_start, window_end=window_end)
             digest = plan_hash(new_plan)
             decisions = self._decisions(request)
-            voided = len(policy.counted_approvers(request, decisions))
+            voided = len(policy.counted_approvers(request, decisions,
+                                                  approver_now=self._approver_now(request)))
             pool_policy = self._config.pools[request.pool]
             if not stored_requests.replace_window_end(
                     self._db, id=request.id, expected_plan_hash=request.plan_hash,
@@ -419,8 +429,8 @@ class RequestService:
                                 "window_end": _time(window_end)})
             required = policy.approvals_required(request, pool_policy)
             self._notify(request, event="request.replanned", state=policy.state_at_creation(required), now=now,
-                         dedupe=f"extended/{digest}",
-                         text=say.thread_extended(request_id=request.id, actor=actor.name,
+                         dedupe=f"extended/{digest}", people=(actor.user_id,),
+                         text=say.thread_extended(request_id=request.id, actor=self._public(actor),
                                                   window_end=window_end, plan_hash=digest,
                                                   voided=voided))
             if policy.state_at_creation(required) == "approved":
@@ -448,7 +458,8 @@ class RequestService:
                                 "plan_hash": request.plan_hash})
             self._notify(request, event="request.missed", state="missed", now=now, dedupe="missed",
                          text=say.thread_missed(request_id=request.id,
-                                                requester_name=request.requester_name,
+                                                requester_name=public_name(request.requester, names=self._names,
+                                                                           fallback=request.requester_name),
                                                 window_start=request.window_start,
                                                 window_end=request.window_end, now=now))
             return self._view(self._load(request.id))
@@ -484,7 +495,8 @@ class RequestService:
         for request in stored_requests.in_states(self._db, states=("pending",), limit=LIST_LIMIT):
             decision = policy.check_approval(
                 request=request, approvals_so_far=self._decisions(request), approver=actor,
-                plan_hash=request.plan_hash, pool_policy=self._pool(request), now=now)
+                plan_hash=request.plan_hash, pool_policy=self._pool(request), now=now,
+                approver_now=self._approver_now(request))
             if decision.counted:
                 waiting.append(self._view(request))
         return sorted(waiting, key=lambda v: (v.expires_at, v.created_at, v.id))
@@ -494,6 +506,32 @@ class RequestService:
     @property
     def _names(self) -> dict[str, str]:
         return self._config.access.names
+
+    def _public(self, actor: Actor) -> str:
+        return public_name(actor.user_id, names=self._names, fallback=actor.name)
+
+    def _approver_now(self, request: Request) -> ApproverNow:
+        """Whether a user holds the approver role for the request's pool now; each user
+        is looked up once per call of the service."""
+        known: dict[str, bool] = {}
+
+        def approver_now(user_id: str) -> bool:
+            if user_id not in known:
+                known[user_id] = self._roles(user_id).has(Role.APPROVER, pool=request.pool)
+            return known[user_id]
+
+        return approver_now
+
+    def _approvers_looked_up(self, request_id: str) -> ApproverNow:
+        """`_approver_now` with everyone who decided so far already looked up, before the
+        write lock is taken: a lookup may ask Slack for a user group's members."""
+        request = stored_requests.get(self._db, id=RequestId(request_id))
+        if request is None:
+            return lambda _user_id: False  # the transaction says there is no such request
+        approver_now = self._approver_now(request)
+        for decision in self._decisions(request):
+            approver_now(decision.approver)
+        return approver_now
 
     def _pool(self, request: Request) -> PoolConfig | None:
         return self._config.pools.get(request.pool)
@@ -518,7 +556,7 @@ class RequestService:
 
     def _expire(self, request: Request, *, now: dt.datetime) -> Request:
         decisions = self._decisions(request)
-        counted = len(policy.counted_approvers(request, decisions))
+        counted = len(policy.counted_approvers(request, decisions, approver_now=self._approver_now(request)))
         required = policy.approvals_required(request, self._pool(request))
         self._transition(request, expected="pending", new="expired", now=now)
         self._audit(request, actor=audit.GPUOPS_ACTOR, action="request.expired",
@@ -547,7 +585,7 @@ class RequestService:
 
     def _notify(
         self, request: Request, *, event: str, state: str, text: str, now: dt.datetime,
-        dedupe: str,
+        dedupe: str, people: Sequence[str] = (),
     ) -> None:
         if request.channel is None:
             return
@@ -555,11 +593,14 @@ class RequestService:
             self._db, channel=request.channel, thread_ts=request.thread_ts, kind="post", at=now,
             dedupe_key=f"{request.id}/{dedupe}",
             payload={"event": event, "request_id": request.id, "pool": request.pool,
-                     "kind": request.kind, "state": state, "text": text})
+                     "kind": request.kind, "state": state, "text": text,
+                     # Whose `<@…>` in the text is a mention gpuops wrote (the notifier
+                     # escapes all other markup).
+                     "people": sorted({request.requester, *people})})
 
     def _view(self, request: Request) -> RequestView:
         decisions = self._decisions(request)
-        counting = set(policy.counted_approvers(request, decisions))
+        counting = set(policy.counted_approvers(request, decisions, approver_now=self._approver_now(request)))
         return RequestView(
             id=request.id,
             kind=request.kind,

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import datetime as dt
 import difflib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +43,7 @@ from storage.requests import Request
 from storage.runs import Run, RunState
 from storage.steps import NewStep, Step
 from workflows import run_messages as say
-from workflows.access import Actor, Role, require
+from workflows.access import Actor, Role, public_name, require
 from workflows.plans import plan_from_json
 
 
@@ -127,9 +127,12 @@ def nodes_left_cordoned(run: Run, steps: Sequence[Step]) -> tuple[str, ...]:
 class RunService:
     """Runs on one database connection (one per thread, see `storage.database`)."""
 
-    def __init__(self, db: Database, *, wake: Callable[[], None] | None = None) -> None:
+    def __init__(self, db: Database, *, wake: Callable[[], None] | None = None,
+                 names: Mapping[str, str] | None = None) -> None:
         self._db = db
         self._wake = wake or (lambda: None)
+        # `access.names`: how the request's thread names who paused, resumed, aborted.
+        self._names: Mapping[str, str] = names or {}
 
     # -------------------------------------------------------------- actions
 
@@ -164,11 +167,11 @@ class RunService:
 
     def pause(self, actor: Actor, run_id: str, *, now: dt.datetime) -> RunView:
         return self._control(actor, run_id, now=now, action="paused", expected=("pending", "running"),
-                             new="paused", text=lambda run: say.run_paused(run.id, actor.name))
+                             new="paused", text=lambda run: say.run_paused(run.id, self._public(actor)))
 
     def resume(self, actor: Actor, run_id: str, *, now: dt.datetime) -> RunView:
         return self._control(actor, run_id, now=now, action="resumed", expected=("paused",),
-                             new="running", text=lambda run: say.run_resumed(run.id, actor.name))
+                             new="running", text=lambda run: say.run_resumed(run.id, self._public(actor)))
 
     def abort(self, actor: Actor, run_id: str, *, now: dt.datetime) -> RunView:
         return self._control(actor, run_id, now=now, action="aborted",
@@ -199,12 +202,12 @@ class RunService:
                     released.append(step.node)
             if not released:
                 raise RunRefused(say.nothing_to_release(run.id))
-            message = say.hold_released(run.id, actor.name, nodes=sorted(set(released)))
+            message = say.hold_released(run.id, self._public(actor), nodes=sorted(set(released)))
             entry = audit.append(self._db, actor=actor.user_id, k8s_identity=None, action="run.released",
                                  target=request.pool, at=now, request_id=request.id, run_id=run.id,
                                  before=run.state, after=run.state, detail={"text": message})
             self._notify(request, run.id, event="run.released", state=run.state, now=now,
-                         dedupe=f"{run.id}/released/{entry.seq}", text=message)
+                         dedupe=f"{run.id}/released/{entry.seq}", text=message, people=(actor.user_id,))
         self._wake()
         return self.get(run.id)
 
@@ -247,8 +250,8 @@ class RunService:
             if new == "aborted":
                 steps = stored_steps.for_run(self._db, run_id=run.id)
                 left = nodes_left_cordoned(run, steps)
-                reason = say.run_aborted(run.id, actor.name, left_cordoned=left)
-                stored_steps.stop_unfinished(self._db, steps, at=now, error=say.aborted_step(actor.name))
+                reason = say.run_aborted(run.id, self._public(actor), left_cordoned=left)
+                stored_steps.stop_unfinished(self._db, steps, at=now, error=say.aborted_step(self._public(actor)))
                 stored_requests.transition(self._db, id=request.id, expected=("running", "scheduled", "approved"),
                                            new="failed", at=now)
             if not stored_runs.transition(self._db, id=run.id, expected=run.state, new=new, at=now,
@@ -259,7 +262,7 @@ class RunService:
                                  target=request.pool, at=now, request_id=request.id, run_id=run.id,
                                  before=run.state, after=new, detail={"text": message})
             self._notify(request, run.id, event=f"run.{action}", state=new, now=now,
-                         dedupe=f"{run.id}/{action}/{entry.seq}", text=message)
+                         dedupe=f"{run.id}/{action}/{entry.seq}", text=message, people=(actor.user_id,))
         self._wake()
         return self.get(run_id)
 
@@ -282,11 +285,15 @@ class RunService:
                        kind=request.kind if request else "?", steps=steps,
                        left_cordoned=nodes_left_cordoned(run, steps))
 
+    def _public(self, actor: Actor) -> str:
+        return public_name(actor.user_id, names=self._names, fallback=actor.name)
+
     def _notify(self, request: Request, run_id: RunId, *, event: str, state: str, text: str,
-                now: dt.datetime, dedupe: str) -> None:
+                now: dt.datetime, dedupe: str, people: Sequence[str] = ()) -> None:
         if request.channel is None:
             return
         outbox.enqueue(self._db, channel=request.channel, thread_ts=request.thread_ts, kind="post", at=now,
                        dedupe_key=dedupe,
                        payload={"event": event, "request_id": request.id, "run_id": run_id,
-                                "pool": request.pool, "kind": request.kind, "state": state, "text": text})
+                                "pool": request.pool, "kind": request.kind, "state": state, "text": text,
+                                "people": sorted(set(people))})

@@ -8,6 +8,7 @@ import json
 import statistics
 import time
 import urllib.request
+from importlib.metadata import version
 
 from testenv.fakeslack import signing
 from tests.bench.test_inventory_scale import RESULTS, _machine
@@ -32,6 +33,7 @@ def test_ack_latency_over_http(http_bot):
         acks.append(answer.seconds)
     report = {
         "benchmark": "slash command ack over HTTP", "machine": _machine(), "rounds": ROUNDS,
+        "server": f"waitress {version('waitress')} with slack-bolt {version('slack-bolt')}'s WSGI adapter",
         "healthz_median_ms": statistics.median(health) * 1000,
         "ack_median_ms": statistics.median(acks) * 1000,
         "ack_p99_ms": sorted(acks)[int(ROUNDS * 0.99) - 1] * 1000,

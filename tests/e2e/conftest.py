@@ -26,7 +26,7 @@ import yaml
 from slack_bolt import App
 from slack_bolt.adapter.socket_mode import SocketModeHandler
 
-from bot.http_server import SlackHttpServer
+from bot.http_server import HttpSettings, SlackHttpServer
 from bot.render_blocks import render_blocks
 from bot.clicks import current_card
 from bot.slack_api import SlackApi, web_client
@@ -224,9 +224,15 @@ def now() -> dt.datetime:
 
 
 @pytest.fixture
-def http_bot(slack: FakeSlackWebApi, runtime: Runtime) -> Iterator[BotUnderTest]:
+def http_settings() -> HttpSettings:
+    """The HTTP server's settings; a test parametrizes `http_settings` for others."""
+    return HttpSettings()
+
+
+@pytest.fixture
+def http_bot(slack: FakeSlackWebApi, runtime: Runtime, http_settings: HttpSettings) -> Iterator[BotUnderTest]:
     app, bot = build_app(runtime, client=web_client(slack.bot_token, base_url=slack.base_url), signing_secret=SECRET)
-    server = SlackHttpServer(app, host="127.0.0.1", port=0).start()
+    server = SlackHttpServer(app, signing_secret=SECRET, host="127.0.0.1", port=0, settings=http_settings).start()
     try:
         yield BotUnderTest(app=app, bot=bot, slack=slack, runtime=runtime, url=server.url)
     finally:

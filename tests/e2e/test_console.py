@@ -8,6 +8,7 @@ import datetime as dt
 import io
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -16,8 +17,12 @@ from pathlib import Path
 from freezegun import freeze_time
 
 from bot.console import run_console
+from bot.render_text import render_text
+from commands.handover import handover_message
+from commands.reply import Reply
+from workflows.handover_service import HandoverService
 
-from tests.e2e.conftest import ROOT, submit_upgrade
+from tests.e2e.conftest import ROOT, a_plan, submit_upgrade
 
 START = dt.datetime(2025, 6, 7, 12, 0, tzinfo=dt.timezone.utc)
 
@@ -200,3 +205,74 @@ def test_unicode_digits_get_usage_not_a_crash(runtime):
     assert "bob> /gpu status\nGPU fleet status" in transcript
     # Nothing was clicked: the request still waits for both approvals.
     assert runtime.services().requests.get(request.id).approvals_counted == 0
+
+
+def test_a_truncated_log_with_its_anchor_moved_is_caught_only_against_the_head_a_handover_published(
+        runtime, small_fleet):
+    for _ in range(2):
+        submit_upgrade(runtime)
+    services = runtime.services()
+    rotation = services.config.rotations[0]
+    shift = rotation.incoming_shift(rotation.next_shift_change(START))
+    handovers = HandoverService(services.database, services.config)
+    view = handovers.post(rotation, shift.start, handovers.checklist(rotation, shift, fleet=small_fleet, now=START),
+                          late=False, now=START)
+    posted = render_text(handover_message(view, services.config))  # what the channel reads
+    head = re.search(r"Audit chain head (\d+):([0-9a-f]{64}) \(`gpuops audit verify --expected", posted)
+    assert head is not None and head.group(1) == "2"
+    submit_upgrade(runtime)  # the log grows after the post
+    database = str(runtime.database.path)
+    runtime.close()
+    intact = _gpuops("audit", "verify", "--expected", f"2:{head.group(2)}", "--database", database)
+
+    # Someone with the file drops every row from 2 on and moves the anchor to row 1.
+    raw = sqlite3.connect(database)
+    raw.execute("DROP TRIGGER audit_no_delete")
+    raw.execute("DELETE FROM audit WHERE seq >= 2")
+    (first,) = raw.execute("SELECT hash FROM audit WHERE seq = 1").fetchone()
+    raw.execute("UPDATE kv SET value = ? WHERE key = 'audit.head'", (json.dumps({"seq": 1, "hash": first}),))
+    raw.commit()
+    raw.close()
+    alone = _gpuops("audit", "verify", "--database", database)
+    against = _gpuops("audit", "verify", "--expected", f"2:{head.group(2)}", "--database", database)
+
+    assert intact.returncode == 0 and "It holds the published head 2:" in intact.stdout
+    assert "Its head now: 4:" in intact.stdout
+    assert alone.returncode == 0  # nothing inside the file can tell
+    assert against.returncode == 1 and "The audit log is BROKEN at entry 2" in against.stdout
+    assert "the head published earlier is row 2, but the log ends at row 1" in against.stdout
+
+
+def test_gpuops_audit_verify_refuses_an_expected_head_it_cannot_read(runtime):
+    database = str(runtime.database.path)
+    runtime.close()
+
+    result = _gpuops("audit", "verify", "--expected", "42:not-a-hash", "--database", database)
+
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "--expected: '42:not-a-hash' is not an audit head: it is SEQ:HASH" in result.stderr
+
+
+def test_escape_sequences_in_a_reason_never_reach_the_terminal(runtime):
+    services = runtime.services()
+    hostile = "fix\x1b[2J\x1b[1;1H\x1b[32mAPPROVED BY ERIN\x1b[0m\x1b]0;owned\x07\r\x08 \x1b]8;;https://evil\x1b\\link"
+    request = services.requests.submit(
+        runtime.config.actor("U0ALICE"), kind="upgrade", pool="serving-a", targets=["serving-a-000"],
+        plan=a_plan(), window_start=None, window_end=None, reason=hostile, now=dt.datetime.now(dt.timezone.utc))
+
+    code, transcript = console(runtime, f"/gpu request {request.id}\n/gpu requests", as_user="U0BOB")
+
+    assert code == 0
+    assert not any(c in transcript for c in "\x1b\x07\r\x08\x9b")
+    assert "fixAPPROVED BY ERIN" in transcript and "link" in transcript
+    assert "https://evil" not in transcript
+
+
+def test_text_for_a_terminal_keeps_what_it_says_and_drops_what_would_act_on_the_terminal():
+    reply = Reply(title="Request req-1 \x1b[31mred\x1b[0m", summary="line one\nline\ttwo\r\x7f\u202eevil",
+                  visibility="ephemeral")
+
+    text = render_text(reply)
+
+    assert text.startswith("Request req-1 red\n")
+    assert "line one\nline\ttwo\ufffd\ufffd\ufffdevil" in text

@@ -9,6 +9,7 @@ import datetime as dt
 from bot.clicks import Click, press
 from bot.intents import action_id, action_of, encode_value
 from commands.handover import handover_message
+from storage import audit
 from workflows.handover_service import HandoverService
 
 UTC = dt.timezone.utc
@@ -51,3 +52,33 @@ def test_an_acknowledge_click_for_an_unknown_handover_is_refused(runtime):
     outcome = press(Click(action="handover-ack", value="999999", actor=services.config.actor("U0ALICE"),
                           now=dt.datetime.now(UTC)), services)
     assert not outcome.ok
+
+
+def test_an_outsider_pressing_acknowledge_again_and_again_is_recorded_once(runtime, small_fleet):
+    now = dt.datetime.now(UTC)
+    view, services = _posted(runtime, small_fleet, now)
+    members = next(s.members for s in services.config.rotations[0].shifts if s.name == view.shift)
+    outsider = next(u for u in ("U0DAVE", "U0ALICE", "U0CAROL") if u not in members)
+    audit_before = audit.head_of(services.database).seq
+
+    outcomes = [press(Click(action="handover-ack", value=str(view.id), actor=services.config.actor(outsider),
+                            now=now + dt.timedelta(seconds=i)), services) for i in range(5)]
+
+    assert all(o.ok and "not on" in o.notice.summary for o in outcomes)
+    stored = HandoverService(services.database, services.config).get(view.id)
+    assert [(a.user, a.counted) for a in stored.acks] == [(outsider, False)]
+    assert audit.head_of(services.database).seq == audit_before + 1
+    assert [e.action for e in audit.recent(services.database, 1)] == ["handover.ack-recorded"]
+
+
+def test_the_shift_acknowledging_twice_is_recorded_once_and_still_acknowledges(runtime, small_fleet):
+    now = dt.datetime.now(UTC)
+    view, services = _posted(runtime, small_fleet, now)
+    member = next(s.members for s in services.config.rotations[0].shifts if s.name == view.shift)[0]
+
+    first, again = (press(Click(action="handover-ack", value=str(view.id), actor=services.config.actor(member),
+                                now=now), services) for _ in range(2))
+
+    stored = HandoverService(services.database, services.config).get(view.id)
+    assert stored.acked_by == member and [(a.user, a.counted) for a in stored.acks] == [(member, True)]
+    assert first.card is not None and "acknowledged this handover already, at" in again.notice.summary

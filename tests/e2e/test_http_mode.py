@@ -7,8 +7,10 @@ import json
 import time
 
 from bot.slack_app import WORKERS
+from bot.notifier import Notifier, OutboxSlack
 from commands.reply import Reply
 from storage import approvals as stored_approvals
+from storage import requests as stored_requests
 from testenv.fakeslack import signing
 
 from tests.e2e.conftest import CHANNEL, send, submit_upgrade, text_of
@@ -34,6 +36,16 @@ def click(bot, *, action_id: str, value: str, user: str, message_ts: str, trigge
 def button(message, label: str) -> dict:
     return next(e for b in message.blocks if b["type"] == "actions" for e in b["elements"]
                 if e["text"]["text"] == label)
+
+
+def approved_by(bot, user: str):
+    """A fresh upgrade request's card in the channel, approved by `user` (waited for)."""
+    request = submit_upgrade(bot.runtime)
+    ts = bot.post_card(request)
+    approve = button(bot.slack.workspace.message(CHANNEL, ts), "Approve")
+    click(bot, action_id=approve["action_id"], value=approve["value"], user=user, message_ts=ts)
+    bot.deliveries.wait_for(lambda ds: len(ds) == 1)
+    return request, ts, approve
 
 
 # ------------------------------------------------------------------ commands
@@ -308,6 +320,53 @@ def test_roles_from_a_slack_user_group_let_its_members_approve(http_bot):
 
     assert "You approved" in http_bot.slack.wait_for_response(url).body["text"]
     assert http_bot.slack.last("usergroups.users.list").args["usergroup"] == "S0SRE"
+
+
+def test_someone_just_taken_out_of_an_approver_group_cannot_approve_on_the_cached_members(http_bot):
+    approved_by(http_bot, "U0FRANK")  # reads the group's members into the cache
+    second = submit_upgrade(http_bot.runtime)
+    second_ts = http_bot.post_card(second)
+
+    http_bot.slack.workspace.set_usergroup("S0SRE", [])  # well within the 5-minute cache
+    approve = button(http_bot.slack.workspace.message(CHANNEL, second_ts), "Approve")
+    url, _ = click(http_bot, action_id=approve["action_id"], value=approve["value"], user="U0FRANK",
+                   message_ts=second_ts)
+
+    assert "needs the approver role" in http_bot.slack.wait_for_response(url).body["text"]
+    assert http_bot.runtime.services().requests.get(second.id).approvals_counted == 0
+
+
+def test_an_approval_stops_counting_once_its_approver_left_the_group_before_the_request_completed(http_bot):
+    request, ts, approve = approved_by(http_bot, "U0FRANK")
+    assert http_bot.runtime.services().requests.get(request.id).approvals_counted == 1
+
+    http_bot.slack.workspace.set_usergroup("S0SRE", [])
+    url, _ = click(http_bot, action_id=approve["action_id"], value=approve["value"], user="U0BOB", message_ts=ts)
+
+    assert "You approved" in http_bot.slack.wait_for_response(url).body["text"]
+    view = http_bot.runtime.services().requests.get(request.id)
+    assert (view.state, view.approvals_counted, view.approvers) == ("pending", 1, ("U0BOB",))
+    assert "1 of 2 approvals" in text_of(http_bot.slack.workspace.message(CHANNEL, ts).blocks)
+
+
+def test_the_thread_names_a_group_approver_by_a_mention_never_by_the_display_name_she_chose(http_bot):
+    # Mallory approves through the S0SRE group and has renamed herself "carol" in Slack.
+    http_bot.slack.workspace.add_user("U0MALLORY", name="carol")
+    http_bot.slack.workspace.set_usergroup("S0SRE", ["U0FRANK", "U0MALLORY"])
+    request = submit_upgrade(http_bot.runtime)
+    notifier = Notifier(http_bot.runtime, OutboxSlack.like(http_bot.app.client))
+    notifier.deliver_due()  # the request's thread opens with its card
+    ts = stored_requests.get(http_bot.runtime.database.get(), id=request.id).thread_ts
+    approve = button(http_bot.slack.workspace.message(CHANNEL, ts), "Approve")
+
+    click(http_bot, action_id=approve["action_id"], value=approve["value"], user="U0MALLORY", message_ts=ts)
+    http_bot.deliveries.wait_for(lambda ds: len(ds) == 1)
+    notifier.deliver_due()
+
+    reply = http_bot.slack.last("chat.postMessage")
+    assert reply.args["thread_ts"] == ts
+    assert reply.args["text"] == f"<@U0MALLORY> approved {request.id} (1 of 2)."
+    assert "carol" not in reply.args["text"]
 
 
 def test_when_slack_cannot_list_a_user_group_its_members_get_no_role(http_bot):

@@ -7,6 +7,7 @@ others running."""
 from __future__ import annotations
 
 import datetime as dt
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,11 +18,11 @@ from bot.notifier import Notifier, OutboxSlack
 from bot.scheduler import LeaderScheduler, leader_jobs
 from bot.slack_api import web_client
 from bot.wiring import Runtime, runtime_from_fleet_source
-from storage import idempotency
+from storage import audit, idempotency
 from testenv.fakeslack import FakeSlackWebApi
 from workflows.config import GpuopsConfig
 
-from tests.e2e.conftest import CHANNEL, StaticFleet, a_plan, buttons_of, submit_upgrade
+from tests.e2e.conftest import CHANNEL, StaticFleet, a_plan, buttons_of, submit_upgrade, text_of
 
 UTC = dt.timezone.utc
 MINUTE = dt.timedelta(minutes=1)
@@ -110,6 +111,18 @@ def test_a_shift_change_missed_while_the_bot_was_down_is_posted_once_late(config
 
     (late,) = handover_posts(slack)
     assert "late" in late.args["text"].lower()
+
+
+def test_each_handover_post_and_the_log_carry_the_audit_chain_head(leader, slack, caplog):
+    caplog.set_level(logging.INFO, logger="gpuops.bot.scheduler")
+    with freeze_time(DAY_SHIFT - MINUTE) as frozen:
+        submit_upgrade(leader.runtime, now=DAY_SHIFT - MINUTE)
+        head = audit.head_of(leader.runtime.database.get()).text
+        leader.run_until(DAY_SHIFT + MINUTE, frozen)
+
+    (post,) = handover_posts(slack)
+    assert f"Audit chain head {head} (`gpuops audit verify --expected {head}`" in text_of(post.args["blocks"])
+    assert any(f"audit chain head {head}" in r.getMessage() for r in caplog.records)
 
 
 def test_pending_requests_expire_on_the_tick_and_their_thread_hears_of_it(leader, slack):

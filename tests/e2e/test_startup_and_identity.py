@@ -4,7 +4,9 @@ id and by user group, group members cached for five minutes, failed lookups fail
 
 from __future__ import annotations
 
+import json
 import logging
+import urllib.parse
 
 import pytest
 
@@ -67,6 +69,27 @@ def test_secrets_and_anything_token_shaped_are_redacted_from_log_lines(caplog):
 
     assert caplog.messages == ["posting with [redacted] and [redacted], secret [redacted]",
                                "Invalid request signature detected (body: token=[redacted]&team_id=T0)"]
+
+
+def test_url_encoded_secrets_tokens_and_response_urls_are_redacted_too(caplog):
+    logger = logging.getLogger("gpuops.test.redaction")
+    caplog.set_level(logging.INFO, logger="gpuops.test.redaction")
+    caplog.handler.addFilter(RedactSecrets(["s3cr3t/with+odd=chars"]))
+    hook = "https://hooks.slack.com/commands/T0GPUOPS/1234/AbCdEf"
+
+    logger.info("body: %s", "payload=%7B%22token%22%3A%22legacy-verification%22%2C%22response_url%22%3A%22"
+                + urllib.parse.quote(hook, safe="") + "%22%7D")
+    logger.info("body: command=%2Fgpu&response_url=" + urllib.parse.quote(hook, safe="") + "&text=status")
+    logger.info("json: %s", json.dumps({"response_url": hook, "Token": "legacy-verification"}))
+    logger.info("posting to %s failed", hook)
+    logger.info("env: SECRET=%s", urllib.parse.quote("s3cr3t/with+odd=chars", safe=""))
+
+    logged = "\n".join(caplog.messages)
+    assert "legacy-verification" not in logged and "AbCdEf" not in logged and "1234" not in logged
+    assert "s3cr3t" not in logged
+    assert caplog.messages[1] == "body: command=%2Fgpu&response_url=[redacted]&text=status"
+    assert caplog.messages[2] == 'json: {"response_url": "[redacted]", "Token": "[redacted]"}'
+    assert caplog.messages[3] == "posting to https://hooks.slack.com/[redacted] failed"
 
 
 def test_roles_come_from_the_user_id_and_from_slack_user_groups(directory):

@@ -156,3 +156,18 @@ def test_a_relative_template_path_is_read_from_the_configuration_folder_when_giv
     rotation = RotationConfig.model_validate(raw, context={"config_dir": str(tmp_path)})
 
     assert rotation.checklist_template.path == tmp_path / "handover.j2"
+
+
+@pytest.mark.parametrize("escape", [
+    "{{ checklist.__class__.__mro__ }}",
+    "{{ ''.__class__.__mro__[1].__subclasses__() }}",
+    "{{ checklist.shift_start.__class__.__init__.__globals__ }}",
+    "{{ cycler.__init__.__globals__.os.popen('id').read() }}",
+])
+def test_a_template_cannot_reach_python_internals(tmp_path, escape):
+    template = tmp_path / "handover.j2"
+    template.write_text("# Handover\n" + escape + "\n")
+
+    error = config_error(write_config(tmp_path, template=str(template)))
+
+    assert f"template {template}, line 2:" in error and "unsafe" in error

@@ -74,11 +74,15 @@ def decision(approver: str, *, plan_hash: str = PLAN, kind: str = "approve",
                     decision=kind, plan_hash=plan_hash, reason=reason, created_at=NOW)  # type: ignore[arg-type]
 
 
+def approver_now(user_id: str) -> bool:
+    return CONFIG.actor(user_id).has(Role.APPROVER, pool="serving-a")
+
+
 def approve(approver, *, req: Request | None = None, so_far=(), plan_hash: str = PLAN,
-            pool: PoolConfig | None = SERVING, now: dt.datetime = NOW):
+            pool: PoolConfig | None = SERVING, now: dt.datetime = NOW, still_approver=approver_now):
     return check_approval(request=req or request(), approvals_so_far=list(so_far),
                           approver=approver, plan_hash=plan_hash, pool_policy=pool, now=now,
-                          names=CONFIG.access.names)
+                          approver_now=still_approver, names=CONFIG.access.names)
 
 
 # ------------------------------------------------------------------ how many approvals
@@ -186,9 +190,17 @@ def test_approving_a_plan_that_is_no_longer_current_is_refused_with_the_new_hash
 
 def test_approvals_of_an_earlier_plan_do_not_count_toward_the_current_one():
     so_far = [decision("U0BOB", plan_hash=OLD_PLAN), decision("U0CAROL", plan_hash=OLD_PLAN)]
-    assert counted_approvers(request(), so_far) == ()
+    assert counted_approvers(request(), so_far, approver_now=approver_now) == ()
     decision_ = approve(bob, so_far=so_far)
     assert decision_.counted and decision_.approvals_counted == 1
+
+
+def test_an_earlier_approver_who_lost_the_role_no_longer_counts_when_approvals_are_counted():
+    so_far = [decision("U0BOB")]
+    bob_left = approve(carol, so_far=so_far, still_approver=lambda user_id: user_id != "U0BOB")
+
+    assert bob_left.counted and bob_left.approvals_counted == 1 and not bob_left.fully_approved
+    assert approve(carol, so_far=so_far).fully_approved  # with bob still an approver
 
 
 def test_approving_after_the_deadline_is_refused_and_says_when_it_expired():

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from freezegun import freeze_time
 
-from storage import audit, codec
+from storage import audit, codec, outbox
 from storage import requests as stored_requests
 from storage.database import Database, open_database
 from storage.ids import RequestId
@@ -21,6 +21,7 @@ from workflows.cluster import NodeName
 from workflows.config import GpuopsConfig
 from workflows.plans import NodeStep, Plan, PlanSummary, Wave, plan_hash, short_hash
 from workflows.policy import RefusalCode
+from workflows.runs import RunService
 from workflows.requests import (
     RequestAccessDenied,
     RequestRefused,
@@ -49,7 +50,8 @@ CONFIG = GpuopsConfig.model_validate({
             "U0EVE": ["viewer"],
             "U0OTTO": ["operator"],
         },
-        "names": {"U0BOB": "Bob", "U0CAROL": "Carol"},
+        "names": {"U0ADA": "Ada", "U0BOB": "Bob", "U0CAROL": "Carol", "U0DAN": "Dan", "U0EVE": "Eve",
+                  "U0OTTO": "Otto", "U0PAM": "Pam"},
     },
 })
 ada, bob, carol, dan, eve, otto, pam = (
@@ -491,3 +493,23 @@ def test_an_approval_racing_a_deny_leaves_one_consistent_outcome(service, db, db
         assert "was denied by Carol (capacity)" in str(lost[0])
     assert [e.after for e in audit.for_request(db, view.id)] == ["pending", final.state]
     assert audit.verify(db).ok
+
+
+def test_thread_messages_name_an_unconfigured_person_by_a_mention_not_the_name_slack_gave(db, service):
+    # Otto's actor carries the name Slack showed ("Otto"), which its owner can edit; the
+    # configuration does not name him here.
+    unnamed = CONFIG.model_copy(update={"access": CONFIG.access.model_copy(update={"names": {}})})
+    requests = RequestService(db, unnamed)
+    request = requests.submit(otto, kind="drain", pool="train-a", targets=["gpu-01"],
+                              plan=a_plan("drain", pool="train-a", created_for="U0OTTO"), window_start=None,
+                              window_end=None, reason="kernel", channel=CHANNEL, now=START)
+    runs = RunService(db, names=unnamed.access.names)
+    run = runs.start(request.id, dry_run=True, now=START, actor=otto)
+    runs.pause(otto, run.id, now=START)
+
+    payloads = [outbox.get(db, id=row["id"]).payload for row in db.query("SELECT id FROM outbox ORDER BY id")]
+    texts = [p["text"] for p in payloads]
+    assert texts[0].startswith(f"{request.id}: <@U0OTTO> requested a drain")
+    assert f"<@U0OTTO> paused {run.id}: steps in flight finish, nothing new starts" in texts
+    assert not any("Otto" in t for t in texts)
+    assert payloads[0]["people"] == ["U0OTTO"] and payloads[-1]["people"] == ["U0OTTO"]

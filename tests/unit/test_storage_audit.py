@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 
 from storage import audit, kv
+from storage import requests as stored_requests
+from storage import runs as stored_runs
 from storage.database import Database, open_database
 from storage.ids import RequestId, RunId
 
@@ -343,6 +345,98 @@ def test_a_published_head_beyond_the_end_of_the_log_is_reported(db, tamper):
 
     assert (result.ok, result.first_bad_seq) == (False, 4)
     assert "ends at row 3" in result.problem
+
+
+@pytest.mark.parametrize("garbage", ['{"wave": 1e400}', '[1e999, -1e999]', '{"broken": tru'])
+def test_a_row_that_cannot_be_read_is_broken_at_its_entry_not_a_crash(db, tamper, garbage):
+    write_rows(db, 3)
+    tamper.execute("PRAGMA ignore_check_constraints = ON")
+
+    tamper.execute("UPDATE audit SET detail = ? WHERE seq = 2", (garbage,))
+
+    result = audit.verify(db)
+    assert (result.ok, result.checked, result.first_bad_seq) == (False, 1, 2)
+    assert result.problem.startswith("audit row 2 cannot be read, so it was changed after it was written")
+
+
+@pytest.mark.parametrize("garbage", ["not json", "[]", '{"seq": "4", "hash": "x"}', '{"seq": 4}', "null",
+                                     '{"seq": 1e400, "hash": "x"}'])
+def test_a_garbage_anchor_is_broken_at_the_last_entry_not_a_crash(db, garbage):
+    write_rows(db, 3)
+
+    kv.put(db, key=audit.ANCHOR_KEY, value=garbage)
+
+    result = audit.verify(db)
+    assert (result.ok, result.first_bad_seq) == (False, 3)
+    assert result.problem.startswith(f"the audit anchor ({audit.ANCHOR_KEY}) cannot be read")
+
+
+def _decided_request(db: Database) -> stored_requests.Request:
+    request = stored_requests.create(
+        db, kind="drain", pool="serving-a", targets=["gpu-1"], window_start=None, window_end=None,
+        reason="kernel update", requester="U0ALICE", requester_name="alice", plan={}, plan_hash="0" * 64,
+        approvals_required=1, expires_at=NOW + 60 * MINUTE, at=NOW)
+    assert stored_requests.transition(db, id=request.id, expected="pending", new="approved", at=NOW)
+    return request
+
+
+def test_a_wiped_log_is_broken_when_a_decided_request_has_no_audit_row(db, tamper):
+    request = _decided_request(db)
+    write_rows(db, 3)
+
+    tamper.execute("DELETE FROM audit")
+    tamper.execute("DELETE FROM kv WHERE key = ?", (audit.ANCHOR_KEY,))
+
+    result = audit.verify(db)
+    assert not result.ok
+    assert result.problem == f"request {request.id} is approved but no audit row mentions it: its rows were wiped"
+
+
+def test_a_run_left_out_of_a_rewritten_log_is_reported(db, tamper):
+    request = _decided_request(db)
+    run = stored_runs.create(db, request_id=request.id, dry_run=False, at=NOW)
+    assert run is not None
+    tamper.execute("DELETE FROM audit")
+    tamper.execute("DELETE FROM kv WHERE key = ?", (audit.ANCHOR_KEY,))
+
+    # A fresh, valid chain that mentions the request but not its run.
+    audit.append(db, actor="U0ALICE", k8s_identity=None, action="request.created", target="serving-a",
+                 request_id=request.id, at=NOW)
+
+    result = audit.verify(db)
+    assert not result.ok
+    assert result.problem == f"run {run.id} is pending but no audit row mentions it: its rows were wiped"
+
+
+def test_requests_and_runs_with_their_audit_rows_verify_and_a_decided_one_without_is_reported(db):
+    request = _decided_request(db)
+    run = stored_runs.create(db, request_id=request.id, dry_run=False, at=NOW)
+    assert run is not None
+    audit.append(db, actor="U0BOB", k8s_identity=None, action="request.approved", target="serving-a",
+                 request_id=request.id, at=NOW)
+    audit.append(db, actor="U0BOB", k8s_identity=None, action="run.created", target="serving-a",
+                 request_id=request.id, run_id=run.id, at=NOW)
+    assert audit.verify(db).ok
+
+    later = _decided_request(db)
+
+    assert audit.verify(db).problem == (
+        f"request {later.id} is approved but no audit row mentions it: its rows were wiped")
+
+
+def test_a_head_is_published_as_seq_colon_hash_and_read_back(db):
+    write_rows(db, 2)
+    head = audit.head_of(db)
+
+    assert head.text == f"2:{head.hash}" and audit.parse_head(head.text) == head
+    assert audit.parse_head(f"  2:{head.hash.upper()} ") == head
+
+
+@pytest.mark.parametrize("text", ["", "2", "2:abc", "x:" + "0" * 64, "-1:" + "0" * 64, "2:" + "g" * 64,
+                                  "٢:" + "0" * 64])
+def test_a_head_that_is_not_seq_colon_hash_is_refused_with_the_expected_form(text):
+    with pytest.raises(audit.BadHead, match="is not an audit head: it is SEQ:HASH"):
+        audit.parse_head(text)
 
 
 # ------------------------------------------------------------------ export
