@@ -101,9 +101,45 @@ class Registry:
 REGISTRY = Registry()
 
 
-def usage_reply(spec: CommandSpec, problem: str) -> Reply:
+# The pool and node names the examples are written with; shown with this fleet's own.
+SAMPLE_POOLS = frozenset({"serving-a", "training-a", "train-a"})
+SAMPLE_NODES = frozenset({"gpu-a-01", "gpu-a-02", "serving-a-05"})
+
+
+def examples_for(spec: CommandSpec, services: Services | None, now: dt.datetime | None) -> tuple[str, ...]:
+    """`spec.examples` naming a configured pool and its nodes, so they can be typed as
+    they are; as written when there is no fleet to take names from."""
+    if services is None or now is None or not spec.examples:
+        return spec.examples
+    try:
+        fleet = services.fleet.fleet(now)
+    except Exception:  # noqa: BLE001 - help must answer even when the fleet cannot be read
+        return spec.examples
+    pools = [name for name in services.config.pools if (p := fleet.pool(name)) is not None and p.nodes]
+    pools = pools or list(services.config.pools) or [p.name for p in fleet.pools]
+    if not pools:
+        return spec.examples
+    found = fleet.pool(pools[0])
+    nodes = list(found.nodes) if found is not None and found.nodes else sorted(fleet.nodes)
+
+    def local(example: str) -> str:
+        words, taken = [], 0
+        for word in example.split(" "):
+            if word in SAMPLE_POOLS:
+                word = pools[0]
+            elif word in SAMPLE_NODES and nodes:
+                word, taken = nodes[taken % len(nodes)], taken + 1
+            words.append(word)
+        return " ".join(words)
+
+    return tuple(local(e) for e in spec.examples)
+
+
+def usage_reply(spec: CommandSpec, problem: str, *, services: Services | None = None,
+                now: dt.datetime | None = None) -> Reply:
+    examples = examples_for(spec, services, now)
     return Reply(title=msg.usage_title(spec.usage), summary=problem, ok=False,
-                 footer=msg.examples_line(spec.examples) if spec.examples else None)
+                 footer=msg.examples_line(examples) if examples else None)
 
 
 def dispatch(text: str, *, actor: Actor, services: Services, now: dt.datetime,
@@ -127,20 +163,21 @@ def dispatch(text: str, *, actor: Actor, services: Services, now: dt.datetime,
     try:
         return spec.handler(call, args)
     except UsageError as err:
-        return usage_reply(spec, str(err))
+        return usage_reply(spec, str(err), services=services, now=now)
     except NotFoundError as err:
         return error_reply(msg.not_found_title(), str(err))
     except AccessDenied as err:
         return error_reply(msg.not_allowed_title(), str(err))
 
 
-def help_reply(actor: Actor, args: list[str]) -> Reply:
+def help_reply(actor: Actor, args: list[str], *, services: Services | None = None,
+               now: dt.datetime | None = None) -> Reply:
     if args:
         spec, rest = REGISTRY.resolve(args)
         if spec is None or rest:
             return error_reply(msg.unknown_command(" ".join(args)), msg.did_you_mean(REGISTRY.closest(args)))
         return Reply(title=msg.usage_title(spec.usage), summary=spec.summary, sections=(
-            Section(bullets=tuple(msg.example(e) for e in spec.examples)),
+            Section(bullets=tuple(msg.example(e) for e in examples_for(spec, services, now))),
             Section(text=msg.role_needed(spec.role, actor.has_anywhere(spec.role))),
         ))
     visible = REGISTRY.visible_to(actor)
@@ -154,4 +191,4 @@ def help_reply(actor: Actor, args: list[str]) -> Reply:
 @REGISTRY.command("help", usage="help [command]", summary="What gpuops can do, and how", role=Role.VIEWER,
                   examples=("/gpu help", "/gpu help drain"))
 def help_command(call: Call, args: list[str]) -> Reply:
-    return help_reply(call.actor, args)
+    return help_reply(call.actor, args, services=call.services, now=call.now)
