@@ -84,7 +84,14 @@ class Console:
             if line in (":quit", ":q", ":exit"):
                 break
             self.handle(line)
+        self._say_runs_in_flight()
         return 0 if self.last_ok else 1
+
+    def _say_runs_in_flight(self) -> None:
+        runs = self.runtime.services().runs
+        unfinished = [str(view.id) for view in runs.unfinished()] if runs is not None else []
+        if unfinished:
+            self.say(msg.console_exit_runs_in_flight(unfinished))
 
     def handle(self, line: str) -> None:
         if line.startswith(":as"):

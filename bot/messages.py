@@ -368,6 +368,13 @@ def group_lookup_failed_log(group: str, error: str) -> str:
 # ------------------------------------------------------------------ the console
 
 
+def console_exit_runs_in_flight(runs: list[str]) -> str:
+    listed = ", ".join(runs[:5]) + (f" and {len(runs) - 5} more" if len(runs) > 5 else "")
+    return (f"Runs still in flight: {listed}. Their engine stops with this console; nothing is lost: "
+            "they go on where they stopped when a gpuops engine (`gpuops run`, or this console again) "
+            "holds the lease.")
+
+
 def console_intro(name: str, user_id: str, roles: str) -> str:
     return (f"gpuops console as {name} ({user_id}, {roles}). Type /gpu commands; a number clicks "
             "that button; :as USER switches identity; :quit ends.")

@@ -109,7 +109,17 @@ def cmd_up(args: argparse.Namespace) -> int:
         process.terminate()
         print(f"testenv: not up after {args.timeout:.0f}s; log: {log}\n{_tail(log)}", file=sys.stderr)
         return 1
-    print(f"testenv: up (fleet {args.fleet!r}); kubeconfig: {(folder / 'kubeconfig').resolve()}")
+    from testenv.summary import wait_converged
+
+    kubeconfig = (folder / "kubeconfig").resolve()
+    # Return only once the simulated GPUs are advertised: a command run right after sees
+    # the fleet as it is, not 0 GPUs everywhere.
+    try:
+        wait_converged(kubeconfig, timeout=max(10.0, deadline - time.monotonic()))
+    except TimeoutError as err:
+        print(f"testenv: the control plane is up but the fleet did not settle: {err}; log: {log}", file=sys.stderr)
+        return 1
+    print(f"testenv: up (fleet {args.fleet!r}, every GPU node advertising); kubeconfig: {kubeconfig}")
     return 0
 
 
@@ -152,12 +162,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     code = cmd_up(args)
     if code:
         return code
-    from testenv.summary import print_summary, wait_converged
+    from testenv.summary import print_summary
 
     state = _read_state(args.folder)
     assert state is not None
     kubeconfig = Path(state["kubeconfig"]).resolve()
-    wait_converged(kubeconfig, timeout=60)
     print_summary(kubeconfig, fleet=state["fleet"])
     print(f"\nkubeconfig: {kubeconfig}\n  kubectl --kubeconfig {kubeconfig} get nodes")
     print("Stop the control plane with: make testenv-down")

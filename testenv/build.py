@@ -10,12 +10,14 @@ folder is used as it is and nothing is built.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -121,7 +123,7 @@ def _build_kubernetes(*, work: Path, out: Path, log: Path) -> None:
         f"-s -w -X k8s.io/component-base/version.gitVersion={KUBERNETES_VERSION}"
         f" -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor={minor}"
     )
-    _run(["go", "build", "-ldflags", ldflags, "-o", str(out) + "/",
+    _run(["go", "build", "-v", "-ldflags", ldflags, "-o", str(out) + "/",
           *[f"k8s.io/kubernetes/cmd/{cmd}" for cmd in _KUBE_COMMANDS]], cwd=module, log=log)
 
 
@@ -133,7 +135,7 @@ def _build_etcd(*, work: Path, out: Path, log: Path) -> None:
     module = work / "etcdwrap"
     _write_module(module, name="etcdwrap", gomod=gomod, main_imports=["go.etcd.io/etcd/server/v3"])
     _run(["go", "mod", "tidy", "-e"], cwd=module, log=log)
-    _run(["go", "build", "-ldflags", "-s -w", "-o", str(out / "etcd"), "go.etcd.io/etcd/server/v3"],
+    _run(["go", "build", "-v", "-ldflags", "-s -w", "-o", str(out / "etcd"), "go.etcd.io/etcd/server/v3"],
          cwd=module, log=log)
 
 
@@ -144,13 +146,54 @@ def _build_kwok(*, work: Path, out: Path, log: Path) -> None:
     with log.open("a") as stream:
         stream.write(f"$ go install sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION}\n")
     proc = subprocess.run(
-        ["go", "install", "-ldflags", "-s -w", f"sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION}"],
+        ["go", "install", "-v", "-ldflags", "-s -w", f"sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION}"],
         cwd=module, env={**_go_env(), "GOBIN": str(env_bin), "GOFLAGS": ""},
         stdout=log.open("a"), stderr=subprocess.STDOUT,
     )
     if proc.returncode != 0:
         raise BuildError(f"building kwok {KWOK_VERSION} failed; see {log}")
     shutil.copy2(env_bin / "kwok", out / "kwok")
+
+
+# How often a build in progress says it is alive.
+PROGRESS_EVERY = 30.0
+
+
+def progress_line(what: str, log_text: str, elapsed: float) -> str:
+    """One line on a build step so far, from what its part of the log says: `go build -v`
+    names each package it compiles, `go mod` each module it downloads."""
+    lines = [line for line in log_text.splitlines() if line and not line.startswith("$ ")]
+    downloads = sum(1 for line in lines if line.startswith("go: downloading"))
+    packages = sum(1 for line in lines if not line.startswith("go: ") and " " not in line.strip())
+    minutes, seconds = divmod(int(elapsed), 60)
+    return (f"testenv: still building {what}: {minutes}m{seconds:02d}s so far, {packages} packages compiled, "
+            f"{downloads} modules downloaded")
+
+
+class _Heartbeat:
+    """Prints `progress_line` every PROGRESS_EVERY seconds while a step runs."""
+
+    def __init__(self, what: str, log: Path, *, every: float = PROGRESS_EVERY) -> None:
+        self.what, self.log, self.every = what, log, every
+        self.offset = log.stat().st_size if log.exists() else 0
+        self.started = time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="testenv-build-progress", daemon=True)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.every):
+            with self.log.open("rb") as stream:
+                stream.seek(self.offset)
+                text = stream.read().decode("utf-8", "replace")
+            print(progress_line(self.what, text, time.monotonic() - self.started), file=sys.stderr, flush=True)
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
 
 
 def ensure_binaries(*, verbose: bool = True) -> Path:
@@ -175,8 +218,11 @@ def ensure_binaries(*, verbose: bool = True) -> Path:
         for what, step in steps:
             started = time.monotonic()
             if verbose:
-                print(f"testenv: building {what} (first time only; log: {log})", file=sys.stderr, flush=True)
-            step(work=Path(tmp), out=staging, log=log)
+                print(f"testenv: building {what} (first time only; progress every {PROGRESS_EVERY:.0f}s; "
+                      f"log: {log})", file=sys.stderr, flush=True)
+            log.touch()
+            with _Heartbeat(what, log) if verbose else contextlib.nullcontext():
+                step(work=Path(tmp), out=staging, log=log)
             if verbose:
                 print(f"testenv: built {what} in {time.monotonic() - started:.0f}s", file=sys.stderr, flush=True)
     if target.exists():

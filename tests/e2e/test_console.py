@@ -276,3 +276,18 @@ def test_text_for_a_terminal_keeps_what_it_says_and_drops_what_would_act_on_the_
 
     assert text.startswith("Request req-1 red\n")
     assert "line one\nline\ttwo\ufffd\ufffd\ufffdevil" in text
+
+
+def test_leaving_the_console_with_a_run_in_flight_says_its_engine_stops_with_it(runtime):
+    request = submit_upgrade(runtime, by="U0ERIN")
+    for approver in ("U0BOB", "U0CAROL"):
+        runtime.services().requests.approve(runtime.config.actor(approver), request.id,
+                                            plan_hash=request.plan_hash, now=dt.datetime.now(dt.timezone.utc))
+    run = runtime.services().runs.start(request.id, dry_run=False, now=dt.datetime.now(dt.timezone.utc))
+
+    _, transcript = console(runtime, "/gpu requests\n:quit\n", as_user="U0ERIN")
+
+    assert f"Runs still in flight: {run.id}. Their engine stops with this console" in transcript
+    runtime.services().runs.abort(runtime.config.actor("U0ERIN"), run.id, now=dt.datetime.now(dt.timezone.utc))
+    _, after = console(runtime, ":quit\n", as_user="U0ERIN")
+    assert "Runs still in flight" not in after
