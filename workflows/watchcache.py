@@ -170,7 +170,12 @@ class FleetCache:
         """Stop watching; what was seen stays in the cache."""
         self._stop.set()
         for response in list(self._open_watches.values()):
-            response.shutdown()
+            try:
+                response.shutdown()
+            except (RuntimeError, ValueError, OSError):
+                # NB: the watch ended on its own meanwhile (its connection is back in the
+                # pool, or never had a socket to cut): nothing left to stop.
+                pass
         self._gateway.close_idle_connections()
         for thread in self._threads:
             thread.join(timeout=5)
