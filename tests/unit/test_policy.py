@@ -191,6 +191,21 @@ def test_approvals_of_an_earlier_plan_do_not_count_toward_the_current_one():
     assert decision_.counted and decision_.approvals_counted == 1
 
 
+def test_an_approval_row_from_the_requester_never_counts_even_if_storage_held_one():
+    # Ada requested and holds the approver role; a database from before storage refused
+    # such rows may still hold her approval. With it, Bob's approval is still the first.
+    so_far = [decision("U0ADA"), decision("U0BOB"), decision("U0BOB")]
+    assert counted_approvers(request(), so_far) == ("U0BOB",)
+    with_carol = approve(carol, so_far=so_far)
+    assert with_carol.fully_approved and with_carol.approvals_counted == 2
+    assert not approve(carol, so_far=[decision("U0ADA")]).fully_approved
+
+
+def test_the_approvers_are_counted_in_the_order_they_approved_and_denies_do_not_count():
+    so_far = [decision("U0CAROL"), decision("U0PAM", kind="deny", reason="no"), decision("U0BOB")]
+    assert counted_approvers(request(), so_far) == ("U0CAROL", "U0BOB")
+
+
 def test_approving_after_the_deadline_is_refused_and_says_when_it_expired():
     late = approve(bob, now=NOW + 25 * HOUR).refusal
     assert late.code is RefusalCode.EXPIRED
