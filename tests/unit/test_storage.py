@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import fcntl
+import os
 import sqlite3
 import stat
 import threading
@@ -25,6 +27,7 @@ from storage.database import Database, PerThreadDatabase, default_database_path,
 from storage.errors import MigrationFailed, MigrationsOutOfOrder, NotAGpuopsDatabase, SchemaTooNew
 from storage.ids import RequestId, RunId
 from storage.migrations import MIGRATIONS, Migration, latest_version
+from testenv.install import wait_until
 
 NOW = dt.datetime(2025, 6, 7, 12, 0, tzinfo=dt.timezone.utc)
 HOUR = dt.timedelta(hours=1)
@@ -245,6 +248,43 @@ def test_threads_opening_a_new_database_at_once_apply_each_migration_exactly_onc
 
     with open_database(db_path) as db:
         assert db.query("SELECT version FROM schema_migrations") == [{"version": m.version} for m in MIGRATIONS]
+
+
+def _blocked_on_flock(lock_file: Path) -> bool:
+    """Whether some open file description waits for a flock on `lock_file` (/proc/locks
+    lists waiters with "->")."""
+    inode = lock_file.stat().st_ino
+    return any(line.split()[1:3] == ["->", "FLOCK"] and line.split()[-3].endswith(f":{inode}")
+               for line in Path("/proc/locks").read_text().splitlines())
+
+
+def test_an_opener_waits_while_another_is_still_making_the_database_and_then_opens_it_whole(db_path):
+    # Two openers of a new file at once used to interleave: one's switch to WAL said
+    # "database is locked", or its probe refused the other's half-made file.
+    lock_file = db_path.with_name(db_path.name + ".open-lock")
+    db_path.parent.mkdir(mode=0o700)
+    opened: list[object] = []
+    holder = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o600)  # another opener, mid-way
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    waiter = threading.Thread(target=lambda: opened.append(open_database(db_path).close()))
+    try:
+        waiter.start()
+        wait_until(lambda: _blocked_on_flock(lock_file), timeout=10, what="the second opener to wait")
+        assert not db_path.exists()  # it touched nothing while the other was opening
+    finally:
+        os.close(holder)
+    waiter.join(timeout=10)
+    assert opened == [None]
+    with open_database(db_path) as db:
+        assert db.schema_version == latest_version()
+    assert stat.S_IMODE(lock_file.stat().st_mode) == 0o600
+
+
+def test_opening_a_new_database_from_many_threads_at_once_never_fails(tmp_path):
+    for round_ in range(30):
+        path = tmp_path / f"round-{round_}" / "gpuops.db"
+        versions = race(6, path, lambda db: db.schema_version)
+        assert versions == [latest_version()] * 6
 
 
 def test_the_default_path_is_under_the_checkout_for_the_demo_and_var_lib_in_a_container():
