@@ -12,7 +12,7 @@ FLEET ?= demo
 DEMO_USER ?= U0ALICE
 DEMO_ARGS := --config deploy/config.example.yaml --kubeconfig .gpuops/testenv/kubeconfig --database .gpuops/demo.db
 
-.PHONY: venv demo test bench testenv-build testenv-up testenv-down clean
+.PHONY: venv demo test bench mutation testenv-build testenv-up testenv-down clean
 
 venv: $(VENV)/.installed
 
@@ -42,6 +42,11 @@ test: testenv-build
 
 bench: testenv-build
 	$(PY) -m pytest tests/bench -p no:cacheprovider -o addopts= -q -s
+
+# Mutation testing of the safety modules (slow: about an hour on 2 cores; not part of
+# `make test`). MODULES=policy,runs limits it; survivors in tests/mutation/results/.
+mutation: venv
+	$(PY) -m tests.mutation.run $(if $(MODULES),--modules $(MODULES)) $(if $(MUTATION_CHILDREN),--children $(MUTATION_CHILDREN))
 
 testenv-up: testenv-build
 	$(PY) -m testenv up --fleet $(FLEET)

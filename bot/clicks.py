@@ -22,7 +22,7 @@ from commands.catalog import dispatch
 from commands.handover import handover_message
 from commands.reply import REQUEST_DRAIN, Reply, error_reply
 from commands.services import Services
-from workflows.access import Actor
+from workflows.access import AccessDenied, Actor
 from workflows.handover_service import HandoverError, HandoverService
 from workflows.requests import RequestRefused, UnknownRequest
 from workflows.runs import RunRefused
@@ -81,7 +81,7 @@ def _abort(click: Click, run_id: str, services: Services) -> Outcome:
         return Outcome(notice=_refused(msg.abort_unavailable()))
     try:
         view = runs.abort(click.actor, run_id, now=click.now)
-    except RunRefused as err:
+    except (RunRefused, AccessDenied) as err:  # a viewer's click is refused like any other
         return Outcome(notice=_refused(str(err)))
     return Outcome(notice=_done(msg.aborted_by_you(view.id)))
 

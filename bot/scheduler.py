@@ -54,7 +54,7 @@ from workflows.cordons import Cordons
 from workflows.handover_service import HandoverService
 from workflows.kube import KubeGateway
 from workflows.requests import RequestRefused, RequestService
-from workflows.runs import RunRefused, RunService
+from workflows.runs import RUNNABLE_STATES, RunRefused, RunService
 
 log = logging.getLogger("gpuops.bot.scheduler")
 
@@ -67,7 +67,6 @@ IDEMPOTENCY_KEEP = dt.timedelta(days=7)
 # enqueued again by the request or handover that made it.
 OUTBOX_KEEP = dt.timedelta(days=30)
 WORKERS = 4
-RUNNABLE_STATES = ("approved", "scheduled")
 # How late after its window starts a run may still begin (a job runs every minute; a
 # leader change takes seconds). Later than this the window is missed, not used late.
 START_GRACE = dt.timedelta(minutes=5)
@@ -292,7 +291,9 @@ def start_window_runs(host: LeaderHost, now: dt.datetime) -> dt.datetime | None:
             changed += 1
             continue
         try:
-            run = RunService(db).start(view.id, dry_run=False, now=now)
+            # NB: the plan hash read above: a re-plan (`drain extend`) committed since
+            # refuses the start, and the next tick decides on the new plan.
+            run = RunService(db).start(view.id, dry_run=False, now=now, plan_hash=view.plan_hash)
         except RunRefused as err:  # e.g. cancelled or started meanwhile
             log.info("run of %s not started: %s", view.id, err)
             continue

@@ -207,12 +207,29 @@ CREATE TABLE kv (
 ) STRICT;
 """
 
+# The two-person rule in the schema too (workflows/policy.py enforces it first): no
+# decision row, approve or deny, from the request's own requester. Rows a database
+# already holds stay as they are (policy never counted them); new ones are refused.
+NO_SELF_APPROVAL = """
+CREATE TRIGGER approvals_not_by_the_requester BEFORE INSERT ON approvals
+WHEN NEW.approver = (SELECT requester FROM requests WHERE id = NEW.request_id)
+BEGIN
+    SELECT RAISE(ABORT, 'a request''s requester cannot decide on it (two-person rule)');
+END;
+CREATE TRIGGER approvals_not_moved_to_the_requester BEFORE UPDATE OF approver, request_id ON approvals
+WHEN NEW.approver = (SELECT requester FROM requests WHERE id = NEW.request_id)
+BEGIN
+    SELECT RAISE(ABORT, 'a request''s requester cannot decide on it (two-person rule)');
+END;
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
         "requests, approvals, runs, steps, audit, outbox, idempotency, handovers, kv",
         SCHEMA_V1,
     ),
+    Migration(2, "approvals refuse a decision by the request's requester", NO_SELF_APPROVAL),
 )
 
 _SCHEMA_MIGRATIONS = """

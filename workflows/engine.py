@@ -860,16 +860,26 @@ def run_engine(config: EngineSettings, gateway: KubeGateway, cache: NodeSource, 
 CRASH_AFTER_ENV = "GPUOPS_TEST_CRASH_AFTER"
 
 
-def _crash_hook() -> Callable[[int], None] | None:
+def _crash_hook(db: Database) -> Callable[[int], None] | None:
     """Tests only: with GPUOPS_TEST_CRASH_AFTER=N the process SIGKILLs itself right after
-    its Nth committed transition, to prove that a restart repeats no side effect."""
+    its Nth committed transition, and with GPUOPS_TEST_CRASH_AFTER=<audit action> (e.g.
+    `pod.delete`) right after the commit that wrote the first audit row of that action:
+    to prove that a restart repeats no side effect."""
     value = os.environ.get(CRASH_AFTER_ENV)
     if not value:
         return None
-    limit = int(value)
+    if value.isdigit():
+        limit = int(value)
+
+        def reached(commits: int) -> bool:
+            return commits >= limit
+    else:
+        def reached(commits: int) -> bool:
+            newest = audit.recent(db, 1)
+            return bool(newest) and newest[0].action == value
 
     def crash(commits: int) -> None:
-        if commits >= limit:
+        if reached(commits):
             logging.getLogger("gpuops.engine").warning("%s=%s: killing myself after commit %d",
                                                       CRASH_AFTER_ENV, value, commits)
             logging.shutdown()
@@ -917,7 +927,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             duration=dt.timedelta(seconds=args.lease_seconds)),
         max_parallel_nodes=args.max_parallel_nodes)
     try:
-        run_engine(settings, gateway, cache, db, args.identity, stop, on_commit=_crash_hook(),
+        run_engine(settings, gateway, cache, db, args.identity, stop, on_commit=_crash_hook(db),
                    exit_when_idle=args.exit_when_idle, pools=config.pools if args.config else None)
     finally:
         cache.stop()

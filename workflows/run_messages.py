@@ -450,6 +450,21 @@ def request_not_runnable(request_id: str, state: str) -> str:
     return f"{request_id} is {state}: only an approved or scheduled request can start a run"
 
 
+def plan_changed_since(request_id: str, *, seen: str, now: str) -> str:
+    return (f"{request_id}'s plan changed (hash {seen[:8]} is now {now[:8]}) since the start was decided: "
+            f"not started; it starts once its current plan is approved")
+
+
+def plan_does_not_match_its_hash(request_id: str, plan_hash: str) -> str:
+    return (f"{request_id}'s stored plan no longer hashes to {plan_hash[:8]}, the plan its approvals name: "
+            f"not started")
+
+
+def plan_not_approved(request_id: str, plan_hash: str, *, counted: int, required: int) -> str:
+    return (f"{request_id}'s plan {plan_hash[:8]} has {counted} of the {required} approvals it needs: "
+            f"not started")
+
+
 def already_running(request_id: str) -> str:
     return f"{request_id} already has a run in progress"
 

@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from storage import approvals as stored_approvals
 from storage import audit, codec, outbox
 from storage import requests as stored_requests
 from storage import runs as stored_runs
@@ -45,6 +46,12 @@ from storage.steps import NewStep, Step
 from workflows import run_messages as say
 from workflows.access import Actor, Role, public_name, require
 from workflows.plans import plan_from_json
+from workflows.plans import plan_hash as compute_plan_hash
+from workflows.policy import counted_approvers
+
+
+# The request states a run may start from.
+RUNNABLE_STATES = ("approved", "scheduled")
 
 
 class RunRefused(Exception):
@@ -137,15 +144,32 @@ class RunService:
     # -------------------------------------------------------------- actions
 
     def start(self, request_id: str, *, dry_run: bool, now: dt.datetime,
-              actor: Actor | None = None) -> RunView:
-        """Queue a run of an approved request's plan for the engine."""
+              actor: Actor | None = None, plan_hash: str | None = None) -> RunView:
+        """Queue a run of an approved request's plan for the engine.
+
+        Everything that decides is read inside the transaction that starts the run (a
+        `drain extend` or a cancel committed a moment before is seen): the request must be
+        approved or scheduled, its stored plan must still hash to the hash its approvals
+        name, and, with `plan_hash` (what the caller decided on, e.g. the scheduler's
+        read of the request), that hash must still be the request's."""
         with self._db.transaction():
             request = self._request(RequestId(request_id))
             if actor is not None:
                 require(actor, Role.OPERATOR, action="Starting a run", pool=request.pool)
-            if request.state not in ("approved", "scheduled"):
+            if request.state not in RUNNABLE_STATES:
                 raise RunRefused(say.request_not_runnable(request.id, request.state))
+            if plan_hash is not None and plan_hash != request.plan_hash:
+                raise RunRefused(say.plan_changed_since(request.id, seen=plan_hash, now=request.plan_hash))
             plan = plan_from_json(request.plan)  # type: ignore[arg-type]
+            if compute_plan_hash(plan) != request.plan_hash:
+                raise RunRefused(say.plan_does_not_match_its_hash(request.id, request.plan_hash))
+            # NB: roles were re-checked when these approvals were counted (RequestService);
+            # here the question is only whether they name this plan, and are enough.
+            approvers = counted_approvers(request, stored_approvals.for_request(self._db, request_id=request.id),
+                                          approver_now=lambda _user_id: True)
+            if len(approvers) < request.approvals_required:
+                raise RunRefused(say.plan_not_approved(request.id, request.plan_hash, counted=len(approvers),
+                                                       required=request.approvals_required))
             run = stored_runs.create(self._db, request_id=request.id, dry_run=dry_run, at=now)
             if run is None:
                 raise RunRefused(say.already_running(request.id))

@@ -398,6 +398,9 @@ class Evict:
     (default; the run halts with the node cordoned, for a person to decide), `skip`
     (the node is left out: the pods still on it keep running, it is uncordoned and the
     run goes on) or `delete` (delete the blocked pods, bypassing the budget, on record).
+    A delete on record is sent again only while its pod is neither terminating nor gone:
+    after a restart between the record and the call; never a second time after one
+    that landed.
     """
 
     def __init__(self, *, default_scope: EvictScope | None = None) -> None:
@@ -451,7 +454,10 @@ class Evict:
             if pod.pod.deleting:
                 continue
             if ctx.recorded(f"delete/{target['uid']}"):
-                continue  # escalated: deleted, waiting for it to go
+                # Escalated, yet neither terminating nor gone: the delete on record never
+                # reached the API (the process stopped between the two). Send it now.
+                self._delete(ctx, target)
+                continue
             namespace, name = target["pod"].split("/", 1)
             ctx.record(key=f"evict/{target['uid']}", action="pod.evict", target=target["pod"],
                        detail={"node": ctx.node, "uid": target["uid"], "why": target["why"]})
@@ -489,15 +495,19 @@ class Evict:
         for target in remaining:
             if target["pod"] not in blocked:
                 continue
-            namespace, name = target["pod"].split("/", 1)
             ctx.record(key=f"delete/{target['uid']}", action="pod.delete", target=target["pod"],
                        detail={"node": ctx.node, "uid": target["uid"], "why": say.escalated(blocked[target["pod"]])})
-            ctx.act()
-            try:
-                ctx.gateway.delete_pod(namespace, name, uid=target["uid"], dry_run=False)
-            except (NotFound, Conflict):
-                continue
+            self._delete(ctx, target)
         return Waiting(say.deleted_blocked_pods(sorted(blocked)), retry_in=1.0, overdue_ok=True)
+
+    def _delete(self, ctx: StepContext, target: Mapping[str, Any]) -> None:
+        """Delete the chosen pod (only while it is still the pod with the recorded uid)."""
+        namespace, name = target["pod"].split("/", 1)
+        ctx.act()
+        try:
+            ctx.gateway.delete_pod(namespace, name, uid=target["uid"], dry_run=False)
+        except (NotFound, Conflict):
+            pass  # gone, or replaced by a pod with another uid
 
 
 # ---- wait-for and validate

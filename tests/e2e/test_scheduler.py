@@ -160,7 +160,7 @@ def test_an_approved_request_starts_its_run_when_its_window_begins_and_only_once
     assert runtime.services().requests.get(view.id).state == "running"
 
 
-def test_an_approved_request_whose_window_has_passed_is_not_started(leader):
+def test_an_approved_request_whose_window_has_passed_is_marked_missed_and_not_started(leader, slack):
     runtime = leader.runtime
     with freeze_time("2025-06-02 09:00:00", tz_offset=0) as frozen:
         start = dt.datetime(2025, 6, 2, 9, 30, tzinfo=UTC)
@@ -168,14 +168,19 @@ def test_an_approved_request_whose_window_has_passed_is_not_started(leader):
         view = services.requests.submit(
             runtime.config.actor("U0ALICE"), kind="upgrade", pool="training-a",
             targets=["training-a-000"], plan=a_plan("training-a"), window_start=start,
-            window_end=start + dt.timedelta(hours=1), reason="a short window", now=dt.datetime.now(UTC))
+            window_end=start + dt.timedelta(hours=1), reason="a short window", channel=CHANNEL,
+            now=dt.datetime.now(UTC))
         services.requests.approve(runtime.config.actor("U0BOB"), view.id, plan_hash=view.plan_hash,
                                   now=dt.datetime.now(UTC))
         frozen.tick(dt.timedelta(hours=2))  # no leader while the window was open
 
         leader.tick()
+        leader.tick()  # a later tick does not start it late either
 
     assert runtime.services().runs.for_request(view.id) == []
+    assert runtime.services().requests.get(view.id).state == "missed"
+    told = [c.args["text"] for c in slack.calls("chat.postMessage") if c.ok and c.args.get("thread_ts")]
+    assert len([t for t in told if "was not started" in t]) == 1, told
 
 
 def test_delivery_keys_older_than_a_week_are_forgotten(leader):

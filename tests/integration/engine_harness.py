@@ -129,7 +129,7 @@ class EngineThread:
 
 
 def engine_process(kubeconfig: Path, db_path: Path, *, identity: str, lease_name: str, log: Path,
-                   crash_after: int | None = None, lease_seconds: float = 3.0,
+                   crash_after: int | str | None = None, lease_seconds: float = 3.0,
                    exit_when_idle: bool = True) -> subprocess.Popen[bytes]:
     """`python -m workflows.engine` against the test control plane; its log goes to `log`."""
     env = {k: v for k, v in os.environ.items() if k != "GPUOPS_TEST_CRASH_AFTER"}

@@ -3,13 +3,16 @@ real engine: alice asks, bob approves, the run starts, `/gpu drain done` ends th
 and the nodes are validated before they are uncordoned. A node that comes back with fewer
 GPUs than it has halts the run with the node left cordoned; an engine restarted during the
 hold carries on where the other stopped; a PodDisruptionBudget that allows one disruption
-makes the second eviction wait (and the thread hears why); a pool that skips blocked
-nodes leaves one out and gives it back. Each test builds a small fleet of its own."""
+makes the second eviction wait (and the thread hears why); at the pool's drain_timeout a
+budget that still blocks halts the run with the node cordoned (`wait`), leaves the node
+out and gives it back (`skip`), or deletes each blocked pod exactly once, even when the
+engine is killed mid-run (`delete`). Each test builds a small fleet of its own."""
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,11 +35,13 @@ from workflows.runs import RunView
 pytestmark = pytest.mark.controlplane
 
 CHANNEL = "C0GPUOPS"
-POOLS = ("serve", "short", "restart", "budget", "skip", "gates", "floor", "open", "recheck")
+POOLS = ("serve", "short", "restart", "budget", "skip", "gates", "floor", "open", "recheck", "wait", "delete")
 WEEKENDS = [{"days": ["sat", "sun"], "start": "02:00", "end": "06:00", "timezone": "Europe/Berlin"}]
 # The skip pool gives a blocked eviction 4 seconds, then leaves the node out; gates and
 # floor drain only at weekends, one node at a time (gates), never below 16 GPUs (floor).
 POLICY_CHANGES = {"skip": {"drain_timeout": "4s", "pdb_timeout_action": "skip"},
+                  "wait": {"drain_timeout": "4s", "pdb_timeout_action": "wait"},
+                  "delete": {"drain_timeout": "4s", "allow_delete": True, "pdb_timeout_action": "delete"},
                   "budget": {"drain_timeout": "120s"},
                   "gates": {"windows": WEEKENDS, "max_unavailable": 1},
                   "floor": {"windows": WEEKENDS, "min_ready_gpus": 16}}
@@ -493,3 +498,82 @@ def test_gpu_uncordon_gives_back_what_a_failed_run_left_cordoned_and_a_hand_unco
     assert not refused.ok and "was not cordoned by gpuops" in _texts(refused)
     assert h.unschedulable(installer, "short-02")
     assert audit.verify(runtime.database.get()).ok
+
+
+def _evict_params(request: RequestView) -> dict:
+    (evict,) = [step for wave in request.plan.waves for step in wave.steps if step.kind == "evict"]
+    return dict(evict.params)
+
+
+def test_a_pool_that_waits_halts_the_run_at_the_timeout_with_the_blocked_node_cordoned_and_its_pod_untouched(
+        fleet, cluster, runtime, caplog):
+    fleet(fl.FleetSpec(name="wait", system_nodes=0, pools=(fl.PoolSpec(name="wait", kind="serving", nodes=2),),
+                       workloads=(fl.WorkloadSpec(name="solo", namespace="solo", node="wait-01",
+                                                  pdb_min_available=1),)))
+    installer = cluster.installer()
+    _ready_fleet(runtime, installer, ["wait-01", "wait-02"])
+    solo = _ready_pod(installer, "solo", "solo")
+
+    _, request, run = ask_approve_start(runtime, '/gpu drain wait-01 for 10m "firmware"')
+    assert _evict_params(request)["pdb_timeout_action"] == "wait"  # what the pool says, in the plan
+    db = runtime.database.get()
+    with caplog.at_level(logging.INFO, logger="gpuops.kube"), h.EngineThread(cluster.kubeconfig, db.path):
+        finished = h.wait_run(db, run.id)
+
+    assert finished.state == "failed"
+    reason = finished.halted_reason or ""
+    assert reason.startswith(f"wait-01: evict failed: wait-01: eviction of solo/{solo['metadata']['name']} is "
+                             "blocked by a PodDisruptionBudget"), reason
+    assert "gave up after 4s" in reason and "Left cordoned by this run: wait-01" in reason
+    assert h.unschedulable(installer, "wait-01") and h.cordon_mark(installer, "wait-01") is not None
+    assert [p["metadata"]["uid"] for p in h.workload_pods(installer, "solo", "solo")] == [solo["metadata"]["uid"]]
+    writes = h.mutations(caplog.text)
+    assert not any(w.startswith("delete pod") for w in h.attempts(caplog.text)), writes
+    assert "uncordon node wait-01" not in writes
+    messages = h.thread_messages(db)
+    blocked = [m["text"] for m in messages if m["event"] == "step.pdb-blocked"]
+    assert len(blocked) == 1 and "the run halts with the node cordoned, for a person to decide" in blocked[0]
+    assert [m["text"] for m in messages if m["event"] == "run.failed"] == [reason]
+    assert stored_requests.get(db, id=request.id).state == "failed"  # type: ignore[union-attr]
+    assert audit.verify(db).ok
+
+
+@pytest.mark.parametrize("crash_after", ["pod.delete", "pod.evict"])
+def test_a_pool_that_deletes_deletes_each_blocked_pod_exactly_once_even_if_the_engine_is_killed_mid_run(
+        fleet, cluster, runtime, tmp_path, crash_after):
+    fleet(fl.FleetSpec(name="delete", system_nodes=0,
+                       pools=(fl.PoolSpec(name="delete", kind="serving", nodes=2),),
+                       workloads=tuple(fl.WorkloadSpec(name=name, namespace="held", node="delete-01",
+                                                       pdb_min_available=1) for name in ("held-a", "held-b"))))
+    installer = cluster.installer()
+    _ready_fleet(runtime, installer, ["delete-01", "delete-02"])
+    held = {name: _ready_pod(installer, "held", name) for name in ("held-a", "held-b")}
+
+    _, request, run = ask_approve_start(runtime, '/gpu drain delete-01 for 10m "firmware"')
+    assert _evict_params(request)["pdb_timeout_action"] == "delete"
+    assert gpu(runtime, "U0ALICE", f"/gpu drain done {request.id}").ok  # the hold ends as soon as it starts
+    db = runtime.database.get()
+    # The first engine is SIGKILLed right after it commits the first `crash_after` intent
+    # (before the call it is about to make); a second one, the same replica restarted, ends the run.
+    logs = [tmp_path / "first.log", tmp_path / "second.log"]
+    first = h.engine_process(cluster.kubeconfig, db.path, identity="engine-0", lease_name="delete-test",
+                             log=logs[0], crash_after=crash_after)
+    assert first.wait(timeout=120) == -signal.SIGKILL, logs[0].read_text()
+    second = h.engine_process(cluster.kubeconfig, db.path, identity="engine-0", lease_name="delete-test",
+                              log=logs[1])
+    assert second.wait(timeout=120) == 0, logs[1].read_text()
+
+    finished = h.wait_run(db, run.id, timeout=5)
+    assert finished.state == "succeeded", finished.halted_reason
+    sent = [w for log in logs for w in h.attempts(log.read_text()) if w.startswith("delete pod")]
+    assert sorted(w.split(" uid=")[0] for w in sent) == [
+        f"delete pod held/{held[name]['metadata']['name']}" for name in ("held-a", "held-b")]
+    assert {w.split(" uid=")[1] for w in sent} == {p["metadata"]["uid"] for p in held.values()}
+    rows = audit.for_run(db, run.id)
+    assert sorted(r.target for r in rows if r.action == "pod.delete") == sorted(
+        f"held/{p['metadata']['name']}" for p in held.values())
+    assert [r.target for r in rows if r.action == "step.resumed"] == ["delete-01"]
+    left = {p["metadata"]["uid"] for name in held for p in h.workload_pods(installer, "held", name)}
+    assert not left & {p["metadata"]["uid"] for p in held.values()}
+    assert not h.unschedulable(installer, "delete-01") and h.cordon_mark(installer, "delete-01") is None
+    assert audit.verify(db).ok

@@ -2,7 +2,8 @@
 
 A default node is a healthy 8 x H100 node in pool `train-a` with a Ready operator
 driver at 580.95.05; tests change only what their story is about. Builders are handed
-out through the `make` fixture so no test imports this module by name.
+out through the `make` fixture so no test imports this module by name; `fake_cluster`
+hands out an in-memory cluster for the engine's tests (tests/unit/fake_cluster.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
+from fake_cluster import FakeCluster, merged
 
 from workflows.cluster import (
     ClusterSnapshot,
@@ -36,16 +38,6 @@ OPERATOR_NS = "gpu-operator"
 DRIVER_VERSION = "580.95.05"
 
 _names = itertools.count(1)
-
-
-def _merge(base: Mapping[str, str], changes: Mapping[str, str | None] | None) -> dict[str, str]:
-    merged = dict(base)
-    for key, value in (changes or {}).items():
-        if value is None:
-            merged.pop(key, None)
-        else:
-            merged[key] = value
-    return merged
 
 
 class FleetBuilder:
@@ -85,17 +77,17 @@ class FleetBuilder:
         if pool is not None:
             base_labels[pool_label_key] = pool
         base_capacity = {"cpu": "96", "memory": "1Ti", "nvidia.com/gpu": str(gpus)}
-        cap = _merge(base_capacity, capacity)
+        cap = merged(base_capacity, capacity)
         return NodeObject(
             name=NodeName(name),
-            labels=_merge(base_labels, labels),
+            labels=merged(base_labels, labels),
             annotations=dict(annotations or {}),
             unschedulable=unschedulable,
             taints=(),
             ready=ready,
             ready_changed_at=ready_changed_at,
             capacity=cap,
-            allocatable=_merge(cap, allocatable),
+            allocatable=merged(cap, allocatable),
             created_at=NOW - dt.timedelta(days=30),
         )
 
@@ -335,3 +327,8 @@ class FleetBuilder:
 @pytest.fixture
 def make() -> FleetBuilder:
     return FleetBuilder()
+
+
+@pytest.fixture
+def fake_cluster(make: FleetBuilder) -> FakeCluster:
+    return FakeCluster(make.snapshot)

@@ -4,6 +4,7 @@ survives being stored as JSON."""
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import os
 import subprocess
@@ -215,10 +216,59 @@ def test_a_window_given_in_another_zone_is_the_same_plan():
 
 
 def test_a_flag_written_as_true_is_not_the_same_plan_as_one_written_as_1():
-    flag = NodeStep("drain", NodeName("gpu-01"), {"force": True})
-    one = NodeStep("drain", NodeName("gpu-01"), {"force": 1})
-    assert flag != one
-    assert {"force": True} == {"force": 1}  # what plain Python would have said
+    # Python alone calls {"force": True} and {"force": 1} equal; an approver approved one of them.
+    def with_force(value: object) -> Plan:
+        step = NodeStep("drain", NodeName("gpu-01"), {"force": value})
+        return Plan(kind="drain", pool="serving-a", waves=(Wave(0, (NodeName("gpu-01"),), (step,)),),
+                    summary=PlanSummary(), created_for="U0ADA")
+
+    flag, one = with_force(True), with_force(1)
+    assert flag != one and flag.waves[0].steps[0] != one.waves[0].steps[0]
+    assert plan_hash(flag) != plan_hash(one)
+    assert len({flag, one}) == 2
+    # Stored and read back, each stays what it was.
+    assert plan_from_json(json.dumps(plan_to_json(flag))).waves[0].steps[0].params["force"] is True
+    assert type(plan_from_json(json.dumps(plan_to_json(one))).waves[0].steps[0].params["force"]) is int
+
+
+# Known answers. An approval names a plan by its hash, and requests in flight keep their
+# approvals across an upgrade of gpuops only if the same plan still hashes the same: a
+# change to the canonical form, the field names or the hash function fails here first.
+ONE_NODE_DRAIN_TEXT = (
+    '{"created_for":"U0ADA","format":1,"kind":"drain","pool":"serving-a","summary":{"evictions_expected":0,'
+    '"max_gpus_unavailable":0,"notes":[],"target_driver_version":null,"target_mig_config":null,'
+    '"window_end":null,"window_start":null},"waves":[{"index":0,"nodes":["gpu-01"],"steps":['
+    '{"kind":"cordon","node":"gpu-01","params":{}},{"kind":"evict","node":"gpu-01","params":'
+    '{"pdb_timeout_action":"wait","pdb_timeout_s":600,"scope":"all-non-daemonset"}},'
+    '{"kind":"uncordon","node":"gpu-01","params":{"leave_cordoned":false}}]}]}'
+)
+
+
+def one_node_drain() -> Plan:
+    node = NodeName("gpu-01")
+    return Plan(kind="drain", pool="serving-a", summary=PlanSummary(), created_for="U0ADA", waves=(Wave(0, (node,), (
+        NodeStep("cordon", node, {}),
+        NodeStep("evict", node, {"scope": "all-non-daemonset", "pdb_timeout_s": 600, "pdb_timeout_action": "wait"}),
+        NodeStep("uncordon", node, {"leave_cordoned": False}))),))
+
+
+@pytest.mark.parametrize("build, expected", [
+    (one_node_drain, "26e33bba6634cf69a397a8ab3d323b15c4de345d6cd8fc5a44e89d3fbb322496"),
+    (lambda: Plan(kind="mig", pool="p", waves=(), summary=PlanSummary(), created_for="U0X"),
+     "78a9978b8046a906b4caf1aa0178a6ddaba6794f633cbd1979347569d783c5ac"),
+    (two_wave_upgrade, "154ee84023fdd0d4eb9e830d96611e37cba1708a66e7d6bab4e3cb6bbaa27451"),
+    (lambda: two_wave_upgrade(window_start=dt.datetime(2025, 6, 8, 2, tzinfo=UTC),
+                              window_end=dt.datetime(2025, 6, 8, 4, tzinfo=UTC)),
+     "3aaf81a45cb2ee368431cb338fc2479904a22299695ee1072211804e334f8dab"),
+])
+def test_a_plan_approved_before_an_upgrade_of_gpuops_has_the_same_hash_after_it(build, expected):
+    assert plan_hash(build()) == expected
+
+
+def test_the_hash_is_the_sha256_of_the_plans_canonical_json_text():
+    assert codec.json_to_text(plan_to_json(one_node_drain())) == ONE_NODE_DRAIN_TEXT
+    assert plan_hash(one_node_drain()) == hashlib.sha256(ONE_NODE_DRAIN_TEXT.encode()).hexdigest()
+    assert plan_from_json(ONE_NODE_DRAIN_TEXT) == one_node_drain()
 
 
 def test_step_params_cannot_be_changed_after_the_plan_is_built():

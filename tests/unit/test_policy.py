@@ -11,7 +11,7 @@ import pytest
 from storage.approvals import Approval
 from storage.ids import ApprovalId, RequestId
 from storage.requests import Request
-from workflows.access import Role
+from workflows.access import Actor, Role, UserId
 from workflows.config import GpuopsConfig, PoolConfig
 from workflows.policy import (
     RefusalCode,
@@ -22,7 +22,9 @@ from workflows.policy import (
     check_replan,
     check_submit,
     counted_approvers,
+    deny_decision,
     is_expired,
+    matches_current_plan,
     state_at_creation,
 )
 
@@ -203,6 +205,21 @@ def test_an_earlier_approver_who_lost_the_role_no_longer_counts_when_approvals_a
     assert approve(carol, so_far=so_far).fully_approved  # with bob still an approver
 
 
+def test_an_approval_row_from_the_requester_never_counts_even_if_storage_held_one():
+    # Ada requested and holds the approver role; a database from before storage refused
+    # such rows may still hold her approval. With it, Bob's approval is still the first.
+    so_far = [decision("U0ADA"), decision("U0BOB"), decision("U0BOB")]
+    assert counted_approvers(request(), so_far, approver_now=lambda _user: True) == ("U0BOB",)
+    with_carol = approve(carol, so_far=so_far)
+    assert with_carol.fully_approved and with_carol.approvals_counted == 2
+    assert not approve(carol, so_far=[decision("U0ADA")]).fully_approved
+
+
+def test_the_approvers_are_counted_in_the_order_they_approved_and_denies_do_not_count():
+    so_far = [decision("U0CAROL"), decision("U0PAM", kind="deny", reason="no"), decision("U0BOB")]
+    assert counted_approvers(request(), so_far, approver_now=lambda _user: True) == ("U0CAROL", "U0BOB")
+
+
 def test_approving_after_the_deadline_is_refused_and_says_when_it_expired():
     late = approve(bob, now=NOW + 25 * HOUR).refusal
     assert late.code is RefusalCode.EXPIRED
@@ -350,3 +367,120 @@ def test_an_unknown_pool_is_refused_with_the_closest_name():
 
 def test_a_request_needs_a_reason():
     assert submit(ada, reason=" ").refusal.code is RefusalCode.NO_REASON
+
+
+# ------------------------------------------------------------------ roles held for one pool, and the exact sentences
+
+
+def pool_actor(pool: str, *roles: Role) -> Actor:
+    return Actor(user_id=UserId("U0PAT"), name="Pat", pool_roles={pool: frozenset(roles)})
+
+
+def test_a_refused_approval_still_says_where_the_count_stands():
+    for refused in (approve(eve, so_far=[decision("U0BOB")]),                       # no role
+                    approve(bob, so_far=[decision("U0BOB")]),                       # twice
+                    approve(carol, so_far=[decision("U0BOB")], now=NOW + 25 * HOUR)):  # too late
+        assert not refused.counted
+        assert (refused.approvals_counted, refused.approvals_required) == (1, 2)
+
+
+def test_an_approval_is_counted_against_the_pools_stricter_number_now():
+    stricter = PoolConfig(kind="serving", approvers=["U0PAM"], approvals={"upgrade": 3})
+    second = approve(carol, so_far=[decision("U0BOB")], pool=stricter)
+    assert (second.counted, second.fully_approved, second.approvals_required) == (True, False, 3)
+
+
+def test_the_sentences_of_approval_refusals_name_the_request_the_pool_and_the_plan():
+    assert approve(bob, pool=None).refusal.reason == (
+        "Pool serving-a of req-7f3a2c is no longer in the configuration, so nobody can approve it; "
+        "cancel it or restore the pool.")
+    assert approve(bob, plan_hash=OLD_PLAN).refusal.reason.endswith("(hash 3f9a1c0e…) of req-7f3a2c and approve that one.")
+    # Operator for this pool only: that is what the refusal says Pat holds.
+    assert approve(pool_actor("serving-a", Role.OPERATOR)).refusal.reason == (
+        "You cannot approve req-7f3a2c: that needs the approver role for pool serving-a "
+        "(you have operator, viewer).")
+
+
+def test_approving_again_once_nothing_more_is_needed_says_so():
+    one = request(kind="drain", approvals_required=1)
+    refusal = approve(bob, req=one, so_far=[decision("U0BOB")], pool=CONFIG.pools["train-a"]).refusal
+    assert refusal.code is RefusalCode.ALREADY_APPROVED
+    assert refusal.reason.endswith("it needs no more approvals.")
+
+
+def test_a_request_marked_expired_is_expired_whatever_its_deadline():
+    assert is_expired(request(state="expired"), now=NOW)
+    assert approve(bob, req=request(state="expired")).refusal.code is RefusalCode.EXPIRED
+
+
+def test_a_hash_with_anything_after_it_is_not_the_plan_shown():
+    assert approve(bob, plan_hash="3f9a1c0e…").counted
+    assert approve(bob, plan_hash="3f9a1c0eX").refusal.code is RefusalCode.STALE_PLAN
+    assert not matches_current_plan(request(), PLAN + "X")
+
+
+def test_someone_without_a_display_name_is_named_by_their_user_id():
+    denied = request(state="denied")
+    so_far = [decision("U0ZED", kind="deny", reason="no capacity")]
+    assert approve(carol, req=denied, so_far=so_far).refusal.reason.startswith(
+        "req-7f3a2c was denied by U0ZED (no capacity)")
+
+
+def test_the_deny_that_ended_a_request_is_the_last_one_and_there_is_none_without_a_deny():
+    assert deny_decision([decision("U0BOB"), decision("U0CAROL")]) is None
+    last = decision("U0CAROL", kind="deny", reason="later")
+    assert deny_decision([decision("U0BOB", kind="deny", reason="first"), last]) == last
+
+
+def test_cancelling_a_denied_request_says_who_denied_it_and_why():
+    so_far = [decision("U0BOB"), decision("U0BOB", kind="deny", reason="capacity is short")]
+    refusal = check_cancel(request=request(state="denied"), actor=ada, now=NOW, approvals_so_far=so_far,
+                           names=CONFIG.access.names).refusal
+    assert refusal.code is RefusalCode.FINISHED
+    assert refusal.reason == "req-7f3a2c was denied by Bob (capacity is short); there is nothing left to cancel."
+    assert check_cancel(request=request(state="running"), actor=ada, now=NOW).refusal.reason.startswith(
+        "req-7f3a2c is already running")
+
+
+def test_an_approver_of_one_pool_may_deny_there_and_nowhere_else():
+    pam_serving_b = request(pool="serving-b")
+    assert check_deny(request=request(), approvals_so_far=[], approver=pam, reason="no", now=NOW).allowed
+    refusal = check_deny(request=pam_serving_b, approvals_so_far=[], approver=pam, reason="no", now=NOW).refusal
+    assert refusal.code is RefusalCode.NOT_AN_APPROVER
+    assert refusal.reason == ("You cannot deny req-7f3a2c: that needs the approver role for pool serving-b "
+                              "(you have no role).")
+    as_operator = check_deny(request=request(), approvals_so_far=[], approver=pool_actor("serving-a", Role.OPERATOR),
+                             reason="no", now=NOW).refusal
+    assert as_operator.reason.endswith("(you have operator, viewer).")
+
+
+def test_deny_refusals_carry_their_codes_and_name_who_denied_first():
+    assert deny(ada).refusal.code is RefusalCode.OWN_REQUEST
+    assert deny(bob, reason=" ").refusal.code is RefusalCode.NO_REASON
+    again = check_deny(request=request(state="denied"), approver=carol, reason="me too", now=NOW,
+                       approvals_so_far=[decision("U0BOB", kind="deny", reason="capacity is short")],
+                       names=CONFIG.access.names).refusal
+    assert again.reason.startswith("req-7f3a2c was denied by Bob (capacity is short)")
+
+
+def test_replanning_a_denied_request_names_who_denied_it():
+    refusal = check_replan(request=request(state="denied"), actor=ada, now=NOW, names=CONFIG.access.names,
+                           approvals_so_far=[decision("U0BOB", kind="deny", reason="capacity is short")]).refusal
+    assert refusal.reason.startswith("req-7f3a2c was denied by Bob (capacity is short)")
+
+
+def test_an_operator_of_one_pool_may_request_changes_there_only():
+    assert submit(pool_actor("serving-a", Role.OPERATOR)).allowed
+    refusal = submit(pool_actor("serving-b", Role.OPERATOR)).refusal
+    assert refusal.code is RefusalCode.NOT_AN_OPERATOR and refusal.reason.endswith("Pat has no role.")
+    assert submit(pool_actor("serving-a", Role.APPROVER)).refusal.reason.endswith("Pat has approver, viewer.")
+
+
+def test_an_unknown_pool_offers_at_most_two_close_names_and_a_missing_reason_names_the_change():
+    pools = {name: CONFIG.pools["serving-a"] for name in ("serving-a", "serving-b", "serving-c")}
+    unknown = check_submit(actor=ada, kind="upgrade", pool="serving-x", reason="r", pools=pools).refusal
+    assert unknown.code is RefusalCode.UNKNOWN_POOL
+    # Equally close names come in a fixed order (difflib's: the larger string first).
+    assert unknown.reason == "There is no pool named serving-x; did you mean serving-c or serving-b?"
+    assert submit(ada, reason=" ").refusal.reason == (
+        "Say why you request a driver upgrade on pool serving-a; approvers read the reason before they approve.")

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import fcntl
+import os
 import sqlite3
 import stat
 import threading
@@ -25,6 +27,7 @@ from storage.database import Database, PerThreadDatabase, default_database_path,
 from storage.errors import MigrationFailed, MigrationsOutOfOrder, NotAGpuopsDatabase, SchemaTooNew
 from storage.ids import RequestId, RunId
 from storage.migrations import MIGRATIONS, Migration, latest_version
+from testenv.install import wait_until
 
 NOW = dt.datetime(2025, 6, 7, 12, 0, tzinfo=dt.timezone.utc)
 HOUR = dt.timedelta(hours=1)
@@ -137,7 +140,7 @@ def test_reopening_a_migrated_database_applies_nothing_and_keeps_its_data(db_pat
             assert kv.get(db, key="engine.holder") == "gpuops-0"
             history = db.query("SELECT version, applied_at FROM schema_migrations")
 
-    assert history == [{"version": 1, "applied_at": "2025-06-07T12:00:00.000000Z"}]
+    assert history == [{"version": m.version, "applied_at": "2025-06-07T12:00:00.000000Z"} for m in MIGRATIONS]
 
 
 def test_the_connection_uses_wal_foreign_keys_full_sync_and_a_busy_timeout(db):
@@ -159,7 +162,7 @@ def test_a_database_from_a_newer_gpuops_is_refused_and_left_byte_for_byte_unchan
         open_database(db_path)
 
     assert str(refused.value) == (
-        f"database {db_path} has schema version 7, this gpuops knows up to 1; "
+        f"database {db_path} has schema version 7, this gpuops knows up to {latest_version()}; "
         "upgrade gpuops or point it at another database"
     )
     assert db_path.read_bytes() == before
@@ -213,7 +216,7 @@ def test_a_failing_migration_rolls_back_entirely_and_keeps_the_previous_version(
         open_database(db_path, migrations=(MIGRATIONS[0], second))
 
     assert failed.value.version == 2
-    with open_database(db_path) as db:  # still usable by a gpuops that knows version 1
+    with open_database(db_path, migrations=MIGRATIONS[:1]) as db:  # still usable by a gpuops that knows version 1
         assert db.schema_version == 1
         assert db.query("SELECT version FROM schema_migrations") == [{"version": 1}]
         assert kv.get(db, key="written-by") is None
@@ -222,13 +225,15 @@ def test_a_failing_migration_rolls_back_entirely_and_keeps_the_previous_version(
 
 def test_a_migration_that_succeeds_later_moves_the_version_on(db_path):
     open_database(db_path).close()
+    next_version = latest_version() + 1
     add_column = Migration(
-        2, "runs remember who started them", "ALTER TABLE runs ADD COLUMN started_by TEXT;"
+        next_version, "runs remember who started them", "ALTER TABLE runs ADD COLUMN started_by TEXT;"
     )
 
     with open_database(db_path, migrations=(*MIGRATIONS, add_column)) as db:
-        assert db.schema_version == 2
-        assert [r["version"] for r in db.query("SELECT version FROM schema_migrations")] == [1, 2]
+        assert db.schema_version == next_version
+        assert [r["version"] for r in db.query("SELECT version FROM schema_migrations")] == list(
+            range(1, next_version + 1))
 
 
 def test_migrations_must_be_numbered_one_two_three_without_gaps(db_path):
@@ -242,7 +247,44 @@ def test_threads_opening_a_new_database_at_once_apply_each_migration_exactly_onc
     race(6, db_path, lambda db: db.schema_version)
 
     with open_database(db_path) as db:
-        assert db.query("SELECT version FROM schema_migrations") == [{"version": 1}]
+        assert db.query("SELECT version FROM schema_migrations") == [{"version": m.version} for m in MIGRATIONS]
+
+
+def _blocked_on_flock(lock_file: Path) -> bool:
+    """Whether some open file description waits for a flock on `lock_file` (/proc/locks
+    lists waiters with "->")."""
+    inode = lock_file.stat().st_ino
+    return any(line.split()[1:3] == ["->", "FLOCK"] and line.split()[-3].endswith(f":{inode}")
+               for line in Path("/proc/locks").read_text().splitlines())
+
+
+def test_an_opener_waits_while_another_is_still_making_the_database_and_then_opens_it_whole(db_path):
+    # Two openers of a new file at once used to interleave: one's switch to WAL said
+    # "database is locked", or its probe refused the other's half-made file.
+    lock_file = db_path.with_name(db_path.name + ".open-lock")
+    db_path.parent.mkdir(mode=0o700)
+    opened: list[object] = []
+    holder = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o600)  # another opener, mid-way
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    waiter = threading.Thread(target=lambda: opened.append(open_database(db_path).close()))
+    try:
+        waiter.start()
+        wait_until(lambda: _blocked_on_flock(lock_file), timeout=10, what="the second opener to wait")
+        assert not db_path.exists()  # it touched nothing while the other was opening
+    finally:
+        os.close(holder)
+    waiter.join(timeout=10)
+    assert opened == [None]
+    with open_database(db_path) as db:
+        assert db.schema_version == latest_version()
+    assert stat.S_IMODE(lock_file.stat().st_mode) == 0o600
+
+
+def test_opening_a_new_database_from_many_threads_at_once_never_fails(tmp_path):
+    for round_ in range(30):
+        path = tmp_path / f"round-{round_}" / "gpuops.db"
+        versions = race(6, path, lambda db: db.schema_version)
+        assert versions == [latest_version()] * 6
 
 
 def test_the_default_path_is_under_the_checkout_for_the_demo_and_var_lib_in_a_container():
@@ -492,6 +534,43 @@ def test_an_approval_for_an_unknown_request_is_refused_by_the_foreign_key(db):
             plan_hash="plan-1",
             at=NOW,
         )
+
+
+@pytest.mark.parametrize("decision", ["approve", "deny"])
+def test_the_requester_cannot_store_a_decision_on_their_own_request(db, decision):
+    request = new_request(db)
+
+    with pytest.raises(sqlite3.IntegrityError, match="requester cannot decide on it"):
+        approvals.record(db, request_id=request.id, approver="U0REQ", decision=decision,
+                         plan_hash="plan-1", at=NOW)
+
+    assert approvals.for_request(db, request_id=request.id) == []
+    assert approvals.record(db, request_id=request.id, approver="U0APP", decision=decision,
+                            plan_hash="plan-1", at=NOW) is not None
+
+
+def test_a_decision_cannot_be_moved_onto_the_requester_afterwards(db):
+    request = new_request(db)
+    approvals.record(db, request_id=request.id, approver="U0APP", decision="approve", plan_hash="plan-1", at=NOW)
+
+    with pytest.raises(sqlite3.IntegrityError, match="requester cannot decide on it"):
+        db.execute("UPDATE approvals SET approver = 'U0REQ'")
+
+    assert [a.approver for a in approvals.for_request(db, request_id=request.id)] == ["U0APP"]
+
+
+def test_a_database_from_before_the_rule_keeps_its_rows_and_refuses_new_self_approvals(db_path):
+    with open_database(db_path, migrations=MIGRATIONS[:1]) as old:
+        request = new_request(old)
+        approvals.record(old, request_id=request.id, approver="U0REQ", decision="approve", plan_hash="plan-1",
+                         at=NOW)
+
+    with open_database(db_path) as upgraded:
+        assert upgraded.schema_version == latest_version()
+        assert [a.approver for a in approvals.for_request(upgraded, request_id=request.id)] == ["U0REQ"]
+        with pytest.raises(sqlite3.IntegrityError, match="requester cannot decide on it"):
+            approvals.record(upgraded, request_id=request.id, approver="U0REQ", decision="approve",
+                             plan_hash="plan-2", at=NOW)
 
 
 def test_pending_requests_past_their_deadline_are_listed_for_expiry(db):

@@ -1,0 +1,163 @@
+"""`make mutation`: mutation testing of the safety modules with mutmut, one module at a
+time, then a report of every mutant the tests did not kill.
+
+    python -m tests.mutation.run [--modules policy,runs] [--children 1] [--keep] [--report-only]
+
+Each module of MODULES is run as `mutmut run "<module>*"` (mutmut's configuration is
+`[tool.mutmut]` in pyproject.toml: which files, which tests), its output going to
+`mutants/<module>.log`. Then the survivors (and mutants no test reaches) of every module
+are written to `tests/mutation/results/survivors.md`, with their diffs, and compared with
+`tests/mutation/explanations.toml`:
+
+- a survivor in a critical function (the two-person rule, cordon restore, PDB handling,
+  run start: `[critical]` there) fails the run;
+- every other survivor must be explained there (`[survivors]`, by mutant name): an
+  unexplained one fails the run too, and an explanation whose mutant no longer survives
+  is reported as stale.
+
+Mutant names number the mutations of one function (`...x_require__mutmut_7`); a change
+to that function renumbers them, so its explanations are reviewed with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results" / "survivors.md"
+EXPLANATIONS = HERE / "explanations.toml"
+MUTANTS = ROOT / "mutants"
+MUTMUT = Path(sys.executable).with_name("mutmut")
+
+# Short name -> the source file mutmut mutates (as in pyproject's only_mutate).
+MODULES = {
+    "access": "workflows/access.py",
+    "policy": "workflows/policy.py",
+    "requests": "workflows/requests.py",
+    "runs": "workflows/runs.py",
+    "steps": "workflows/steps.py",
+    "engine": "workflows/engine.py",
+    "audit": "storage/audit.py",
+}
+# mutmut's exit codes per mutant (mutmut.stats.status_by_exit_code, pinned version).
+STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", 34: "skipped",
+          36: "timeout", -24: "timeout", 24: "timeout", 152: "timeout", 255: "timeout", 37: "type check",
+          -11: "segfault", -9: "segfault", None: "not checked"}
+NOT_KILLED = ("survived", "no tests", "not checked", "suspicious", "skipped")
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    module: str
+    status: str
+
+
+def mutant_prefix(module: str) -> str:
+    return MODULES[module].removesuffix(".py").replace("/", ".")
+
+
+def run_module(module: str, *, children: int) -> int:
+    log = MUTANTS / f"{module}.log"
+    MUTANTS.mkdir(exist_ok=True)
+    print(f"mutation: {module} ({MODULES[module]}), output in {log.relative_to(ROOT)}", flush=True)
+    with log.open("w") as out:
+        done = subprocess.run([str(MUTMUT), "run", "--max-children", str(children), f"{mutant_prefix(module)}.*"],
+                              cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+    if done.returncode != 0:
+        print(f"mutation: mutmut failed on {module} (exit {done.returncode}); see {log}", flush=True)
+    return done.returncode
+
+
+def results(module: str) -> list[Mutant]:
+    meta = MUTANTS / (MODULES[module] + ".meta")
+    if not meta.exists():
+        return []
+    codes = json.loads(meta.read_text())["exit_code_by_key"]
+    return [Mutant(name, module, STATUS.get(code, "suspicious")) for name, code in sorted(codes.items())]
+
+
+def diff(name: str) -> str:
+    shown = subprocess.run([str(MUTMUT), "show", name], cwd=ROOT, capture_output=True, text=True)
+    lines = [line for line in shown.stdout.splitlines()[1:] if not line.startswith(("---", "+++"))]
+    return "\n".join(lines).strip()
+
+
+def report(modules: list[str]) -> int:
+    rules = tomllib.loads(EXPLANATIONS.read_text())
+    critical: dict[str, list[str]] = rules.get("critical", {})
+    explained: dict[str, str] = rules.get("survivors", {})
+    everything = {m: results(m) for m in modules}
+    lines = ["# Mutation testing: what survived", "",
+             "Written by `make mutation` (tests/mutation/run.py) from mutmut's results; explanations in",
+             "`tests/mutation/explanations.toml`. Survivors in the critical functions fail the run.", "",
+             "| module | mutants | killed | timeout | survived | no tests | explained |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    failures: list[str] = []
+    detail: list[str] = []
+    for module, mutants in everything.items():
+        counts = Counter(m.status for m in mutants)
+        open_ = [m for m in mutants if m.status in NOT_KILLED]
+        lines.append(f"| {MODULES[module]} | {len(mutants)} | {counts['killed']} | {counts['timeout']} | "
+                     f"{counts['survived']} | {counts['no tests']} | {sum(m.name in explained for m in open_)} |")
+        for mutant in open_:
+            area = next((a for a, patterns in critical.items()
+                         if any(fnmatch.fnmatchcase(mutant.name, p) for p in patterns)), None)
+            why = explained.get(mutant.name)
+            if area is not None:
+                failures.append(f"{mutant.name} ({mutant.status}) is in the critical area '{area}'")
+            elif why is None:
+                failures.append(f"{mutant.name} ({mutant.status}) is not explained in {EXPLANATIONS.name}")
+            detail += [f"### `{mutant.name}` ({mutant.status})", "", "```diff", diff(mutant.name), "```", "",
+                       f"Critical ({area}): must be killed." if area else f"Why it may live: {why or 'UNEXPLAINED'}",
+                       ""]
+    surviving = {m.name for ms in everything.values() for m in ms if m.status in NOT_KILLED}
+    checked = {m.name for ms in everything.values() for m in ms}
+    stale = sorted(n for n in explained if n in checked and n not in surviving)
+    lines += ["", f"Critical areas (no survivor allowed): {', '.join(critical)}.", ""]
+    if stale:
+        lines += ["Explanations whose mutant no longer survives (remove them): "
+                  + ", ".join(f"`{n}`" for n in stale), ""]
+    lines += ["## Survivors", ""] + (detail or ["None.", ""])
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text("\n".join(lines).rstrip() + "\n")
+    print(f"mutation: results in {RESULTS.relative_to(ROOT)}")
+    for failure in failures:
+        print(f"mutation: FAIL {failure}")
+    return 1 if failures else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.mutation.run", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--modules", default=",".join(MODULES), help=f"comma-separated, of: {', '.join(MODULES)}")
+    parser.add_argument("--children", type=int, default=int(os.environ.get("MUTATION_CHILDREN", "1")),
+                        help="mutants tested at once (default 1: the machine is shared)")
+    parser.add_argument("--keep", action="store_true", help="reuse mutants/ from an earlier run")
+    parser.add_argument("--report-only", action="store_true", help="only write the report from mutants/")
+    args = parser.parse_args(argv)
+    modules = [m.strip() for m in args.modules.split(",") if m.strip()]
+    unknown = [m for m in modules if m not in MODULES]
+    if unknown:
+        parser.error(f"unknown modules {unknown}; known: {', '.join(MODULES)}")
+    if not args.report_only:
+        if not args.keep and MUTANTS.exists():
+            shutil.rmtree(MUTANTS)
+        for module in modules:
+            if run_module(module, children=args.children) != 0:
+                return 2
+    return report(modules)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
