@@ -200,6 +200,25 @@ def test_a_stopped_run_reports_the_nodes_it_cordoned_and_not_those_cordoned_befo
     assert nodes_left_cordoned(_run(dry_run=True), steps) == ()
 
 
+def test_what_the_cordon_found_when_it_acted_decides_over_what_it_found_when_it_started():
+    steps = [
+        # A person cordoned it between the start and the cordon: marked, not ours to report.
+        _step("a", "cordon", "done", 0, {"intent": {"prior_unschedulable": False},
+                                         "result": {"prior_unschedulable": True}}),
+        # Another run's stale mark on a schedulable node: this run cordoned it after all.
+        _step("b", "cordon", "done", 0, {"intent": {"prior_unschedulable": False, "other_mark": {"run": "run-0"}},
+                                         "result": {"prior_unschedulable": False}}),
+        # In flight on a node another run holds cordoned: not ours (yet).
+        _step("c", "cordon", "running", 0, {"intent": {"prior_unschedulable": True, "other_mark": {"run": "run-0"}}}),
+        # A result that says nothing about it: the intent decides.
+        _step("d", "cordon", "done", 0, {"intent": {"prior_unschedulable": True}, "result": {}}),
+        _step("e", "cordon", "done", 0, {"intent": {"prior_unschedulable": False}, "result": {}}),
+        # Detail that is not an object (storage holds any JSON): read as empty, never a crash.
+        _step("f", "cordon", "done", 0, "cordoned"),  # type: ignore[arg-type]
+    ]
+    assert nodes_left_cordoned(_run(), steps) == ("b", "e", "f")
+
+
 class _OneNode:
     """The two gateway calls the cordon step makes, on one node value."""
 
