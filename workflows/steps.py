@@ -376,6 +376,12 @@ def gpu_pods_in_the_way(ctx: StepContext) -> list[str]:
     return sorted(in_the_way)
 
 
+def _namespace_and_name(pod: str) -> tuple[str, str]:
+    """A pod as the intent names it, "namespace/name" (neither part holds a slash)."""
+    namespace, _, name = pod.partition("/")
+    return namespace, name
+
+
 class Evict:
     """Evict pods from the node through the Eviction API, so PodDisruptionBudgets apply.
 
@@ -458,14 +464,14 @@ class Evict:
                 # reached the API (the process stopped between the two). Send it now.
                 self._delete(ctx, target)
                 continue
-            namespace, name = target["pod"].split("/", 1)
+            namespace, name = _namespace_and_name(target["pod"])
             ctx.record(key=f"evict/{target['uid']}", action="pod.evict", target=target["pod"],
                        detail={"node": ctx.node, "uid": target["uid"], "why": target["why"]})
             ctx.act()
             try:
                 ctx.gateway.evict_pod(namespace, name, uid=target["uid"], dry_run=ctx.dry_run)
             except TooManyRequests as err:
-                blocked[target["pod"]] = str(err).split(": ", 1)[-1]
+                blocked[target["pod"]] = err.api_message
             except (NotFound, Conflict):
                 continue  # gone, or replaced by a pod with another uid
         if ctx.dry_run:
@@ -502,7 +508,7 @@ class Evict:
 
     def _delete(self, ctx: StepContext, target: Mapping[str, Any]) -> None:
         """Delete the chosen pod (only while it is still the pod with the recorded uid)."""
-        namespace, name = target["pod"].split("/", 1)
+        namespace, name = _namespace_and_name(target["pod"])
         ctx.act()
         try:
             ctx.gateway.delete_pod(namespace, name, uid=target["uid"], dry_run=False)
@@ -669,7 +675,7 @@ class Driver:
             in_the_way = gpu_pods_in_the_way(ctx)
             if in_the_way and not ctx.dry_run:
                 return Waiting(say.gpu_pods_in_the_way(in_the_way, "restarting the driver"), retry_in=5.0)
-            namespace, name = old["pod"].split("/", 1)
+            namespace, name = _namespace_and_name(old["pod"])
             ctx.act()
             try:
                 ctx.gateway.delete_pod(namespace, name, uid=old["uid"], dry_run=ctx.dry_run)
