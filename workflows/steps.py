@@ -305,7 +305,7 @@ class Uncordon:
             return Waiting(say.node_changed_meanwhile(ctx.node), retry_in=0.2)
         if mark.prior_unschedulable:
             return Done(say.stays_cordoned(), {"unschedulable": True})
-        return Done(say.uncordoned(dry_run=False), {"unschedulable": False})
+        return Done(say.uncordoned(), {"unschedulable": False})
 
     def _dry_run(self, ctx: StepContext, node: NodeObject) -> Outcome:
         # Nothing was cordoned for real; answer from what the cordon step found.
@@ -315,7 +315,7 @@ class Uncordon:
         ctx.act()
         ctx.gateway.uncordon_node(ctx.node, annotations={ANNOTATION_CORDONED_BY: None},
                                   resource_version=None, dry_run=True)
-        return Done(say.uncordoned(dry_run=True), {"unschedulable": False})
+        return Done(say.would_uncordon(), {"unschedulable": False})
 
 
 # ---- evict
@@ -423,10 +423,10 @@ class Evict:
         return value  # type: ignore[return-value]
 
     def timeout(self, ctx: StepContext) -> dt.timedelta | None:
-        if "timeout_s" not in ctx.params and "pdb_timeout_s" in ctx.params:
-            # A drain plan: the pool's drain_timeout.
-            return _seconds({"timeout_s": ctx.params["pdb_timeout_s"]}, 600)
-        return _seconds(ctx.params, 600)
+        params = ctx.params
+        if "timeout_s" not in params and "pdb_timeout_s" in params:
+            params = {"timeout_s": params["pdb_timeout_s"]}  # a drain plan: the pool's drain_timeout
+        return _seconds(params, 600)
 
     def prepare(self, ctx: StepContext) -> dict[str, Any]:
         scope = self.scope(ctx)
@@ -480,14 +480,14 @@ class Evict:
         if blocked and ctx.expired:
             on_timeout = ctx.intent.get("on_timeout")
             if on_timeout == "delete":
-                return self._escalate(ctx, remaining, present, blocked)
+                return self._escalate(ctx, remaining, blocked)
             if on_timeout == "skip":
                 return LeftOut(say.left_out_blocked(ctx.node, blocked, ctx.timeout), {**summary, "blocked": blocked})
             return Failed(say.eviction_blocked_timeout(ctx.node, blocked, ctx.timeout),
                           {**summary, "blocked": blocked})
         if blocked:
             notice = Notice("pdb-blocked", say.pdb_blocking(ctx.node, blocked, deadline=ctx.deadline,
-                                                            then=str(ctx.intent.get("on_timeout") or "fail")))
+                                                            then=ctx.intent.get("on_timeout")))
             return Waiting(say.eviction_blocked(blocked), retry_in=2.0, notice=notice)
         terminating = [t["pod"] for t in remaining]
         if ctx.expired and any(ctx.recorded(f"delete/{t['uid']}") for t in remaining):
@@ -497,7 +497,7 @@ class Evict:
         return Waiting(say.waiting_for_pods_to_go(terminating), retry_in=1.0)
 
     def _escalate(self, ctx: StepContext, remaining: Sequence[Mapping[str, Any]],
-                  present: Mapping[str, PodOnNode], blocked: Mapping[str, str]) -> Outcome:
+                  blocked: Mapping[str, str]) -> Outcome:
         for target in remaining:
             if target["pod"] not in blocked:
                 continue

@@ -462,3 +462,34 @@ def test_a_dry_run_evict_asks_the_api_with_dry_run_and_reports_what_a_budget_wou
     assert Evict().advance(Ctx(pods, intent=DRAIN_INTENT, dry_run=True)) == Done(
         "would evict 2 pods; 2 left alone (see detail)", {"evicted": ["ml/job", "ml/side"],
                                                           "skipped": DRAIN_INTENT["skipped"]})
+
+
+def test_an_intent_written_before_a_key_existed_reads_the_missing_list_as_empty(pods):
+    pods.terminate("u-going")
+    only_evict = {"scope": "all", "on_timeout": "fail", "evict": DRAIN_INTENT["evict"]}
+    Evict().advance(Ctx(pods, intent=only_evict))
+    assert Evict().advance(Ctx(pods, intent=only_evict)) == Done("evicted 2 pods", {"evicted": ["ml/job", "ml/side"],
+                                                                                   "skipped": []})
+    assert Evict().advance(Ctx(pods, intent={"terminating": []})) == Done("evicted 0 pods", {"evicted": [],
+                                                                                             "skipped": []})
+
+
+def test_a_chosen_pod_already_terminating_is_waited_for_while_the_next_is_evicted(pods, make):
+    pods.add_pod(make.workload("gpu-01", gpus=4, name="job", labels={"app": "job"}, deleting=True), uid="u-job")
+    Evict().advance(Ctx(pods, intent=DRAIN_INTENT))
+    assert pods.did() == [("evict", "ml/side")]
+
+
+def test_a_delete_on_record_is_sent_again_and_the_next_pod_is_still_evicted(pods):
+    Evict().advance(Ctx(pods, intent=DRAIN_INTENT, records={"delete/u-job": {}}))
+    assert pods.did() == [("delete", "ml/job"), ("evict", "ml/side")]
+
+
+def test_at_the_deadline_only_the_pods_a_budget_still_blocks_are_deleted_whatever_their_order(pods):
+    pods.blocked.add("u-side")
+    pods.terminate("u-going")
+    ctx = Ctx(pods, intent={**DRAIN_INTENT, "on_timeout": "delete"}, now=NOW + 10 * MINUTE,
+              deadline=NOW + 10 * MINUTE, timeout=10 * MINUTE)
+    Evict().advance(ctx)
+    assert pods.did() == [("evict", "ml/job"), ("evict", "ml/side"), ("delete", "ml/side")]
+    assert list(ctx.records) == ["evict/u-job", "evict/u-side", "delete/u-side"]
