@@ -312,7 +312,8 @@ def test_a_node_left_out_of_a_plan_without_an_uncordon_says_it_stays_as_it_is(db
     RunService(db).abort(config("skip").actor("U0ADA"), drain.run_id, now=NOW)
     node = NODES[0]
     plan = Plan(kind="drain", pool="train-a", summary=PlanSummary(), created_for="U0ADA", waves=(Wave(0, (node,), (
-        NodeStep("cordon", node, {}), NodeStep("evict", node, {"pdb_timeout_s": 5, "pdb_timeout_action": "skip"}))),))
+        NodeStep("cordon", node, {}), NodeStep("evict", node, {"pdb_timeout_s": 5, "pdb_timeout_action": "skip"}),
+        NodeStep("hold", node, {"seconds": 60}))),))
     cfg = config("skip")
     request = RequestService(db, cfg).submit(cfg.actor("U0ADA"), kind="drain", pool="train-a", targets=[node],
                                              plan=plan, window_start=None, window_end=None, reason="r",
