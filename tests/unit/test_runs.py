@@ -341,3 +341,12 @@ def test_the_scheduler_starts_only_the_plan_it_read_and_a_re_plan_meanwhile_wait
     start_window_runs(_Host(db), NOW + 2 * MINUTE)  # type: ignore[arg-type]
     assert len(run_rows(db, request.id)) == 1
     assert [e.detail["plan_hash"] for e in created_rows(db)] == [plan_hash(longer)]
+
+
+def test_a_paused_run_can_be_aborted_and_a_finished_one_cannot_be_controlled(db):
+    run = RunService(db).start(submit(db, "train-a").id, dry_run=False, now=NOW)
+    RunService(db).pause(ada, run.id, now=NOW)
+
+    assert RunService(db).abort(ada, run.id, now=NOW).state == "aborted"
+    with pytest.raises(RunRefused):
+        RunService(db).resume(ada, run.id, now=NOW)
