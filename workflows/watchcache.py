@@ -163,7 +163,10 @@ class FleetCache:
         """Stop watching; what was seen stays in the cache."""
         self._stop.set()
         for response in list(self._open_watches.values()):
-            response.shutdown()
+            try:
+                response.shutdown()
+            except (ValueError, RuntimeError):
+                pass  # NB: that watch ended on its own meanwhile; its connection is back in the pool
         self._gateway.close_idle_connections()
         for thread in self._threads:
             thread.join(timeout=5)
