@@ -115,15 +115,19 @@ def report(modules: list[str]) -> int:
     lines = ["# Mutation testing: what survived", "",
              "Written by `make mutation` (tests/mutation/run.py) from mutmut's results; explanations in",
              "`tests/mutation/explanations.toml`. Survivors in the critical functions fail the run.", "",
-             "| module | mutants | killed | timeout | survived | no tests | explained |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+             "| module | mutants | killed | timeout | survived | no tests | not checked | explained |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     failures: list[str] = []
     detail: list[str] = []
+    unchecked: Counter[str] = Counter()
     for module, mutants in everything.items():
         counts = Counter(m.status for m in mutants)
-        open_ = [m for m in mutants if m.status in NOT_KILLED]
+        for mutant in mutants:
+            if mutant.status == "not checked":
+                unchecked[mutant.name.rsplit("__mutmut_", 1)[0]] += 1
+        open_ = [m for m in mutants if m.status in NOT_KILLED and m.status != "not checked"]
         lines.append(f"| {MODULES[module]} | {len(mutants)} | {counts['killed']} | {counts['timeout']} | "
-                     f"{counts['survived']} | {counts['no tests']} | "
+                     f"{counts['survived']} | {counts['no tests']} | {counts['not checked']} | "
                      f"{sum(any(fnmatch.fnmatchcase(m.name, p) for p in explained) for m in open_)} |")
         for mutant in open_:
             area = next((a for a, patterns in critical.items()
@@ -146,6 +150,12 @@ def report(modules: list[str]) -> int:
     if stale:
         lines += ["Explanations whose mutant no longer survives (remove them): "
                   + ", ".join(f"`{n}`" for n in stale), ""]
+    if unchecked:
+        failures.append(f"{sum(unchecked.values())} mutants were not checked (a run cut short): run make mutation")
+        lines += ["## Not checked in this run", "",
+                  "mutmut generated these but the run ended before testing them; they are neither killed nor",
+                  "survivors yet. Per function:", ""]
+        lines += [f"- `{name}`: {count}" for name, count in sorted(unchecked.items())] + [""]
     lines += ["## Survivors", ""] + (detail or ["None.", ""])
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text("\n".join(lines).rstrip() + "\n")

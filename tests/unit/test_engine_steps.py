@@ -16,7 +16,7 @@ from storage.steps import Step
 from workflows.cluster import NodeObject, PodObject
 from workflows.inventory import ANNOTATION_CORDONED_BY, NodeInventory
 from workflows.kube import PodOnNode
-from workflows.runs import nodes_left_cordoned
+from workflows.runs import nodes_left_cordoned, step_intent, step_note, step_params
 from workflows.steps import CordonMark, Done, Hold, StepParamsError, Waiting, WaitFor, decide
 
 NOW = dt.datetime(2025, 6, 7, 12, 0, tzinfo=dt.timezone.utc)
@@ -217,6 +217,22 @@ def test_what_the_cordon_found_when_it_acted_decides_over_what_it_found_when_it_
         _step("f", "cordon", "done", 0, "cordoned"),  # type: ignore[arg-type]
     ]
     assert nodes_left_cordoned(_run(), steps) == ("b", "e", "f")
+
+
+def test_a_step_reads_as_its_outcome_once_ended_and_as_what_it_waits_for_while_it_runs():
+    assert step_note(_step("a", "evict", "done", 1, {"note": "evicted 2 pods", "waiting": "old"})) == "evicted 2 pods"
+    assert step_note(_step("a", "evict", "running", 1, {"waiting": "waiting for ml/job to terminate"})) == (
+        "waiting for ml/job to terminate")
+    assert step_note(_step("a", "evict", "done", 1, {"waiting": "stale"})) is None  # ended: what it waited for is over
+    assert step_note(_step("a", "evict", "pending", 1)) is None
+    assert step_note(_step("a", "hold", "running", 1, {"note": 7})) == "7"
+    assert step_note(_step("a", "evict", "running", 1, "not an object")) is None  # type: ignore[arg-type]
+
+
+def test_params_and_intent_that_are_not_objects_read_as_empty():
+    assert step_params(_step("a", "evict", "done", 1, {"params": ["x"], "intent": "y"})) == {}
+    assert step_intent(_step("a", "evict", "done", 1, {"params": ["x"], "intent": "y"})) == {}
+    assert step_params(_step("a", "evict", "done", 1, {"params": {"scope": "gpu"}})) == {"scope": "gpu"}
 
 
 class _OneNode:
