@@ -43,7 +43,7 @@ test: testenv-build
 bench: testenv-build
 	$(PY) -m pytest tests/bench -p no:cacheprovider -o addopts= -q -s
 
-# Mutation testing of the safety modules (slow: about an hour on 2 cores; not part of
+# Mutation testing of the safety modules (slow: about two hours on 2 cores; not part of
 # `make test`). MODULES=policy,runs limits it; survivors in tests/mutation/results/.
 mutation: venv
 	$(PY) -m tests.mutation.run $(if $(MODULES),--modules $(MODULES)) $(if $(MUTATION_CHILDREN),--children $(MUTATION_CHILDREN))

@@ -618,7 +618,7 @@ class Engine:
                         detail={"step": step.id, "kind": step.kind, "reason": outcome.reason, "text": text})
             self._notify(run, info, event="node.left_out", state=run.state, text=text, kind="post",
                          dedupe=f"{run.id}/step/{step.id}/left-out", node=step.node)
-        self._live.pop(step.id, None)
+        # NB: no _live.pop here: the step is no longer running, and run_pass forgets what it no longer sees.
         log.warning("%s: %s", self.replica, text)
 
     def _show_waiting(self, run: Run, info: _RunInfo, step: Step, live: _Live, reason: str) -> None:

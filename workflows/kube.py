@@ -54,12 +54,14 @@ NVIDIA_DRIVERS = "/apis/nvidia.com/v1alpha1/nvidiadrivers"
 
 class KubeError(Exception):
     """The API server refused or could not answer; `status` is the HTTP status (0 when
-    the server could not be reached)."""
+    the server could not be reached); `api_message` the server's own words, without the
+    method and path the message starts with (the whole message when it said nothing)."""
 
-    def __init__(self, message: str, *, status: int = 0, reason: str = "") -> None:
+    def __init__(self, message: str, *, status: int = 0, reason: str = "", api_message: str | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.reason = reason
+        self.api_message = message if api_message is None else api_message
 
 
 class NotFound(KubeError):
@@ -181,10 +183,12 @@ def _error(status: int, body: bytes | str, *, method: str, path: str, headers: M
         pass
     where = f"{method} {path}"
     if status == 429:
-        return TooManyRequests(f"{where}: {message}", retry_after=_retry_after(headers), status=429, reason=reason)
+        return TooManyRequests(f"{where}: {message}", retry_after=_retry_after(headers), status=429, reason=reason,
+                               api_message=message)
     if status >= 500:
         return Unavailable(f"{where}: {message}", status=status, reason=reason)
-    return _BY_STATUS.get(status, KubeError)(f"{where}: {message}", status=status, reason=reason)
+    return _BY_STATUS.get(status, KubeError)(f"{where}: {message}", status=status, reason=reason,
+                                             api_message=message)
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:

@@ -74,8 +74,12 @@ def stays_cordoned() -> str:
     return "stays cordoned: it was cordoned before this run; only gpuops' mark was removed"
 
 
-def uncordoned(*, dry_run: bool) -> str:
-    return "would uncordon it" if dry_run else "uncordoned"
+def uncordoned() -> str:
+    return "uncordoned"
+
+
+def would_uncordon() -> str:
+    return "would uncordon it"
 
 
 # --- evict ------------------------------------------------------------------------------
@@ -146,10 +150,11 @@ _THEN = {"fail": "the run halts with the node cordoned, for a person to decide",
          "delete": "the blocked pods are deleted, bypassing the budget"}
 
 
-def pdb_blocking(node: str, blocked: Mapping[str, str], *, deadline: dt.datetime | None, then: str) -> str:
+def pdb_blocking(node: str, blocked: Mapping[str, str], *, deadline: dt.datetime | None, then: str | None) -> str:
+    """`then`: the step's on_timeout (None or unknown: fail)."""
     until = f"until {when(deadline)}" if deadline is not None else "for now"
     return (f"{node}: {eviction_blocked(blocked)}. Retrying {until}; then "
-            f"{_THEN.get(then, _THEN['fail'])}. Scaling the workload up elsewhere frees the budget")
+            f"{_THEN.get(then or 'fail', _THEN['fail'])}. Scaling the workload up elsewhere frees the budget")
 
 
 def left_out_blocked(node: str, blocked: Mapping[str, str], timeout: dt.timedelta | None) -> str:
@@ -400,7 +405,7 @@ def dry_run_wave_would_wait(reason: str) -> str:
 
 
 def node_left_out(reason: str, *, uncordon_next: bool) -> str:
-    return reason + ("" if uncordon_next else ". It was cordoned before the run and stays so")
+    return reason + ("" if uncordon_next else ". Its plan has no uncordon step: it stays as it is now")
 
 
 def halted_elsewhere(node: str) -> str:

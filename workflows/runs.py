@@ -87,7 +87,7 @@ class RunView:
 def step_note(step: Step) -> str | None:
     """What a person reads about the step: its outcome once it ended, what it waits for
     while it runs (the engine keeps `waiting` current)."""
-    detail = step.detail if isinstance(step.detail, dict) else {}
+    detail = _detail(step)
     note = detail.get("note")
     if note is None and step.state == "running":
         note = detail.get(WAITING)
@@ -98,15 +98,17 @@ def step_note(step: Step) -> str | None:
 WAITING = "waiting"
 
 
+def _detail(step: Step) -> dict[str, Any]:
+    return step.detail if isinstance(step.detail, dict) else {}
+
+
 def step_intent(step: Step) -> dict[str, Any]:
-    detail = step.detail if isinstance(step.detail, dict) else {}
-    intent = detail.get("intent")
+    intent = _detail(step).get("intent")
     return intent if isinstance(intent, dict) else {}
 
 
 def step_params(step: Step) -> dict[str, Any]:
-    detail = step.detail if isinstance(step.detail, dict) else {}
-    params = detail.get("params")
+    params = _detail(step).get("params")
     return params if isinstance(params, dict) else {}
 
 
@@ -120,10 +122,12 @@ def nodes_left_cordoned(run: Run, steps: Sequence[Step]) -> tuple[str, ...]:
     for step in steps:
         if step.kind != "cordon" or step.state not in ("running", "done"):
             continue
-        intent = step_intent(step)
-        result = (step.detail or {}).get("result") if isinstance(step.detail, dict) else None
-        prior = (result or {}).get("prior_unschedulable", intent.get("prior_unschedulable"))
-        if prior or "other_mark" in intent or (result or {}).get("held_by_run"):
+        # What the cordon found when it acted (its result) or, still in flight, when it
+        # started (its intent). A node that was unschedulable then (a person's cordon, or
+        # another run's, which the result marks held_by_run) is not this run's to report.
+        result = _detail(step).get("result")
+        seen = result if isinstance(result, dict) and "prior_unschedulable" in result else step_intent(step)
+        if seen.get("prior_unschedulable"):
             continue
         uncordoned = any(s.node == step.node and s.kind == "uncordon" and s.state == "done" for s in steps)
         if not uncordoned:

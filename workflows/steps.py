@@ -305,7 +305,7 @@ class Uncordon:
             return Waiting(say.node_changed_meanwhile(ctx.node), retry_in=0.2)
         if mark.prior_unschedulable:
             return Done(say.stays_cordoned(), {"unschedulable": True})
-        return Done(say.uncordoned(dry_run=False), {"unschedulable": False})
+        return Done(say.uncordoned(), {"unschedulable": False})
 
     def _dry_run(self, ctx: StepContext, node: NodeObject) -> Outcome:
         # Nothing was cordoned for real; answer from what the cordon step found.
@@ -315,7 +315,7 @@ class Uncordon:
         ctx.act()
         ctx.gateway.uncordon_node(ctx.node, annotations={ANNOTATION_CORDONED_BY: None},
                                   resource_version=None, dry_run=True)
-        return Done(say.uncordoned(dry_run=True), {"unschedulable": False})
+        return Done(say.would_uncordon(), {"unschedulable": False})
 
 
 # ---- evict
@@ -376,6 +376,12 @@ def gpu_pods_in_the_way(ctx: StepContext) -> list[str]:
     return sorted(in_the_way)
 
 
+def _namespace_and_name(pod: str) -> tuple[str, str]:
+    """A pod as the intent names it, "namespace/name" (neither part holds a slash)."""
+    namespace, _, name = pod.partition("/")
+    return namespace, name
+
+
 class Evict:
     """Evict pods from the node through the Eviction API, so PodDisruptionBudgets apply.
 
@@ -417,10 +423,10 @@ class Evict:
         return value  # type: ignore[return-value]
 
     def timeout(self, ctx: StepContext) -> dt.timedelta | None:
-        if "timeout_s" not in ctx.params and "pdb_timeout_s" in ctx.params:
-            # A drain plan: the pool's drain_timeout.
-            return _seconds({"timeout_s": ctx.params["pdb_timeout_s"]}, 600)
-        return _seconds(ctx.params, 600)
+        params = ctx.params
+        if "timeout_s" not in params and "pdb_timeout_s" in params:
+            params = {"timeout_s": params["pdb_timeout_s"]}  # a drain plan: the pool's drain_timeout
+        return _seconds(params, 600)
 
     def prepare(self, ctx: StepContext) -> dict[str, Any]:
         scope = self.scope(ctx)
@@ -458,14 +464,14 @@ class Evict:
                 # reached the API (the process stopped between the two). Send it now.
                 self._delete(ctx, target)
                 continue
-            namespace, name = target["pod"].split("/", 1)
+            namespace, name = _namespace_and_name(target["pod"])
             ctx.record(key=f"evict/{target['uid']}", action="pod.evict", target=target["pod"],
                        detail={"node": ctx.node, "uid": target["uid"], "why": target["why"]})
             ctx.act()
             try:
                 ctx.gateway.evict_pod(namespace, name, uid=target["uid"], dry_run=ctx.dry_run)
             except TooManyRequests as err:
-                blocked[target["pod"]] = str(err).split(": ", 1)[-1]
+                blocked[target["pod"]] = err.api_message
             except (NotFound, Conflict):
                 continue  # gone, or replaced by a pod with another uid
         if ctx.dry_run:
@@ -474,14 +480,14 @@ class Evict:
         if blocked and ctx.expired:
             on_timeout = ctx.intent.get("on_timeout")
             if on_timeout == "delete":
-                return self._escalate(ctx, remaining, present, blocked)
+                return self._escalate(ctx, remaining, blocked)
             if on_timeout == "skip":
                 return LeftOut(say.left_out_blocked(ctx.node, blocked, ctx.timeout), {**summary, "blocked": blocked})
             return Failed(say.eviction_blocked_timeout(ctx.node, blocked, ctx.timeout),
                           {**summary, "blocked": blocked})
         if blocked:
             notice = Notice("pdb-blocked", say.pdb_blocking(ctx.node, blocked, deadline=ctx.deadline,
-                                                            then=str(ctx.intent.get("on_timeout") or "fail")))
+                                                            then=ctx.intent.get("on_timeout")))
             return Waiting(say.eviction_blocked(blocked), retry_in=2.0, notice=notice)
         terminating = [t["pod"] for t in remaining]
         if ctx.expired and any(ctx.recorded(f"delete/{t['uid']}") for t in remaining):
@@ -491,7 +497,7 @@ class Evict:
         return Waiting(say.waiting_for_pods_to_go(terminating), retry_in=1.0)
 
     def _escalate(self, ctx: StepContext, remaining: Sequence[Mapping[str, Any]],
-                  present: Mapping[str, PodOnNode], blocked: Mapping[str, str]) -> Outcome:
+                  blocked: Mapping[str, str]) -> Outcome:
         for target in remaining:
             if target["pod"] not in blocked:
                 continue
@@ -502,7 +508,7 @@ class Evict:
 
     def _delete(self, ctx: StepContext, target: Mapping[str, Any]) -> None:
         """Delete the chosen pod (only while it is still the pod with the recorded uid)."""
-        namespace, name = target["pod"].split("/", 1)
+        namespace, name = _namespace_and_name(target["pod"])
         ctx.act()
         try:
             ctx.gateway.delete_pod(namespace, name, uid=target["uid"], dry_run=False)
@@ -669,7 +675,7 @@ class Driver:
             in_the_way = gpu_pods_in_the_way(ctx)
             if in_the_way and not ctx.dry_run:
                 return Waiting(say.gpu_pods_in_the_way(in_the_way, "restarting the driver"), retry_in=5.0)
-            namespace, name = old["pod"].split("/", 1)
+            namespace, name = _namespace_and_name(old["pod"])
             ctx.act()
             try:
                 ctx.gateway.delete_pod(namespace, name, uid=old["uid"], dry_run=ctx.dry_run)

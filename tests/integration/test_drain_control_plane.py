@@ -339,14 +339,20 @@ def test_a_pdb_that_allows_one_disruption_makes_the_second_eviction_wait_and_the
     assert audit.verify(db).ok
 
 
-def test_a_pool_that_skips_blocked_nodes_leaves_one_out_gives_it_back_and_drains_the_rest(
-        fleet, cluster, runtime, caplog):
-    fleet(fl.FleetSpec(name="skip", system_nodes=0, pools=(fl.PoolSpec(name="skip", kind="serving", nodes=2),),
-                       workloads=(fl.WorkloadSpec(name="solo", namespace="solo", node="skip-01",
+def _pool_with_a_protected_pod(fleet, cluster, runtime: Runtime, pool: str) -> tuple:
+    """A two-node pool whose first node runs solo/solo, protected by a PDB that allows
+    no disruption; the installer and the pod, once both nodes advertise their GPUs."""
+    fleet(fl.FleetSpec(name=pool, system_nodes=0, pools=(fl.PoolSpec(name=pool, kind="serving", nodes=2),),
+                       workloads=(fl.WorkloadSpec(name="solo", namespace="solo", node=f"{pool}-01",
                                                   pdb_min_available=1),)))
     installer = cluster.installer()
-    _ready_fleet(runtime, installer, ["skip-01", "skip-02"])
-    solo = _ready_pod(installer, "solo", "solo")
+    _ready_fleet(runtime, installer, [f"{pool}-01", f"{pool}-02"])
+    return installer, _ready_pod(installer, "solo", "solo")
+
+
+def test_a_pool_that_skips_blocked_nodes_leaves_one_out_gives_it_back_and_drains_the_rest(
+        fleet, cluster, runtime, caplog):
+    installer, solo = _pool_with_a_protected_pod(fleet, cluster, runtime, "skip")
 
     _, request, run = ask_approve_start(runtime, '/gpu drain skip-01 skip-02 for 10m "firmware"')
     db = runtime.database.get()
@@ -507,12 +513,7 @@ def _evict_params(request: RequestView) -> dict:
 
 def test_a_pool_that_waits_halts_the_run_at_the_timeout_with_the_blocked_node_cordoned_and_its_pod_untouched(
         fleet, cluster, runtime, caplog):
-    fleet(fl.FleetSpec(name="wait", system_nodes=0, pools=(fl.PoolSpec(name="wait", kind="serving", nodes=2),),
-                       workloads=(fl.WorkloadSpec(name="solo", namespace="solo", node="wait-01",
-                                                  pdb_min_available=1),)))
-    installer = cluster.installer()
-    _ready_fleet(runtime, installer, ["wait-01", "wait-02"])
-    solo = _ready_pod(installer, "solo", "solo")
+    installer, solo = _pool_with_a_protected_pod(fleet, cluster, runtime, "wait")
 
     _, request, run = ask_approve_start(runtime, '/gpu drain wait-01 for 10m "firmware"')
     assert _evict_params(request)["pdb_timeout_action"] == "wait"  # what the pool says, in the plan

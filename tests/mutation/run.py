@@ -1,7 +1,7 @@
 """`make mutation`: mutation testing of the safety modules with mutmut, one module at a
 time, then a report of every mutant the tests did not kill.
 
-    python -m tests.mutation.run [--modules policy,runs] [--children 1] [--keep] [--report-only]
+    python -m tests.mutation.run [--modules policy,runs] [--children 1] [--keep] [--critical] [--report-only]
 
 Each module of MODULES is run as `mutmut run "<module>*"` (mutmut's configuration is
 `[tool.mutmut]` in pyproject.toml: which files, which tests), its output going to
@@ -14,6 +14,9 @@ are written to `tests/mutation/results/survivors.md`, with their diffs, and comp
 - every other survivor must be explained there (`[survivors]`, by mutant name): an
   unexplained one fails the run too, and an explanation whose mutant no longer survives
   is reported as stale.
+
+`--critical` runs only the mutants of the critical functions (a quick check of the rules
+that must hold; `--keep` reuses the other results of an earlier run for the report).
 
 Mutant names number the mutations of one function (`...x_require__mutmut_7`); a change
 to that function renumbers them, so its explanations are reviewed with it.
@@ -68,16 +71,22 @@ def mutant_prefix(module: str) -> str:
     return MODULES[module].removesuffix(".py").replace("/", ".")
 
 
-def run_module(module: str, *, children: int) -> int:
-    log = MUTANTS / f"{module}.log"
+def run_mutmut(name: str, patterns: list[str], *, children: int) -> int:
+    log = MUTANTS / f"{name}.log"
     MUTANTS.mkdir(exist_ok=True)
-    print(f"mutation: {module} ({MODULES[module]}), output in {log.relative_to(ROOT)}", flush=True)
+    print(f"mutation: {name}, output in {log.relative_to(ROOT)}", flush=True)
     with log.open("w") as out:
-        done = subprocess.run([str(MUTMUT), "run", "--max-children", str(children), f"{mutant_prefix(module)}.*"],
+        done = subprocess.run([str(MUTMUT), "run", "--max-children", str(children), *patterns],
                               cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
     if done.returncode != 0:
-        print(f"mutation: mutmut failed on {module} (exit {done.returncode}); see {log}", flush=True)
+        print(f"mutation: mutmut failed on {name} (exit {done.returncode}); see {log}", flush=True)
     return done.returncode
+
+
+def critical_patterns() -> list[str]:
+    """The critical functions as mutmut run takes them (function names, then a star)."""
+    critical = tomllib.loads(EXPLANATIONS.read_text()).get("critical", {})
+    return sorted({p.replace("__mutmut_*", "*") for patterns in critical.values() for p in patterns})
 
 
 def results(module: str) -> list[Mutant]:
@@ -88,10 +97,14 @@ def results(module: str) -> list[Mutant]:
     return [Mutant(name, module, STATUS.get(code, "suspicious")) for name, code in sorted(codes.items())]
 
 
-def diff(name: str) -> str:
-    shown = subprocess.run([str(MUTMUT), "show", name], cwd=ROOT, capture_output=True, text=True)
-    lines = [line for line in shown.stdout.splitlines()[1:] if not line.startswith(("---", "+++"))]
-    return "\n".join(lines).strip()
+def diff(name: str, module: str) -> str:
+    """The mutant's change, as `mutmut show` prints it (read in this process: one
+    `mutmut show` per survivor would take a second each)."""
+    from mutmut.mutation.diff_apply import get_diff_for_mutant
+
+    os.chdir(ROOT)
+    text = get_diff_for_mutant(name, path=MODULES[module])
+    return "\n".join(line for line in text.splitlines() if not line.startswith(("---", "+++"))).strip()
 
 
 def report(modules: list[str]) -> int:
@@ -102,33 +115,47 @@ def report(modules: list[str]) -> int:
     lines = ["# Mutation testing: what survived", "",
              "Written by `make mutation` (tests/mutation/run.py) from mutmut's results; explanations in",
              "`tests/mutation/explanations.toml`. Survivors in the critical functions fail the run.", "",
-             "| module | mutants | killed | timeout | survived | no tests | explained |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+             "| module | mutants | killed | timeout | survived | no tests | not checked | explained |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     failures: list[str] = []
     detail: list[str] = []
+    unchecked: Counter[str] = Counter()
     for module, mutants in everything.items():
         counts = Counter(m.status for m in mutants)
-        open_ = [m for m in mutants if m.status in NOT_KILLED]
+        for mutant in mutants:
+            if mutant.status == "not checked":
+                unchecked[mutant.name.rsplit("__mutmut_", 1)[0]] += 1
+        open_ = [m for m in mutants if m.status in NOT_KILLED and m.status != "not checked"]
         lines.append(f"| {MODULES[module]} | {len(mutants)} | {counts['killed']} | {counts['timeout']} | "
-                     f"{counts['survived']} | {counts['no tests']} | {sum(m.name in explained for m in open_)} |")
+                     f"{counts['survived']} | {counts['no tests']} | {counts['not checked']} | "
+                     f"{sum(any(fnmatch.fnmatchcase(m.name, p) for p in explained) for m in open_)} |")
         for mutant in open_:
             area = next((a for a, patterns in critical.items()
                          if any(fnmatch.fnmatchcase(mutant.name, p) for p in patterns)), None)
-            why = explained.get(mutant.name)
+            why = next((reason for pattern, reason in explained.items() if fnmatch.fnmatchcase(mutant.name, pattern)),
+                       None)
             if area is not None:
                 failures.append(f"{mutant.name} ({mutant.status}) is in the critical area '{area}'")
             elif why is None:
                 failures.append(f"{mutant.name} ({mutant.status}) is not explained in {EXPLANATIONS.name}")
-            detail += [f"### `{mutant.name}` ({mutant.status})", "", "```diff", diff(mutant.name), "```", "",
+            detail += [f"### `{mutant.name}` ({mutant.status})", "", "```diff", diff(mutant.name, module), "```", "",
                        f"Critical ({area}): must be killed." if area else f"Why it may live: {why or 'UNEXPLAINED'}",
                        ""]
     surviving = {m.name for ms in everything.values() for m in ms if m.status in NOT_KILLED}
     checked = {m.name for ms in everything.values() for m in ms}
-    stale = sorted(n for n in explained if n in checked and n not in surviving)
+    # An explanation is stale when it names mutants of the modules run and none of them survives.
+    stale = sorted(p for p in explained if any(fnmatch.fnmatchcase(n, p) for n in checked)
+                   and not any(fnmatch.fnmatchcase(n, p) for n in surviving))
     lines += ["", f"Critical areas (no survivor allowed): {', '.join(critical)}.", ""]
     if stale:
         lines += ["Explanations whose mutant no longer survives (remove them): "
                   + ", ".join(f"`{n}`" for n in stale), ""]
+    if unchecked:
+        failures.append(f"{sum(unchecked.values())} mutants were not checked (a run cut short): run make mutation")
+        lines += ["## Not checked in this run", "",
+                  "mutmut generated these but the run ended before testing them; they are neither killed nor",
+                  "survivors yet. Per function:", ""]
+        lines += [f"- `{name}`: {count}" for name, count in sorted(unchecked.items())] + [""]
     lines += ["## Survivors", ""] + (detail or ["None.", ""])
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text("\n".join(lines).rstrip() + "\n")
@@ -145,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="mutants tested at once (default 1: the machine is shared)")
     parser.add_argument("--keep", action="store_true", help="reuse mutants/ from an earlier run")
     parser.add_argument("--report-only", action="store_true", help="only write the report from mutants/")
+    parser.add_argument("--critical", action="store_true",
+                        help="run only the critical functions' mutants (all modules), then report")
     args = parser.parse_args(argv)
     modules = [m.strip() for m in args.modules.split(",") if m.strip()]
     unknown = [m for m in modules if m not in MODULES]
@@ -153,8 +182,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.report_only:
         if not args.keep and MUTANTS.exists():
             shutil.rmtree(MUTANTS)
-        for module in modules:
-            if run_module(module, children=args.children) != 0:
+        runs = ([("critical", critical_patterns())] if args.critical else
+                [(module, [f"{mutant_prefix(module)}.*"]) for module in modules])
+        for name, patterns in runs:
+            if run_mutmut(name, patterns, children=args.children) != 0:
                 return 2
     return report(modules)
 

@@ -45,6 +45,7 @@ class FakeCluster:
         self.pods: dict[str, PodOnNode] = {}  # by uid
         self.blocked: set[str] = set()  # uids a PodDisruptionBudget protects
         self.slow: set[str] = set()  # uids that stay terminating after an eviction or delete
+        self.racing: set[str] = set()  # uids whose controller removes them just before our call
         self.writes: list[Write] = []
         self._versions = itertools.count(100)
 
@@ -116,6 +117,8 @@ class FakeCluster:
 
     def _pod_named(self, verb: str, namespace: str, name: str, uid: str) -> PodOnNode:
         where = f"{verb} /api/v1/namespaces/{namespace}/pods/{name}"
+        if uid in self.racing:
+            self.pods.pop(uid, None)
         found = [p for p in self.pods.values() if (p.pod.namespace, p.pod.name) == (namespace, name)]
         if not found:
             raise NotFound(f"{where}: pods \"{name}\" not found", status=404)
@@ -135,7 +138,7 @@ class FakeCluster:
         pod = self._pod_named("POST", namespace, name, uid)
         if uid in self.blocked:
             raise TooManyRequests(f"POST /api/v1/namespaces/{namespace}/pods/{name}/eviction: {PDB_REFUSAL}",
-                                  retry_after=None, status=429, reason="TooManyRequests")
+                                  retry_after=None, status=429, reason="TooManyRequests", api_message=PDB_REFUSAL)
         if not dry_run:
             self._remove(pod)
 

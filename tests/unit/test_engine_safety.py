@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -270,6 +271,76 @@ def test_with_skip_a_node_still_blocked_at_the_timeout_is_left_out_and_given_bac
     assert ("uncordon", "gpu-01") in cluster.did() and "uid-job-02" not in cluster.pods
     (left,) = drain.thread("node.left_out")
     assert left.startswith("gpu-01 is left out of this run: eviction of ml/job-01 is blocked") and "after 60s" in left
+
+
+def test_a_node_left_out_is_on_record_in_its_step_the_audit_log_the_thread_and_the_log(db, cluster, caplog):
+    cluster.blocked.add("uid-job-01")
+    drain = Drain(db, cluster, "skip", words="gpu-01 for 10m rack move")
+
+    with caplog.at_level(logging.WARNING, logger="gpuops.engine"):
+        drain.drive(drain.finished)
+
+    budget = "Cannot evict pod as it would violate the pod's disruption budget."
+    reason = (f"gpu-01 is left out of this run: eviction of ml/job-01 is blocked by a PodDisruptionBudget: {budget} "
+              "still, after 60s. Its remaining pods keep running; it is uncordoned and the run goes on with the other "
+              "nodes")
+    evict = next(s for s in drain.view().steps if s.kind == "evict")
+    assert (evict.state, evict.error) == ("skipped", reason)
+    assert evict.detail == {"params": {"scope": "all-non-daemonset", "pdb_timeout_s": 60, "pdb_timeout_action": "skip"},
+                            "intent": evict.detail["intent"], "note": reason,
+                            "result": {"evicted": ["ml/job-01"], "skipped": evict.detail["intent"]["skipped"],
+                                       "blocked": {"ml/job-01": budget}, "left_out": True}}
+    (row,) = [e for e in audit.for_run(db, drain.run_id) if e.action == "node.left_out"]
+    assert (row.target, row.before, row.after, row.actor) == ("gpu-01", "running", "skipped", "gpuops")
+    assert row.detail == {"step": evict.id, "kind": "evict", "reason": reason, "text": reason, "replica": "engine-0",
+                          "dry_run": False}
+    (message,) = [m for m in db.query("SELECT * FROM outbox ORDER BY id") if '"node.left_out"' in m["payload"]]
+    assert (message["kind"], message["dedupe_key"]) == ("post", f"{drain.run_id}/step/{evict.id}/left-out")
+    assert json.loads(message["payload"]) == {
+        "event": "node.left_out", "request_id": drain.view().request_id, "run_id": drain.run_id, "pool": "train-a",
+        "kind": "drain", "state": "running", "text": reason, "dry_run": False, "node": "gpu-01"}
+    assert f"engine-0: {reason}" in [r.getMessage() for r in caplog.records]
+    assert drain.thread("run.succeeded") == [
+        f"Run {drain.run_id} finished without gpu-01 (left out, see the thread); every other step done"]
+
+
+def test_a_node_left_out_of_a_plan_without_an_uncordon_says_it_stays_as_it_is(db, cluster):
+    from workflows.plans import NodeStep, Plan, PlanSummary, Wave
+
+    cluster.blocked.add("uid-job-01")
+    drain = Drain(db, cluster, "skip", words="gpu-01 for 10m rack move")
+    RunService(db).abort(config("skip").actor("U0ADA"), drain.run_id, now=NOW)
+    node = NODES[0]
+    plan = Plan(kind="drain", pool="train-a", summary=PlanSummary(), created_for="U0ADA", waves=(Wave(0, (node,), (
+        NodeStep("cordon", node, {}), NodeStep("evict", node, {"pdb_timeout_s": 5, "pdb_timeout_action": "skip"}),
+        NodeStep("hold", node, {"seconds": 60}))),))
+    cfg = config("skip")
+    request = RequestService(db, cfg).submit(cfg.actor("U0ADA"), kind="drain", pool="train-a", targets=[node],
+                                             plan=plan, window_start=None, window_end=None, reason="r",
+                                             channel="C0OPS", now=NOW)
+    drain.run_id = RunService(db).start(request.id, dry_run=False, now=NOW).id
+    drain.restart()
+    drain.drive(drain.finished)
+
+    (left,) = drain.thread("node.left_out")
+    assert left.endswith(". Its plan has no uncordon step: it stays as it is now")
+    assert cluster.node("gpu-01").unschedulable
+
+
+def test_only_a_step_skipped_as_left_out_leaves_its_node_out():
+    from storage.ids import RunId, StepId
+    from storage.steps import Step
+    from workflows.engine import _left_out
+
+    def step(state: str, detail: Any) -> Step:
+        return Step(id=StepId(1), run_id=RunId("run-1"), wave=0, node="gpu-01", seq=0, kind="evict",  # type: ignore[arg-type]
+                    state=state, attempt=1, started_at=NOW, ended_at=NOW, detail=detail, error=None)  # type: ignore[arg-type]
+
+    assert _left_out([step("skipped", {"result": {"left_out": True}})])
+    assert not _left_out([step("done", {"result": {"left_out": True}})])
+    assert not _left_out([step("skipped", {})])  # skipped because the run stopped
+    assert not _left_out([step("skipped", "skipped")])  # detail that is not an object
+    assert not _left_out([])
 
 
 def test_with_delete_each_pod_still_blocked_at_the_timeout_is_deleted_once_by_uid_on_record(db, cluster, make):

@@ -16,7 +16,7 @@ from storage.steps import Step
 from workflows.cluster import NodeObject, PodObject
 from workflows.inventory import ANNOTATION_CORDONED_BY, NodeInventory
 from workflows.kube import PodOnNode
-from workflows.runs import nodes_left_cordoned
+from workflows.runs import nodes_left_cordoned, step_intent, step_note, step_params
 from workflows.steps import CordonMark, Done, Hold, StepParamsError, Waiting, WaitFor, decide
 
 NOW = dt.datetime(2025, 6, 7, 12, 0, tzinfo=dt.timezone.utc)
@@ -198,6 +198,41 @@ def test_a_stopped_run_reports_the_nodes_it_cordoned_and_not_those_cordoned_befo
     ]
     assert nodes_left_cordoned(_run(), steps) == ("a", "c")
     assert nodes_left_cordoned(_run(dry_run=True), steps) == ()
+
+
+def test_what_the_cordon_found_when_it_acted_decides_over_what_it_found_when_it_started():
+    steps = [
+        # A person cordoned it between the start and the cordon: marked, not ours to report.
+        _step("a", "cordon", "done", 0, {"intent": {"prior_unschedulable": False},
+                                         "result": {"prior_unschedulable": True}}),
+        # Another run's stale mark on a schedulable node: this run cordoned it after all.
+        _step("b", "cordon", "done", 0, {"intent": {"prior_unschedulable": False, "other_mark": {"run": "run-0"}},
+                                         "result": {"prior_unschedulable": False}}),
+        # In flight on a node another run holds cordoned: not ours (yet).
+        _step("c", "cordon", "running", 0, {"intent": {"prior_unschedulable": True, "other_mark": {"run": "run-0"}}}),
+        # A result that says nothing about it: the intent decides.
+        _step("d", "cordon", "done", 0, {"intent": {"prior_unschedulable": True}, "result": {}}),
+        _step("e", "cordon", "done", 0, {"intent": {"prior_unschedulable": False}, "result": {}}),
+        # Detail that is not an object (storage holds any JSON): read as empty, never a crash.
+        _step("f", "cordon", "done", 0, "cordoned"),  # type: ignore[arg-type]
+    ]
+    assert nodes_left_cordoned(_run(), steps) == ("b", "e", "f")
+
+
+def test_a_step_reads_as_its_outcome_once_ended_and_as_what_it_waits_for_while_it_runs():
+    assert step_note(_step("a", "evict", "done", 1, {"note": "evicted 2 pods", "waiting": "old"})) == "evicted 2 pods"
+    assert step_note(_step("a", "evict", "running", 1, {"waiting": "waiting for ml/job to terminate"})) == (
+        "waiting for ml/job to terminate")
+    assert step_note(_step("a", "evict", "done", 1, {"waiting": "stale"})) is None  # ended: what it waited for is over
+    assert step_note(_step("a", "evict", "pending", 1)) is None
+    assert step_note(_step("a", "hold", "running", 1, {"note": 7})) == "7"
+    assert step_note(_step("a", "evict", "running", 1, "not an object")) is None  # type: ignore[arg-type]
+
+
+def test_params_and_intent_that_are_not_objects_read_as_empty():
+    assert step_params(_step("a", "evict", "done", 1, {"params": ["x"], "intent": "y"})) == {}
+    assert step_intent(_step("a", "evict", "done", 1, {"params": ["x"], "intent": "y"})) == {}
+    assert step_params(_step("a", "evict", "done", 1, {"params": {"scope": "gpu"}})) == {"scope": "gpu"}
 
 
 class _OneNode:

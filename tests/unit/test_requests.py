@@ -513,3 +513,29 @@ def test_thread_messages_name_an_unconfigured_person_by_a_mention_not_the_name_s
     assert f"<@U0OTTO> paused {run.id}: steps in flight finish, nothing new starts" in texts
     assert not any("Otto" in t for t in texts)
     assert payloads[0]["people"] == ["U0OTTO"] and payloads[-1]["people"] == ["U0OTTO"]
+
+
+def test_an_approval_is_on_record_with_its_count_and_told_to_the_thread(service, db):
+    view = submit(service)
+    service.approve(bob, view.id, plan_hash=view.short_hash, now=START + HOUR)
+
+    (row,) = [e for e in audit.for_request(db, view.id) if e.action == "request.approval"]
+    assert (row.actor, row.before, row.after, row.at) == ("U0BOB", "pending", "pending", START + HOUR)
+    assert row.detail == {"plan_hash": view.plan_hash, "approvals_counted": 1, "approvals_required": 2}
+    (message,) = [m for m in db.query("SELECT * FROM outbox ORDER BY id") if '"request.approval"' in m["payload"]]
+    assert message["dedupe_key"] == f"{view.id}/approval/U0BOB/{view.plan_hash}"
+    payload = codec.json_from_text(message["payload"])
+    assert (payload["event"], payload["state"]) == ("request.approval", "pending")
+
+
+def test_an_approval_that_loses_to_a_row_already_stored_says_the_request_changed(service, db):
+    view = submit(service)
+    # A decision by bob on this plan that policy does not count (as a racing write could leave).
+    db.execute("INSERT INTO approvals (request_id, approver, decision, plan_hash, reason, created_at) "
+               "VALUES (?, 'U0BOB', 'deny', ?, 'x', ?)", (view.id, view.plan_hash, codec.time_to_text(START)))
+
+    with pytest.raises(RequestRefused) as refused:
+        service.approve(bob, view.id, plan_hash=view.plan_hash, now=START + HOUR)
+
+    assert str(refused.value) == f"{view.id} changed while you were acting on it; look at it again and retry."
+    assert service.get(view.id).state == "pending"

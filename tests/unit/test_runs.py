@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -89,13 +90,80 @@ def test_an_approved_request_starts_a_pending_run_of_exactly_its_plans_steps(db)
     assert (created.actor, created.run_id, created.detail["plan_hash"]) == ("U0ADA", view.id, request.plan_hash)
 
 
+def test_a_start_records_who_started_which_plan_and_tells_the_requests_thread(db):
+    request = submit(db, "train-a", drain_plan("train-a", nodes=("gpu-01", "gpu-02")))
+
+    view = RunService(db).start(request.id, dry_run=True, now=NOW + MINUTE, actor=ada)
+
+    (created,) = created_rows(db)
+    assert (created.actor, created.action, created.target, created.request_id, created.run_id,
+            created.before, created.after, created.at) == (
+        "U0ADA", "run.created", "train-a", request.id, view.id, "approved", "running", NOW + MINUTE)
+    assert created.detail == {"dry_run": True, "plan_hash": request.plan_hash, "nodes": ["gpu-01", "gpu-02"],
+                              "waves": 1}
+    (message,) = [m for m in outbox_rows(db) if m["payload"]["event"] == "run.created"]
+    assert (message["channel"], message["kind"], message["dedupe_key"]) == ("C0OPS", "post", f"{view.id}/created")
+    assert message["payload"] == {"event": "run.created", "request_id": request.id, "run_id": view.id,
+                                  "pool": "train-a", "kind": "drain", "state": "pending",
+                                  "text": f"Dry run {view.id} of {request.id} is queued for the engine",
+                                  "people": []}  # the text names nobody gpuops should mention
+    # The scheduler starts runs as gpuops.
+    other = submit(db, "train-a")
+    RunService(db).start(other.id, dry_run=False, now=NOW, plan_hash=other.plan_hash)
+    assert [e.actor for e in created_rows(db)] == ["gpuops", "U0ADA"]
+
+
+def outbox_rows(db: Database) -> list[dict]:
+    return [{**row, "payload": json.loads(row["payload"])} for row in db.query("SELECT * FROM outbox ORDER BY id")]
+
+
+def test_the_start_refusals_name_the_request(db):
+    pending, approved = submit(db, "serving-a"), submit(db, "train-a")
+
+    with pytest.raises(RunRefused) as not_approved:
+        RunService(db).start(pending.id, dry_run=False, now=NOW)
+    with pytest.raises(RunRefused) as stale:
+        RunService(db).start(approved.id, dry_run=False, now=NOW, plan_hash="0" * 64)
+
+    assert str(not_approved.value) == f"{pending.id} is pending: only an approved or scheduled request can start a run"
+    assert str(stale.value) == (f"{approved.id}'s plan changed (hash 00000000 is now {approved.short_hash}) since the "
+                                "start was decided: not started; it starts once its current plan is approved")
+
+
+def test_an_approved_request_that_already_has_an_unfinished_run_gets_no_second_one(db):
+    request = submit(db, "train-a")
+    assert stored_runs.create(db, request_id=RequestId(request.id), dry_run=False, at=NOW) is not None
+
+    with pytest.raises(RunRefused) as refused:
+        RunService(db).start(request.id, dry_run=False, now=NOW)
+
+    assert str(refused.value) == f"{request.id} already has a run in progress"
+    assert len(run_rows(db, request.id)) == 1 and created_rows(db) == []
+    assert RequestService(db, CONFIG).get(request.id).state == "approved"
+
+
+def test_a_request_that_changes_inside_the_starting_transaction_starts_nothing(db):
+    request = submit(db, "train-a")
+    # What the compare-and-set guards against: the request moving between the read and the
+    # transition (a trigger makes it happen inside the one transaction).
+    db.execute("CREATE TEMP TRIGGER meanwhile AFTER INSERT ON runs BEGIN "
+               "UPDATE requests SET state = 'cancelled' WHERE id = NEW.request_id; END")
+
+    with pytest.raises(RunRefused) as refused:
+        RunService(db).start(request.id, dry_run=False, now=NOW)
+
+    assert str(refused.value) == f"{request.id} is changing: only an approved or scheduled request can start a run"
+    db.execute("DROP TRIGGER meanwhile")
+    assert run_rows(db, request.id) == [] and RequestService(db, CONFIG).get(request.id).state == "approved"
+
+
 @pytest.mark.parametrize("state", ["pending", "denied", "cancelled", "expired", "running", "done", "failed", "missed"])
 def test_a_request_that_is_not_approved_or_scheduled_starts_no_run_and_stays_as_it_is(db, state):
     request = submit(db, "serving-a")  # pending: bob has not approved
     if state != "pending":
         assert stored_requests.transition(db, id=request.id, expected="pending", new=state, at=NOW)  # type: ignore[arg-type]
 
-    with pytest.raises(RunRefused, match=f"is {state}: only an approved or scheduled request can start a run"):
+    with pytest.raises(RunRefused, match=f"^{request.id} is {state}: only an approved or scheduled request can start a run$"):
         RunService(db).start(request.id, dry_run=False, now=NOW)
 
     assert run_rows(db, request.id) == [] and created_rows(db) == []
@@ -114,7 +182,7 @@ def test_an_approved_request_whose_approvals_do_not_reach_the_number_it_needs_is
     # Approved in storage without bob's approval (a bug or a hand edit): the start counts again.
     assert stored_requests.transition(db, id=request.id, expected="pending", new="approved", at=NOW)
 
-    with pytest.raises(RunRefused, match=f"plan {request.short_hash} has 0 of the 1 approvals it needs"):
+    with pytest.raises(RunRefused, match=f"^{request.id}'s plan {request.short_hash} has 0 of the 1 approvals it needs: not started$"):
         RunService(db).start(request.id, dry_run=False, now=NOW)
 
     assert run_rows(db, request.id) == []
@@ -127,7 +195,7 @@ def test_a_stored_plan_that_no_longer_hashes_to_its_approved_hash_is_not_started
     with db.transaction():  # the plan text changed under the approvals
         db.execute("UPDATE requests SET plan = ? WHERE id = ?", (codec.json_to_text(plan_to_json(other)), request.id))
 
-    with pytest.raises(RunRefused, match=f"no longer hashes to {request.short_hash}, the plan its approvals name"):
+    with pytest.raises(RunRefused, match=f"^{request.id}'s stored plan no longer hashes to {request.short_hash}, the plan its approvals name"):
         RunService(db).start(request.id, dry_run=False, now=NOW)
 
     assert run_rows(db, request.id) == []
@@ -188,7 +256,7 @@ def test_a_cancel_that_lands_just_before_the_start_commits_starts_nothing(db):
         with open_database(db.path) as other:
             RequestService(other, CONFIG).cancel(ada, request.id, now=NOW)
 
-    with pytest.raises(RunRefused, match="is cancelled"):
+    with pytest.raises(RunRefused, match=f"^{request.id} is cancelled"):
         RunService(_WriteLandsFirst(db, cancel)).start(request.id, dry_run=False, now=NOW + MINUTE)
 
     assert run_rows(db, request.id) == []
@@ -274,3 +342,12 @@ def test_the_scheduler_starts_only_the_plan_it_read_and_a_re_plan_meanwhile_wait
     start_window_runs(_Host(db), NOW + 2 * MINUTE)  # type: ignore[arg-type]
     assert len(run_rows(db, request.id)) == 1
     assert [e.detail["plan_hash"] for e in created_rows(db)] == [plan_hash(longer)]
+
+
+def test_a_paused_run_can_be_aborted_and_a_finished_one_cannot_be_controlled(db):
+    run = RunService(db).start(submit(db, "train-a").id, dry_run=False, now=NOW)
+    RunService(db).pause(ada, run.id, now=NOW)
+
+    assert RunService(db).abort(ada, run.id, now=NOW).state == "aborted"
+    with pytest.raises(RunRefused):
+        RunService(db).resume(ada, run.id, now=NOW)
