@@ -35,18 +35,20 @@ def test_watches_stay_open_across_real_bookmarks_without_a_failure(gpu_operator_
         # Pods first: a pod BOOKMARK says `"containers": null`, which broke the watch once.
         wait_until(lambda: cache.bookmarks("pods") >= 2 and cache.watches("pods") >= 2,
                    timeout=150, what="two pod bookmarks and a resumed pod watch")
-        node = {"apiVersion": "v1", "kind": "Node",
-                "metadata": {"name": "after-bookmarks", "labels": {"nvidia.com/gpu.present": "true"}}}
-        gpu_operator_crds.installer().create(node)
-        wait_until(lambda: "after-bookmarks" in cache.fleet(dt.datetime.now(dt.timezone.utc),
-                                                            max_age=dt.timedelta(0)).nodes,
-                   timeout=30, what="a node made after the bookmarks to arrive by watch")
+        _a_new_node_arrives_by_watch(gpu_operator_crds, cache, "after-bookmarks", when="after the bookmarks")
     finally:
         gpu_operator_crds.installer().delete({"kind": "Node", "metadata": {"name": "after-bookmarks"}})
         cache.stop()
 
     assert _lines(caplog, logging.WARNING) == []
     assert [cache.relists(r) for r in RESOURCES] == [0] * len(RESOURCES)
+
+
+def _a_new_node_arrives_by_watch(cluster, cache: FleetCache, name: str, *, when: str) -> None:
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"nvidia.com/gpu.present": "true"}}}
+    cluster.installer().create(node)
+    wait_until(lambda: name in cache.fleet(dt.datetime.now(dt.timezone.utc), max_age=dt.timedelta(0)).nodes,
+               timeout=30, what=f"a node made {when} to arrive by watch")
 
 
 def test_a_lost_api_is_logged_once_per_resource_and_once_more_when_it_is_back(gpu_operator_crds, caplog,
@@ -68,12 +70,7 @@ def test_a_lost_api_is_logged_once_per_resource_and_once_more_when_it_is_back(gp
         wait_until(lambda: sum("answers again" in m for m in _lines(caplog, logging.INFO)) == len(RESOURCES),
                    timeout=60, what="every resource to reach the API again")
         # Still watching: a change made now arrives by watch.
-        node = {"apiVersion": "v1", "kind": "Node",
-                "metadata": {"name": "after-loss", "labels": {"nvidia.com/gpu.present": "true"}}}
-        gpu_operator_crds.installer().create(node)
-        wait_until(lambda: "after-loss" in cache.fleet(dt.datetime.now(dt.timezone.utc),
-                                                       max_age=dt.timedelta(0)).nodes,
-                   timeout=30, what="a node made after the API came back to arrive by watch")
+        _a_new_node_arrives_by_watch(gpu_operator_crds, cache, "after-loss", when="after the API came back")
     finally:
         cache.stop()
         forwarder.cut()
