@@ -41,7 +41,7 @@ from storage.database import open_database
 from storage.errors import StorageError
 from workflows.access import Actor
 from workflows.config import ConfigError, GpuopsConfig, load_config
-from workflows.kube import KubeError
+from workflows.kube.errors import KubeError
 
 log = logging.getLogger("gpuops.bot.cli")
 

@@ -23,9 +23,9 @@ from commands.handover import handover_message
 from commands.reply import REQUEST_DRAIN, Reply, error_reply
 from commands.services import Services
 from workflows.access import AccessDenied, Actor
-from workflows.handover_service import HandoverError, HandoverService
-from workflows.requests import RequestRefused, UnknownRequest
-from workflows.runs import RunRefused
+from workflows.engine.runs import RunRefused
+from workflows.handover.service import HandoverError, HandoverService
+from workflows.requests.service import RequestRefused, UnknownRequest
 
 log = logging.getLogger("gpuops.bot.clicks")
 

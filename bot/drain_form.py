@@ -43,9 +43,9 @@ from bot.intents import TARGET_NAME
 from commands import messages as command_msg
 from commands.catalog import REGISTRY
 from workflows.access import Actor
-from workflows.config import parse_duration
-from workflows.drain_messages import at_words
-from workflows.windows import UTC
+from workflows.durations import parse_duration
+from workflows.pools.windows import UTC
+from workflows.wording import at_words
 
 DRAIN_CALLBACK = "gpuops.drain-request"
 # Each input is the only element of its block, so a block and its action share a name.

@@ -25,8 +25,8 @@ from bot.render_blocks import (
 from bot.request_card import request_card
 from commands import messages as command_msg
 from commands.reply import REQUEST_DRAIN, Intent, Reply
-from workflows import request_messages as say
-from workflows.requests import RequestView
+from workflows.requests import messages as say
+from workflows.requests.service import RequestView
 
 # Each waiting request takes a section and an actions block.
 WAITING_SHOWN = 10

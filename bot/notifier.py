@@ -62,8 +62,8 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler
 
-from bot.journal import Journal
 from bot.clicks import current_card
+from bot.journal import Journal
 from bot.render_blocks import NOTIFICATION_TEXT, escape, render_blocks
 from commands.handover import handover_message
 from commands.services import Services
@@ -73,7 +73,7 @@ from storage.database import Database, PerThreadDatabase
 from storage.ids import RequestId
 from storage.outbox import OutboxMessage
 from workflows.access import Actor, Role, UserId
-from workflows.handover_service import HandoverService, HandoverView, UnknownHandover
+from workflows.handover.service import HandoverService, HandoverView, UnknownHandover
 
 log = logging.getLogger("gpuops.bot.notifier")
 

@@ -12,8 +12,8 @@ import datetime as dt
 from bot import messages as msg
 from bot.intents import encode_value
 from commands.reply import Fact, Intent, Reply, Section
-from workflows import request_messages as say
-from workflows.requests import RequestView
+from workflows.requests import messages as say
+from workflows.requests.service import RequestView
 
 
 def _window(view: RequestView) -> str:

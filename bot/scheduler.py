@@ -50,11 +50,11 @@ from commands.services import FleetSource
 from storage import idempotency, outbox
 from storage.database import PerThreadDatabase
 from workflows.config import GpuopsConfig
-from workflows.cordons import Cordons
-from workflows.handover_service import HandoverService
-from workflows.kube import KubeGateway
-from workflows.requests import RequestRefused, RequestService
-from workflows.runs import RUNNABLE_STATES, RunRefused, RunService
+from workflows.engine.cordons import Cordons
+from workflows.engine.runs import RUNNABLE_STATES, RunRefused, RunService
+from workflows.handover.service import HandoverService
+from workflows.kube.gateway import KubeGateway
+from workflows.requests.service import RequestRefused, RequestService
 
 log = logging.getLogger("gpuops.bot.scheduler")
 

@@ -37,7 +37,6 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
 from bot import messages as msg
-from bot.journal import Journal
 from bot.clicks import Click, Outcome, press
 from bot.drain_form import (
     DRAIN_CALLBACK,
@@ -50,6 +49,7 @@ from bot.drain_form import (
 from bot.home import home_view
 from bot.identity import SlackDirectory
 from bot.intents import action_of
+from bot.journal import Journal
 from bot.modals import DENY_CALLBACK, REASON_BLOCK, DenyContext, deny_context, deny_modal, submitted_reason
 from bot.render_blocks import FileLink, render_blocks
 from bot.render_text import render_text

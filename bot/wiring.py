@@ -33,15 +33,15 @@ from bot.scheduler import WINDOW_STARTS, LeaderScheduler, leader_jobs
 from commands.services import FleetSource, Services
 from storage import idempotency
 from storage.database import PerThreadDatabase, default_database_path
-from workflows.cluster import NodeName, PodObject
 from workflows.config import GpuopsConfig
-from workflows.cordons import Cordons
-from workflows.first_seen import FirstSeen
-from workflows.drain import PdbView
-from workflows.kube import KubeGateway
-from workflows.lease import EngineLease, LeaseSettings
-from workflows.requests import RoleLookup
-from workflows.watchcache import FleetCache
+from workflows.drain.plan import PdbView
+from workflows.engine.cordons import Cordons
+from workflows.engine.lease import EngineLease, LeaseSettings
+from workflows.fleet.first_seen import FirstSeen
+from workflows.fleet.watchcache import FleetCache
+from workflows.kube.gateway import KubeGateway
+from workflows.kube.objects import NodeName, PodObject
+from workflows.requests.service import RoleLookup
 
 log = logging.getLogger("gpuops.bot.wiring")
 
@@ -299,7 +299,7 @@ def engine_worker(runtime: Runtime, *, lease: Lease, identity: str) -> Worker | 
         log.warning("the engine does not run here: %s", "no Kubernetes API" if runtime.gateway is None
                     else "the fleet source sends no watch events")
         return None
-    from workflows.engine import EngineSettings, run_engine
+    from workflows.engine.loop import EngineSettings, run_engine
 
     gateway = runtime.gateway
 

@@ -14,26 +14,20 @@ from __future__ import annotations
 import datetime as dt
 
 from commands import messages as msg
+from commands.drain_grammar import DrainRequestError, parse_drain_request
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
 from commands.reply import Fact, Reply, Section, Table, error_reply
 from commands.requests import approval_intents
-from workflows import drain_messages as say
-from workflows import request_messages as request_say
 from workflows.access import AccessDenied, Role, require
-from workflows.cluster import NodeName, PodObject
-from workflows.config import parse_duration
-from workflows.drain import (
-    DrainPlan,
-    DrainRefused,
-    DrainRequestError,
-    PdbView,
-    parse_drain_request,
-    plan_drain,
-)
-from workflows.inventory import Fleet
-from workflows.requests import RequestRefused, RequestService, RequestView, UnknownRequest
-from workflows.runs import RunRefused, RunService
-from workflows.windows import UTC
+from workflows.drain import messages as say
+from workflows.drain.plan import DrainPlan, DrainRefused, PdbView, plan_drain
+from workflows.durations import parse_duration
+from workflows.engine.runs import RunRefused, RunService
+from workflows.fleet.summary import Fleet
+from workflows.kube.objects import NodeName, PodObject
+from workflows.pools.windows import UTC
+from workflows.requests import messages as request_say
+from workflows.requests.service import RequestRefused, RequestService, RequestView, UnknownRequest
 
 
 def _requests(call: Call) -> RequestService:
@@ -119,7 +113,7 @@ def _drain_reply(call: Call, planned: DrainPlan, view: RequestView, *, title: st
                             "/gpu drain train-a next-window firmware"))
 def drain(call: Call, args: list[str]) -> Reply:
     if not args:
-        raise UsageError(say.drain_needs_target())
+        raise UsageError(msg.drain_needs_target())
     fleet = call.services.fleet.fleet(call.now)
     try:
         planned = _plan(call, args, fleet=fleet)
@@ -166,9 +160,9 @@ def drain_extend(call: Call, args: list[str]) -> Reply:
     try:
         more = parse_duration(args[1])
     except ValueError:
-        raise UsageError(say.bad_duration(args[1])) from None
+        raise UsageError(msg.bad_duration(args[1])) from None
     if more <= dt.timedelta(0):
-        raise UsageError(say.bad_duration(args[1]))
+        raise UsageError(msg.bad_duration(args[1]))
     if request.window_end is None or request.window_start is None:
         return error_reply(msg.refused_title(), msg.drain_extend_open_ended(request.id))
     length = request.window_end - request.window_start + more

@@ -9,10 +9,11 @@ from commands import messages as msg
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
 from commands.reply import REQUEST_DRAIN, Fact, Intent, Notice, Reply, Section, Table, error_reply
 from workflows.access import Role
-from workflows.cordons import UncordonRefused
-from workflows.drain import drain_history
-from workflows.findings import Finding, cordons_left_behind, sort_findings
-from workflows.inventory import Fleet, NodeInventory, PoolInventory
+from workflows.drain.history import drain_history
+from workflows.engine.cordons import UncordonRefused
+from workflows.fleet.assessment import NodeInventory, PoolInventory
+from workflows.fleet.findings import Finding, cordons_left_behind, sort_findings
+from workflows.fleet.summary import Fleet
 
 FINDINGS_IN_STATUS = 8
 

@@ -14,12 +14,12 @@ import re
 from commands import messages as msg
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
 from commands.reply import Intent, Notice, Reply, Section, Table
-from workflows import handover_messages as say
 from workflows.access import Role
 from workflows.config import GpuopsConfig
-from workflows.handover import RotationConfig, default_template
-from workflows.handover_checklist import Checklist, ChecklistTemplate
-from workflows.handover_service import HandoverService, HandoverView, UnknownRotation
+from workflows.handover import messages as say
+from workflows.handover.checklist import Checklist, ChecklistTemplate
+from workflows.handover.rotations import RotationConfig, default_template
+from workflows.handover.service import HandoverService, HandoverView, UnknownRotation
 
 ACK_ACTION = "handover-ack"
 HISTORY_DEFAULT = 10

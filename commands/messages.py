@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from workflows.access import Actor, Role, effective_roles
+from workflows.wording import names
 
 HELP_COLUMNS = ("command", "what it does", "role")
 
@@ -345,3 +346,52 @@ def last_drains_title() -> str:
 
 
 DRAIN_HISTORY_COLUMNS = ("pool", "last drain", "ended (UTC)", "nodes", "active window")
+
+
+# The words of /gpu drain, as the registry, the help, the form and every usage error show them.
+DRAIN_USAGE = "drain <node...|pool> [at <time>|next-window] [for <duration>] [reason...]"
+
+
+def drain_needs_target() -> str:
+    return f"Say which nodes or pool to drain: /gpu {DRAIN_USAGE}"
+
+
+def unknown_target(name: str, *, closest: Sequence[str], pool: bool) -> str:
+    what = "pool" if pool else "GPU node or pool"
+    if closest:
+        return f"There is no {what} named {name}{_closest_names(closest)}"
+    return f"There is no {what} named {name}; /gpu status lists the pools and nodes."
+
+
+def empty_pool(pool: str) -> str:
+    return f"Pool {pool} has no GPU nodes right now, so there is nothing to drain."
+
+
+def mixed_pools(by_pool: Mapping[str, Sequence[str]]) -> str:
+    parts = "; ".join(f"{names(nodes)} in {pool}" for pool, nodes in sorted(by_pool.items()))
+    return (f"A drain covers one pool, but these nodes are in {len(by_pool)} pools: {parts}. "
+            "Send one request per pool.")
+
+
+def node_in_no_pool(nodes: Sequence[str]) -> str:
+    return (f"{names(nodes)} {'is' if len(nodes) == 1 else 'are'} in no pool (no pool label), so "
+            "no drain policy applies; label the node into a configured pool first.")
+
+
+def repeated_clause(word: str) -> str:
+    return f"Say `{word}` once: /gpu {DRAIN_USAGE}"
+
+
+def bad_duration(text: str) -> str:
+    got = f", not {text!r}" if text else ""
+    return f"`for` needs how long the drain lasts, like 2h, 90m or 1h30m{got}."
+
+
+def bad_time(text: str) -> str:
+    got = f"Cannot read the time {text!r}" if text else "`at` needs a time"
+    return (f"{got}; write at 2026-12-05 02:00, at sat 02:00, at tomorrow 03:00 or next-window, "
+            "optionally followed by a zone such as Europe/Berlin.")
+
+
+def _closest_names(closest: Sequence[str]) -> str:
+    return f"; did you mean {' or '.join(closest)}?" if closest else ""

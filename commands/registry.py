@@ -14,14 +14,11 @@ import difflib
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from commands import messages as msg
 from commands.reply import Reply, Section, Table, error_reply
+from commands.services import Services
 from workflows.access import AccessDenied, Actor, Role
-
-if TYPE_CHECKING:
-    from commands.services import Services
 
 
 class UsageError(Exception):

@@ -17,8 +17,8 @@ from commands.registry import REGISTRY, Call, NotFoundError, UsageError
 from commands.reply import Fact, Intent, Reply, Section, Table, error_reply
 from storage.audit import AuditEntry
 from workflows.access import AccessDenied, Actor, Role
-from workflows.requests import RequestRefused, RequestService, RequestView, UnknownRequest
-from workflows.runs import RunRefused, RunService, RunView, UnknownRun, step_note
+from workflows.engine.runs import RunRefused, RunService, RunView, UnknownRun, step_note
+from workflows.requests.service import RequestRefused, RequestService, RequestView, UnknownRequest
 
 AUDIT_DEFAULT = 20
 AUDIT_LIMIT = 200

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from storage.database import Database
-from workflows.cluster import NodeName, PodObject
 from workflows.config import GpuopsConfig
-from workflows.cordons import Cordons
-from workflows.drain import PdbView
-from workflows.inventory import Fleet
-from workflows.requests import RequestService, RoleLookup
-from workflows.runs import RunService
+from workflows.drain.plan import PdbView
+from workflows.engine.cordons import Cordons
+from workflows.engine.runs import RunService
+from workflows.fleet.summary import Fleet
+from workflows.kube.objects import NodeName, PodObject
+from workflows.requests.service import RequestService, RoleLookup
 
 
 class FleetSource(Protocol):

@@ -1,3 +1,16 @@
-"""The cluster domain: plain views of Kubernetes objects, the fleet inventory and its
-findings, pool policy, plans, the durable engine and its steps. `kube` (with the watch
-cache beside it) is the only module that imports the kubernetes client."""
+"""The cluster domain, one package per domain word, layered (each may import only what
+is below it; `tests/unit/test_layers.py` checks it with import-linter):
+
+    config                       the configuration file, over all
+    handover                     the shift-handover checklist and its service
+    drain                        drain requests planned into waves; drain history
+    engine                       runs, steps as gates, the engine loop, the Lease
+    requests                     requests, the two-person rule, refusals
+    pools                        windows, capacity floors, max unavailable, selectors
+    fleet                        node assessment, findings, the fleet summary, watch cache
+    plans                        a plan of waves and steps, and its hash
+    kube                         the only door to the Kubernetes API
+    access | durations | wording who may do what; "1h30m"; shared phrasing
+
+Upgrades, MIG changes and host-driver migration land beside `drain` as packages of
+their own."""

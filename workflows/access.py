@@ -8,7 +8,6 @@ import enum
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-
 from typing import NewType
 
 UserId = NewType("UserId", str)

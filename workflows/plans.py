@@ -27,7 +27,7 @@ from typing import Any, Literal, get_args
 
 from storage import codec
 from storage.steps import NewStep, StepKind
-from workflows.cluster import NodeName
+from workflows.kube.objects import NodeName
 
 PlanKind = Literal["drain", "upgrade", "mig"]
 PLAN_FORMAT = 1

@@ -16,11 +16,11 @@ import time
 from bot.render_text import render_text
 from commands.catalog import dispatch
 from commands.services import Services
-from workflows import wire
 from workflows.access import Actor, Role, UserId
 from workflows.config import GpuopsConfig
-from workflows.kube import NODES, KubeGateway
-from workflows.watchcache import FleetCache
+from workflows.fleet.watchcache import FleetCache
+from workflows.kube import wire
+from workflows.kube.gateway import NODES, KubeGateway
 
 
 def _status_mib(field: str) -> float:

@@ -26,20 +26,28 @@ import yaml
 from slack_bolt import App
 from slack_bolt.adapter.socket_mode import SocketModeHandler
 
+from bot.clicks import current_card
 from bot.http_server import HttpSettings, SlackHttpServer
 from bot.render_blocks import render_blocks
-from bot.clicks import current_card
 from bot.slack_api import SlackApi, web_client
 from bot.slack_app import SlackBot, build_app
 from bot.wiring import Runtime, runtime_from_fleet_source
 from testenv.fakeslack import FakeSlackWebApi, FakeSocketModeServer, signing
 from testenv.fakeslack.fixtures import fake_slack, fake_socket_mode  # noqa: F401 - fixtures
-from workflows.cluster import ClusterSnapshot, ContainerState, CustomObject, DeploymentObject, NodeName, NodeObject, \
-    OwnerRef, PodObject
 from workflows.config import GpuopsConfig
-from workflows.inventory import Fleet, build_fleet
+from workflows.fleet.summary import Fleet, build_fleet
+from workflows.kube.objects import (
+    ClusterSnapshot,
+    ContainerState,
+    CustomObject,
+    DeploymentObject,
+    NodeName,
+    NodeObject,
+    OwnerRef,
+    PodObject,
+)
 from workflows.plans import NodeStep, Plan, PlanSummary, Wave
-from workflows.requests import RequestView
+from workflows.requests.service import RequestView
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "e2e-signing-secret-0123456789abcdef"

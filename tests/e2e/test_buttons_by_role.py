@@ -14,9 +14,8 @@ import pytest
 
 from bot.clicks import Click, Outcome, press
 from bot.intents import encode_value
-from workflows.handover_service import HandoverService
-
 from tests.e2e.conftest import submit_upgrade
+from workflows.handover.service import HandoverService
 
 UTC = dt.timezone.utc
 PEOPLE = ("U0ALICE", "U0BOB", "U0DAVE", "U0ERIN")

@@ -18,9 +18,8 @@ import yaml
 
 from bot.console import run_console
 from testenv.fakeslack import signing
-from workflows.config import GpuopsConfig
-
 from tests.e2e.conftest import CHANNEL, ROOT, demo_config, send, text_of
+from workflows.config import GpuopsConfig
 
 FORM = "gpuops.drain-request"
 

@@ -10,7 +10,7 @@ from bot.clicks import Click, press
 from bot.intents import action_id, action_of, encode_value
 from commands.handover import handover_message
 from storage import audit
-from workflows.handover_service import HandoverService
+from workflows.handover.service import HandoverService
 
 UTC = dt.timezone.utc
 

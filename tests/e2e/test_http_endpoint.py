@@ -17,7 +17,6 @@ import pytest
 
 from bot.http_server import HttpSettings
 from testenv.fakeslack import signing
-
 from tests.e2e.conftest import CHANNEL, SECRET, HttpAnswer, send
 
 BURST = 32

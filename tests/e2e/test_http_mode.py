@@ -6,13 +6,12 @@ from __future__ import annotations
 import json
 import time
 
-from bot.slack_app import WORKERS
 from bot.notifier import Notifier, OutboxSlack
+from bot.slack_app import WORKERS
 from commands.reply import Reply
 from storage import approvals as stored_approvals
 from storage import requests as stored_requests
 from testenv.fakeslack import signing
-
 from tests.e2e.conftest import CHANNEL, send, submit_upgrade, text_of
 
 

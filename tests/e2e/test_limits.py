@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 
 from testenv.fakeslack import signing
-
 from tests.e2e.conftest import CHANNEL, send, text_of
 
 

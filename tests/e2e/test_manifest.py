@@ -5,6 +5,7 @@ API methods called anywhere in bot/."""
 from __future__ import annotations
 
 import ast
+
 import yaml
 from slack_bolt.request import BoltRequest
 from slack_sdk import WebClient
@@ -12,7 +13,6 @@ from slack_sdk import WebClient
 from bot import slack_api
 from bot.slack_app import build_app
 from testenv.fakeslack import signing
-
 from tests.e2e.conftest import ROOT
 
 MANIFEST = yaml.safe_load((ROOT / "deploy" / "slack-app-manifest.yaml").read_text())

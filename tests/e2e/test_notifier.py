@@ -20,9 +20,8 @@ from storage import outbox
 from storage import requests as stored_requests
 from storage.ids import RequestId
 from testenv.fakeslack import FakeSlackWebApi
-from workflows.handover_service import HandoverService
-
 from tests.e2e.conftest import CHANNEL, a_plan, buttons_of, submit_upgrade, text_of
+from workflows.handover.service import HandoverService
 
 UTC = dt.timezone.utc
 # Saturday 7 June 2025, 06:00 UTC = 08:00 in Berlin: the demo rotation's day shift starts.

@@ -15,7 +15,6 @@ from bot import scheduler as scheduler_module
 from bot.slack_api import web_client
 from bot.wiring import Leadership, NotifierWorker, SchedulerWorker, ThreadWorker
 from testenv.fakeslack import FakeSlackWebApi
-
 from testenv.install import wait_until
 from tests.e2e.conftest import CHANNEL, a_plan, submit_upgrade
 

@@ -4,7 +4,6 @@ once (an empty ack); answers arrive through the Web API and response_urls."""
 from __future__ import annotations
 
 from testenv.fakeslack import signing
-
 from tests.e2e.conftest import CHANNEL, submit_upgrade, text_of
 
 

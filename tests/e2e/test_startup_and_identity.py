@@ -14,9 +14,8 @@ from bot.credentials import CredentialsError, load_credentials
 from bot.identity import SlackDirectory
 from bot.logs import RedactSecrets
 from bot.slack_api import SlackApi, web_client
-from workflows.access import Role
-
 from tests.e2e.conftest import demo_config
+from workflows.access import Role
 
 
 class Clock:

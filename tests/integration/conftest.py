@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from tests.integration.inventory_helpers import CONFIG
-from workflows.kube import KubeGateway
-from workflows.watchcache import FleetCache
+from workflows.fleet.watchcache import FleetCache
+from workflows.kube.gateway import KubeGateway
 
 
 @pytest.fixture

@@ -18,16 +18,16 @@ from storage.database import Database, open_database
 from storage.ids import RunId
 from storage.runs import Run
 from testenv.install import Installer, wait_until
-from workflows.cluster import NodeName
 from workflows.config import GpuopsConfig
-from workflows.engine import Engine, EngineSettings
-from workflows.inventory import ANNOTATION_CORDONED_BY
-from workflows.kube import KubeGateway
-from workflows.lease import AlwaysHeld, LeaseSettings
+from workflows.engine.lease import AlwaysHeld, LeaseSettings
+from workflows.engine.loop import Engine, EngineSettings
+from workflows.engine.runs import RunService, RunView
+from workflows.fleet.watchcache import FleetCache
+from workflows.kube.gateway import KubeGateway
+from workflows.kube.labels import ANNOTATION_CORDONED_BY
+from workflows.kube.objects import NodeName
 from workflows.plans import NodeStep, Plan, PlanSummary, Wave
-from workflows.requests import RequestService
-from workflows.runs import RunService, RunView
-from workflows.watchcache import FleetCache
+from workflows.requests.service import RequestService
 
 ROOT = Path(__file__).resolve().parents[2]
 CHANNEL = "C0GPUOPS"
@@ -131,11 +131,11 @@ class EngineThread:
 def engine_process(kubeconfig: Path, db_path: Path, *, identity: str, lease_name: str, log: Path,
                    crash_after: int | str | None = None, lease_seconds: float = 3.0,
                    exit_when_idle: bool = True) -> subprocess.Popen[bytes]:
-    """`python -m workflows.engine` against the test control plane; its log goes to `log`."""
+    """`python -m bot.engine_process` against the test control plane; its log goes to `log`."""
     env = {k: v for k, v in os.environ.items() if k != "GPUOPS_TEST_CRASH_AFTER"}
     if crash_after is not None:
         env["GPUOPS_TEST_CRASH_AFTER"] = str(crash_after)
-    args = [sys.executable, "-m", "workflows.engine", "--db", str(db_path), "--kubeconfig", str(kubeconfig),
+    args = [sys.executable, "-m", "bot.engine_process", "--db", str(db_path), "--kubeconfig", str(kubeconfig),
             "--context", "admin", "--identity", identity, "--lease-namespace", "default",
             "--lease-name", lease_name, "--lease-seconds", str(lease_seconds)]
     if exit_when_idle:

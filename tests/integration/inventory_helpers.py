@@ -7,11 +7,10 @@ import datetime as dt
 from collections.abc import Callable
 from pathlib import Path
 
-
 from testenv.install import wait_until
 from workflows.config import load_config
-from workflows.inventory import Fleet
-from workflows.watchcache import FleetCache
+from workflows.fleet.summary import Fleet
+from workflows.fleet.watchcache import FleetCache
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIG = load_config(ROOT / "deploy" / "config.example.yaml")

@@ -29,8 +29,8 @@ from testenv.install import wait_until
 from testenv.summary import advertised
 from tests.integration import engine_harness as h
 from workflows.config import GpuopsConfig
-from workflows.requests import RequestView
-from workflows.runs import RunView
+from workflows.engine.runs import RunView
+from workflows.requests.service import RequestView
 
 pytestmark = pytest.mark.controlplane
 

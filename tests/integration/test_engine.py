@@ -16,7 +16,7 @@ from testenv.install import wait_until
 from testenv.summary import advertised
 from tests.integration import engine_harness as h
 from tests.integration import observe
-from workflows.runs import RunService
+from workflows.engine.runs import RunService
 
 pytestmark = pytest.mark.controlplane
 

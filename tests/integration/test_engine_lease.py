@@ -16,8 +16,8 @@ from storage.database import open_database
 from testenv import fleet as fl
 from testenv.install import wait_until
 from tests.integration import engine_harness as h
-from workflows.kube import KubeGateway
-from workflows.lease import EngineLease
+from workflows.engine.lease import EngineLease
+from workflows.kube.gateway import KubeGateway
 
 pytestmark = pytest.mark.controlplane
 

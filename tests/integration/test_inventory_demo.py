@@ -13,7 +13,8 @@ from bot.render_text import render_text
 from commands.catalog import dispatch
 from commands.services import Services
 from testenv.install import wait_until
-from workflows.kube import Forbidden, KubeGateway, TooManyRequests
+from workflows.kube.errors import Forbidden, TooManyRequests
+from workflows.kube.gateway import KubeGateway
 
 pytestmark = pytest.mark.controlplane
 
@@ -151,7 +152,7 @@ def test_the_bots_service_account_reads_the_fleet_with_only_its_cluster_role(dem
 def test_the_handover_checklist_on_the_demo_fleet_lists_each_special_node(demo_fleet, fleet_cache, tmp_path):
     from commands.handover import render_checklist
     from storage.database import open_database
-    from workflows.handover_service import HandoverService
+    from workflows.handover.service import HandoverService
 
     now = _now()
     rotation = CONFIG.rotations[0]

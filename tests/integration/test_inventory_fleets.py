@@ -3,7 +3,6 @@ time-slicing, NVIDIADriver per pool, no operator, cloud node-group labels."""
 
 from __future__ import annotations
 
-
 import pytest
 
 from bot.render_text import render_text

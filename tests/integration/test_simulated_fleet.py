@@ -11,8 +11,8 @@ from kubernetes import client
 from testenv import fleet as fl
 from testenv.install import wait_until
 from testenv.summary import advertised
-from workflows.kube import NODES, KubeGateway
 from tests.integration import observe
+from workflows.kube.gateway import NODES, KubeGateway
 
 pytestmark = pytest.mark.controlplane
 

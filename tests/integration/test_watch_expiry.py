@@ -12,9 +12,10 @@ from testenv import build
 from testenv import fleet as fl
 from testenv.controlplane import ControlPlane
 from testenv.install import Installer, apply_fleet, wait_until
-from workflows.inventory import InventorySettings
-from workflows.kube import NODES, Gone, KubeGateway
-from workflows.watchcache import FleetCache
+from workflows.fleet.assessment import InventorySettings
+from workflows.fleet.watchcache import FleetCache
+from workflows.kube.errors import Gone
+from workflows.kube.gateway import NODES, KubeGateway
 
 pytestmark = pytest.mark.controlplane
 

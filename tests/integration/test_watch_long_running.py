@@ -10,11 +10,11 @@ from urllib.parse import urlparse
 
 import pytest
 
+from testenv.install import wait_until
 from tests.integration.forwarder import Forwarder, kubeconfig_through
 from tests.integration.inventory_helpers import CONFIG
-from testenv.install import wait_until
-from workflows.kube import KubeGateway
-from workflows.watchcache import FleetCache
+from workflows.fleet.watchcache import FleetCache
+from workflows.kube.gateway import KubeGateway
 
 pytestmark = pytest.mark.controlplane
 

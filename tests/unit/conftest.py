@@ -16,7 +16,9 @@ from typing import Any
 import pytest
 from fake_cluster import FakeCluster, merged
 
-from workflows.cluster import (
+from workflows.fleet.assessment import InventorySettings, NodeInventory
+from workflows.fleet.summary import Fleet, build_fleet
+from workflows.kube.objects import (
     ClusterSnapshot,
     ContainerState,
     CustomObject,
@@ -25,12 +27,6 @@ from workflows.cluster import (
     NodeObject,
     OwnerRef,
     PodObject,
-)
-from workflows.inventory import (
-    Fleet,
-    InventorySettings,
-    NodeInventory,
-    build_fleet,
 )
 
 NOW = dt.datetime(2025, 6, 7, 12, 0, tzinfo=dt.timezone.utc)

@@ -19,10 +19,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from workflows.cluster import ClusterSnapshot, NodeObject, PodObject
-from workflows.inventory import Fleet, InventorySettings, build_fleet
-from workflows.kube import Conflict, NotFound, PodOnNode, TooManyRequests
-from workflows.selectors import LabelSelector
+from workflows.fleet.assessment import InventorySettings
+from workflows.fleet.summary import Fleet, build_fleet
+from workflows.kube.errors import Conflict, NotFound, TooManyRequests
+from workflows.kube.gateway import PodOnNode
+from workflows.kube.objects import ClusterSnapshot, NodeObject, PodObject
+from workflows.pools.selectors import LabelSelector
 
 PDB_REFUSAL = "Cannot evict pod as it would violate the pod's disruption budget."
 

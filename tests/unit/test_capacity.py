@@ -9,7 +9,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from workflows.capacity import (
+from workflows.kube.objects import NodeName
+from workflows.plans import NodeStep, Plan, PlanSummary, Wave
+from workflows.pools.capacity import (
     ConcurrentWork,
     MaxUnavailable,
     check_drain,
@@ -17,8 +19,6 @@ from workflows.capacity import (
     concurrent_work,
     pool_nodes,
 )
-from workflows.cluster import NodeName
-from workflows.plans import NodeStep, Plan, PlanSummary, Wave
 
 UTC = dt.timezone.utc
 SAT_0200 = dt.datetime(2026, 12, 5, 1, 0, tzinfo=UTC)  # 02:00 Europe/Berlin

@@ -17,12 +17,13 @@ from commands.reply import Reply
 from commands.services import Services
 from storage import requests as stored_requests
 from storage.database import open_database
-from workflows.cluster import NodeName, PodObject
 from workflows.config import GpuopsConfig
-from workflows.drain import PdbView
-from workflows.inventory import Fleet, group_pods_by_node
-from workflows.runs import step_params
-from workflows.steps import Done, Hold, Waiting
+from workflows.drain.plan import PdbView
+from workflows.engine.runs import step_params
+from workflows.engine.steps import Done, Hold, Waiting
+from workflows.fleet.assessment import group_pods_by_node
+from workflows.fleet.summary import Fleet
+from workflows.kube.objects import NodeName, PodObject
 
 UTC = dt.timezone.utc
 # Wednesday 2 December 2026, 11:00 in Berlin; train-a drains on weekend nights.

@@ -14,15 +14,25 @@ from typing import Any
 import pytest
 
 from bot.clicks import Click, press
-from bot.drain_form import CHANNEL, DURATION, REASON, TARGETS, TIME, DrainFormContext, drain_form, drain_form_context, \
-    drain_usage, read_drain_form
+from bot.drain_form import (
+    CHANNEL,
+    DURATION,
+    REASON,
+    TARGETS,
+    TIME,
+    DrainFormContext,
+    drain_form,
+    drain_form_context,
+    drain_usage,
+    read_drain_form,
+)
 from bot.home import home_view
 from commands.catalog import dispatch
 from commands.reply import Reply
 from commands.services import Services
 from testenv.fakeslack import blockkit
 from workflows.config import GpuopsConfig
-from workflows.inventory import Fleet
+from workflows.fleet.summary import Fleet
 
 UTC = dt.timezone.utc
 NOW = dt.datetime(2026, 12, 2, 10, 0, tzinfo=UTC)

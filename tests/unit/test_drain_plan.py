@@ -12,17 +12,13 @@ import pytest
 import yaml
 from freezegun import freeze_time
 
+from commands.drain_grammar import DrainRequestError, parse_drain_request
 from storage import codec
-from workflows.cluster import NodeName
 from workflows.config import ConfigError, GpuopsConfig, load_config
-from workflows.drain import (
-    DrainRefused,
-    DrainRequestError,
-    PdbView,
-    parse_drain_request,
-    plan_drain,
-)
-from workflows.inventory import Fleet, group_pods_by_node
+from workflows.drain.plan import DrainRefused, PdbView, plan_drain
+from workflows.fleet.assessment import group_pods_by_node
+from workflows.fleet.summary import Fleet
+from workflows.kube.objects import NodeName
 from workflows.plans import NodeStep, Plan, PlanSummary, Wave, plan_hash
 
 UTC = dt.timezone.utc

@@ -13,8 +13,9 @@ import datetime as dt
 
 import pytest
 
-from workflows.kube import Conflict, LeaseRecord, NotFound, Unavailable
-from workflows.lease import EngineLease, LeaseSettings
+from workflows.engine.lease import EngineLease, LeaseSettings
+from workflows.kube.errors import Conflict, NotFound, Unavailable
+from workflows.kube.gateway import LeaseRecord
 
 T0 = dt.datetime(2025, 6, 7, 12, 0, tzinfo=dt.timezone.utc)
 SETTINGS = LeaseSettings(namespace="gpuops", name="gpuops-engine", duration=dt.timedelta(seconds=10))

@@ -21,17 +21,19 @@ from typing import Any
 
 import pytest
 
+from commands.drain_grammar import parse_drain_request
 from storage import audit
 from storage import runs as stored_runs
 from storage.database import Database, open_database
 from storage.runs import Run
 from workflows.config import GpuopsConfig
-from workflows.drain import parse_drain_request, plan_drain
-from workflows.engine import Engine
-from workflows.inventory import ANNOTATION_CORDONED_BY, group_pods_by_node
-from workflows.lease import AlwaysHeld
-from workflows.requests import RequestService
-from workflows.runs import RunService, RunView
+from workflows.drain.plan import plan_drain
+from workflows.engine.lease import AlwaysHeld
+from workflows.engine.loop import Engine
+from workflows.engine.runs import RunService, RunView
+from workflows.fleet.assessment import group_pods_by_node
+from workflows.kube.labels import ANNOTATION_CORDONED_BY
+from workflows.requests.service import RequestService
 
 NOW = dt.datetime(2025, 6, 7, 12, 0, tzinfo=dt.timezone.utc)
 NODES = ("gpu-01", "gpu-02")
@@ -330,7 +332,7 @@ def test_a_node_left_out_of_a_plan_without_an_uncordon_says_it_stays_as_it_is(db
 def test_only_a_step_skipped_as_left_out_leaves_its_node_out():
     from storage.ids import RunId, StepId
     from storage.steps import Step
-    from workflows.engine import _left_out
+    from workflows.engine.loop import _left_out
 
     def step(state: str, detail: Any) -> Step:
         return Step(id=StepId(1), run_id=RunId("run-1"), wave=0, node="gpu-01", seq=0, kind="evict",  # type: ignore[arg-type]

@@ -13,11 +13,12 @@ import pytest
 from storage.ids import RequestId, RunId, StepId
 from storage.runs import Run
 from storage.steps import Step
-from workflows.cluster import NodeObject, PodObject
-from workflows.inventory import ANNOTATION_CORDONED_BY, NodeInventory
-from workflows.kube import PodOnNode
-from workflows.runs import nodes_left_cordoned, step_intent, step_note, step_params
-from workflows.steps import CordonMark, Done, Hold, StepParamsError, Waiting, WaitFor, decide
+from workflows.engine.runs import nodes_left_cordoned, step_intent, step_note, step_params
+from workflows.engine.steps import CordonMark, Done, Hold, StepParamsError, WaitFor, Waiting, decide
+from workflows.fleet.assessment import NodeInventory
+from workflows.kube.gateway import PodOnNode
+from workflows.kube.labels import ANNOTATION_CORDONED_BY
+from workflows.kube.objects import NodeObject, PodObject
 
 NOW = dt.datetime(2025, 6, 7, 12, 0, tzinfo=dt.timezone.utc)
 
@@ -269,7 +270,7 @@ class _CordonCtx(_Ctx):
 
 
 def test_a_node_another_unfinished_run_holds_fails_the_cordon_and_is_left_untouched(make):
-    from workflows.steps import Cordon, Failed
+    from workflows.engine.steps import Cordon, Failed
 
     mark = CordonMark(run="run-1", by="gpuops for bob", prior_unschedulable=False, at="x").to_text()
     gateway = _OneNode(_node(make, mark))
@@ -282,7 +283,7 @@ def test_a_node_another_unfinished_run_holds_fails_the_cordon_and_is_left_untouc
 
 
 def test_cordoning_a_node_a_human_cordoned_only_marks_it_and_remembers_it_was_cordoned(make):
-    from workflows.steps import Cordon
+    from workflows.engine.steps import Cordon
 
     gateway = _OneNode(_node(make, None, unschedulable=True))
     outcome = Cordon().advance(_CordonCtx(gateway=gateway))  # type: ignore[arg-type]
@@ -292,7 +293,7 @@ def test_cordoning_a_node_a_human_cordoned_only_marks_it_and_remembers_it_was_co
 
 
 def test_an_evict_step_from_a_drain_plan_reads_its_scope_and_the_pools_drain_timeout():
-    from workflows.steps import Evict
+    from workflows.engine.steps import Evict
 
     # What workflows.drain writes for each node (the pool's drain_timeout and pdb_timeout_action).
     params = {"scope": "all-non-daemonset", "pdb_timeout_s": 45, "pdb_timeout_action": "wait"}

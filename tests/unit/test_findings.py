@@ -7,9 +7,9 @@ import datetime as dt
 import pytest
 
 from storage.database import open_database
-from workflows.findings import format_age, node_findings
-from workflows.first_seen import FirstSeen
-from workflows.inventory import InventorySettings
+from workflows.fleet.assessment import InventorySettings
+from workflows.fleet.findings import format_age, node_findings
+from workflows.fleet.first_seen import FirstSeen
 
 
 def codes(findings) -> list[tuple[str, str, str]]:

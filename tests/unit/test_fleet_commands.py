@@ -10,10 +10,9 @@ from pathlib import Path
 from commands.catalog import dispatch
 from commands.services import Services
 from storage.database import open_database
-from workflows.config import GpuopsConfig
-from workflows.inventory import ANNOTATION_CORDONED_BY
-
 from tests.unit.conftest import NOW
+from workflows.config import GpuopsConfig
+from workflows.kube.labels import ANNOTATION_CORDONED_BY
 
 CONFIG = GpuopsConfig.model_validate({
     "pools": {"train-a": {"kind": "training", "windows": "always"}},

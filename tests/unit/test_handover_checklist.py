@@ -14,19 +14,19 @@ import pytest
 from commands.handover import ACK_ACTION, render_checklist
 from storage.ids import RequestId, RunId, StepId
 from storage.steps import Step
-from workflows.cluster import NodeName
-from workflows.handover import RotationConfig
-from workflows.handover_checklist import (
+from workflows.drain.history import NodesDrained
+from workflows.fleet.summary import Fleet
+from workflows.handover.checklist import (
     Checklist,
-    DrainRecord,
     RunInFlight,
     build_checklist,
     checklist_from_json,
     checklist_to_json,
 )
-from workflows.inventory import Fleet
+from workflows.handover.rotations import RotationConfig
+from workflows.kube.objects import NodeName
 from workflows.plans import NodeStep, Plan, PlanSummary, Wave
-from workflows.requests import ApprovalView, RequestView
+from workflows.requests.service import ApprovalView, RequestView
 
 UTC = dt.timezone.utc
 HOUR = dt.timedelta(hours=1)
@@ -208,9 +208,9 @@ def test_requests_waiting_for_approval_need_action_and_windows_in_the_shift_are_
 def test_each_pool_shows_its_last_drain_or_says_none_is_recorded(make):
     fleet = make.fleet([make.node("a", pool="train-a"), make.node("b", pool="serving-a")],
                        make.operands("a") + make.operands("b"))
-    drains = [DrainRecord(pool="train-a", request_id="req-old001", kind="drain", at=make.now - 30 * HOUR,
+    drains = [NodesDrained(pool="train-a", request_id="req-old001", kind="drain", at=make.now - 30 * HOUR,
                           nodes=2, outcome="succeeded"),
-              DrainRecord(pool="train-a", request_id="req-new001", kind="upgrade", at=make.now - 5 * HOUR,
+              NodesDrained(pool="train-a", request_id="req-new001", kind="upgrade", at=make.now - 5 * HOUR,
                           nodes=1, outcome="succeeded")]
 
     checklist = checklist_for(make, fleet=fleet, drains=drains)
@@ -265,7 +265,7 @@ def test_a_checklist_survives_storage_as_json(make):
 
 
 def test_the_default_rendering_puts_needs_action_first_with_commands_and_an_acknowledge_button(make):
-    from workflows.handover_service import HandoverView
+    from workflows.handover.service import HandoverView
 
     checklist = checklist_for(make, runs=[run_in_flight(make)])
     view = HandoverView(id=7, rotation="gpu-oncall", shift="day", shift_start=checklist.shift_start,  # type: ignore[arg-type]

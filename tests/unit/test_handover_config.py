@@ -12,7 +12,7 @@ import yaml
 
 from commands.handover import render_checklist
 from workflows.config import ConfigError, load_config
-from workflows.handover_checklist import sample_checklist
+from workflows.handover.checklist import sample_checklist
 
 
 def write_config(tmp_path: Path, **rotation_changes) -> Path:
@@ -148,7 +148,7 @@ def test_a_good_template_override_changes_the_checklist(tmp_path):
 
 
 def test_a_relative_template_path_is_read_from_the_configuration_folder_when_given(tmp_path):
-    from workflows.handover import RotationConfig
+    from workflows.handover.rotations import RotationConfig
 
     (tmp_path / "handover.j2").write_text("# Custom\n")
     raw = yaml.safe_load(write_config(tmp_path, template="handover.j2").read_text())["rotations"][0]

@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from workflows.handover import ON_TIME_WITHIN, RotationConfig, due_handovers, local_instant
+from workflows.handover.rotations import ON_TIME_WITHIN, RotationConfig, due_handovers, local_instant
 
 UTC = dt.timezone.utc
 MINUTE = dt.timedelta(minutes=1)

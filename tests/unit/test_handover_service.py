@@ -22,10 +22,10 @@ from storage import runs as stored_runs
 from storage import steps as stored_steps
 from storage.database import Database, open_database
 from storage.steps import NewStep
-from workflows.cluster import NodeName
 from workflows.config import GpuopsConfig
-from workflows.handover_service import HandoverService, UnknownHandover
-from workflows.inventory import Fleet
+from workflows.fleet.summary import Fleet
+from workflows.handover.service import HandoverService, UnknownHandover
+from workflows.kube.objects import NodeName
 from workflows.plans import NodeStep, Plan, PlanSummary, Wave, plan_to_json
 
 UTC = dt.timezone.utc

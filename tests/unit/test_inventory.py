@@ -7,16 +7,15 @@ import json
 
 import pytest
 
-from workflows.cluster import NodeName
-from workflows.inventory import (
+from workflows.fleet.assessment import (
     InventorySettings,
     assess_node,
-    build_fleet,
     fleet_context,
     group_pods_by_node,
     image_tag,
-    summarize,
 )
+from workflows.fleet.summary import build_fleet, summarize
+from workflows.kube.objects import NodeName
 
 H100_CR_LABEL = "nvidia.com/gpu-operator.driver.owner"
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from storage import codec
 from storage.steps import StepKind
-from workflows.cluster import NodeName
+from workflows.kube.objects import NodeName
 from workflows.plans import (
     NodeStep,
     Plan,

@@ -12,8 +12,9 @@ from storage.approvals import Approval
 from storage.ids import ApprovalId, RequestId
 from storage.requests import Request
 from workflows.access import Actor, Role, UserId
-from workflows.config import GpuopsConfig, PoolConfig
-from workflows.policy import (
+from workflows.config import GpuopsConfig
+from workflows.pools.config import PoolConfig
+from workflows.requests.policy import (
     RefusalCode,
     approvals_required,
     check_approval,

@@ -13,11 +13,11 @@ from commands.reply import Reply
 from commands.services import Services
 from storage import runs as stored_runs
 from storage.database import open_database
-from workflows.cluster import NodeName
 from workflows.config import GpuopsConfig
-from workflows.inventory import Fleet
+from workflows.fleet.summary import Fleet
+from workflows.kube.objects import NodeName
 from workflows.plans import NodeStep, Plan, PlanSummary, Wave, short_hash
-from workflows.requests import RequestView
+from workflows.requests.service import RequestView
 
 NOW = dt.datetime(2025, 6, 7, 12, 0, tzinfo=dt.timezone.utc)
 CONFIG = GpuopsConfig.model_validate({

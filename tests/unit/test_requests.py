@@ -17,12 +17,12 @@ from storage import requests as stored_requests
 from storage.database import Database, open_database
 from storage.ids import RequestId
 from workflows.access import AccessDenied, Actor
-from workflows.cluster import NodeName
 from workflows.config import GpuopsConfig
+from workflows.engine.runs import RunService
+from workflows.kube.objects import NodeName
 from workflows.plans import NodeStep, Plan, PlanSummary, Wave, plan_hash, short_hash
-from workflows.policy import RefusalCode
-from workflows.runs import RunService
-from workflows.requests import (
+from workflows.requests.policy import RefusalCode
+from workflows.requests.service import (
     RequestAccessDenied,
     RequestRefused,
     RequestService,

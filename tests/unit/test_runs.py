@@ -19,11 +19,11 @@ from storage import runs as stored_runs
 from storage.database import Database, open_database
 from storage.ids import RequestId
 from workflows.access import AccessDenied, Actor, Role, UserId
-from workflows.cluster import NodeName
 from workflows.config import GpuopsConfig
+from workflows.engine.runs import RunRefused, RunService
+from workflows.kube.objects import NodeName
 from workflows.plans import NodeStep, Plan, PlanSummary, Wave, plan_hash, plan_to_json
-from workflows.requests import RequestService, RequestView
-from workflows.runs import RunRefused, RunService
+from workflows.requests.service import RequestService, RequestView
 
 UTC = dt.timezone.utc
 NOW = dt.datetime(2025, 6, 7, 12, 0, tzinfo=UTC)

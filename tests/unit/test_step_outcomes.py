@@ -15,8 +15,19 @@ from typing import Any
 
 import pytest
 
-from workflows.inventory import ANNOTATION_CORDONED_BY
-from workflows.steps import Cordon, CordonMark, Done, Evict, Failed, LeftOut, Notice, StepParamsError, Uncordon, Waiting
+from workflows.engine.steps import (
+    Cordon,
+    CordonMark,
+    Done,
+    Evict,
+    Failed,
+    LeftOut,
+    Notice,
+    StepParamsError,
+    Uncordon,
+    Waiting,
+)
+from workflows.kube.labels import ANNOTATION_CORDONED_BY
 
 NOW = dt.datetime(2025, 6, 7, 12, 0, tzinfo=dt.timezone.utc)
 MINUTE = dt.timedelta(minutes=1)

@@ -10,12 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workflows.windows import (
-    MaintenanceWindow,
-    Occurrence,
-    WindowError,
-    WindowSet,
-)
+from workflows.pools.windows import MaintenanceWindow, Occurrence, WindowError, WindowSet
 
 UTC = dt.timezone.utc
 HOUR = dt.timedelta(hours=1)

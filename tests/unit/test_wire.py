@@ -9,9 +9,10 @@ import msgspec
 import orjson
 import pytest
 
-from workflows import wire
-from workflows.cluster import ContainerState, OwnerRef, Taint
-from workflows.kube import KubeError, node_from_json, pod_from_json
+from workflows.kube import wire
+from workflows.kube.errors import KubeError
+from workflows.kube.gateway import node_from_json, pod_from_json
+from workflows.kube.objects import ContainerState, OwnerRef, Taint
 
 UTC = dt.timezone.utc
 

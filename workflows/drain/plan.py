@@ -1,0 +1,500 @@
+"""Drains: `/gpu drain <node...|pool> [at <time>|next-window] [for <duration>] [reason...]`
+read into a `DrainRequestSpec`, then checked against the pool's policy and turned into
+a `Plan` of waves with a preview an approver can read.
+
+Reading the request (`parse_drain_request`):
+
+- Targets come first: node names, or a pool name (all its GPU nodes; `pool=<name>`
+  works too). All nodes must be in one configured pool. A word that is neither starts
+  the reason, unless it looks like a misspelt node or pool, which is refused with the
+  closest names.
+- `at` takes `2026-12-05 02:00`, `2026-12-05T02:00`, `sat 02:00`, `today 02:00`,
+  `tomorrow 03:00` or a bare `02:00` (the next time the clock shows it), optionally
+  followed by a zone (`Europe/Berlin`). Without a zone the time is read in the zone of
+  the pool's first window, else UTC. A time in the past is refused. No `at` means now.
+- `next-window` is the start of the next window occurrence that starts at or after
+  now (with `for`, the next one long enough for the drain).
+- `for 2h` is how long the nodes stay drained. Without it a drain lasts until its
+  window occurrence ends; on a pool whose windows are `always`, until someone says
+  `drain done` (the request has no end).
+
+Planning (`plan_drain`) is a flat list of gates, each refusing with the rule, the
+numbers and what would fit (`DrainRefused`): the start is not past; the pool has
+windows; the drain starts inside one and fits before it ends; every node can be out
+on its own without breaking `max_unavailable` or `min_ready_gpus` (counting nodes
+already cordoned or NotReady and overlapping approved requests). Then nodes are put in
+waves, in order, each as large as the two capacity rules allow. A wave runs
+cordon -> wait-for-jobs (when the pool's `wait_for` selector matches pods there) ->
+evict -> hold (until the window ends or someone says `drain done`) -> validate ->
+uncordon, and the next wave starts when it is done.
+
+Nothing here reads the clock or the cluster: `now`, the fleet, the pods and the PDBs are
+arguments.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from storage import codec
+from workflows.drain import messages as say
+from workflows.fleet.assessment import NodeInventory
+from workflows.fleet.summary import Fleet
+from workflows.kube.objects import DisruptionBudget, NodeName, PodObject, PoolName
+from workflows.plans import NodeStep, Plan, PlanSummary, Wave, plan_hash
+from workflows.pools.capacity import (
+    CapacityCheck,
+    ConcurrentWork,
+    OpenRequest,
+    check_drain,
+    concurrent_work,
+    pool_nodes,
+)
+from workflows.pools.config import PoolConfig
+from workflows.pools.windows import (
+    END_OF_TIME,
+    Occurrence,
+    WindowSet,
+    as_utc,
+)
+
+EVICTION_SCOPE = "all-non-daemonset"
+# How far ahead "what would fit" looks, and how many candidate times it tries.
+FIT_SEARCH_HORIZON = dt.timedelta(days=28)
+FIT_SEARCH_LIMIT = 500
+
+StartFrom = Literal["now", "at", "next-window"]
+# "May these nodes be out together from start to end?"
+_CapacityQuestion = Callable[[Sequence[NodeName], dt.datetime, dt.datetime | None], CapacityCheck]
+
+
+# ------------------------------------------------------------------ errors
+
+
+class DrainError(Exception):
+    """A drain that cannot be requested; `reason` is shown to the user verbatim."""
+
+    def __init__(self, reason: str, *, code: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.code = code
+
+
+class DrainRefused(DrainError):
+    """The request is readable but breaks the pool's policy. `code` names the rule
+    (`windows`, `outside-window`, `window-too-short`, `past-time`, `unknown-node`,
+    `max_unavailable`, `min_ready_gpus`); `fits_at` is the first time the same drain would be allowed,
+    when one was found."""
+
+    def __init__(self, reason: str, *, code: str, fits_at: dt.datetime | None = None,
+                 check: CapacityCheck | None = None) -> None:
+        super().__init__(reason, code=code)
+        self.fits_at = fits_at
+        self.check = check
+
+
+# ------------------------------------------------------------------ plain values
+
+
+# The preview's view of a PodDisruptionBudget is the gateway's.
+PdbView = DisruptionBudget
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DrainRequestSpec:
+    """A drain as asked for: which nodes of which pool, when, for how long and why.
+    Times are aware UTC; `end` None means until someone says `drain done`."""
+
+    pool: PoolName
+    nodes: tuple[NodeName, ...]
+    whole_pool: bool
+    start: dt.datetime
+    end: dt.datetime | None
+    duration: dt.timedelta | None  # as asked with `for`; None when not given
+    start_from: StartFrom
+    zone: dt.tzinfo  # the zone times are shown in to the requester
+    reason: str
+
+    @property
+    def targets(self) -> list[str]:
+        return list(self.nodes)
+
+
+# ------------------------------------------------------------------ reading the request
+
+
+def next_window_start(windows: WindowSet, *, pool: str, now: dt.datetime,
+                       duration: dt.timedelta | None) -> dt.datetime:
+    if windows.never:
+        raise DrainRefused(say.no_windows(pool), code="windows")
+    if windows.always:
+        return now
+    if duration is None:
+        found = windows.next_start(now)
+        assert found is not None  # a pool with windows always has a next one
+        return found
+    for occurrence in windows.occurrences(now):
+        if occurrence.start > now + FIT_SEARCH_HORIZON:
+            break
+        if occurrence.start >= now and occurrence.start + duration <= occurrence.end:
+            return occurrence.start
+    raise DrainRefused(say.no_window_long_enough(pool, duration=duration,
+                                                 longest=windows.longest(now)),
+                       code="window-too-short")
+
+
+# ------------------------------------------------------------------ the plan
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadView:
+    """A pod the drain will move off a node."""
+
+    namespace: str
+    name: str
+    gpus: int
+    owner: str | None  # the controller's kind, e.g. Job, StatefulSet; None for a bare pod
+    waited_for: bool  # matches the pool's wait_for selector: waited for before eviction
+    pdbs: tuple[str, ...]  # namespace/name of the PDBs that select it
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class NodePreview:
+    node: NodeName
+    wave: int
+    gpus: int  # advertised now
+    already_cordoned: bool  # stays cordoned after the drain: gpuops did not cordon it
+    workloads: tuple[WorkloadView, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PdbImpact:
+    """A PDB that selects pods the drain evicts."""
+
+    namespace: str
+    name: str
+    disruptions_allowed: int
+    pods: tuple[str, ...]
+    most_in_one_wave: int
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def may_block(self) -> bool:
+        """Evicting one wave's pods needs more disruptions than the PDB allows now."""
+        return self.most_in_one_wave > self.disruptions_allowed
+
+
+@dataclass(frozen=True, slots=True)
+class WaveCapacity:
+    """The pool while one wave is out (counting overlapping requests at their worst)."""
+
+    index: int
+    nodes: tuple[NodeName, ...]
+    gpus_out: int  # advertised GPUs of the wave's nodes
+    unavailable_nodes: int
+    ready_gpus: int
+    advertised_gpus: int
+
+
+@dataclass(frozen=True, slots=True)
+class DrainPreview:
+    pool: str
+    window: Occurrence | None  # the window occurrence the drain runs in; None for `always`
+    pool_nodes: int
+    allowed_unavailable: int
+    ready_gpus_now: int
+    advertised_gpus_now: int
+    min_ready_gpus: int
+    nodes: tuple[NodePreview, ...]
+    pdbs: tuple[PdbImpact, ...]
+    waves: tuple[WaveCapacity, ...]
+
+    @property
+    def workloads(self) -> tuple[WorkloadView, ...]:
+        return tuple(w for n in self.nodes for w in n.workloads)
+
+
+@dataclass(frozen=True, slots=True)
+class DrainPlan:
+    spec: DrainRequestSpec
+    plan: Plan
+    preview: DrainPreview
+
+    @property
+    def plan_hash(self) -> str:
+        return plan_hash(self.plan)
+
+
+def evicted_pods(pods: Sequence[PodObject]) -> tuple[PodObject, ...]:
+    """The pods `all-non-daemonset` eviction moves: not DaemonSet pods, not mirror
+    (static) pods, not finished and not already being deleted."""
+    return tuple(
+        pod for pod in sorted(pods, key=lambda p: (p.namespace, p.name))
+        if not pod.deleting
+        and pod.phase not in ("Succeeded", "Failed")
+        and (pod.controller is None or pod.controller.kind not in ("DaemonSet", "Node"))
+        and "kubernetes.io/config.mirror" not in pod.annotations
+    )
+
+
+def plan_drain(
+    spec: DrainRequestSpec,
+    *,
+    fleet: Fleet,
+    pods_by_node: Mapping[NodeName, Sequence[PodObject]],
+    policy: PoolConfig,
+    open_requests: Sequence[OpenRequest],
+    now: dt.datetime,
+    requested_by: str,
+    pdbs: Sequence[PdbView] = (),
+    replacing: str | None = None,
+) -> DrainPlan:
+    """Check `spec` against the pool's policy and plan it in waves. Raises
+    `DrainRefused` naming the rule that fails and what would fit. `replacing` is the id
+    of a request this plan replaces (it does not count against itself)."""
+    now = as_utc(now, asker="drains")
+    windows = policy.window_set
+    members = pool_nodes(fleet, spec.pool)
+    concurrent = concurrent_work(open_requests, pool=spec.pool, exclude=replacing)
+    budget = policy.unavailable_budget
+
+    def capacity(nodes: Sequence[NodeName], start: dt.datetime, end: dt.datetime | None) -> CapacityCheck:
+        return check_drain(pool=spec.pool, pool_nodes=members, nodes=nodes, start=start, end=end,
+                           max_unavailable=budget, min_ready_gpus=policy.min_ready_gpus,
+                           concurrent=concurrent)
+
+    def first_fit() -> dt.datetime | None:
+        return _first_fit(spec, windows=windows, concurrent=concurrent, capacity=capacity)
+
+    # Gate: an asked-for time is not in the past ("now" drains start when they can).
+    if spec.start_from != "now" and spec.start < now:
+        raise DrainRefused(say.time_in_past(spec.start, zone=spec.zone, now=now), code="past-time")
+    # Gate: every node is still in the inventory and in the pool.
+    strays = [n for n in spec.nodes if n not in fleet.nodes or fleet.nodes[n].pool != spec.pool]
+    if strays:
+        raise DrainRefused(say.nodes_left_pool(strays, pool=spec.pool), code="unknown-node")
+    # Gate: the pool allows drains at some time.
+    if windows.never:
+        raise DrainRefused(say.no_windows(spec.pool), code="windows")
+    # Gate: the drain starts inside a window and ends before it does.
+    occurrence = windows.occurrence_containing(spec.start)
+    if occurrence is None:
+        fits_at = first_fit()
+        raise DrainRefused(say.outside_window(spec.start, pool=spec.pool, windows=windows,
+                                              zone=spec.zone, fits_at=fits_at,
+                                              duration=spec.duration),
+                           code="outside-window", fits_at=fits_at)
+    if spec.end is not None and not windows.fits(spec.start, spec.end - spec.start):
+        fits_at = first_fit()
+        raise DrainRefused(say.window_too_short(spec.start, spec.end, pool=spec.pool,
+                                                window_end=occurrence.end, zone=spec.zone,
+                                                fits_at=fits_at),
+                           code="window-too-short", fits_at=fits_at)
+    # Gate: every node can be out on its own (waves can always be one node).
+    for node in spec.nodes:
+        alone = capacity([node], spec.start, spec.end)
+        if not alone.ok:
+            fits_at = first_fit()
+            raise DrainRefused(say.capacity_refused(alone, zone=spec.zone, fits_at=fits_at),
+                               code=alone.refusals[0].rule, fits_at=fits_at, check=alone)
+
+    # Waves: in order, each as large as both capacity rules allow.
+    waves: list[list[NodeName]] = []
+    checks: list[CapacityCheck] = []
+    for node in spec.nodes:
+        if waves:
+            grown = capacity([*waves[-1], node], spec.start, spec.end)
+            if grown.ok:
+                waves[-1].append(node)
+                checks[-1] = grown
+                continue
+        waves.append([node])
+        checks.append(capacity([node], spec.start, spec.end))
+
+    pods = {node: evicted_pods(pods_by_node.get(node, ())) for node in spec.nodes}
+    wait_for = policy.wait_for_selector
+    waited = {node: tuple(p for p in pods[node] if wait_for is not None and wait_for.matches(p.labels))
+              for node in spec.nodes}
+    window = None if occurrence.end == END_OF_TIME else occurrence
+    plan_waves = tuple(
+        Wave(index, tuple(nodes),
+             tuple(step for node in nodes
+                   for step in _node_steps(fleet.nodes[node], policy=policy, end=spec.end,
+                                           waits=bool(waited[node]))))
+        for index, nodes in enumerate(waves)
+    )
+    wave_of = {node: index for index, nodes in enumerate(waves) for node in nodes}
+    preview = _preview(spec, fleet=fleet, members=members, pods=pods, waited=waited, pdbs=pdbs,
+                       waves=waves, checks=checks, wave_of=wave_of, window=window, policy=policy)
+    summary = PlanSummary(
+        window_start=spec.start,
+        window_end=spec.end,
+        evictions_expected=len(preview.workloads),
+        max_gpus_unavailable=max((w.gpus_out for w in preview.waves), default=0),
+        notes=_notes(spec, preview=preview, policy=policy),
+    )
+    plan = Plan(kind="drain", pool=spec.pool, waves=plan_waves, summary=summary,
+                created_for=requested_by)
+    return DrainPlan(spec=spec, plan=plan, preview=preview)
+
+
+def _first_fit(spec: DrainRequestSpec, *, windows: WindowSet, concurrent: Sequence[ConcurrentWork],
+               capacity: _CapacityQuestion) -> dt.datetime | None:
+    """The first time at or after the requested start when this drain (same nodes, same
+    length, or the rest of its window) would pass every gate: a window start, or the
+    moment an overlapping request ends."""
+    if windows.never:
+        return None
+    horizon = spec.start + FIT_SEARCH_HORIZON
+    candidates: set[dt.datetime] = {spec.start}
+    for occurrence in windows.occurrences(spec.start):
+        if occurrence.start > horizon:
+            break
+        candidates.add(max(occurrence.start, spec.start))
+        if occurrence.end == END_OF_TIME:
+            break
+    for work in concurrent:
+        if work.end is not None and spec.start <= work.end <= horizon:
+            candidates.add(work.end)
+    for at in sorted(candidates)[:FIT_SEARCH_LIMIT]:
+        occurrence = windows.occurrence_containing(at)
+        if occurrence is None:
+            continue
+        if spec.duration is not None:
+            if not windows.fits(at, spec.duration):
+                continue
+            end: dt.datetime | None = at + spec.duration
+        else:
+            end = None if occurrence.end == END_OF_TIME else occurrence.end
+        if all(capacity([node], at, end).ok for node in spec.nodes):
+            return at
+    return None
+
+
+def _node_steps(node: NodeInventory, *, policy: PoolConfig, end: dt.datetime | None,
+                waits: bool) -> list[NodeStep]:
+    steps = [NodeStep("cordon", node.name, {"was_cordoned": node.cordoned})]
+    if waits and policy.wait_for is not None:
+        steps.append(NodeStep("wait-for-jobs", node.name, {
+            "selector": policy.wait_for.selector,
+            "timeout_s": int(policy.wait_for.timeout.total_seconds()),
+        }))
+    steps += [
+        NodeStep("evict", node.name, {
+            "scope": EVICTION_SCOPE,
+            "pdb_timeout_s": int(policy.drain_timeout.total_seconds()),
+            "pdb_timeout_action": policy.pdb_timeout_action,
+        }),
+        NodeStep("hold", node.name, _hold_params(end, policy)),
+        NodeStep("validate", node.name, {
+            "node_ready": True,
+            "device_plugin_ready": True,
+            "validator_ready": True,
+            "advertised_gpus": _gpus_to_expect(node),
+            "timeout_s": int(policy.validate_timeout.total_seconds()),
+        }),
+        # A node that was cordoned before (by a person) stays cordoned.
+        NodeStep("uncordon", node.name, {"leave_cordoned": node.cordoned}),
+    ]
+    return steps
+
+
+def _hold_params(end: dt.datetime | None, policy: PoolConfig) -> dict[str, object]:
+    """Until the window's (or `for`'s) end; with no end, until `drain done` (`until`
+    None), at most the pool's `open_drain_max` when it sets one."""
+    params: dict[str, object] = {"until": codec.optional_time_to_text(end), "released_by": "drain done"}
+    if end is None and policy.open_drain_max is not None:
+        params["at_most_s"] = int(policy.open_drain_max.total_seconds())
+    return params
+
+
+def _gpus_to_expect(node: NodeInventory) -> int:
+    """Every physical GPU (times its replicas), as GFD's labels say; what the node
+    advertises now when the labels say nothing."""
+    expected = node.expected_advertised
+    return expected if expected is not None else node.advertised_gpus
+
+
+def _preview(spec: DrainRequestSpec, *, fleet: Fleet, members: Sequence[NodeInventory],
+             pods: Mapping[NodeName, tuple[PodObject, ...]],
+             waited: Mapping[NodeName, tuple[PodObject, ...]], pdbs: Sequence[PdbView],
+             waves: list[list[NodeName]], checks: list[CapacityCheck], wave_of: Mapping[NodeName, int],
+             window: Occurrence | None, policy: PoolConfig) -> DrainPreview:
+    node_views = []
+    for node in spec.nodes:
+        inventory = fleet.nodes[node]
+        workloads = tuple(
+            WorkloadView(
+                namespace=pod.namespace,
+                name=pod.name,
+                gpus=sum(pod.gpu_requests.values()),
+                owner=pod.controller.kind if pod.controller else None,
+                waited_for=pod in waited[node],
+                pdbs=tuple(p.ref for p in pdbs if p.selects(pod)),
+            )
+            for pod in pods[node]
+        )
+        node_views.append(NodePreview(node=node, wave=wave_of[node], gpus=inventory.advertised_gpus,
+                                      already_cordoned=inventory.cordoned, workloads=workloads))
+    impacts = []
+    for pdb in sorted(pdbs, key=lambda p: (p.namespace, p.name)):
+        per_wave = [[pod for node in nodes for pod in pods[node] if pdb.selects(pod)] for nodes in waves]
+        selected = [f"{pod.namespace}/{pod.name}" for wave in per_wave for pod in wave]
+        if selected:
+            impacts.append(PdbImpact(namespace=pdb.namespace, name=pdb.name,
+                                     disruptions_allowed=pdb.disruptions_allowed,
+                                     pods=tuple(selected),
+                                     most_in_one_wave=max(len(w) for w in per_wave)))
+    advertised_now = sum(n.advertised_gpus for n in members)
+    wave_views = tuple(
+        WaveCapacity(
+            index=index,
+            nodes=tuple(nodes),
+            gpus_out=sum(fleet.nodes[n].advertised_gpus for n in nodes),
+            unavailable_nodes=check.unavailable_during,
+            ready_gpus=check.ready_gpus_during,
+            advertised_gpus=advertised_now - sum(fleet.nodes[n].advertised_gpus for n in nodes),
+        )
+        for index, (nodes, check) in enumerate(zip(waves, checks))
+    )
+    first = checks[0]
+    return DrainPreview(pool=spec.pool, window=window, pool_nodes=len(members),
+                        allowed_unavailable=first.allowed_unavailable,
+                        ready_gpus_now=first.ready_gpus_now, advertised_gpus_now=advertised_now,
+                        min_ready_gpus=policy.min_ready_gpus, nodes=tuple(node_views),
+                        pdbs=tuple(impacts), waves=wave_views)
+
+
+def _notes(spec: DrainRequestSpec, *, preview: DrainPreview, policy: PoolConfig) -> tuple[str, ...]:
+    notes = [say.note_waves(len(preview.waves), largest=max(len(w.nodes) for w in preview.waves),
+                            end=spec.end, zone=spec.zone,
+                            at_most=policy.open_drain_max if spec.end is None else None)]
+    for node in preview.nodes:
+        if node.already_cordoned:
+            notes.append(say.note_stays_cordoned(node.node))
+    for impact in preview.pdbs:
+        if impact.may_block:
+            notes.append(say.note_pdb_may_block(impact.ref, allowed=impact.disruptions_allowed,
+                                                needed=impact.most_in_one_wave,
+                                                timeout=policy.drain_timeout,
+                                                action=policy.pdb_timeout_action))
+    waiting = [w for w in preview.workloads if w.waited_for]
+    if waiting and policy.wait_for is not None:
+        notes.append(say.note_waits_for(len(waiting), selector=policy.wait_for.selector,
+                                        timeout=policy.wait_for.timeout))
+    return tuple(notes)
+
+
+# ------------------------------------------------------------------ what has been drained
+
+

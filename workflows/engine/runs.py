@@ -1,0 +1,326 @@
+"""Runs as people control them: start an approved request's run, pause, resume, abort,
+and read a run back with its steps and the nodes it left cordoned.
+
+`RunService` writes; the engine (`workflows.engine`, on the replica holding the lease)
+executes. Every change here is one transaction: the run's compare-and-set transition,
+the request's, the steps it ends, an audit row and an outbox message for the request's
+thread. The engine notices a change on its next look at the database (within its
+`control_check` period), at once when it runs in this process and `wake` is given.
+
+- `start`: an approved (or scheduled) request becomes `running` and gets a `pending` run
+  whose steps are the plan's (`Plan.new_steps()`), each stored with detail
+  `{"params": ...}`. The engine adds `intent` when a step starts and `note`/`result` when
+  it ends.
+- `pause`: the engine lets steps in flight finish and starts nothing new.
+- `resume`: back to running.
+- `release_hold` (`/gpu drain done`): the run's hold steps get a `released_at` param
+  and end at once (pending ones as they start); the requester, an operator of the pool
+  or an admin.
+- `abort`: stop now and leave every node as it is; pending steps become `skipped`,
+  steps in flight `failed` ("aborted by ..."), and the reply names the nodes this run
+  left cordoned. An API call already on the wire when the abort lands still completes.
+
+Roles: starting needs the operator role for the pool, unless the scheduler (`actor`
+None) starts it; pause, resume and abort need the operator role for the pool.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import difflib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from storage import approvals as stored_approvals
+from storage import audit, codec, outbox
+from storage import requests as stored_requests
+from storage import runs as stored_runs
+from storage import steps as stored_steps
+from storage.audit import AuditEntry
+from storage.database import Database
+from storage.ids import RequestId, RunId
+from storage.requests import Request
+from storage.runs import Run, RunState
+from storage.steps import NewStep, Step
+from workflows.access import Actor, Role, public_name, require
+from workflows.engine import messages as say
+from workflows.plans import plan_from_json
+from workflows.plans import plan_hash as compute_plan_hash
+from workflows.requests.policy import counted_approvers
+
+# The request states a run may start from.
+RUNNABLE_STATES = ("approved", "scheduled")
+
+
+class RunRefused(Exception):
+    """The action was refused; the message is one sentence for the person who tried."""
+
+
+class UnknownRun(RunRefused):
+    def __init__(self, run_id: str, closest: Sequence[str]) -> None:
+        super().__init__(say.unknown_run(run_id, closest))
+        self.run_id = run_id
+        self.closest = tuple(closest)
+
+
+@dataclass(frozen=True)
+class RunView:
+    run: Run
+    request_id: RequestId
+    pool: str
+    kind: str
+    steps: tuple[Step, ...]
+    # Nodes this run cordoned (or may have: a cordon in flight) and has not uncordoned.
+    left_cordoned: tuple[str, ...]
+
+    @property
+    def id(self) -> RunId:
+        return self.run.id
+
+    @property
+    def state(self) -> RunState:
+        return self.run.state
+
+
+def step_note(step: Step) -> str | None:
+    """What a person reads about the step: its outcome once it ended, what it waits for
+    while it runs (the engine keeps `waiting` current)."""
+    detail = _detail(step)
+    note = detail.get("note")
+    if note is None and step.state == "running":
+        note = detail.get(WAITING)
+    return str(note) if note is not None else None
+
+
+# The step detail key holding what a running step waits for.
+WAITING = "waiting"
+
+
+def _detail(step: Step) -> dict[str, Any]:
+    return step.detail if isinstance(step.detail, dict) else {}
+
+
+def step_intent(step: Step) -> dict[str, Any]:
+    intent = _detail(step).get("intent")
+    return intent if isinstance(intent, dict) else {}
+
+
+def step_params(step: Step) -> dict[str, Any]:
+    params = _detail(step).get("params")
+    return params if isinstance(params, dict) else {}
+
+
+def nodes_left_cordoned(run: Run, steps: Sequence[Step]) -> tuple[str, ...]:
+    """Nodes whose cordon by this run happened (or was in flight) and that this run has
+    not uncordoned. A dry run cordons nothing; a node cordoned before the run is not
+    counted (it was never this run's to uncordon)."""
+    if run.dry_run:
+        return ()
+    left = []
+    for step in steps:
+        if step.kind != "cordon" or step.state not in ("running", "done"):
+            continue
+        # What the cordon found when it acted (its result) or, still in flight, when it
+        # started (its intent). A node that was unschedulable then (a person's cordon, or
+        # another run's, which the result marks held_by_run) is not this run's to report.
+        result = _detail(step).get("result")
+        seen = result if isinstance(result, dict) and "prior_unschedulable" in result else step_intent(step)
+        if seen.get("prior_unschedulable"):
+            continue
+        uncordoned = any(s.node == step.node and s.kind == "uncordon" and s.state == "done" for s in steps)
+        if not uncordoned:
+            left.append(step.node)
+    return tuple(sorted(set(left)))
+
+
+class RunService:
+    """Runs on one database connection (one per thread, see `storage.database`)."""
+
+    def __init__(self, db: Database, *, wake: Callable[[], None] | None = None,
+                 names: Mapping[str, str] | None = None) -> None:
+        self._db = db
+        self._wake = wake or (lambda: None)
+        # `access.names`: how the request's thread names who paused, resumed, aborted.
+        self._names: Mapping[str, str] = names or {}
+
+    # -------------------------------------------------------------- actions
+
+    def start(self, request_id: str, *, dry_run: bool, now: dt.datetime,
+              actor: Actor | None = None, plan_hash: str | None = None) -> RunView:
+        """Queue a run of an approved request's plan for the engine.
+
+        Everything that decides is read inside the transaction that starts the run (a
+        `drain extend` or a cancel committed a moment before is seen): the request must be
+        approved or scheduled, its stored plan must still hash to the hash its approvals
+        name, and, with `plan_hash` (what the caller decided on, e.g. the scheduler's
+        read of the request), that hash must still be the request's."""
+        with self._db.transaction():
+            request = self._request(RequestId(request_id))
+            if actor is not None:
+                require(actor, Role.OPERATOR, action="Starting a run", pool=request.pool)
+            if request.state not in RUNNABLE_STATES:
+                raise RunRefused(say.request_not_runnable(request.id, request.state))
+            if plan_hash is not None and plan_hash != request.plan_hash:
+                raise RunRefused(say.plan_changed_since(request.id, seen=plan_hash, now=request.plan_hash))
+            plan = plan_from_json(request.plan)  # type: ignore[arg-type]
+            if compute_plan_hash(plan) != request.plan_hash:
+                raise RunRefused(say.plan_does_not_match_its_hash(request.id, request.plan_hash))
+            # NB: roles were re-checked when these approvals were counted (RequestService);
+            # here the question is only whether they name this plan, and are enough.
+            approvers = counted_approvers(request, stored_approvals.for_request(self._db, request_id=request.id),
+                                          approver_now=lambda _user_id: True)
+            if len(approvers) < request.approvals_required:
+                raise RunRefused(say.plan_not_approved(request.id, request.plan_hash, counted=len(approvers),
+                                                       required=request.approvals_required))
+            run = stored_runs.create(self._db, request_id=request.id, dry_run=dry_run, at=now)
+            if run is None:
+                raise RunRefused(say.already_running(request.id))
+            if not stored_requests.transition(self._db, id=request.id, expected=request.state,
+                                              new="running", at=now):
+                raise RunRefused(say.request_not_runnable(request.id, "changing"))
+            stored_steps.add(self._db, run_id=run.id, steps=[
+                NewStep(wave=s.wave, node=s.node, seq=s.seq, kind=s.kind, detail={"params": s.detail})
+                for s in plan.new_steps()])
+            who = actor.user_id if actor else audit.GPUOPS_ACTOR
+            audit.append(self._db, actor=who, k8s_identity=None, action="run.created", target=request.pool,
+                         at=now, request_id=request.id, run_id=run.id, before=request.state, after="running",
+                         detail={"dry_run": dry_run, "plan_hash": request.plan_hash,
+                                 "nodes": list(plan.nodes), "waves": len(plan.waves)})
+            self._notify(request, run.id, event="run.created", state="pending", now=now,
+                         dedupe=f"{run.id}/created", text=say.run_created(run.id, request.id, dry_run=dry_run))
+        self._wake()
+        return self.get(run.id)
+
+    def pause(self, actor: Actor, run_id: str, *, now: dt.datetime) -> RunView:
+        return self._control(actor, run_id, now=now, action="paused", expected=("pending", "running"),
+                             new="paused", text=lambda run: say.run_paused(run.id, self._public(actor)))
+
+    def resume(self, actor: Actor, run_id: str, *, now: dt.datetime) -> RunView:
+        return self._control(actor, run_id, now=now, action="resumed", expected=("paused",),
+                             new="running", text=lambda run: say.run_resumed(run.id, self._public(actor)))
+
+    def abort(self, actor: Actor, run_id: str, *, now: dt.datetime) -> RunView:
+        return self._control(actor, run_id, now=now, action="aborted",
+                             expected=("pending", "running", "paused"), new="aborted", text=None)
+
+    def release_hold(self, actor: Actor, request_id: str, *, now: dt.datetime) -> RunView:
+        """`drain done`: end the hold steps of the request's unfinished run now (pending
+        ones end as they start). The requester, an operator of the pool or an admin."""
+        with self._db.transaction():
+            request = self._request(RequestId(request_id))
+            if actor.user_id != request.requester and not actor.has(Role.OPERATOR, pool=request.pool):
+                raise RunRefused(say.not_allowed_to_release(request.id,
+                                                           requester_name=request.requester_name))
+            runs = [r for r in stored_runs.for_request(self._db, request_id=request.id)
+                    if r.state in ("pending", "running", "paused")]
+            if not runs:
+                raise RunRefused(say.no_run_yet(request.id))
+            run = runs[-1]
+            released: list[str] = []
+            for step in stored_steps.for_run(self._db, run_id=run.id):
+                if step.kind != "hold" or step.state not in ("pending", "running"):
+                    continue
+                detail = dict(step.detail) if isinstance(step.detail, dict) else {}
+                params = {**step_params(step), "released_at": codec.time_to_text(now),
+                          "released_by_user": actor.user_id}
+                if stored_steps.replace_detail(self._db, id=step.id, expected=step.state,
+                                               detail={**detail, "params": params}):
+                    released.append(step.node)
+            if not released:
+                raise RunRefused(say.nothing_to_release(run.id))
+            message = say.hold_released(run.id, self._public(actor), nodes=sorted(set(released)))
+            entry = audit.append(self._db, actor=actor.user_id, k8s_identity=None, action="run.released",
+                                 target=request.pool, at=now, request_id=request.id, run_id=run.id,
+                                 before=run.state, after=run.state, detail={"text": message})
+            self._notify(request, run.id, event="run.released", state=run.state, now=now,
+                         dedupe=f"{run.id}/released/{entry.seq}", text=message, people=(actor.user_id,))
+        self._wake()
+        return self.get(run.id)
+
+    # -------------------------------------------------------------- reading
+
+    def get(self, run_id: str) -> RunView:
+        run = stored_runs.get(self._db, id=RunId(run_id))
+        if run is None:
+            raise UnknownRun(run_id, self._closest(run_id))
+        return self._view(run)
+
+    def for_request(self, request_id: str) -> list[RunView]:
+        return [self._view(r) for r in stored_runs.for_request(self._db, request_id=RequestId(request_id))]
+
+    def unfinished(self) -> list[RunView]:
+        return [self._view(r) for r in stored_runs.unfinished(self._db)]
+
+    def recent_audit(self, n: int) -> list[AuditEntry]:
+        """The newest `n` audit rows, newest first."""
+        return audit.recent(self._db, n)
+
+    def request_audit(self, request_id: str) -> list[AuditEntry]:
+        """Everything recorded about one request (its runs included), oldest first."""
+        return audit.for_request(self._db, RequestId(request_id))
+
+    # -------------------------------------------------------------- privately
+
+    def _control(self, actor: Actor, run_id: str, *, now: dt.datetime, action: str,
+                 expected: tuple[RunState, ...], new: RunState,
+                 text: Callable[[Run], str] | None) -> RunView:
+        with self._db.transaction():
+            run = stored_runs.get(self._db, id=RunId(run_id))
+            if run is None:
+                raise UnknownRun(run_id, self._closest(run_id))
+            request = self._request(run.request_id)
+            require(actor, Role.OPERATOR, action=f"A run being {action}", pool=request.pool)
+            if run.state not in expected:
+                raise RunRefused(say.cannot_control(run.id, action, run.state))
+            reason: str | None = None
+            if new == "aborted":
+                steps = stored_steps.for_run(self._db, run_id=run.id)
+                left = nodes_left_cordoned(run, steps)
+                reason = say.run_aborted(run.id, self._public(actor), left_cordoned=left)
+                stored_steps.stop_unfinished(self._db, steps, at=now, error=say.aborted_step(self._public(actor)))
+                stored_requests.transition(self._db, id=request.id, expected=("running", "scheduled", "approved"),
+                                           new="failed", at=now)
+            if not stored_runs.transition(self._db, id=run.id, expected=run.state, new=new, at=now,
+                                          halted_reason=reason):
+                raise RunRefused(say.cannot_control(run.id, action, "changing"))
+            message = reason if reason is not None else text(run)  # type: ignore[misc]
+            entry = audit.append(self._db, actor=actor.user_id, k8s_identity=None, action=f"run.{action}",
+                                 target=request.pool, at=now, request_id=request.id, run_id=run.id,
+                                 before=run.state, after=new, detail={"text": message})
+            self._notify(request, run.id, event=f"run.{action}", state=new, now=now,
+                         dedupe=f"{run.id}/{action}/{entry.seq}", text=message, people=(actor.user_id,))
+        self._wake()
+        return self.get(run_id)
+
+    def _request(self, request_id: RequestId) -> Request:
+        request = stored_requests.get(self._db, id=request_id)
+        if request is None:
+            closest = difflib.get_close_matches(request_id, stored_requests.known_ids(self._db), n=3, cutoff=0.6)
+            raise RunRefused(say.unknown_run(request_id, closest))
+        return request
+
+    def _closest(self, run_id: str) -> list[str]:
+        # NB: read-only; storage has no "recent run ids" function of its own.
+        known = [row["id"] for row in self._db.query("SELECT id FROM runs ORDER BY created_at DESC LIMIT 1000")]
+        return difflib.get_close_matches(run_id, known, n=3, cutoff=0.6)
+
+    def _view(self, run: Run) -> RunView:
+        request = stored_requests.get(self._db, id=run.request_id)
+        steps = tuple(stored_steps.for_run(self._db, run_id=run.id))
+        return RunView(run=run, request_id=run.request_id, pool=request.pool if request else "?",
+                       kind=request.kind if request else "?", steps=steps,
+                       left_cordoned=nodes_left_cordoned(run, steps))
+
+    def _public(self, actor: Actor) -> str:
+        return public_name(actor.user_id, names=self._names, fallback=actor.name)
+
+    def _notify(self, request: Request, run_id: RunId, *, event: str, state: str, text: str,
+                now: dt.datetime, dedupe: str, people: Sequence[str] = ()) -> None:
+        if request.channel is None:
+            return
+        outbox.enqueue(self._db, channel=request.channel, thread_ts=request.thread_ts, kind="post", at=now,
+                       dedupe_key=dedupe,
+                       payload={"event": event, "request_id": request.id, "run_id": run_id,
+                                "pool": request.pool, "kind": request.kind, "state": state, "text": text,
+                                "people": sorted(set(people))})

@@ -1,0 +1,823 @@
+"""What each kind of step does to one node, as gates and actions that are safe to repeat.
+
+The engine (`workflows.engine`) runs a step in two calls, with a durable transition
+before each side effect:
+
+1. `prepare(ctx)` reads the cluster and returns the step's *intent* (what it found and
+   what it is about to do: the node's prior schedulability, the pods it will evict, the
+   driver pod it will delete). No side effects. The engine stores the intent with the
+   step's move to `running`, in the same transaction as its audit row and outbox message.
+2. `advance(ctx)` is called after that commit, again on every watch event about the node,
+   on the step's timer, and after a restart. It observes the cluster first and acts only
+   when the effect is not there yet (idempotency by observation: a node that already
+   carries this run's cordon mark is cordoned; a driver pod whose recorded uid is gone was
+   deleted), then answers `Done`, `Waiting` or `Failed`.
+
+Side effects go through `ctx.act()` first, which refuses (raises `LeaseLost`) when this
+replica does not hold the engine lease, and an action that must be on record before it
+happens for each of several objects (one eviction per pod) goes through `ctx.record()`,
+which commits an audit row once per intent key.
+
+Reads that decide an action come fresh from the API (`ctx.gateway`), never from the
+watch cache, which may lag behind the engine's own last write. Waiting for a condition
+reads the watch cache (`ctx.node_inventory()`), and the engine calls `advance` again on
+every change the cache reports.
+
+Gates fail closed: an API error is never read as "nothing to do"; a step the API refuses
+for lack of permission or a bad request fails at once, with the API's words.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from storage import codec
+from storage.steps import StepKind
+from workflows.engine import messages as say
+from workflows.fleet.assessment import NodeInventory, pod_state
+from workflows.kube.errors import Conflict, NotFound, TooManyRequests
+from workflows.kube.gateway import KubeGateway, PodOnNode
+from workflows.kube.labels import (
+    ANNOTATION_CORDONED_BY,
+    LABEL_MIG_CONFIG,
+    LABEL_MIG_CONFIG_STATE,
+    POD_SELECTOR_DRIVER,
+)
+from workflows.kube.objects import NodeObject
+
+# A pod label that says "this pod uses GPUs although it requests none" (e.g. a
+# monitoring agent that mounts every device): evicted like a GPU pod.
+LABEL_GPU_USER = "gpuops.io/gpu-user"
+ANNOTATION_MIRROR = "kubernetes.io/config.mirror"
+# NVIDIA_VISIBLE_DEVICES values that hand a container no GPU.
+_NO_DEVICES = frozenset({"", "void", "none"})
+
+EvictScope = Literal["gpu", "all"]
+# The evict scope drain plans write (workflows.drain.EVICTION_SCOPE): `all` here.
+DRAIN_PLAN_SCOPE = "all-non-daemonset"
+
+
+class LeaseLost(Exception):
+    """This replica does not hold the engine lease (any more): it must not act."""
+
+
+# --- outcomes --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Done:
+    note: str
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Notice:
+    """Something people should hear about while a step waits (a PodDisruptionBudget
+    holding up an eviction, a window about to end): posted once per step and `key` in
+    the request's thread."""
+
+    key: str
+    text: str
+    # One notice for the whole run rather than one per node's step.
+    per_run: bool = False
+
+
+@dataclass(frozen=True)
+class Waiting:
+    reason: str
+    # Look again after this many seconds even without a watch event (None: only on
+    # events, plus the engine's slow safety resync).
+    retry_in: float | None = None
+    # The step handles its own deadline (it escalated and is finishing that off).
+    overdue_ok: bool = False
+    notice: Notice | None = None
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """The node is left out of the run: its remaining steps are skipped, except that a
+    node this run cordoned is given back (its `uncordon` step still runs); the run goes
+    on with the other nodes."""
+
+    reason: str
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Failed:
+    reason: str
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+
+Outcome = Done | Waiting | Failed | LeftOut
+
+
+class StepContext(Protocol):
+    """What a step may see and do; the engine provides it."""
+
+    run_id: str
+    request_id: str
+    node: str
+    kind: StepKind
+    params: Mapping[str, Any]
+    # The intent `prepare` returned (stored with the move to running).
+    intent: Mapping[str, Any]
+    plan_kind: str
+    dry_run: bool
+    now: dt.datetime
+    # How long the step may take, and when that is up (None: no limit).
+    timeout: dt.timedelta | None
+    deadline: dt.datetime | None
+    # Who the cordon mark says asked for the change ("gpuops for alice").
+    cordoned_by: str
+    window_end: dt.datetime | None
+    gateway: KubeGateway
+
+    @property
+    def expired(self) -> bool: ...
+
+    def act(self) -> None:
+        """Call before every side effect: raises LeaseLost unless this replica holds the lease."""
+
+    def record(self, *, key: str, action: str, target: str, detail: Mapping[str, Any]) -> None:
+        """Commit an audit row for this step's intent `key`, unless one was recorded
+        already (by this process or before a restart)."""
+
+    def recorded(self, key: str) -> bool: ...
+
+    def node_inventory(self) -> NodeInventory | None:
+        """The node as the watch cache sees it now."""
+
+    def step_intent(self, kind: StepKind) -> Mapping[str, Any] | None:
+        """The intent of this node's earlier step of `kind` in this run, if any."""
+
+    def run_unfinished(self, run_id: str) -> bool:
+        """Whether another run is still pending, running or paused."""
+
+
+# --- the step kinds ----------------------------------------------------------------------
+
+
+class StepLogic(Protocol):
+    def timeout(self, ctx: StepContext) -> dt.timedelta | None: ...
+
+    def prepare(self, ctx: StepContext) -> dict[str, Any]: ...
+
+    def advance(self, ctx: StepContext) -> Outcome: ...
+
+
+# A pool's pdb_timeout_action (config) as the evict step's on_timeout.
+_ON_TIMEOUT = {"wait": "fail", "skip": "skip", "delete": "delete"}
+
+
+def _seconds(params: Mapping[str, Any], default: float) -> dt.timedelta:
+    value = params.get("timeout_s", params.get("timeout_seconds", default))
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise StepParamsError(f"timeout_s must be a number of seconds, not {value!r}") from None
+    if seconds <= 0:
+        raise StepParamsError(f"timeout_s must be more than 0, not {value!r}")
+    return dt.timedelta(seconds=seconds)
+
+
+class StepParamsError(ValueError):
+    """A step's params cannot be used; the step fails with this message."""
+
+
+# ---- cordon and uncordon
+
+
+@dataclass(frozen=True)
+class CordonMark:
+    """The annotation `gpuops.io/cordoned-by` gpuops writes when it cordons a node."""
+
+    run: str
+    by: str
+    prior_unschedulable: bool
+    at: str
+
+    def to_text(self) -> str:
+        return codec.json_to_text({"run": self.run, "by": self.by,
+                                   "prior_unschedulable": self.prior_unschedulable, "at": self.at})
+
+    @staticmethod
+    def of(node: NodeObject) -> CordonMark | None:
+        raw = node.annotations.get(ANNOTATION_CORDONED_BY)
+        if not raw:
+            return None
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            return None
+        if not isinstance(value, dict) or not isinstance(value.get("run"), str):
+            return None
+        return CordonMark(run=value["run"], by=str(value.get("by") or ""),
+                          prior_unschedulable=bool(value.get("prior_unschedulable")),
+                          at=str(value.get("at") or ""))
+
+
+class Cordon:
+    """Make the node unschedulable and mark it as this run's, with its prior state.
+
+    A node someone else cordoned gets the mark too (prior_unschedulable true), so the
+    uncordon step knows to leave it cordoned. A node another gpuops run still holds
+    (cordoned, with that run's mark) is left alone: that run's mark stays, and this run
+    will not uncordon it."""
+
+    def timeout(self, ctx: StepContext) -> dt.timedelta | None:
+        return _seconds(ctx.params, 120)
+
+    def prepare(self, ctx: StepContext) -> dict[str, Any]:
+        node = ctx.gateway.get_node(ctx.node)
+        mark = CordonMark.of(node)
+        intent: dict[str, Any] = {"prior_unschedulable": node.unschedulable}
+        if mark is not None and mark.run != ctx.run_id:
+            intent["other_mark"] = {"run": mark.run, "by": mark.by}
+        return intent
+
+    def advance(self, ctx: StepContext) -> Outcome:
+        node = ctx.gateway.get_node(ctx.node)
+        mark = CordonMark.of(node)
+        if mark is not None and mark.run == ctx.run_id and node.unschedulable:
+            return Done(say.cordon_in_place(mark.prior_unschedulable),
+                        {"prior_unschedulable": mark.prior_unschedulable})
+        if node.unschedulable and mark is not None and mark.run != ctx.run_id:
+            if ctx.run_unfinished(mark.run):
+                # Two runs must never change one node at once: fail closed.
+                return Failed(say.node_in_other_run(ctx.node, mark.run, mark.by))
+            return Done(say.cordoned_by_other_run(mark.run, mark.by),
+                        {"prior_unschedulable": True, "held_by_run": mark.run})
+        new_mark = CordonMark(run=ctx.run_id, by=ctx.cordoned_by, prior_unschedulable=node.unschedulable,
+                              at=codec.time_to_text(ctx.now))
+        annotations = {ANNOTATION_CORDONED_BY: new_mark.to_text()}
+        ctx.act()
+        try:
+            if node.unschedulable:
+                ctx.gateway.annotate_node(ctx.node, annotations=annotations,
+                                          resource_version=node.resource_version, dry_run=ctx.dry_run)
+            else:
+                ctx.gateway.cordon_node(ctx.node, annotations=annotations,
+                                        resource_version=node.resource_version, dry_run=ctx.dry_run)
+        except Conflict:
+            return Waiting(say.node_changed_meanwhile(ctx.node), retry_in=0.2)
+        note = say.cordoned(prior_unschedulable=node.unschedulable, dry_run=ctx.dry_run)
+        return Done(note, {"prior_unschedulable": node.unschedulable})
+
+
+class Uncordon:
+    """Make the node schedulable again, only if this run cordoned it and it was
+    schedulable before; always remove this run's mark. The engine starts this step only
+    when every earlier step of the node is done (so after validation), or when the node
+    was left out of the run (then it is given back as it was)."""
+
+    def timeout(self, ctx: StepContext) -> dt.timedelta | None:
+        return _seconds(ctx.params, 120)
+
+    def prepare(self, ctx: StepContext) -> dict[str, Any]:
+        node = ctx.gateway.get_node(ctx.node)
+        mark = CordonMark.of(node)
+        ours = mark is not None and mark.run == ctx.run_id
+        return {"unschedulable": node.unschedulable, "ours": ours,
+                "prior_unschedulable": mark.prior_unschedulable if ours and mark else None}
+
+    def advance(self, ctx: StepContext) -> Outcome:
+        node = ctx.gateway.get_node(ctx.node)
+        if ctx.dry_run:
+            return self._dry_run(ctx, node)
+        mark = CordonMark.of(node)
+        if mark is None or mark.run != ctx.run_id:
+            return Done(say.not_ours_to_uncordon(node.unschedulable), {"unschedulable": node.unschedulable})
+        remove = {ANNOTATION_CORDONED_BY: None}
+        ctx.act()
+        try:
+            if mark.prior_unschedulable:
+                ctx.gateway.annotate_node(ctx.node, annotations=remove,
+                                          resource_version=node.resource_version, dry_run=False)
+            else:
+                ctx.gateway.uncordon_node(ctx.node, annotations=remove,
+                                          resource_version=node.resource_version, dry_run=False)
+        except Conflict:
+            return Waiting(say.node_changed_meanwhile(ctx.node), retry_in=0.2)
+        if mark.prior_unschedulable:
+            return Done(say.stays_cordoned(), {"unschedulable": True})
+        return Done(say.uncordoned(), {"unschedulable": False})
+
+    def _dry_run(self, ctx: StepContext, node: NodeObject) -> Outcome:
+        # Nothing was cordoned for real; answer from what the cordon step found.
+        cordon = ctx.step_intent("cordon") or {}
+        if cordon.get("prior_unschedulable", node.unschedulable) or "other_mark" in cordon:
+            return Done(say.stays_cordoned(), {"unschedulable": True})
+        ctx.act()
+        ctx.gateway.uncordon_node(ctx.node, annotations={ANNOTATION_CORDONED_BY: None},
+                                  resource_version=None, dry_run=True)
+        return Done(say.would_uncordon(), {"unschedulable": False})
+
+
+# ---- evict
+
+
+@dataclass(frozen=True)
+class PodDecision:
+    """What the evict step does with one pod on the node, and the sentence that says why."""
+
+    action: Literal["evict", "skip", "wait"]
+    why: str
+
+
+def gpu_use(pod: PodOnNode) -> str | None:
+    """Why the pod counts as a GPU pod, or None: a request or limit of a GPU resource, an
+    NVIDIA_VISIBLE_DEVICES env that hands it devices without one, or our label."""
+    if pod.pod.gpu_requests:
+        return say.requests_gpus(dict(pod.pod.gpu_requests))
+    if pod.visible_devices is not None and pod.visible_devices.strip().lower() not in _NO_DEVICES:
+        return say.visible_devices(pod.visible_devices)
+    if pod.pod.labels.get(LABEL_GPU_USER) == "true":
+        return say.gpu_user_label(LABEL_GPU_USER)
+    return None
+
+
+def decide(pod: PodOnNode, *, scope: EvictScope) -> PodDecision:
+    """The evict step's gate list for one pod, first match wins."""
+    p = pod.pod
+    gpu = gpu_use(pod)
+    if p.deleting:
+        return PodDecision("wait", say.already_terminating())
+    if p.phase in ("Succeeded", "Failed"):
+        return PodDecision("skip", say.finished_pod(p.phase))
+    if ANNOTATION_MIRROR in p.annotations:
+        return PodDecision("skip", say.mirror_pod())
+    controller = p.controller
+    if controller is not None and controller.kind == "DaemonSet":
+        return PodDecision("skip", say.daemonset_pod(controller.name, gpu))
+    if gpu is not None:
+        return PodDecision("evict", gpu)
+    if scope == "all":
+        return PodDecision("evict", say.drain_scope())
+    return PodDecision("skip", say.not_a_gpu_pod())
+
+
+def gpu_pods_in_the_way(ctx: StepContext) -> list[str]:
+    """GPU pods (not DaemonSet, not finished, not terminating) still on the node: a driver
+    cannot unload and a MIG layout cannot change under them. Pods that tolerate the
+    cordon come back after an eviction; this gate keeps the change from starting on top
+    of them (fail closed), unless params say `allow_gpu_pods: true`."""
+    if ctx.params.get("allow_gpu_pods") is True:
+        return []
+    in_the_way = []
+    for pod in ctx.gateway.list_pods_on_node(ctx.node):
+        decision = decide(pod, scope="gpu")
+        if decision.action == "evict":
+            in_the_way.append(f"{pod.pod.namespace}/{pod.pod.name}")
+    return sorted(in_the_way)
+
+
+def _namespace_and_name(pod: str) -> tuple[str, str]:
+    """A pod as the intent names it, "namespace/name" (neither part holds a slash)."""
+    namespace, _, name = pod.partition("/")
+    return namespace, name
+
+
+class Evict:
+    """Evict pods from the node through the Eviction API, so PodDisruptionBudgets apply.
+
+    Which pods (`scope` param): `gpu` evicts GPU pods only (requests or limits of
+    nvidia.com/gpu*, nvidia.com/mig-*, or GPU users without a request: env
+    NVIDIA_VISIBLE_DEVICES, label gpuops.io/gpu-user=true); other pods keep running, which
+    is what a driver or MIG change needs. `all` (a drain) evicts every pod. Either way
+    DaemonSet pods are skipped (their controller would put them straight back), mirror
+    (static) pods are skipped (the kubelet owns them), finished pods are skipped (they
+    hold nothing), and pods already terminating are waited for. The default is `all` for
+    drain plans and `drain` steps, `gpu` otherwise. Every decision is in the step detail.
+
+    The pods to evict are chosen once, when the step starts, and stored with its intent;
+    pods that arrive later (a replica that tolerates the cordon) are not chased. The step
+    is done when each chosen pod is gone (or replaced: a new uid).
+
+    A 429 from a PodDisruptionBudget is retried on a timer (PDB status is not watched)
+    and on watch events about the node, until `timeout_s` (default 600); the first one
+    is told in the request's thread. Then `on_timeout` says what happens: `fail`
+    (default; the run halts with the node cordoned, for a person to decide), `skip`
+    (the node is left out: the pods still on it keep running, it is uncordoned and the
+    run goes on) or `delete` (delete the blocked pods, bypassing the budget, on record).
+    A delete on record is sent again only while its pod is neither terminating nor gone:
+    after a restart between the record and the call; never a second time after one
+    that landed.
+    """
+
+    def __init__(self, *, default_scope: EvictScope | None = None) -> None:
+        self._default_scope = default_scope
+
+    def scope(self, ctx: StepContext) -> EvictScope:
+        value = ctx.params.get("scope")
+        if value == DRAIN_PLAN_SCOPE:
+            value = "all"  # what drain plans write: DaemonSet pods are skipped either way
+        if value is None:
+            value = self._default_scope or ("all" if ctx.plan_kind == "drain" else "gpu")
+        if value not in ("gpu", "all"):
+            raise StepParamsError(f"evict scope must be 'gpu' or 'all', not {value!r}")
+        return value  # type: ignore[return-value]
+
+    def timeout(self, ctx: StepContext) -> dt.timedelta | None:
+        params = ctx.params
+        if "timeout_s" not in params and "pdb_timeout_s" in params:
+            params = {"timeout_s": params["pdb_timeout_s"]}  # a drain plan: the pool's drain_timeout
+        return _seconds(params, 600)
+
+    def prepare(self, ctx: StepContext) -> dict[str, Any]:
+        scope = self.scope(ctx)
+        # A drain plan says the pool's pdb_timeout_action: `wait` halts the run with the
+        # node cordoned, for a person to decide; `skip` leaves the node out; `delete` deletes.
+        default = _ON_TIMEOUT.get(str(ctx.params.get("pdb_timeout_action")), "fail")
+        on_timeout = ctx.params.get("on_timeout", default)
+        if on_timeout not in ("fail", "skip", "delete"):
+            raise StepParamsError(f"on_timeout must be 'fail', 'skip' or 'delete', not {on_timeout!r}")
+        targets, skipped, waited = [], [], []
+        for pod in sorted(ctx.gateway.list_pods_on_node(ctx.node), key=lambda p: (p.pod.namespace, p.pod.name)):
+            decision = decide(pod, scope=scope)
+            entry = {"pod": f"{pod.pod.namespace}/{pod.pod.name}", "uid": pod.uid, "why": decision.why}
+            {"evict": targets, "skip": skipped, "wait": waited}[decision.action].append(entry)
+        return {"scope": scope, "on_timeout": on_timeout, "evict": targets, "skipped": skipped,
+                "terminating": waited}
+
+    def advance(self, ctx: StepContext) -> Outcome:
+        chosen = list(ctx.intent.get("evict", ())) + list(ctx.intent.get("terminating", ()))
+        present = {p.uid: p for p in ctx.gateway.list_pods_on_node(ctx.node)}
+        remaining = [t for t in chosen if t["uid"] in present
+                     and present[t["uid"]].pod.phase not in ("Succeeded", "Failed")]
+        summary = {"evicted": [t["pod"] for t in ctx.intent.get("evict", ())],
+                   "skipped": ctx.intent.get("skipped", [])}
+        if not remaining:
+            return Done(say.evicted(len(ctx.intent.get("evict", ())), len(ctx.intent.get("skipped", ())),
+                                    dry_run=ctx.dry_run), summary)
+        blocked: dict[str, str] = {}
+        for target in remaining:
+            pod = present[target["uid"]]
+            if pod.pod.deleting:
+                continue
+            if ctx.recorded(f"delete/{target['uid']}"):
+                # Escalated, yet neither terminating nor gone: the delete on record never
+                # reached the API (the process stopped between the two). Send it now.
+                self._delete(ctx, target)
+                continue
+            namespace, name = _namespace_and_name(target["pod"])
+            ctx.record(key=f"evict/{target['uid']}", action="pod.evict", target=target["pod"],
+                       detail={"node": ctx.node, "uid": target["uid"], "why": target["why"]})
+            ctx.act()
+            try:
+                ctx.gateway.evict_pod(namespace, name, uid=target["uid"], dry_run=ctx.dry_run)
+            except TooManyRequests as err:
+                blocked[target["pod"]] = err.api_message
+            except (NotFound, Conflict):
+                continue  # gone, or replaced by a pod with another uid
+        if ctx.dry_run:
+            return Done(say.would_evict(len(remaining), blocked, len(ctx.intent.get("skipped", ()))),
+                        {**summary, "blocked": blocked})
+        if blocked and ctx.expired:
+            on_timeout = ctx.intent.get("on_timeout")
+            if on_timeout == "delete":
+                return self._escalate(ctx, remaining, blocked)
+            if on_timeout == "skip":
+                return LeftOut(say.left_out_blocked(ctx.node, blocked, ctx.timeout), {**summary, "blocked": blocked})
+            return Failed(say.eviction_blocked_timeout(ctx.node, blocked, ctx.timeout),
+                          {**summary, "blocked": blocked})
+        if blocked:
+            notice = Notice("pdb-blocked", say.pdb_blocking(ctx.node, blocked, deadline=ctx.deadline,
+                                                            then=ctx.intent.get("on_timeout")))
+            return Waiting(say.eviction_blocked(blocked), retry_in=2.0, notice=notice)
+        terminating = [t["pod"] for t in remaining]
+        if ctx.expired and any(ctx.recorded(f"delete/{t['uid']}") for t in remaining):
+            if ctx.now >= (ctx.deadline or ctx.now) + dt.timedelta(seconds=120):
+                return Failed(say.pods_would_not_go(terminating))
+            return Waiting(say.waiting_for_pods_to_go(terminating), retry_in=1.0, overdue_ok=True)
+        return Waiting(say.waiting_for_pods_to_go(terminating), retry_in=1.0)
+
+    def _escalate(self, ctx: StepContext, remaining: Sequence[Mapping[str, Any]],
+                  blocked: Mapping[str, str]) -> Outcome:
+        for target in remaining:
+            if target["pod"] not in blocked:
+                continue
+            ctx.record(key=f"delete/{target['uid']}", action="pod.delete", target=target["pod"],
+                       detail={"node": ctx.node, "uid": target["uid"], "why": say.escalated(blocked[target["pod"]])})
+            self._delete(ctx, target)
+        return Waiting(say.deleted_blocked_pods(sorted(blocked)), retry_in=1.0, overdue_ok=True)
+
+    def _delete(self, ctx: StepContext, target: Mapping[str, Any]) -> None:
+        """Delete the chosen pod (only while it is still the pod with the recorded uid)."""
+        namespace, name = _namespace_and_name(target["pod"])
+        ctx.act()
+        try:
+            ctx.gateway.delete_pod(namespace, name, uid=target["uid"], dry_run=False)
+        except (NotFound, Conflict):
+            pass  # gone, or replaced by a pod with another uid
+
+
+# ---- wait-for and validate
+
+
+Check = Callable[[NodeInventory], tuple[bool, str]]
+
+
+def _ready(inv: NodeInventory) -> tuple[bool, str]:
+    return inv.ready is True, say.node_ready_text(inv.ready)
+
+
+def _advertised(inv: NodeInventory) -> tuple[bool, str]:
+    expected = inv.expected_advertised
+    ok = expected is not None and inv.advertised_gpus == expected and inv.allocatable_gpus == expected
+    return ok, say.advertised_text(inv.advertised_gpus, inv.allocatable_gpus, expected)
+
+
+def _pod_check(attribute: str, label: str) -> Check:
+    def check(inv: NodeInventory) -> tuple[bool, str]:
+        state = getattr(inv, attribute)
+        return state.condition == "healthy", f"{label} {state.text}"
+    return check
+
+
+def _driver(inv: NodeInventory) -> tuple[bool, str]:
+    if inv.driver.owner == "host":
+        return True, say.host_driver()
+    return inv.driver_pod.condition == "healthy", f"driver pod {inv.driver_pod.text}"
+
+
+def _mig(inv: NodeInventory) -> tuple[bool, str]:
+    return inv.mig.config_state == "success", say.mig_state_text(inv.mig.config, inv.mig.config_state)
+
+
+CONDITIONS: dict[str, Check] = {
+    "node-ready": _ready,
+    "gpus-advertised": _advertised,
+    "device-plugin-ready": _pod_check("device_plugin_pod", "device plugin"),
+    "validator-ready": _pod_check("validator_pod", "validator"),
+    "driver-ready": _driver,
+    "mig-success": _mig,
+}
+DEFAULT_WAIT_FOR = ("node-ready", "gpus-advertised", "device-plugin-ready", "validator-ready")
+DEFAULT_VALIDATE = ("node-ready", "driver-ready", "device-plugin-ready", "validator-ready", "gpus-advertised")
+
+
+class WaitFor:
+    """Wait until conditions hold on the node, read from the watch cache's inventory.
+
+    `conditions` (or one `condition`) from: node-ready, gpus-advertised (capacity and
+    allocatable equal what GFD's labels say the node should advertise),
+    device-plugin-ready, validator-ready, driver-ready (or a host driver), mig-success.
+    Default for wait-for: node Ready, GPUs advertised, device plugin and validator Ready;
+    `validate` adds the driver. `timeout_s` defaults to 600."""
+
+    def __init__(self, defaults: Sequence[str]) -> None:
+        self._defaults = tuple(defaults)
+
+    def conditions(self, ctx: StepContext) -> tuple[str, ...]:
+        wanted = ctx.params.get("conditions", ctx.params.get("condition", self._defaults))
+        names = (wanted,) if isinstance(wanted, str) else tuple(wanted)
+        unknown = [n for n in names if n not in CONDITIONS]
+        if unknown or not names:
+            raise StepParamsError(say.unknown_conditions(unknown, sorted(CONDITIONS)))
+        return names
+
+    def timeout(self, ctx: StepContext) -> dt.timedelta | None:
+        return _seconds(ctx.params, 600)
+
+    def prepare(self, ctx: StepContext) -> dict[str, Any]:
+        return {"conditions": list(self.conditions(ctx))}
+
+    def advance(self, ctx: StepContext) -> Outcome:
+        inv = ctx.node_inventory()
+        names = self.conditions(ctx)
+        if inv is None:
+            unmet = [say.node_not_in_cache(ctx.node)]
+        else:
+            results = [CONDITIONS[name](inv) for name in names]
+            unmet = [text for ok, text in results if not ok]
+        if not unmet:
+            return Done(say.conditions_hold(names))
+        if ctx.dry_run:
+            return Done(say.would_wait_for(unmet))
+        return Waiting(say.waiting_for(unmet))
+
+
+class WaitForJobs:
+    """Wait until no pod matching `selector` (a label selector) still runs on the node;
+    at `timeout_s` (default 3600) fail, or carry on if `on_timeout` is `continue`."""
+
+    def timeout(self, ctx: StepContext) -> dt.timedelta | None:
+        return _seconds(ctx.params, 3600)
+
+    def prepare(self, ctx: StepContext) -> dict[str, Any]:
+        selector = ctx.params.get("selector")
+        if not isinstance(selector, str) or not selector:
+            raise StepParamsError("wait-for-jobs needs a label selector in params.selector")
+        return {"selector": selector, "on_timeout": ctx.params.get("on_timeout", "fail")}
+
+    def advance(self, ctx: StepContext) -> Outcome:
+        pods = ctx.gateway.list_pods_on_node(ctx.node, label_selector=ctx.intent["selector"])
+        running = sorted(f"{p.pod.namespace}/{p.pod.name}" for p in pods
+                         if p.pod.phase in ("Pending", "Running") and not p.pod.deleting)
+        if not running:
+            return Done(say.jobs_finished(ctx.intent["selector"]))
+        if ctx.dry_run:
+            return Done(say.would_wait_for_jobs(running))
+        if ctx.expired and ctx.intent.get("on_timeout") == "continue":
+            return Done(say.jobs_still_running_continue(running))
+        return Waiting(say.waiting_for_jobs(running), retry_in=5.0)
+
+
+# ---- driver and MIG
+
+
+class Driver:
+    """Restart the node's GPU Operator driver pod so its OnDelete DaemonSet recreates it
+    from the current template, then wait until the new pod is Running and Ready.
+
+    The pod to delete (namespace, name, uid) is chosen when the step starts; after a
+    restart, a recorded uid that is gone or terminating means the delete happened. With
+    `version`, a node whose driver pod already runs it (and is Ready) is left alone, and a
+    new pod that runs another version fails the step (update the ClusterPolicy or
+    NVIDIADriver first). A node without an operator driver pod (a host driver) fails the
+    step: gpuops does not change host drivers. GPU pods still on the node (a replica that
+    tolerates the cordon came back) hold the restart until they are gone or time is up
+    (`allow_gpu_pods: true` skips that gate). `timeout_s` defaults to 900."""
+
+    def timeout(self, ctx: StepContext) -> dt.timedelta | None:
+        return _seconds(ctx.params, 900)
+
+    def _driver_pods(self, ctx: StepContext) -> list[PodOnNode]:
+        key, value = POD_SELECTOR_DRIVER
+        return ctx.gateway.list_pods_on_node(ctx.node, label_selector=f"{key}={value}")
+
+    def prepare(self, ctx: StepContext) -> dict[str, Any]:
+        live = [p for p in self._driver_pods(ctx) if not p.pod.deleting]
+        if not live:
+            return {"driver_pod": None, "version": ctx.params.get("version")}
+        pod = max(live, key=lambda p: p.pod.created_at)
+        state = pod_state(pod.pod)
+        return {"driver_pod": {"pod": f"{pod.pod.namespace}/{pod.pod.name}", "uid": pod.uid,
+                               "version": state.version, "ready": state.condition == "healthy"},
+                "version": ctx.params.get("version")}
+
+    def advance(self, ctx: StepContext) -> Outcome:
+        old = ctx.intent.get("driver_pod")
+        wanted = ctx.intent.get("version")
+        if old is None:
+            return Failed(say.no_driver_pod(ctx.node))
+        pods = self._driver_pods(ctx)
+        current = next((p for p in pods if p.uid == old["uid"]), None)
+        if current is not None and not current.pod.deleting:
+            state = pod_state(current.pod)
+            if wanted and state.version == wanted and state.condition == "healthy":
+                return Done(say.driver_already_at(wanted))
+            in_the_way = gpu_pods_in_the_way(ctx)
+            if in_the_way and not ctx.dry_run:
+                return Waiting(say.gpu_pods_in_the_way(in_the_way, "restarting the driver"), retry_in=5.0)
+            namespace, name = _namespace_and_name(old["pod"])
+            ctx.act()
+            try:
+                ctx.gateway.delete_pod(namespace, name, uid=old["uid"], dry_run=ctx.dry_run)
+            except (NotFound, Conflict):
+                pass
+            if ctx.dry_run:
+                return Done(say.would_restart_driver(old["pod"]))
+            return Waiting(say.driver_deleted(old["pod"]), retry_in=2.0)
+        if ctx.dry_run:
+            return Done(say.would_restart_driver(old["pod"]))
+        fresh = [p for p in pods if p.uid != old["uid"] and not p.pod.deleting]
+        if not fresh:
+            return Waiting(say.waiting_for_new_driver_pod(), retry_in=5.0)
+        state = pod_state(max(fresh, key=lambda p: p.pod.created_at).pod)
+        if state.crash_looping or state.condition == "failing":
+            return Failed(say.new_driver_failing(state.name or "?", state.text))
+        if state.condition != "healthy":
+            return Waiting(say.new_driver_not_ready(state.name or "?", state.text), retry_in=5.0)
+        if wanted and state.version != wanted:
+            return Failed(say.new_driver_wrong_version(state.name or "?", state.version, wanted))
+        return Done(say.driver_restarted(state.name or "?", state.version))
+
+
+class Mig:
+    """Ask the MIG manager for a layout: set label nvidia.com/mig.config to params.config
+    and wait until nvidia.com/mig.config.state says success (failed fails the step).
+
+    The same patch clears nvidia.com/mig.config.state, so a `success` read afterwards is
+    the MIG manager's answer to this change, not the previous layout's. A node already at
+    the layout with state success is left alone. GPU pods still on the node hold the change
+    as for the driver step. `timeout_s` defaults to 1800."""
+
+    def timeout(self, ctx: StepContext) -> dt.timedelta | None:
+        return _seconds(ctx.params, 1800)
+
+    def prepare(self, ctx: StepContext) -> dict[str, Any]:
+        config = ctx.params.get("config")
+        if not isinstance(config, str) or not config:
+            raise StepParamsError("a mig step needs the MIG layout in params.config (e.g. all-1g.10gb)")
+        node = ctx.gateway.get_node(ctx.node)
+        return {"config": config, "prior_config": node.labels.get(LABEL_MIG_CONFIG),
+                "prior_state": node.labels.get(LABEL_MIG_CONFIG_STATE)}
+
+    def advance(self, ctx: StepContext) -> Outcome:
+        config = ctx.intent["config"]
+        node = ctx.gateway.get_node(ctx.node)
+        state = node.labels.get(LABEL_MIG_CONFIG_STATE)
+        if node.labels.get(LABEL_MIG_CONFIG) != config:
+            in_the_way = gpu_pods_in_the_way(ctx)
+            if in_the_way and not ctx.dry_run:
+                return Waiting(say.gpu_pods_in_the_way(in_the_way, "changing the MIG layout"), retry_in=5.0)
+            ctx.act()
+            ctx.gateway.label_node(ctx.node, labels={LABEL_MIG_CONFIG: config, LABEL_MIG_CONFIG_STATE: None},
+                                   dry_run=ctx.dry_run)
+            if ctx.dry_run:
+                return Done(say.would_set_mig(config, node.labels.get(LABEL_MIG_CONFIG)))
+            return Waiting(say.mig_requested(config), retry_in=5.0)
+        if ctx.dry_run or state == "success":
+            return Done(say.mig_applied(config))
+        if state == "failed":
+            return Failed(say.mig_failed(ctx.node, config))
+        return Waiting(say.mig_waiting(config, state), retry_in=5.0)
+
+
+class Hold:
+    """Keep the node as it is (drained, cordoned) until `until` (a UTC time), for
+    `seconds`, or else until the request's window ends; no limit of its own. A
+    `released_at` param (written by `RunService.release_hold`, i.e. `drain done`) ends
+    it at that time, whichever comes first. `WINDOW_ENDING_NOTICE` before the end, the
+    request's thread is told (once per run) so someone can ask for more time."""
+
+    def timeout(self, ctx: StepContext) -> dt.timedelta | None:
+        return None
+
+    def prepare(self, ctx: StepContext) -> dict[str, Any]:
+        until: dt.datetime | None
+        open_ended = False
+        if ctx.params.get("released_at"):
+            # NB: `drain done` before the hold began: it ends as soon as it starts.
+            until = codec.optional_time_from_text(str(ctx.params["released_at"]))
+        elif ctx.params.get("until"):
+            until = dt.datetime.fromisoformat(str(ctx.params["until"]).replace("Z", "+00:00"))
+        elif "until" in ctx.params:
+            # An open-ended drain (`until: None`): held until `drain done`, or for at
+            # most the pool's `open_drain_max` when it sets one.
+            open_ended = True
+            at_most = ctx.params.get("at_most_s")
+            until = ctx.now + dt.timedelta(seconds=float(at_most)) if at_most else None
+        elif "seconds" in ctx.params:
+            until = ctx.now + dt.timedelta(seconds=float(ctx.params["seconds"]))
+        else:
+            until = ctx.window_end
+        # Warn before the end only when the hold outlasts the warning's lead.
+        warn_at = until - WINDOW_ENDING_NOTICE if until is not None else None
+        return {"until": codec.optional_time_to_text(until), "open_ended": open_ended,
+                "warn_at": codec.optional_time_to_text(warn_at if warn_at and warn_at > ctx.now else None)}
+
+    def advance(self, ctx: StepContext) -> Outcome:
+        until = codec.optional_time_from_text(ctx.intent.get("until"))
+        released = codec.optional_time_from_text(ctx.params.get("released_at"))
+        if released is not None:
+            until = released if until is None else min(until, released)
+        if until is None and ctx.intent.get("open_ended") and not ctx.dry_run:
+            # Only `drain done` (a control the engine looks at as it lands) ends it.
+            return Waiting(say.holding_until_released())
+        if until is None or ctx.now >= until or ctx.dry_run:
+            return Done(say.held_until(until, dry_run=ctx.dry_run, open_ended=bool(ctx.intent.get("open_ended"))))
+        warn_at = codec.optional_time_from_text(ctx.intent.get("warn_at"))
+        if warn_at is None or released is not None:
+            return Waiting(say.holding_until(until), retry_in=(until - ctx.now).total_seconds())
+        if ctx.now >= warn_at:
+            # Every node of the run is held to the same window end: one notice for all.
+            text = (say.open_drain_limit_ending(until) if ctx.intent.get("open_ended")
+                    else say.window_ending(until, request_id=ctx.request_id))
+            notice = Notice("window-ending", text, per_run=True)
+            return Waiting(say.holding_until(until), retry_in=(until - ctx.now).total_seconds(), notice=notice)
+        return Waiting(say.holding_until(until), retry_in=(warn_at - ctx.now).total_seconds())
+
+
+# How long before a hold ends the thread hears that the window is ending.
+WINDOW_ENDING_NOTICE = dt.timedelta(minutes=15)
+
+
+LOGIC: dict[str, StepLogic] = {
+    "cordon": Cordon(),
+    "evict": Evict(),
+    "drain": Evict(default_scope="all"),
+    "wait-for": WaitFor(DEFAULT_WAIT_FOR),
+    "validate": WaitFor(DEFAULT_VALIDATE),
+    "wait-for-jobs": WaitForJobs(),
+    "driver": Driver(),
+    "mig": Mig(),
+    "hold": Hold(),
+    "uncordon": Uncordon(),
+}
+
+
+def logic_for(kind: str) -> StepLogic:
+    return LOGIC[kind]
+
+
+__all__ = [
+    "CONDITIONS", "CordonMark", "Done", "Failed", "LOGIC", "LeaseLost", "LeftOut", "Notice", "Outcome", "PodDecision",
+    "StepContext", "StepLogic", "StepParamsError", "Waiting", "decide", "gpu_use", "logic_for",
+]

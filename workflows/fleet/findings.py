@@ -1,0 +1,442 @@
+"""Findings: what in the fleet needs a human, how urgently, and what to look at.
+
+Node checks (`node_findings`) depend on one node's inventory and `now`, so a cache can
+keep them per node; pool and cluster checks run once per summary. Every sentence an
+on-call engineer reads lives in the "Messages" section at the bottom of this module.
+
+This module only reads the assessment's values (`fleet.assessment`); the summary
+(`fleet.summary`) calls these checks.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal, TypeAlias
+
+from workflows.fleet.assessment import (
+        ClusterInfo,
+        GpuResource,
+        InventorySettings,
+        NodeInventory,
+        PoolInventory,
+    )
+
+Severity: TypeAlias = Literal["critical", "warning", "info"]
+SEVERITY_ORDER: dict[Severity, int] = {"critical": 0, "warning": 1, "info": 2}
+
+FindingCode: TypeAlias = Literal[
+    "advertised-mismatch",
+    "unhealthy-gpus",
+    "driver-conflict",
+    "driver-crash-loop",
+    "device-plugin-no-gpus",
+    "upgrade-stuck",
+    "upgrade-failed",
+    "mig-change-stuck",
+    "mig-change-failed",
+    "serving-auto-upgrade",
+    "mixed-driver-versions",
+    "unpooled-nodes",
+    "duplicate-cluster-policy",
+    "cluster-policy-not-ready",
+    "no-gpu-operator",
+    "node-not-ready",
+    "cordon-left-behind",
+]
+
+CLUSTER_SUBJECT = "cluster"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Finding:
+    severity: Severity
+    code: FindingCode
+    subject: str  # a node name, a pool name, or "cluster"
+    pool: str | None
+    message: str  # one line: what is wrong and what to check or do
+    command: str | None = None  # where to look next, e.g. "/gpu node gpu-h100-07"
+
+
+def sort_findings(findings: Iterable[Finding]) -> tuple[Finding, ...]:
+    return tuple(
+        sorted(findings, key=lambda f: (SEVERITY_ORDER[f.severity], f.subject, f.code))
+    )
+
+
+# --------------------------------------------------------------------------------------
+# Node checks
+
+
+def node_findings(
+    inv: NodeInventory, *, settings: InventorySettings, now: dt.datetime
+) -> tuple[Finding, ...]:
+    found: list[Finding] = []
+
+    def add(severity: Severity, code: FindingCode, message: str) -> None:
+        found.append(
+            Finding(
+                severity=severity,
+                code=code,
+                subject=inv.name,
+                pool=inv.pool,
+                message=message,
+                command=node_command(inv.name),
+            )
+        )
+
+    if inv.ready is not True:
+        add("warning", "node-not-ready", msg_node_not_ready(inv, now=now))
+
+    if inv.driver.owner == "conflict":
+        add("critical", "driver-conflict", msg_driver_conflict(inv))
+    elif inv.driver_pod.present and inv.driver_pod.crash_looping:
+        # A conflict already names the failing pod; one finding per cause.
+        add("critical", "driver-crash-loop", msg_driver_crash_loop(inv))
+
+    upgrade_age = inv.upgrade.age(now)
+    if inv.upgrade.failed:
+        # Not terminal: it flips back to upgrade-done on its own (gpu-operator#2549),
+        # so it is worth a look every time it is seen.
+        add("critical", "upgrade-failed", msg_upgrade_failed(inv, age=upgrade_age))
+    elif (
+        inv.upgrade.in_progress
+        and upgrade_age is not None
+        and upgrade_age > settings.upgrade_stuck_after
+    ):
+        add("warning", "upgrade-stuck", msg_upgrade_stuck(inv, age=upgrade_age))
+
+    zero_explained = False
+    if inv.mig.failed:
+        add("critical", "mig-change-failed", msg_mig_change_failed(inv))
+        zero_explained = True
+    elif inv.paused_for_mig_change:
+        # Aged from when the change began (gpuops notes when it first saw the state,
+        # workflows.first_seen): a change that just started is not stuck, however many
+        # GPUs it advertises meanwhile; without any time, no age and no finding.
+        mig_age = inv.mig.age(now)
+        if mig_age is not None and mig_age > settings.mig_pending_stuck_after:
+            add("critical", "mig-change-stuck", msg_mig_change_stuck(inv, age=mig_age))
+            zero_explained = True
+
+    if inv.device_plugin_pod.condition == "healthy" and inv.advertised_gpus == 0 and not zero_explained:
+        add("critical", "device-plugin-no-gpus", msg_device_plugin_no_gpus(inv))
+        zero_explained = True
+
+    short = [r for r in inv.resources if r.expected is not None and r.capacity < r.expected]
+    extra = [r for r in inv.resources if r.expected is not None and r.capacity > r.expected]
+    if short and not (zero_explained and inv.advertised_gpus == 0):
+        if inv.paused_operands:
+            add("info", "advertised-mismatch", msg_advertised_short_paused(inv, short))
+        elif inv.changing:
+            add("warning", "advertised-mismatch", msg_advertised_short_changing(inv, short))
+        else:
+            add("critical", "advertised-mismatch", msg_advertised_short(inv, short))
+    if extra:
+        add("warning", "advertised-mismatch", msg_advertised_extra(inv, extra))
+
+    unhealthy = [r for r in inv.resources if r.allocatable < r.capacity]
+    if unhealthy:
+        add("warning", "unhealthy-gpus", msg_unhealthy_gpus(inv, unhealthy))
+    return tuple(found)
+
+
+# --------------------------------------------------------------------------------------
+# Pool and cluster checks
+
+
+def pool_findings(pool: PoolInventory, *, settings: InventorySettings) -> tuple[Finding, ...]:
+    found: list[Finding] = []
+
+    def add(severity: Severity, code: FindingCode, message: str) -> None:
+        found.append(
+            Finding(
+                severity=severity,
+                code=code,
+                subject=pool.name,
+                pool=pool.name,
+                message=message,
+                command=pool_command(pool.name),
+            )
+        )
+
+    if pool.name == "unpooled":
+        add("info", "unpooled-nodes", msg_unpooled_nodes(pool, label_key=settings.pool_label_key))
+    if pool.kind == "serving" and pool.auto_upgrade.state == "on":
+        add("warning", "serving-auto-upgrade", msg_serving_auto_upgrade(pool))
+    if pool.mixed_driver_versions:
+        add("warning", "mixed-driver-versions", msg_mixed_driver_versions(pool))
+    return tuple(found)
+
+
+def cluster_findings(cluster: ClusterInfo) -> tuple[Finding, ...]:
+    found: list[Finding] = []
+
+    def add(severity: Severity, code: FindingCode, message: str) -> None:
+        found.append(
+            Finding(
+                severity=severity,
+                code=code,
+                subject=CLUSTER_SUBJECT,
+                pool=None,
+                message=message,
+                command=CLUSTER_COMMAND,
+            )
+        )
+
+    if not cluster.crds_installed:
+        add("info", "no-gpu-operator", msg_no_gpu_operator(reason=REASON_NO_CRDS))
+        return tuple(found)
+    if cluster.operator_deployment is None:
+        add("info", "no-gpu-operator", msg_no_gpu_operator(reason=REASON_NO_DEPLOYMENT))
+    if cluster.duplicate_cluster_policies:
+        add("warning", "duplicate-cluster-policy", msg_duplicate_cluster_policies(cluster))
+    if cluster.cluster_policy is not None and cluster.cluster_policy_state == "notReady":
+        add("warning", "cluster-policy-not-ready", msg_cluster_policy_not_ready(cluster))
+    return tuple(found)
+
+
+# --------------------------------------------------------------------------------------
+# Messages: every sentence a finding shows. One line each, saying what to check or do.
+
+CLUSTER_COMMAND = "/gpu status"
+REASON_NO_CRDS = "the ClusterPolicy CRD (clusterpolicies.nvidia.com) is not installed"
+REASON_NO_DEPLOYMENT = "the ClusterPolicy CRD is installed but no gpu-operator Deployment runs"
+
+
+def node_command(node: str) -> str:
+    return f"/gpu node {node}"
+
+
+def pool_command(pool: str) -> str:
+    return f"/gpu status {pool}"
+
+
+def format_age(age: dt.timedelta) -> str:
+    """"3d 4h", "2h 5m", "45m", "30s": precise enough to act on, short enough to scan."""
+    seconds = max(int(age.total_seconds()), 0)
+    days, seconds = divmod(seconds, 86400)
+    hours, seconds = divmod(seconds, 3600)
+    minutes, seconds = divmod(seconds, 60)
+    if days:
+        return f"{days}d {hours}h" if hours else f"{days}d"
+    if hours:
+        return f"{hours}h {minutes}m" if minutes else f"{hours}h"
+    if minutes:
+        return f"{minutes}m"
+    return f"{seconds}s"
+
+
+def _counts(resources: Sequence[GpuResource]) -> str:
+    return ", ".join(f"{r.capacity} of {r.expected} {r.resource}" for r in resources)
+
+
+def _expected_basis(inv: NodeInventory) -> str:
+    if inv.mig.strategy == "mixed" and any(r.resource.startswith("nvidia.com/mig-") for r in inv.resources):
+        return "per GFD's nvidia.com/mig-<profile>.count labels"
+    if inv.replicas > 1:
+        return f"GFD: gpu.count x {inv.replicas} replicas"
+    return "GFD: gpu.count"
+
+
+def msg_node_not_ready(inv: NodeInventory, *, now: dt.datetime) -> str:
+    since = (
+        f" for {format_age(now - inv.ready_changed_at)}" if inv.ready_changed_at is not None else ""
+    )
+    state = "reports no Ready condition" if inv.ready is None else f"is NotReady{since}"
+    return (
+        f"GPU node {inv.name} {state}; its GPUs are unavailable: check the kubelet "
+        "and `kubectl describe node`"
+    )
+
+
+def msg_driver_conflict(inv: NodeInventory) -> str:
+    if inv.deploy_driver == "pre-installed":
+        host = "it is marked pre-installed (host driver)"
+    else:
+        host = f"the host's driver {inv.driver_version} is loaded"
+    return (
+        f"{inv.name} has two driver sources: {host} and operator driver pod "
+        f"{inv.driver_pod.name} is {inv.driver_pod.text}; remove the host driver or set "
+        "nvidia.com/gpu.deploy.driver=false on the node"
+    )
+
+
+def msg_driver_crash_loop(inv: NodeInventory) -> str:
+    pod = inv.driver_pod
+    return (
+        f"driver pod {pod.name} on {inv.name} is {pod.text}; read its logs "
+        "(all containers, including init) before it takes the node's GPUs down"
+    )
+
+
+def msg_upgrade_failed(inv: NodeInventory, *, age: dt.timedelta | None) -> str:
+    since = f" for {format_age(age)}" if age is not None else ""
+    return (
+        f"driver upgrade failed on {inv.name} (upgrade-failed{since}); check the driver pod "
+        f"({inv.driver_pod.text}) and validator ({inv.validator_pod.text}) before it flips "
+        "back to upgrade-done unattended"
+    )
+
+
+def msg_upgrade_stuck(inv: NodeInventory, *, age: dt.timedelta) -> str:
+    return (
+        f"{inv.name} has been in driver upgrade state {inv.upgrade.state} for "
+        f"{format_age(age)}; check what it waits for (GPU pods that will not evict, "
+        "jobs, the validator)"
+    )
+
+
+def msg_mig_change_failed(inv: NodeInventory) -> str:
+    return (
+        f"MIG reconfiguration of {inv.name} to {inv.mig.config or '?'} failed "
+        "(mig.config.state=failed); read the nvidia-mig-manager pod's logs on the node"
+    )
+
+
+def msg_mig_change_stuck(inv: NodeInventory, *, age: dt.timedelta | None) -> str:
+    state = inv.mig.config_state or "no state"
+    duration = f" for {format_age(age)}" if age is not None else ""
+    operands = ", ".join(sorted(k for k, v in inv.paused_operands.items() if v.endswith("mig-change")))
+    return (
+        f"MIG change of {inv.name} to {inv.mig.config or '?'} is stuck ({state}{duration}) "
+        f"with {operands} paused and {inv.advertised_gpus} GPUs advertised; read the "
+        "nvidia-mig-manager logs, then re-apply or roll back nvidia.com/mig.config"
+    )
+
+
+def msg_device_plugin_no_gpus(inv: NodeInventory) -> str:
+    return (
+        f"device plugin on {inv.name} is Ready but the node advertises 0 GPUs; check the "
+        "device plugin logs and that the driver is loaded (nvidia-smi on the node)"
+    )
+
+
+def msg_advertised_short(inv: NodeInventory, short: Sequence[GpuResource]) -> str:
+    return (
+        f"{inv.name} advertises {_counts(short)} ({_expected_basis(inv)}); GPUs are "
+        "missing: check the device plugin pod and nvidia-smi on the node"
+    )
+
+
+def msg_advertised_short_paused(inv: NodeInventory, short: Sequence[GpuResource]) -> str:
+    paused = ", ".join(f"{k}={v}" for k, v in sorted(inv.paused_operands.items()))
+    return (
+        f"{inv.name} advertises {_counts(short)} while operands are paused ({paused}); "
+        "expected until the change finishes"
+    )
+
+
+def msg_advertised_short_changing(inv: NodeInventory, short: Sequence[GpuResource]) -> str:
+    change = (
+        f"driver upgrade state {inv.upgrade.state}"
+        if inv.upgrade.in_progress
+        else f"MIG config state {inv.mig.config_state}"
+    )
+    return (
+        f"{inv.name} advertises {_counts(short)} during {change}; recheck once it finishes"
+    )
+
+
+def msg_advertised_extra(inv: NodeInventory, extra: Sequence[GpuResource]) -> str:
+    return (
+        f"{inv.name} advertises more than its labels imply ({_counts(extra)}, "
+        f"{_expected_basis(inv)}); check the device plugin's sharing config and GFD labels"
+    )
+
+
+def msg_unhealthy_gpus(inv: NodeInventory, unhealthy: Sequence[GpuResource]) -> str:
+    detail = ", ".join(
+        f"{r.allocatable} of {r.capacity} {r.resource} allocatable" for r in unhealthy
+    )
+    return (
+        f"{inv.name}: {detail}; the device plugin marked devices unhealthy: look for XID "
+        "errors (dcgm-exporter DCGM_FI_DEV_XID_ERRORS, dmesg) and plan a drain"
+    )
+
+
+def msg_unpooled_nodes(pool: PoolInventory, *, label_key: str) -> str:
+    count = pool.nodes_total
+    nodes = "GPU node has" if count == 1 else "GPU nodes have"
+    return (
+        f"{count} {nodes} no {label_key} label, so no pool policy covers them; "
+        "label them to bring them under a pool"
+    )
+
+
+def msg_serving_auto_upgrade(pool: PoolInventory) -> str:
+    default = " (CRD default)" if pool.auto_upgrade.defaulted else ""
+    return (
+        f"serving pool {pool.name} has driver auto-upgrade on ({pool.auto_upgrade.source}"
+        f"{default}); the operator may restart drivers under live traffic: set "
+        "upgradePolicy.autoUpgrade=false and upgrade through gpuops"
+    )
+
+
+def msg_mixed_driver_versions(pool: PoolInventory) -> str:
+    owners = pool.driver_version_owners
+
+    def owned(version: str) -> str:
+        found = owners.get(version, ())
+        return f", {'/'.join(found)}-installed" if found else ""
+
+    versions = ", ".join(
+        f"{version} ({count} node{'' if count == 1 else 's'}{owned(version)})"
+        for version, count in pool.driver_versions.items()
+    )
+    host_only = [v for v in pool.driver_versions if owners.get(v) == ("host",)]
+    if host_only and len(host_only) < len(pool.driver_versions):
+        advice = ("the mix comes from host-installed drivers, not an upgrade in flight: move those "
+                  "nodes to the operator's driver or bring their host driver to the pool's version")
+    elif host_only:
+        advice = "every version is host-installed: bring the hosts to one version"
+    else:
+        advice = "finish or roll back the upgrade"
+    return f"pool {pool.name} runs mixed driver versions: {versions}; {advice}"
+
+
+def msg_no_gpu_operator(*, reason: str) -> str:
+    return (
+        f"no GPU Operator found: {reason}; gpuops shows GPU nodes but cannot manage "
+        "their drivers"
+    )
+
+
+def msg_duplicate_cluster_policies(cluster: ClusterInfo) -> str:
+    names = ", ".join(cluster.duplicate_cluster_policies)
+    return (
+        f"more than one ClusterPolicy: the operator uses {cluster.cluster_policy} and "
+        f"ignores {names}; delete the extra ones"
+    )
+
+
+def msg_cluster_policy_not_ready(cluster: ClusterInfo) -> str:
+    return (
+        f"ClusterPolicy {cluster.cluster_policy} is notReady; check its status.conditions "
+        "and the gpu-operator logs for the operand that is failing"
+    )
+
+
+# --------------------------------------------------------------------------------------
+# Cordons a finished run left behind (needs the runs, so not part of `summarize`)
+
+
+def cordons_left_behind(nodes: Iterable[NodeInventory], *, unfinished_runs: Iterable[str],
+                        now: dt.datetime) -> tuple[Finding, ...]:
+    """A warning per node still cordoned by gpuops for a run that is no longer running
+    (a failed validation, an abort): capacity out until someone looks."""
+    running = set(unfinished_runs)
+    return tuple(
+        Finding(severity="warning", code="cordon-left-behind", subject=inv.name, pool=inv.pool,
+                message=msg_cordon_left_behind(inv, now=now), command=f"/gpu uncordon {inv.name}")
+        for inv in nodes
+        if inv.cordoned and inv.cordon_run is not None and inv.cordon_run not in running
+    )
+
+
+def msg_cordon_left_behind(inv: NodeInventory, *, now: dt.datetime) -> str:
+    since = f" for {format_age(now - inv.cordoned_at)}" if inv.cordoned_at is not None else ""
+    return (f"{inv.name} has been cordoned by {inv.cordoned_by or 'gpuops'}{since} in {inv.cordon_run}, which "
+            f"is no longer running: {inv.advertised_gpus} GPUs out of service; check the run's outcome, "
+            f"then `/gpu uncordon {inv.name}`")

@@ -1,0 +1,80 @@
+"""Ages of node states that the cluster does not timestamp, from gpuops' own records.
+
+The GPU Operator labels a node's driver upgrade state and MIG change state, but says
+nothing of when it entered them. A finding such as "stuck in upgrade-required for 3h"
+needs that age, so gpuops notes the time it first saw each node in each state (in its
+database, so a restart does not make an old state young again) and the inventory ages
+states from that. A time gpuops itself wrote on the node wins (the simulator writes
+`gpuops.io/upgrade-state-since`), as do the controller's own start times.
+
+`FirstSeen.stamp(inventory, now)` is called by the watch cache whenever it assesses a node
+again (a node or its pods changed): in memory it is a dict lookup; the database is
+written only when a state changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import threading
+from collections.abc import Callable
+
+from storage import first_seen as stored
+from storage.database import Database
+from workflows.fleet.assessment import NodeInventory
+
+UPGRADE = "upgrade"
+MIG = "mig"
+# The state tracked for a node whose operands are paused for a MIG change but whose
+# mig.config.state says nothing (the wedge of gpu-operator#2833).
+PAUSED_FOR_MIG = "paused-for-mig-change"
+
+
+class FirstSeen:
+    """Thread-safe; `database` gives the calling thread's connection."""
+
+    def __init__(self, database: Callable[[], Database]) -> None:
+        self._database = database
+        self._lock = threading.Lock()
+        self._known: dict[tuple[str, str], tuple[str, dt.datetime]] | None = None
+
+    def _memory(self) -> dict[tuple[str, str], tuple[str, dt.datetime]]:
+        if self._known is None:
+            self._known = stored.load_all(self._database())
+        return self._known
+
+    def since(self, aspect: str, node: str, state: str | None, now: dt.datetime) -> dt.datetime | None:
+        """When `node` was first seen in `state` for `aspect` (now, if just now); None
+        and forgotten when it is in no state."""
+        key = (aspect, node)
+        with self._lock:
+            known = self._memory()
+            seen = known.get(key)
+            if state is None:
+                if seen is not None:
+                    del known[key]
+                    stored.forget(self._database(), aspect=aspect, node=node)
+                return None
+            if seen is not None and seen[0] == state:
+                return seen[1]
+            known[key] = (state, now)
+            stored.put(self._database(), aspect=aspect, node=node, state=state, since=now)
+            return now
+
+    def forget(self, node: str) -> None:
+        """The node is gone."""
+        for aspect in (UPGRADE, MIG):
+            self.since(aspect, node, None, dt.datetime.now(dt.timezone.utc))
+
+    def stamp(self, inv: NodeInventory, now: dt.datetime) -> NodeInventory:
+        """`inv` with its upgrade and MIG states aged from when gpuops first saw them,
+        where the node itself gives no time."""
+        upgrade_seen = self.since(UPGRADE, inv.name, inv.upgrade.state, now)
+        mig_state = inv.mig.config_state or (PAUSED_FOR_MIG if inv.paused_for_mig_change else None)
+        mig_seen = self.since(MIG, inv.name, mig_state, now)
+        changes = {}
+        if inv.upgrade.since is None and upgrade_seen is not None:
+            changes["upgrade"] = dataclasses.replace(inv.upgrade, since=upgrade_seen)
+        if inv.mig.since is None and mig_seen is not None:
+            changes["mig"] = dataclasses.replace(inv.mig, since=mig_seen)
+        return dataclasses.replace(inv, **changes) if changes else inv

@@ -1,0 +1,169 @@
+"""The fleet summary: node assessments folded into pools, cluster facts and findings.
+
+`summarize(...)` folds the node inventories (`fleet.assessment.assess_node`) into pools
+and findings in one pass; `build_fleet(snapshot)` chains context, assessment and summary
+for callers that hold a whole snapshot. No clock: time is the `now` argument."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from workflows.fleet import findings as findings_mod
+from workflows.fleet.assessment import (
+    UNPOOLED,
+    AutoUpgradeSetting,
+    AutoUpgradeState,
+    ClusterInfo,
+    FleetContext,
+    InventorySettings,
+    NodeInventory,
+    PoolInventory,
+    _say_no_driver_cr_for_pool,
+    assess_node,
+    fleet_context,
+    group_pods_by_node,
+    is_gpu_node,
+)
+from workflows.fleet.findings import Finding
+from workflows.kube.objects import ClusterSnapshot, NodeName, PoolName
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Fleet:
+    cluster: ClusterInfo
+    pools: tuple[PoolInventory, ...]  # by name, "unpooled" last
+    nodes: Mapping[NodeName, NodeInventory]  # GPU nodes only, by name
+    findings: tuple[Finding, ...]  # critical, warning, info; then by subject
+
+    def pool(self, name: str) -> PoolInventory | None:
+        return next((p for p in self.pools if p.name == name), None)
+
+    def findings_about(self, subject: str) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.subject == subject)
+
+
+@dataclass(slots=True)
+class _PoolTally:
+    nodes: list[NodeName] = field(default_factory=list)
+    ready: int = 0
+    physical: int = 0
+    expected: int = 0
+    advertised: int = 0
+    allocatable: int = 0
+    requested: int = 0
+    versions: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    owners: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
+    nvidia_drivers: set[str] = field(default_factory=set)
+
+
+def summarize(
+    nodes: Mapping[NodeName, NodeInventory],
+    *,
+    context: FleetContext,
+    settings: InventorySettings,
+    now: dt.datetime,
+    node_findings: Mapping[NodeName, tuple[Finding, ...]] | None = None,
+) -> Fleet:
+    """Pools, cluster info and findings from node inventories, in one pass.
+
+    `node_findings` lets a cache pass findings it memoized per node; nodes missing from
+    it are checked here.
+    """
+    tallies: dict[PoolName, _PoolTally] = defaultdict(_PoolTally)
+    found: list[Finding] = []
+    gpu_nodes: dict[NodeName, NodeInventory] = {}
+    for name in sorted(nodes):
+        inventory = nodes[name]
+        if not inventory.gpu_node:
+            continue
+        gpu_nodes[name] = inventory
+        tally = tallies[inventory.pool]
+        tally.nodes.append(name)
+        tally.ready += inventory.ready is True
+        tally.physical += inventory.physical_gpus or 0
+        tally.expected += inventory.expected_advertised or 0
+        tally.advertised += inventory.advertised_gpus
+        tally.allocatable += inventory.allocatable_gpus
+        tally.requested += inventory.requested_gpus
+        version = inventory.effective_driver_version
+        if version:
+            tally.versions[version] += 1
+            tally.owners[version].add(inventory.driver.owner)
+        if inventory.driver.nvidia_driver:
+            tally.nvidia_drivers.add(inventory.driver.nvidia_driver)
+        memo = node_findings.get(name) if node_findings is not None else None
+        found.extend(
+            memo
+            if memo is not None
+            else findings_mod.node_findings(inventory, settings=settings, now=now)
+        )
+
+    pools = tuple(
+        PoolInventory(
+            name=pool,
+            kind=None if pool == UNPOOLED else settings.kind_of(pool),
+            nodes=tuple(tally.nodes),
+            nodes_ready=tally.ready,
+            gpus_physical=tally.physical,
+            gpus_expected=tally.expected,
+            gpus_advertised=tally.advertised,
+            gpus_allocatable=tally.allocatable,
+            gpus_requested=tally.requested,
+            driver_versions=MappingProxyType(dict(sorted(tally.versions.items()))),
+            auto_upgrade=_pool_auto_upgrade(tally.nvidia_drivers, context=context),
+            driver_version_owners=MappingProxyType({v: tuple(sorted(o)) for v, o in sorted(tally.owners.items())}),
+        )
+        for pool, tally in sorted(tallies.items(), key=lambda item: (item[0] == UNPOOLED, item[0]))
+    )
+    for pool_inventory in pools:
+        found.extend(findings_mod.pool_findings(pool_inventory, settings=settings))
+    found.extend(findings_mod.cluster_findings(context.cluster))
+    return Fleet(
+        cluster=context.cluster,
+        pools=pools,
+        nodes=MappingProxyType(gpu_nodes),
+        findings=findings_mod.sort_findings(found),
+    )
+
+
+def _pool_auto_upgrade(nvidia_drivers: set[str], *, context: FleetContext) -> AutoUpgradeSetting:
+    if not context.cluster.uses_nvidia_driver_crds:
+        return context.cluster_policy_auto_upgrade
+    settings = [d.auto_upgrade for name in sorted(nvidia_drivers) if (d := context.nvidia_driver_named(name))]
+    if not settings:
+        return AutoUpgradeSetting(state="unknown", source=_say_no_driver_cr_for_pool())
+    if len(settings) == 1:
+        return settings[0]
+    # Nodes of one pool under different CRs: any CR that upgrades on its own is the
+    # risk worth showing, so "on" wins and the source names every CR.
+    state: AutoUpgradeState = "on" if any(s.state == "on" for s in settings) else "off"
+    return AutoUpgradeSetting(
+        state=state,
+        source=", ".join(f"{s.source} ({s.state})" for s in settings),
+        defaulted=any(s.defaulted for s in settings),
+    )
+
+
+def build_fleet(
+    snapshot: ClusterSnapshot, *, settings: InventorySettings, now: dt.datetime
+) -> Fleet:
+    context = fleet_context(snapshot, settings=settings)
+    pods_by_node = group_pods_by_node(snapshot.pods)
+    nodes = {
+        name: assess_node(
+            node,
+            pods_on_node=pods_by_node.get(name, ()),
+            context=context,
+            settings=settings,
+            now=now,
+        )
+        for name, node in snapshot.nodes.items()
+        if is_gpu_node(node)
+    }
+    return summarize(nodes, context=context, settings=settings, now=now)
+
+

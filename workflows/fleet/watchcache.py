@@ -1,0 +1,452 @@
+"""A watch-backed cache of what the inventory reads: every node, the GPU Operator's
+operand pods and every pod that asks for a GPU, the operator Deployment, ClusterPolicies
+and NVIDIADrivers.
+
+Each resource is listed once as raw JSON, decoded straight into the schema of what
+gpuops reads of it (`workflows.wire`), then watched from that list's resourceVersion;
+a watch that ends is resumed from the last version seen, and one whose version expired
+(410) is replaced by a fresh list whose differences (including deletions) are applied,
+so no change is lost. The fleet view is memoized per node: a
+node is assessed again only when it or a pod on it changed, or when cluster-level
+objects changed.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import random
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from workflows.fleet import assessment as inv
+from workflows.fleet.first_seen import FirstSeen
+from workflows.fleet.summary import Fleet, summarize
+from workflows.kube import wire
+from workflows.kube.errors import Gone, KubeError, NotFound
+from workflows.kube.gateway import (
+    CLUSTER_POLICIES,
+    DEPLOYMENTS,
+    NODES,
+    NVIDIA_DRIVERS,
+    PODS,
+    KubeGateway,
+    gc_paused,
+)
+from workflows.kube.objects import (
+    ClusterSnapshot,
+    CustomObject,
+    DeploymentObject,
+    NodeName,
+    NodeObject,
+    PodObject,
+)
+
+log = logging.getLogger("gpuops.watchcache")
+
+_OPERAND_APPS = frozenset({"nvidia-device-plugin-daemonset", "nvidia-operator-validator"})
+OPERATOR_DEPLOYMENT_SELECTOR = "app=gpu-operator"
+# Seconds between attempts to reach the API while it does not answer.
+_BACKOFF_MIN = 0.5
+_BACKOFF_MAX = 30.0
+
+
+def _keep_pod(pod: wire.PodWire, operator_namespace: str | None) -> bool:
+    """Operator pods and GPU-requesting pods; the rest of a big cluster stays out."""
+    meta = wire.meta_of(pod)
+    labels = wire.labels_of(meta)
+    if operator_namespace and meta.namespace == operator_namespace:
+        return True
+    if labels.get("app.kubernetes.io/component") == "nvidia-driver" or labels.get("app") in _OPERAND_APPS:
+        return True
+    return bool(wire.gpu_requests(wire.pod_spec_of(pod)))
+
+
+@dataclass
+class _Resource:
+    name: str
+    path: str
+    schema: type[Any]  # what is read of each object (workflows.wire)
+    label_selector: str | None = None
+    optional: bool = False  # a CRD that may not be installed
+    store: dict[str, Any] = field(default_factory=dict)
+    resource_version: str = ""
+    available: bool = True
+    relists: int = 0
+    bookmarks: int = 0
+    watches: int = 0  # watches opened
+    # Since when the API has not answered this resource's list or watch (None: it does).
+    lost_since: float | None = None
+    synced: threading.Event = field(default_factory=threading.Event)
+
+
+class FleetCache:
+    """Start once, then ask `fleet(now)` as often as needed."""
+
+    def __init__(self, gateway: KubeGateway, *, settings: inv.InventorySettings,
+                 operator_namespace: str | None = None, watch_timeout: int = 300,
+                 first_seen: FirstSeen | None = None) -> None:
+        self._gateway = gateway
+        # Ages of upgrade and MIG states from gpuops' own records (None: only what the
+        # nodes say; see workflows.first_seen).
+        self._first_seen = first_seen
+        self._settings = settings
+        self._configured_namespace = operator_namespace
+        self._watch_timeout = watch_timeout
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._resources = {
+            "nodes": _Resource("nodes", NODES, wire.NodeWire),
+            "pods": _Resource("pods", PODS, wire.PodWire),
+            "deployments": _Resource("deployments", DEPLOYMENTS, wire.DeploymentWire,
+                                     label_selector=OPERATOR_DEPLOYMENT_SELECTOR),
+            "clusterpolicies": _Resource("clusterpolicies", CLUSTER_POLICIES, wire.CustomObjectWire, optional=True),
+            "nvidiadrivers": _Resource("nvidiadrivers", NVIDIA_DRIVERS, wire.CustomObjectWire, optional=True),
+        }
+        self._pods_by_node: dict[NodeName, set[str]] = defaultdict(set)
+        self._dirty: set[NodeName] = set()
+        self._context_dirty = True
+        self._context: inv.FleetContext | None = None
+        self._assessed: dict[NodeName, inv.NodeInventory] = {}
+        self._fleet: Fleet | None = None
+        self._fleet_at: dt.datetime | None = None
+        self._generation = 0
+        self._fleet_generation = -1
+        self._listeners: list[Callable[[str, str, Any], None]] = []
+        self._open_watches: dict[str, Any] = {}
+
+    # --- lifecycle -------------------------------------------------------------------
+    def start(self, *, watch: bool = True) -> FleetCache:
+        """List everything, then keep it current with watches.
+
+        Pods and the cluster-level objects are listed first (in parallel); nodes come
+        last and are assessed page by page while the next page is on its way, so the
+        first fleet view costs one summary pass, not 5,000 assessments. The garbage
+        collector pauses meanwhile, and what was listed is frozen out of its sight (see
+        `gc_paused`): walking the million objects of a big fleet again and again would
+        cost more than the assessments."""
+        with gc_paused(keep=True):
+            self._initial_list()
+        if watch:
+            self.watch()
+        return self
+
+    def _initial_list(self) -> None:
+        context_ready = threading.Event()
+        first = [r for name, r in self._resources.items() if name != "nodes"]
+        listers = [threading.Thread(target=self._list, args=(r,), daemon=True) for r in first]
+        nodes = threading.Thread(target=self._list, args=(self._resources["nodes"],),
+                                 kwargs={"assess_when": context_ready}, daemon=True)
+        for thread in [*listers, nodes]:
+            thread.start()
+        for thread in listers:
+            thread.join()
+        with self._lock:
+            self._refresh_context(dt.datetime.now(dt.timezone.utc))
+        context_ready.set()
+        nodes.join()
+        errors = [r.name for r in self._resources.values() if not r.synced.is_set()]
+        if errors:
+            raise KubeError(f"could not list {', '.join(errors)}; see the log for the API's answer")
+
+    def watch(self) -> None:
+        """Start (or, after `stop`, resume) watching from the last version seen."""
+        self._stop.clear()
+        for resource in self._resources.values():
+            thread = threading.Thread(target=self._watch_loop, args=(resource,),
+                                      name=f"watch-{resource.name}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self) -> None:
+        """Stop watching; what was seen stays in the cache."""
+        self._stop.set()
+        for response in list(self._open_watches.values()):
+            try:
+                response.shutdown()
+            except (RuntimeError, ValueError, OSError):
+                # NB: the watch ended on its own meanwhile (its connection is back in the
+                # pool, or never had a socket to cut): nothing left to stop.
+                pass
+        self._gateway.close_idle_connections()
+        for thread in self._threads:
+            thread.join(timeout=5)
+        self._threads.clear()
+        self._open_watches.clear()
+
+    def add_listener(self, listener: Callable[[str, str, Any], None]) -> None:
+        """Called with (resource, event type, view) after each change is applied; the
+        engine and notifier react to events this way instead of polling."""
+        self._listeners.append(listener)
+
+    def relists(self, resource: str) -> int:
+        return self._resources[resource].relists
+
+    def bookmarks(self, resource: str) -> int:
+        """Watch BOOKMARK events seen for `resource` (the API server sends one about every
+        minute, and shortly before a watch times out)."""
+        return self._resources[resource].bookmarks
+
+    def watches(self, resource: str) -> int:
+        """Watches of `resource` opened so far (one more each time the server ends one)."""
+        return self._resources[resource].watches
+
+    # --- losing and regaining the API: one line each way per resource, never one per retry
+    def _lost(self, resource: _Resource, what: str, err: KubeError) -> None:
+        if resource.lost_since is None:
+            resource.lost_since = time.monotonic()
+            log.warning("%s of %s failed: %s; trying again with backoff (up to %.0f s apart)",
+                        what, resource.name, err, _BACKOFF_MAX)
+        else:
+            log.debug("%s of %s failed again: %s", what, resource.name, err)
+
+    def _answered(self, resource: _Resource) -> None:
+        if resource.lost_since is not None:
+            log.info("%s: the API answers again after %.0f s", resource.name, time.monotonic() - resource.lost_since)
+            resource.lost_since = None
+
+    # --- listing and watching ----------------------------------------------------------
+    def _list(self, resource: _Resource, *, assess_when: threading.Event | None = None) -> bool:
+        """List `resource` into the cache. With `assess_when`, nodes are also assessed as
+        their pages arrive, once that event says pods and cluster objects are in."""
+        fresh: dict[str, Any] = {}
+        early: dict[NodeName, inv.NodeInventory] = {}
+        waiting: list[NodeObject] = []
+        now = dt.datetime.now(dt.timezone.utc)
+
+        def assess_waiting() -> None:
+            if assess_when is None or not assess_when.is_set() or self._context is None:
+                return
+            for node in waiting:
+                early[node.name] = self._assess(node, self.pods_on(node.name), now)
+            waiting.clear()
+
+        def convert(items: list[Any]) -> None:
+            for obj in items:
+                view = self._convert(resource, obj)
+                if view is not None:
+                    fresh[self._key(obj)] = view
+                    if assess_when is not None:
+                        waiting.append(view)
+            assess_waiting()
+
+        try:
+            result = self._gateway.list(resource.path, label_selector=resource.label_selector, on_page=convert,
+                                        schema=resource.schema)
+        except NotFound:
+            if not resource.optional:
+                raise
+            with self._lock:
+                if resource.available or not resource.synced.is_set():
+                    resource.available = False
+                    self._replace(resource, {})
+                    self._context_dirty = True
+            resource.synced.set()
+            return False
+        except KubeError as err:
+            self._lost(resource, "listing", err)
+            return False
+        self._answered(resource)
+        if assess_when is not None:
+            assess_when.wait()
+            assess_waiting()
+        with self._lock:
+            resource.available = True
+            self._replace(resource, fresh)
+            resource.resource_version = result.resource_version
+            if early and not self._context_dirty:
+                self._assessed.update(early)
+                self._dirty.difference_update(early)
+        resource.synced.set()
+        return True
+
+    def _watch_loop(self, resource: _Resource) -> None:
+        backoff = _BACKOFF_MIN
+        while not self._stop.is_set():
+            if not resource.available:
+                # A CRD that is not installed: look again now and then.
+                if self._stop.wait(30):
+                    return
+                self._list(resource)
+                continue
+            version = resource.resource_version
+
+            def opened(response: Any, resource: _Resource = resource) -> None:
+                self._open_watches[resource.name] = response
+                if 200 <= response.status <= 299:
+                    resource.watches += 1
+                    self._answered(resource)
+
+            try:
+                for event in self._gateway.watch(
+                    resource.path, resource_version=version, timeout_seconds=self._watch_timeout,
+                    label_selector=resource.label_selector, schema=resource.schema, on_open=opened,
+                ):
+                    if self._stop.is_set():
+                        return
+                    self._apply(resource, event.type, event.object)
+                    backoff = _BACKOFF_MIN
+            except Gone:
+                log.info("watch of %s expired at %s; listing again", resource.name, version)
+                resource.relists += 1
+                if not self._list(resource):
+                    self._stop.wait(backoff)
+                    backoff = min(backoff * 2, _BACKOFF_MAX)
+            except KubeError as err:
+                if self._stop.is_set():
+                    return
+                self._lost(resource, "watch", err)
+                self._stop.wait(backoff * (1 + random.random() * 0.2))
+                backoff = min(backoff * 2, _BACKOFF_MAX)
+                if isinstance(err, NotFound) and resource.optional:
+                    with self._lock:
+                        resource.available = False
+                        self._replace(resource, {})
+                        self._context_dirty = True
+
+    def _apply(self, resource: _Resource, kind: str, obj: Any) -> None:
+        version = wire.meta_of(obj).resourceVersion
+        if kind == "BOOKMARK":
+            resource.bookmarks += 1
+            if version:
+                resource.resource_version = version
+            return
+        key = self._key(obj)
+        view = None if kind == "DELETED" else self._convert(resource, obj)
+        with self._lock:
+            old = resource.store.get(key)
+            if view is None:
+                if old is not None:
+                    del resource.store[key]
+                    self._touch(resource, key, old, None)
+            else:
+                resource.store[key] = view
+                self._touch(resource, key, old, view)
+            if version:
+                resource.resource_version = version
+        for listener in self._listeners:
+            listener(resource.name, kind, view if view is not None else old)
+
+    def _replace(self, resource: _Resource, fresh: dict[str, Any]) -> None:
+        for key in set(resource.store) - set(fresh):
+            self._touch(resource, key, resource.store.pop(key), None)
+        for key, view in fresh.items():
+            old = resource.store.get(key)
+            if old != view:
+                resource.store[key] = view
+                self._touch(resource, key, old, view)
+
+    def _touch(self, resource: _Resource, key: str, old: Any, new: Any) -> None:
+        """Mark what a change invalidates (called with the lock held)."""
+        self._generation += 1
+        if resource.name == "nodes":
+            self._dirty.add(NodeName(key))
+            if new is None:
+                self._assessed.pop(NodeName(key), None)
+        elif resource.name == "pods":
+            for pod in (old, new):
+                if pod is not None and pod.node_name:
+                    self._dirty.add(pod.node_name)
+            if old is not None and old.node_name:
+                self._pods_by_node[old.node_name].discard(key)
+            if new is not None and new.node_name:
+                self._pods_by_node[new.node_name].add(key)
+        else:
+            self._context_dirty = True
+
+    def _key(self, obj: Any) -> str:
+        return wire.object_key(obj)
+
+    def _convert(self, resource: _Resource, obj: Any) -> Any:
+        if resource.name == "nodes":
+            return wire.node_view(obj)
+        if resource.name == "pods":
+            return wire.pod_view(obj) if _keep_pod(obj, self.operator_namespace) else None
+        if resource.name == "deployments":
+            return wire.deployment_view(obj)
+        return wire.custom_object_view(obj)
+
+    # --- reading -----------------------------------------------------------------------
+    @property
+    def operator_namespace(self) -> str | None:
+        if self._configured_namespace:
+            return self._configured_namespace
+        for policy in self._resources["clusterpolicies"].store.values():
+            namespace = policy.status.get("namespace")
+            if namespace:
+                return str(namespace)
+        for deployment in self._resources["deployments"].store.values():
+            return deployment.namespace
+        return None
+
+    def snapshot(self, now: dt.datetime) -> ClusterSnapshot:
+        with self._lock:
+            return self._snapshot(now)
+
+    def _snapshot(self, now: dt.datetime) -> ClusterSnapshot:
+        namespace = self.operator_namespace
+        deployments: list[DeploymentObject] = [
+            d for d in self._resources["deployments"].store.values() if namespace is None or d.namespace == namespace
+        ]
+        policies: list[CustomObject] = list(self._resources["clusterpolicies"].store.values())
+        return ClusterSnapshot(
+            nodes=dict(self._resources["nodes"].store),
+            pods=tuple(self._resources["pods"].store.values()),
+            operator_namespace=namespace,
+            operator_deployment=deployments[0] if deployments else None,
+            operator_crds_installed=self._resources["clusterpolicies"].available,
+            cluster_policies=tuple(policies),
+            nvidia_drivers=tuple(self._resources["nvidiadrivers"].store.values()),
+            taken_at=now,
+        )
+
+    def _refresh_context(self, now: dt.datetime) -> None:
+        """Cluster-level facts every node assessment uses (called with the lock held)."""
+        self._context = inv.fleet_context(self._snapshot(now), settings=self._settings)
+        self._context_dirty = False
+
+    def node(self, name: str) -> NodeObject | None:
+        with self._lock:
+            return self._resources["nodes"].store.get(name)
+
+    def pods_on(self, node: str) -> list[PodObject]:
+        with self._lock:
+            store = self._resources["pods"].store
+            return [store[k] for k in self._pods_by_node.get(NodeName(node), ()) if k in store]
+
+    def _assess(self, node: NodeObject, pods: list[PodObject], now: dt.datetime) -> inv.NodeInventory:
+        assert self._context is not None
+        assessed = inv.assess_node(node, pods_on_node=pods, context=self._context, settings=self._settings, now=now)
+        return self._first_seen.stamp(assessed, now) if self._first_seen is not None else assessed
+
+    def fleet(self, now: dt.datetime, *, max_age: dt.timedelta = dt.timedelta(seconds=5)) -> Fleet:
+        """The fleet view. Reused as it is while nothing changed and it is younger than
+        `max_age` (ages in findings move with time); otherwise only changed nodes are
+        assessed again."""
+        with self._lock:
+            if (self._fleet is not None and self._fleet_generation == self._generation
+                    and self._fleet_at is not None and dt.timedelta(0) <= now - self._fleet_at < max_age):
+                return self._fleet
+            nodes = self._resources["nodes"].store
+            pods = self._resources["pods"].store
+            if self._context_dirty or self._context is None:
+                self._refresh_context(now)
+                self._dirty = set(nodes)
+            for name in self._dirty:
+                node = nodes.get(name)
+                if node is None:
+                    if self._assessed.pop(name, None) is not None and self._first_seen is not None:
+                        self._first_seen.forget(name)
+                    continue
+                on_node = [pods[k] for k in self._pods_by_node.get(name, ()) if k in pods]
+                self._assessed[name] = self._assess(node, on_node, now)
+            self._dirty.clear()
+            self._fleet = summarize(self._assessed, context=self._context, settings=self._settings, now=now)
+            self._fleet_at = now
+            self._fleet_generation = self._generation
+            return self._fleet

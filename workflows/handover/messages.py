@@ -1,0 +1,283 @@
+"""Every sentence a person reads about handovers, in one place: the checklist's lines (the
+template lays them out), acknowledgement answers, reminders and escalations.
+
+Times are shown in the rotation's time zone ("Sat 07 Jun 14:00 CEST"), because the
+people on shift think in it. Nothing here decides anything.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import zoneinfo
+from collections.abc import Sequence
+
+from workflows.fleet.findings import format_age
+
+
+def when(at: dt.datetime, zone: zoneinfo.ZoneInfo | dt.tzinfo) -> str:
+    return at.astimezone(zone).strftime("%a %d %b %H:%M %Z")
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
+# --- commands the items link to --------------------------------------------------------
+
+
+def request_command(request_id: str) -> str:
+    return f"/gpu request {request_id}"
+
+
+def node_command(node: str) -> str:
+    return f"/gpu node {node}"
+
+
+def pool_command(pool: str) -> str:
+    return f"/gpu status {pool}"
+
+
+def history_command(rotation: str) -> str:
+    return f"/gpu handover history {rotation}"
+
+
+# --- cluster ---------------------------------------------------------------------------
+
+
+def operator_fact(version: str | None, namespace: str | None, found: bool) -> str:
+    if not found:
+        return "no GPU Operator found"
+    return f"{version or 'unknown version'} in {namespace or 'an unknown namespace'}"
+
+
+def cluster_policy_fact(name: str | None, state: str | None) -> str:
+    if name is None:
+        return "none"
+    return f"{name} ({state or 'no state reported'})"
+
+
+def owner_fact(owner: str | None) -> str:
+    return owner or "not set (configure cluster.cluster_policy_owner)"
+
+
+# --- cordons ---------------------------------------------------------------------------
+
+
+def cordoned_by_hand(node: str, *, since: dt.datetime | None, now: dt.datetime,
+                     zone: zoneinfo.ZoneInfo) -> str:
+    if since is None:
+        seen = "first seen cordoned at this handover"
+    else:
+        seen = f"cordoned for at least {format_age(now - since)} (seen since {when(since, zone)})"
+    return f"{node} is cordoned by hand, not by gpuops; {seen}: find out why and who will uncordon it"
+
+
+def cordon_left_behind(node: str, *, by: str | None, run: str | None) -> str:
+    # NB: `by` is what the mark says, "gpuops for alice": not "by gpuops by gpuops".
+    who = by if by and by.startswith("gpuops") else f"gpuops{f' ({by})' if by else ''}"
+    what = f" in {run}, which is no longer running" if run else ""
+    return (
+        f"{node} is still cordoned by {who}{what}; check the run's outcome, then "
+        f"`/gpu uncordon {node}` or hand it to someone"
+    )
+
+
+def cordoned_for_run(node: str, *, run: str, at: dt.datetime | None, now: dt.datetime) -> str:
+    since = f" for {format_age(now - at)}" if at is not None else ""
+    return f"{node} is cordoned by gpuops{since} for {run}, which is in flight"
+
+
+# --- requests and runs -----------------------------------------------------------------
+
+
+def approval_waiting(*, request_id: str, kind: str, pool: str, counted: int, required: int,
+                     expires_at: dt.datetime, window_start: dt.datetime | None, in_shift: bool,
+                     now: dt.datetime, zone: zoneinfo.ZoneInfo) -> str:
+    missing = max(required - counted, 0)
+    if expires_at <= now:
+        expiry = f"its approval deadline passed at {when(expires_at, zone)}"
+    else:
+        expiry = f"expires {when(expires_at, zone)} (in {format_age(expires_at - now)})"
+    window = ""
+    if window_start is not None:
+        window = f"; window {when(window_start, zone)}" + (" (this shift)" if in_shift else "")
+    return (
+        f"{request_id}: {kind} of {pool} waits for {_plural(missing, 'more approval')} "
+        f"({counted}/{required}); {expiry}{window}"
+    )
+
+
+def window_coming(*, request_id: str, kind: str, pool: str, state: str, start: dt.datetime,
+                  end: dt.datetime | None, approvers: Sequence[str],
+                  zone: zoneinfo.ZoneInfo) -> str:
+    span = when(start, zone) + (f" – {end.astimezone(zone).strftime('%H:%M')}" if end else "")
+    approved = f", approved by {', '.join(approvers)}" if approvers else ""
+    return f"{request_id}: {kind} of {pool}, window {span} ({state}{approved})"
+
+
+def run_line(*, run_id: str, request_id: str, kind: str, pool: str, state: str, dry_run: bool,
+             step: str | None, done: int, total: int, halted_reason: str | None) -> str:
+    dry = " (dry run)" if dry_run else ""
+    head = f"{run_id}{dry}: {kind} of {pool} for {request_id}"
+    progress = f"{done}/{total} steps done"
+    if state == "paused":
+        why = f": {halted_reason}" if halted_reason else ""
+        return f"{head} is paused{why}; {progress}. Resume or abort it"
+    if state == "pending":
+        return f"{head} waits to start; {progress}"
+    return f"{head}: {step or 'between steps'}; {progress}"
+
+
+def step_line(*, kind: str, node: str, wave: int, state: str, attempt: int,
+              started_at: dt.datetime | None, now: dt.datetime, more_running: int) -> str:
+    since = f" for {format_age(now - started_at)}" if started_at and state == "running" else ""
+    tries = f", attempt {attempt}" if attempt > 1 else ""
+    more = f" (and {more_running} more running)" if more_running else ""
+    verb = "running" if state == "running" else "next"
+    return f"wave {wave}, {kind} on {node} {verb}{since}{tries}{more}"
+
+
+def last_drain(*, request_id: str, kind: str, at: dt.datetime, nodes: int, outcome: str,
+               now: dt.datetime, zone: zoneinfo.ZoneInfo) -> str:
+    return (
+        f"last drained {when(at, zone)} ({format_age(now - at)} ago): "
+        f"{_plural(nodes, 'node')} by {request_id} ({kind}, {outcome})"
+    )
+
+
+def no_drains() -> str:
+    return "no drains recorded"
+
+
+# --- changes since the previous handover ----------------------------------------------
+
+
+def resolved(code: str, subject: str) -> str:
+    return f"{code} on {subject} is resolved"
+
+
+# --- acknowledgements, reminders, escalations -----------------------------------------
+
+
+def posted_text(*, rotation: str, shift: str, shift_start: dt.datetime, late: bool,
+                needs_action: int, zone: zoneinfo.ZoneInfo) -> str:
+    state = f"{needs_action} need action" if needs_action else "nothing needs action"
+    lateness = " (posted late)" if late else ""
+    return f"Handover to the {shift} shift of {rotation}, {when(shift_start, zone)}{lateness}: {state}"
+
+
+def acknowledged(*, name: str, shift: str) -> str:
+    return f"Acknowledged: {name} takes over as the {shift} shift."
+
+
+def ack_not_counted(*, name: str, shift: str) -> str:
+    return (
+        f"Recorded, but it does not count: {name} is not on the incoming {shift} shift. "
+        "Someone on that shift still needs to acknowledge."
+    )
+
+
+def ack_already_yours(*, name: str, acked_at: dt.datetime, zone: zoneinfo.ZoneInfo) -> str:
+    return f"{name} acknowledged this handover already, at {when(acked_at, zone)}."
+
+
+def ack_already(*, name: str, acked_by: str, acked_at: dt.datetime,
+                zone: zoneinfo.ZoneInfo) -> str:
+    return (
+        f"Recorded {name}'s acknowledgement too; {acked_by} already acknowledged at "
+        f"{when(acked_at, zone)}."
+    )
+
+
+def acknowledged_footer(*, name: str, at: dt.datetime, zone: zoneinfo.ZoneInfo) -> str:
+    return f"Acknowledged by {name} at {when(at, zone)}"
+
+
+def not_acknowledged_footer(*, shift: str) -> str:
+    return f"Waiting for someone on the {shift} shift to acknowledge"
+
+
+def audit_head_footer(head: str) -> str:
+    return f"Audit chain head {head} (`gpuops audit verify --expected {head}` checks it later)"
+
+
+def reminder(*, shift: str, waited: dt.timedelta) -> str:
+    return (
+        f"Reminder: nobody on the {shift} shift has acknowledged this handover after "
+        f"{format_age(waited)}. Read it and press Acknowledge."
+    )
+
+
+def escalation(*, rotation: str, shift: str, waited: dt.timedelta) -> str:
+    return (
+        f"Escalation: the {shift} shift of {rotation} has not acknowledged its handover "
+        f"after {format_age(waited)}, despite a reminder. Please make sure someone has taken over."
+    )
+
+
+def unknown_handover(handover_id: int) -> str:
+    return f"No handover has id {handover_id}."
+
+
+def unknown_rotation(name: str, known: Sequence[str]) -> str:
+    listed = ", ".join(known) if known else "none are configured"
+    return f"No rotation named {name!r} (rotations: {listed})."
+
+
+def which_rotation(known: Sequence[str]) -> str:
+    return f"Several rotations are configured; name one: {', '.join(known)}."
+
+
+def no_rotations() -> str:
+    return "No handover rotations are configured (add `rotations:` to the configuration)."
+
+
+# --- the /gpu handover commands --------------------------------------------------------
+
+
+def default_title(shift: str) -> str:
+    return f"Handover to the {shift} shift"
+
+
+def handover_usage(words: int) -> str:
+    return f"handover takes at most one rotation name, got {words} words"
+
+
+def history_usage() -> str:
+    return "name one rotation, then optionally how many handovers to show (digits 0-9, e.g. 20)"
+
+
+def history_count(count: int, *, most: int) -> str:
+    return f"show between 1 and {most} handovers, not {count}"
+
+
+def history_title(rotation: str) -> str:
+    return f"Handovers of {rotation}"
+
+
+def no_history() -> str:
+    return "No handovers posted yet."
+
+
+def history_summary(shown: int, *, acknowledged: int, late: int) -> str:
+    return f"Last {shown}: {acknowledged} acknowledged, {late} posted late"
+
+
+def history_posted(*, late: bool, missed: int, in_slack: bool) -> str:
+    text = "late" if late else "on time"
+    if missed:
+        text += f", {missed} missed before"
+    if not in_slack:
+        text += " (not in Slack yet)"
+    return text
+
+
+def history_acks(*, counted: int, not_counted: int) -> str:
+    text = f"{counted} counted"
+    if not_counted:
+        text += f", {not_counted} not on shift"
+    return text
+
+
+def nobody_yet() -> str:
+    return "nobody yet"

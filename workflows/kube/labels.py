@@ -1,0 +1,50 @@
+"""Names the GPU Operator, GFD, the MIG manager and gpuops itself put on Kubernetes
+objects: labels, annotations, pod selectors and the values gpuops compares against. One
+definition each (shared/reference/gpu-operator/FACTS.md is where they come from); every
+package reads them from here."""
+
+from __future__ import annotations
+
+LABEL_GPU_PRESENT = "nvidia.com/gpu.present"
+LABEL_GPU_COUNT = "nvidia.com/gpu.count"
+LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
+LABEL_GPU_REPLICAS = "nvidia.com/gpu.replicas"
+LABEL_SHARING_STRATEGY = "nvidia.com/gpu.sharing-strategy"
+LABEL_DRIVER_VERSION_FULL = "nvidia.com/cuda.driver-version.full"
+LABELS_DRIVER_VERSION_PARTS = (
+    "nvidia.com/cuda.driver-version.major",
+    "nvidia.com/cuda.driver-version.minor",
+    "nvidia.com/cuda.driver-version.revision",
+)
+# Older GFD releases, still seen on 25.x clusters.
+LABELS_DRIVER_VERSION_PARTS_OLD = (
+    "nvidia.com/cuda.driver.major",
+    "nvidia.com/cuda.driver.minor",
+    "nvidia.com/cuda.driver.rev",
+)
+LABEL_MIG_CAPABLE = "nvidia.com/mig.capable"
+LABEL_MIG_STRATEGY = "nvidia.com/mig.strategy"
+LABEL_MIG_CONFIG = "nvidia.com/mig.config"
+LABEL_MIG_CONFIG_STATE = "nvidia.com/mig.config.state"
+LABEL_DEPLOY_PREFIX = "nvidia.com/gpu.deploy."
+LABEL_DEPLOY_DRIVER = "nvidia.com/gpu.deploy.driver"
+LABEL_DEPLOY_OPERANDS = "nvidia.com/gpu.deploy.operands"
+LABEL_UPGRADE_STATE = "nvidia.com/gpu-driver-upgrade-state"
+LABEL_DRIVER_CR_OWNER = "nvidia.com/gpu-operator.driver.owner"
+
+ANNOTATION_CORDONED_BY = "gpuops.io/cordoned-by"
+ANNOTATION_UPGRADE_STATE_SINCE = "gpuops.io/upgrade-state-since"
+ANNOTATION_MIG_STATE_SINCE = "gpuops.io/mig-state-since"
+ANNOTATION_OWNER = "gpuops.io/owner"
+# The upgrade controller's own start times (unix seconds), used when gpuops has not
+# recorded when the state began.
+ANNOTATION_WAIT_FOR_JOBS_START = "nvidia.com/gpu-driver-upgrade-wait-for-pod-completion-start-time"
+ANNOTATION_VALIDATION_START = "nvidia.com/gpu-driver-upgrade-validation-start-time"
+
+POD_SELECTOR_DRIVER = ("app.kubernetes.io/component", "nvidia-driver")
+POD_SELECTOR_DEVICE_PLUGIN = ("app", "nvidia-device-plugin-daemonset")
+POD_SELECTOR_VALIDATOR = ("app", "nvidia-operator-validator")
+
+PRE_INSTALLED = "pre-installed"
+PAUSED_PREFIX = "paused-for-"
+PAUSED_FOR_MIG_CHANGE = "paused-for-mig-change"

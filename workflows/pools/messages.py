@@ -1,0 +1,151 @@
+"""Every sentence a person reads about a pool's policy: its windows, capacity rules and
+selectors as configured (read by whoever runs gpuops), and the capacity checks a drain
+or a wave must pass (read by the requester, the approvers and the run's thread). Each
+says what is wrong, with the numbers, and what would work instead. Nothing here decides
+anything."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+
+from workflows.wording import names, plural
+
+
+def _closest(closest: Sequence[str]) -> str:
+    return f"; did you mean {' or '.join(closest)}?" if closest else ""
+
+
+def unknown_day(text: str, *, closest: Sequence[str]) -> str:
+    return (f"{text!r} is not a day; write mon, tue, wed, thu, fri, sat or sun, a range like "
+            f"mon-fri, or daily{_closest(closest)}")
+
+
+def days_not_a_list(value: object) -> str:
+    return f"days must be a list of day names like [sat, sun] or a range like mon-fri, not {value!r}"
+
+
+def no_days() -> str:
+    return "a window needs at least one day, e.g. days: [sat, sun]"
+
+
+def clock_not_text(value: object) -> str:
+    if isinstance(value, int) and not isinstance(value, bool):
+        # YAML 1.1 reads unquoted 22:30 as 22 * 60 + 30; show the time it most likely was.
+        meant = f"{value // 60:02d}:{value % 60:02d}" if 0 <= value <= 24 * 60 else "02:00"
+        return (f"{value} is a number, not a time of day: quote the time, e.g. \"{meant}\" "
+                f"(YAML reads an unquoted {meant} as the number {value})")
+    return f"a time of day is written \"HH:MM\" on a 24-hour clock, e.g. \"02:00\", not {value!r}"
+
+
+def bad_clock(value: object) -> str:
+    return (f"{value!r} is not a time of day; write HH:MM on a 24-hour clock, e.g. \"02:00\" or "
+            "\"22:30\" (\"24:00\" for midnight at the end of a window)")
+
+
+def zone_missing() -> str:
+    return "a window needs a timezone: an IANA name such as Europe/Berlin, America/New_York or UTC"
+
+
+def unknown_zone(text: str, *, closest: Sequence[str]) -> str:
+    if closest:
+        return f"{text!r} is not an IANA time zone{_closest(closest)}"
+    return f"{text!r} is not an IANA time zone; write a name such as Europe/Berlin, America/New_York or UTC"
+
+
+def windows_word(value: object) -> str:
+    return ("windows must be a list of windows, each {days, start, end, timezone}, or the word "
+            f"always (drains at any time), not {value!r}")
+
+
+def delete_not_allowed() -> str:
+    return ("pdb_timeout_action: delete removes pods in spite of their PodDisruptionBudget; set "
+            "allow_delete: true on this pool to allow that, or use wait or skip")
+
+
+def bad_max_unavailable(value: object) -> str:
+    return (f"max_unavailable must be a count of nodes (e.g. 2) or a percent of the pool's nodes "
+            f"from 0% to 100% (e.g. \"25%\"), not {value!r}")
+
+
+def empty_selector() -> str:
+    return ("wait_for.selector is empty, which would wait for every pod; write a label selector "
+            "such as \"gpuops.io/must-finish=true\"")
+
+
+def bad_selector_part(part: str) -> str:
+    return (f"cannot read {part.strip()!r} in the label selector; write key=value, key!=value, "
+            "key in (a,b), key notin (a,b), key or !key, separated by commas")
+
+
+def _held_by(concurrent: Sequence[str], count: int) -> str:
+    if not concurrent:
+        return ""
+    return f"; up to {count} held by overlapping {'request' if len(concurrent) == 1 else 'requests'} " + \
+        names(concurrent)
+
+
+def _already(already: Sequence[str]) -> str:
+    if not already:
+        return "none already cordoned or not Ready"
+    return f"{len(already)} already cordoned or not Ready: {names(already)}"
+
+
+def _what_fits(most_at_once: int, nodes: Sequence[str]) -> str:
+    if most_at_once == 0:
+        return ("None of these nodes can be out at this time" if len(nodes) > 1
+                else "This node cannot be out at this time")
+    return f"Drain at most {most_at_once} of these nodes at once"
+
+
+def too_many_unavailable(*, pool: str, nodes: Sequence[str], pool_size: int, already: Sequence[str],
+                         concurrent: Sequence[str], concurrent_nodes: int,
+                         most_at_once: int, unavailable: int, allowed: int,
+                         max_unavailable: str) -> str:
+    return (f"max_unavailable: draining {names(nodes)} would leave {unavailable} of "
+            f"{plural(pool_size, 'node')} in pool {pool} unavailable ({_already(already)}"
+            f"{_held_by(concurrent, concurrent_nodes)}), but the pool allows "
+            f"{allowed} at once (max_unavailable {max_unavailable}). "
+            f"{_what_fits(most_at_once, nodes)}.")
+
+
+def below_gpu_floor(*, pool: str, nodes: Sequence[str], pool_size: int, already: Sequence[str],
+                    concurrent: Sequence[str], concurrent_nodes: int, most_at_once: int,
+                    ready_now: int, ready_during: int, floor: int) -> str:
+    held = (f" while {names(concurrent)} also "
+            f"{'holds' if len(concurrent) == 1 else 'hold'} nodes") if concurrent else ""
+    return (f"min_ready_gpus: draining {names(nodes)}{held} would leave {ready_during} Ready GPUs "
+            f"in pool {pool} (of {ready_now} now), below its floor of {floor} (min_ready_gpus). "
+            f"{_what_fits(most_at_once, nodes)}.")
+
+
+def _wave(wave: int) -> str:
+    return f"Wave {wave + 1}"
+
+
+def wave_window_over(wave: int, window_end: dt.datetime) -> str:
+    return (f"{_wave(wave)} could not start before the window ended at "
+            f"{window_end.astimezone(dt.timezone.utc):%Y-%m-%d %H:%M} UTC")
+
+
+def wave_outside_windows(wave: int, pool: str) -> str:
+    return f"{_wave(wave)} waits: pool {pool} allows no drain now (outside its windows)"
+
+
+def wave_nodes_busy(wave: int, taken: Mapping[str, str]) -> str:
+    held = ", ".join(f"{node} (in {run})" for node, run in sorted(taken.items()))
+    return f"{_wave(wave)} waits: another unfinished run holds {held}"
+
+
+def wave_does_not_fit(wave: int, reason: str) -> str:
+    return (f"{_wave(wave)} waits (the pool changed since its plan was checked): {reason} "
+            "It starts when it fits, or the run halts at the window's end")
+
+
+def pool_gone(wave: int, pool: str) -> str:
+    return f"{_wave(wave)} waits: {pool_not_configured(pool)}"
+
+
+def pool_not_configured(pool: str) -> str:
+    return (f"Pool {pool} is not in the gpuops configuration, so it has no drain policy; add it "
+            "under pools: with its windows to drain it.")

@@ -1,0 +1,54 @@
+"""Small pieces of wording every message module shares: lists of names, counts with
+their noun, durations and times as people read them. One definition each; this module
+imports nothing from gpuops, so every package may use it."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable
+
+_LIST_AT_MOST = 6
+
+
+def names(items: Iterable[str], *, at_most: int = _LIST_AT_MOST) -> str:
+    """"a", "a and b", "a, b and c", "a, b, c, … and 4 more"."""
+    listed = list(items)
+    if not listed:
+        return "none"
+    if len(listed) > at_most:
+        shown = listed[:at_most - 1]
+        return f"{', '.join(shown)} and {len(listed) - len(shown)} more"
+    if len(listed) == 1:
+        return listed[0]
+    return f"{', '.join(listed[:-1])} and {listed[-1]}"
+
+
+def plural(count: int, noun: str, plural_noun: str | None = None) -> str:
+    return f"{count} {noun if count == 1 else (plural_noun or noun + 's')}"
+
+
+def duration_text(length: dt.timedelta) -> str:
+    """timedelta(hours=1, minutes=30) -> "1h30m"; whole units only, seconds if any."""
+    total = int(length.total_seconds())
+    if total <= 0:
+        return "0m"
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, seconds = divmod(rest, 60)
+    parts = [f"{days}d" if days else "", f"{hours}h" if hours else "",
+             f"{minutes}m" if minutes else "", f"{seconds}s" if seconds else ""]
+    return "".join(parts)
+
+
+def zone_name(zone: dt.tzinfo) -> str:
+    return getattr(zone, "key", None) or ("UTC" if zone.utcoffset(None) in (None, dt.timedelta(0)) else str(zone))
+
+
+def local_time(at: dt.datetime, zone: dt.tzinfo) -> str:
+    """"Sat 2026-12-05 02:00 CET": a time as the pool's people read it."""
+    return at.astimezone(zone).strftime("%a %Y-%m-%d %H:%M %Z")
+
+
+def at_words(at: dt.datetime, zone: dt.tzinfo) -> str:
+    """The `at` clause that asks for exactly this time: "at 2026-12-05 02:00 Europe/Berlin"."""
+    return f"at {at.astimezone(zone).strftime('%Y-%m-%d %H:%M')} {zone_name(zone)}"
