@@ -1,13 +1,16 @@
 """The drain request form: the modal a "Request a drain" button opens (views.open with
 the click's trigger_id), and what its submission means.
 
-The form asks what `/gpu drain` asks (nodes or a pool, when, how long, why) and turns
-the answers into the very words that command takes, so the submission runs the same
-command: the same role checks, policy gates, plan and stored request. Only what can be
-checked without the cluster is checked here, in the ack, as field errors (no target,
-a word that is not a name, a duration that does not read, a time missing or past, no
-reason). The form always asks for a reason, which `/gpu drain` needs only where the
-pool wants approvals: whoever fills in a form can say why.
+The form asks what `/gpu drain` asks (nodes or a pool, when, how long, why) and submits
+it as the same structured request the command's grammar reads its words into (a
+`DrainAsk`), run as that command (`commands.drain.request_drain` through
+`commands.registry.invoke`): the same role checks, policy gates, plan and stored request,
+with no words made and read back, so a reason may say anything. Only what can be checked
+without the cluster is checked here, in the ack, as field errors (no target, a word that
+is not a name, a duration that does not read, a time missing or past, no reason). The
+form always asks for a reason, which `/gpu drain` needs only where the pool wants
+approvals: whoever fills in a form can say why. The answer names the `/gpu drain` line
+that asks the same, for next time.
 
 Its private_metadata says only where to answer (the channel the button was in); like a
 button's value it is a pointer, read defensively on submit. A form opened from the Home
@@ -43,6 +46,7 @@ from bot.intents import TARGET_NAME
 from commands import messages as command_msg
 from commands.catalog import REGISTRY
 from workflows.access import Actor
+from workflows.drain.plan import DrainAsk, StartFrom
 from workflows.durations import parse_duration
 from workflows.pools.windows import UTC
 from workflows.wording import at_words
@@ -161,7 +165,17 @@ class DrainForm:
     # The channel picked in a form from the Home tab (else the button's, in the metadata).
     channel: str | None = None
 
+    def ask(self) -> DrainAsk:
+        """The drain asked for, as `/gpu drain`'s grammar would read it."""
+        duration = parse_duration(self.duration) if self.duration else None
+        if self.when == "at" and self.at is not None:
+            return DrainAsk(targets=self.targets, start_from="at", at=self.at, zone=UTC, duration=duration,
+                            reason=self.reason)
+        start_from: StartFrom = "next-window" if self.when == "next-window" else "now"
+        return DrainAsk(targets=self.targets, start_from=start_from, duration=duration, reason=self.reason)
+
     def words(self) -> list[str]:
+        """The `/gpu drain` words that ask for the same drain (shown to the submitter)."""
         words = list(self.targets)
         if self.when == "next-window":
             words.append("next-window")
@@ -175,13 +189,6 @@ class DrainForm:
         """The `/gpu drain ...` line (without `/gpu`) this form stands for, quoted so
         the dispatcher reads back exactly these words."""
         return shlex.join([*_DRAIN, *self.words()])
-
-    def first_reason_word(self) -> str | None:
-        """The reason's first word when nothing but the targets comes before it: there
-        `/gpu drain` would read a node or pool name as one more node to drain."""
-        if self.when != "now" or self.duration or not self.reason:
-            return None
-        return self.reason.split()[0].removeprefix("pool=")
 
 
 @dataclass(frozen=True)
@@ -239,11 +246,8 @@ def read_drain_form(view: dict[str, Any], *, now: dt.datetime) -> DrainFormReadi
             errors[DURATION] = msg.drain_form_bad_duration(written)
 
     reason = " ".join(_text(values, REASON).split())
-    first, _, rest = reason.partition(" ")
     if not reason:
         errors[REASON] = msg.drain_form_no_reason()
-    elif first.lower() in ("at", "next-window") or (first.lower() == "for" and (not rest or (rest[0].isascii() and rest[0].isdigit()))):
-        errors[REASON] = msg.drain_form_reason_starts_with(first)
 
     channel: str | None = None
     if CHANNEL in values:  # the form asked for a channel: it came from the Home tab

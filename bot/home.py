@@ -25,8 +25,8 @@ from bot.render_blocks import (
 from bot.request_card import request_card
 from commands import messages as command_msg
 from commands.reply import REQUEST_DRAIN, Intent, Reply
-from workflows.requests import messages as say
 from workflows.requests.service import RequestView
+from workflows.wording import when
 
 # Each waiting request takes a section and an actions block.
 WAITING_SHOWN = 10
@@ -38,7 +38,7 @@ def _waiting_blocks(waiting: list[RequestView], *, now: dt.datetime) -> list[Blo
         approvals = msg.approvals_line(view.approvals_counted, view.approvals_required,
                                        [a.approver_name for a in view.approvals if a.counts])
         line = msg.waiting_line(escape(view.id), view.kind, escape(view.pool), escape(view.requester_name),
-                                escape(view.reason[:500]), escape(approvals), say.when(view.expires_at))
+                                escape(view.reason[:500]), escape(approvals), when(view.expires_at))
         blocks.append(SectionBlock(text=line))
         card = request_card(view, now=now)
         buttons = [i for i in card.intents if i.action in ("approve", "deny")]
@@ -59,7 +59,7 @@ def home_view(fleet_reply: Reply, waiting: list[RequestView], *, now: dt.datetim
         request_drain = Intent(action=REQUEST_DRAIN, label=command_msg.request_drain_label(), value="")
         top.extend(actions_blocks([request_drain], block_id="request-drain"))
     pending = _waiting_blocks(waiting, now=now) + [DividerBlock()]
-    footer = [context_block(escape(msg.home_updated_at(say.when(now))))]
+    footer = [context_block(escape(msg.home_updated_at(when(now))))]
     status_title = SectionBlock(text=Mrkdwn(f"*{escape(fleet_reply.title)}*"))
     room = VIEW_BLOCKS - len(top) - len(pending) - len(footer) - 1
     status, _ = reply_blocks(fleet_reply, max_blocks=room, with_header=False)

@@ -273,19 +273,9 @@ def drain_form_no_reason() -> str:
     return "Say why the nodes must be drained; approvers read it before they approve."
 
 
-def drain_form_reason_starts_with(word: str) -> str:
-    return (f"Start the reason with another word than {word!r}: `/gpu drain` would read it as part of "
-            "when the drain starts.")
-
-
 def drain_form_footer(command: str, footer: str | None) -> str:
     asked = f"From the drain form: `/gpu {command}`"
     return f"{footer} · {asked}" if footer else asked
-
-
-def drain_form_reason_is_a_target(word: str) -> str:
-    return (f"The reason starts with {word!r}, which names a GPU node or pool: `/gpu drain` would drain it "
-            "too. Nothing was requested; start the reason with another word, or choose how long.")
 
 
 def drain_form_in_console(usage: str) -> str:

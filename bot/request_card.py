@@ -14,13 +14,14 @@ from bot.intents import encode_value
 from commands.reply import Fact, Intent, Reply, Section
 from workflows.requests import messages as say
 from workflows.requests.service import RequestView
+from workflows.wording import when
 
 
 def _window(view: RequestView) -> str:
     if view.window_start is None:
         return msg.as_soon_as_approved()
-    end = f" – {say.when(view.window_end)}" if view.window_end else ""
-    return say.when(view.window_start) + end
+    end = f" – {when(view.window_end)}" if view.window_end else ""
+    return when(view.window_start) + end
 
 
 def _targets(view: RequestView) -> str:
@@ -41,7 +42,7 @@ def request_card(view: RequestView, *, now: dt.datetime) -> Reply:
         Fact("Plan", msg.plan_line(view.short_hash, len(view.plan.nodes), len(view.plan.waves))),
         Fact("Approvals", msg.approvals_line(view.approvals_counted, view.approvals_required,
                                              [a.approver_name for a in view.approvals if a.counts])),
-        Fact("Expires", say.when(view.expires_at)),
+        Fact("Expires", when(view.expires_at)),
     )
     intents: tuple[Intent, ...] = ()
     if state == "pending":

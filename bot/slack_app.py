@@ -13,7 +13,7 @@ answer within milliseconds however slow the cluster or Slack itself is. The work
 2. resolves the Slack user to an `Actor` (`bot.identity`);
 3. runs the same dispatcher (`commands.dispatch`) or click handler (`bot.clicks`) the
    console uses, so role checks and the two-person rule are the domain's, not Slack's
-   (the drain form, too, becomes the words of `/gpu drain` and goes through dispatch);
+   (the drain form's structured request runs as `/gpu drain` through the same door);
 4. answers: the response_url first, then chat.postMessage, then a DM; a reply too long
    for one message is cut and its full text uploaded as a file.
 
@@ -56,8 +56,12 @@ from bot.render_text import render_text
 from bot.slack_api import BOT_EVENTS, SLASH_COMMAND, SlackApi
 from bot.wiring import Runtime
 from commands.catalog import dispatch
+from commands.drain import request_drain
+from commands.registry import REGISTRY, invoke
 from commands.reply import Reply, error_reply
 from workflows.access import Actor
+
+DRAIN_COMMAND = REGISTRY.commands[("drain",)]
 
 log = logging.getLogger("gpuops.bot.slack")
 
@@ -251,7 +255,7 @@ class SlackBot:
             self.deliveries.record(Delivery("deny", key, "failed"))
 
     def run_drain_form(self, body: dict[str, Any], view: dict[str, Any]) -> None:
-        """The drain form, submitted: `/gpu drain` with the form's words, answered to
+        """The drain form, submitted: the drain it asks for, run as `/gpu drain`, answered to
         the submitter in the channel the button was in or the form named (an ephemeral
         message there, else a DM)."""
         user = str((body.get("user") or {}).get("id") or "")
@@ -270,11 +274,9 @@ class SlackBot:
             actor = self.directory.actor(user, fallback_name=(body.get("user") or {}).get("username"))
             services = self.runtime.services()
             now = self.clock()
-            word = form.first_reason_word()
-            if word is not None and (word in services.config.pools or word in services.fleet.fleet(now).nodes):
-                reply = error_reply(msg.refused_title(), msg.drain_form_reason_is_a_target(word))
-            else:
-                reply = dispatch(form.command(), actor=actor, services=services, now=now, channel=channel)
+            ask = form.ask()
+            reply = invoke(DRAIN_COMMAND, lambda call: request_drain(call, ask), actor=actor, services=services,
+                           now=now, text=form.command(), channel=channel)
             reply = replace(reply, footer=msg.drain_form_footer(form.command(), reply.footer))
             if not reply.ok:
                 outcome = "refused"

@@ -34,13 +34,11 @@ from commands.services import FleetSource, Services
 from storage import idempotency
 from storage.database import PerThreadDatabase, default_database_path
 from workflows.config import GpuopsConfig
-from workflows.drain.plan import PdbView
 from workflows.engine.cordons import Cordons
 from workflows.engine.lease import EngineLease, LeaseSettings
 from workflows.fleet.first_seen import FirstSeen
 from workflows.fleet.watchcache import FleetCache
 from workflows.kube.gateway import KubeGateway
-from workflows.kube.objects import NodeName, PodObject
 from workflows.requests.service import RoleLookup
 
 log = logging.getLogger("gpuops.bot.wiring")
@@ -57,21 +55,6 @@ def database_path(config: GpuopsConfig, explicit: str | Path | None) -> Path:
     if config.database is not None:
         return config.database
     return default_database_path(in_container())
-
-
-@dataclass(frozen=True)
-class _LiveWorkloads:
-    """Pods and PodDisruptionBudgets for drain previews, read from the API when a drain
-    is asked for (the watch cache keeps only operator and GPU pods; a preview must name
-    every pod it would evict)."""
-
-    gateway: KubeGateway
-
-    def pods_on(self, node: NodeName) -> list[PodObject]:
-        return self.gateway.list_pods_bound_to(node)
-
-    def pdbs(self, namespace: str) -> list[PdbView]:
-        return self.gateway.list_disruption_budgets(namespace)
 
 
 @dataclass
@@ -93,10 +76,12 @@ class Runtime:
 
     def services(self) -> Services:
         """Services for one command or click, on the calling thread's connection."""
+        # Drains read the pods and PDBs they would move straight from the API (the watch
+        # cache keeps only operator and GPU pods; a preview names every pod it would evict).
         services = Services.on_database(config=self.config, fleet=self.fleet, database=self.database.get(),
-                                        roles=self.roles, on_approved=self.request_approved)
+                                        roles=self.roles, on_approved=self.request_approved,
+                                        workloads=self.gateway)
         if self.gateway is not None:
-            services.cluster = _LiveWorkloads(self.gateway)
             services.cordons = Cordons(services.database, self.gateway)  # type: ignore[arg-type]
         return services
 

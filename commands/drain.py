@@ -1,9 +1,10 @@
 """Drains: /gpu drain (request a drain window), /gpu drain done (end it early) and
 /gpu drain extend (ask for more time).
 
-A drain is read by `workflows.drain.parse_drain_request`, checked and planned by
-`plan_drain` against the pool's policy and the open requests, then stored as a pending
-request (`RequestService.submit`). The reply shows the plan first: nodes per wave, what
+The words of a drain are read by `commands.drain_grammar` into a `DrainAsk` (the drain
+form submits one too, through `request_drain`); one call to the drain use case
+(`DrainService.request`) plans it against the pool's policy and the open requests and
+stores it as a pending request. The reply shows the plan first: nodes per wave, what
 will be evicted and which PDBs select it, the capacity left while each wave is out, and
 the window; then the request id with Approve/Deny. Bad words answer with usage; a drain
 the policy forbids is refused naming the rule and what would fit. Nothing is stored then.
@@ -14,26 +15,24 @@ from __future__ import annotations
 import datetime as dt
 
 from commands import messages as msg
-from commands.drain_grammar import DrainRequestError, parse_drain_request
+from commands.drain_grammar import read_drain_words
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
 from commands.reply import Fact, Reply, Section, Table, error_reply
 from commands.requests import approval_intents
-from workflows.access import AccessDenied, Role, require
-from workflows.drain import messages as say
-from workflows.drain.plan import DrainPlan, DrainRefused, PdbView, plan_drain
+from workflows.access import AccessDenied, Role
+from workflows.drain.plan import DrainAsk, DrainPlan, DrainRefused, DrainRequestError
+from workflows.drain.service import DrainRequested, DrainService
 from workflows.durations import parse_duration
 from workflows.engine.runs import RunRefused, RunService
-from workflows.fleet.summary import Fleet
-from workflows.kube.objects import NodeName, PodObject
-from workflows.pools.windows import UTC
 from workflows.requests import messages as request_say
-from workflows.requests.service import RequestRefused, RequestService, RequestView, UnknownRequest
+from workflows.requests.service import RequestRefused, RequestView, UnknownRequest
+from workflows.wording import local_time
 
 
-def _requests(call: Call) -> RequestService:
-    if call.services.requests is None:
+def _drains(call: Call) -> DrainService:
+    if call.services.drains is None:
         raise NotFoundError(msg.not_available("Requests"))
-    return call.services.requests
+    return call.services.drains
 
 
 def _runs(call: Call) -> RunService:
@@ -48,39 +47,15 @@ def _refused(err: DrainRefused) -> Reply:
     return error_reply(msg.drain_refused_title(err.code), err.reason)
 
 
-def _workloads(call: Call, nodes: tuple[NodeName, ...]) -> tuple[dict[NodeName, list[PodObject]], list[PdbView]]:
-    cluster = call.services.cluster
-    if cluster is None:
-        return {}, []
-    pods = {node: list(cluster.pods_on(node)) for node in nodes}
-    namespaces = sorted({pod.namespace for node_pods in pods.values() for pod in node_pods})
-    return pods, [pdb for namespace in namespaces for pdb in cluster.pdbs(namespace)]
-
-
-def _plan(call: Call, args: list[str], *, fleet: Fleet, replacing: RequestView | None = None) -> DrainPlan:
-    pools = call.services.config.pools
-    try:
-        spec = parse_drain_request(args, fleet=fleet, pools=pools, now=call.now)
-    except DrainRequestError as err:
-        raise UsageError(err.reason) from None
-    require(call.actor, Role.OPERATOR, action="Requesting a drain", pool=spec.pool)
-    pods, pdbs = _workloads(call, spec.nodes)
-    # A re-plan (an admin extending alice's drain) is still alice's request and plan.
-    requested_by = replacing.requester if replacing is not None else call.actor.user_id
-    return plan_drain(spec, fleet=fleet, pods_by_node=pods, policy=pools[spec.pool],
-                      open_requests=_requests(call).open_requests(spec.pool), now=call.now,
-                      requested_by=requested_by, pdbs=pdbs, replacing=replacing.id if replacing else None)
-
-
 def _drain_sections(planned: DrainPlan, *, workloads_known: bool) -> list[Section]:
     spec, preview = planned.spec, planned.preview
-    end = say.local_time(spec.end, spec.zone) if spec.end is not None else None
+    end = local_time(spec.end, spec.zone) if spec.end is not None else None
     waves = Section(title="Waves", table=Table(columns=msg.DRAIN_WAVE_COLUMNS, rows=tuple(
         (str(w.index + 1), ", ".join(w.nodes), str(w.gpus_out),
          msg.drain_wave_capacity(w.unavailable_nodes, preview.allowed_unavailable),
          msg.drain_ready_gpus(w.ready_gpus, preview.min_ready_gpus))
         for w in preview.waves)), bullets=planned.plan.summary.notes)
-    facts = (Fact("Window", msg.drain_window(say.local_time(spec.start, spec.zone), end)),
+    facts = (Fact("Window", msg.drain_window(local_time(spec.start, spec.zone), end)),
              Fact("Pool", f"{preview.pool}: {preview.pool_nodes} nodes, {preview.ready_gpus_now} GPUs ready now"))
     rows = tuple((n.node, w.ref, str(w.gpus), w.owner or "-", ", ".join(w.pdbs) or "-")
                  for n in preview.nodes for w in n.workloads)
@@ -98,16 +73,33 @@ def _request_facts(view: RequestView) -> Section:
                           Fact("Reason", view.reason or "-"), Fact("Plan hash", view.plan_hash)))
 
 
-def _drain_reply(call: Call, planned: DrainPlan, view: RequestView, *, title: str | None = None) -> Reply:
-    sections = [*_drain_sections(planned, workloads_known=call.services.cluster is not None),
-                _request_facts(view)]
+def _drain_reply(call: Call, done: DrainRequested, *, title: str | None = None) -> Reply:
+    view = done.view
+    sections = [*_drain_sections(done.planned, workloads_known=_drains(call).reads_workloads), _request_facts(view)]
     return Reply(title=title or msg.drain_title(view.id, view.pool),
                  summary=msg.drain_summary(view.state, view.approvals_counted, view.approvals_required,
                                            view.short_hash),
                  sections=tuple(sections), intents=approval_intents(view, call.actor))
 
 
-@REGISTRY.command("drain", usage="drain <node...|pool> [at <time>|next-window] [for <duration>] [reason]",
+def request_drain(call: Call, ask: DrainAsk) -> Reply:
+    """Plan, check and store the drain `ask` describes, and the reply showing it: what
+    `/gpu drain` does after reading its words, and what the drain form does with its fields."""
+    fleet = call.services.fleet.fleet(call.now)
+    try:
+        done = _drains(call).request(call.actor, ask, fleet=fleet, now=call.now, channel=call.channel)
+    except DrainRequestError as err:
+        raise UsageError(err.reason) from None
+    except DrainRefused as err:
+        return _refused(err)
+    except AccessDenied:
+        raise
+    except RequestRefused as err:
+        return error_reply(msg.refused_title(), str(err))
+    return _drain_reply(call, done)
+
+
+@REGISTRY.command("drain", usage=msg.DRAIN_USAGE,
                   role=Role.OPERATOR, summary="Ask for a drain window: plan, policy check, then approvals",
                   examples=("/gpu drain gpu-a-01 gpu-a-02 at sat 02:00 for 2h NIC swap",
                             "/gpu drain train-a next-window firmware"))
@@ -116,19 +108,10 @@ def drain(call: Call, args: list[str]) -> Reply:
         raise UsageError(msg.drain_needs_target())
     fleet = call.services.fleet.fleet(call.now)
     try:
-        planned = _plan(call, args, fleet=fleet)
-    except DrainRefused as err:
-        return _refused(err)
-    spec = planned.spec
-    try:
-        view = _requests(call).submit(call.actor, kind="drain", pool=spec.pool, targets=spec.targets,
-                                      plan=planned.plan, window_start=spec.start, window_end=spec.end,
-                                      reason=spec.reason, channel=call.channel, now=call.now)
-    except AccessDenied:
-        raise
-    except RequestRefused as err:
-        return error_reply(msg.refused_title(), str(err))
-    return _drain_reply(call, planned, view)
+        ask = read_drain_words(args, fleet=fleet, pools=call.services.config.pools, now=call.now)
+    except DrainRequestError as err:
+        raise UsageError(err.reason) from None
+    return request_drain(call, ask)
 
 
 @REGISTRY.command("drain done", usage="drain done <id>", role=Role.OPERATOR,
@@ -165,26 +148,25 @@ def drain_extend(call: Call, args: list[str]) -> Reply:
         raise UsageError(msg.bad_duration(args[1]))
     if request.window_end is None or request.window_start is None:
         return error_reply(msg.refused_title(), msg.drain_extend_open_ended(request.id))
-    length = request.window_end - request.window_start + more
-    words = [*request.targets, "at", request.window_start.astimezone(UTC).strftime("%Y-%m-%d %H:%M"), "UTC",
-             "for", f"{int(length.total_seconds() // 60)}m", request.reason]
     fleet = call.services.fleet.fleet(call.now)
     try:
-        planned = _plan(call, [w for w in words if w], fleet=fleet, replacing=request)
-        view = _requests(call).extend_window(call.actor, request.id, planned.plan,
-                                             window_end=planned.spec.end, now=call.now)
+        done = _drains(call).extend(call.actor, request, more, fleet=fleet, now=call.now)
+    except DrainRequestError as err:
+        raise UsageError(err.reason) from None
     except DrainRefused as err:
         return _refused(err)
     except AccessDenied:
         raise
     except RequestRefused as err:
         return error_reply(msg.refused_title(), str(err))
-    return _drain_reply(call, planned, view, title=msg.drain_extended_title(view.id))
+    return _drain_reply(call, done, title=msg.drain_extended_title(done.view.id))
 
 
 def _drain_request(call: Call, request_id: str) -> RequestView:
+    if call.services.requests is None:
+        raise NotFoundError(msg.not_available("Requests"))
     try:
-        view = _requests(call).get(request_id)
+        view = call.services.requests.get(request_id)
     except UnknownRequest as err:
         raise NotFoundError(str(err)) from None
     if view.kind != "drain":

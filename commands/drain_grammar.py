@@ -22,21 +22,22 @@ Nothing here reads the clock or the cluster: `now` and the fleet are arguments.
 from __future__ import annotations
 
 import datetime as dt
-import difflib
 import re
 from collections.abc import Mapping, Sequence
 
 from commands import messages as msg
-from workflows.drain import messages as say
-from workflows.drain.plan import DrainError, DrainRequestSpec, StartFrom, next_window_start
+from workflows.drain.plan import (
+    DrainAsk,
+    DrainRequestError,
+    looks_like_a_target,
+    resolve_targets,
+    target_kind,
+    unknown_target,
+)
 from workflows.durations import parse_duration
-from workflows.fleet.assessment import UNPOOLED
 from workflows.fleet.summary import Fleet
-from workflows.kube.objects import NodeName, PoolName
-from workflows.pools import messages as pool_say
 from workflows.pools.config import PoolConfig
 from workflows.pools.windows import (
-    END_OF_TIME,
     UTC,
     WindowError,
     as_utc,
@@ -47,33 +48,20 @@ from workflows.pools.windows import (
     wall_time,
 )
 
-# Similarity above which an unknown word after the targets is taken for a misspelt
-# node or pool (refused) rather than the start of the reason.
-_TARGET_LIKENESS = 0.75
-
-
 _KEYWORDS = ("at", "for", "next-window")
-
-
 _DATE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})$", re.ASCII)
-
-
 _DATE_TIME = re.compile(r"^(\d{4}-\d{2}-\d{2})[T ](\d{1,2}:\d{2})$", re.ASCII)
 
 
-class DrainRequestError(DrainError):
-    """The words of the request cannot be read (unknown node, bad time, mixed pools)."""
-
-
-def parse_drain_request(
+def read_drain_words(
     args: Sequence[str],
     *,
     fleet: Fleet,
     pools: Mapping[str, PoolConfig],
     now: dt.datetime,
-) -> DrainRequestSpec:
-    """Read the words after `/gpu drain`. Raises `DrainRequestError` saying exactly
-    which word is wrong, or `DrainRefused` when `next-window` finds no window."""
+) -> DrainAsk:
+    """Read the words after `/gpu drain` into a `DrainAsk`. Raises `DrainRequestError`
+    saying exactly which word is wrong."""
     now = as_utc(now, asker="drains")
     words = [word for arg in args for word in arg.split()]
     if not words:
@@ -82,9 +70,8 @@ def parse_drain_request(
     targets, at = _read_targets(words, fleet=fleet, pools=pools)
     if not targets:
         raise DrainRequestError(msg.drain_needs_target(), code="missing-target")
-    pool, nodes, whole_pool = _resolve_targets(targets, fleet=fleet, pools=pools)
-    policy = pools[pool]
-    windows = policy.window_set
+    # The pool says in which zone a time without one is read.
+    pool, _, _ = resolve_targets(targets, fleet=fleet, pools=pools)
 
     when_words: list[str] | None = None
     next_window = False
@@ -117,26 +104,13 @@ def parse_drain_request(
             break
     reason = " ".join(words[at:]).strip()
 
-    zone: dt.tzinfo = windows.zone or UTC
-    start_from: StartFrom = "now"
     if next_window:
-        start_from = "next-window"
-        start = next_window_start(windows, pool=pool, now=now, duration=duration)
-    elif when_words is not None:
-        start_from = "at"
-        start, zone = _read_time(when_words, zone=zone, now=now)
-        if start < now:
-            raise DrainRequestError(say.time_in_past(start, zone=zone, now=now), code="past-time")
-    else:
-        start = now
-
-    if duration is not None:
-        end: dt.datetime | None = start + duration
-    else:
-        occurrence = windows.occurrence_containing(start)
-        end = None if occurrence is None or occurrence.end == END_OF_TIME else occurrence.end
-    return DrainRequestSpec(pool=pool, nodes=nodes, whole_pool=whole_pool, start=start, end=end,
-                            duration=duration, start_from=start_from, zone=zone, reason=reason)
+        return DrainAsk(targets=tuple(targets), start_from="next-window", duration=duration, reason=reason)
+    if when_words is not None:
+        start, zone = _read_time(when_words, zone=pools[pool].window_set.zone or UTC, now=now)
+        return DrainAsk(targets=tuple(targets), start_from="at", at=start, zone=zone, duration=duration,
+                        reason=reason)
+    return DrainAsk(targets=tuple(targets), duration=duration, reason=reason)
 
 
 def _is_number(word: str) -> bool:
@@ -144,83 +118,23 @@ def _is_number(word: str) -> bool:
     return word.isascii() and word.isdigit()
 
 
-def _pool_names(fleet: Fleet, pools: Mapping[str, PoolConfig]) -> list[str]:
-    return sorted({p.name for p in fleet.pools if p.name != UNPOOLED} | set(pools))
-
-
-def _known_names(fleet: Fleet, pools: Mapping[str, PoolConfig]) -> list[str]:
-    return sorted(set(fleet.nodes) | set(_pool_names(fleet, pools)))
-
-
-def _is_pool(name: str, fleet: Fleet, pools: Mapping[str, PoolConfig]) -> bool:
-    return name != UNPOOLED and (name in pools or fleet.pool(name) is not None)
-
-
-def _read_targets(words: list[str], *, fleet: Fleet,
-                  pools: Mapping[str, PoolConfig]) -> tuple[list[tuple[str, bool]], int]:
-    """(name, is_pool) for each target word, and the index of the first word after them."""
-    targets: list[tuple[str, bool]] = []
-    known = _known_names(fleet, pools)
+def _read_targets(words: list[str], *, fleet: Fleet, pools: Mapping[str, PoolConfig]) -> tuple[list[str], int]:
+    """The target words, and the index of the first word after them. A word that names
+    no node or pool starts the reason, unless it is the first or looks like a misspelt
+    name (then it is refused with the closest names)."""
+    targets: list[str] = []
     at = 0
     while at < len(words):
         word = words[at]
         if word.lower() in _KEYWORDS:
             break
-        explicit_pool = word.lower().startswith("pool=")
-        name = word[len("pool="):] if explicit_pool else word
-        if explicit_pool and _is_pool(name, fleet, pools):
-            targets.append((name, True))
-        elif not explicit_pool and name in fleet.nodes:
-            targets.append((name, False))
-        elif not explicit_pool and _is_pool(name, fleet, pools):
-            targets.append((name, True))
-        else:
-            candidates = _pool_names(fleet, pools) if explicit_pool else known
-            closest = difflib.get_close_matches(name, candidates, n=3, cutoff=0.6)
-            likely = difflib.get_close_matches(name, candidates, n=1, cutoff=_TARGET_LIKENESS)
-            if not targets or explicit_pool or likely:
-                raise DrainRequestError(
-                    msg.unknown_target(name, closest=closest, pool=explicit_pool),
-                    code="unknown-target")
+        if target_kind(word, fleet=fleet, pools=pools) is None:
+            if not targets or looks_like_a_target(word, fleet=fleet, pools=pools):
+                raise unknown_target(word, fleet=fleet, pools=pools)
             break
+        targets.append(word)
         at += 1
     return targets, at
-
-
-def _resolve_targets(targets: list[tuple[str, bool]], *, fleet: Fleet,
-                     pools: Mapping[str, PoolConfig]) -> tuple[PoolName, tuple[NodeName, ...], bool]:
-    nodes: list[NodeName] = []
-    pool_of: dict[NodeName, PoolName] = {}
-    whole_pool = False
-    named_pools: list[PoolName] = []
-    for name, is_pool in targets:
-        if is_pool:
-            whole_pool = True
-            named_pools.append(PoolName(name))
-            found = fleet.pool(name)
-            members = found.nodes if found is not None else ()
-            if not members:
-                raise DrainRequestError(msg.empty_pool(name), code="empty-pool")
-            for node in members:
-                pool_of[node] = PoolName(name)
-                if node not in nodes:
-                    nodes.append(node)
-        else:
-            node = NodeName(name)
-            pool_of[node] = fleet.nodes[node].pool
-            if node not in nodes:
-                nodes.append(node)
-    by_pool: dict[PoolName, list[NodeName]] = {}
-    for node in nodes:
-        by_pool.setdefault(pool_of[node], []).append(node)
-    if len(by_pool) > 1:
-        raise DrainRequestError(msg.mixed_pools(by_pool), code="mixed-pools")
-    (pool,) = by_pool
-    if pool == UNPOOLED:
-        raise DrainRequestError(msg.node_in_no_pool(by_pool[pool]), code="unconfigured-pool")
-    if pool not in pools:
-        raise DrainRequestError(pool_say.pool_not_configured(pool), code="unconfigured-pool")
-    return pool, tuple(nodes), whole_pool
 
 
 def _take_time_words(words: list[str], at: int) -> tuple[list[str], int]:

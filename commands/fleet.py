@@ -14,6 +14,7 @@ from workflows.engine.cordons import UncordonRefused
 from workflows.fleet.assessment import NodeInventory, PoolInventory
 from workflows.fleet.findings import Finding, cordons_left_behind, sort_findings
 from workflows.fleet.summary import Fleet
+from workflows.wording import when
 
 FINDINGS_IN_STATUS = 8
 
@@ -163,10 +164,10 @@ def _drains_section(call: Call) -> Section | None:
     for pools in history.values():
         last = pools.last
         active = "; ".join(
-            f"{d.request_id} {d.state} {msg.when(d.window_start) if d.window_start else 'now'}"
-            f" - {msg.when(d.window_end) if d.window_end else 'drain done'}" for d in pools.active)
+            f"{d.request_id} {d.state} {when(d.window_start, style='table') if d.window_start else 'now'}"
+            f" - {when(d.window_end, style='table') if d.window_end else 'drain done'}" for d in pools.active)
         rows.append((pools.pool, f"{last.request_id} ({last.state})" if last else "-",
-                     msg.when(last.updated_at) if last else "-",
+                     when(last.updated_at, style="table") if last else "-",
                      ", ".join(last.nodes) if last else "-", active or "-"))
     return Section(title=msg.last_drains_title(),
                    table=Table(columns=msg.DRAIN_HISTORY_COLUMNS, rows=tuple(rows)))

@@ -20,6 +20,7 @@ from workflows.handover import messages as say
 from workflows.handover.checklist import Checklist, ChecklistTemplate
 from workflows.handover.rotations import RotationConfig, default_template
 from workflows.handover.service import HandoverService, HandoverView, UnknownRotation
+from workflows.wording import when
 
 ACK_ACTION = "handover-ack"
 HISTORY_DEFAULT = 10
@@ -165,8 +166,8 @@ def history(call: Call, args: list[str]) -> Reply:
 
 
 def _history_row(view: HandoverView, rotation: RotationConfig) -> tuple[str, ...]:
-    acked_at = say.when(view.acked_at, rotation.zone) if view.acked_at else "-"
-    return (say.when(view.shift_start, rotation.zone), view.shift,
+    acked_at = when(view.acked_at, rotation.zone, style="day") if view.acked_at else "-"
+    return (when(view.shift_start, rotation.zone, style="day"), view.shift,
             say.history_posted(late=view.late, missed=view.missed, in_slack=view.ts is not None),
             view.acked_by_name or say.nobody_yet(), acked_at,
             say.history_acks(counted=view.counted_acks, not_counted=len(view.acks) - view.counted_acks))

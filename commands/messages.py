@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from workflows.access import Actor, Role, effective_roles
-from workflows.wording import names
 
 HELP_COLUMNS = ("command", "what it does", "role")
 
@@ -170,10 +168,6 @@ AUDIT_COLUMNS = ("seq", "at (UTC)", "who", "action", "target", "what")
 WAVE_COLUMNS = ("wave", "nodes", "steps per node")
 
 
-def when(at: dt.datetime) -> str:
-    return at.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M")
-
-
 def requests_title(pool: str | None) -> str:
     return f"Open requests in {pool}" if pool else "Open requests"
 
@@ -263,7 +257,6 @@ def deny_needs_reason() -> str:
     return "say why you deny it, e.g. `/gpu deny req-7f3a2c \"window clashes with the launch\"`"
 
 
-
 def name_one(what: str) -> str:
     return f"name one {what}"
 
@@ -349,33 +342,11 @@ DRAIN_HISTORY_COLUMNS = ("pool", "last drain", "ended (UTC)", "nodes", "active w
 
 
 # The words of /gpu drain, as the registry, the help, the form and every usage error show them.
-DRAIN_USAGE = "drain <node...|pool> [at <time>|next-window] [for <duration>] [reason...]"
+DRAIN_USAGE = "drain <node...|pool> [at <time>|next-window] [for <duration>] [reason]"
 
 
 def drain_needs_target() -> str:
     return f"Say which nodes or pool to drain: /gpu {DRAIN_USAGE}"
-
-
-def unknown_target(name: str, *, closest: Sequence[str], pool: bool) -> str:
-    what = "pool" if pool else "GPU node or pool"
-    if closest:
-        return f"There is no {what} named {name}{_closest_names(closest)}"
-    return f"There is no {what} named {name}; /gpu status lists the pools and nodes."
-
-
-def empty_pool(pool: str) -> str:
-    return f"Pool {pool} has no GPU nodes right now, so there is nothing to drain."
-
-
-def mixed_pools(by_pool: Mapping[str, Sequence[str]]) -> str:
-    parts = "; ".join(f"{names(nodes)} in {pool}" for pool, nodes in sorted(by_pool.items()))
-    return (f"A drain covers one pool, but these nodes are in {len(by_pool)} pools: {parts}. "
-            "Send one request per pool.")
-
-
-def node_in_no_pool(nodes: Sequence[str]) -> str:
-    return (f"{names(nodes)} {'is' if len(nodes) == 1 else 'are'} in no pool (no pool label), so "
-            "no drain policy applies; label the node into a configured pool first.")
 
 
 def repeated_clause(word: str) -> str:
@@ -391,7 +362,3 @@ def bad_time(text: str) -> str:
     got = f"Cannot read the time {text!r}" if text else "`at` needs a time"
     return (f"{got}; write at 2026-12-05 02:00, at sat 02:00, at tomorrow 03:00 or next-window, "
             "optionally followed by a zone such as Europe/Berlin.")
-
-
-def _closest_names(closest: Sequence[str]) -> str:
-    return f"; did you mean {' or '.join(closest)}?" if closest else ""

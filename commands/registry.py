@@ -154,11 +154,21 @@ def dispatch(text: str, *, actor: Actor, services: Services, now: dt.datetime,
     if spec is None:
         return error_reply(msg.unknown_command(" ".join(tokens[:2])), msg.did_you_mean(REGISTRY.closest(tokens)),
                            hint=msg.see_help())
+    return invoke(spec, lambda call: spec.handler(call, args), actor=actor, services=services, now=now,
+                  text=text, channel=channel)
+
+
+def invoke(spec: CommandSpec, run: Callable[[Call], Reply], *, actor: Actor, services: Services,
+           now: dt.datetime, text: str = "", channel: str | None = None) -> Reply:
+    """Run `run` as command `spec` for `actor`: the role is checked at the door and a
+    refusal (bad input, an unknown name, a missing role) becomes its reply. `dispatch`
+    runs typed commands this way; a form that asks what a command asks (the drain
+    form) runs its structured request this way too."""
     if not actor.has_anywhere(spec.role):
         return error_reply(msg.not_allowed_title(), msg.needs_role(spec.name, spec.role, actor))
     call = Call(actor=actor, now=now, services=services, text=text, channel=channel)
     try:
-        return spec.handler(call, args)
+        return run(call)
     except UsageError as err:
         return usage_reply(spec, str(err), services=services, now=now)
     except NotFoundError as err:

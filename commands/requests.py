@@ -19,6 +19,7 @@ from storage.audit import AuditEntry
 from workflows.access import AccessDenied, Actor, Role
 from workflows.engine.runs import RunRefused, RunService, RunView, UnknownRun, step_note
 from workflows.requests.service import RequestRefused, RequestService, RequestView, UnknownRequest
+from workflows.wording import when
 
 AUDIT_DEFAULT = 20
 AUDIT_LIMIT = 200
@@ -51,7 +52,7 @@ def _refused(err: Exception) -> Reply:
 def _row(view: RequestView) -> tuple[str, ...]:
     return (view.id, view.kind, view.pool, view.state, view.requester_name,
             f"{view.approvals_counted}/{view.approvals_required}", view.short_hash,
-            msg.when(view.expires_at) if view.state == "pending" else "-")
+            when(view.expires_at, style="table") if view.state == "pending" else "-")
 
 
 def approval_intents(view: RequestView, viewer: Actor) -> tuple[Intent, ...]:
@@ -106,7 +107,7 @@ def _request_reply(call: Call, view: RequestView, *, title: str | None = None) -
     facts = (
         Fact("Requested by", view.requester_name),
         Fact("Reason", view.reason),
-        Fact("Window", f"{msg.when(view.window_start)} - {msg.when(view.window_end)}"
+        Fact("Window", f"{when(view.window_start, style='table')} - {when(view.window_end, style='table')}"
              if view.window_start and view.window_end else "none"),
         Fact("Plan hash", view.plan_hash),
     )
@@ -242,7 +243,7 @@ def _audit_row(entry: AuditEntry, names: dict[str, str]) -> tuple[str, ...]:
     if not what and (entry.before is not None or entry.after is not None):
         what = f"{entry.before} → {entry.after}"
     who = names.get(entry.actor, entry.actor) + (f" as {entry.k8s_identity}" if entry.k8s_identity else "")
-    return (str(entry.seq), msg.when(entry.at), who, entry.action, entry.target, str(what))
+    return (str(entry.seq), when(entry.at, style="table"), who, entry.action, entry.target, str(what))
 
 
 @REGISTRY.command("audit", usage="audit [n | request-id]", role=Role.VIEWER,

@@ -6,8 +6,33 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable
+from typing import Literal
 
 _LIST_AT_MOST = 6
+_UTC = dt.timezone.utc
+
+# How a time is written, by where it is read:
+#   minute  "2025-06-08 12:00 UTC"     request threads and cards
+#   second  "2025-06-08 12:00:03 UTC"  run threads (steps follow each other within minutes)
+#   table   "2025-06-08 12:00"         table cells under a column that says the zone
+#   day     "Sun 08 Jun 14:00 CEST"    the handover, in the rotation's zone
+#   local   "Sun 2025-06-08 14:00 CEST" drain plans, in the pool's zone
+TimeStyle = Literal["minute", "second", "table", "day", "local"]
+_TIME_FORMATS: dict[TimeStyle, str] = {
+    "minute": "%Y-%m-%d %H:%M UTC",
+    "second": "%Y-%m-%d %H:%M:%S UTC",
+    "table": "%Y-%m-%d %H:%M",
+    "day": "%a %d %b %H:%M %Z",
+    "local": "%a %Y-%m-%d %H:%M %Z",
+}
+
+
+def when(at: dt.datetime, zone: dt.tzinfo = _UTC, *, style: TimeStyle = "minute") -> str:
+    """A time as people read it; `style` says where (see `_TIME_FORMATS`). The UTC
+    styles write UTC whatever `zone` is."""
+    if style in ("minute", "second", "table"):
+        zone = _UTC
+    return at.astimezone(zone).strftime(_TIME_FORMATS[style])
 
 
 def names(items: Iterable[str], *, at_most: int = _LIST_AT_MOST) -> str:
@@ -46,9 +71,15 @@ def zone_name(zone: dt.tzinfo) -> str:
 
 def local_time(at: dt.datetime, zone: dt.tzinfo) -> str:
     """"Sat 2026-12-05 02:00 CET": a time as the pool's people read it."""
-    return at.astimezone(zone).strftime("%a %Y-%m-%d %H:%M %Z")
+    return when(at, zone, style="local")
 
 
 def at_words(at: dt.datetime, zone: dt.tzinfo) -> str:
     """The `at` clause that asks for exactly this time: "at 2026-12-05 02:00 Europe/Berlin"."""
     return f"at {at.astimezone(zone).strftime('%Y-%m-%d %H:%M')} {zone_name(zone)}"
+
+
+def closest_hint(closest: Iterable[str]) -> str:
+    """"; did you mean a or b?" after a name that is not known, or nothing."""
+    listed = list(closest)
+    return f"; did you mean {' or '.join(listed)}?" if listed else ""

@@ -18,12 +18,11 @@ from commands.services import Services
 from storage import requests as stored_requests
 from storage.database import open_database
 from workflows.config import GpuopsConfig
-from workflows.drain.plan import PdbView
 from workflows.engine.runs import step_params
 from workflows.engine.steps import Done, Hold, Waiting
 from workflows.fleet.assessment import group_pods_by_node
 from workflows.fleet.summary import Fleet
-from workflows.kube.objects import NodeName, PodObject
+from workflows.kube.objects import DisruptionBudget, NodeName, PodObject
 
 UTC = dt.timezone.utc
 # Wednesday 2 December 2026, 11:00 in Berlin; train-a drains on weekend nights.
@@ -59,12 +58,12 @@ class StaticFleet:
 @dataclass
 class Workloads:
     pods: dict[NodeName, list[PodObject]]
-    budgets: tuple[PdbView, ...] = ()
+    budgets: tuple[DisruptionBudget, ...] = ()
 
-    def pods_on(self, node: NodeName) -> list[PodObject]:
-        return self.pods.get(node, [])
+    def list_pods_bound_to(self, node: str) -> list[PodObject]:
+        return self.pods.get(NodeName(node), [])
 
-    def pdbs(self, namespace: str) -> list[PdbView]:
+    def list_disruption_budgets(self, namespace: str) -> list[DisruptionBudget]:
         return [p for p in self.budgets if p.namespace == namespace]
 
 
@@ -83,10 +82,10 @@ def build(make, tmp_path: Path, cfg: GpuopsConfig, *, cordoned: tuple[str, ...] 
              make.workload("gpu-a-02", gpus=8, name="api-0", namespace="serve", owner_kind="ReplicaSet",
                            labels={"app": "api"})]
     db = open_database(tmp_path / "gpuops.db")
-    services = Services.on_database(config=cfg, fleet=StaticFleet(make.fleet(nodes, pods)), database=db)
-    services.cluster = Workloads(group_pods_by_node(pods), (
-        PdbView(namespace="serve", name="api-pdb", selector={"app": "api"}, disruptions_allowed=0),))
-    return services
+    workloads = Workloads(group_pods_by_node(pods), (
+        DisruptionBudget(namespace="serve", name="api-pdb", selector={"app": "api"}, disruptions_allowed=0),))
+    return Services.on_database(config=cfg, fleet=StaticFleet(make.fleet(nodes, pods)), database=db,
+                                workloads=workloads)
 
 
 @pytest.fixture

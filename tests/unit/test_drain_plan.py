@@ -12,13 +12,13 @@ import pytest
 import yaml
 from freezegun import freeze_time
 
-from commands.drain_grammar import DrainRequestError, parse_drain_request
+from commands.drain_grammar import read_drain_words
 from storage import codec
 from workflows.config import ConfigError, GpuopsConfig, load_config
-from workflows.drain.plan import DrainRefused, PdbView, plan_drain
+from workflows.drain.plan import DrainRefused, DrainRequestError, drain_spec, plan_drain
 from workflows.fleet.assessment import group_pods_by_node
 from workflows.fleet.summary import Fleet
-from workflows.kube.objects import NodeName
+from workflows.kube.objects import DisruptionBudget, NodeName
 from workflows.plans import NodeStep, Plan, PlanSummary, Wave, plan_hash
 
 UTC = dt.timezone.utc
@@ -42,8 +42,8 @@ POOLS = {
     "no-win": {"kind": "training"},
 }
 PDBS = (
-    PdbView(namespace="serve", name="api-pdb", selector={"app": "api"}, disruptions_allowed=0),
-    PdbView(namespace="ml", name="unrelated", selector={"app": "nothing"}, disruptions_allowed=1),
+    DisruptionBudget(namespace="serve", name="api-pdb", selector={"app": "api"}, disruptions_allowed=0),
+    DisruptionBudget(namespace="ml", name="unrelated", selector={"app": "nothing"}, disruptions_allowed=1),
 )
 
 
@@ -96,7 +96,9 @@ def build_cluster(make, **node_changes) -> Cluster:
 
 
 def parse(text: str, cluster: Cluster, now: dt.datetime, cfg: GpuopsConfig | None = None):
-    return parse_drain_request(text.split(), fleet=cluster.fleet, pools=(cfg or config()).pools, now=now)
+    pools = (cfg or config()).pools
+    ask = read_drain_words(text.split(), fleet=cluster.fleet, pools=pools, now=now)
+    return drain_spec(ask, fleet=cluster.fleet, pools=pools, now=now)
 
 
 def plan(text: str, cluster: Cluster, now: dt.datetime, *, cfg: GpuopsConfig | None = None,

@@ -21,13 +21,13 @@ from typing import Any
 
 import pytest
 
-from commands.drain_grammar import parse_drain_request
+from commands.drain_grammar import read_drain_words
 from storage import audit
 from storage import runs as stored_runs
 from storage.database import Database, open_database
 from storage.runs import Run
 from workflows.config import GpuopsConfig
-from workflows.drain.plan import plan_drain
+from workflows.drain.plan import drain_spec, plan_drain
 from workflows.engine.lease import AlwaysHeld
 from workflows.engine.loop import Engine
 from workflows.engine.runs import RunService, RunView
@@ -91,7 +91,8 @@ class Drain:
         self.db, self.cluster, self.clock = db, cluster, Clock()
         cfg = config(action)
         fleet = cluster.fleet(NOW)
-        spec = parse_drain_request(words.split(), fleet=fleet, pools=cfg.pools, now=NOW)
+        ask = read_drain_words(words.split(), fleet=fleet, pools=cfg.pools, now=NOW)
+        spec = drain_spec(ask, fleet=fleet, pools=cfg.pools, now=NOW)
         pods = group_pods_by_node([p.pod for p in cluster.pods.values()])
         self.plan = plan_drain(spec, fleet=fleet, pods_by_node=pods, policy=cfg.pools["train-a"], open_requests=(),
                                now=NOW, requested_by="U0ADA").plan

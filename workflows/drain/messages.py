@@ -10,11 +10,11 @@ gpuops module at run time, so all of them may use it.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from workflows.pools.capacity import CapacityCheck
 from workflows.pools.windows import WindowSet, windows_text
-from workflows.wording import at_words, duration_text, local_time, names, plural
+from workflows.wording import at_words, closest_hint, duration_text, local_time, names, plural
 
 _LIST_AT_MOST = 6
 _SEARCH_WEEKS = 4
@@ -127,3 +127,29 @@ def note_pdb_may_block(pdb: str, *, allowed: int, needed: int, timeout: dt.timed
 def note_waits_for(count: int, *, selector: str, timeout: dt.timedelta) -> str:
     return (f"{plural(count, 'pod')} {'matches' if count == 1 else 'match'} wait_for ({selector}): "
             f"the drain waits up to {duration_text(timeout)} for them to finish before evicting.")
+
+
+def no_targets() -> str:
+    return "Say which nodes or pool to drain."
+
+
+def unknown_target(name: str, *, closest: Sequence[str], pool: bool) -> str:
+    what = "pool" if pool else "GPU node or pool"
+    if closest:
+        return f"There is no {what} named {name}{closest_hint(closest)}"
+    return f"There is no {what} named {name}; /gpu status lists the pools and nodes."
+
+
+def empty_pool(pool: str) -> str:
+    return f"Pool {pool} has no GPU nodes right now, so there is nothing to drain."
+
+
+def mixed_pools(by_pool: Mapping[str, Sequence[str]]) -> str:
+    parts = "; ".join(f"{names(nodes)} in {pool}" for pool, nodes in sorted(by_pool.items()))
+    return (f"A drain covers one pool, but these nodes are in {len(by_pool)} pools: {parts}. "
+            "Send one request per pool.")
+
+
+def node_in_no_pool(nodes: Sequence[str]) -> str:
+    return (f"{names(nodes)} {'is' if len(nodes) == 1 else 'are'} in no pool (no pool label), so "
+            "no drain policy applies; label the node into a configured pool first.")

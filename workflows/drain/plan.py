@@ -35,16 +35,19 @@ arguments.
 from __future__ import annotations
 
 import datetime as dt
+import difflib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from storage import codec
 from workflows.drain import messages as say
-from workflows.fleet.assessment import NodeInventory
+from workflows.engine.steps import DRAIN_PLAN_SCOPE
+from workflows.fleet.assessment import UNPOOLED, NodeInventory
 from workflows.fleet.summary import Fleet
 from workflows.kube.objects import DisruptionBudget, NodeName, PodObject, PoolName
 from workflows.plans import NodeStep, Plan, PlanSummary, Wave, plan_hash
+from workflows.pools import messages as pool_say
 from workflows.pools.capacity import (
     CapacityCheck,
     ConcurrentWork,
@@ -56,12 +59,12 @@ from workflows.pools.capacity import (
 from workflows.pools.config import PoolConfig
 from workflows.pools.windows import (
     END_OF_TIME,
+    UTC,
     Occurrence,
     WindowSet,
     as_utc,
 )
 
-EVICTION_SCOPE = "all-non-daemonset"
 # How far ahead "what would fit" looks, and how many candidate times it tries.
 FIT_SEARCH_HORIZON = dt.timedelta(days=28)
 FIT_SEARCH_LIMIT = 500
@@ -99,8 +102,6 @@ class DrainRefused(DrainError):
 # ------------------------------------------------------------------ plain values
 
 
-# The preview's view of a PodDisruptionBudget is the gateway's.
-PdbView = DisruptionBudget
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -144,6 +145,135 @@ def next_window_start(windows: WindowSet, *, pool: str, now: dt.datetime,
     raise DrainRefused(say.no_window_long_enough(pool, duration=duration,
                                                  longest=windows.longest(now)),
                        code="window-too-short")
+
+
+# ------------------------------------------------------------------ what was asked for
+
+
+class DrainRequestError(DrainError):
+    """What was asked for cannot be read: an unknown node or pool, nodes of several
+    pools, a time in the past."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DrainAsk:
+    """A drain as a person asked for it, before it is checked: the words of `/gpu drain`
+    read by its grammar (commands/), or the drain form's fields. `targets` are node or
+    pool names (`pool=<name>` names a pool); `at` is aware (for `start_from == "at"`);
+    `zone` is the zone the person wrote the time in, None for the pool's."""
+
+    targets: tuple[str, ...]
+    start_from: StartFrom = "now"
+    at: dt.datetime | None = None
+    zone: dt.tzinfo | None = None
+    duration: dt.timedelta | None = None
+    reason: str = ""
+
+
+# Similarity above which an unknown name is taken for a misspelt node or pool.
+TARGET_LIKENESS = 0.75
+
+
+def pool_names(fleet: Fleet, pools: Mapping[str, PoolConfig]) -> list[str]:
+    return sorted({p.name for p in fleet.pools if p.name != UNPOOLED} | set(pools))
+
+
+def target_kind(word: str, *, fleet: Fleet, pools: Mapping[str, PoolConfig]) -> Literal["node", "pool"] | None:
+    """Whether `word` names a GPU node or a pool (`pool=<name>` only a pool), or neither."""
+    explicit_pool = word.lower().startswith("pool=")
+    name = word[len("pool="):] if explicit_pool else word
+    is_pool = name != UNPOOLED and (name in pools or fleet.pool(name) is not None)
+    if explicit_pool:
+        return "pool" if is_pool else None
+    if name in fleet.nodes:
+        return "node"
+    return "pool" if is_pool else None
+
+
+def unknown_target(word: str, *, fleet: Fleet, pools: Mapping[str, PoolConfig]) -> DrainRequestError:
+    """The refusal for a word that names no node or pool, with the closest names."""
+    explicit_pool = word.lower().startswith("pool=")
+    name = word[len("pool="):] if explicit_pool else word
+    candidates = pool_names(fleet, pools) if explicit_pool else sorted(set(fleet.nodes) | set(pool_names(fleet, pools)))
+    closest = difflib.get_close_matches(name, candidates, n=3, cutoff=0.6)
+    return DrainRequestError(say.unknown_target(name, closest=closest, pool=explicit_pool), code="unknown-target")
+
+
+def looks_like_a_target(word: str, *, fleet: Fleet, pools: Mapping[str, PoolConfig]) -> bool:
+    """An unknown word close enough to a node or pool name to be a misspelling of one."""
+    explicit_pool = word.lower().startswith("pool=")
+    name = word[len("pool="):] if explicit_pool else word
+    candidates = pool_names(fleet, pools) if explicit_pool else sorted(set(fleet.nodes) | set(pool_names(fleet, pools)))
+    return explicit_pool or bool(difflib.get_close_matches(name, candidates, n=1, cutoff=TARGET_LIKENESS))
+
+
+def resolve_targets(targets: Sequence[str], *, fleet: Fleet,
+                    pools: Mapping[str, PoolConfig]) -> tuple[PoolName, tuple[NodeName, ...], bool]:
+    """The one configured pool the targets are in, their nodes (a pool's: all its GPU
+    nodes) in order, and whether a whole pool was named. Raises `DrainRequestError`."""
+    nodes: list[NodeName] = []
+    pool_of: dict[NodeName, PoolName] = {}
+    whole_pool = False
+    for word in targets:
+        kind = target_kind(word, fleet=fleet, pools=pools)
+        if kind is None:
+            raise unknown_target(word, fleet=fleet, pools=pools)
+        name = word[len("pool="):] if word.lower().startswith("pool=") else word
+        if kind == "pool":
+            whole_pool = True
+            found = fleet.pool(name)
+            members = found.nodes if found is not None else ()
+            if not members:
+                raise DrainRequestError(say.empty_pool(name), code="empty-pool")
+            for node in members:
+                pool_of[node] = PoolName(name)
+                if node not in nodes:
+                    nodes.append(node)
+        else:
+            node = NodeName(name)
+            pool_of[node] = fleet.nodes[node].pool
+            if node not in nodes:
+                nodes.append(node)
+    if not nodes:
+        raise DrainRequestError(say.no_targets(), code="missing-target")
+    by_pool: dict[PoolName, list[NodeName]] = {}
+    for node in nodes:
+        by_pool.setdefault(pool_of[node], []).append(node)
+    if len(by_pool) > 1:
+        raise DrainRequestError(say.mixed_pools(by_pool), code="mixed-pools")
+    (pool,) = by_pool
+    if pool == UNPOOLED:
+        raise DrainRequestError(say.node_in_no_pool(by_pool[pool]), code="unconfigured-pool")
+    if pool not in pools:
+        raise DrainRequestError(pool_say.pool_not_configured(pool), code="unconfigured-pool")
+    return pool, tuple(nodes), whole_pool
+
+
+def drain_spec(ask: DrainAsk, *, fleet: Fleet, pools: Mapping[str, PoolConfig], now: dt.datetime) -> DrainRequestSpec:
+    """What `ask` means now: its pool and nodes, when it starts and ends. Raises
+    `DrainRequestError` (unknown target, mixed pools, a time in the past) or
+    `DrainRefused` (`next-window` finds no window long enough)."""
+    now = as_utc(now, asker="drains")
+    pool, nodes, whole_pool = resolve_targets(ask.targets, fleet=fleet, pools=pools)
+    windows = pools[pool].window_set
+    zone: dt.tzinfo = ask.zone or windows.zone or UTC
+    if ask.start_from == "next-window":
+        start = next_window_start(windows, pool=pool, now=now, duration=ask.duration)
+    elif ask.start_from == "at":
+        if ask.at is None:
+            raise ValueError("a drain asked for `at` a time needs that time")
+        start = as_utc(ask.at, asker="drains")
+        if start < now:
+            raise DrainRequestError(say.time_in_past(start, zone=zone, now=now), code="past-time")
+    else:
+        start = now
+    if ask.duration is not None:
+        end: dt.datetime | None = start + ask.duration
+    else:
+        occurrence = windows.occurrence_containing(start)
+        end = None if occurrence is None or occurrence.end == END_OF_TIME else occurrence.end
+    return DrainRequestSpec(pool=pool, nodes=nodes, whole_pool=whole_pool, start=start, end=end,
+                            duration=ask.duration, start_from=ask.start_from, zone=zone, reason=ask.reason)
 
 
 # ------------------------------------------------------------------ the plan
@@ -256,7 +386,7 @@ def plan_drain(
     open_requests: Sequence[OpenRequest],
     now: dt.datetime,
     requested_by: str,
-    pdbs: Sequence[PdbView] = (),
+    pdbs: Sequence[DisruptionBudget] = (),
     replacing: str | None = None,
 ) -> DrainPlan:
     """Check `spec` against the pool's policy and plan it in waves. Raises
@@ -391,7 +521,7 @@ def _node_steps(node: NodeInventory, *, policy: PoolConfig, end: dt.datetime | N
         }))
     steps += [
         NodeStep("evict", node.name, {
-            "scope": EVICTION_SCOPE,
+            "scope": DRAIN_PLAN_SCOPE,
             "pdb_timeout_s": int(policy.drain_timeout.total_seconds()),
             "pdb_timeout_action": policy.pdb_timeout_action,
         }),
@@ -427,7 +557,7 @@ def _gpus_to_expect(node: NodeInventory) -> int:
 
 def _preview(spec: DrainRequestSpec, *, fleet: Fleet, members: Sequence[NodeInventory],
              pods: Mapping[NodeName, tuple[PodObject, ...]],
-             waited: Mapping[NodeName, tuple[PodObject, ...]], pdbs: Sequence[PdbView],
+             waited: Mapping[NodeName, tuple[PodObject, ...]], pdbs: Sequence[DisruptionBudget],
              waves: list[list[NodeName]], checks: list[CapacityCheck], wave_of: Mapping[NodeName, int],
              window: Occurrence | None, policy: PoolConfig) -> DrainPreview:
     node_views = []

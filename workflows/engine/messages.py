@@ -11,9 +11,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 
-
-def when(at: dt.datetime) -> str:
-    return at.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+from workflows.wording import when
 
 
 def _duration(span: dt.timedelta | None) -> str:
@@ -152,7 +150,7 @@ _THEN = {"fail": "the run halts with the node cordoned, for a person to decide",
 
 def pdb_blocking(node: str, blocked: Mapping[str, str], *, deadline: dt.datetime | None, then: str | None) -> str:
     """`then`: the step's on_timeout (None or unknown: fail)."""
-    until = f"until {when(deadline)}" if deadline is not None else "for now"
+    until = f"until {when(deadline, style='second')}" if deadline is not None else "for now"
     return (f"{node}: {eviction_blocked(blocked)}. Retrying {until}; then "
             f"{_THEN.get(then or 'fail', _THEN['fail'])}. Scaling the workload up elsewhere frees the budget")
 
@@ -164,13 +162,13 @@ def left_out_blocked(node: str, blocked: Mapping[str, str], timeout: dt.timedelt
 
 
 def window_ending(until: dt.datetime, *, request_id: str) -> str:
-    return (f"The drain window ends at {when(until)}: the nodes are then validated and uncordoned. "
+    return (f"The drain window ends at {when(until, style='second')}: the nodes are then validated and uncordoned. "
             f"Need longer? `/gpu drain extend {request_id} <duration>`")
 
 
 def open_drain_limit_ending(until: dt.datetime) -> str:
     return (f"This drain has no end of its own and reaches the pool's limit for open-ended drains "
-            f"(open_drain_max) at {when(until)}: the nodes are then validated and uncordoned.")
+            f"(open_drain_max) at {when(until, style='second')}: the nodes are then validated and uncordoned.")
 
 
 def waiting_for_pods_to_go(pods: Sequence[str]) -> str:
@@ -317,7 +315,7 @@ def held_until(until: dt.datetime | None, *, dry_run: bool, open_ended: bool = F
         return "would hold until someone says `drain done`"
     if until is None:
         return "nothing to hold for (no window end)"
-    return (f"would hold until {when(until)}" if dry_run else f"held until {when(until)}")
+    return (f"would hold until {when(until, style='second')}" if dry_run else f"held until {when(until, style='second')}")
 
 
 def holding_until_released() -> str:
@@ -325,7 +323,7 @@ def holding_until_released() -> str:
 
 
 def holding_until(until: dt.datetime) -> str:
-    return f"holding until {when(until)}"
+    return f"holding until {when(until, style='second')}"
 
 
 # --- the engine ---------------------------------------------------------------------------------

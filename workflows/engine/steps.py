@@ -43,21 +43,19 @@ from workflows.kube.errors import Conflict, NotFound, TooManyRequests
 from workflows.kube.gateway import KubeGateway, PodOnNode
 from workflows.kube.labels import (
     ANNOTATION_CORDONED_BY,
+    ANNOTATION_MIRROR,
+    LABEL_GPU_USER,
     LABEL_MIG_CONFIG,
     LABEL_MIG_CONFIG_STATE,
     POD_SELECTOR_DRIVER,
 )
 from workflows.kube.objects import NodeObject
 
-# A pod label that says "this pod uses GPUs although it requests none" (e.g. a
-# monitoring agent that mounts every device): evicted like a GPU pod.
-LABEL_GPU_USER = "gpuops.io/gpu-user"
-ANNOTATION_MIRROR = "kubernetes.io/config.mirror"
 # NVIDIA_VISIBLE_DEVICES values that hand a container no GPU.
 _NO_DEVICES = frozenset({"", "void", "none"})
 
 EvictScope = Literal["gpu", "all"]
-# The evict scope drain plans write (workflows.drain.EVICTION_SCOPE): `all` here.
+# The evict scope drain plans write (workflows.drain.plan): `all` here.
 DRAIN_PLAN_SCOPE = "all-non-daemonset"
 
 

@@ -72,6 +72,7 @@ from workflows.kube.objects import (
     PoolName,
     is_gpu_resource,
 )
+from workflows.wording import plural
 
 # --------------------------------------------------------------------------------------
 _NVIDIA = "nvidia.com/"
@@ -198,7 +199,7 @@ class PodState:
         """One line: "Running, Ready", "CrashLoopBackOff (12 restarts)", "missing"."""
         if not self.present:
             return "missing"
-        restarts = _plural(self.restarts, "restart")
+        restarts = plural(self.restarts, "restart")
         if self.condition == "terminating":
             return "Terminating"
         if self.condition == "healthy":
@@ -1109,10 +1110,6 @@ def _say_no_operator() -> str:
 
 def _say_no_driver_anywhere() -> str:
     return "no driver pod, no pre-installed label and no driver version from GFD"
-
-
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
 # --------------------------------------------------------------------------------------

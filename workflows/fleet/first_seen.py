@@ -22,13 +22,12 @@ from collections.abc import Callable
 from storage import first_seen as stored
 from storage.database import Database
 from workflows.fleet.assessment import NodeInventory
+from workflows.kube.labels import PAUSED_FOR_MIG_CHANGE
 
 UPGRADE = "upgrade"
 MIG = "mig"
-# The state tracked for a node whose operands are paused for a MIG change but whose
-# mig.config.state says nothing (the wedge of gpu-operator#2833).
-PAUSED_FOR_MIG = "paused-for-mig-change"
-
+# A node whose operands are paused for a MIG change but whose mig.config.state says
+# nothing (the wedge of gpu-operator#2833) is tracked in state PAUSED_FOR_MIG_CHANGE.
 
 class FirstSeen:
     """Thread-safe; `database` gives the calling thread's connection."""
@@ -61,16 +60,16 @@ class FirstSeen:
             stored.put(self._database(), aspect=aspect, node=node, state=state, since=now)
             return now
 
-    def forget(self, node: str) -> None:
-        """The node is gone."""
+    def forget(self, node: str, now: dt.datetime) -> None:
+        """The node is gone (noticed at `now`)."""
         for aspect in (UPGRADE, MIG):
-            self.since(aspect, node, None, dt.datetime.now(dt.timezone.utc))
+            self.since(aspect, node, None, now)
 
     def stamp(self, inv: NodeInventory, now: dt.datetime) -> NodeInventory:
         """`inv` with its upgrade and MIG states aged from when gpuops first saw them,
         where the node itself gives no time."""
         upgrade_seen = self.since(UPGRADE, inv.name, inv.upgrade.state, now)
-        mig_state = inv.mig.config_state or (PAUSED_FOR_MIG if inv.paused_for_mig_change else None)
+        mig_state = inv.mig.config_state or (PAUSED_FOR_MIG_CHANGE if inv.paused_for_mig_change else None)
         mig_seen = self.since(MIG, inv.name, mig_state, now)
         changes = {}
         if inv.upgrade.since is None and upgrade_seen is not None:

@@ -37,6 +37,7 @@ from workflows.kube.gateway import (
     KubeGateway,
     gc_paused,
 )
+from workflows.kube.labels import POD_SELECTOR_DEVICE_PLUGIN, POD_SELECTOR_DRIVER, POD_SELECTOR_VALIDATOR
 from workflows.kube.objects import (
     ClusterSnapshot,
     CustomObject,
@@ -48,7 +49,7 @@ from workflows.kube.objects import (
 
 log = logging.getLogger("gpuops.watchcache")
 
-_OPERAND_APPS = frozenset({"nvidia-device-plugin-daemonset", "nvidia-operator-validator"})
+_OPERAND_APPS = frozenset({POD_SELECTOR_DEVICE_PLUGIN[1], POD_SELECTOR_VALIDATOR[1]})
 OPERATOR_DEPLOYMENT_SELECTOR = "app=gpu-operator"
 # Seconds between attempts to reach the API while it does not answer.
 _BACKOFF_MIN = 0.5
@@ -61,7 +62,7 @@ def _keep_pod(pod: wire.PodWire, operator_namespace: str | None) -> bool:
     labels = wire.labels_of(meta)
     if operator_namespace and meta.namespace == operator_namespace:
         return True
-    if labels.get("app.kubernetes.io/component") == "nvidia-driver" or labels.get("app") in _OPERAND_APPS:
+    if labels.get(POD_SELECTOR_DRIVER[0]) == POD_SELECTOR_DRIVER[1] or labels.get("app") in _OPERAND_APPS:
         return True
     return bool(wire.gpu_requests(wire.pod_spec_of(pod)))
 
@@ -84,13 +85,20 @@ class _Resource:
     synced: threading.Event = field(default_factory=threading.Event)
 
 
+def utc_now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
 class FleetCache:
     """Start once, then ask `fleet(now)` as often as needed."""
 
     def __init__(self, gateway: KubeGateway, *, settings: inv.InventorySettings,
                  operator_namespace: str | None = None, watch_timeout: int = 300,
-                 first_seen: FirstSeen | None = None) -> None:
+                 first_seen: FirstSeen | None = None, clock: Callable[[], dt.datetime] = utc_now) -> None:
         self._gateway = gateway
+        # What time it is when the cache assesses what it lists or sees change (tests and
+        # freezegun control it; `fleet(now)` is asked with the caller's own time).
+        self._clock = clock
         # Ages of upgrade and MIG states from gpuops' own records (None: only what the
         # nodes say; see workflows.first_seen).
         self._first_seen = first_seen
@@ -147,7 +155,7 @@ class FleetCache:
         for thread in listers:
             thread.join()
         with self._lock:
-            self._refresh_context(dt.datetime.now(dt.timezone.utc))
+            self._refresh_context(self._clock())
         context_ready.set()
         nodes.join()
         errors = [r.name for r in self._resources.values() if not r.synced.is_set()]
@@ -217,7 +225,7 @@ class FleetCache:
         fresh: dict[str, Any] = {}
         early: dict[NodeName, inv.NodeInventory] = {}
         waiting: list[NodeObject] = []
-        now = dt.datetime.now(dt.timezone.utc)
+        now = self._clock()
 
         def assess_waiting() -> None:
             if assess_when is None or not assess_when.is_set() or self._context is None:
@@ -441,7 +449,7 @@ class FleetCache:
                 node = nodes.get(name)
                 if node is None:
                     if self._assessed.pop(name, None) is not None and self._first_seen is not None:
-                        self._first_seen.forget(name)
+                        self._first_seen.forget(name, now)
                     continue
                 on_node = [pods[k] for k in self._pods_by_node.get(name, ()) if k in pods]
                 self._assessed[name] = self._assess(node, on_node, now)

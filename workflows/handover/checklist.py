@@ -37,6 +37,7 @@ from workflows.fleet.findings import SEVERITY_ORDER, Finding, Severity, format_a
 from workflows.fleet.summary import Fleet
 from workflows.handover import messages as say
 from workflows.requests.service import RequestView
+from workflows.wording import when
 
 CHECKLIST_FORMAT = 1
 ItemKind: TypeAlias = Literal["finding", "approval", "run", "cordon", "window"]
@@ -569,7 +570,7 @@ def _environment(folder: str) -> jinja2.Environment:
 @jinja2.pass_context
 def _when(context: jinja2.runtime.Context, at: dt.datetime) -> str:
     """A time in the rotation's zone: "Sat 07 Jun 14:00 CEST"."""
-    return say.when(at, context["checklist"].zone)
+    return when(at, context["checklist"].zone, style="day")
 
 
 @jinja2.pass_context

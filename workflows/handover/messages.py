@@ -12,15 +12,7 @@ import zoneinfo
 from collections.abc import Sequence
 
 from workflows.fleet.findings import format_age
-
-
-def when(at: dt.datetime, zone: zoneinfo.ZoneInfo | dt.tzinfo) -> str:
-    return at.astimezone(zone).strftime("%a %d %b %H:%M %Z")
-
-
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}" + ("" if count == 1 else "s")
-
+from workflows.wording import plural, when
 
 # --- commands the items link to --------------------------------------------------------
 
@@ -68,7 +60,7 @@ def cordoned_by_hand(node: str, *, since: dt.datetime | None, now: dt.datetime,
     if since is None:
         seen = "first seen cordoned at this handover"
     else:
-        seen = f"cordoned for at least {format_age(now - since)} (seen since {when(since, zone)})"
+        seen = f"cordoned for at least {format_age(now - since)} (seen since {when(since, zone, style='day')})"
     return f"{node} is cordoned by hand, not by gpuops; {seen}: find out why and who will uncordon it"
 
 
@@ -95,14 +87,14 @@ def approval_waiting(*, request_id: str, kind: str, pool: str, counted: int, req
                      now: dt.datetime, zone: zoneinfo.ZoneInfo) -> str:
     missing = max(required - counted, 0)
     if expires_at <= now:
-        expiry = f"its approval deadline passed at {when(expires_at, zone)}"
+        expiry = f"its approval deadline passed at {when(expires_at, zone, style='day')}"
     else:
-        expiry = f"expires {when(expires_at, zone)} (in {format_age(expires_at - now)})"
+        expiry = f"expires {when(expires_at, zone, style='day')} (in {format_age(expires_at - now)})"
     window = ""
     if window_start is not None:
-        window = f"; window {when(window_start, zone)}" + (" (this shift)" if in_shift else "")
+        window = f"; window {when(window_start, zone, style='day')}" + (" (this shift)" if in_shift else "")
     return (
-        f"{request_id}: {kind} of {pool} waits for {_plural(missing, 'more approval')} "
+        f"{request_id}: {kind} of {pool} waits for {plural(missing, 'more approval')} "
         f"({counted}/{required}); {expiry}{window}"
     )
 
@@ -110,7 +102,7 @@ def approval_waiting(*, request_id: str, kind: str, pool: str, counted: int, req
 def window_coming(*, request_id: str, kind: str, pool: str, state: str, start: dt.datetime,
                   end: dt.datetime | None, approvers: Sequence[str],
                   zone: zoneinfo.ZoneInfo) -> str:
-    span = when(start, zone) + (f" – {end.astimezone(zone).strftime('%H:%M')}" if end else "")
+    span = when(start, zone, style='day') + (f" – {end.astimezone(zone).strftime('%H:%M')}" if end else "")
     approved = f", approved by {', '.join(approvers)}" if approvers else ""
     return f"{request_id}: {kind} of {pool}, window {span} ({state}{approved})"
 
@@ -140,8 +132,8 @@ def step_line(*, kind: str, node: str, wave: int, state: str, attempt: int,
 def last_drain(*, request_id: str, kind: str, at: dt.datetime, nodes: int, outcome: str,
                now: dt.datetime, zone: zoneinfo.ZoneInfo) -> str:
     return (
-        f"last drained {when(at, zone)} ({format_age(now - at)} ago): "
-        f"{_plural(nodes, 'node')} by {request_id} ({kind}, {outcome})"
+        f"last drained {when(at, zone, style='day')} ({format_age(now - at)} ago): "
+        f"{plural(nodes, 'node')} by {request_id} ({kind}, {outcome})"
     )
 
 
@@ -163,7 +155,7 @@ def posted_text(*, rotation: str, shift: str, shift_start: dt.datetime, late: bo
                 needs_action: int, zone: zoneinfo.ZoneInfo) -> str:
     state = f"{needs_action} need action" if needs_action else "nothing needs action"
     lateness = " (posted late)" if late else ""
-    return f"Handover to the {shift} shift of {rotation}, {when(shift_start, zone)}{lateness}: {state}"
+    return f"Handover to the {shift} shift of {rotation}, {when(shift_start, zone, style='day')}{lateness}: {state}"
 
 
 def acknowledged(*, name: str, shift: str) -> str:
@@ -178,19 +170,19 @@ def ack_not_counted(*, name: str, shift: str) -> str:
 
 
 def ack_already_yours(*, name: str, acked_at: dt.datetime, zone: zoneinfo.ZoneInfo) -> str:
-    return f"{name} acknowledged this handover already, at {when(acked_at, zone)}."
+    return f"{name} acknowledged this handover already, at {when(acked_at, zone, style='day')}."
 
 
 def ack_already(*, name: str, acked_by: str, acked_at: dt.datetime,
                 zone: zoneinfo.ZoneInfo) -> str:
     return (
         f"Recorded {name}'s acknowledgement too; {acked_by} already acknowledged at "
-        f"{when(acked_at, zone)}."
+        f"{when(acked_at, zone, style='day')}."
     )
 
 
 def acknowledged_footer(*, name: str, at: dt.datetime, zone: zoneinfo.ZoneInfo) -> str:
-    return f"Acknowledged by {name} at {when(at, zone)}"
+    return f"Acknowledged by {name} at {when(at, zone, style='day')}"
 
 
 def not_acknowledged_footer(*, shift: str) -> str:

@@ -50,9 +50,8 @@ from pydantic import (
 
 from workflows.durations import Duration
 from workflows.handover.checklist import ChecklistTemplate, TemplateProblem, load_template
-from workflows.pools.windows import parse_zone
+from workflows.pools.windows import UTC, parse_zone
 
-UTC = dt.timezone.utc
 # A handover posted within this long after its shift change is on time; later, it says
 # it is late. The scheduler ticks every minute, so a few minutes of slack is enough.
 ON_TIME_WITHIN = dt.timedelta(minutes=5)

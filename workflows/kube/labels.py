@@ -48,3 +48,10 @@ POD_SELECTOR_VALIDATOR = ("app", "nvidia-operator-validator")
 PRE_INSTALLED = "pre-installed"
 PAUSED_PREFIX = "paused-for-"
 PAUSED_FOR_MIG_CHANGE = "paused-for-mig-change"
+
+
+# A pod label that says "this pod uses GPUs although it requests none" (e.g. a
+# monitoring agent that mounts every device): evicted like a GPU pod.
+LABEL_GPU_USER = "gpuops.io/gpu-user"
+# The kubelet's mark on a static (mirror) pod, which eviction cannot move.
+ANNOTATION_MIRROR = "kubernetes.io/config.mirror"

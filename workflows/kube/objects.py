@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NewType
 
 NodeName = NewType("NodeName", str)
@@ -151,6 +151,7 @@ class ClusterSnapshot:
     operator_deployment: DeploymentObject | None
     # False when the ClusterPolicy CRD is not installed (no GPU Operator at all).
     operator_crds_installed: bool
+    # When the snapshot was read (the caller's clock: object views never read one).
+    taken_at: dt.datetime
     cluster_policies: tuple[CustomObject, ...] = ()
     nvidia_drivers: tuple[CustomObject, ...] = ()
-    taken_at: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.timezone.utc))

@@ -9,16 +9,12 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping, Sequence
 
-from workflows.wording import names, plural
-
-
-def _closest(closest: Sequence[str]) -> str:
-    return f"; did you mean {' or '.join(closest)}?" if closest else ""
+from workflows.wording import closest_hint, names, plural
 
 
 def unknown_day(text: str, *, closest: Sequence[str]) -> str:
     return (f"{text!r} is not a day; write mon, tue, wed, thu, fri, sat or sun, a range like "
-            f"mon-fri, or daily{_closest(closest)}")
+            f"mon-fri, or daily{closest_hint(closest)}")
 
 
 def days_not_a_list(value: object) -> str:
@@ -49,7 +45,7 @@ def zone_missing() -> str:
 
 def unknown_zone(text: str, *, closest: Sequence[str]) -> str:
     if closest:
-        return f"{text!r} is not an IANA time zone{_closest(closest)}"
+        return f"{text!r} is not an IANA time zone{closest_hint(closest)}"
     return f"{text!r} is not an IANA time zone; write a name such as Europe/Berlin, America/New_York or UTC"
 
 

@@ -382,7 +382,6 @@ class WindowSet:
         return best
 
 
-_DAY_NAMES = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 
 
 def days_text(days: Iterable[int]) -> str:
@@ -396,8 +395,8 @@ def days_text(days: Iterable[int]) -> str:
             runs[-1].append(day)
         else:
             runs.append([day])
-    return ",".join(f"{_DAY_NAMES[r[0]]}-{_DAY_NAMES[r[-1]]}" if len(r) >= 3
-                    else ",".join(_DAY_NAMES[d] for d in r) for r in runs)
+    return ",".join(f"{DAY_NAMES[r[0]]}-{DAY_NAMES[r[-1]]}" if len(r) >= 3
+                    else ",".join(DAY_NAMES[d] for d in r) for r in runs)
 
 
 def window_text(window: MaintenanceWindow) -> str:

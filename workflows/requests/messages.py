@@ -13,13 +13,9 @@ import datetime as dt
 from collections.abc import Iterable, Sequence
 
 from workflows.plans import short_hash
+from workflows.wording import when
 
 # ------------------------------------------------------------------ small wording pieces
-
-
-def when(at: dt.datetime) -> str:
-    """A time as people read it in a thread: `2025-06-08 12:00 UTC`."""
-    return at.astimezone(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def plan_ref(full_hash: str) -> str:

@@ -1,0 +1,94 @@
+"""The drain use case: one call per verb. `request` turns what a person asked for (a
+`DrainAsk`, from `/gpu drain` or the drain form) into a checked plan and a stored
+request; `extend` re-plans an open drain with a later end and asks for approval again.
+Each reads the workloads it will move straight from the cluster (`Workloads`: the
+Kubernetes gateway in the bot, plain values in tests), checks the pool's policy and
+the requester's role, and stores nothing when anything refuses."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from workflows.access import Actor, Role, require
+from workflows.drain.plan import DrainAsk, DrainPlan, drain_spec, plan_drain
+from workflows.fleet.summary import Fleet
+from workflows.kube.objects import DisruptionBudget, NodeName, PodObject
+from workflows.pools.config import PoolConfig
+from workflows.pools.windows import UTC
+from workflows.requests.service import RequestService, RequestView
+
+
+class Workloads(Protocol):
+    """What a drain reads of the cluster besides the fleet: every pod bound to a node (the
+    watch cache keeps only GPU and operator pods; a preview names every pod it would
+    evict) and the PodDisruptionBudgets of a namespace. `kube.gateway.KubeGateway` is one."""
+
+    def list_pods_bound_to(self, node: str) -> Sequence[PodObject]: ...
+
+    def list_disruption_budgets(self, namespace: str) -> Sequence[DisruptionBudget]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class DrainRequested:
+    """A drain planned and stored: the plan with its preview, and the request as stored."""
+
+    planned: DrainPlan
+    view: RequestView
+
+
+class DrainService:
+    """Drains on one request service (one database connection). Without `workloads` (no
+    cluster: the console on a snapshot, unit tests) a plan lists no workloads."""
+
+    def __init__(self, requests: RequestService, *, pools: Mapping[str, PoolConfig],
+                 workloads: Workloads | None = None) -> None:
+        self._requests = requests
+        self._pools = pools
+        self._workloads = workloads
+
+    @property
+    def reads_workloads(self) -> bool:
+        return self._workloads is not None
+
+    def request(self, actor: Actor, ask: DrainAsk, *, fleet: Fleet, now: dt.datetime,
+                channel: str | None = None) -> DrainRequested:
+        """Plan `ask`, check it and store it as a pending request. Raises
+        `DrainRequestError`, `DrainRefused`, `AccessDenied` or `RequestRefused`."""
+        spec = drain_spec(ask, fleet=fleet, pools=self._pools, now=now)
+        require(actor, Role.OPERATOR, action="Requesting a drain", pool=spec.pool)
+        pods, pdbs = self._read_workloads(spec.nodes)
+        planned = plan_drain(spec, fleet=fleet, pods_by_node=pods, policy=self._pools[spec.pool],
+                             open_requests=self._requests.open_requests(spec.pool), now=now,
+                             requested_by=actor.user_id, pdbs=pdbs)
+        view = self._requests.submit(actor, kind="drain", pool=spec.pool, targets=spec.targets,
+                                     plan=planned.plan, window_start=spec.start, window_end=spec.end,
+                                     reason=spec.reason, channel=channel, now=now)
+        return DrainRequested(planned, view)
+
+    def extend(self, actor: Actor, request: RequestView, more: dt.timedelta, *, fleet: Fleet,
+               now: dt.datetime) -> DrainRequested:
+        """Re-plan `request` (a drain with a window) to end `more` later; its approvals
+        start again. The plan stays the requester's, whoever extends it."""
+        if request.window_start is None or request.window_end is None:
+            raise ValueError("only a drain with a window end can be extended")
+        ask = DrainAsk(targets=tuple(request.targets), start_from="at", at=request.window_start, zone=UTC,
+                       duration=request.window_end - request.window_start + more, reason=request.reason)
+        spec = drain_spec(ask, fleet=fleet, pools=self._pools, now=now)
+        require(actor, Role.OPERATOR, action="Requesting a drain", pool=spec.pool)
+        pods, pdbs = self._read_workloads(spec.nodes)
+        planned = plan_drain(spec, fleet=fleet, pods_by_node=pods, policy=self._pools[spec.pool],
+                             open_requests=self._requests.open_requests(spec.pool), now=now,
+                             requested_by=request.requester, pdbs=pdbs, replacing=request.id)
+        view = self._requests.extend_window(actor, request.id, planned.plan, window_end=spec.end, now=now)
+        return DrainRequested(planned, view)
+
+    def _read_workloads(self, nodes: Sequence[NodeName]) -> tuple[dict[NodeName, list[PodObject]],
+                                                                   list[DisruptionBudget]]:
+        if self._workloads is None:
+            return {}, []
+        pods = {node: list(self._workloads.list_pods_bound_to(node)) for node in nodes}
+        namespaces = sorted({pod.namespace for node_pods in pods.values() for pod in node_pods})
+        return pods, [pdb for namespace in namespaces for pdb in self._workloads.list_disruption_budgets(namespace)]
