@@ -15,13 +15,12 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 
+from bot.wiring import build_runtime
 from storage import audit
-from storage.database import Database, open_database
+from storage.database import Database
 from workflows.config import ConfigError, load_config
 from workflows.engine.lease import LeaseSettings
 from workflows.engine.loop import EngineSettings, run_engine
-from workflows.fleet.watchcache import FleetCache
-from workflows.kube.gateway import KubeGateway
 
 CRASH_AFTER_ENV = "GPUOPS_TEST_CRASH_AFTER"
 
@@ -81,22 +80,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    gateway = KubeGateway.connect(kubeconfig=args.kubeconfig, context=args.context)
-    cache = FleetCache(gateway, settings=config.inventory_settings(),
-                       operator_namespace=config.cluster.operator_namespace).start()
-    db = open_database(args.db)
+    # The same composition as the bot's (bot.wiring): gateway, watch cache, database.
+    runtime = build_runtime(config, kubeconfig=args.kubeconfig, context=args.context, database=args.db)
+    assert runtime.gateway is not None  # build_runtime connects to the cluster
+    db = runtime.database.get()
     settings = EngineSettings(
         lease=LeaseSettings(namespace=args.lease_namespace, name=args.lease_name,
                             duration=dt.timedelta(seconds=args.lease_seconds)),
         max_parallel_nodes=args.max_parallel_nodes)
     try:
-        run_engine(settings, gateway, cache, db, args.identity, stop, on_commit=_crash_hook(db),
-                   exit_when_idle=args.exit_when_idle, pools=config.pools if args.config else None)
+        run_engine(settings, runtime.gateway, runtime.fleet, db, args.identity, stop,  # type: ignore[arg-type]
+                   on_commit=_crash_hook(db), exit_when_idle=args.exit_when_idle,
+                   pools=config.pools if args.config else None)
     finally:
-        cache.stop()
-        db.close()
+        runtime.close()
     return 0
-
 
 
 if __name__ == "__main__":

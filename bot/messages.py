@@ -1,6 +1,6 @@
 """Every sentence the bot itself says (to Slack users, console users and operators
 reading its logs and errors), in one place. The commands' own text lives in
-`commands.messages`, the requests' in `workflows.request_messages`."""
+`commands.messages`, the requests' in `workflows.requests.messages`."""
 
 from __future__ import annotations
 

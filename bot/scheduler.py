@@ -24,7 +24,7 @@ name and runs again at its next time; it never stops the scheduler or the other 
 with a frozen clock).
 
 Runs started at their window use `RunService.start` with no actor (the scheduler's
-right, see `workflows.runs`); the engine, on this same replica, picks them up within its
+right, see `workflows.engine.runs`); the engine, on this same replica, picks them up within its
 control check. A request is never started late: one whose window ended, or began more
 than `START_GRACE` before a replica could start it (the bot was down, no replica led), is
 marked `missed` and its requester is told in its thread.
@@ -315,7 +315,7 @@ def _window_missed(start: dt.datetime | None, end: dt.datetime | None, approved_
 
 def clear_stale_marks(host: LeaderHost, now: dt.datetime) -> None:
     """Remove gpuops' cordon mark from each node a person uncordoned by hand after its run
-    finished (workflows.cordons), so a later cordon is not shown as gpuops'."""
+    finished (workflows.engine.cordons), so a later cordon is not shown as gpuops'."""
     if host.gateway is None:
         return
     candidates = [n.name for n in host.fleet.fleet(now).nodes.values() if n.stale_mark_run]

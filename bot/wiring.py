@@ -4,7 +4,7 @@ of the cluster), the database, the request service. Every entry point (`gpuops r
 from a plain `Fleet` with `runtime_from_fleet_source`.
 
 Leadership (`gpuops run`): every replica answers Slack; only the one holding the engine
-Lease (`workflows.lease`) runs the leader's work: the engine, the scheduler
+Lease (`workflows.engine.lease`) runs the leader's work: the engine, the scheduler
 (`bot.scheduler`) and the notifier (`bot.notifier`). `Runtime.start_background(identity,
 slack=...)` claims the lease and starts a `Leadership` that starts that work when the
 lease is gained and stops it the moment it is lost (the lease's change callback, and a
@@ -36,6 +36,7 @@ from storage.database import PerThreadDatabase, default_database_path
 from workflows.config import GpuopsConfig
 from workflows.engine.cordons import Cordons
 from workflows.engine.lease import EngineLease, LeaseSettings
+from workflows.engine.loop import EngineSettings, run_engine
 from workflows.fleet.first_seen import FirstSeen
 from workflows.fleet.watchcache import FleetCache
 from workflows.kube.gateway import KubeGateway
@@ -162,7 +163,7 @@ def build_runtime(config: GpuopsConfig, *, kubeconfig: str | None, context: str 
 
 
 class Lease(Protocol):
-    """What leadership needs of a lease (`workflows.lease.EngineLease`, `AlwaysHeld`)."""
+    """What leadership needs of a lease (`workflows.engine.lease.EngineLease`, `AlwaysHeld`)."""
 
     def held(self) -> bool: ...
 
@@ -276,7 +277,7 @@ class SchedulerWorker:
 
 def engine_worker(runtime: Runtime, *, lease: Lease, identity: str) -> Worker | None:
     """The engine on this replica, or None where it cannot run (no Kubernetes API, or a
-    fleet source without watch events). The one function that knows `workflows.engine`:
+    fleet source without watch events). The one function that knows `workflows.engine.loop`:
     it runs `run_engine` on its own thread and database connection, with the lease this
     replica already holds (so the engine checks the same claim before every side effect)
     and with every committed transition waking the notifier."""
@@ -284,8 +285,6 @@ def engine_worker(runtime: Runtime, *, lease: Lease, identity: str) -> Worker | 
         log.warning("the engine does not run here: %s", "no Kubernetes API" if runtime.gateway is None
                     else "the fleet source sends no watch events")
         return None
-    from workflows.engine.loop import EngineSettings, run_engine
-
     gateway = runtime.gateway
 
     def body(stop: threading.Event) -> None:

@@ -29,7 +29,7 @@ class Services:
     config: GpuopsConfig
     fleet: FleetSource
     requests: RequestService | None = None
-    # Start, pause, resume and abort runs, and read the audit log (workflows.runs).
+    # Start, pause, resume and abort runs, and read the audit log (workflows.engine.runs).
     runs: RunService | None = None
     # The connection the services above use (one per thread, see storage.database).
     database: Database | None = None

@@ -207,7 +207,7 @@ CREATE TABLE kv (
 ) STRICT;
 """
 
-# The two-person rule in the schema too (workflows/policy.py enforces it first): no
+# The two-person rule in the schema too (workflows/requests/policy.py enforces it first): no
 # decision row, approve or deny, from the request's own requester. Rows a database
 # already holds stay as they are (policy never counted them); new ones are refused.
 NO_SELF_APPROVAL = """

@@ -63,7 +63,7 @@ def main() -> None:
         pairs.append((baseline, time.perf_counter() - started))
     assert cache is not None
     ratios = sorted(cold / baseline for baseline, cold in pairs)
-    # The cache decodes nodes into only the fields it reads (workflows.wire), cheaper
+    # The cache decodes nodes into only the fields it reads (workflows.kube.wire), cheaper
     # than a whole parse. A stricter baseline is reported beside the one above: the same
     # list decoded with the cache's own node schema, timed after the pairs so as not to
     # disturb them.

@@ -46,11 +46,11 @@ MUTMUT = Path(sys.executable).with_name("mutmut")
 # Short name -> the source file mutmut mutates (as in pyproject's only_mutate).
 MODULES = {
     "access": "workflows/access.py",
-    "policy": "workflows/policy.py",
-    "requests": "workflows/requests.py",
-    "runs": "workflows/runs.py",
-    "steps": "workflows/steps.py",
-    "engine": "workflows/engine.py",
+    "policy": "workflows/requests/policy.py",
+    "requests": "workflows/requests/service.py",
+    "runs": "workflows/engine/runs.py",
+    "steps": "workflows/engine/steps.py",
+    "engine": "workflows/engine/loop.py",
     "audit": "storage/audit.py",
 }
 # mutmut's exit codes per mutant (mutmut.stats.status_by_exit_code, pinned version).

@@ -37,7 +37,7 @@ MARK_TEXT = '{"at":"2025-06-07T12:00:00.000000Z","by":"gpuops for alice","prior_
 
 @dataclass
 class Ctx:
-    """`workflows.steps.StepContext` over the fake cluster, recording intents and acts."""
+    """`workflows.engine.steps.StepContext` over the fake cluster, recording intents and acts."""
 
     gateway: Any
     node: str = "gpu-01"

@@ -1,4 +1,4 @@
-"""The typed reading of API objects (workflows.wire) gives the views the dict reading
+"""The typed reading of API objects (workflows.kube.wire) gives the views the dict reading
 gave, skips what gpuops does not use, and refuses a malformed object clearly."""
 
 from __future__ import annotations

@@ -15,14 +15,14 @@ What it does, as a runbook:
   first call (`StepContext.record`).
 - After a crash or a lease change the engine resumes every unfinished run at its current
   step: a step found `running` is re-entered through `advance`, which looks at the
-  cluster before acting (workflows.steps), so no side effect is repeated.
+  cluster before acting (workflows.engine.steps), so no side effect is repeated.
 - It reacts to the watch cache (FleetCache listeners: any change to a node or a pod on
   it wakes that node's steps) and to its own timers (a heap: retries, deadlines), not to
   a fixed poll. It reads the database every `control_check` for runs started and
   controls (pause, resume, abort) written by other processes, and `wake()` makes it look
   at once.
 - Before a wave starts (the first one too), the pool is checked again as it is now
-  (workflows.capacity.check_wave): inside its windows and the request's, no node in
+  (workflows.pools.capacity.check_wave): inside its windows and the request's, no node in
   another run's current wave, max_unavailable and min_ready_gpus counting whatever people
   or other runs took out since approval. A wave that does not fit waits, its thread
   told why once per reason, and the run halts if the window ends first. A dry run says
@@ -35,7 +35,7 @@ What it does, as a runbook:
   run goes on with the other nodes.
 - A waiting step may have something to tell (a PDB holding up an eviction, a window
   about to end): it is posted to the request's thread once (per step, or per run).
-- Pause lets steps in flight finish and starts nothing new; abort (workflows.runs) ends
+- Pause lets steps in flight finish and starts nothing new; abort (workflows.engine.runs) ends
   the run at once.
 - Only the replica holding the engine lease acts: `lease.held()` is checked before every
   transaction and every side effect; a replica that loses it forgets what it was doing
@@ -134,7 +134,7 @@ class Lease(Protocol):
 
 
 class NodeSource(Protocol):
-    """What the engine reads from the watch cache (workflows.watchcache.FleetCache)."""
+    """What the engine reads from the watch cache (workflows.fleet.watchcache.FleetCache)."""
 
     def add_listener(self, listener: Callable[[str, str, Any], None]) -> None: ...
 
@@ -184,7 +184,7 @@ class Engine:
         self._mono = monotonic
         self._on_commit = on_commit
         # The pools' policies, for the check before every wave; None: no check (only
-        # tests of step mechanics and `python -m workflows.engine` without --config).
+        # tests of step mechanics and `python -m bot.engine_process` without --config).
         self._pools = pools
         # What each run's next wave waits for, as last told (one line per change).
         self._gated: dict[RunId, str] = {}
@@ -764,7 +764,7 @@ def _left_out(steps: Sequence[Step]) -> bool:
 
 
 class _StepContext:
-    """`workflows.steps.StepContext` for one evaluation of one step."""
+    """`workflows.engine.steps.StepContext` for one evaluation of one step."""
 
     def __init__(self, engine: Engine, run: Run, info: _RunInfo, step: Step, live: _Live,
                  steps: Sequence[Step], *, intent: Mapping[str, Any]) -> None:

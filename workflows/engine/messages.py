@@ -3,7 +3,7 @@
 Step notes end up in the step's detail (shown by `/gpu request`), halted reasons in the
 run's `halted_reason`, and thread messages in the request's Slack thread through the
 outbox. Say what happened to which node, and what is left for a person to do. Nothing
-here decides anything; `workflows.steps`, `workflows.engine` and `workflows.runs` choose.
+here decides anything; `workflows.engine.steps`, `workflows.engine.loop` and `workflows.engine.runs` choose.
 """
 
 from __future__ import annotations
@@ -490,7 +490,7 @@ def no_run_yet(request_id: str) -> str:
     return f"{request_id} has no run yet: cancel it with `/gpu cancel {request_id}` instead"
 
 
-# ---- cordon marks outside a run (workflows.cordons)
+# ---- cordon marks outside a run (workflows.engine.cordons)
 
 
 def stale_mark_cleared(node: str, run: str, by: str) -> str:

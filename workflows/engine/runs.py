@@ -1,7 +1,7 @@
 """Runs as people control them: start an approved request's run, pause, resume, abort,
 and read a run back with its steps and the nodes it left cordoned.
 
-`RunService` writes; the engine (`workflows.engine`, on the replica holding the lease)
+`RunService` writes; the engine (`workflows.engine.loop`, on the replica holding the lease)
 executes. Every change here is one transaction: the run's compare-and-set transition,
 the request's, the steps it ends, an audit row and an outbox message for the request's
 thread. The engine notices a change on its next look at the database (within its

@@ -1,6 +1,6 @@
 """What each kind of step does to one node, as gates and actions that are safe to repeat.
 
-The engine (`workflows.engine`) runs a step in two calls, with a durable transition
+The engine (`workflows.engine.loop`) runs a step in two calls, with a durable transition
 before each side effect:
 
 1. `prepare(ctx)` reads the cluster and returns the step's *intent* (what it found and

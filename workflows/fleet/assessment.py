@@ -1,6 +1,6 @@
 """The fleet inventory: what each GPU node, pool and the cluster look like at one moment.
 
-Pure domain logic over the frozen views in `workflows.cluster`: no API calls, no clock
+Pure domain logic over the frozen views in `workflows.kube.objects`: no API calls, no clock
 (time is the `now` argument), no Kubernetes client. The work is split for a 5,000-node
 watch cache:
 
@@ -14,7 +14,7 @@ watch cache:
 
 The labels, annotations and states read here are the ones in
 shared/reference/gpu-operator/FACTS.md; the wording of evidence lives in the
-"Evidence wording" section below, the wording of findings in `workflows.findings`.
+"Evidence wording" section below, the wording of findings in `workflows.fleet.findings`.
 """
 
 from __future__ import annotations
@@ -604,7 +604,7 @@ class NodeInventory:
     # deploy label suffix -> value, for every operand paused by the operator.
     paused_operands: Mapping[str, str]
     # The run named by a gpuops cordon mark left on a node that is schedulable (a person
-    # uncordoned it by hand): a stale mark, see workflows.cordons.
+    # uncordoned it by hand): a stale mark, see workflows.engine.cordons.
     stale_mark_run: str | None = None
     # When gpuops cordoned it, from its mark (None when gpuops did not).
     cordoned_at: dt.datetime | None = None

@@ -113,7 +113,7 @@ def node_findings(
         zero_explained = True
     elif inv.paused_for_mig_change:
         # Aged from when the change began (gpuops notes when it first saw the state,
-        # workflows.first_seen): a change that just started is not stuck, however many
+        # workflows.fleet.first_seen): a change that just started is not stuck, however many
         # GPUs it advertises meanwhile; without any time, no age and no finding.
         mig_age = inv.mig.age(now)
         if mig_age is not None and mig_age > settings.mig_pending_stuck_after:

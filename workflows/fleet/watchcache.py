@@ -3,7 +3,7 @@ operand pods and every pod that asks for a GPU, the operator Deployment, Cluster
 and NVIDIADrivers.
 
 Each resource is listed once as raw JSON, decoded straight into the schema of what
-gpuops reads of it (`workflows.wire`), then watched from that list's resourceVersion;
+gpuops reads of it (`workflows.kube.wire`), then watched from that list's resourceVersion;
 a watch that ends is resumed from the last version seen, and one whose version expired
 (410) is replaced by a fresh list whose differences (including deletions) are applied,
 so no change is lost. The fleet view is memoized per node: a
@@ -71,7 +71,7 @@ def _keep_pod(pod: wire.PodWire, operator_namespace: str | None) -> bool:
 class _Resource:
     name: str
     path: str
-    schema: type[Any]  # what is read of each object (workflows.wire)
+    schema: type[Any]  # what is read of each object (workflows.kube.wire)
     label_selector: str | None = None
     optional: bool = False  # a CRD that may not be installed
     store: dict[str, Any] = field(default_factory=dict)
@@ -100,7 +100,7 @@ class FleetCache:
         # freezegun control it; `fleet(now)` is asked with the caller's own time).
         self._clock = clock
         # Ages of upgrade and MIG states from gpuops' own records (None: only what the
-        # nodes say; see workflows.first_seen).
+        # nodes say; see workflows.fleet.first_seen).
         self._first_seen = first_seen
         self._settings = settings
         self._configured_namespace = operator_namespace

@@ -12,7 +12,7 @@ The bot drives it: every minute, `post_due(fleet_source, now=...)` then
 `send_reminders(now)`; a click on "Acknowledge" calls `acknowledge(...)`.
 
 Outbox payloads are JSON objects with `event`, `handover_id`, `rotation` and `text` (a
-one-line fallback from `workflows.handover_messages`):
+one-line fallback from `workflows.handover.messages`):
 
 - `handover.posted` (kind "post", to the rotation's channel; the stored content carries
   the audit chain head as it stood, which the post shows): render the stored

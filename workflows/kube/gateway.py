@@ -326,7 +326,7 @@ class KubeGateway:
              page_size: int = 500, on_page: Callable[[list[Any]], None] | None = None,
              schema: type[msgspec.Struct] | None = None) -> ListResult:
         """Every item of a collection, page by page, as raw JSON dicts or, with `schema`
-        (see `workflows.wire`), decoded straight into that schema.
+        (see `workflows.kube.wire`), decoded straight into that schema.
 
         With `on_page`, each page is handed over as it arrives while the next one is
         being fetched (the server's work overlaps ours), and `items` comes back empty."""

@@ -1,6 +1,6 @@
 """Plain, frozen views of the Kubernetes objects gpuops reads.
 
-The gateway (`workflows.kube`) and its watch cache turn API JSON into these; everything
+The gateway (`workflows.kube.gateway`) and its watch cache turn API JSON into these; everything
 above works on them and never sees the `kubernetes` client. Only the fields gpuops uses
 are kept, which also keeps a 5,000-node cache small.
 """

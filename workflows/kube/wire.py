@@ -1,5 +1,5 @@
 """What gpuops reads of a Kubernetes object, as typed schemas of the API's JSON, and
-the frozen views of `workflows.cluster` they become.
+the frozen views of `workflows.kube.objects` they become.
 
 A schema names only the fields gpuops uses. msgspec decodes an API answer straight
 into it and skips everything else (managedFields, images, most of a pod's spec) without

@@ -3,7 +3,7 @@
 Refusals are shown to the user verbatim (the commands layer puts them in its reply), and
 thread messages go to the request's Slack thread through the outbox. Keep them short,
 say what happened and what to do next, and never blame the reader for the system's state.
-Nothing here decides anything; `workflows.policy` and `workflows.requests` choose which
+Nothing here decides anything; `workflows.requests.policy` and `workflows.requests.service` choose which
 sentence applies.
 """
 

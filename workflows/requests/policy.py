@@ -2,7 +2,7 @@
 
 Each check reads like kured's loop: a flat list of gates, and the first gate that does
 not pass returns a `Refusal` whose `reason` is one precise sentence for the person who
-tried (from `workflows.request_messages`). Gates fail closed: an unknown pool, a missing
+tried (from `workflows.requests.messages`). Gates fail closed: an unknown pool, a missing
 role or a hash that does not match refuses; nothing is let through by default.
 
 An approval counts only if all hold:

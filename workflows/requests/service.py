@@ -1,7 +1,7 @@
 """Requests and their approvals: submit, approve, deny, cancel, re-plan (also of a
 drain's window end, `extend_window`), expire, and mark a missed window (`mark_missed`).
 
-`RequestService` applies `workflows.policy` to what storage holds and records each
+`RequestService` applies `workflows.requests.policy` to what storage holds and records each
 outcome. Every state change writes, in ONE transaction:
 
 - the request's transition, as a storage compare-and-set (`expected=` state, or the
@@ -24,7 +24,7 @@ action touches a pending request whose deadline has passed: the expiry is commit
 then the action is refused saying when it expired.
 
 Outbox payloads are JSON objects with `event` (the audit action), `request_id`, `pool`,
-`kind`, `state` and `text` (a sentence from `workflows.request_messages`). They are
+`kind`, `state` and `text` (a sentence from `workflows.requests.messages`). They are
 posted to the request's channel and thread; messages queued before the thread exists
 carry `thread_ts` None and the notifier may look the thread up by `request_id`.
 
