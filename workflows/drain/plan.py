@@ -1,22 +1,14 @@
-"""Drains: `/gpu drain <node...|pool> [at <time>|next-window] [for <duration>] [reason...]`
-read into a `DrainRequestSpec`, then checked against the pool's policy and turned into
-a `Plan` of waves with a preview an approver can read.
+"""Drains: what a person asked for (a `DrainAsk`: the words of `/gpu drain` read by
+commands/drain_grammar.py, or the drain form's fields) made into a `DrainRequestSpec`,
+then checked against the pool's policy and turned into a `Plan` of waves with a preview
+an approver can read.
 
-Reading the request (`parse_drain_request`):
-
-- Targets come first: node names, or a pool name (all its GPU nodes; `pool=<name>`
-  works too). All nodes must be in one configured pool. A word that is neither starts
-  the reason, unless it looks like a misspelt node or pool, which is refused with the
-  closest names.
-- `at` takes `2026-12-05 02:00`, `2026-12-05T02:00`, `sat 02:00`, `today 02:00`,
-  `tomorrow 03:00` or a bare `02:00` (the next time the clock shows it), optionally
-  followed by a zone (`Europe/Berlin`). Without a zone the time is read in the zone of
-  the pool's first window, else UTC. A time in the past is refused. No `at` means now.
-- `next-window` is the start of the next window occurrence that starts at or after
-  now (with `for`, the next one long enough for the drain).
-- `for 2h` is how long the nodes stay drained. Without it a drain lasts until its
-  window occurrence ends; on a pool whose windows are `always`, until someone says
-  `drain done` (the request has no end).
+What the ask means (`drain_spec`): its targets are node or pool names (a pool: all its
+GPU nodes; `pool=<name>` only a pool), all in one configured pool (`resolve_targets`);
+it starts now, at a time (not past), or at the start of the next window occurrence at or
+after now (with a duration, the next one long enough); it lasts its duration, else until
+its window occurrence ends, else (a pool whose windows are `always`) until someone says
+`drain done`.
 
 Planning (`plan_drain`) is a flat list of gates, each refusing with the rule, the
 numbers and what would fit (`DrainRefused`): the start is not past; the pool has
