@@ -25,7 +25,7 @@ import json
 import re
 import shlex
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from slack_sdk.models.blocks import (
     ConversationFilter,
@@ -45,6 +45,7 @@ from bot import messages as msg
 from bot.intents import TARGET_NAME
 from commands import messages as command_msg
 from commands.catalog import REGISTRY
+from commands.drain_grammar import KEYWORDS
 from workflows.access import Actor
 from workflows.drain.plan import DrainAsk, StartFrom
 from workflows.durations import parse_duration
@@ -60,11 +61,8 @@ TARGETS_MAX = 2000
 DURATION_MAX = 20
 REASON_MAX = 500
 
-When = Literal["now", "next-window", "at"]
-_WHENS: tuple[When, ...] = ("now", "next-window", "at")
+_WHENS: tuple[StartFrom, ...] = ("now", "next-window", "at")
 _DRAIN = ("drain",)
-# The words `/gpu drain` reads as when or how long; in the targets they would end the list.
-_CLAUSE_WORDS = frozenset({"at", "for", "next-window"})
 _TARGET_WORD = re.compile(f"^(?:pool=)?{TARGET_NAME}$")
 _CHANNEL_ID = re.compile(r"^[CGD][A-Z0-9]{2,30}$")
 _TARGET_PLACEHOLDER = "<node...|pool>"
@@ -158,7 +156,7 @@ class DrainForm:
     """A drain as the form asked for it, every field readable."""
 
     targets: tuple[str, ...]
-    when: When
+    when: StartFrom
     at: dt.datetime | None  # aware, for when == "at"
     duration: str | None  # as `/gpu drain` reads it after `for`, e.g. "1h30m"
     reason: str
@@ -166,13 +164,10 @@ class DrainForm:
     channel: str | None = None
 
     def ask(self) -> DrainAsk:
-        """The drain asked for, as `/gpu drain`'s grammar would read it."""
-        duration = parse_duration(self.duration) if self.duration else None
-        if self.when == "at" and self.at is not None:
-            return DrainAsk(targets=self.targets, start_from="at", at=self.at, zone=UTC, duration=duration,
-                            reason=self.reason)
-        start_from: StartFrom = "next-window" if self.when == "next-window" else "now"
-        return DrainAsk(targets=self.targets, start_from=start_from, duration=duration, reason=self.reason)
+        """The drain asked for, as `/gpu drain`'s grammar would read it (a picked time is UTC)."""
+        at = self.at if self.when == "at" else None
+        return DrainAsk(targets=self.targets, start_from=self.when, at=at, zone=UTC if at is not None else None,
+                        duration=parse_duration(self.duration) if self.duration else None, reason=self.reason)
 
     def words(self) -> list[str]:
         """The `/gpu drain` words that ask for the same drain (shown to the submitter)."""
@@ -217,7 +212,7 @@ def read_drain_form(view: dict[str, Any], *, now: dt.datetime) -> DrainFormReadi
     if not targets:
         errors[TARGETS] = msg.drain_form_no_targets()
     for word in targets:
-        if word.lower() in _CLAUSE_WORDS:
+        if word.lower() in KEYWORDS:
             errors[TARGETS] = msg.drain_form_clause_in_targets(word)
             break
         if not _TARGET_WORD.match(word):
@@ -228,7 +223,7 @@ def read_drain_form(view: dict[str, Any], *, now: dt.datetime) -> DrainFormReadi
     at = dt.datetime.fromtimestamp(picked, tz=UTC) if isinstance(picked, int) and not isinstance(picked, bool) \
         else None
     chosen = (_value(values, WHEN).get("selected_option") or {}).get("value")
-    when: When = chosen if chosen in _WHENS else ("at" if at is not None else "now")
+    when: StartFrom = chosen if chosen in _WHENS else ("at" if at is not None else "now")
     if when == "at":
         if at is None:
             errors[TIME] = msg.drain_form_no_time()

@@ -48,7 +48,8 @@ from workflows.pools.windows import (
     wall_time,
 )
 
-_KEYWORDS = ("at", "for", "next-window")
+# The words that start a clause; in the targets they end the list.
+KEYWORDS = frozenset({"at", "for", "next-window"})
 _DATE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})$", re.ASCII)
 _DATE_TIME = re.compile(r"^(\d{4}-\d{2}-\d{2})[T ](\d{1,2}:\d{2})$", re.ASCII)
 
@@ -126,7 +127,7 @@ def _read_targets(words: list[str], *, fleet: Fleet, pools: Mapping[str, PoolCon
     at = 0
     while at < len(words):
         word = words[at]
-        if word.lower() in _KEYWORDS:
+        if word.lower() in KEYWORDS:
             break
         if target_kind(word, fleet=fleet, pools=pools) is None:
             if not targets or looks_like_a_target(word, fleet=fleet, pools=pools):
