@@ -1148,3 +1148,23 @@ def _mapping(value: object) -> Mapping[str, object]:
 
 def _str_or_none(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
+
+
+def pool_auto_upgrade(nvidia_drivers: set[str], *, context: FleetContext) -> AutoUpgradeSetting:
+    """Whether the driver of a pool whose nodes the NVIDIADriver CRs `nvidia_drivers` own
+    (the ClusterPolicy's, without such CRs) upgrades on its own."""
+    if not context.cluster.uses_nvidia_driver_crds:
+        return context.cluster_policy_auto_upgrade
+    settings = [d.auto_upgrade for name in sorted(nvidia_drivers) if (d := context.nvidia_driver_named(name))]
+    if not settings:
+        return AutoUpgradeSetting(state="unknown", source=_say_no_driver_cr_for_pool())
+    if len(settings) == 1:
+        return settings[0]
+    # Nodes of one pool under different CRs: any CR that upgrades on its own is the
+    # risk worth showing, so "on" wins and the source names every CR.
+    state: AutoUpgradeState = "on" if any(s.state == "on" for s in settings) else "off"
+    return AutoUpgradeSetting(
+        state=state,
+        source=", ".join(f"{s.source} ({s.state})" for s in settings),
+        defaulted=any(s.defaulted for s in settings),
+    )

@@ -15,18 +15,16 @@ from types import MappingProxyType
 from workflows.fleet import findings as findings_mod
 from workflows.fleet.assessment import (
     UNPOOLED,
-    AutoUpgradeSetting,
-    AutoUpgradeState,
     ClusterInfo,
     FleetContext,
     InventorySettings,
     NodeInventory,
     PoolInventory,
-    _say_no_driver_cr_for_pool,
     assess_node,
     fleet_context,
     group_pods_by_node,
     is_gpu_node,
+    pool_auto_upgrade,
 )
 from workflows.fleet.findings import Finding
 from workflows.kube.objects import ClusterSnapshot, NodeName, PoolName
@@ -114,7 +112,7 @@ def summarize(
             gpus_allocatable=tally.allocatable,
             gpus_requested=tally.requested,
             driver_versions=MappingProxyType(dict(sorted(tally.versions.items()))),
-            auto_upgrade=_pool_auto_upgrade(tally.nvidia_drivers, context=context),
+            auto_upgrade=pool_auto_upgrade(tally.nvidia_drivers, context=context),
             driver_version_owners=MappingProxyType({v: tuple(sorted(o)) for v, o in sorted(tally.owners.items())}),
         )
         for pool, tally in sorted(tallies.items(), key=lambda item: (item[0] == UNPOOLED, item[0]))
@@ -127,24 +125,6 @@ def summarize(
         pools=pools,
         nodes=MappingProxyType(gpu_nodes),
         findings=findings_mod.sort_findings(found),
-    )
-
-
-def _pool_auto_upgrade(nvidia_drivers: set[str], *, context: FleetContext) -> AutoUpgradeSetting:
-    if not context.cluster.uses_nvidia_driver_crds:
-        return context.cluster_policy_auto_upgrade
-    settings = [d.auto_upgrade for name in sorted(nvidia_drivers) if (d := context.nvidia_driver_named(name))]
-    if not settings:
-        return AutoUpgradeSetting(state="unknown", source=_say_no_driver_cr_for_pool())
-    if len(settings) == 1:
-        return settings[0]
-    # Nodes of one pool under different CRs: any CR that upgrades on its own is the
-    # risk worth showing, so "on" wins and the source names every CR.
-    state: AutoUpgradeState = "on" if any(s.state == "on" for s in settings) else "off"
-    return AutoUpgradeSetting(
-        state=state,
-        source=", ".join(f"{s.source} ({s.state})" for s in settings),
-        defaulted=any(s.defaulted for s in settings),
     )
 
 
