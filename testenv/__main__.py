@@ -19,7 +19,7 @@ import threading
 import time
 from pathlib import Path
 
-from testenv import build
+from testenv import build, operator
 from testenv import fleet as fl
 from testenv.controlplane import ControlPlaneError
 from testenv.install import CrdsMissing, crds_folder
@@ -47,6 +47,13 @@ def cmd_build(args: argparse.Namespace) -> int:
     started = time.monotonic()
     folder = build.ensure_binaries()
     print(f"testenv: binaries ready in {folder} ({time.monotonic() - started:.0f}s)")
+    try:
+        binary = operator.operator_binary()
+    except operator.OperatorMissing as err:
+        # The control plane works without it; only the tests of the real operator fail.
+        print(f"testenv: the GPU Operator is not built: {err}", file=sys.stderr)
+    else:
+        print(f"testenv: the GPU Operator is ready at {binary}")
     return 0
 
 

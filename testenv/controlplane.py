@@ -27,6 +27,7 @@ from pathlib import Path
 
 import yaml
 
+from testenv import operator
 from testenv.pki import Pki, create_pki
 
 # kwok manages only nodes that carry this annotation (the testenv's fleet sets it).
@@ -158,12 +159,14 @@ class ControlPlane:
         return user
 
     # --- components ------------------------------------------------------------------
-    def _start(self, name: str, args: list[str]) -> _Component:
+    def _start(self, name: str, args: list[str], *, command: list[str] | None = None,
+               env: dict[str, str] | None = None) -> _Component:
         log = self.log_of(name)
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("ab") as out:
             process = subprocess.Popen(
-                [str(self.bin_dir / name), *args],
+                command or [str(self.bin_dir / name), *args],
+                env=env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -334,6 +337,25 @@ class ControlPlane:
                 if component.process.poll() is not None:
                     raise self._fail(component, f"exited with code {component.process.returncode}")
             time.sleep(0.1)
+
+    def start_operator(self, *, timeout: float = 60.0) -> None:
+        """Run the real GPU Operator (testenv.operator) in this control plane's process
+        group, against its API server as admin: in a private mount namespace with the
+        snapshot's operand manifests bound over /opt, leader election off, metrics and
+        probes on free ports. Returns once it answers /readyz; a failure names its log."""
+        binary = operator.operator_binary()
+        root = operator.operand_root(self.folder)
+        if shutil.which("unshare") is None:
+            raise ControlPlaneError("the GPU Operator needs `unshare` (util-linux) to see its manifests at /opt")
+        metrics, probes = free_port(), free_port()
+        # Root (CI) binds /opt in a private mount namespace; elsewhere a user namespace
+        # (`-r`) gives the same without touching the host.
+        namespace = ["unshare", "-m", "--propagation", "private"] + ([] if os.geteuid() == 0 else ["-r"])
+        script = (f'mount --bind "{root}" /opt && exec "{binary}" --metrics-bind-address=127.0.0.1:{metrics} '
+                  f"--health-probe-bind-address=127.0.0.1:{probes}")
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), **operator.operator_environment()}
+        component = self._start("gpu-operator", [], command=[*namespace, "sh", "-c", script], env=env)
+        self._wait(component, lambda: _http_ok(f"http://127.0.0.1:{probes}/readyz"), timeout=timeout)
 
     # --- state for other processes ---------------------------------------------------
     def compact_etcd(self) -> int:
