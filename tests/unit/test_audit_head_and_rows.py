@@ -1,0 +1,84 @@
+"""What the audit log reads back, exactly: the head a new row chains from (and that the
+bot publishes), every field of a row as written, and the words of an anchor that cannot
+be read. Tests mutation testing asked for (storage.audit: head_of, _from_row, _anchor)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from storage import audit, kv
+from storage.database import Database, open_database
+from storage.ids import RequestId, RunId
+
+NOW = dt.datetime(2025, 6, 7, 12, 0, tzinfo=dt.timezone.utc)
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "gpuops.db"
+
+
+@pytest.fixture
+def db(db_path: Path) -> Iterator[Database]:
+    database = open_database(db_path)
+    yield database
+    database.close()
+
+
+def append(db: Database, n: int, **fields) -> audit.AuditEntry:
+    values = dict(actor="U0ADA", k8s_identity=None, action="request.approve", target=f"request/req-{n:06d}",
+                  request_id=None, run_id=None, before=None, after=None, detail=None,
+                  at=NOW + dt.timedelta(minutes=n))
+    return audit.append(db, **{**values, **fields})
+
+
+def test_the_head_of_an_empty_log_is_genesis(db):
+    assert audit.head_of(db) == audit.AuditHead(seq=0, hash=audit.GENESIS)
+
+
+def test_the_head_is_the_last_row_that_was_written(db):
+    append(db, 1)
+    last = append(db, 2)
+
+    assert audit.head_of(db) == audit.AuditHead(seq=2, hash=last.hash)
+
+
+def test_a_log_without_its_anchor_chains_from_its_last_row(db, db_path):
+    # A database whose anchor is gone (written before there was one, or removed): the
+    # head is then the last row itself, which verify reports as a missing anchor.
+    append(db, 1)
+    last = append(db, 2)
+    raw = sqlite3.connect(db_path, isolation_level=None)
+    raw.execute("DELETE FROM kv WHERE key = ?", (audit.ANCHOR_KEY,))
+    raw.close()
+
+    assert audit.head_of(db) == audit.AuditHead(seq=2, hash=last.hash)
+
+
+def test_every_field_of_a_row_reads_back_as_written(db):
+    written = append(db, 1, actor="gpuops", k8s_identity="system:serviceaccount:gpuops:gpuops",
+                     action="node.cordon", target="node/gpu-h100-01", request_id=RequestId("req-7f3a2c"),
+                     run_id=RunId("run-9b01de"), before={"unschedulable": False},
+                     after={"unschedulable": True}, detail={"wave": 0})
+
+    (read,) = audit.recent(db, 1)
+    (by_request,) = audit.for_request(db, RequestId("req-7f3a2c"))
+
+    assert read == written == by_request
+    assert (read.k8s_identity, read.request_id, read.run_id) == (
+        "system:serviceaccount:gpuops:gpuops", "req-7f3a2c", "run-9b01de")
+
+
+def test_an_anchor_that_is_not_json_is_reported_with_the_parsers_words(db):
+    append(db, 1)
+    kv.put(db, key=audit.ANCHOR_KEY, value="not json")
+
+    result = audit.verify(db)
+
+    assert result.problem == (f"the audit anchor ({audit.ANCHOR_KEY}) cannot be read, so it was changed "
+                              "(JSONDecodeError: Expecting value: line 1 column 1 (char 0))")
