@@ -170,7 +170,7 @@ def ready_gpus(node: NodeInventory) -> int:
 @dataclass(frozen=True, slots=True)
 class CapacityRefusal:
     rule: Rule
-    reason: str  # one sentence from drain_messages: the rule, the numbers, what would fit
+    reason: str  # one sentence from pools.messages: the rule, the numbers, what would fit
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -23,7 +23,7 @@ The rules, for anyone reading a window in the configuration:
 
 All datetimes returned are aware and in UTC (arithmetic on zone-aware datetimes is
 wall-clock arithmetic in Python, which is wrong across a DST change); callers show them
-in the window's zone with `drain_messages`.
+in the window's zone (`wording.local_time`).
 """
 
 from __future__ import annotations
