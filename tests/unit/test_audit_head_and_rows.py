@@ -82,3 +82,89 @@ def test_an_anchor_that_is_not_json_is_reported_with_the_parsers_words(db):
 
     assert result.problem == (f"the audit anchor ({audit.ANCHOR_KEY}) cannot be read, so it was changed "
                               "(JSONDecodeError: Expecting value: line 1 column 1 (char 0))")
+
+
+# ------------------------------------------------------------------ verify's whole answer
+# Each problem is reported with how many entries were sound before it, the first bad
+# entry and the sentence: a report that names the wrong entry sends people to the wrong
+# row of a tampered log.
+
+
+def three_rows(db: Database) -> list[audit.AuditEntry]:
+    return [append(db, n) for n in (1, 2, 3)]
+
+
+def put_anchor(db: Database, seq: int, digest: str) -> None:
+    kv.put(db, key=audit.ANCHOR_KEY, value=f'{{"seq": {seq}, "hash": "{digest}"}}')
+
+
+def test_a_head_published_before_the_first_entry_verifies(db):
+    three_rows(db)
+
+    assert audit.verify(db, expected=audit.AuditHead(seq=0, hash=audit.GENESIS)) == audit.VerifyResult(
+        ok=True, checked=3, first_bad_seq=None, problem=None)
+
+
+def test_a_head_published_at_an_entry_still_in_the_chain_verifies(db):
+    rows = three_rows(db)
+
+    assert audit.verify(db, expected=audit.AuditHead(seq=2, hash=rows[1].hash)) == audit.VerifyResult(
+        ok=True, checked=3, first_bad_seq=None, problem=None)
+
+
+def test_a_published_head_whose_entry_now_hashes_otherwise_is_reported_at_that_entry(db):
+    three_rows(db)
+
+    result = audit.verify(db, expected=audit.AuditHead(seq=2, hash="f" * 64))
+
+    assert (result.ok, result.checked, result.first_bad_seq) == (False, 1, 2)
+
+
+def test_a_published_head_past_the_end_is_reported_with_both_numbers(db):
+    three_rows(db)
+
+    result = audit.verify(db, expected=audit.AuditHead(seq=5, hash="f" * 64))
+
+    assert (result.ok, result.checked, result.first_bad_seq) == (False, 3, 4)
+    assert "5" in result.problem and "3" in result.problem
+
+
+def test_an_unreadable_anchor_is_reported_at_the_last_entry_with_its_reason(db):
+    three_rows(db)
+    kv.put(db, key=audit.ANCHOR_KEY, value='{"seq": -1, "hash": "x"}')
+
+    assert audit.verify(db) == audit.VerifyResult(
+        ok=False, checked=3, first_bad_seq=3,
+        problem=f"the audit anchor ({audit.ANCHOR_KEY}) cannot be read, so it was changed "
+                "(it holds seq -1 and hash 'x')")
+
+
+def test_a_missing_anchor_is_reported_with_the_number_of_entries(db, db_path):
+    three_rows(db)
+    raw = sqlite3.connect(db_path, isolation_level=None)
+    raw.execute("DELETE FROM kv WHERE key = ?", (audit.ANCHOR_KEY,))
+    raw.close()
+
+    assert audit.verify(db) == audit.VerifyResult(
+        ok=False, checked=3, first_bad_seq=None,
+        problem=f"the audit anchor ({audit.ANCHOR_KEY}) is missing although the log has 3 rows")
+
+
+def test_a_last_entry_the_anchor_does_not_match_is_the_first_bad_one(db):
+    three_rows(db)
+    put_anchor(db, 3, "0" * 64)
+
+    result = audit.verify(db)
+
+    assert (result.ok, result.checked, result.first_bad_seq) == (False, 2, 3)
+    assert "3" in result.problem
+
+
+def test_entries_after_the_anchor_are_reported_from_the_first_of_them(db):
+    rows = three_rows(db)
+    put_anchor(db, 2, rows[1].hash)
+
+    result = audit.verify(db)
+
+    assert (result.ok, result.checked, result.first_bad_seq) == (False, 2, 3)
+    assert "2" in result.problem and "3" in result.problem
