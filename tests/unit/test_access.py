@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from workflows.access import AccessDenied, Actor, Role, UserId, require
+from workflows.access import AccessDenied, Actor, Role, UserId, public_name, require
 
 eve = Actor(user_id=UserId("U0EVE"), name="Eve", roles=frozenset({Role.VIEWER}))
 pat = Actor(user_id=UserId("U0PAT"), name="Pat", pool_roles={"train-a": frozenset({Role.OPERATOR})})
@@ -35,3 +35,11 @@ def test_a_role_held_for_one_pool_counts_there_only_and_is_not_listed_as_held_gl
 def test_an_admin_holds_every_role_everywhere_and_a_viewer_only_reads():
     assert all(dan.has(role, pool="any") and dan.has(role) for role in Role)
     assert [role for role in Role if eve.has(role, pool="train-a")] == [Role.VIEWER]
+
+
+def test_people_are_named_by_configured_name_by_mention_or_off_slack_by_their_id():
+    names = {"U0ADA": "ada"}
+    assert public_name("U0ADA", names=names) == "ada"
+    assert public_name("U0BOB", names=names, fallback="Bob the renamer") == "<@U0BOB>"
+    assert public_name("root", names=names, fallback="root@laptop") == "root@laptop"
+    assert public_name("root", names=names) == "root"

@@ -168,3 +168,11 @@ def test_entries_after_the_anchor_are_reported_from_the_first_of_them(db):
 
     assert (result.ok, result.checked, result.first_bad_seq) == (False, 2, 3)
     assert "2" in result.problem and "3" in result.problem
+
+
+def test_a_head_that_does_not_read_is_refused_with_the_whole_form_spelled_out():
+    with pytest.raises(audit.BadHead) as refused:
+        audit.parse_head("42")
+
+    assert str(refused.value) == ("'42' is not an audit head: it is SEQ:HASH as gpuops publishes it, the entry "
+                                  "number, a colon and the 64 hex digits of that entry's hash (e.g. 42:3f9a…)")
