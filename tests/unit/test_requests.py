@@ -16,7 +16,7 @@ from storage import audit, codec, outbox
 from storage import requests as stored_requests
 from storage.database import Database, open_database
 from storage.ids import RequestId
-from workflows.access import AccessDenied, Actor
+from workflows.access import AccessDenied, Actor, Role
 from workflows.config import GpuopsConfig
 from workflows.engine.runs import RunService
 from workflows.kube.objects import NodeName
@@ -539,3 +539,29 @@ def test_an_approval_that_loses_to_a_row_already_stored_says_the_request_changed
 
     assert str(refused.value) == f"{view.id} changed while you were acting on it; look at it again and retry."
     assert service.get(view.id).state == "pending"
+
+
+def test_a_request_reads_back_when_and_where_it_was_made_and_who_approved_it_when(service, db):
+    access = CONFIG.access.model_copy(update={"users": {**CONFIG.access.users, "U0ZED": (Role.APPROVER,)}})
+    unnamed = CONFIG.model_copy(update={"access": access})
+    made = submit(service)
+    approver = unnamed.actor("U0ZED")
+    later = START + HOUR
+    RequestService(db, unnamed).approve(approver, made.id, plan_hash=made.plan_hash, now=later)
+
+    view = service.get(made.id)
+
+    assert (view.created_at, view.channel) == (START, CHANNEL)
+    assert view.thread_ts is None  # no thread posted yet
+    (approval,) = view.approvals
+    # Someone the configuration does not name is named by their Slack id, never nothing.
+    assert (approval.approver_name, approval.at) == ("U0ZED", later)
+
+
+def test_a_pool_that_asks_for_more_approvals_after_a_request_was_made_counts_for_it(db):
+    made = submit(RequestService(db, CONFIG), kind="drain")
+    assert made.approvals_required == 1
+    serving = CONFIG.pools["serving-a"].model_copy(update={"approvals": {"drain": 2}})
+    stricter = CONFIG.model_copy(update={"pools": {**CONFIG.pools, "serving-a": serving}})
+
+    assert RequestService(db, stricter).get(made.id).approvals_required == 2
