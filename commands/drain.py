@@ -13,6 +13,7 @@ the policy forbids is refused naming the rule and what would fit. Nothing is sto
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 
 from commands import messages as msg
 from commands.drain_grammar import read_drain_words
@@ -86,8 +87,16 @@ def request_drain(call: Call, ask: DrainAsk) -> Reply:
     """Plan, check and store the drain `ask` describes, and the reply showing it: what
     `/gpu drain` does after reading its words, and what the drain form does with its fields."""
     fleet = call.services.fleet.fleet(call.now)
+    return _answer(call, lambda: _drains(call).request(call.actor, ask, fleet=fleet, now=call.now,
+                                                        channel=call.channel))
+
+
+def _answer(call: Call, planned: Callable[[], DrainRequested], *, title: str | None = None) -> Reply:
+    """The reply to a drain planned and stored by `planned`, or to its refusal: words
+    that do not name a drain are a usage error, a policy or request refusal its reason;
+    a missing role goes to the dispatcher's door."""
     try:
-        done = _drains(call).request(call.actor, ask, fleet=fleet, now=call.now, channel=call.channel)
+        done = planned()
     except DrainRequestError as err:
         raise UsageError(err.reason) from None
     except DrainRefused as err:
@@ -96,7 +105,7 @@ def request_drain(call: Call, ask: DrainAsk) -> Reply:
         raise
     except RequestRefused as err:
         return error_reply(msg.refused_title(), str(err))
-    return _drain_reply(call, done)
+    return _drain_reply(call, done, title=title)
 
 
 @REGISTRY.command("drain", usage=msg.DRAIN_USAGE,
@@ -149,17 +158,8 @@ def drain_extend(call: Call, args: list[str]) -> Reply:
     if request.window_end is None or request.window_start is None:
         return error_reply(msg.refused_title(), msg.drain_extend_open_ended(request.id))
     fleet = call.services.fleet.fleet(call.now)
-    try:
-        done = _drains(call).extend(call.actor, request, more, fleet=fleet, now=call.now)
-    except DrainRequestError as err:
-        raise UsageError(err.reason) from None
-    except DrainRefused as err:
-        return _refused(err)
-    except AccessDenied:
-        raise
-    except RequestRefused as err:
-        return error_reply(msg.refused_title(), str(err))
-    return _drain_reply(call, done, title=msg.drain_extended_title(done.view.id))
+    return _answer(call, lambda: _drains(call).extend(call.actor, request, more, fleet=fleet, now=call.now),
+                   title=msg.drain_extended_title(request.id))
 
 
 def _drain_request(call: Call, request_id: str) -> RequestView:

@@ -57,12 +57,8 @@ class DrainService:
                 channel: str | None = None) -> DrainRequested:
         """Plan `ask`, check it and store it as a pending request. Raises
         `DrainRequestError`, `DrainRefused`, `AccessDenied` or `RequestRefused`."""
-        spec = drain_spec(ask, fleet=fleet, pools=self._pools, now=now)
-        require(actor, Role.OPERATOR, action="Requesting a drain", pool=spec.pool)
-        pods, pdbs = self._read_workloads(spec.nodes)
-        planned = plan_drain(spec, fleet=fleet, pods_by_node=pods, policy=self._pools[spec.pool],
-                             open_requests=self._requests.open_requests(spec.pool), now=now,
-                             requested_by=actor.user_id, pdbs=pdbs)
+        planned = self._plan(actor, ask, fleet=fleet, now=now, requested_by=actor.user_id)
+        spec = planned.spec
         view = self._requests.submit(actor, kind="drain", pool=spec.pool, targets=spec.targets,
                                      plan=planned.plan, window_start=spec.start, window_end=spec.end,
                                      reason=spec.reason, channel=channel, now=now)
@@ -76,14 +72,20 @@ class DrainService:
             raise ValueError("only a drain with a window end can be extended")
         ask = DrainAsk(targets=tuple(request.targets), start_from="at", at=request.window_start, zone=UTC,
                        duration=request.window_end - request.window_start + more, reason=request.reason)
+        planned = self._plan(actor, ask, fleet=fleet, now=now, requested_by=request.requester, replacing=request.id)
+        view = self._requests.extend_window(actor, request.id, planned.plan, window_end=planned.spec.end, now=now)
+        return DrainRequested(planned, view)
+
+    def _plan(self, actor: Actor, ask: DrainAsk, *, fleet: Fleet, now: dt.datetime, requested_by: str,
+              replacing: str | None = None) -> DrainPlan:
+        """What `ask` means now, checked: the actor may drain its pool, and the plan of
+        waves fits the pool's policy beside the other open requests."""
         spec = drain_spec(ask, fleet=fleet, pools=self._pools, now=now)
         require(actor, Role.OPERATOR, action="Requesting a drain", pool=spec.pool)
         pods, pdbs = self._read_workloads(spec.nodes)
-        planned = plan_drain(spec, fleet=fleet, pods_by_node=pods, policy=self._pools[spec.pool],
-                             open_requests=self._requests.open_requests(spec.pool), now=now,
-                             requested_by=request.requester, pdbs=pdbs, replacing=request.id)
-        view = self._requests.extend_window(actor, request.id, planned.plan, window_end=spec.end, now=now)
-        return DrainRequested(planned, view)
+        return plan_drain(spec, fleet=fleet, pods_by_node=pods, policy=self._pools[spec.pool],
+                          open_requests=self._requests.open_requests(spec.pool), now=now,
+                          requested_by=requested_by, pdbs=pdbs, replacing=replacing)
 
     def _read_workloads(self, nodes: Sequence[NodeName]) -> tuple[dict[NodeName, list[PodObject]],
                                                                    list[DisruptionBudget]]:
