@@ -1,5 +1,5 @@
-"""`python -m testenv build|up|down|status|demo|serve`: the local control plane with a
-simulated GPU fleet, for the demo and for working by hand.
+"""`python -m testenv build|up|down|status|demo|serve`: the local control plane with the
+real GPU Operator and a simulated GPU fleet, for the demo and for working by hand.
 
 `up` starts a background process (`serve`) that owns the control plane and the operand
 simulator, and returns when the fleet is in place; `down` stops it and everything it
@@ -47,13 +47,9 @@ def cmd_build(args: argparse.Namespace) -> int:
     started = time.monotonic()
     folder = build.ensure_binaries()
     print(f"testenv: binaries ready in {folder} ({time.monotonic() - started:.0f}s)")
-    try:
-        binary = operator.operator_binary()
-    except operator.OperatorMissing as err:
-        # The control plane works without it; only the tests of the real operator fail.
-        print(f"testenv: the GPU Operator is not built: {err}", file=sys.stderr)
-    else:
-        print(f"testenv: the GPU Operator is ready at {binary}")
+    # Fleets run on the real GPU Operator: without it the demo and most tests cannot run.
+    binary = operator.operator_binary()
+    print(f"testenv: the GPU Operator is ready at {binary}")
     return 0
 
 
@@ -94,8 +90,11 @@ def cmd_up(args: argparse.Namespace) -> int:
         return 0
     folder.mkdir(parents=True, exist_ok=True)
     _state_file(folder).unlink(missing_ok=True)
-    # A bad fleet name or missing CRDs fail here, before anything starts.
-    if fl.load_fleet(args.fleet).operator.installed:
+    # A bad fleet name, missing CRDs or a missing GPU Operator fail here, before anything starts.
+    spec = fl.load_fleet(args.fleet)
+    if spec.operator.real:
+        operator.operator_binary()
+    elif spec.operator.installed:
         crds_folder()
     log = folder / "serve.log"
     with log.open("w") as out:
@@ -205,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except (build.BuildError, FileNotFoundError, CrdsMissing, ControlPlaneError) as err:
+    except (build.BuildError, FileNotFoundError, CrdsMissing, ControlPlaneError, operator.OperatorMissing) as err:
         print(f"testenv: {err}", file=sys.stderr)
         return 1
 

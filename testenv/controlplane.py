@@ -338,7 +338,7 @@ class ControlPlane:
                     raise self._fail(component, f"exited with code {component.process.returncode}")
             time.sleep(0.1)
 
-    def start_operator(self, *, timeout: float = 60.0) -> None:
+    def start_operator(self, *, namespace: str = operator.NAMESPACE, timeout: float = 60.0) -> None:
         """Run the real GPU Operator (testenv.operator) in this control plane's process
         group, against its API server as admin: in a private mount namespace with the
         snapshot's operand manifests bound over /opt, leader election off, metrics and
@@ -350,12 +350,23 @@ class ControlPlane:
         metrics, probes = free_port(), free_port()
         # Root (CI) binds /opt in a private mount namespace; elsewhere a user namespace
         # (`-r`) gives the same without touching the host.
-        namespace = ["unshare", "-m", "--propagation", "private"] + ([] if os.geteuid() == 0 else ["-r"])
+        isolated = ["unshare", "-m", "--propagation", "private"] + ([] if os.geteuid() == 0 else ["-r"])
         script = (f'mount --bind "{root}" /opt && exec "{binary}" --metrics-bind-address=127.0.0.1:{metrics} '
                   f"--health-probe-bind-address=127.0.0.1:{probes}")
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), **operator.operator_environment()}
-        component = self._start("gpu-operator", [], command=[*namespace, "sh", "-c", script], env=env)
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig), **operator.operator_environment(namespace)}
+        component = self._start("gpu-operator", [], command=[*isolated, "sh", "-c", script], env=env)
         self._wait(component, lambda: _http_ok(f"http://127.0.0.1:{probes}/readyz"), timeout=timeout)
+
+    def stop_operator(self, *, grace: float = 15.0) -> None:
+        """Stop the GPU Operator started by start_operator; the control plane runs on."""
+        for component in [c for c in self._components if c.name == "gpu-operator"]:
+            component.process.terminate()
+            try:
+                component.process.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                component.process.kill()
+                component.process.wait(timeout=5)
+            self._components.remove(component)
 
     # --- state for other processes ---------------------------------------------------
     def compact_etcd(self) -> int:

@@ -1,5 +1,6 @@
-"""One running test environment: the control plane, the GPU Operator CRDs, a fleet and
-the operand simulator, with API clients for each test identity."""
+"""One running test environment: the control plane, the GPU Operator CRDs, the real GPU
+Operator (started with the first fleet that wants it), a fleet and the operand
+simulator, with API clients for each test identity."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ from pathlib import Path
 
 from kubernetes import client, config
 
-from testenv import build
+from testenv import build, operator
 from testenv import fleet as fl
 from testenv.controlplane import ControlPlane
-from testenv.install import Installer, apply_fleet, delete_fleet, install_crds
+from testenv.install import Installer, apply_fleet, create_crds, delete_fleet, install_crds, wait_until
 from testenv.simulator import OperandSimulator, SimulatorTiming
 
 
@@ -23,6 +24,8 @@ class Environment:
     simulator: OperandSimulator | None = None
     fleet: fl.FleetSpec | None = None
     crds_installed: bool = False
+    # The namespace the running GPU Operator serves, None while it is not running.
+    operator_namespace: str | None = None
 
     def __post_init__(self) -> None:
         self.plane = ControlPlane(bin_dir=build.ensure_binaries(), folder=self.folder,
@@ -37,6 +40,7 @@ class Environment:
             self.simulator.stop()
             self.simulator = None
         self.plane.stop()
+        self.operator_namespace = None
 
     @property
     def kubeconfig(self) -> Path:
@@ -56,9 +60,37 @@ class Environment:
         install_crds(self.installer(), folder)
         self.crds_installed = True
 
+    def start_operator(self, namespace: str = operator.NAMESPACE) -> None:
+        """Run the real GPU Operator for `namespace`; one running for another namespace
+        is stopped first, one for this namespace kept. Its CRDs must be installed
+        (install_operator_crds)."""
+        if self.operator_namespace == namespace:
+            return
+        self.stop_operator()
+        self.plane.start_operator(namespace=namespace)
+        self.operator_namespace = namespace
+
+    def stop_operator(self) -> None:
+        """Stop the real GPU Operator, if it runs: with no fleet (or a stand-in fleet) its
+        upgrade controller would still relabel every GPU node it finds."""
+        if self.operator_namespace is not None:
+            self.plane.stop_operator()
+            self.operator_namespace = None
+
+    def install_operator_crds(self) -> None:
+        """The chart's CRDs (ClusterPolicy, NVIDIADriver, GPUCluster, ...), all the operator watches."""
+        create_crds(self.installer(), operator.operator_crds())
+        self.crds_installed = True
+
     def apply_fleet(self, spec: fl.FleetSpec, *, simulate: bool = True, advertise: bool = False) -> None:
-        if spec.operator.installed and not self.crds_installed:
-            self.install_crds()
+        """Create the fleet and, for a fleet on the real operator, start the operator
+        (after its ClusterPolicy exists, as after a Helm install)."""
+        if spec.operator.real:
+            self.install_operator_crds()
+        else:
+            self.stop_operator()
+            if spec.operator.installed and not self.crds_installed:
+                self.install_crds()
         self.fleet = spec
         if simulate and self.simulator is None:
             self.simulator = OperandSimulator(
@@ -68,8 +100,29 @@ class Environment:
                                        mig_apply_seconds=spec.mig_apply_seconds),
             ).start()
         apply_fleet(self.installer(), spec, advertise=advertise)
+        if spec.operator.real:
+            self.start_operator(spec.operator.namespace)
+            self._wait_operator_took(spec)
+
+    def _wait_operator_took(self, spec: fl.FleetSpec, timeout: float = 60.0) -> None:
+        """Wait until the operator has labelled every GPU node of the fleet as its own
+        (`nvidia.com/gpu.present=true`), so a test starts from the operator's state."""
+        installer = self.installer()
+        names = set(spec.node_names())
+
+        def labelled() -> set[str]:
+            nodes = installer.list("Node", selector=f"{fl.FLEET_LABEL}={spec.name},nvidia.com/gpu.present=true")
+            return names - {n["metadata"]["name"] for n in nodes}
+
+        try:
+            wait_until(lambda: not labelled(), timeout=timeout, what="the GPU Operator to label the fleet's nodes")
+        except TimeoutError as err:
+            log = self.plane.log_of("gpu-operator")
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:]) if log.is_file() else ""
+            raise TimeoutError(f"{err}; not labelled: {sorted(labelled())}; its log is {log}\n{tail}") from None
 
     def delete_fleet(self) -> None:
+        self.stop_operator()
         if self.simulator is not None:
             self.simulator.stop()
             self.simulator = None

@@ -1,11 +1,18 @@
 """Declarative simulated GPU fleets: the YAML model, the Kubernetes objects it turns
 into, and applying/removing them on the local control plane.
 
-A fleet is pools of kwok nodes carrying the labels GPU Feature Discovery and the GPU
-Operator set (see ../shared/reference/gpu-operator/FACTS.md), a GPU Operator namespace
-with a ClusterPolicy (or NVIDIADriver CRs) and the operand DaemonSets, and optional
-workloads with PodDisruptionBudgets. The operand simulator (testenv/simulator.py) makes
-the operands behave; knobs for it are node annotations under `sim.gpuops.io/`.
+A fleet declares GPU nodes as hardware: kwok nodes labelled as Node Feature Discovery
+and GPU Feature Discovery label a GPU node (product, count, memory, MIG capability),
+with faults (a host driver, fewer GPUs advertised, ...) as node annotations under
+`sim.gpuops.io/`. A ClusterPolicy (or NVIDIADriver CRs) asks the real GPU Operator
+(testenv/operator.py) for the rest: its deploy labels, its operand DaemonSets and its
+upgrade labels. The operand simulator (testenv/simulator.py) plays what the operands'
+containers and the hardware do on a node. Optional workloads come with
+PodDisruptionBudgets.
+
+A fleet whose scenario the real operator cannot produce on kwok names why in
+`operator.stand_in`; only then the operator's part (deploy labels, DaemonSets, the
+ClusterPolicy's status) is written by testenv.install's stand-in instead.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from testenv import operator
 from testenv.controlplane import KWOK_ANNOTATION, KWOK_ANNOTATION_VALUE
 
 FLEETS_DIR = Path(__file__).with_name("fleets")
@@ -24,7 +32,6 @@ FLEETS_DIR = Path(__file__).with_name("fleets")
 # Labels and annotations the testenv owns.
 FLEET_LABEL = "gpuops.io/testenv-fleet"
 POOL_LABEL = "gpuops.io/pool"
-OPERAND_LABEL = "sim.gpuops.io/operand"
 SIM = "sim.gpuops.io/"
 ANN_HOST_DRIVER = SIM + "host-driver"
 ANN_ADVERTISE = SIM + "advertise-gpus"
@@ -37,26 +44,106 @@ ANN_NOT_READY = SIM + "not-ready"
 FAULTS_CONFIGMAP = "gpuops-sim-faults"
 FAULT_CRASHLOOP_VERSIONS = "crashloop-driver-versions"
 
+# The stand-in's operand DaemonSets: (name, deploy label suffix), named as the operator names them.
 OPERANDS = (
-    # (DaemonSet name, deploy label suffix, simulated by the operand simulator)
-    ("nvidia-driver-daemonset", "driver", "driver"),
-    ("nvidia-container-toolkit-daemonset", "container-toolkit", None),
-    ("nvidia-device-plugin-daemonset", "device-plugin", "device-plugin"),
-    ("gpu-feature-discovery", "gpu-feature-discovery", None),
-    ("nvidia-dcgm-exporter", "dcgm-exporter", None),
-    ("nvidia-operator-validator", "operator-validator", "validator"),
-    ("nvidia-mig-manager", "mig-manager", None),
+    ("nvidia-driver-daemonset", "driver"),
+    ("nvidia-container-toolkit-daemonset", "container-toolkit"),
+    ("nvidia-device-plugin-daemonset", "device-plugin"),
+    ("gpu-feature-discovery", "gpu-feature-discovery"),
+    ("nvidia-dcgm-exporter", "dcgm-exporter"),
+    ("nvidia-operator-validator", "operator-validator"),
+    ("nvidia-mig-manager", "mig-manager"),
 )
+# The operand pods whose containers the simulator plays, by the labels the operator's
+# manifests give them (the driver by component: NVIDIADriver DaemonSets have other names).
+DRIVER_COMPONENT = "nvidia-driver"
+SIMULATED_APPS = {"nvidia-device-plugin-daemonset": "device-plugin",
+                  "nvidia-operator-validator": "validator"}
 
-# MIG devices per GPU for the A100/H100 80GB profiles the simulator knows.
-MIG_LAYOUTS: dict[str, dict[str, int]] = {
-    "all-disabled": {},
-    "all-1g.10gb": {"1g.10gb": 7},
-    "all-2g.20gb": {"2g.20gb": 3},
-    "all-3g.40gb": {"3g.40gb": 2},
-    "all-7g.80gb": {"7g.80gb": 1},
-    "all-balanced": {"1g.10gb": 2, "2g.20gb": 1, "3g.40gb": 1},
+
+def operand_of(labels: dict[str, str]) -> str | None:
+    """Which simulated operand a pod is: "driver", "device-plugin", "validator" or None."""
+    if labels.get("app.kubernetes.io/component") == DRIVER_COMPONENT:
+        return "driver"
+    return SIMULATED_APPS.get(labels.get("app", ""))
+
+
+# Hardware: the PCI device id each GPU product reports (mig-parted's device-filter keys).
+PCI_DEVICE_IDS = {
+    "NVIDIA-A100-SXM4-40GB": "0x20B010DE",
+    "NVIDIA-A100-SXM4-80GB": "0x20B210DE",
+    "NVIDIA-A100-80GB-PCIe": "0x20B510DE",
+    "NVIDIA-H100-80GB-HBM3": "0x233010DE",
+    "NVIDIA-H100-PCIe": "0x233110DE",
+    "NVIDIA-H200": "0x233510DE",
 }
+# Hardware: the MIG profiles each product's GPUs can make (a "+me" variant of one too).
+_A100_80GB = frozenset({"1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb"})
+MIG_PROFILES = {
+    "NVIDIA-A100-SXM4-40GB": frozenset({"1g.5gb", "1g.10gb", "2g.10gb", "3g.20gb", "4g.20gb", "7g.40gb"}),
+    "NVIDIA-A100-SXM4-80GB": _A100_80GB,
+    "NVIDIA-A100-80GB-PCIe": _A100_80GB,
+    "NVIDIA-H100-80GB-HBM3": _A100_80GB,
+    "NVIDIA-H100-PCIe": _A100_80GB,
+    "NVIDIA-H200": frozenset({"1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"}),
+}
+MIG_PARTED_CONFIGMAP = "default-mig-parted-config"
+
+
+class MigLayoutError(ValueError):
+    """mig-parted cannot apply a layout to a node's GPUs (unknown name, no entry for the device)."""
+
+
+def mig_parted_configs(config_yaml: str) -> dict[str, list[dict[str, Any]]]:
+    """The `mig-configs` of a mig-parted config.yaml (the ConfigMap's data)."""
+    return (yaml.safe_load(config_yaml) or {}).get("mig-configs") or {}
+
+
+def default_mig_parted_config() -> str:
+    """config.yaml of the operator's own default-mig-parted-config ConfigMap (its asset)."""
+    asset = operator.source_folder() / "assets" / "state-mig-manager" / "0400_configmap.yaml"
+    return yaml.safe_load(asset.read_text())["data"]["config.yaml"]
+
+
+_DEFAULT_CONFIGS: dict[str, list[dict[str, Any]]] = {}
+
+
+def mig_devices(layout: str, *, product: str, gpus: int,
+                configs: dict[str, list[dict[str, Any]]] | None = None) -> dict[str, int]:
+    """MIG devices per profile on a node of `gpus` x `product` with `layout` applied, as
+    mig-parted would make them: every GPU takes the entries whose `devices` and
+    `device-filter` match it. Raises MigLayoutError when the layout is unknown or leaves
+    a GPU without an entry or asks for a profile the GPU cannot make (mig-parted fails
+    the change)."""
+    if configs is None:
+        if not _DEFAULT_CONFIGS:
+            _DEFAULT_CONFIGS.update(mig_parted_configs(default_mig_parted_config()))
+        configs = _DEFAULT_CONFIGS
+    if layout not in configs:
+        raise MigLayoutError(f"no MIG layout {layout!r} in the mig-parted config")
+    product = product.removesuffix("-SHARED")
+    device_id = PCI_DEVICE_IDS.get(product, "")
+    can_make = MIG_PROFILES.get(product)
+    totals: dict[str, int] = {}
+    for index in range(gpus):
+        matched = False
+        for entry in configs[layout]:
+            devices = entry.get("devices", "all")
+            if devices != "all" and index not in devices:
+                continue
+            wanted = entry.get("device-filter")
+            if wanted is not None and device_id.lower() not in {d.lower() for d in (
+                    [wanted] if isinstance(wanted, str) else wanted)}:
+                continue
+            matched = True
+            if entry.get("mig-enabled"):
+                for profile, n in (entry.get("mig-devices") or {}).items():
+                    if can_make is not None and profile.split("+")[0] not in can_make:
+                        raise MigLayoutError(f"MIG layout {layout!r}: a {product} GPU cannot make {profile}")
+                    totals[profile] = totals.get(profile, 0) + int(n)
+        if not matched:
+            raise MigLayoutError(f"MIG layout {layout!r} has no entry for GPU {index} of {product} ({device_id or '?'})")
+    return totals
 
 
 class _Model(BaseModel):
@@ -64,6 +151,9 @@ class _Model(BaseModel):
 
 
 class OperatorSpec(_Model):
+    # None: the real GPU Operator runs. A text: why this fleet's scenario cannot be had from
+    # the real operator on kwok, and testenv.install's stand-in plays the operator instead.
+    stand_in: str | None = None
     namespace: str = "gpu-operator"
     version: str = "v26.7.0"
     driver_version: str = "580.95.05"
@@ -74,9 +164,21 @@ class OperatorSpec(_Model):
     # Whether to install the operator at all (a cluster without it must be answered too).
     installed: bool = True
     # The driver DaemonSet selects nodes by nvidia.com/gpu.deploy.driver=true, as the
-    # operator does; False selects every GPU node, so a stale pre-installed label can sit
-    # next to a running operator driver pod.
+    # operator does; False (stand-in only) selects every GPU node, so a stale
+    # pre-installed label can sit next to a running operator driver pod.
     driver_follows_deploy_label: bool = True
+
+    @property
+    def real(self) -> bool:
+        """Whether the real GPU Operator runs for this fleet."""
+        return self.installed and self.stand_in is None
+
+    @model_validator(mode="after")
+    def _stand_in_only_where_needed(self) -> OperatorSpec:
+        if not self.driver_follows_deploy_label and self.stand_in is None:
+            raise ValueError("driver_follows_deploy_label=False is something only the stand-in can do: "
+                             "say why in operator.stand_in")
+        return self
 
 
 class PoolSpec(_Model):
@@ -190,9 +292,22 @@ def pool_driver_version(spec: FleetSpec, pool: PoolSpec) -> str:
     return pool.driver_version or spec.operator.driver_version
 
 
+# What Node Feature Discovery labels on a GPU node: the operator acts on nodes with the
+# NVIDIA PCI vendor label and needs the OS to pick its driver image.
+NFD_LABELS = {
+    "feature.node.kubernetes.io/pci-10de.present": "true",
+    "feature.node.kubernetes.io/system-os_release.ID": "ubuntu",
+    "feature.node.kubernetes.io/system-os_release.VERSION_ID": "22.04",
+    "feature.node.kubernetes.io/kernel-version.full": "5.15.0-125-generic",
+}
+
+
 def node_object(spec: FleetSpec, pool: PoolSpec, name: str, *, advertise: bool = False) -> dict[str, Any]:
-    """A kwok node carrying GFD and operator labels. GPUs are advertised only once the
-    simulator sees a ready driver, unless `advertise` (fleets without a simulator)."""
+    """A kwok GPU node: the hardware as NFD and GFD label it, the admin's own labels (a
+    requested MIG layout, a driver opt-out, a sticky pre-installed mark) and the faults.
+    With the real operator, it adds gpu.present and the deploy labels; the stand-in's
+    are written here. GPUs are advertised only once the simulator sees a ready driver,
+    unless `advertise` (fleets without a simulator)."""
     special = spec.special(name) or SpecialNode(node=name)
     mig = pool.mig_config is not None and spec.operator.mig_strategy != "none"
     labels = {
@@ -202,8 +317,7 @@ def node_object(spec: FleetSpec, pool: PoolSpec, name: str, *, advertise: bool =
         "type": "kwok",
         FLEET_LABEL: spec.name,
         pool.label_key: pool.name,
-        "feature.node.kubernetes.io/pci-10de.present": "true",
-        "nvidia.com/gpu.present": "true",
+        **NFD_LABELS,
         # With renameByDefault the device plugin advertises nvidia.com/gpu.shared and GFD
         # appends -SHARED to the product name.
         "nvidia.com/gpu.product": pool.product + ("-SHARED" if pool.rename_shared else ""),
@@ -213,14 +327,19 @@ def node_object(spec: FleetSpec, pool: PoolSpec, name: str, *, advertise: bool =
         "nvidia.com/gpu.sharing-strategy": "time-slicing" if pool.replicas > 1 else "none",
         "nvidia.com/mig.capable": "true" if pool.mig_config is not None else "false",
     }
-    if spec.operator.installed:
-        for _, deploy, _ in OPERANDS:
-            labels[f"nvidia.com/gpu.deploy.{deploy}"] = "true"
+    if special.driver_deploy != "true":
+        # An admin's opt-out, or the driver manager's sticky mark from an earlier boot.
         labels["nvidia.com/gpu.deploy.driver"] = special.driver_deploy
+    if spec.operator.installed and not spec.operator.real:
+        labels["nvidia.com/gpu.present"] = "true"
+        for _, deploy in OPERANDS:
+            labels.setdefault(f"nvidia.com/gpu.deploy.{deploy}", "true")
         if pool.mig_config is None:
             labels["nvidia.com/gpu.deploy.mig-manager"] = "false"
         if spec.operator.use_nvidia_driver_crd:
             labels["nvidia.com/gpu-operator.driver.owner"] = nvidia_driver_name(pool)
+    elif not spec.operator.installed:
+        labels["nvidia.com/gpu.present"] = "true"  # GFD runs without the operator
     if mig:
         labels["nvidia.com/mig.strategy"] = spec.operator.mig_strategy
         labels["nvidia.com/mig.config"] = pool.mig_config or "all-disabled"
@@ -238,6 +357,8 @@ def node_object(spec: FleetSpec, pool: PoolSpec, name: str, *, advertise: bool =
         annotations[ANN_NOT_READY] = "true"
     if special.mig_stuck:
         annotations[ANN_MIG_STUCK] = "true"
+    if mig:  # the GPUs come up partitioned as the pool declares
+        annotations[ANN_MIG_APPLIED] = pool.mig_config or "all-disabled"
     if special.driver_ready_seconds is not None:
         annotations[ANN_DRIVER_DELAY] = str(special.driver_ready_seconds)
     if special.validator_ready_seconds is not None:
@@ -259,23 +380,27 @@ def node_object(spec: FleetSpec, pool: PoolSpec, name: str, *, advertise: bool =
 
 
 def advertised_resources(
-    pool: PoolSpec, *, mig_config: str | None, strategy: str, gpus: int | None = None
+    pool: PoolSpec, *, mig_config: str | None, strategy: str, gpus: int | None = None,
+    configs: dict[str, list[dict[str, Any]]] | None = None,
 ) -> dict[str, str]:
-    """What the device plugin advertises for a healthy node of this pool."""
+    """What the device plugin advertises for a healthy node of this pool (MIG devices
+    from the mig-parted `configs`, the operator's default when None)."""
     count = pool.gpus_per_node if gpus is None else gpus
-    layout = MIG_LAYOUTS.get(mig_config or "all-disabled", {})
+    layout = mig_devices(mig_config or "all-disabled", product=pool.product, gpus=count, configs=configs)
     if layout and strategy == "mixed":
-        return {f"nvidia.com/mig-{profile}": str(n * count) for profile, n in layout.items()}
+        return {f"nvidia.com/mig-{profile}": str(n) for profile, n in layout.items()}
     if layout and strategy == "single":
-        (profile, n), = list(layout.items())[:1]
-        return {"nvidia.com/gpu": str(n * count)}
+        return {"nvidia.com/gpu": str(sum(layout.values()))}
     resource = "nvidia.com/gpu.shared" if pool.rename_shared else "nvidia.com/gpu"
     return {resource: str(count * pool.replicas)}
 
 
-def mig_count_labels(pool: PoolSpec, mig_config: str | None) -> dict[str, str]:
-    layout = MIG_LAYOUTS.get(mig_config or "all-disabled", {})
-    return {f"nvidia.com/mig-{profile}.count": str(n * pool.gpus_per_node) for profile, n in layout.items()}
+def mig_count_labels(pool: PoolSpec, mig_config: str | None,
+                     configs: dict[str, list[dict[str, Any]]] | None = None) -> dict[str, str]:
+    """GFD's per-profile MIG device counts for a node of this pool."""
+    layout = mig_devices(mig_config or "all-disabled", product=pool.product, gpus=pool.gpus_per_node,
+                         configs=configs)
+    return {f"nvidia.com/mig-{profile}.count": str(n) for profile, n in layout.items()}
 
 
 def system_node_object(spec: FleetSpec, index: int) -> dict[str, Any]:
@@ -300,32 +425,16 @@ def system_node_object(spec: FleetSpec, index: int) -> dict[str, Any]:
 
 
 def cluster_policy_object(spec: FleetSpec) -> dict[str, Any]:
+    """The fleet's ClusterPolicy: the operator's own sample with the chart's images
+    (testenv.operator.cluster_policy), the fleet's driver, upgrade and MIG settings."""
     op = spec.operator
-    return {
-        "apiVersion": "nvidia.com/v1",
-        "kind": "ClusterPolicy",
-        "metadata": {"name": op.cluster_policy_name, "labels": {FLEET_LABEL: spec.name}},
-        "spec": {
-            "operator": {"defaultRuntime": "containerd"},
-            "daemonsets": {"updateStrategy": "RollingUpdate"},
-            "driver": {
-                "enabled": True,
-                "useNvidiaDriverCRD": op.use_nvidia_driver_crd,
-                "repository": "nvcr.io/nvidia",
-                "image": "driver",
-                "version": op.driver_version,
-                "upgradePolicy": {"autoUpgrade": op.auto_upgrade, "maxParallelUpgrades": 1},
-            },
-            "toolkit": {"enabled": True},
-            "devicePlugin": {"enabled": True},
-            "dcgm": {"enabled": True},
-            "dcgmExporter": {"enabled": True},
-            "gfd": {"enabled": True},
-            "migManager": {"enabled": True},
-            "nodeStatusExporter": {"enabled": False},
-            "mig": {"strategy": op.mig_strategy if op.mig_strategy != "none" else "single"},
-        },
-    }
+    policy = operator.cluster_policy(driver_version=op.driver_version, name=op.cluster_policy_name,
+                                     auto_upgrade=op.auto_upgrade)
+    policy["metadata"]["labels"] = {FLEET_LABEL: spec.name}
+    policy["spec"]["driver"]["useNvidiaDriverCRD"] = op.use_nvidia_driver_crd
+    policy["spec"]["driver"]["upgradePolicy"].setdefault("maxParallelUpgrades", 1)
+    policy["spec"]["mig"] = {"strategy": op.mig_strategy if op.mig_strategy != "none" else "single"}
+    return policy
 
 
 def nvidia_driver_object(spec: FleetSpec, pool: PoolSpec) -> dict[str, Any]:
@@ -358,7 +467,6 @@ def operand_daemonset(
     *,
     name: str,
     deploy: str,
-    operand: str | None,
     owner: dict[str, Any],
     image: str,
     extra_selector: dict[str, str] | None = None,
@@ -366,11 +474,9 @@ def operand_daemonset(
     labels = {"app": name, FLEET_LABEL: spec.name}
     pod_labels = {"app": name}
     if deploy == "driver":
-        labels["app.kubernetes.io/component"] = "nvidia-driver"
-        pod_labels["app.kubernetes.io/component"] = "nvidia-driver"
-    if operand:
-        pod_labels[OPERAND_LABEL] = operand
-    container = name.replace("nvidia-", "").replace("-daemonset", "").replace(".", "-")
+        labels["app.kubernetes.io/component"] = DRIVER_COMPONENT
+        pod_labels["app.kubernetes.io/component"] = DRIVER_COMPONENT
+    container = "nvidia-driver" if deploy == "driver" else name.replace("nvidia-", "").replace("-daemonset", "")
     containers = [{"name": container[:50] + "-ctr", "image": image}]
     init = []
     if deploy == "driver":

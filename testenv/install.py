@@ -142,13 +142,17 @@ def wait_until(check: Callable[[], bool], *, timeout: float, what: str) -> None:
 
 
 def install_crds(installer: Installer, folder: Path | None = None) -> None:
+    """The ClusterPolicy and NVIDIADriver CRDs from the reference folder (all a stand-in
+    fleet needs, and what the inventory reads)."""
     folder = folder or crds_folder()
-    names = []
-    for file in CRD_FILES:
-        for doc in yaml.safe_load_all((folder / file).read_text()):
-            if doc and doc.get("kind") == "CustomResourceDefinition":
-                installer.create(doc, exist_ok=True)
-                names.append(doc["metadata"]["name"])
+    docs = [doc for file in CRD_FILES for doc in yaml.safe_load_all((folder / file).read_text())
+            if doc and doc.get("kind") == "CustomResourceDefinition"]
+    create_crds(installer, docs)
+
+
+def create_crds(installer: Installer, crds: list[dict[str, Any]]) -> None:
+    """Create CRDs (those already there are kept) and wait until each is established."""
+    names = [installer.create(doc, exist_ok=True)["metadata"]["name"] for doc in crds]
 
     def established() -> bool:
         for name in names:
@@ -162,8 +166,11 @@ def install_crds(installer: Installer, folder: Path | None = None) -> None:
 
 
 def apply_fleet(installer: Installer, spec: fl.FleetSpec, *, advertise: bool = False) -> None:
-    """Create every object of the fleet. `advertise` creates nodes already advertising
-    their GPUs (for fleets run without the operand simulator, e.g. benchmarks)."""
+    """Create every object of the fleet. With the real operator (running, see
+    Environment.apply_fleet) that is the nodes, the ClusterPolicy or NVIDIADriver CRs and
+    the workloads; a stand-in fleet also gets the operator's part from `_stand_in`.
+    `advertise` creates nodes already advertising their GPUs (for fleets run without the
+    operand simulator, e.g. benchmarks)."""
     for namespace in fl.namespaces(spec):
         installer.create({"apiVersion": "v1", "kind": "Namespace",
                           "metadata": {"name": namespace, "labels": {fl.FLEET_LABEL: spec.name}}},
@@ -181,34 +188,49 @@ def apply_fleet(installer: Installer, spec: fl.FleetSpec, *, advertise: bool = F
 
 
 def _install_operator(installer: Installer, spec: fl.FleetSpec) -> None:
+    """What a GPU Operator install holds besides the operator's own work: the
+    ClusterPolicy (and NVIDIADriver CRs), the simulator's faults ConfigMap, and the
+    operator's Deployment as Helm makes it (the operator itself runs as a process beside
+    the control plane, so this Deployment is how readers find its version)."""
     op = spec.operator
     policy = installer.create(fl.cluster_policy_object(spec), exist_ok=True)
-    installer.patch_status(policy, {"state": "ready", "namespace": op.namespace})
-    policy_owner = fl._owner("ClusterPolicy", "nvidia.com/v1", policy["metadata"]["name"],
-                             policy["metadata"]["uid"])
     installer.create({"apiVersion": "v1", "kind": "ConfigMap",
                       "metadata": {"name": fl.FAULTS_CONFIGMAP, "namespace": op.namespace},
                       "data": {fl.FAULT_CRASHLOOP_VERSIONS: ",".join(spec.crashloop_driver_versions)}},
                      exist_ok=True)
-    for name, deploy, operand in fl.OPERANDS:
+    drivers = [installer.create(fl.nvidia_driver_object(spec, pool), exist_ok=True)
+               for pool in spec.pools] if op.use_nvidia_driver_crd else []
+    if not op.real:
+        _stand_in(installer, spec, policy, drivers)
+    installer.create(fl.operator_deployment(spec), exist_ok=True)
+
+
+def _stand_in(installer: Installer, spec: fl.FleetSpec, policy: dict[str, Any],
+              drivers: list[dict[str, Any]]) -> None:
+    """The operator's part, for a fleet that names why the real operator cannot play it
+    (`operator.stand_in`): a ready ClusterPolicy and NVIDIADrivers, the mig-parted
+    ConfigMap and the operand DaemonSets (deploy labels are on the nodes already)."""
+    op = spec.operator
+    installer.patch_status(policy, {"state": "ready", "namespace": op.namespace})
+    installer.create({"apiVersion": "v1", "kind": "ConfigMap",
+                      "metadata": {"name": fl.MIG_PARTED_CONFIGMAP, "namespace": op.namespace},
+                      "data": {"config.yaml": fl.default_mig_parted_config()}}, exist_ok=True)
+    policy_owner = fl._owner("ClusterPolicy", "nvidia.com/v1", policy["metadata"]["name"],
+                             policy["metadata"]["uid"])
+    for name, deploy in fl.OPERANDS:
         if deploy == "driver" and op.use_nvidia_driver_crd:
             continue
-        image = {
-            "driver": fl.driver_image(op.driver_version),
-        }.get(deploy, f"nvcr.io/nvidia/k8s/{name}:{op.version}")
-        installer.create(fl.operand_daemonset(spec, name=name, deploy=deploy, operand=operand,
-                                              owner=policy_owner, image=image), exist_ok=True)
-    if op.use_nvidia_driver_crd:
-        for pool in spec.pools:
-            driver = installer.create(fl.nvidia_driver_object(spec, pool), exist_ok=True)
-            installer.patch_status(driver, {"state": "ready"})
-            owner = fl._owner("NVIDIADriver", "nvidia.com/v1alpha1", driver["metadata"]["name"],
-                              driver["metadata"]["uid"])
-            installer.create(fl.operand_daemonset(
-                spec, name=fl.daemonset_name_for_driver(pool), deploy="driver", operand="driver",
-                owner=owner, image=fl.driver_image(fl.pool_driver_version(spec, pool)),
-                extra_selector={pool.label_key: pool.name}), exist_ok=True)
-    installer.create(fl.operator_deployment(spec), exist_ok=True)
+        image = fl.driver_image(op.driver_version) if deploy == "driver" else f"nvcr.io/nvidia/k8s/{name}:{op.version}"
+        installer.create(fl.operand_daemonset(spec, name=name, deploy=deploy, owner=policy_owner, image=image),
+                         exist_ok=True)
+    for pool, driver in zip(spec.pools, drivers):
+        installer.patch_status(driver, {"state": "ready"})
+        owner = fl._owner("NVIDIADriver", "nvidia.com/v1alpha1", driver["metadata"]["name"],
+                          driver["metadata"]["uid"])
+        installer.create(fl.operand_daemonset(
+            spec, name=fl.daemonset_name_for_driver(pool), deploy="driver", owner=owner,
+            image=fl.driver_image(fl.pool_driver_version(spec, pool)),
+            extra_selector={pool.label_key: pool.name}), exist_ok=True)
 
 
 def delete_fleet(installer: Installer, *, timeout: float = 90) -> None:

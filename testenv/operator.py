@@ -16,9 +16,9 @@ source and run against the test API server in the control plane's process group.
   a new image when the CR names it), and `install_operator_crds()` installs the chart's
   CRDs (ClusterPolicy, NVIDIADriver, GPUCluster and the rest it watches).
 
-What this does not do yet: the fleets of testenv/fleets still create the ClusterPolicy's
-DaemonSets themselves and the operand simulator still plays the operator for every test
-but tests/integration/test_real_operator.py (see the README's test environment section).
+Every fleet runs on it (Environment.apply_fleet starts it with the first fleet that
+wants it) unless the fleet names in `operator.stand_in` why the real operator cannot
+play its scenario on kwok; see testenv/fleet.py.
 """
 
 from __future__ import annotations
@@ -131,11 +131,11 @@ def _image(part: dict[str, Any], default_version: str) -> str:
     return f"{part['repository']}/{part['image']}:{part.get('version') or default_version}"
 
 
-def operator_environment() -> dict[str, str]:
+def operator_environment(namespace: str = NAMESPACE) -> dict[str, str]:
     """The environment the chart's Deployment gives the operator: its namespace and the
     images it cannot take from a ClusterPolicy (the driver manager, the validator)."""
     values, version = chart_values(), snapshot_version(source_folder())
-    return {"OPERATOR_NAMESPACE": NAMESPACE,
+    return {"OPERATOR_NAMESPACE": namespace,
             "DRIVER_MANAGER_IMAGE": _image(values["driver"]["manager"], version),
             "VALIDATOR_IMAGE": _image(values["validator"], version)}
 

@@ -1,7 +1,9 @@
-"""The operand simulator: plays the GPU Operator's driver, device plugin, validator and
-MIG manager (and the kubelet's view of them) against the real API server.
+"""The operand simulator: plays what the GPU Operator's operand containers and the GPU
+hardware do on a node (the part kwok cannot), against the real API server. The
+operator's own work (deploy labels, DaemonSets, upgrade labels) is the real operator's.
 
-It watches kwok nodes and the operand pods of the operator's namespace and, per node:
+It watches kwok nodes, the operand pods of the operator's namespace (known by the labels
+the operator's manifests give them) and its ConfigMaps, and per node:
 - a driver pod becomes Running and Ready after a delay and then sets the node's
   `nvidia.com/cuda.driver-version.*` labels from its image tag; a driver version listed
   in the faults ConfigMap crash-loops, and so does every driver pod on a node that also
@@ -11,7 +13,9 @@ It watches kwok nodes and the operand pods of the operator's namespace and, per 
   annotation says);
 - the validator becomes Ready a (configurable) moment after the driver;
 - a change of `nvidia.com/mig.config` goes pending (operands paused, 0 advertised), then
-  success with the new MIG resources, unless the node is marked stuck.
+  success with the MIG devices the operator's mig-parted ConfigMap
+  (`default-mig-parted-config`) makes of the node's GPUs, unless the node is marked stuck;
+  a layout that ConfigMap does not have for the GPU fails (`mig.config.state=failed`).
 Every knob is a node annotation under `sim.gpuops.io/` or the faults ConfigMap, so any
 process (a test, the demo) can inject a fault through the API.
 """
@@ -35,7 +39,8 @@ from testenv import fleet as fl
 
 log = logging.getLogger("gpuops.testenv.simulator")
 
-_PAUSABLE = ("device-plugin", "gpu-feature-discovery", "dcgm-exporter", "container-toolkit")
+# What the MIG manager's reconfigure step pauses (its deploy labels) while it applies a layout.
+_PAUSABLE = ("device-plugin", "gpu-feature-discovery", "dcgm-exporter", "dcgm", "nvsm")
 
 
 @dataclass(frozen=True)
@@ -67,9 +72,11 @@ class OperandSimulator:
         self._pods: dict[str, dict[str, Any]] = {}  # uid -> pod
         self._pods_by_node: dict[str, set[str]] = defaultdict(set)
         self._crashloop_versions: frozenset[str] = frozenset()
+        self._mig_configs: dict[str, list[dict[str, Any]]] | None = None  # until its ConfigMap is seen
         self._first_seen: dict[str, float] = {}
         self._driver_ready_at: dict[str, float] = {}
         self._mig_pending_at: dict[str, float] = {}
+        self._mig_requested: dict[str, str] = {}  # node -> the mig.config last seen
         self._queue: queue.Queue[str | None] = queue.Queue()
         self._timers: list[tuple[float, str]] = []
         self._stop = threading.Event()
@@ -81,10 +88,9 @@ class OperandSimulator:
     def start(self) -> OperandSimulator:
         specs = [
             ("nodes", lambda **kw: self.core.list_node(**kw), self._on_node),
-            ("pods", lambda **kw: self.core.list_namespaced_pod(
-                self.namespace, label_selector=fl.OPERAND_LABEL, **kw), self._on_pod),
-            ("faults", lambda **kw: self.core.list_namespaced_config_map(
-                self.namespace, field_selector=f"metadata.name={fl.FAULTS_CONFIGMAP}", **kw), self._on_faults),
+            ("pods", lambda **kw: self.core.list_namespaced_pod(self.namespace, **kw), self._on_pod),
+            ("configmaps", lambda **kw: self.core.list_namespaced_config_map(self.namespace, **kw),
+             self._on_config_map),
         ]
         for name, lister, handler in specs:
             thread = threading.Thread(target=self._watch_loop, args=(lister, handler),
@@ -162,6 +168,8 @@ class OperandSimulator:
                 for uid in set(self._pods) - pod["uids"]:
                     self._forget_pod(uid)
             return
+        if fl.operand_of(pod["metadata"].get("labels") or {}) is None:
+            return
         uid = pod["metadata"]["uid"]
         node = pod["spec"].get("nodeName")
         with self._lock:
@@ -180,13 +188,19 @@ class OperandSimulator:
         if pod and pod["spec"].get("nodeName"):
             self._pods_by_node[pod["spec"]["nodeName"]].discard(uid)
 
-    def _on_faults(self, kind: str, config_map: dict[str, Any]) -> None:
+    def _on_config_map(self, kind: str, config_map: dict[str, Any]) -> None:
         if kind == "RESYNC":
             return
+        name = config_map["metadata"]["name"]
         data = (config_map.get("data") or {}) if kind != "DELETED" else {}
-        versions = {v.strip() for v in data.get(fl.FAULT_CRASHLOOP_VERSIONS, "").split(",") if v.strip()}
         with self._lock:
-            self._crashloop_versions = frozenset(versions)
+            if name == fl.FAULTS_CONFIGMAP:
+                versions = {v.strip() for v in data.get(fl.FAULT_CRASHLOOP_VERSIONS, "").split(",") if v.strip()}
+                self._crashloop_versions = frozenset(versions)
+            elif name == fl.MIG_PARTED_CONFIGMAP:
+                self._mig_configs = fl.mig_parted_configs(data["config.yaml"]) if "config.yaml" in data else None
+            else:
+                return
             nodes = list(self._nodes)
         for name in nodes:
             self._queue.put(name)
@@ -236,6 +250,7 @@ class OperandSimulator:
             node = self._nodes.get(name)
             pods = [self._pods[uid] for uid in self._pods_by_node.get(name, ()) if uid in self._pods]
             crash_versions = self._crashloop_versions
+            mig_configs = self._mig_configs
         if node is None or node["metadata"].get("deletionTimestamp"):
             return
         meta = node["metadata"]
@@ -247,13 +262,13 @@ class OperandSimulator:
         live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
         by_operand: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for pod in live:
-            by_operand[pod["metadata"]["labels"].get(fl.OPERAND_LABEL, "")].append(pod)
+            by_operand[fl.operand_of(pod["metadata"]["labels"]) or ""].append(pod)
 
         host_driver = ann.get(fl.ANN_HOST_DRIVER)
         driver_delay = float(ann.get(fl.ANN_DRIVER_DELAY, self.timing.driver_ready_seconds))
         driver_version: str | None = None
         for pod in by_operand["driver"]:
-            version = image_version(pod["spec"]["containers"][0]["image"])
+            version = image_version(_driver_container(pod)["image"])
             if host_driver:
                 self._set_pod(pod, _crashloop_status(pod, init=True,
                                                      message="driver is pre-installed on host"))
@@ -292,33 +307,39 @@ class OperandSimulator:
         if driver_version and labels.get("nvidia.com/cuda.driver-version.full") != driver_version:
             new_labels.update(fl.driver_version_labels(driver_version))
 
-        mig_paused = self._reconcile_mig(name, labels, ann, now, new_labels, new_ann)
+        mig_paused = self._reconcile_mig(name, labels, ann, now, new_labels, new_ann, mig_configs)
         plugin_ready = any(_is_ready(p) for p in by_operand["device-plugin"])
         self._advertise(node, ready=driver_ready and plugin_ready and not mig_paused,
-                        mig_config=ann.get(fl.ANN_MIG_APPLIED) or labels.get("nvidia.com/mig.config"))
+                        mig_config=ann.get(fl.ANN_MIG_APPLIED), mig_configs=mig_configs)
         self._not_ready(node, ann)
         if new_labels or new_ann:
             self.core.patch_node(name, {"metadata": {"labels": new_labels, "annotations": new_ann}})
 
     def _reconcile_mig(self, name: str, labels: dict[str, str], ann: dict[str, str], now: float,
-                       new_labels: dict[str, str | None], new_ann: dict[str, str | None]) -> bool:
-        """Returns whether the node's operands are paused for a MIG change."""
+                       new_labels: dict[str, str | None], new_ann: dict[str, str | None],
+                       configs: dict[str, list[dict[str, Any]]] | None) -> bool:
+        """Plays the MIG manager. Returns whether the node's operands are paused for a MIG
+        change. Waits for the mig-parted ConfigMap (the operator makes it)."""
         desired = labels.get("nvidia.com/mig.config")
-        if labels.get("nvidia.com/mig.capable") != "true" or desired is None:
+        if labels.get("nvidia.com/mig.capable") != "true" or desired is None or configs is None:
             return False
         applied = ann.get(fl.ANN_MIG_APPLIED)
-        if applied is None:  # the layout the node came up with
-            new_ann[fl.ANN_MIG_APPLIED] = desired
-            new_labels["nvidia.com/mig.config.state"] = "success"
-            new_labels.update(self._mig_count_labels(labels, desired))
-            return False
+        state = labels.get("nvidia.com/mig.config.state")
+        # The MIG manager acts on a change of the label; a state it did not write (or its
+        # own failure) stays until then.
+        requested = self._mig_requested.get(name, desired) != desired
+        self._mig_requested[name] = desired
+        if applied is None or (applied == desired and state is None):  # the layout it came up with
+            return not self._apply_mig(labels, desired, configs, new_labels, new_ann)
         if applied == desired:  # nothing to change (or a change was taken back)
-            if labels.get("nvidia.com/mig.config.state") == "pending":
+            if state == "pending" or (state == "failed" and requested):
                 new_labels["nvidia.com/mig.config.state"] = "success"
             self._unpause(labels, new_labels)
             self._mig_pending_at.pop(name, None)
             return False
-        if labels.get("nvidia.com/mig.config.state") != "pending":
+        if state == "failed" and not requested and name not in self._mig_pending_at:
+            return False  # mig-parted gave up on this layout; a new request starts again
+        if state != "pending" and name not in self._mig_pending_at:
             self._mig_pending_at[name] = now
             new_labels["nvidia.com/mig.config.state"] = "pending"
             new_ann["gpuops.io/mig-state-since"] = _now_iso()
@@ -331,23 +352,28 @@ class OperandSimulator:
         if now - started < self.timing.mig_apply_seconds:
             self._wake(name, started + self.timing.mig_apply_seconds - now)
             return True
-        new_ann[fl.ANN_MIG_APPLIED] = desired
-        new_labels["nvidia.com/mig.config.state"] = "success"
-        self._unpause(labels, new_labels)
-        new_labels.update(self._mig_count_labels(labels, desired))
         self._mig_pending_at.pop(name, None)
-        return False
+        self._unpause(labels, new_labels)
+        self._apply_mig(labels, desired, configs, new_labels, new_ann)
+        return False  # applied, or failed with the old layout still in place
 
     @staticmethod
-    def _mig_count_labels(labels: dict[str, str], config: str) -> dict[str, str | None]:
-        """GFD's per-profile counts for a MIG layout (old profiles removed)."""
-        gpus = int(labels.get("nvidia.com/gpu.count", "0"))
-        counts: dict[str, str | None] = {
-            key: None for key in labels if key.startswith("nvidia.com/mig-") and key.endswith(".count")
-        }
-        for profile, n in fl.MIG_LAYOUTS.get(config, {}).items():
-            counts[f"nvidia.com/mig-{profile}.count"] = str(n * gpus)
-        return counts
+    def _apply_mig(labels: dict[str, str], layout: str, configs: dict[str, list[dict[str, Any]]],
+                   new_labels: dict[str, str | None], new_ann: dict[str, str | None]) -> bool:
+        """mig-parted applies `layout` to the node's GPUs: success with GFD's per-profile
+        counts (old profiles removed), or failed when the layout does not fit the GPUs."""
+        try:
+            devices = fl.mig_devices(layout, product=labels.get("nvidia.com/gpu.product", ""),
+                                     gpus=int(labels.get("nvidia.com/gpu.count", "0")), configs=configs)
+        except fl.MigLayoutError as err:
+            log.info("MIG manager: %s", err)
+            new_labels["nvidia.com/mig.config.state"] = "failed"
+            return False
+        new_labels.update({key: None for key in labels if key.startswith("nvidia.com/mig-") and key.endswith(".count")})
+        new_labels.update({f"nvidia.com/mig-{profile}.count": str(n) for profile, n in devices.items()})
+        new_labels["nvidia.com/mig.config.state"] = "success"
+        new_ann[fl.ANN_MIG_APPLIED] = layout
+        return True
 
     @staticmethod
     def _unpause(labels: dict[str, str], new_labels: dict[str, str | None]) -> None:
@@ -355,20 +381,25 @@ class OperandSimulator:
             if labels.get(f"nvidia.com/gpu.deploy.{operand}") == "paused-for-mig-change":
                 new_labels[f"nvidia.com/gpu.deploy.{operand}"] = "true"
 
-    def _advertise(self, node: dict[str, Any], *, ready: bool, mig_config: str | None) -> None:
+    def _advertise(self, node: dict[str, Any], *, ready: bool, mig_config: str | None,
+                   mig_configs: dict[str, list[dict[str, Any]]] | None) -> None:
         labels = node["metadata"].get("labels") or {}
         ann = node["metadata"].get("annotations") or {}
         status = node.get("status") or {}
         capacity = status.get("capacity") or {}
         gpus = int(labels.get("nvidia.com/gpu.count", "0"))
         override = ann.get(fl.ANN_ADVERTISE)
-        pool = fl.PoolSpec(name="-", nodes=0, gpus_per_node=gpus,
+        product = labels.get("nvidia.com/gpu.product", "")
+        pool = fl.PoolSpec(name="-", nodes=0, gpus_per_node=gpus, product=product.removesuffix("-SHARED"),
                            replicas=int(labels.get("nvidia.com/gpu.replicas", "1")),
                            rename_shared=labels.get("nvidia.com/gpu.product", "").endswith("-SHARED"))
         strategy = labels.get("nvidia.com/mig.strategy", "none")
+        mig_capable = labels.get("nvidia.com/mig.capable") == "true"
+        if mig_capable and mig_config is None and labels.get("nvidia.com/mig.config"):
+            ready = False  # the MIG manager has not applied a layout yet
         full = fl.advertised_resources(
-            pool, mig_config=mig_config if labels.get("nvidia.com/mig.capable") == "true" else None,
-            strategy=strategy, gpus=int(override) if override is not None else None)
+            pool, mig_config=mig_config if mig_capable else None, strategy=strategy,
+            gpus=int(override) if override is not None else None, configs=mig_configs)
         current = {k: v for k, v in capacity.items() if k.startswith("nvidia.com/")}
         if ready:
             desired: dict[str, str | None] = dict(full)
@@ -412,6 +443,12 @@ class OperandSimulator:
 
 
 # --- pod statuses ---------------------------------------------------------------------------
+
+def _driver_container(pod: dict[str, Any]) -> dict[str, Any]:
+    """The driver container of a driver pod (the operator's also runs side containers)."""
+    containers = pod["spec"]["containers"]
+    return next((c for c in containers if c["name"] == "nvidia-driver-ctr"), containers[0])
+
 
 def _is_ready(pod: dict[str, Any]) -> bool:
     return _ready_in(pod.get("status") or {})

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config
+from kubernetes.client.rest import ApiException
 
 from testenv import fleet as fl
 from testenv.install import Installer, wait_until
@@ -81,3 +83,7 @@ def print_summary(kubeconfig: Path, *, fleet: str) -> None:
     version = client.VersionApi(installer.api).get_code()
     print(f"\nKubernetes {version.git_version} (kube-apiserver, etcd, kube-controller-manager, "
           "kube-scheduler, kwok) on 127.0.0.1")
+    with contextlib.suppress(ApiException):
+        for policy in installer.list("ClusterPolicy", selector=f"{fl.FLEET_LABEL}={fleet}"):
+            state = (policy.get("status") or {}).get("state", "not reconciled yet")
+            print(f"GPU Operator ClusterPolicy {policy['metadata']['name']}: {state}")

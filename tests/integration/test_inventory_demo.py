@@ -28,7 +28,10 @@ def test_the_demo_fleet_has_a_driver_owner_and_evidence_for_every_special_node(d
     fleet = cache.fleet(_now())
 
     assert fleet.cluster.operator_version == "v26.7.0"
-    assert fleet.cluster.cluster_policy_state == "ready"
+    # The real operator reports its policy notReady: the driver DaemonSet's pod on
+    # training-a-10 crash-loops beside the host driver.
+    assert fleet.cluster.cluster_policy_state == "notReady"
+    assert "cluster-policy-not-ready" in _codes(fleet, "cluster")
     assert fleet.cluster.cluster_policy_owner == "#gpu-platform (platform team)"
     assert [(p.name, p.kind, p.nodes_total) for p in fleet.pools] == [
         ("inference-mig", "serving", 6), ("serving-a", "serving", 8), ("training-a", "training", 10)]
@@ -58,7 +61,7 @@ def test_the_demo_fleet_has_a_driver_owner_and_evidence_for_every_special_node(d
     assert training.mixed_driver_versions
     assert "mixed-driver-versions" in _codes(fleet, "training-a")
     # Nothing else is wrong with the demo fleet.
-    assert {f.subject for f in fleet.findings} == {"serving-a-05", "training-a-10", "training-a"}
+    assert {f.subject for f in fleet.findings} == {"serving-a-05", "training-a-10", "training-a", "cluster"}
 
 
 def test_status_puts_findings_first_and_names_the_closest_pool_or_node(demo_fleet, fleet_cache):

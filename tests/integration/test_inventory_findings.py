@@ -1,5 +1,6 @@
-"""Every finding the inventory raises, provoked on a real control plane through the
-simulator's faults and the labels the GPU Operator would set."""
+"""Every finding the inventory raises, provoked on a real control plane with the real
+GPU Operator through the simulator's faults, and (on a stand-in fleet) the upgrade
+states the operator's upgrade controller leaves behind."""
 
 from __future__ import annotations
 
@@ -43,48 +44,69 @@ def test_each_fault_raises_its_finding(fleet, cluster, fleet_cache):
     fleet(TROUBLE)
     core = client.CoreV1Api(cluster.api_client())
     custom = client.CustomObjectsApi(cluster.api_client())
-    # What the operator's upgrade controller and MIG manager leave behind.
-    started = int(time.time()) - 2 * 3600
-    core.patch_node("good-04", {"metadata": {
-        "labels": {"nvidia.com/gpu-driver-upgrade-state": "wait-for-jobs-required"},
-        "annotations": {"nvidia.com/gpu-driver-upgrade-wait-for-pod-completion-start-time": str(started)}}})
-    core.patch_node("good-05", {"metadata": {"labels": {"nvidia.com/gpu-driver-upgrade-state": "upgrade-failed"}}})
+    # A MIG change the stuck MIG manager never finishes, and one it gave up on.
     core.patch_node("mig-01", {"metadata": {"labels": {"nvidia.com/mig.config": "all-3g.40gb"}}})
     core.patch_node("mig-02", {"metadata": {"labels": {"nvidia.com/mig.config.state": "failed"}}})
-    # A second ClusterPolicy is ignored by the operator; the first is not ready.
+    # A second ClusterPolicy: the real operator marks it ignored, and reports the first
+    # notReady while bad-01's driver crash-loops.
     second = fl.cluster_policy_object(TROUBLE)
     second["metadata"]["name"] = "cluster-policy-copy"
     custom.create_cluster_custom_object("nvidia.com", "v1", "clusterpolicies", second)
-    custom.patch_cluster_custom_object_status("nvidia.com", "v1", "clusterpolicies", "cluster-policy-copy",
-                                              {"status": {"state": "ignored"}})
-    custom.patch_cluster_custom_object_status("nvidia.com", "v1", "clusterpolicies", "cluster-policy",
-                                              {"status": {"state": "notReady"}})
 
     cache = fleet_cache(config=SHORT)
     expected = {
         "good-01": "device-plugin-no-gpus",
         "good-02": "unhealthy-gpus",
         "good-03": "node-not-ready",
-        "good-04": "upgrade-stuck",
-        "good-05": "upgrade-failed",
         "bad-01": "driver-crash-loop",
         "mig-01": "mig-change-stuck",
         "mig-02": "mig-change-failed",
         "cluster": "duplicate-cluster-policy",
     }
 
-    def all_found(view) -> bool:
-        return all(code in _codes(view, subject) for subject, code in expected.items())
+    missing: dict[str, str] = {}
 
-    view = wait_fleet(cache, all_found, "every fault to show as a finding", timeout=90)
+    def all_found(view) -> bool:
+        missing.clear()
+        missing.update({s: c for s, c in expected.items() if c not in _codes(view, s)})
+        return not missing
+
+    try:
+        view = wait_fleet(cache, all_found, "every fault to show as a finding", timeout=90)
+    except TimeoutError:
+        pytest.fail(f"findings never raised: {missing}")
     assert "cluster-policy-not-ready" in _codes(view, "cluster")
     severities = {f.code: f.severity for f in view.findings}
     assert severities["driver-crash-loop"] == "critical"
-    assert severities["upgrade-failed"] == "critical"
     assert severities["unhealthy-gpus"] == "warning"
     # The stuck MIG change explains its missing GPUs: no separate mismatch finding.
     assert "advertised-mismatch" not in _codes(view, "mig-01")
     assert view.nodes["bad-01"].driver_pod.crash_looping
     assert view.nodes["good-02"].allocatable_gpus == 6 and view.nodes["good-02"].advertised_gpus == 8
+
+
+UPGRADES = fl.FleetSpec(
+    name="upgrades", system_nodes=0,
+    operator=fl.OperatorSpec(stand_in=(
+        "upgrade states planted as the upgrade controller leaves them at one moment: the real controller "
+        "rewrites them on every pass (and removes them all with autoUpgrade off), and a node two hours "
+        "into wait-for-jobs cannot be waited for")),
+    pools=(fl.PoolSpec(name="good", kind="serving", nodes=2),),
+)
+
+
+def test_upgrade_states_the_operator_leaves_behind_raise_their_findings(fleet, cluster, fleet_cache):
+    fleet(UPGRADES)
+    core = client.CoreV1Api(cluster.api_client())
+    started = int(time.time()) - 2 * 3600
+    core.patch_node("good-01", {"metadata": {
+        "labels": {"nvidia.com/gpu-driver-upgrade-state": "wait-for-jobs-required"},
+        "annotations": {"nvidia.com/gpu-driver-upgrade-wait-for-pod-completion-start-time": str(started)}}})
+    core.patch_node("good-02", {"metadata": {"labels": {"nvidia.com/gpu-driver-upgrade-state": "upgrade-failed"}}})
+
+    view = wait_fleet(fleet_cache(config=SHORT), lambda v: "upgrade-stuck" in _codes(v, "good-01")
+                      and "upgrade-failed" in _codes(v, "good-02"), "both upgrade findings")
+    severities = {f.code: f.severity for f in view.findings}
+    assert severities["upgrade-failed"] == "critical"
     messages = {f.code: f.message for f in view.findings}
     assert "2h" in messages["upgrade-stuck"] or "2 h" in messages["upgrade-stuck"], messages["upgrade-stuck"]

@@ -54,7 +54,10 @@ def test_driver_owner_verdicts_and_time_slicing_counts(fleet, fleet_cache):
 
 PER_POOL_DRIVERS = fl.FleetSpec(
     name="nvidiadriver", system_nodes=1,
-    operator=fl.OperatorSpec(use_nvidia_driver_crd=True, driver_follows_deploy_label=False),
+    operator=fl.OperatorSpec(
+        use_nvidia_driver_crd=True, driver_follows_deploy_label=False,
+        stand_in="a stale pre-installed label beside a running operator driver pod: the real driver "
+                 "DaemonSet selects gpu.deploy.driver=true, so the DaemonSet controller removes the pod"),
     pools=(
         fl.PoolSpec(name="serving-a", kind="serving", nodes=2, driver_version="580.95.05", auto_upgrade=True),
         fl.PoolSpec(name="training-a", kind="training", nodes=2, driver_version="570.172.08", auto_upgrade=False),

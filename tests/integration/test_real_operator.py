@@ -1,115 +1,103 @@
-"""The real GPU Operator (built from its vendored source, testenv/operator.py) against
-the test control plane: given a ClusterPolicy and a kwok node labelled as Node Feature
-Discovery labels a GPU node, it labels the node for its operands and creates the
-ClusterPolicy's DaemonSets, whose driver pod lands on the node; gpuops's inventory reads
-what the operator made. (The other integration tests still run on the simulator's model
-of the operator; moving them is the rest of issue 16.)"""
+"""The real NVIDIA GPU Operator (built from its vendored source, testenv/operator.py) runs
+the fleets: given a ClusterPolicy and kwok nodes labelled as Node Feature Discovery
+labels GPU nodes, it labels the nodes for its operands, creates the ClusterPolicy's
+DaemonSets and the mig-parted ConfigMap, and reports the policy ready once the
+simulator has played the operand containers; gpuops's inventory reads what it made."""
 
 from __future__ import annotations
 
-import datetime as dt
-from collections.abc import Iterator
-
 import pytest
 
+from testenv import fleet as fl
 from testenv import operator
-from testenv.controlplane import KWOK_ANNOTATION, KWOK_ANNOTATION_VALUE
-from testenv.environment import Environment
-from testenv.install import Installer, wait_until
-from tests.integration.inventory_helpers import CONFIG
-from workflows.fleet.watchcache import FleetCache
-from workflows.kube.gateway import KubeGateway
+from testenv.install import wait_until
+from tests.integration import observe
+from tests.integration.inventory_helpers import wait_fleet
 
 pytestmark = pytest.mark.controlplane
 
-DRIVER_VERSION = "580.95.05"
-NODE = "gpu-real-01"
-# What NFD and GFD put on a GPU node; without the OS labels the operator's init fails
-# ("unable to retrieve OS name").
-NFD_LABELS = {
-    "feature.node.kubernetes.io/pci-10de.present": "true",
-    "feature.node.kubernetes.io/system-os_release.ID": "ubuntu",
-    "feature.node.kubernetes.io/system-os_release.VERSION_ID": "22.04",
-    "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
-    "nvidia.com/gpu.count": "8",
-    "nvidia.com/gpu.memory": "81559",
-    "gpuops.io/pool": "train-a",
-}
-OPERANDS = ("nvidia-driver-daemonset", "nvidia-container-toolkit-daemonset", "nvidia-device-plugin-daemonset",
-            "nvidia-operator-validator")
+REAL = fl.FleetSpec(
+    name="real", system_nodes=0,
+    pools=(
+        fl.PoolSpec(name="train", nodes=2, product="NVIDIA-H100-80GB-HBM3"),
+        fl.PoolSpec(name="infer", nodes=1, product="NVIDIA-A100-SXM4-80GB", mig_config="all-balanced"),
+    ),
+    special_nodes=(fl.SpecialNode(node="train-02", host_driver="570.172.08", driver_deploy="pre-installed"),),
+)
 
 
-@pytest.fixture(scope="module")
-def real_operator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Environment]:
-    try:
-        operator.operator_binary()
-    except operator.OperatorMissing as err:
-        pytest.fail(str(err), pytrace=False)
-    env = Environment(folder=tmp_path_factory.mktemp("real-operator")).start()
-    try:
-        installer = env.installer()
-        for crd in operator.operator_crds():
-            installer.create(crd, exist_ok=True)
-        wait_until(lambda: all(_established(installer, c["metadata"]["name"]) for c in operator.operator_crds()),
-                   timeout=30, what="the GPU Operator's CRDs to be established")
-        installer.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": operator.NAMESPACE}})
-        resources = {"cpu": "96", "memory": "1536Gi", "pods": "250"}
-        installer.create({"apiVersion": "v1", "kind": "Node", "metadata": {
-            "name": NODE, "labels": {**NFD_LABELS, "kubernetes.io/hostname": NODE},
-            "annotations": {KWOK_ANNOTATION: KWOK_ANNOTATION_VALUE}},
-            "status": {"capacity": resources, "allocatable": resources}})
-        env.plane.start_operator()
-        installer.create(operator.cluster_policy(driver_version=DRIVER_VERSION))
-        yield env
-    finally:
-        env.stop()
+def _policy(installer) -> dict:
+    return installer.get({"kind": "ClusterPolicy", "metadata": {"name": REAL.operator.cluster_policy_name}})
 
 
-def _established(installer: Installer, name: str) -> bool:
-    crd = installer.get({"kind": "CustomResourceDefinition", "metadata": {"name": name}})
-    return any(c["type"] == "Established" and c["status"] == "True" for c in (crd.get("status") or {}).get("conditions") or [])
+def test_the_real_operator_labels_the_gpu_nodes_and_runs_its_operands_on_them(fleet, cluster):
+    fleet(REAL)
+    installer = cluster.installer()
+    wait_until(lambda: (_policy(installer).get("status") or {}).get("state") == "ready", timeout=120,
+               what="the operator to report its ClusterPolicy ready")
+
+    train = observe.node(installer, "train-01")["metadata"]["labels"]
+    infer = observe.node(installer, "infer-01")["metadata"]["labels"]
+    # The operator's labels: the nodes were created with NFD's and GFD's only.
+    assert train["nvidia.com/gpu.present"] == infer["nvidia.com/gpu.present"] == "true"
+    assert all(train[f"nvidia.com/gpu.deploy.{o}"] == "true"
+               for o in ("driver", "container-toolkit", "device-plugin", "gpu-feature-discovery", "operator-validator"))
+    # The MIG manager only where GFD says the GPUs can do MIG.
+    assert infer["nvidia.com/gpu.deploy.mig-manager"] == "true"
+    assert train.get("nvidia.com/gpu.deploy.mig-manager") != "true"
+    # The sticky mark the driver manager left on the host-driver node is kept.
+    assert observe.node(installer, "train-02")["metadata"]["labels"]["nvidia.com/gpu.deploy.driver"] == "pre-installed"
+
+    # The DaemonSets are the operator's, from its own manifests, owned by the policy.
+    daemonsets = {d["metadata"]["name"]: d for d in installer.list("DaemonSet", namespace=operator.NAMESPACE)}
+    driver = daemonsets["nvidia-driver-daemonset"]
+    assert driver["metadata"]["ownerReferences"][0]["kind"] == "ClusterPolicy"
+    template = driver["spec"]["template"]["spec"]
+    assert [c["name"] for c in template["initContainers"]][0] == "k8s-driver-manager"
+    (ctr,) = [c for c in template["containers"] if c["name"] == "nvidia-driver-ctr"]
+    assert ctr["image"] == f"nvcr.io/nvidia/driver:{REAL.operator.driver_version}-ubuntu22.04"
+    assert driver["spec"]["updateStrategy"]["type"] == "OnDelete"
+    assert {"nvidia-device-plugin-daemonset", "gpu-feature-discovery", "nvidia-operator-validator",
+            "nvidia-mig-manager"} <= set(daemonsets)
+
+    # Driver pods where the operator's driver is wanted, none on the host-driver node.
+    assert len(observe.operand_pods(installer, "train-01", "nvidia-driver-daemonset")) == 1
+    assert observe.operand_pods(installer, "train-02", "nvidia-driver-daemonset") == []
 
 
-def _node_labels(installer: Installer) -> dict[str, str]:
-    return installer.get({"kind": "Node", "metadata": {"name": NODE}})["metadata"].get("labels") or {}
+def test_the_operators_mig_parted_config_decides_the_mig_devices_a_node_advertises(fleet, cluster):
+    fleet(REAL)
+    installer = cluster.installer()
+    # all-balanced on an A100-SXM4-80GB is, per GPU, 2 x 1g.10gb, 1 x 2g.20gb, 1 x 3g.40gb
+    # in the operator's default-mig-parted-config (a device-filter entry for its PCI id).
+    wait_until(lambda: observe.node(installer, "infer-01")["status"]["capacity"].get("nvidia.com/mig-3g.40gb") == "8",
+               timeout=120, what="infer-01 to advertise its all-balanced MIG devices")
+    config = installer.get({"kind": "ConfigMap", "metadata": {"name": fl.MIG_PARTED_CONFIGMAP,
+                                                               "namespace": operator.NAMESPACE}})
+    assert config["metadata"]["ownerReferences"][0]["kind"] == "ClusterPolicy"  # the operator made it
+    capacity = observe.node(installer, "infer-01")["status"]["capacity"]
+    assert {k: capacity[k] for k in capacity if k.startswith("nvidia.com/")} == {
+        "nvidia.com/mig-1g.10gb": "16", "nvidia.com/mig-2g.20gb": "8", "nvidia.com/mig-3g.40gb": "8"}
+
+    # A layout whose profile this GPU cannot make (1g.18gb is an H200's) fails, as
+    # mig-parted does on the hardware, and the node keeps the layout it had.
+    installer.call("PATCH", "/api/v1/nodes/infer-01", content_type="application/merge-patch+json",
+                   body={"metadata": {"labels": {"nvidia.com/mig.config": "all-1g.18gb"}}})
+    wait_until(lambda: observe.node(installer, "infer-01")["metadata"]["labels"].get("nvidia.com/mig.config.state")
+               == "failed", timeout=60, what="the impossible MIG layout to fail")
+    wait_until(lambda: observe.node(installer, "infer-01")["status"]["capacity"].get("nvidia.com/mig-3g.40gb") == "8",
+               timeout=60, what="infer-01 to advertise its old layout again")
+    assert observe.node(installer, "infer-01")["metadata"]["labels"]["nvidia.com/gpu.deploy.device-plugin"] == "true"
 
 
-def test_the_real_operator_labels_an_nfd_gpu_node_and_creates_its_operand_daemonsets(real_operator):
-    installer = real_operator.installer()
-
-    wait_until(lambda: _node_labels(installer).get("nvidia.com/gpu.deploy.driver") == "true",
-               timeout=60, what="the operator's deploy labels on the node")
-    wait_until(lambda: {d["metadata"]["name"] for d in installer.list("DaemonSet", namespace=operator.NAMESPACE)}
-               >= set(OPERANDS), timeout=60, what="the ClusterPolicy's operand DaemonSets")
-
-    labels = _node_labels(installer)
-    assert labels["nvidia.com/gpu.present"] == "true"
-    assert all(labels[f"nvidia.com/gpu.deploy.{operand}"] == "true"
-               for operand in ("driver", "container-toolkit", "device-plugin", "operator-validator"))
-    driver = next(d for d in installer.list("DaemonSet", namespace=operator.NAMESPACE)
-                  if d["metadata"]["name"] == "nvidia-driver-daemonset")
-    images = [c["image"] for c in driver["spec"]["template"]["spec"]["containers"]]
-    assert any(image.startswith("nvcr.io/nvidia/driver:" + DRIVER_VERSION) for image in images), images
-    assert driver["spec"]["template"]["spec"]["nodeSelector"] == {"nvidia.com/gpu.deploy.driver": "true"}
-
-
-def test_gpuops_reads_the_driver_pod_the_real_operator_made_as_the_nodes_driver(real_operator):
-    installer = real_operator.installer()
-    wait_until(lambda: any(p["spec"].get("nodeName") == NODE
-                           for p in installer.list("Pod", namespace=operator.NAMESPACE,
-                                                   selector="app.kubernetes.io/component=nvidia-driver")),
-               timeout=90, what="the driver DaemonSet's pod on the node")
-    cache = FleetCache(KubeGateway.connect(kubeconfig=real_operator.kubeconfig, context="admin"),
-                       settings=CONFIG.inventory_settings()).start(watch=False)
-    try:
-        node = cache.fleet(dt.datetime.now(dt.timezone.utc)).nodes[NODE]
-    finally:
-        cache.stop()
-
-    assert node.pool == "train-a"
+def test_gpuops_reads_the_real_operators_driver_pods_as_the_operators_driver(fleet, fleet_cache):
+    fleet(REAL)
+    view = wait_fleet(fleet_cache(), lambda f: len(f.nodes) == 3 and all(n.advertised_gpus for n in f.nodes.values()),
+                      "every node to advertise its GPUs", timeout=120)
+    node = view.nodes["train-01"]
     assert node.driver_pod.name.startswith(f"{operator.NAMESPACE}/nvidia-driver-daemonset-")
-    assert (node.driver_pod.owner_kind, node.driver_pod.version) == ("DaemonSet", DRIVER_VERSION)
-    # The operator's driver pod is the driver's owner; GFD (the simulator's part) has not
-    # labelled the node with a loaded version, so that evidence is missing.
+    assert (node.driver_pod.owner_kind, node.driver_pod.version) == ("DaemonSet", REAL.operator.driver_version)
     assert node.driver.owner == "operator", node.driver.evidence
-    assert node.deploy_driver == "true"
+    assert node.driver_version == REAL.operator.driver_version
+    assert view.nodes["train-02"].driver.owner == "host", view.nodes["train-02"].driver.evidence
+    assert view.cluster.operator_found
