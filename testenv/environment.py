@@ -98,6 +98,7 @@ class Environment:
                 timing=SimulatorTiming(driver_ready_seconds=spec.driver_ready_seconds,
                                        validator_ready_seconds=spec.validator_ready_seconds,
                                        mig_apply_seconds=spec.mig_apply_seconds),
+                nudge_node=fl.system_node_name(1) if spec.nudge_upgrade_controller else None,
             ).start()
         apply_fleet(self.installer(), spec, advertise=advertise)
         if spec.operator.real:

@@ -233,9 +233,14 @@ class FleetSpec(_Model):
     driver_ready_seconds: float = 1.0
     validator_ready_seconds: float = 0.5
     mig_apply_seconds: float = 1.0
+    # Tests only: wake the operator's upgrade controller when a driver or validator pod
+    # turns Ready (simulator.OperandSimulator.nudge_node), through the first system node.
+    nudge_upgrade_controller: bool = False
 
     @model_validator(mode="after")
     def _special_nodes_exist(self) -> FleetSpec:
+        if self.nudge_upgrade_controller and self.system_nodes < 1:
+            raise ValueError("nudge_upgrade_controller needs a system node to flip the upgrade skip label on")
         names = set(self.node_names())
         for special in self.special_nodes:
             if special.node not in names:
@@ -403,8 +408,12 @@ def mig_count_labels(pool: PoolSpec, mig_config: str | None,
     return {f"nvidia.com/mig-{profile}.count": str(n) for profile, n in layout.items()}
 
 
+def system_node_name(index: int) -> str:
+    return f"system-{index:02d}"
+
+
 def system_node_object(spec: FleetSpec, index: int) -> dict[str, Any]:
-    name = f"system-{index:02d}"
+    name = system_node_name(index)
     resources = {"cpu": "32", "memory": "128Gi", "pods": "250"}
     return {
         "apiVersion": "v1",

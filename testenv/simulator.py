@@ -50,6 +50,10 @@ class SimulatorTiming:
     mig_apply_seconds: float = 1.0
 
 
+# The label whose change on any node wakes the operator's upgrade controller.
+UPGRADE_SKIP_LABEL = "nvidia.com/gpu-driver-upgrade.skip"
+
+
 def _now_iso() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
@@ -62,8 +66,14 @@ def image_version(image: str) -> str:
 
 class OperandSimulator:
     def __init__(self, api: client.ApiClient, *, namespace: str = "gpu-operator",
-                 timing: SimulatorTiming = SimulatorTiming()) -> None:
+                 timing: SimulatorTiming = SimulatorTiming(), nudge_node: str | None = None) -> None:
         self.api = api
+        # A test-speed device, not hardware: the operator's upgrade controller does not
+        # watch pods and looks again only every 2 minutes, so when a driver or validator
+        # pod turns Ready the simulator flips the upgrade skip label on this (GPU-less)
+        # node, which wakes the controller at once. Benchmarks leave it off.
+        self.nudge_node = nudge_node
+        self._nudge_value = False
         self.core = client.CoreV1Api(api)
         self.namespace = namespace
         self.timing = timing
@@ -440,6 +450,13 @@ class OperandSimulator:
         meta = pod["metadata"]
         with contextlib.suppress(ApiException):
             self.core.patch_namespaced_pod_status(meta["name"], meta["namespace"], {"status": status})
+            if self.nudge_node and _ready_in(status) and fl.operand_of(meta.get("labels") or {}) in ("driver", "validator"):
+                self._nudge()
+
+    def _nudge(self) -> None:
+        self._nudge_value = not self._nudge_value
+        self.core.patch_node(self.nudge_node, {"metadata": {"labels": {
+            UPGRADE_SKIP_LABEL: "false" if self._nudge_value else None}}})
 
 
 # --- pod statuses ---------------------------------------------------------------------------

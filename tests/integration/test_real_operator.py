@@ -101,3 +101,48 @@ def test_gpuops_reads_the_real_operators_driver_pods_as_the_operators_driver(fle
     assert node.driver_version == REAL.operator.driver_version
     assert view.nodes["train-02"].driver.owner == "host", view.nodes["train-02"].driver.evidence
     assert view.cluster.operator_found
+
+
+AUTO = fl.FleetSpec(
+    name="auto", system_nodes=1, nudge_upgrade_controller=True,
+    operator=fl.OperatorSpec(auto_upgrade=True),
+    pools=(fl.PoolSpec(name="auto", nodes=2),),
+)
+NEW_DRIVER = "580.105.08"
+
+
+def test_with_auto_upgrade_on_the_operators_own_upgrade_controller_moves_each_node_to_the_new_driver(
+        fleet, cluster):
+    fleet(AUTO)
+    installer = cluster.installer()
+    nodes = fl.pool_node_names(AUTO.pools[0])
+    wait_until(lambda: all(observe.node(installer, n)["metadata"]["labels"].get("nvidia.com/gpu-driver-upgrade-state")
+                           == "upgrade-done" for n in nodes), timeout=120,
+               what="the upgrade controller to find both nodes up to date")
+    seen: dict[str, list[str]] = {n: [] for n in nodes}
+
+    def record() -> None:
+        for name in nodes:
+            node = observe.node(installer, name)
+            state = node["metadata"]["labels"].get("nvidia.com/gpu-driver-upgrade-state", "")
+            mark = state + (" (cordoned)" if node["spec"].get("unschedulable") else "")
+            if not seen[name] or seen[name][-1] != mark:
+                seen[name].append(mark)
+
+    installer.call("PATCH", f"/apis/nvidia.com/v1/clusterpolicies/{AUTO.operator.cluster_policy_name}",
+                   content_type="application/merge-patch+json", body={"spec": {"driver": {"version": NEW_DRIVER}}})
+
+    def upgraded() -> bool:
+        record()
+        return all(observe.node(installer, n)["metadata"]["labels"].get("nvidia.com/cuda.driver-version.full")
+                   == NEW_DRIVER and seen[n][-1] == "upgrade-done" for n in nodes)
+
+    wait_until(upgraded, timeout=240, what=f"the operator to upgrade both nodes to {NEW_DRIVER}")
+    for name in nodes:
+        # The operator's states, its own cordon while it replaced the driver pod, and the
+        # node given back; the new driver pod runs the new image.
+        assert any("upgrade-required" in mark or "cordon-required" in mark for mark in seen[name]), seen[name]
+        assert any(mark.endswith("(cordoned)") for mark in seen[name]), seen[name]
+        assert not observe.node(installer, name)["spec"].get("unschedulable")
+        (pod,) = observe.operand_pods(installer, name, "nvidia-driver-daemonset")
+        assert any(c["image"].startswith(f"nvcr.io/nvidia/driver:{NEW_DRIVER}") for c in pod["spec"]["containers"])
