@@ -18,19 +18,19 @@ from workflows.kube.gateway import KubeGateway
 
 pytestmark = pytest.mark.controlplane
 
-from tests.integration.inventory_helpers import CONFIG, ROOT, _codes, _now
+from tests.integration.inventory_helpers import CONFIG, ROOT, _codes, _now, wait_fleet
 
 # --- the demo fleet ------------------------------------------------------------------------
 
 
 def test_the_demo_fleet_has_a_driver_owner_and_evidence_for_every_special_node(demo_fleet, fleet_cache):
     cache = fleet_cache()
-    fleet = cache.fleet(_now())
+    # The real operator reports its policy notReady (on its next pass after the driver
+    # DaemonSet's pod on training-a-10 began to crash-loop beside the host driver).
+    fleet = wait_fleet(cache, lambda f: f.cluster.cluster_policy_state == "notReady",
+                       "the operator to report its ClusterPolicy notReady")
 
     assert fleet.cluster.operator_version == "v26.7.0"
-    # The real operator reports its policy notReady: the driver DaemonSet's pod on
-    # training-a-10 crash-loops beside the host driver.
-    assert fleet.cluster.cluster_policy_state == "notReady"
     assert "cluster-policy-not-ready" in _codes(fleet, "cluster")
     assert fleet.cluster.cluster_policy_owner == "#gpu-platform (platform team)"
     assert [(p.name, p.kind, p.nodes_total) for p in fleet.pools] == [
