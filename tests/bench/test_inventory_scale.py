@@ -46,7 +46,9 @@ def _machine() -> dict[str, object]:
 
 def _bench_fleet() -> fl.FleetSpec:
     products = ["NVIDIA-H100-80GB-HBM3", "NVIDIA-H200", "NVIDIA-A100-SXM4-80GB", "NVIDIA-L40S"]
-    return fl.FleetSpec(name="bench", system_nodes=0, pools=tuple(
+    return fl.FleetSpec(name="bench", system_nodes=0, operator=fl.OperatorSpec(stand_in=(
+        "5,000 nodes created straight through the API, Ready and advertising, with no kwok and no operator: "
+        "their heartbeats and reconciles would be the load, not the inventory")), pools=tuple(
         fl.PoolSpec(name=f"pool-{i}", kind="serving" if i < 4 else "training", nodes=NODES_PER_POOL,
                     product=products[i % 4], gpus_per_node=8)
         for i in range(POOLS)))
