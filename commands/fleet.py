@@ -14,7 +14,7 @@ from workflows.engine.cordons import UncordonRefused
 from workflows.fleet.assessment import NodeInventory, PoolInventory
 from workflows.fleet.findings import Finding, cordons_left_behind, sort_findings
 from workflows.fleet.summary import Fleet
-from workflows.wording import when
+from workflows.wording import plural, when
 
 FINDINGS_IN_STATUS = 8
 
@@ -61,8 +61,12 @@ def _versions(pool: PoolInventory) -> str:
     if not pool.driver_versions:
         return "-"
     if len(pool.driver_versions) == 1:
-        return next(iter(pool.driver_versions))
-    return " + ".join(f"{v} ({n})" for v, n in pool.driver_versions.items()) + " MIXED"
+        text = next(iter(pool.driver_versions))
+    else:
+        text = " + ".join(f"{v} ({n})" for v, n in pool.driver_versions.items()) + " MIXED"
+    behind = "; ".join(f"{plural(len(nodes), 'pod')} behind ({version} next)"
+                       for version, nodes in pool.driver_pods_behind.items())
+    return f"{text}; {behind}" if behind else text
 
 
 def _pool_row(pool: PoolInventory, problems: int) -> tuple[str, ...]:
@@ -215,7 +219,9 @@ def node(call: Call, args: list[str]) -> Reply:
         Fact("Physical GPUs", str(inv.physical_gpus) if inv.physical_gpus is not None else "unknown"),
         Fact("Node", ready + (", cordoned " + _cordon(inv) if inv.cordoned else ", schedulable")),
         Fact("Driver", f"{inv.driver_version or 'not reported by GFD'}"
-                       + (f" (driver pod image {inv.driver_image_tag})" if inv.driver_image_tag else "")),
+                       + (f" (driver pod image {inv.driver_image_tag})" if inv.driver_image_tag else "")
+                       + (f"; its DaemonSet now specifies {inv.driver_pod.template_version} (on the pod's next "
+                          "restart)" if inv.driver_pod.template_version else "")),
         Fact("Device plugin", inv.device_plugin_pod.text),
         Fact("Validator", inv.validator_pod.text),
         Fact("Upgrade state", inv.upgrade.state or "-"),

@@ -2,17 +2,22 @@
 the fleets: given a ClusterPolicy and kwok nodes labelled as Node Feature Discovery
 labels GPU nodes, it labels the nodes for its operands, creates the ClusterPolicy's
 DaemonSets and the mig-parted ConfigMap, and reports the policy ready once the
-simulator has played the operand containers; gpuops's inventory reads what it made."""
+simulator has played the operand containers; its upgrade controller upgrades nodes
+itself with autoUpgrade on. gpuops's inventory reads what it made, including driver pods
+left behind a changed DaemonSet with autoUpgrade off."""
 
 from __future__ import annotations
 
 import pytest
 
+from bot.render_text import render_text
+from commands.catalog import dispatch
+from commands.services import Services
 from testenv import fleet as fl
 from testenv import operator
 from testenv.install import wait_until
 from tests.integration import observe
-from tests.integration.inventory_helpers import wait_fleet
+from tests.integration.inventory_helpers import CONFIG, _codes, _now, wait_fleet
 
 pytestmark = pytest.mark.controlplane
 
@@ -24,6 +29,7 @@ REAL = fl.FleetSpec(
     ),
     special_nodes=(fl.SpecialNode(node="train-02", host_driver="570.172.08", driver_deploy="pre-installed"),),
 )
+NEW_DRIVER = "580.105.08"
 
 
 def _policy(installer) -> dict:
@@ -108,9 +114,6 @@ AUTO = fl.FleetSpec(
     operator=fl.OperatorSpec(auto_upgrade=True),
     pools=(fl.PoolSpec(name="auto", nodes=2),),
 )
-NEW_DRIVER = "580.105.08"
-
-
 def test_with_auto_upgrade_on_the_operators_own_upgrade_controller_moves_each_node_to_the_new_driver(
         fleet, cluster):
     fleet(AUTO)
@@ -146,3 +149,32 @@ def test_with_auto_upgrade_on_the_operators_own_upgrade_controller_moves_each_no
         assert not observe.node(installer, name)["spec"].get("unschedulable")
         (pod,) = observe.operand_pods(installer, name, "nvidia-driver-daemonset")
         assert any(c["image"].startswith(f"nvcr.io/nvidia/driver:{NEW_DRIVER}") for c in pod["spec"]["containers"])
+
+
+def test_a_driver_version_changed_with_auto_upgrade_off_leaves_pods_behind_until_each_is_replaced(
+        fleet, cluster, fleet_cache):
+    fleet(REAL)  # autoUpgrade off: the operator changes the DaemonSet and leaves the pods (OnDelete)
+    installer = cluster.installer()
+    cache = fleet_cache()
+    wait_fleet(cache, lambda f: len(f.nodes) == 3 and all(n.advertised_gpus for n in f.nodes.values()),
+               "every node to advertise its GPUs", timeout=120)
+
+    installer.call("PATCH", f"/apis/nvidia.com/v1/clusterpolicies/{REAL.operator.cluster_policy_name}",
+                   content_type="application/merge-patch+json", body={"spec": {"driver": {"version": NEW_DRIVER}}})
+    view = wait_fleet(cache, lambda f: "driver-pods-behind-template" in _codes(f, "train")
+                      and "driver-pods-behind-template" in _codes(f, "infer"),
+                      "the pods behind their DaemonSet to be found", timeout=60)
+    # train-02 runs the host driver: no driver pod, nothing behind.
+    assert dict(view.pool("train").driver_pods_behind) == {NEW_DRIVER: ("train-01",)}
+    assert view.nodes["train-01"].driver_version == REAL.operator.driver_version  # nothing changed yet
+    text = render_text(dispatch("status", actor=CONFIG.actor("U0DAVE"), services=Services(config=CONFIG, fleet=cache),
+                                now=_now()))
+    assert f"1 pod behind ({NEW_DRIVER} next)" in text
+
+    # Replacing the pod on purpose brings the node to the new version and clears it.
+    (old,) = observe.operand_pods(installer, "train-01", "nvidia-driver-daemonset")
+    installer.delete(old)
+    view = wait_fleet(cache, lambda f: f.nodes["train-01"].driver_version == NEW_DRIVER
+                      and "driver-pods-behind-template" not in _codes(f, "train"),
+                      "train-01 to run the new driver and no longer be behind", timeout=60)
+    assert "driver-pods-behind-template" in _codes(view, "infer")

@@ -23,6 +23,7 @@ from workflows.kube.objects import (
     ContainerState,
     CustomObject,
     DeploymentObject,
+    DriverTemplate,
     NodeName,
     NodeObject,
     OwnerRef,
@@ -155,16 +156,23 @@ class FleetBuilder:
         version: str = DRIVER_VERSION,
         name: str | None = None,
         namespace: str = OPERATOR_NS,
+        generation: str = "1",
         **kwargs: Any,
     ) -> PodObject:
         return self.pod(
             node=node,
             name=name or f"nvidia-driver-daemonset-{next(_names)}",
             namespace=namespace,
-            labels={"app": "nvidia-driver-daemonset", "app.kubernetes.io/component": "nvidia-driver"},
+            labels={"app": "nvidia-driver-daemonset", "app.kubernetes.io/component": "nvidia-driver",
+                    "pod-template-generation": generation},
             image=f"nvcr.io/nvidia/driver:{version}-ubuntu22.04",
             **kwargs,
         )
+
+    def driver_template(self, *, version: str = DRIVER_VERSION, generation: str = "1") -> DriverTemplate:
+        """The driver DaemonSet every driver_pod belongs to (its controller is "owner")."""
+        return DriverTemplate(namespace=OPERATOR_NS, name="owner", template_generation=generation,
+                              driver_image=f"nvcr.io/nvidia/driver:{version}-ubuntu22.04")
 
     def device_plugin_pod(self, node: str, **kwargs: Any) -> PodObject:
         return self.pod(
@@ -268,6 +276,7 @@ class FleetBuilder:
         operator_version: str = "v26.7.0",
         policies: Sequence[CustomObject] | None = None,
         nvidia_drivers: Sequence[CustomObject] = (),
+        driver_templates: Sequence[DriverTemplate] = (),
     ) -> ClusterSnapshot:
         if policies is None:
             policies = (self.cluster_policy(),) if crds else ()
@@ -291,6 +300,7 @@ class FleetBuilder:
             operator_crds_installed=crds,
             cluster_policies=tuple(policies),
             nvidia_drivers=tuple(nvidia_drivers),
+            driver_templates=tuple(driver_templates),
             taken_at=NOW,
         )
 

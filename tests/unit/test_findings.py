@@ -483,3 +483,33 @@ def test_findings_come_critical_first_then_warning_then_info_and_by_subject(make
 )
 def test_ages_are_shown_in_the_two_largest_units(age, text):
     assert format_age(age) == text
+
+
+def test_driver_pods_older_than_their_daemonset_are_counted_per_pool_with_the_version_they_will_get(make):
+    new = "580.105.08"
+    nodes = [make.node("a"), make.node("b"), make.node("c")]
+    pods = [make.driver_pod("a"), make.device_plugin_pod("a"), make.validator_pod("a"),
+            make.driver_pod("b"), make.device_plugin_pod("b"), make.validator_pod("b"),
+            make.driver_pod("c", version=new, generation="2"), make.device_plugin_pod("c"), make.validator_pod("c")]
+
+    fleet = make.fleet(nodes, pods, driver_templates=[make.driver_template(version=new, generation="2")])
+
+    finding = only(fleet.findings, "driver-pods-behind-template")
+    assert (finding.severity, finding.subject) == ("warning", "train-a")
+    assert finding.message.startswith(
+        f"2 of 3 nodes (a, b) run a driver pod older than its DaemonSet, which now specifies {new}: with OnDelete")
+    assert fleet.nodes["a"].driver_pod.template_version == new
+    assert fleet.nodes["c"].driver_pod.template_version is None
+    assert dict(fleet.pool("train-a").driver_pods_behind) == {new: ("a", "b")}
+
+
+def test_a_template_changed_and_changed_back_is_not_behind_and_unknown_templates_say_nothing(make):
+    nodes = [make.node("a")]
+    pods = make.operands("a")
+    # Generation 3 (changed twice) with the pod's own image again: its next restart changes nothing.
+    reverted = make.fleet(nodes, pods, driver_templates=[make.driver_template(generation="3")])
+    unknown = make.fleet(nodes, pods)
+
+    for fleet in (reverted, unknown):
+        assert fleet.nodes["a"].driver_pod.template_version is None
+        assert "driver-pods-behind-template" not in {f.code for f in fleet.findings}

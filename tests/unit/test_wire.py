@@ -218,3 +218,22 @@ def test_null_labels_and_conditions_read_as_none_set():
 
     assert node.labels == {} and node.annotations == {} and not node.unschedulable
     assert node.taints == () and node.capacity == {} and node.ready is None
+
+
+def test_a_driver_daemonset_reads_as_its_template_generation_and_driver_image_only():
+    daemonset = {
+        "kind": "DaemonSet", "apiVersion": "apps/v1",
+        "metadata": {"name": "nvidia-driver-daemonset", "namespace": "gpu-operator", "generation": 4,
+                     "annotations": {"deprecated.daemonset.template.generation": "4"}},
+        "spec": {"template": {"spec": {
+            "initContainers": [{"name": "k8s-driver-manager", "image": "nvcr.io/nvidia/cloud-native/k8s-driver-manager:v0.9.1"}],
+            "containers": [{"name": "nvidia-peermem-ctr", "image": "nvcr.io/nvidia/driver:570.172.08-ubuntu22.04"},
+                           {"name": "nvidia-driver-ctr", "image": "nvcr.io/nvidia/driver:580.105.08-ubuntu22.04"}]}}},
+        "status": {"numberReady": 3, "updatedNumberScheduled": 1},
+    }
+    view = wire.driver_template_view(msgspec.json.decode(orjson.dumps(daemonset), type=wire.DaemonSetWire))
+    assert (view.namespace, view.name, view.template_generation, view.driver_image) == (
+        "gpu-operator", "nvidia-driver-daemonset", "4", "nvcr.io/nvidia/driver:580.105.08-ubuntu22.04")
+    # Status moves with every pod; the view does not, so the cache does not re-assess the fleet.
+    daemonset["status"] = {"numberReady": 2}
+    assert wire.driver_template_view(msgspec.json.decode(orjson.dumps(daemonset), type=wire.DaemonSetWire)) == view

@@ -49,6 +49,7 @@ from workflows.kube.labels import (
     LABEL_MIG_CONFIG,
     LABEL_MIG_CONFIG_STATE,
     LABEL_MIG_STRATEGY,
+    LABEL_POD_TEMPLATE_GENERATION,
     LABEL_SHARING_STRATEGY,
     LABEL_UPGRADE_STATE,
     LABELS_DRIVER_VERSION_PARTS,
@@ -66,6 +67,7 @@ from workflows.kube.objects import (
     MIG_RESOURCE_PREFIX,
     ClusterSnapshot,
     CustomObject,
+    DriverTemplate,
     NodeName,
     NodeObject,
     PodObject,
@@ -189,6 +191,9 @@ class PodState:
     version: str | None = None
     owner_kind: str | None = None
     condition: PodCondition = "missing"
+    # The driver version the pod's DaemonSet now specifies, when the pod runs an older
+    # template with another driver image (OnDelete: it changes on the pod's next restart).
+    template_version: str | None = None
 
     @property
     def crash_looping(self) -> bool:
@@ -240,7 +245,7 @@ def version_of_tag(tag: str | None) -> str | None:
     return match.group(1) if match else tag
 
 
-def pod_state(pod: PodObject) -> PodState:
+def pod_state(pod: PodObject, *, template_version: str | None = None) -> PodState:
     restarts = 0
     for container in (*pod.containers, *pod.init_containers):
         restarts += container.restart_count
@@ -302,6 +307,7 @@ def pod_state(pod: PodObject) -> PodState:
         version=version_of_tag(tag),
         owner_kind=controller.kind if controller else None,
         condition=condition,
+        template_version=template_version,
     )
 
 
@@ -392,10 +398,32 @@ class FleetContext:
     mig_strategy: str | None  # ClusterPolicy spec.mig.strategy
     cluster_policy_auto_upgrade: AutoUpgradeSetting
     nvidia_drivers: tuple[NvidiaDriverRef, ...]
+    # namespace/name of each driver DaemonSet -> what its template runs now
+    driver_templates: Mapping[str, DriverTemplate] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def operator_namespace(self) -> str | None:
         return self.cluster.operator_namespace
+
+    def behind_template(self, pod: PodObject) -> str | None:
+        """The driver version `pod`'s DaemonSet now specifies, if the pod runs an older
+        template with another driver image; None when it is up to date or unknown.
+
+        The DaemonSet controller's own test of an up-to-date pod compares the template
+        generation (or the revision hash); only a different driver image makes the next
+        restart a driver change, so both must differ. A template changed and changed back
+        has a new generation but the pod's image: not behind."""
+        controller = pod.controller
+        if controller is None or controller.kind != "DaemonSet" or not pod.images:
+            return None
+        template = self.driver_templates.get(f"{pod.namespace}/{controller.name}")
+        if template is None or template.template_generation is None or template.driver_image is None:
+            return None
+        if pod.labels.get(LABEL_POD_TEMPLATE_GENERATION) == template.template_generation:
+            return None
+        if pod.images[0] == template.driver_image:
+            return None
+        return version_of_tag(image_tag(template.driver_image)) or template.driver_image
 
     def nvidia_driver_named(self, name: str) -> NvidiaDriverRef | None:
         return next((d for d in self.nvidia_drivers if d.name == name), None)
@@ -463,6 +491,7 @@ def fleet_context(snapshot: ClusterSnapshot, *, settings: InventorySettings) -> 
         mig_strategy=mig_strategy,
         cluster_policy_auto_upgrade=cp_auto,
         nvidia_drivers=drivers,
+        driver_templates=MappingProxyType({f"{t.namespace}/{t.name}": t for t in snapshot.driver_templates}),
     )
 
 
@@ -681,7 +710,7 @@ def assess_node(
             validator_pods.append(pod)
 
     driver_pods = _best_first(driver_pods)
-    driver_states = tuple(pod_state(p) for p in driver_pods)
+    driver_states = tuple(pod_state(p, template_version=context.behind_template(p)) for p in driver_pods)
     driver_pod = driver_states[0] if driver_states else MISSING_POD
     device_plugin_pod = (
         pod_state(_best_first(device_plugin_pods)[0]) if device_plugin_pods else MISSING_POD
@@ -958,6 +987,8 @@ class PoolInventory:
     auto_upgrade: AutoUpgradeSetting
     # driver version -> who owns the driver on the nodes running it ("host", "operator")
     driver_version_owners: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    # version their DaemonSet now specifies -> nodes whose driver pod runs an older one
+    driver_pods_behind: Mapping[str, tuple[NodeName, ...]] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def nodes_total(self) -> int:

@@ -38,6 +38,7 @@ FindingCode: TypeAlias = Literal[
     "mig-change-failed",
     "serving-auto-upgrade",
     "mixed-driver-versions",
+    "driver-pods-behind-template",
     "unpooled-nodes",
     "duplicate-cluster-policy",
     "cluster-policy-not-ready",
@@ -167,6 +168,8 @@ def pool_findings(pool: PoolInventory, *, settings: InventorySettings) -> tuple[
         add("warning", "serving-auto-upgrade", msg_serving_auto_upgrade(pool))
     if pool.mixed_driver_versions:
         add("warning", "mixed-driver-versions", msg_mixed_driver_versions(pool))
+    if pool.driver_pods_behind:
+        add("warning", "driver-pods-behind-template", msg_driver_pods_behind(pool))
     return tuple(found)
 
 
@@ -372,6 +375,16 @@ def msg_serving_auto_upgrade(pool: PoolInventory) -> str:
         f"{default}); the operator may restart drivers under live traffic: set "
         "upgradePolicy.autoUpgrade=false and upgrade through gpuops"
     )
+
+
+def msg_driver_pods_behind(pool: PoolInventory) -> str:
+    parts = []
+    for version, nodes in pool.driver_pods_behind.items():
+        shown = ", ".join(nodes[:3]) + (f" and {len(nodes) - 3} more" if len(nodes) > 3 else "")
+        parts.append(f"{len(nodes)} of {pool.nodes_total} nodes ({shown}) run a driver pod older than its "
+                     f"DaemonSet, which now specifies {version}")
+    return ("; ".join(parts) + ": with OnDelete, the next restart of such a pod or reboot of its node changes "
+            "the driver unplanned; replace them on purpose, in a drain window")
 
 
 def msg_mixed_driver_versions(pool: PoolInventory) -> str:

@@ -56,6 +56,7 @@ class _PoolTally:
     versions: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     owners: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     nvidia_drivers: set[str] = field(default_factory=set)
+    behind: dict[str, list[NodeName]] = field(default_factory=lambda: defaultdict(list))
 
 
 def summarize(
@@ -93,6 +94,8 @@ def summarize(
             tally.owners[version].add(inventory.driver.owner)
         if inventory.driver.nvidia_driver:
             tally.nvidia_drivers.add(inventory.driver.nvidia_driver)
+        if inventory.driver_pod.template_version:
+            tally.behind[inventory.driver_pod.template_version].append(name)
         memo = node_findings.get(name) if node_findings is not None else None
         found.extend(
             memo
@@ -114,6 +117,7 @@ def summarize(
             driver_versions=MappingProxyType(dict(sorted(tally.versions.items()))),
             auto_upgrade=pool_auto_upgrade(tally.nvidia_drivers, context=context),
             driver_version_owners=MappingProxyType({v: tuple(sorted(o)) for v, o in sorted(tally.owners.items())}),
+            driver_pods_behind=MappingProxyType({v: tuple(n) for v, n in sorted(tally.behind.items())}),
         )
         for pool, tally in sorted(tallies.items(), key=lambda item: (item[0] == UNPOOLED, item[0]))
     )

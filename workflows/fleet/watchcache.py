@@ -30,6 +30,7 @@ from workflows.kube import wire
 from workflows.kube.errors import Gone, KubeError, NotFound
 from workflows.kube.gateway import (
     CLUSTER_POLICIES,
+    DAEMONSETS,
     DEPLOYMENTS,
     NODES,
     NVIDIA_DRIVERS,
@@ -51,6 +52,7 @@ log = logging.getLogger("gpuops.watchcache")
 
 _OPERAND_APPS = frozenset({POD_SELECTOR_DEVICE_PLUGIN[1], POD_SELECTOR_VALIDATOR[1]})
 OPERATOR_DEPLOYMENT_SELECTOR = "app=gpu-operator"
+DRIVER_DAEMONSET_SELECTOR = "=".join(POD_SELECTOR_DRIVER)
 # Seconds between attempts to reach the API while it does not answer.
 _BACKOFF_MIN = 0.5
 _BACKOFF_MAX = 30.0
@@ -113,6 +115,8 @@ class FleetCache:
             "pods": _Resource("pods", PODS, wire.PodWire),
             "deployments": _Resource("deployments", DEPLOYMENTS, wire.DeploymentWire,
                                      label_selector=OPERATOR_DEPLOYMENT_SELECTOR),
+            "daemonsets": _Resource("daemonsets", DAEMONSETS, wire.DaemonSetWire,
+                                    label_selector=DRIVER_DAEMONSET_SELECTOR),
             "clusterpolicies": _Resource("clusterpolicies", CLUSTER_POLICIES, wire.CustomObjectWire, optional=True),
             "nvidiadrivers": _Resource("nvidiadrivers", NVIDIA_DRIVERS, wire.CustomObjectWire, optional=True),
         }
@@ -332,7 +336,7 @@ class FleetCache:
                 if old is not None:
                     del resource.store[key]
                     self._touch(resource, key, old, None)
-            else:
+            elif old != view:  # a driver DaemonSet's status moves with every pod; its view does not
                 resource.store[key] = view
                 self._touch(resource, key, old, view)
             if version:
@@ -377,6 +381,8 @@ class FleetCache:
             return wire.pod_view(obj) if _keep_pod(obj, self.operator_namespace) else None
         if resource.name == "deployments":
             return wire.deployment_view(obj)
+        if resource.name == "daemonsets":
+            return wire.driver_template_view(obj)
         return wire.custom_object_view(obj)
 
     # --- reading -----------------------------------------------------------------------
@@ -410,6 +416,7 @@ class FleetCache:
             operator_crds_installed=self._resources["clusterpolicies"].available,
             cluster_policies=tuple(policies),
             nvidia_drivers=tuple(self._resources["nvidiadrivers"].store.values()),
+            driver_templates=tuple(self._resources["daemonsets"].store.values()),
             taken_at=now,
         )
 

@@ -51,6 +51,7 @@ Wire = TypeVar("Wire", bound=msgspec.Struct)
 NODES = "/api/v1/nodes"
 PODS = "/api/v1/pods"
 DEPLOYMENTS = "/apis/apps/v1/deployments"
+DAEMONSETS = "/apis/apps/v1/daemonsets"
 CLUSTER_POLICIES = "/apis/nvidia.com/v1/clusterpolicies"
 NVIDIA_DRIVERS = "/apis/nvidia.com/v1alpha1/nvidiadrivers"
 

@@ -44,6 +44,10 @@ ANNOTATION_VALIDATION_START = "nvidia.com/gpu-driver-upgrade-validation-start-ti
 POD_SELECTOR_DRIVER = ("app.kubernetes.io/component", "nvidia-driver")
 POD_SELECTOR_DEVICE_PLUGIN = ("app", "nvidia-device-plugin-daemonset")
 POD_SELECTOR_VALIDATOR = ("app", "nvidia-operator-validator")
+# Set by the DaemonSet controller: the template generation on the DaemonSet and on its pods.
+ANNOTATION_TEMPLATE_GENERATION = "deprecated.daemonset.template.generation"
+LABEL_POD_TEMPLATE_GENERATION = "pod-template-generation"
+DRIVER_CONTAINER = "nvidia-driver-ctr"
 
 PRE_INSTALLED = "pre-installed"
 PAUSED_PREFIX = "paused-for-"

@@ -108,6 +108,22 @@ class DeploymentObject:
 
 
 @dataclass(frozen=True, slots=True)
+class DriverTemplate:
+    """What a driver DaemonSet (app.kubernetes.io/component=nvidia-driver) now asks its
+    pods to run. Only what the inventory compares with the pods: its status changes with
+    every pod, this does not."""
+
+    namespace: str
+    name: str
+    # The DaemonSet controller's template generation (annotation
+    # deprecated.daemonset.template.generation); its pods carry theirs as the label
+    # pod-template-generation.
+    template_generation: str | None
+    # The driver container's image (nvidia-driver-ctr, else the first container).
+    driver_image: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class CustomObject:
     """A ClusterPolicy (nvidia.com/v1) or NVIDIADriver (nvidia.com/v1alpha1)."""
 
@@ -155,3 +171,4 @@ class ClusterSnapshot:
     taken_at: dt.datetime
     cluster_policies: tuple[CustomObject, ...] = ()
     nvidia_drivers: tuple[CustomObject, ...] = ()
+    driver_templates: tuple[DriverTemplate, ...] = ()

@@ -19,10 +19,12 @@ from typing import Any, Generic, TypeVar
 import msgspec
 from msgspec import Struct, field
 
+from workflows.kube.labels import ANNOTATION_TEMPLATE_GENERATION, DRIVER_CONTAINER
 from workflows.kube.objects import (
     ContainerState,
     CustomObject,
     DeploymentObject,
+    DriverTemplate,
     NodeName,
     NodeObject,
     OwnerRef,
@@ -168,6 +170,15 @@ class DeploymentWire(_Wire):
     status: DeploymentStatusWire | None = None
 
 
+class DaemonSetSpecWire(_Wire):
+    template: PodTemplateWire | None = None
+
+
+class DaemonSetWire(_Wire):
+    metadata: ObjectMetaWire | None = None
+    spec: DaemonSetSpecWire | None = None
+
+
 class CustomObjectWire(_Wire):
     """A ClusterPolicy or NVIDIADriver: spec and status stay generic JSON."""
 
@@ -211,7 +222,7 @@ _NO_CONTAINER_STATE = ContainerStateWire()
 _NO_LIST_META = ListMetaWire()
 
 
-def meta_of(obj: NodeWire | PodWire | DeploymentWire | CustomObjectWire) -> ObjectMetaWire:
+def meta_of(obj: NodeWire | PodWire | DeploymentWire | DaemonSetWire | CustomObjectWire) -> ObjectMetaWire:
     return obj.metadata or _NO_META
 
 
@@ -227,7 +238,7 @@ def labels_of(meta: ObjectMetaWire) -> Mapping[str, str]:
     return meta.labels or _EMPTY
 
 
-def object_key(obj: NodeWire | PodWire | DeploymentWire | CustomObjectWire) -> str:
+def object_key(obj: NodeWire | PodWire | DeploymentWire | DaemonSetWire | CustomObjectWire) -> str:
     """namespace/name, or the name of a cluster-scoped object."""
     meta = meta_of(obj)
     return f"{meta.namespace}/{meta.name or ''}" if meta.namespace else (meta.name or "")
@@ -326,6 +337,18 @@ def deployment_view(wire: DeploymentWire) -> DeploymentObject:
         images=tuple(c.image or "" for c in template.containers or ()),
         replicas=spec.replicas if spec.replicas is not None else 1,
         ready_replicas=(wire.status.readyReplicas if wire.status else None) or 0,
+    )
+
+
+def driver_template_view(wire: DaemonSetWire) -> DriverTemplate:
+    meta = meta_of(wire)
+    template = (wire.spec.template.spec if wire.spec and wire.spec.template else None) or PodTemplateSpecWire()
+    containers = template.containers or []
+    driver = next((c for c in containers if c.name == DRIVER_CONTAINER), containers[0] if containers else None)
+    return DriverTemplate(
+        namespace=meta.namespace or "", name=meta.name or "",
+        template_generation=(meta.annotations or _EMPTY).get(ANNOTATION_TEMPLATE_GENERATION),
+        driver_image=driver.image if driver else None,
     )
 
 
