@@ -187,6 +187,7 @@ def _pool_status(fleet: Fleet, pool: PoolInventory, *, intents: tuple[Intent, ..
         Fact("Driver", _versions(pool)),
         Fact("Auto-upgrade", f"{pool.auto_upgrade.state} ({pool.auto_upgrade.source}"
                              + (", CRD default" if pool.auto_upgrade.defaulted else "") + ")"),
+        Fact("Driver version set by", msg.driver_managers(pool)),
     )
     sections = [Section(facts=facts)]
     if findings:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from workflows.access import Actor, Role, effective_roles
+from workflows.fleet.assessment import PoolInventory
 
 HELP_COLUMNS = ("command", "what it does", "role")
 
@@ -362,3 +363,18 @@ def bad_time(text: str) -> str:
     got = f"Cannot read the time {text!r}" if text else "`at` needs a time"
     return (f"{got}; write at 2026-12-05 02:00, at sat 02:00, at tomorrow 03:00 or next-window, "
             "optionally followed by a zone such as Europe/Berlin.")
+
+
+def driver_managers(pool: PoolInventory) -> str:
+    """Which object's version reaches the pool's driver pods, and who else it reaches."""
+    if not pool.driver_managers:
+        return "nothing in the GPU Operator (no node here takes the operator's driver)"
+    shared = pool.shares_driver_with()
+    names = ", ".join(f"{m.ref} ({m.version or 'no version set'})" for m in pool.driver_managers)
+    if not shared:
+        return f"{names}, for this pool only"
+    them = "that pool" if len(shared) == 1 else "those pools"
+    how = ("the operator rolls it out there itself (autoUpgrade on)"
+           if any(m.auto_upgrade.state == "on" for m in pool.driver_managers)
+           else "on each driver pod's next restart (autoUpgrade off)")
+    return f"{names}, shared with {', '.join(shared)}: a version change there reaches {them} too, {how}"

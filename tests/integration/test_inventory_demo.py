@@ -81,6 +81,12 @@ def test_status_puts_findings_first_and_names_the_closest_pool_or_node(demo_flee
     rows = {row[0]: row for row in pool.sections[-1].table.rows}
     assert set(rows) == {f"serving-a-0{i}" for i in range(1, 9)}
     assert rows["serving-a-05"][3] == "7/8"
+    # The demo's one ClusterPolicy sets the driver of every pool: a serving pool's version
+    # cannot change alone.
+    facts = {f.label: f.value for f in pool.sections[0].facts}
+    assert facts["Driver version set by"] == (
+        "ClusterPolicy cluster-policy (580.95.05), shared with inference-mig, training-a: a version change there "
+        "reaches those pools too, on each driver pod's next restart (autoUpgrade off)")
 
     missing = dispatch("status serving-b", actor=viewer, services=services, now=_now())
     assert not missing.ok and "`serving-a`" in missing.summary

@@ -381,6 +381,8 @@ class ClusterInfo:
     duplicate_cluster_policies: tuple[str, ...]
     uses_nvidia_driver_crds: bool
     nvidia_drivers: tuple[str, ...]
+    # The driver version the ClusterPolicy in effect names (spec.driver.version).
+    cluster_policy_driver_version: str | None = None
 
     @property
     def operator_found(self) -> bool:
@@ -470,6 +472,7 @@ def fleet_context(snapshot: ClusterSnapshot, *, settings: InventorySettings) -> 
         duplicate_cluster_policies=tuple(p.name for p in duplicates),
         uses_nvidia_driver_crds=uses_crds,
         nvidia_drivers=tuple(d.name for d in drivers),
+        cluster_policy_driver_version=_str_or_none(driver_spec.get("version")),
     )
     if policy is None:
         cp_auto = AutoUpgradeSetting(state="unknown", source=_say_no_cluster_policy())
@@ -971,6 +974,23 @@ def judge_driver_owner(
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class DriverManager:
+    """The one object whose driver version the operator rolls out to a set of nodes: the
+    ClusterPolicy (every node it deploys the driver to) or an NVIDIADriver CR (the nodes
+    its nodeSelector picks). Changing its version changes every pool it drives."""
+
+    kind: Literal["ClusterPolicy", "NVIDIADriver"]
+    name: str
+    version: str | None
+    auto_upgrade: AutoUpgradeSetting
+    pools: tuple[PoolName, ...]  # every pool with nodes it drives
+
+    @property
+    def ref(self) -> str:
+        return f"{self.kind} {self.name}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PoolInventory:
     name: PoolName
     kind: PoolKind | None
@@ -989,6 +1009,12 @@ class PoolInventory:
     driver_version_owners: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: MappingProxyType({}))
     # version their DaemonSet now specifies -> nodes whose driver pod runs an older one
     driver_pods_behind: Mapping[str, tuple[NodeName, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    # What sets the driver version of this pool's operator-driven nodes (none: host drivers only).
+    driver_managers: tuple[DriverManager, ...] = ()
+
+    def shares_driver_with(self) -> tuple[PoolName, ...]:
+        """Other pools whose driver version changes with this one's."""
+        return tuple(sorted({p for m in self.driver_managers for p in m.pools if p != self.name}))
 
     @property
     def nodes_total(self) -> int:

@@ -16,6 +16,7 @@ from workflows.fleet import findings as findings_mod
 from workflows.fleet.assessment import (
     UNPOOLED,
     ClusterInfo,
+    DriverManager,
     FleetContext,
     InventorySettings,
     NodeInventory,
@@ -57,6 +58,30 @@ class _PoolTally:
     owners: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     nvidia_drivers: set[str] = field(default_factory=set)
     behind: dict[str, list[NodeName]] = field(default_factory=lambda: defaultdict(list))
+    operator_driven: int = 0  # nodes with nvidia.com/gpu.deploy.driver=true
+
+
+def _driver_managers(tallies: Mapping[PoolName, _PoolTally], *,
+                     context: FleetContext) -> dict[PoolName, tuple[DriverManager, ...]]:
+    """Per pool, the objects whose driver version reaches its nodes."""
+    cluster = context.cluster
+    if cluster.uses_nvidia_driver_crds:
+        driven: dict[str, set[PoolName]] = defaultdict(set)
+        for pool, tally in tallies.items():
+            for name in tally.nvidia_drivers:
+                driven[name].add(pool)
+        managers = {name: DriverManager(kind="NVIDIADriver", name=name, version=ref.version,
+                                        auto_upgrade=ref.auto_upgrade, pools=tuple(sorted(pools)))
+                    for name, pools in driven.items() if (ref := context.nvidia_driver_named(name))}
+        return {pool: tuple(managers[n] for n in sorted(tally.nvidia_drivers) if n in managers)
+                for pool, tally in tallies.items()}
+    if cluster.cluster_policy is None:
+        return {}
+    pools = tuple(sorted(pool for pool, tally in tallies.items() if tally.operator_driven))
+    policy = DriverManager(kind="ClusterPolicy", name=cluster.cluster_policy,
+                           version=cluster.cluster_policy_driver_version,
+                           auto_upgrade=context.cluster_policy_auto_upgrade, pools=pools)
+    return {pool: (policy,) for pool in pools}
 
 
 def summarize(
@@ -96,6 +121,7 @@ def summarize(
             tally.nvidia_drivers.add(inventory.driver.nvidia_driver)
         if inventory.driver_pod.template_version:
             tally.behind[inventory.driver_pod.template_version].append(name)
+        tally.operator_driven += inventory.deploy_driver == "true"
         memo = node_findings.get(name) if node_findings is not None else None
         found.extend(
             memo
@@ -103,6 +129,7 @@ def summarize(
             else findings_mod.node_findings(inventory, settings=settings, now=now)
         )
 
+    managers = _driver_managers(tallies, context=context)
     pools = tuple(
         PoolInventory(
             name=pool,
@@ -118,6 +145,7 @@ def summarize(
             auto_upgrade=pool_auto_upgrade(tally.nvidia_drivers, context=context),
             driver_version_owners=MappingProxyType({v: tuple(sorted(o)) for v, o in sorted(tally.owners.items())}),
             driver_pods_behind=MappingProxyType({v: tuple(n) for v, n in sorted(tally.behind.items())}),
+            driver_managers=managers.get(pool, ()),
         )
         for pool, tally in sorted(tallies.items(), key=lambda item: (item[0] == UNPOOLED, item[0]))
     )
