@@ -1,0 +1,68 @@
+"""The sentences of upgrade refusals: what is wrong and what to do instead."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+
+from workflows.wording import closest_hint, names
+
+
+def malformed_version(text: str) -> str:
+    return (f"`{text}` is not a driver version: write it as NVIDIA does, three numbers "
+            "(e.g. 580.95.05 or 570.172.08)")
+
+
+def unknown_pool(name: str, known: Sequence[str]) -> str:
+    return f"no pool `{name}`{closest_hint(difflib.get_close_matches(name, known, n=2))} (pools: {names(known)})"
+
+
+def version_not_allowed(version: str, allowed: Sequence[str]) -> str:
+    return f"driver {version} is not in upgrades.allowed_versions ({names(allowed)}); ask an admin to add it"
+
+
+def not_operator_owned(pool: str, nodes: Sequence[tuple[str, str]]) -> str:
+    what = {"host": "host driver", "conflict": "two driver sources"}
+    listed = names(f"{node} ({what.get(owner, owner)})" for node, owner in nodes)
+    return (f"pool {pool} has nodes whose driver the GPU Operator does not own: {listed}. gpuops does not "
+            "change host drivers: move them to the operator first, or out of the pool")
+
+
+def no_manager(pool: str) -> str:
+    return f"no node of pool {pool} takes the GPU Operator's driver, so no operator object sets its version"
+
+
+def several_managers(pool: str, refs: Sequence[str]) -> str:
+    return (f"pool {pool}'s nodes are driven by {names(refs)}; an upgrade changes one object: give the pool "
+            "one NVIDIADriver whose nodeSelector covers all of its nodes")
+
+
+def driver_cr_shared(driver: str, pool: str, others: Sequence[str]) -> str:
+    return (f"NVIDIADriver {driver} also drives {names(others)}: changing its version would upgrade "
+            f"{'that pool' if len(others) == 1 else 'those pools'} too. Narrow its nodeSelector to pool {pool}, or "
+            "give each pool an NVIDIADriver of its own")
+
+
+def cluster_policy_shared(policy: str, pool: str, others: Sequence[str], version: str, *, auto_upgrade: bool) -> str:
+    when = ("the operator would roll it out there at once (autoUpgrade on)" if auto_upgrade
+            else "their driver pods take it on their next restart (OnDelete)")
+    return (f"ClusterPolicy {policy} sets the driver of {names(others)} too: a change to {version} reaches "
+            f"{'that pool' if len(others) == 1 else 'those pools'} as well; {when}. Name them in the request too, "
+            f"set upgrades.cluster_policy_scope: all-pools, or give pool {pool} its own NVIDIADriver")
+
+
+def nothing_to_do(pool: str, version: str) -> str:
+    return f"pool {pool} already runs driver {version} on every node the operator drives: nothing to do"
+
+
+def downgrade_needs_consent(version: str, newer: Sequence[str]) -> str:
+    return (f"{version} is older than {names(newer)}: a downgrade is allowed only as a rollback of a run, "
+            "or when asked with --downgrade")
+
+
+def no_nodes_to_upgrade() -> str:
+    return "no node to upgrade: none of the pool's nodes takes the operator's driver"
+
+
+def canary_not_in_scope(canary: str, nodes: Sequence[str]) -> str:
+    return f"the pool's canary node {canary} is not among the nodes this upgrade changes ({names(nodes)})"
