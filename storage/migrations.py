@@ -223,6 +223,33 @@ BEGIN
 END;
 """
 
+# SQLite cannot change a CHECK constraint: the steps table is rebuilt with the wider one
+# (nothing references it), rows and ids kept.
+DRIVER_VERSION_STEP = """
+CREATE TABLE steps_v3 (
+    id         INTEGER PRIMARY KEY,
+    run_id     TEXT NOT NULL REFERENCES runs (id),
+    wave       INTEGER NOT NULL CHECK (wave >= 0),
+    node       TEXT NOT NULL,
+    seq        INTEGER NOT NULL,
+    kind       TEXT NOT NULL CHECK (kind IN ('cordon', 'wait-for-jobs', 'evict', 'drain',
+                   'driver', 'mig', 'wait-for', 'validate', 'uncordon', 'hold', 'driver-version')),
+    state      TEXT NOT NULL CHECK (state IN ('pending', 'running', 'done', 'failed',
+                   'skipped')),
+    attempt    INTEGER NOT NULL DEFAULT 0 CHECK (attempt >= 0),
+    started_at TEXT,
+    ended_at   TEXT,
+    detail     TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(detail)),
+    error      TEXT,
+    UNIQUE (run_id, node, seq)
+) STRICT;
+INSERT INTO steps_v3 (id, run_id, wave, node, seq, kind, state, attempt, started_at, ended_at, detail, error)
+    SELECT id, run_id, wave, node, seq, kind, state, attempt, started_at, ended_at, detail, error FROM steps;
+DROP TABLE steps;
+ALTER TABLE steps_v3 RENAME TO steps;
+CREATE INDEX steps_in_order ON steps (run_id, wave, node, seq);
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -230,6 +257,7 @@ MIGRATIONS: tuple[Migration, ...] = (
         SCHEMA_V1,
     ),
     Migration(2, "approvals refuse a decision by the request's requester", NO_SELF_APPROVAL),
+    Migration(3, "steps may set a driver version (driver-version)", DRIVER_VERSION_STEP),
 )
 
 _SCHEMA_MIGRATIONS = """

@@ -27,6 +27,7 @@ StepKind = Literal[
     "validate",
     "uncordon",
     "hold",
+    "driver-version",
 ]
 StepState = Literal["pending", "running", "done", "failed", "skipped"]
 FINISHED_STATES: frozenset[StepState] = frozenset({"done", "failed", "skipped"})

@@ -405,8 +405,8 @@ class OperandSimulator:
                            rename_shared=labels.get("nvidia.com/gpu.product", "").endswith("-SHARED"))
         strategy = labels.get("nvidia.com/mig.strategy", "none")
         mig_capable = labels.get("nvidia.com/mig.capable") == "true"
-        if mig_capable and mig_config is None and labels.get("nvidia.com/mig.config"):
-            ready = False  # the MIG manager has not applied a layout yet
+        if mig_capable and labels.get("nvidia.com/mig.config") and (mig_config is None or mig_configs is None):
+            ready = False  # the MIG manager has not applied a layout (or has no mig-parted config) yet
         full = fl.advertised_resources(
             pool, mig_config=mig_config if mig_capable else None, strategy=strategy,
             gpus=int(override) if override is not None else None, configs=mig_configs)

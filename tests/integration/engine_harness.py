@@ -34,7 +34,7 @@ CHANNEL = "C0GPUOPS"
 NO_APPROVALS = {"drain": 0, "upgrade": 0, "mig": 0}
 CONFIG = GpuopsConfig.model_validate({
     "pools": {name: {"kind": "training", "approvals": NO_APPROVALS}
-              for name in ("drain", "pdb", "drv", "crash", "lease", "dry", "mig", "pause")},
+              for name in ("drain", "pdb", "drv", "crash", "lease", "dry", "mig", "pause", "upg")},
     "access": {"users": {"U0ALICE": ["operator"], "U0ERIN": ["admin"]},
                "names": {"U0ALICE": "alice", "U0ERIN": "erin"}},
 })
@@ -86,8 +86,9 @@ class EngineThread:
 
     def __init__(self, kubeconfig: Path, db_path: Path, *, identity: str = "engine-test",
                  lease: Any = None, settings: EngineSettings = FAST, pools: Any = None,
-                 clock: Any = None) -> None:
+                 clock: Any = None, user: str = "admin") -> None:
         self.kubeconfig, self.db_path, self.identity = kubeconfig, db_path, identity
+        self.user = user  # the kubeconfig context it acts as ("bot": the bot's ServiceAccount)
         self.lease = lease if lease is not None else AlwaysHeld()
         self.settings = settings
         self.pools = pools  # the pools checked before every wave (None: no check)
@@ -98,7 +99,7 @@ class EngineThread:
         self._thread = threading.Thread(target=self._run, name=f"engine-{identity}", daemon=True)
 
     def _run(self) -> None:
-        gateway = KubeGateway.connect(kubeconfig=self.kubeconfig, context="admin")
+        gateway = KubeGateway.connect(kubeconfig=self.kubeconfig, context=self.user)
         cache = FleetCache(gateway, settings=CONFIG.inventory_settings()).start()
         db = open_database(self.db_path)
         try:

@@ -19,6 +19,12 @@ def operand_pods(installer: Installer, node_name: str, app: str) -> list[dict[st
             if p["spec"].get("nodeName") == node_name and not p["metadata"].get("deletionTimestamp")]
 
 
+def driver_pods(installer: Installer, node_name: str) -> list[dict[str, Any]]:
+    """The live driver pods on one node, whichever DaemonSet (ClusterPolicy's or an NVIDIADriver's) runs them."""
+    return [p for p in installer.list("Pod", namespace=OPERATOR_NS, selector="app.kubernetes.io/component=nvidia-driver")
+            if p["spec"].get("nodeName") == node_name and not p["metadata"].get("deletionTimestamp")]
+
+
 def pod_ready(pod: dict[str, Any]) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True"
                for c in (pod.get("status") or {}).get("conditions") or [])

@@ -301,3 +301,67 @@ def test_an_evict_step_from_a_drain_plan_reads_its_scope_and_the_pools_drain_tim
     assert Evict().timeout(_Ctx(params=params)) == dt.timedelta(seconds=45)  # type: ignore[arg-type]
     with pytest.raises(StepParamsError, match="evict scope must be 'gpu' or 'all', not 'some'"):
         Evict().scope(_Ctx(params={"scope": "some"}))  # type: ignore[arg-type]
+
+
+class _OnePolicy:
+    """The two gateway calls the driver-version step makes, on one ClusterPolicy."""
+
+    def __init__(self, make, version: str | None, *, conflict: bool = False) -> None:
+        self.make, self.version, self.conflict = make, version, conflict
+        self.patches: list[dict[str, Any]] = []
+
+    def get_custom_object(self, path: str, name: str):
+        assert path.endswith("/clusterpolicies") and name == "cluster-policy"
+        return self.make.cluster_policy(driver={"version": self.version} if self.version else {})
+
+    def patch_custom_object(self, path: str, name: str, *, spec, resource_version, dry_run):
+        from workflows.kube.errors import Conflict
+
+        if self.conflict:
+            raise Conflict("the object has been modified", status=409, reason="Conflict")
+        self.patches.append(spec)
+        self.version = spec["driver"]["version"]
+
+
+@dataclass
+class _VersionCtx(_CordonCtx):
+    recorded_rows: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+    def record(self, *, key: str, action: str, target: str, detail: Any) -> None:
+        self.recorded_rows.append((key, dict(detail)))
+
+
+POLICY_TO_NEW = {"object": "ClusterPolicy", "name": "cluster-policy", "version": "580.105.08"}
+
+
+def test_the_driver_version_step_patches_the_policy_once_and_audits_the_version_it_replaced(make):
+    from workflows.engine.steps import DriverVersion
+
+    gateway = _OnePolicy(make, "580.95.05")
+    step = DriverVersion()
+    intent = step.prepare(_VersionCtx(gateway=gateway, params=POLICY_TO_NEW))  # type: ignore[arg-type]
+    assert intent == {"object": "ClusterPolicy cluster-policy", "version": "580.105.08", "prior_version": "580.95.05"}
+    ctx = _VersionCtx(gateway=gateway, params=POLICY_TO_NEW, intent=intent)
+
+    assert step.advance(ctx) == Done("ClusterPolicy cluster-policy: driver version 580.95.05 -> 580.105.08")  # type: ignore[arg-type]
+    # Once landed (say the process restarted), it is not sent again.
+    assert step.advance(ctx) == Done("ClusterPolicy cluster-policy: driver version 580.95.05 -> 580.105.08")  # type: ignore[arg-type]
+    assert gateway.patches == [{"driver": {"version": "580.105.08"}}]
+    assert ctx.recorded_rows == [("patch/ClusterPolicy cluster-policy",
+                                  {"from": "580.95.05", "to": "580.105.08", "node": "gpu-h100-01"})]
+
+
+def test_the_driver_version_step_does_not_overwrite_someone_elses_change_and_rereads_after_a_conflict(make):
+    from workflows.engine.steps import DriverVersion, Failed
+
+    intent = {"object": "ClusterPolicy cluster-policy", "version": "580.105.08", "prior_version": "580.95.05"}
+    changed = _OnePolicy(make, "575.51.03")
+    outcome = DriverVersion().advance(_VersionCtx(gateway=changed, params=POLICY_TO_NEW, intent=intent))  # type: ignore[arg-type]
+    assert isinstance(outcome, Failed) and "changed since the step began (580.95.05 -> 575.51.03" in outcome.reason
+    assert changed.patches == []
+    racing = _OnePolicy(make, "580.95.05", conflict=True)
+    outcome = DriverVersion().advance(_VersionCtx(gateway=racing, params=POLICY_TO_NEW, intent=intent))  # type: ignore[arg-type]
+    assert isinstance(outcome, Waiting) and outcome.reason.endswith("(changed meanwhile; reading again)")
+    with pytest.raises(StepParamsError, match="params.object"):
+        DriverVersion().prepare(_VersionCtx(gateway=racing, params={"object": "Deployment", "name": "x",  # type: ignore[arg-type]
+                                                                    "version": "1"}))

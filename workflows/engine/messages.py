@@ -524,3 +524,34 @@ def uncordoned_by_person(node: str, actor: str, run: str) -> str:
 
 def uncordon_changed(node: str) -> str:
     return f"{node} changed while gpuops was uncordoning it; nothing was changed: look at /gpu node {node} and try again"
+
+
+def driver_version_params() -> str:
+    return ('a driver-version step needs params.object (ClusterPolicy or NVIDIADriver), params.name and '
+            'params.version')
+
+
+def driver_version_set(ref: str, prior: str | None, version: str) -> str:
+    return f"{ref}: driver version {prior or 'unset'} -> {version}"
+
+
+def driver_version_already(ref: str, version: str) -> str:
+    return f"{ref} already names driver {version}: not changed"
+
+
+def would_set_driver_version(ref: str, prior: str | None, version: str) -> str:
+    return f"would set {ref}'s driver version {prior or 'unset'} -> {version}"
+
+
+def driver_version_changed_meanwhile(ref: str, prior: str | None, current: str | None, version: str) -> str:
+    return (f"{ref} changed since the step began ({prior or 'unset'} -> {current or 'unset'}, by someone else): "
+            f"not setting {version} over it; check who changed it before running again")
+
+
+def driver_template_not_yet(version: str, behind: list[str]) -> str:
+    return (f"waiting for the GPU Operator to put driver {version} into the DaemonSet that runs this node's "
+            f"driver (now: {', '.join(behind)}) before restarting the pod")
+
+
+def no_driver_daemonset() -> str:
+    return "no driver DaemonSet selects this node"

@@ -38,9 +38,9 @@ from typing import Any, Literal, Protocol
 from storage import codec
 from storage.steps import StepKind
 from workflows.engine import messages as say
-from workflows.fleet.assessment import NodeInventory, pod_state
+from workflows.fleet.assessment import NodeInventory, image_tag, pod_state, version_of_tag
 from workflows.kube.errors import Conflict, NotFound, TooManyRequests
-from workflows.kube.gateway import KubeGateway, PodOnNode
+from workflows.kube.gateway import CLUSTER_POLICIES, NVIDIA_DRIVERS, KubeGateway, PodOnNode
 from workflows.kube.labels import (
     ANNOTATION_CORDONED_BY,
     ANNOTATION_MIRROR,
@@ -649,6 +649,21 @@ class Driver:
         key, value = POD_SELECTOR_DRIVER
         return ctx.gateway.list_pods_on_node(ctx.node, label_selector=f"{key}={value}")
 
+    @staticmethod
+    def _templates_not_at(ctx: StepContext, namespace: str, wanted: str) -> list[str]:
+        """The driver DaemonSets that would make this node's next driver pod at another
+        version than `wanted` ("name (version)"); none at all counts as one not there."""
+        labels = ctx.gateway.get_node(ctx.node).labels
+        selecting = [t for t in ctx.gateway.list_driver_templates(namespace) if not t.deleting and t.selects(labels)]
+        if not selecting:
+            return [say.no_driver_daemonset()]
+        behind = []
+        for template in selecting:
+            version = version_of_tag(image_tag(template.driver_image)) if template.driver_image else None
+            if version != wanted:
+                behind.append(f"{template.name} ({version or 'no driver image'})")
+        return behind
+
     def prepare(self, ctx: StepContext) -> dict[str, Any]:
         live = [p for p in self._driver_pods(ctx) if not p.pod.deleting]
         if not live:
@@ -670,6 +685,12 @@ class Driver:
             state = pod_state(current.pod)
             if wanted and state.version == wanted and state.condition == "healthy":
                 return Done(say.driver_already_at(wanted))
+            if wanted and not ctx.dry_run:
+                behind = self._templates_not_at(ctx, current.pod.namespace, wanted)
+                if behind:
+                    # A pod deleted now would come back at the old version: the operator
+                    # has not put the new one into (or replaced) its DaemonSet yet.
+                    return Waiting(say.driver_template_not_yet(wanted, behind), retry_in=2.0)
             in_the_way = gpu_pods_in_the_way(ctx)
             if in_the_way and not ctx.dry_run:
                 return Waiting(say.gpu_pods_in_the_way(in_the_way, "restarting the driver"), retry_in=5.0)
@@ -736,6 +757,72 @@ class Mig:
         if state == "failed":
             return Failed(say.mig_failed(ctx.node, config))
         return Waiting(say.mig_waiting(config, state), retry_in=5.0)
+
+
+class DriverVersion:
+    """Set the driver version on the one object that sets it for the run's pool: a
+    ClusterPolicy (`spec.driver.version`) or an NVIDIADriver (`spec.version`), by merge
+    patch, once. Params: `object` (ClusterPolicy | NVIDIADriver), `name`, `version`.
+
+    The version it found is kept in the step's intent (what a rollback restores) and on the
+    audit row written before the patch. A patch that landed before a restart is not sent
+    again (the object already names the version); an object someone else changed since the
+    step began fails the step instead of being overwritten. The patch names the
+    resourceVersion it decided on, so it cannot land on a later change (409: read again).
+    The node it is planned on is the canary's; the object is cluster-wide. `timeout_s`
+    defaults to 120."""
+
+    _PATHS = {"ClusterPolicy": (CLUSTER_POLICIES, ("driver", "version")),
+              "NVIDIADriver": (NVIDIA_DRIVERS, ("version",))}
+
+    def timeout(self, ctx: StepContext) -> dt.timedelta | None:
+        return _seconds(ctx.params, 120)
+
+    def _where(self, params: Mapping[str, Any]) -> tuple[str, tuple[str, ...], str, str]:
+        kind, name, version = params.get("object"), params.get("name"), params.get("version")
+        if kind not in self._PATHS or not isinstance(name, str) or not name or not isinstance(version, str):
+            raise StepParamsError(say.driver_version_params())
+        path, field = self._PATHS[kind]
+        return path, field, name, f"{kind} {name}"
+
+    @staticmethod
+    def _version(spec: Mapping[str, Any], field: tuple[str, ...]) -> str | None:
+        value: Any = spec
+        for key in field:
+            value = value.get(key) if isinstance(value, Mapping) else None
+        return str(value) if value is not None else None
+
+    def prepare(self, ctx: StepContext) -> dict[str, Any]:
+        path, field, name, ref = self._where(ctx.params)
+        found = ctx.gateway.get_custom_object(path, name)
+        return {"object": ref, "version": ctx.params["version"], "prior_version": self._version(found.spec, field)}
+
+    def advance(self, ctx: StepContext) -> Outcome:
+        path, field, name, ref = self._where(ctx.params)
+        version, prior = ctx.intent["version"], ctx.intent.get("prior_version")
+        found = ctx.gateway.get_custom_object(path, name)
+        current = self._version(found.spec, field)
+        if current == version:
+            return Done(say.driver_version_already(ref, version) if prior == version
+                        else say.driver_version_set(ref, prior, version))
+        if current != prior:
+            return Failed(say.driver_version_changed_meanwhile(ref, prior, current, version))
+        if not ctx.dry_run:
+            ctx.record(key=f"patch/{ref}", action="driver-version.set", target=ref,
+                       detail={"from": prior, "to": version, "node": ctx.node})
+        patch: dict[str, Any] = {field[-1]: version}
+        for key in reversed(field[:-1]):
+            patch = {key: patch}
+        ctx.act()
+        try:
+            ctx.gateway.patch_custom_object(path, name, spec=patch, resource_version=found.resource_version,
+                                            dry_run=ctx.dry_run)
+        except Conflict:
+            return Waiting(say.driver_version_set(ref, prior, version) + " (changed meanwhile; reading again)",
+                           retry_in=1.0)
+        if ctx.dry_run:
+            return Done(say.would_set_driver_version(ref, prior, version))
+        return Done(say.driver_version_set(ref, prior, version))
 
 
 class Hold:
@@ -805,6 +892,7 @@ LOGIC: dict[str, StepLogic] = {
     "validate": WaitFor(DEFAULT_VALIDATE),
     "wait-for-jobs": WaitForJobs(),
     "driver": Driver(),
+    "driver-version": DriverVersion(),
     "mig": Mig(),
     "hold": Hold(),
     "uncordon": Uncordon(),

@@ -41,7 +41,7 @@ from workflows.kube.errors import (
     TooManyRequests,
     Unavailable,
 )
-from workflows.kube.objects import DisruptionBudget, NodeObject, PodObject
+from workflows.kube.objects import CustomObject, DisruptionBudget, DriverTemplate, NodeObject, PodObject
 
 log = logging.getLogger("gpuops.kube")
 
@@ -438,6 +438,13 @@ class KubeGateway:
         """Every pod bound to `node`, as the inventory's views (for previews)."""
         return [pod_from_json(obj) for obj in self.list(PODS, field_selector=f"spec.nodeName={node}").items]
 
+    def list_driver_templates(self, namespace: str) -> list[DriverTemplate]:
+        """The driver DaemonSets (app.kubernetes.io/component=nvidia-driver) of `namespace`,
+        read fresh: what each would run on the nodes it selects."""
+        path = f"/apis/apps/v1/namespaces/{namespace}/daemonsets"
+        return [wire.driver_template_view(_convert(obj, wire.DaemonSetWire))
+                for obj in self.list(path, label_selector="app.kubernetes.io/component=nvidia-driver").items]
+
     def list_disruption_budgets(self, namespace: str) -> list[DisruptionBudget]:
         """The PodDisruptionBudgets of one namespace (policy/v1)."""
         path = f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets"
@@ -511,6 +518,22 @@ class KubeGateway:
         return self._patch_node("label", name, labels=labels, resource_version=resource_version,
                                 dry_run=dry_run)
 
+    def get_custom_object(self, path: str, name: str) -> CustomObject:
+        """A ClusterPolicy (`CLUSTER_POLICIES`) or NVIDIADriver (`NVIDIA_DRIVERS`), read fresh."""
+        return custom_object_from_json(self.request("GET", f"{path}/{name}"))
+
+    def patch_custom_object(self, path: str, name: str, *, spec: Json, resource_version: str | None,
+                            dry_run: bool) -> CustomObject:
+        """Merge-patch the spec of a ClusterPolicy or NVIDIADriver (never a strategic-merge
+        patch: a custom resource has no patch strategy). With `resource_version` the patch
+        applies only to that version of the object (409 otherwise)."""
+        body: Json = {"spec": spec}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
+        return custom_object_from_json(self._mutate("patch", f"{path.rsplit('/', 1)[-1]} {name}", "PATCH",
+                                                    f"{path}/{name}", body=body, dry_run=dry_run,
+                                                    content_type="application/merge-patch+json"))
+
     def evict_pod(self, namespace: str, name: str, *, uid: str, dry_run: bool) -> None:
         """Ask the Eviction API (policy/v1) to remove a pod, so PodDisruptionBudgets apply.
 
@@ -583,6 +606,10 @@ def node_from_json(obj: Json) -> NodeObject:
 
 def pod_from_json(obj: Json) -> PodObject:
     return wire.pod_view(_convert(obj, wire.PodWire))
+
+
+def custom_object_from_json(obj: Json) -> CustomObject:
+    return wire.custom_object_view(_convert(obj, wire.CustomObjectWire))
 
 
 def pod_on_node_from_json(obj: Json) -> PodOnNode:

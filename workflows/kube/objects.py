@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NewType
 
 NodeName = NewType("NodeName", str)
@@ -121,6 +121,13 @@ class DriverTemplate:
     template_generation: str | None
     # The driver container's image (nvidia-driver-ctr, else the first container).
     driver_image: str | None
+    # The nodes it runs on: its pod template's nodeSelector.
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    # Being deleted (an NVIDIADriver's old DaemonSet after a version change): makes no pods.
+    deleting: bool = False
+
+    def selects(self, labels: Mapping[str, str]) -> bool:
+        return all(labels.get(key) == value for key, value in self.node_selector.items())
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +141,7 @@ class CustomObject:
     spec: Mapping[str, object]
     status: Mapping[str, object]
     created_at: dt.datetime
+    resource_version: str = ""
 
 
 @dataclass(frozen=True, slots=True)

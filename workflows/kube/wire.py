@@ -149,6 +149,7 @@ class PodWire(_Wire):
 
 class PodTemplateSpecWire(_Wire):
     containers: list[ContainerWire] | None = None
+    nodeSelector: dict[str, str] | None = None
 
 
 class PodTemplateWire(_Wire):
@@ -349,6 +350,7 @@ def driver_template_view(wire: DaemonSetWire) -> DriverTemplate:
         namespace=meta.namespace or "", name=meta.name or "",
         template_generation=(meta.annotations or _EMPTY).get(ANNOTATION_TEMPLATE_GENERATION),
         driver_image=driver.image if driver else None,
+        node_selector=frozen_map(template.nodeSelector), deleting=meta.deletionTimestamp is not None,
     )
 
 
@@ -357,5 +359,5 @@ def custom_object_view(wire: CustomObjectWire) -> CustomObject:
     return CustomObject(
         kind=wire.kind or "", name=meta.name or "", labels=frozen_map(meta.labels),
         annotations=frozen_map(meta.annotations), spec=frozen_map(wire.spec), status=frozen_map(wire.status),
-        created_at=meta.creationTimestamp or EPOCH,
+        created_at=meta.creationTimestamp or EPOCH, resource_version=meta.resourceVersion or "",
     )
