@@ -378,3 +378,24 @@ def driver_managers(pool: PoolInventory) -> str:
            if any(m.auto_upgrade.state == "on" for m in pool.driver_managers)
            else "on each driver pod's next restart (autoUpgrade off)")
     return f"{names}, shared with {', '.join(shared)}: a version change there reaches {them} too, {how}"
+
+
+UPGRADE_USAGE = "upgrade <pool> to <driver-version> [--downgrade] [reason]"
+UPGRADE_WAVE_COLUMNS = ("wave", "nodes", "GPUs out")
+
+
+def upgrade_needs_words() -> str:
+    return f"Say which pool and which driver version: /gpu {UPGRADE_USAGE}"
+
+
+def upgrade_title(request_id: str, pool: str) -> str:
+    return f"Driver upgrade {request_id} · {pool}"
+
+
+def upgrade_refused_title(code: str) -> str:
+    return f"Upgrade refused ({code})"
+
+
+def upgrade_versions(current: Sequence[tuple[str, int]], target: str) -> str:
+    now = ", ".join(f"{v} ({n})" for v, n in current) or "none reported"
+    return f"{now} -> {target}"

@@ -18,6 +18,7 @@ from workflows.engine.cordons import Cordons
 from workflows.engine.runs import RunService
 from workflows.fleet.summary import Fleet
 from workflows.requests.service import RequestService, RoleLookup
+from workflows.upgrade.service import UpgradeService
 
 
 class FleetSource(Protocol):
@@ -37,6 +38,8 @@ class Services:
     drains: DrainService | None = None
     # gpuops' cordon marks outside a run (`/gpu uncordon`); needs the Kubernetes API.
     cordons: Cordons | None = None
+    # Driver upgrades of a pool (workflows.upgrade.service).
+    upgrades: UpgradeService | None = None
 
     @classmethod
     def on_database(cls, *, config: GpuopsConfig, fleet: FleetSource, database: Database,
@@ -52,4 +55,5 @@ class Services:
         requests = RequestService(database, config, roles=roles, on_approved=on_approved)
         return cls(config=config, fleet=fleet, requests=requests,
                    drains=DrainService(requests, pools=config.pools, workloads=workloads),
+                   upgrades=UpgradeService(requests, pools=config.pools),
                    runs=RunService(database, wake=wake_engine, names=config.names), database=database)

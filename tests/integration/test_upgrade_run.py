@@ -4,8 +4,9 @@ pool's NVIDIADriver once (audited, with the version it found), then canary first
 wave, restarts each node's driver pod into the new version; the other pool is untouched.
 A canary whose new driver crash-loops halts the run before the next wave.
 
-The plan here is written by hand (as the engine tests do); the upgrade request that will
-build it (issue 17) is not written yet."""
+The first two plans are written by hand (as the engine tests do); the last test asks for
+the upgrade with `/gpu upgrade`, has it approved by two people and started as the
+scheduler starts it."""
 
 from __future__ import annotations
 
@@ -14,8 +15,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from commands.catalog import dispatch
+from commands.services import Services
 from storage import audit
 from storage.database import open_database
+from workflows.config import GpuopsConfig
+from workflows.engine.runs import RunService
 from testenv import fleet as fl
 from testenv.install import wait_until
 from testenv.summary import advertised
@@ -120,3 +125,40 @@ def test_a_canary_whose_new_driver_crash_loops_halts_the_run_before_the_next_wav
     # The canary stays cordoned for a person; the next wave never started.
     assert h.unschedulable(installer, "upg-01")
     assert not h.unschedulable(installer, "upg-02") and _gfd_version(installer, "upg-02") == OLD
+
+
+UPG_CONFIG = GpuopsConfig.model_validate({
+    "pools": {"upg": {"kind": "serving", "windows": "always", "max_unavailable": 1, "upgrade_soak": "1s"}},
+    "access": {"users": {"U0ALICE": ["operator"], "U0BOB": ["approver"], "U0CAROL": ["approver"]},
+               "names": {"U0ALICE": "alice", "U0BOB": "bob", "U0CAROL": "carol"}},
+})
+
+
+def test_an_upgrade_asked_for_and_approved_by_two_people_moves_the_pool_canary_first(
+        fleet, cluster, db, as_bot, fleet_cache):
+    fleet(_fleet())
+    installer = cluster.installer()
+    _converged(installer, ["upg-01", "upg-02"])
+    services = Services.on_database(config=UPG_CONFIG, fleet=fleet_cache(user=as_bot), database=db)
+
+    def say(who: str, text: str):
+        return dispatch(text, actor=UPG_CONFIG.actor(who), services=services, now=h.now(), channel="C0OPS")
+
+    asked = say("U0ALICE", f"upgrade upg to {NEW} driver CVE")
+    assert asked.ok, asked.summary
+    (request,) = services.requests.open_requests("upg")  # type: ignore[union-attr]
+    # Approvals name the exact plan (its hash); the requester cannot approve.
+    assert not say("U0ALICE", f"approve {request.id} {request.short_hash}").ok
+    for approver in ("U0BOB", "U0CAROL"):
+        answer = say(approver, f"approve {request.id} {request.short_hash}")
+        assert answer.ok, answer.summary
+    run = RunService(db).start(request.id, dry_run=False, now=h.now(), plan_hash=request.plan_hash)
+
+    with h.EngineThread(cluster.kubeconfig, db.path, user=as_bot):
+        finished = h.wait_run(db, run.id, timeout=240)
+
+    assert finished.state == "succeeded", finished.halted_reason
+    assert _driver_version(installer, "upg-driver") == NEW
+    assert _driver_version(installer, "other-driver") == OLD
+    assert {_gfd_version(installer, n) for n in ("upg-01", "upg-02")} == {NEW}
+    assert _gfd_version(installer, "other-01") == OLD

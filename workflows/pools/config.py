@@ -102,6 +102,10 @@ class PoolConfig(_Model):
     open_drain_max: Duration | None = None
     # Jobs that must finish rather than be evicted.
     wait_for: WaitFor | None = None
+    # Driver upgrades: the node that takes a new driver first (unset: the node running the
+    # fewest GPU pods), and how long the pool waits after it before the other waves.
+    canary: str | None = None
+    upgrade_soak: Duration = dt.timedelta(minutes=10)
 
     _window_set: WindowSet | None = None
     _unavailable_budget: MaxUnavailable | None = None

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import difflib
 from collections.abc import Sequence
 
-from workflows.wording import closest_hint, names
+from workflows.wording import closest_hint, duration_text, names, plural
 
 
 def malformed_version(text: str) -> str:
@@ -19,6 +20,32 @@ def unknown_pool(name: str, known: Sequence[str]) -> str:
 
 def version_not_allowed(version: str, allowed: Sequence[str]) -> str:
     return f"driver {version} is not in upgrades.allowed_versions ({names(allowed)}); ask an admin to add it"
+
+
+def pool_not_configured(pool: str) -> str:
+    return f"pool {pool} has no policy in the configuration (pools.{pool}): gpuops upgrades only configured pools"
+
+
+def gating_not_built(ref: str) -> str:
+    return (f"{ref} has upgradePolicy.autoUpgrade on: the operator would upgrade the nodes itself, and gating "
+            f"its upgrade is not built yet. Set autoUpgrade to false on {ref} for gpuops to drive the upgrade")
+
+
+def no_windows(pool: str) -> str:
+    return f"pool {pool} has no maintenance windows, so no upgrade may run: configure pools.{pool}.windows"
+
+
+def plan_manager_note(ref: str, current: Sequence[tuple[str, int]], version: str) -> str:
+    now = ", ".join(f"{v} on {plural(n, 'node')}" for v, n in current) or "no version reported"
+    return f"{ref} is set to {version} at the canary's first step (now: {now})"
+
+
+def plan_canary_note(canary: str, soak: dt.timedelta) -> str:
+    return f"{canary} goes first, alone; the pool then waits {duration_text(soak)} before the next wave"
+
+
+def plan_downgrade_note(version: str) -> str:
+    return f"a downgrade to {version}, asked for on purpose (--downgrade)"
 
 
 def not_operator_owned(pool: str, nodes: Sequence[tuple[str, str]]) -> str:
@@ -47,8 +74,9 @@ def cluster_policy_shared(policy: str, pool: str, others: Sequence[str], version
     when = ("the operator would roll it out there at once (autoUpgrade on)" if auto_upgrade
             else "their driver pods take it on their next restart (OnDelete)")
     return (f"ClusterPolicy {policy} sets the driver of {names(others)} too: a change to {version} reaches "
-            f"{'that pool' if len(others) == 1 else 'those pools'} as well; {when}. Name them in the request too, "
-            f"set upgrades.cluster_policy_scope: all-pools, or give pool {pool} its own NVIDIADriver")
+            f"{'that pool' if len(others) == 1 else 'those pools'} as well; {when}. Give pool {pool} its own "
+            "NVIDIADriver (ClusterPolicy spec.driver.useNvidiaDriverCRD: true, one NVIDIADriver per pool); "
+            "upgrading several pools in one plan is not built yet")
 
 
 def nothing_to_do(pool: str, version: str) -> str:

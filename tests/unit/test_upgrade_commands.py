@@ -1,0 +1,129 @@
+"""`/gpu upgrade` through the one dispatcher, on a real SQLite request service and a fleet
+built from plain values (one NVIDIADriver per pool, autoUpgrade off): the plan an operator
+is shown, what is stored for the approvers, and each refusal."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from freezegun import freeze_time
+
+from commands.catalog import dispatch
+from commands.reply import Reply
+from commands.services import Services
+from storage.database import open_database
+from workflows.config import GpuopsConfig
+from workflows.fleet.summary import Fleet
+from workflows.plans import plan_from_json
+
+UTC = dt.timezone.utc
+NOW_TEXT = "2026-12-02 10:00:00"  # a Wednesday, 11:00 in Berlin
+NEW = "580.105.08"
+ACCESS = {
+    "users": {"U0ALICE": ["operator"], "U0BOB": ["approver"], "U0CAROL": ["approver"], "U0DAVE": ["viewer"]},
+    "names": {"U0ALICE": "alice", "U0BOB": "bob", "U0CAROL": "carol", "U0DAVE": "dave"},
+}
+CONFIG = GpuopsConfig.model_validate({
+    "pools": {
+        "serve-a": {"kind": "serving", "windows": "always", "max_unavailable": "50%", "upgrade_soak": "15m"},
+        "train-a": {"kind": "training", "max_unavailable": 1, "windows": [
+            {"days": ["sat"], "start": "02:00", "end": "06:00", "timezone": "Europe/Berlin"}]},
+    },
+    "access": ACCESS})
+
+
+@dataclass
+class StaticFleet:
+    value: Fleet
+
+    def fleet(self, now: dt.datetime) -> Fleet:
+        return self.value
+
+
+@pytest.fixture
+def now():
+    with freeze_time(NOW_TEXT, ignore=["kubernetes"]):
+        yield dt.datetime.now(UTC)
+
+
+@pytest.fixture
+def services(make, tmp_path: Path):
+    nodes = [make.node(f"s{i}", pool="serve-a") for i in range(1, 5)]
+    nodes += [make.node(f"t{i}", pool="train-a") for i in range(1, 3)]
+    pods = [p for n in nodes for p in make.operands(n.name)]
+    pods += [make.pod(node=n, namespace="serve", gpu_requests={"nvidia.com/gpu": 8}) for n in ("s1", "s2", "s4")]
+    policy = make.cluster_policy(driver={"useNvidiaDriverCRD": True})
+    drivers = [make.nvidia_driver("serve-driver", node_selector={"gpuops.io/pool": "serve-a"}, auto_upgrade=False),
+               make.nvidia_driver("train-driver", node_selector={"gpuops.io/pool": "train-a"}, auto_upgrade=False)]
+    fleet = make.fleet(nodes, pods, policies=[policy], nvidia_drivers=drivers)
+    built = Services.on_database(config=CONFIG, fleet=StaticFleet(fleet), database=open_database(tmp_path / "g.db"))
+    yield built
+    built.database.close()  # type: ignore[union-attr]
+
+
+def run(services: Services, who: str, text: str, now: dt.datetime) -> Reply:
+    return dispatch(text, actor=services.config.actor(who), services=services, now=now, channel="C0OPS")
+
+
+def test_an_upgrade_request_shows_canary_then_waves_and_waits_for_two_approvers(services, now):
+    reply = run(services, "U0ALICE", f"upgrade serve-a to {NEW} CVE fix", now)
+
+    assert reply.ok, reply.summary
+    facts = {f.label: f.value for f in reply.sections[0].facts}
+    assert facts["Driver set by"] == "NVIDIADriver serve-driver (autoUpgrade off: gpuops drives)"
+    assert facts["Versions"] == f"580.95.05 (4) -> {NEW}"
+    assert facts["Canary"] == "s3"  # the only node without GPU pods
+    waves = reply.sections[1].table.rows
+    # 50% of 4 is 2 at once: the canary alone, then waves of two.
+    assert [row[1] for row in waves] == ["s3", "s1, s2", "s4"]
+    assert "NVIDIADriver serve-driver is set to 580.105.08 at the canary's first step" in reply.sections[1].bullets[0]
+    assert "the pool then waits 15m before the next wave" in reply.sections[1].bullets[1]
+    assert reply.summary.startswith("pending · 0 of 2 approvals")
+
+    (stored,) = services.requests.open_requests("serve-a")  # type: ignore[union-attr]
+    assert (stored.kind, stored.reason, stored.requester) == ("upgrade", "CVE fix", "U0ALICE")
+    plan = plan_from_json(services.database.query(  # type: ignore[union-attr]
+        "SELECT plan FROM requests WHERE id = ?", [stored.id])[0]["plan"])
+    canary = [(s.kind, dict(s.params)) for s in plan.waves[0].steps]
+    assert canary[0] == ("driver-version", {"object": "NVIDIADriver", "name": "serve-driver", "version": NEW})
+    assert [k for k, _ in canary] == ["driver-version", "cordon", "evict", "driver", "validate", "uncordon", "hold"]
+    assert canary[3][1]["version"] == NEW and canary[-1][1] == {"seconds": 900}
+    assert [s.kind for s in plan.waves[1].steps if s.node == "s1"] == [
+        "cordon", "evict", "driver", "validate", "uncordon"]
+    assert plan.summary.target_driver_version == NEW
+
+
+def test_an_upgrade_outside_the_window_is_planned_for_the_next_one(services, now):
+    reply = run(services, "U0ALICE", f"upgrade train-a to {NEW} kernel", now)
+    assert reply.ok, reply.summary
+    window = {f.label: f.value for f in reply.sections[0].facts}["Window"]
+    assert window.startswith("Sat 2026-12-05 02:00") and "06:00" in window
+
+
+@pytest.mark.parametrize(("text", "title", "words"), [
+    ("upgrade serve-a to 58.1", "Upgrade refused (malformed-version)", "is not a driver version"),
+    ("upgrade serve-a to 580.95.05", "Upgrade refused (same-version)", "nothing to do"),
+    ("upgrade serve-a to 570.172.08 rollback", "Upgrade refused (downgrade)", "--downgrade"),
+    ("upgrade serve-x to 580.105.08", "Upgrade refused (unknown-pool)", "did you mean serve-a"),
+])
+def test_a_refused_upgrade_says_why_and_stores_nothing(services, now, text, title, words):
+    reply = run(services, "U0ALICE", text, now)
+    assert not reply.ok and reply.title == title and words in reply.summary, reply.summary
+    assert services.requests.open_requests("serve-a") == []  # type: ignore[union-attr]
+
+
+def test_bad_words_answer_with_usage_and_a_viewer_may_not_ask(services, now):
+    usage = run(services, "U0ALICE", "upgrade serve-a 580.105.08", now)
+    assert not usage.ok and "upgrade <pool> to <driver-version>" in usage.summary
+    denied = run(services, "U0DAVE", f"upgrade serve-a to {NEW} because", now)
+    assert not denied.ok and "`/gpu upgrade` needs the operator role; dave has viewer" in denied.summary
+    assert services.requests.open_requests("serve-a") == []  # type: ignore[union-attr]
+
+
+def test_a_downgrade_asked_for_on_purpose_is_planned_and_says_so(services, now):
+    reply = run(services, "U0ALICE", "upgrade serve-a to 570.172.08 --downgrade regression in 580", now)
+    assert reply.ok, reply.summary
+    assert any("a downgrade to 570.172.08, asked for on purpose" in b for b in reply.sections[1].bullets)
