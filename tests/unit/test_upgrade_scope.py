@@ -134,3 +134,18 @@ def test_the_canary_runs_the_fewest_gpu_pods_and_waves_respect_the_budget_left(m
     reason = refused("canary-not-in-scope", lambda: upgrade_order(members[:2], pool=members,
                                                                   budget=MaxUnavailable.parse(1), canary="n5"))
     assert reason == "the pool's canary node n5 is not among the nodes this upgrade changes (n1 and n2)"
+
+
+
+def test_no_wave_takes_the_pool_below_its_ready_gpu_floor_and_a_node_that_alone_would_is_refused(make):
+    nodes = [make.node(f"n{i}", pool="p") for i in range(1, 6)]
+    fleet = make.fleet(nodes, [p for n in nodes for p in _operands(make, n.name)])
+    members = [fleet.nodes[n.name] for n in nodes]  # 5 x 8 = 40 Ready GPUs
+
+    # Budget 4 at once, but 40 - 3 x 8 = 16 < 24: waves of two.
+    order = upgrade_order(members, pool=members, budget=MaxUnavailable.parse(4), min_ready_gpus=24)
+    assert (order.canary, order.waves) == ("n1", (("n2", "n3"), ("n4", "n5")))
+    reason = refused("min-ready-gpus", lambda: upgrade_order(members, pool=members, budget=MaxUnavailable.parse(1),
+                                                             min_ready_gpus=36))
+    assert reason.startswith("taking n1 out (8 Ready GPUs) would leave the pool 32 of its 40 Ready GPUs, "
+                             "below its min_ready_gpus of 36")

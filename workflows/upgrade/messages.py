@@ -94,3 +94,8 @@ def no_nodes_to_upgrade() -> str:
 
 def canary_not_in_scope(canary: str, nodes: Sequence[str]) -> str:
     return f"the pool's canary node {canary} is not among the nodes this upgrade changes ({names(nodes)})"
+
+
+def below_gpu_floor(node: str, ready: int, gpus: int, floor: int) -> str:
+    return (f"taking {node} out ({gpus} Ready GPUs) would leave the pool {ready - gpus} of its {ready} Ready GPUs, "
+            f"below its min_ready_gpus of {floor}: lower the floor or add capacity first")

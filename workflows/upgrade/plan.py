@@ -60,7 +60,8 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
     assert pool is not None  # upgrade_scope refuses an unknown pool
     members = [fleet.nodes[n] for n in pool.nodes]
     nodes = [fleet.nodes[n] for n in scope.nodes]
-    order = upgrade_order(nodes, pool=members, budget=policy.unavailable_budget, canary=policy.canary)
+    order = upgrade_order(nodes, pool=members, budget=policy.unavailable_budget, canary=policy.canary,
+                          min_ready_gpus=policy.min_ready_gpus)
     by_name = {n.name: n for n in nodes}
     kind, name = scope.manager.kind, scope.manager.name
     set_version = NodeStep("driver-version", order.canary, {"object": kind, "name": name,
