@@ -1,4 +1,5 @@
-"""Driver upgrades: /gpu upgrade <pool> to <version> (request one).
+"""Driver upgrades: /gpu upgrade <pool> to <version> (request one) and /gpu rollback <run>
+(request the version an upgrade run replaced back, for the nodes it changed).
 
 One call to the upgrade use case (`UpgradeService.request`) checks the pool (the one
 object that sets its driver version, host drivers, a shared ClusterPolicy or NVIDIADriver,
@@ -6,15 +7,19 @@ the version's form, same version, downgrade), plans canary and waves inside the 
 window, and stores a pending request bound to the plan's hash; the reply shows the plan
 with Approve/Deny. A refusal names the rule and what to do instead; nothing is stored.
 Not built yet (issue 17 goes on): gating the operator's own upgrade (autoUpgrade on),
-`at <time>`, the form, rollback and wave-by-wave progress in the thread."""
+`at <time>`, the form, a Rollback button on a halted run and wave-by-wave progress in the
+thread."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from commands import messages as msg
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
 from commands.reply import Fact, Reply, Section, Table, error_reply
 from commands.requests import approval_intents
 from workflows.access import AccessDenied, Role
+from workflows.engine.runs import UnknownRun
 from workflows.pools.windows import UTC
 from workflows.requests.service import RequestRefused
 from workflows.upgrade.plan import UpgradeAsk
@@ -71,8 +76,30 @@ def _reply(call: Call, done: UpgradeRequested) -> Reply:
 def upgrade(call: Call, args: list[str]) -> Reply:
     ask = read_upgrade_words(args)
     fleet = call.services.fleet.fleet(call.now)
+    return _answer(call, lambda: _upgrades(call).request(call.actor, ask, fleet=fleet, now=call.now,
+                                                          channel=call.channel))
+
+
+@REGISTRY.command("rollback", usage="rollback <run>", role=Role.OPERATOR,
+                  summary="Ask to put back the driver version an upgrade run replaced, on the nodes it changed",
+                  examples=("/gpu rollback run-4b1d9e",))
+def rollback(call: Call, args: list[str]) -> Reply:
+    if len(args) != 1:
+        raise UsageError(msg.name_one("upgrade run, e.g. `/gpu rollback run-4b1d9e`"))
+    if call.services.runs is None:
+        raise NotFoundError(msg.not_available("Runs"))
     try:
-        done = _upgrades(call).request(call.actor, ask, fleet=fleet, now=call.now, channel=call.channel)
+        run = call.services.runs.get(args[0])
+    except UnknownRun as err:
+        raise NotFoundError(str(err)) from None
+    fleet = call.services.fleet.fleet(call.now)
+    return _answer(call, lambda: _upgrades(call).rollback(call.actor, run, fleet=fleet, now=call.now,
+                                                           channel=call.channel))
+
+
+def _answer(call: Call, planned: Callable[[], UpgradeRequested]) -> Reply:
+    try:
+        done = planned()
     except UpgradeRefused as err:
         return error_reply(msg.upgrade_refused_title(err.code), err.reason)
     except AccessDenied:

@@ -162,3 +162,46 @@ def test_an_upgrade_asked_for_and_approved_by_two_people_moves_the_pool_canary_f
     assert _driver_version(installer, "other-driver") == OLD
     assert {_gfd_version(installer, n) for n in ("upg-01", "upg-02")} == {NEW}
     assert _gfd_version(installer, "other-01") == OLD
+
+
+
+def test_a_halted_upgrade_rolled_back_puts_the_old_version_back_and_gives_the_canary_back(
+        fleet, cluster, db, as_bot, fleet_cache):
+    fleet(_fleet(crashloop_driver_versions=(NEW,)))
+    installer = cluster.installer()
+    _converged(installer, ["upg-01", "upg-02"])
+    services = Services.on_database(config=UPG_CONFIG, fleet=fleet_cache(user=as_bot), database=db)
+
+    def say(who: str, text: str):
+        return dispatch(text, actor=UPG_CONFIG.actor(who), services=services, now=h.now(), channel="C0OPS")
+
+    def approve_and_run(request_id: str):
+        view = services.requests.get(request_id)  # type: ignore[union-attr]
+        for approver in ("U0BOB", "U0CAROL"):
+            answer = say(approver, f"approve {view.id} {view.short_hash}")
+            assert answer.ok, answer.summary
+        run = RunService(db).start(view.id, dry_run=False, now=h.now(), plan_hash=view.plan_hash)
+        with h.EngineThread(cluster.kubeconfig, db.path, user=as_bot):
+            return h.wait_run(db, run.id, timeout=240)
+
+    assert say("U0ALICE", f"upgrade upg to {NEW} driver CVE").ok
+    (request,) = services.requests.open_requests("upg")  # type: ignore[union-attr]
+    halted = approve_and_run(request.id)
+    assert halted.state == "failed" and h.unschedulable(installer, "upg-01")
+    assert _driver_version(installer, "upg-driver") == NEW
+
+    asked = say("U0ALICE", f"rollback {halted.id}")
+    assert asked.ok, asked.summary
+    assert any(f"a rollback of run {halted.id}: upg-01 go back to {OLD}" in b for b in asked.sections[1].bullets)
+    assert [row[1] for row in asked.sections[1].table.rows] == ["upg-01"]  # only what the run changed
+    back = approve_and_run(next(r for r in services.requests.open_requests("upg")  # type: ignore[union-attr]
+                                if r.reason == f"rollback of {halted.id}").id)
+
+    assert back.state == "succeeded", back.halted_reason
+    assert _driver_version(installer, "upg-driver") == OLD
+    assert _gfd_version(installer, "upg-01") == OLD
+    assert not h.unschedulable(installer, "upg-01")  # taken over from the halted run, and given back
+    assert [r.detail["to"] for r in audit.for_run(db, back.id) if r.action == "driver-version.set"] == [OLD]
+    # A request for a new upgrade is still refused while a node shows two driver sources;
+    # none does now.
+    assert fleet_cache(user=as_bot).fleet(h.now()).nodes["upg-01"].driver.owner == "operator"

@@ -127,3 +127,50 @@ def test_a_downgrade_asked_for_on_purpose_is_planned_and_says_so(services, now):
     reply = run(services, "U0ALICE", "upgrade serve-a to 570.172.08 --downgrade regression in 580", now)
     assert reply.ok, reply.summary
     assert any("a downgrade to 570.172.08, asked for on purpose" in b for b in reply.sections[1].bullets)
+
+
+def _run_view(kind: str, state: str, steps: list[tuple[str, str, str, dict]]):
+    from storage.ids import RequestId, RunId, StepId
+    from storage.runs import Run
+    from storage.steps import Step
+    from workflows.engine.runs import RunView
+
+    at = dt.datetime(2026, 12, 1, tzinfo=UTC)
+    run = Run(id=RunId("run-4b1d9e"), request_id=RequestId("req-1"), state=state, dry_run=False,  # type: ignore[arg-type]
+              current_wave=0, created_at=at, started_at=at, ended_at=at, halted_reason=None)
+    stored = tuple(Step(id=StepId(i), run_id=run.id, wave=0, node=node, seq=i, kind=step_kind,  # type: ignore[arg-type]
+                        state=step_state, attempt=1, started_at=at, ended_at=at,  # type: ignore[arg-type]
+                        detail={"intent": intent}, error=None)
+                   for i, (node, step_kind, step_state, intent) in enumerate(steps))
+    return RunView(run=run, request_id=run.request_id, pool="serve-a", kind=kind, steps=stored, left_cordoned=())
+
+
+@pytest.mark.parametrize(("kind", "state", "steps", "code"), [
+    ("drain", "failed", [], "not-an-upgrade"),
+    ("upgrade", "running", [], "run-unfinished"),
+    ("upgrade", "failed", [("s3", "driver-version", "failed", {"prior_version": "580.95.05"})], "nothing-to-roll-back"),
+])
+def test_a_rollback_of_a_run_that_is_not_a_finished_upgrade_that_changed_a_driver_is_refused(
+        services, now, kind, state, steps, code):
+    from workflows.upgrade.scope import UpgradeRefused
+
+    with pytest.raises(UpgradeRefused) as refused:
+        services.upgrades.rollback(services.config.actor("U0ALICE"), _run_view(kind, state, steps),  # type: ignore[union-attr]
+                                   fleet=services.fleet.fleet(now), now=now)
+    assert refused.value.code == code
+
+
+def test_a_rollback_plans_the_replaced_version_for_the_nodes_the_run_changed_failed_node_first(services, now):
+    view = _run_view("upgrade", "failed", [
+        ("s3", "driver-version", "done", {"prior_version": "570.172.08"}),
+        ("s3", "driver", "done", {}), ("s1", "driver", "failed", {}), ("s2", "driver", "pending", {})])
+
+    done = services.upgrades.rollback(services.config.actor("U0ALICE"), view,  # type: ignore[union-attr]
+                                      fleet=services.fleet.fleet(now), now=now)
+
+    plan = done.planned.plan
+    assert plan.summary.target_driver_version == "570.172.08"
+    assert [w.nodes for w in plan.waves] == [("s1",), ("s3",)]  # s2 was never touched
+    cordons = [dict(s.params) for s in plan.waves[0].steps if s.kind == "cordon"]
+    assert cordons == [{"was_cordoned": False, "takes_over": "run-4b1d9e"}]
+    assert done.view.reason == "rollback of run-4b1d9e" and done.view.approvals_required == 2

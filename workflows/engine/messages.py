@@ -555,3 +555,9 @@ def driver_template_not_yet(version: str, behind: list[str]) -> str:
 
 def no_driver_daemonset() -> str:
     return "no driver DaemonSet selects this node"
+
+
+def cordon_taken_over(run: str, *, prior_unschedulable: bool) -> str:
+    then = "it was cordoned before that run, so it stays cordoned" if prior_unschedulable else \
+        "it is given back at the end"
+    return f"took over the cordon run {run} left: {then}"

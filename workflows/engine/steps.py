@@ -225,7 +225,8 @@ class Cordon:
     A node someone else cordoned gets the mark too (prior_unschedulable true), so the
     uncordon step knows to leave it cordoned. A node another gpuops run still holds
     (cordoned, with that run's mark) is left alone: that run's mark stays, and this run
-    will not uncordon it."""
+    will not uncordon it; unless `takes_over` names that (finished) run, as a rollback's
+    does: then the mark becomes this run's, with that run's record of the node before it."""
 
     def timeout(self, ctx: StepContext) -> dt.timedelta | None:
         return _seconds(ctx.params, 120)
@@ -244,13 +245,18 @@ class Cordon:
         if mark is not None and mark.run == ctx.run_id and node.unschedulable:
             return Done(say.cordon_in_place(mark.prior_unschedulable),
                         {"prior_unschedulable": mark.prior_unschedulable})
+        prior = node.unschedulable
         if node.unschedulable and mark is not None and mark.run != ctx.run_id:
             if ctx.run_unfinished(mark.run):
                 # Two runs must never change one node at once: fail closed.
                 return Failed(say.node_in_other_run(ctx.node, mark.run, mark.by))
-            return Done(say.cordoned_by_other_run(mark.run, mark.by),
-                        {"prior_unschedulable": True, "held_by_run": mark.run})
-        new_mark = CordonMark(run=ctx.run_id, by=ctx.cordoned_by, prior_unschedulable=node.unschedulable,
+            if mark.run != ctx.params.get("takes_over"):
+                return Done(say.cordoned_by_other_run(mark.run, mark.by),
+                            {"prior_unschedulable": True, "held_by_run": mark.run})
+            # A rollback takes over the cordon the run it undoes left, with that run's
+            # record of the node before it, so it gives the node back as it was then.
+            prior = mark.prior_unschedulable
+        new_mark = CordonMark(run=ctx.run_id, by=ctx.cordoned_by, prior_unschedulable=prior,
                               at=codec.time_to_text(ctx.now))
         annotations = {ANNOTATION_CORDONED_BY: new_mark.to_text()}
         ctx.act()
@@ -263,6 +269,8 @@ class Cordon:
                                         resource_version=node.resource_version, dry_run=ctx.dry_run)
         except Conflict:
             return Waiting(say.node_changed_meanwhile(ctx.node), retry_in=0.2)
+        if mark is not None and node.unschedulable and mark.run == ctx.params.get("takes_over"):
+            return Done(say.cordon_taken_over(mark.run, prior_unschedulable=prior), {"prior_unschedulable": prior})
         note = say.cordoned(prior_unschedulable=node.unschedulable, dry_run=ctx.dry_run)
         return Done(note, {"prior_unschedulable": node.unschedulable})
 

@@ -99,3 +99,20 @@ def canary_not_in_scope(canary: str, nodes: Sequence[str]) -> str:
 def below_gpu_floor(node: str, ready: int, gpus: int, floor: int) -> str:
     return (f"taking {node} out ({gpus} Ready GPUs) would leave the pool {ready - gpus} of its {ready} Ready GPUs, "
             f"below its min_ready_gpus of {floor}: lower the floor or add capacity first")
+
+
+def plan_rollback_note(run: str, version: str, nodes: Sequence[str]) -> str:
+    return (f"a rollback of run {run}: {names(nodes)} go back to {version}, each taking over the cordon "
+            "that run left")
+
+
+def rollback_not_an_upgrade(run: str, kind: str) -> str:
+    return f"run {run} is a {kind}, not a driver upgrade: only an upgrade can be rolled back"
+
+
+def rollback_unfinished(run: str, state: str) -> str:
+    return f"run {run} is {state}: abort it (or let it finish) before rolling it back"
+
+
+def rollback_nothing_changed(run: str) -> str:
+    return f"run {run} changed no driver version: there is nothing to roll back"

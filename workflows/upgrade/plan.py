@@ -36,6 +36,16 @@ class UpgradeAsk:
 
 
 @dataclass(frozen=True, slots=True)
+class RollbackOf:
+    """What a rollback undoes: the run, the nodes it changed (the failed one first) and
+    the version its driver-version step replaced."""
+
+    run: str
+    nodes: tuple[str, ...]
+    version: str
+
+
+@dataclass(frozen=True, slots=True)
 class UpgradePlan:
     scope: UpgradeScope
     order: UpgradeOrder
@@ -45,38 +55,50 @@ class UpgradePlan:
 
 
 def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, now: dt.datetime,
-                 requested_by: str, allowed_versions: Sequence[str] = ()) -> UpgradePlan:
-    """Plan `ask` for `requested_by`, or raise UpgradeRefused saying why not."""
+                 requested_by: str, allowed_versions: Sequence[str] = (),
+                 rollback: RollbackOf | None = None) -> UpgradePlan:
+    """Plan `ask` for `requested_by`, or raise UpgradeRefused saying why not. A `rollback`
+    plans only the nodes that run changed, its failed node first, each taking over the
+    cordon that run left; its version need not be in the allowed list."""
     if fleet.pool(ask.pool) is None:
         raise UpgradeRefused(say.unknown_pool(ask.pool, [p.name for p in fleet.pools]), code="unknown-pool")
     if policy is None:
         raise UpgradeRefused(say.pool_not_configured(ask.pool), code="pool-not-configured")
-    scope = upgrade_scope(fleet, ask.pool, version=ask.version, downgrade=ask.downgrade,
-                          allowed_versions=allowed_versions)
+    scope = upgrade_scope(fleet, ask.pool, version=ask.version, downgrade=ask.downgrade or rollback is not None,
+                          allowed_versions=allowed_versions if rollback is None else (),
+                          broken_by_run=rollback.nodes if rollback is not None else ())
     if scope.mode == "gates-operator":
         raise UpgradeRefused(say.gating_not_built(scope.manager.ref), code="auto-upgrade-on")
     start, end = _window(policy, pool=ask.pool, now=now)
     pool = fleet.pool(ask.pool)
     assert pool is not None  # upgrade_scope refuses an unknown pool
     members = [fleet.nodes[n] for n in pool.nodes]
-    nodes = [fleet.nodes[n] for n in scope.nodes]
-    order = upgrade_order(nodes, pool=members, budget=policy.unavailable_budget, canary=policy.canary,
-                          min_ready_gpus=policy.min_ready_gpus)
+    nodes = [fleet.nodes[n] for n in scope.nodes if rollback is None or n in rollback.nodes]
+    if rollback is None:
+        order = upgrade_order(nodes, pool=members, budget=policy.unavailable_budget, canary=policy.canary,
+                              min_ready_gpus=policy.min_ready_gpus)
+    else:
+        # The nodes the run left cordoned are out already: the floor counts them as out.
+        order = upgrade_order(nodes, pool=members, budget=policy.unavailable_budget, canary=rollback.nodes[0])
     by_name = {n.name: n for n in nodes}
+    takes_over = rollback.run if rollback is not None else None
     kind, name = scope.manager.kind, scope.manager.name
     set_version = NodeStep("driver-version", order.canary, {"object": kind, "name": name,
                                                             "version": scope.target.text})
-    canary_steps = [set_version, *_node_steps(by_name[order.canary], policy=policy, version=scope.target.text),
+    canary_steps = [set_version, *_node_steps(by_name[order.canary], policy=policy, version=scope.target.text,
+                                              takes_over=takes_over),
                     NodeStep("hold", order.canary, {"seconds": int(policy.upgrade_soak.total_seconds())})]
     waves = [Wave(0, (order.canary,), tuple(canary_steps))]
     for index, wave in enumerate(order.waves, start=1):
         steps = [step for node in wave for step in _node_steps(by_name[node], policy=policy,
-                                                                version=scope.target.text)]
+                                                                version=scope.target.text, takes_over=takes_over)]
         waves.append(Wave(index, wave, tuple(steps)))
     largest = max((sum(by_name[n].physical_gpus or 0 for n in w.nodes) for w in waves), default=0)
     notes = [say.plan_manager_note(scope.manager.ref, scope.current, scope.target.text),
              say.plan_canary_note(order.canary, policy.upgrade_soak)]
-    if scope.downgrade:
+    if rollback is not None:
+        notes.append(say.plan_rollback_note(rollback.run, scope.target.text, rollback.nodes))
+    elif scope.downgrade:
         notes.append(say.plan_downgrade_note(scope.target.text))
     summary = PlanSummary(target_driver_version=scope.target.text, window_start=start, window_end=end,
                           evictions_expected=sum(1 for n in nodes if n.requested_gpus), max_gpus_unavailable=largest,
@@ -85,8 +107,12 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
     return UpgradePlan(scope=scope, order=order, plan=plan, window_start=start, window_end=end)
 
 
-def _node_steps(node: NodeInventory, *, policy: PoolConfig, version: str) -> list[NodeStep]:
-    steps = [NodeStep("cordon", node.name, {"was_cordoned": node.cordoned})]
+def _node_steps(node: NodeInventory, *, policy: PoolConfig, version: str,
+                takes_over: str | None = None) -> list[NodeStep]:
+    cordon: dict[str, object] = {"was_cordoned": node.cordoned}
+    if takes_over is not None:
+        cordon["takes_over"] = takes_over
+    steps = [NodeStep("cordon", node.name, cordon)]
     if policy.wait_for is not None:
         steps.append(NodeStep("wait-for-jobs", node.name, {
             "selector": policy.wait_for.selector, "timeout_s": int(policy.wait_for.timeout.total_seconds())}))

@@ -83,9 +83,12 @@ def upgrade_scope(
     allowed_versions: Sequence[str] = (),
     cluster_policy_scope: ClusterPolicyScope = "pool",
     named_pools: Sequence[str] = (),
+    broken_by_run: Sequence[str] = (),
 ) -> UpgradeScope:
     """The scope of upgrading `pool_name` to `version`, or UpgradeRefused saying why not.
-    `named_pools` are other pools the request names to move together (a ClusterPolicy's)."""
+    `named_pools` are other pools the request names to move together (a ClusterPolicy's).
+    `broken_by_run` are nodes a rollback undoes: their new driver crash-looping beside the
+    old version GFD still reports reads as two driver sources, which is the run's doing."""
     pool = fleet.pool(pool_name)
     if pool is None:
         raise UpgradeRefused(say.unknown_pool(pool_name, [p.name for p in fleet.pools]), code="unknown-pool")
@@ -93,7 +96,8 @@ def upgrade_scope(
     if allowed_versions and target.text not in allowed_versions:
         raise UpgradeRefused(say.version_not_allowed(target.text, allowed_versions), code="version-not-allowed")
     members = [fleet.nodes[name] for name in pool.nodes]
-    foreign = [n for n in members if n.driver.owner in ("host", "conflict")]
+    foreign = [n for n in members if n.driver.owner == "host"
+               or (n.driver.owner == "conflict" and n.name not in broken_by_run)]
     if foreign:
         raise UpgradeRefused(say.not_operator_owned(pool.name, [(n.name, n.driver.owner) for n in foreign]),
                              code="not-operator-owned")

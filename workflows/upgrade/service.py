@@ -11,10 +11,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from workflows.access import Actor, Role, require
+from workflows.engine.runs import RunView, step_intent
 from workflows.fleet.summary import Fleet
 from workflows.pools.config import PoolConfig
 from workflows.requests.service import RequestService, RequestView
-from workflows.upgrade.plan import UpgradeAsk, UpgradePlan, plan_upgrade
+from workflows.upgrade import messages as say
+from workflows.upgrade.plan import RollbackOf, UpgradeAsk, UpgradePlan, plan_upgrade
+from workflows.upgrade.scope import UpgradeRefused
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +41,32 @@ class UpgradeService:
         planned = plan_upgrade(ask, fleet=fleet, policy=self._pools.get(ask.pool), now=now,
                                requested_by=actor.user_id, allowed_versions=self._allowed_versions)
         view = self._requests.submit(actor, kind="upgrade", pool=ask.pool, targets=list(planned.plan.nodes),
+                                     plan=planned.plan, window_start=planned.window_start,
+                                     window_end=planned.window_end, reason=ask.reason, channel=channel, now=now)
+        return UpgradeRequested(planned, view)
+
+    def rollback(self, actor: Actor, run: RunView, *, fleet: Fleet, now: dt.datetime,
+                 channel: str | None = None) -> UpgradeRequested:
+        """Plan the version `run` replaced back onto the nodes it changed (its failed node
+        first) and onto its driver object, as a new request under the pool's approval rule."""
+        if run.kind != "upgrade":
+            raise UpgradeRefused(say.rollback_not_an_upgrade(run.id, run.kind), code="not-an-upgrade")
+        if run.state in ("pending", "running", "paused"):
+            raise UpgradeRefused(say.rollback_unfinished(run.id, run.state), code="run-unfinished")
+        require(actor, Role.OPERATOR, action="Rolling back a driver upgrade", pool=run.pool)
+        set_version = next((s for s in run.steps if s.kind == "driver-version" and s.state in ("done", "failed")),
+                           None)
+        prior = step_intent(set_version).get("prior_version") if set_version is not None else None
+        touched = [s for s in run.steps if s.kind == "driver" and s.state in ("done", "failed", "running")]
+        if not prior or not touched:
+            raise UpgradeRefused(say.rollback_nothing_changed(run.id), code="nothing-to-roll-back")
+        failed = [s.node for s in touched if s.state == "failed"]
+        nodes = tuple(dict.fromkeys([*failed, *(s.node for s in touched)]))
+        ask = UpgradeAsk(pool=run.pool, version=str(prior), downgrade=True, reason=f"rollback of {run.id}")
+        planned = plan_upgrade(ask, fleet=fleet, policy=self._pools.get(run.pool), now=now,
+                               requested_by=actor.user_id, rollback=RollbackOf(run=run.id, nodes=nodes,
+                                                                               version=str(prior)))
+        view = self._requests.submit(actor, kind="upgrade", pool=run.pool, targets=list(planned.plan.nodes),
                                      plan=planned.plan, window_start=planned.window_start,
                                      window_end=planned.window_end, reason=ask.reason, channel=channel, now=now)
         return UpgradeRequested(planned, view)
