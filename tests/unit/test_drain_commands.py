@@ -21,8 +21,8 @@ from workflows.config import GpuopsConfig
 from workflows.engine.runs import step_params
 from workflows.engine.steps import Done, Hold, Waiting
 from workflows.fleet.assessment import group_pods_by_node
-from workflows.fleet.summary import Fleet
 from workflows.kube.objects import DisruptionBudget, NodeName, PodObject
+from tests.unit.static_fleet import StaticFleet
 
 UTC = dt.timezone.utc
 # Wednesday 2 December 2026, 11:00 in Berlin; train-a drains on weekend nights.
@@ -45,14 +45,6 @@ def config(**train_a) -> GpuopsConfig:
         "pools": {"train-a": {**TRAIN_A, **train_a},
                   "serve-b": {"kind": "serving", "windows": "always", "max_unavailable": "50%"}},
         "access": ACCESS})
-
-
-@dataclass
-class StaticFleet:
-    value: Fleet
-
-    def fleet(self, now: dt.datetime) -> Fleet:
-        return self.value
 
 
 @dataclass

@@ -8,7 +8,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import shlex
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -33,7 +32,7 @@ from commands.services import Services
 from testenv.fakeslack import blockkit
 from workflows.config import GpuopsConfig
 from workflows.drain.plan import DrainAsk
-from workflows.fleet.summary import Fleet
+from tests.unit.static_fleet import StaticFleet
 
 UTC = dt.timezone.utc
 NOW = dt.datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
@@ -200,14 +199,6 @@ def test_a_submission_is_the_structured_request_gpu_drain_reads_its_words_into(v
 
 
 # ------------------------------------------------------------------ who is offered the button
-
-
-@dataclass
-class StaticFleet:
-    value: Fleet
-
-    def fleet(self, now: dt.datetime) -> Fleet:
-        return self.value
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ is shown, what is stored for the approvers, and each refusal."""
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -16,8 +15,8 @@ from commands.reply import Reply
 from commands.services import Services
 from storage.database import open_database
 from workflows.config import GpuopsConfig
-from workflows.fleet.summary import Fleet
 from workflows.plans import plan_from_json
+from tests.unit.static_fleet import StaticFleet
 
 UTC = dt.timezone.utc
 NOW_TEXT = "2026-12-02 10:00:00"  # a Wednesday, 11:00 in Berlin
@@ -33,14 +32,6 @@ CONFIG = GpuopsConfig.model_validate({
             {"days": ["sat"], "start": "02:00", "end": "06:00", "timezone": "Europe/Berlin"}]},
     },
     "access": ACCESS})
-
-
-@dataclass
-class StaticFleet:
-    value: Fleet
-
-    def fleet(self, now: dt.datetime) -> Fleet:
-        return self.value
 
 
 @pytest.fixture
