@@ -74,12 +74,10 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
     assert pool is not None  # upgrade_scope refuses an unknown pool
     members = [fleet.nodes[n] for n in pool.nodes]
     nodes = [fleet.nodes[n] for n in scope.nodes if rollback is None or n in rollback.nodes]
-    if rollback is None:
-        order = upgrade_order(nodes, pool=members, budget=policy.unavailable_budget, canary=policy.canary,
-                              min_ready_gpus=policy.min_ready_gpus)
-    else:
-        # The nodes the run left cordoned are out already: the floor counts them as out.
-        order = upgrade_order(nodes, pool=members, budget=policy.unavailable_budget, canary=rollback.nodes[0])
+    # A rollback starts with the node its run failed on (cordoned by that run, so out already).
+    order = upgrade_order(nodes, pool=members, budget=policy.unavailable_budget,
+                          canary=rollback.nodes[0] if rollback is not None else policy.canary,
+                          min_ready_gpus=policy.min_ready_gpus)
     by_name = {n.name: n for n in nodes}
     takes_over = rollback.run if rollback is not None else None
     kind, name = scope.manager.kind, scope.manager.name
