@@ -55,5 +55,6 @@ class Services:
         requests = RequestService(database, config, roles=roles, on_approved=on_approved)
         return cls(config=config, fleet=fleet, requests=requests,
                    drains=DrainService(requests, pools=config.pools, workloads=workloads),
-                   upgrades=UpgradeService(requests, pools=config.pools),
+                   upgrades=UpgradeService(requests, pools=config.pools,
+                                           allowed_versions=config.upgrades.allowed_versions),
                    runs=RunService(database, wake=wake_engine, names=config.names), database=database)

@@ -16,6 +16,7 @@ from workflows.durations import Duration
 from workflows.fleet.assessment import InventorySettings
 from workflows.handover.rotations import RotationConfig
 from workflows.pools.config import PoolConfig
+from workflows.upgrade.scope import DriverVersion, UpgradeRefused
 
 
 class _Model(BaseModel):
@@ -36,6 +37,22 @@ class InventoryConfig(_Model):
     mig_pending_stuck_after: Duration = dt.timedelta(minutes=30)
 
 
+class UpgradesConfig(_Model):
+    # Driver versions an upgrade may ask for (empty: any well-formed version). A rollback
+    # to the version a run replaced is always allowed.
+    allowed_versions: tuple[str, ...] = ()
+
+    @field_validator("allowed_versions")
+    @classmethod
+    def _versions(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for version in value:
+            try:
+                DriverVersion.parse(version)  # refuses "latest", "v580", "580.95.05-ubuntu22.04"
+            except UpgradeRefused as err:
+                raise ValueError(err.reason) from None
+        return value
+
+
 class AccessConfig(_Model):
     # Slack user id -> roles.
     users: dict[str, tuple[Role, ...]] = Field(default_factory=dict)
@@ -52,6 +69,7 @@ class GpuopsConfig(_Model):
     inventory: InventoryConfig = InventoryConfig()
     pools: dict[str, PoolConfig] = Field(default_factory=dict)
     access: AccessConfig = AccessConfig()
+    upgrades: UpgradesConfig = UpgradesConfig()
     database: Path | None = None
     rotations: tuple[RotationConfig, ...] = ()
 

@@ -165,3 +165,25 @@ def test_a_rollback_plans_the_replaced_version_for_the_nodes_the_run_changed_fai
     cordons = [dict(s.params) for s in plan.waves[0].steps if s.kind == "cordon"]
     assert cordons == [{"was_cordoned": False, "takes_over": "run-4b1d9e"}]
     assert done.view.reason == "rollback of run-4b1d9e" and done.view.approvals_required == 2
+
+
+
+def test_the_configured_allowed_versions_limit_what_an_upgrade_may_ask_for(make, tmp_path, now):
+    from pydantic import ValidationError
+
+    cfg = CONFIG.model_copy(update={"upgrades": CONFIG.upgrades.model_validate({"allowed_versions": ["580.126.09"]})})
+    nodes = [make.node("s1", pool="serve-a"), make.node("s2", pool="serve-a")]
+    pods = [p for n in nodes for p in make.operands(n.name)]
+    fleet = make.fleet(nodes, pods, policies=[make.cluster_policy(driver={"useNvidiaDriverCRD": True})],
+                       nvidia_drivers=[make.nvidia_driver("serve-driver", node_selector={"gpuops.io/pool": "serve-a"},
+                                                          auto_upgrade=False)])
+    services = Services.on_database(config=cfg, fleet=StaticFleet(fleet), database=open_database(tmp_path / "a.db"))
+    try:
+        refused = run(services, "U0ALICE", f"upgrade serve-a to {NEW} fix", now)
+        assert refused.title == "Upgrade refused (version-not-allowed)"
+        assert f"driver {NEW} is not in upgrades.allowed_versions (580.126.09)" in refused.summary
+        assert run(services, "U0ALICE", "upgrade serve-a to 580.126.09 fix", now).ok
+    finally:
+        services.database.close()  # type: ignore[union-attr]
+    with pytest.raises(ValidationError, match="`latest` is not a driver version"):
+        GpuopsConfig.model_validate({"upgrades": {"allowed_versions": ["latest"]}})
