@@ -1,0 +1,99 @@
+"""Crash safety of a driver upgrade on the real GPU Operator: the engine process is killed
+with SIGKILL right after each committed transition of a one-node upgrade in turn, and a
+fresh process finishes the run. Whatever the boundary, the NVIDIADriver is patched once,
+the node cordoned and uncordoned once, the driver pod deleted once, every step started
+once, and the node ends on the new version, schedulable.
+
+Each round moves the pool to the other of two versions (the previous round's run left it
+on its target), so every round is a real version change."""
+
+from __future__ import annotations
+
+import signal
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from storage import audit
+from storage.database import open_database
+from testenv import fleet as fl
+from testenv.install import wait_until
+from testenv.summary import advertised
+from tests.integration import engine_harness as h
+from tests.integration import observe
+
+pytestmark = pytest.mark.controlplane
+
+VERSIONS = ("580.95.05", "580.105.08")
+IDENTITY = "engine-0"
+
+
+def _steps(version: str):
+    return (("driver-version", {"object": "NVIDIADriver", "name": "upg-driver", "version": version}),
+            ("cordon", {}), ("driver", {"version": version, "timeout_s": 120}), ("uncordon", {}))
+
+
+def _wait_exit(process, *, timeout: float) -> int:
+    try:
+        return process.wait(timeout=timeout)
+    except Exception:
+        process.kill()
+        raise
+
+
+def _one_round(cluster, tmp_path: Path, crash_after: int, version: str) -> bool:
+    installer = cluster.installer()
+    db = open_database(tmp_path / f"round-{crash_after}.db")
+    try:
+        run = h.start_run(db, h.plan("upgrade", "upg", [["upg-01"]], _steps(version)))
+        logs = [tmp_path / f"round-{crash_after}-first.log", tmp_path / f"round-{crash_after}-second.log"]
+        first = h.engine_process(cluster.kubeconfig, db.path, identity=IDENTITY, lease_name="upgrade-crash",
+                                 log=logs[0], crash_after=crash_after)
+        code = _wait_exit(first, timeout=150)
+        killed = code == -signal.SIGKILL
+        assert killed or code == 0, logs[0].read_text()
+        if killed:
+            second = h.engine_process(cluster.kubeconfig, db.path, identity=IDENTITY, lease_name="upgrade-crash",
+                                      log=logs[1])
+            assert _wait_exit(second, timeout=150) == 0, logs[1].read_text()
+
+        where = f"crash after commit {crash_after} (to {version})"
+        finished = h.wait_run(db, run.id, timeout=5)
+        assert finished.state == "succeeded", (where, finished.halted_reason)
+        calls = Counter(" ".join(m.split()[:3]).split("/")[0]
+                        for log in logs if log.exists() for m in h.mutations(log.read_text()))
+        assert calls == Counter({"patch nvidiadrivers upg-driver": 1, "cordon node upg-01": 1,
+                                 "delete pod gpu-operator": 1, "uncordon node upg-01": 1}), (where, calls)
+        rows = audit.for_run(db, run.id)
+        started = Counter(r.detail["kind"] for r in rows if r.action == "step.running")
+        assert set(started.values()) == {1} and len(started) == 4, (where, started)
+        assert [(r.detail["from"], r.detail["to"]) for r in rows if r.action == "driver-version.set"] == [
+            (VERSIONS[(VERSIONS.index(version) + 1) % 2], version)], where
+        assert audit.verify(db).ok, where
+        assert installer.get({"kind": "NVIDIADriver", "metadata": {"name": "upg-driver"}})["spec"]["version"] == version
+        wait_until(lambda: observe.node(installer, "upg-01")["metadata"]["labels"].get(
+            "nvidia.com/cuda.driver-version.full") == version, timeout=30, what=f"upg-01 to report {version}")
+        assert not h.unschedulable(installer, "upg-01"), where
+        return killed
+    finally:
+        db.close()
+
+
+def test_killing_the_engine_mid_upgrade_repeats_no_patch_cordon_or_restart_and_the_upgrade_completes(
+        fleet, cluster, tmp_path):
+    fleet(fl.FleetSpec(name="upg", system_nodes=0, operator=fl.OperatorSpec(use_nvidia_driver_crd=True),
+                       pools=(fl.PoolSpec(name="upg", nodes=1, driver_version=VERSIONS[0], auto_upgrade=False),)))
+    installer = cluster.installer()
+    wait_until(lambda: advertised(h.node(installer, "upg-01")) == 8, timeout=120, what="upg-01 to advertise its GPUs")
+
+    boundaries = 0
+    for crash_after in range(1, 40):
+        version = VERSIONS[crash_after % 2]  # the other one than the pool runs now
+        if not _one_round(cluster, tmp_path, crash_after, version):
+            break
+        boundaries += 1
+    else:
+        pytest.fail("the first engine never finished the run by itself")
+    print(f"{boundaries} crash points")
+    assert boundaries >= 12  # every commit of the run was a crash point once (17 here)
