@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -144,6 +145,31 @@ def engine_process(kubeconfig: Path, db_path: Path, *, identity: str, lease_name
     with log.open("ab") as out:
         return subprocess.Popen(args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)
+
+
+def crash_and_resume(kubeconfig: Path, db_path: Path, *, crash_after: int, logs: Sequence[Path],
+                     identity: str, lease_name: str, timeout: float = 90) -> bool:
+    """Run the queued work in an engine process that SIGKILLs itself after its
+    `crash_after`th commit; if it did, a second process with the same identity (a
+    restarted pod) finishes. Returns whether the first was killed (False: it finished
+    first, so this run has no commit `crash_after`). `logs`: the two processes' logs."""
+    first = engine_process(kubeconfig, db_path, identity=identity, lease_name=lease_name, log=logs[0],
+                           crash_after=crash_after)
+    code = _wait_exit(first, timeout=timeout)
+    killed = code == -signal.SIGKILL
+    assert killed or code == 0, logs[0].read_text()
+    if killed:
+        second = engine_process(kubeconfig, db_path, identity=identity, lease_name=lease_name, log=logs[1])
+        assert _wait_exit(second, timeout=timeout) == 0, logs[1].read_text()
+    return killed
+
+
+def _wait_exit(process: subprocess.Popen[bytes], *, timeout: float) -> int:
+    try:
+        return process.wait(timeout=timeout)
+    except Exception:
+        process.kill()
+        raise
 
 
 def lease_settings(name: str, seconds: float = 2.0) -> LeaseSettings:

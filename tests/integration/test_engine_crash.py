@@ -16,7 +16,6 @@ every step started once, the run succeeded and the audit chain verifies.
 
 from __future__ import annotations
 
-import signal
 from collections import Counter
 from pathlib import Path
 
@@ -35,14 +34,6 @@ STEPS = (("cordon", {}), ("evict", {}), ("uncordon", {}))
 IDENTITY = "engine-0"  # a StatefulSet pod keeps its name across restarts
 
 
-def _wait_exit(process, *, timeout: float) -> int:
-    try:
-        return process.wait(timeout=timeout)
-    except Exception:
-        process.kill()
-        raise
-
-
 def _one_round(cluster, tmp_path: Path, crash_after: int) -> tuple[bool, list[str]]:
     """Run the plan with a crash after commit `crash_after`; True if the first process
     was killed (False: it finished first, so there are no more boundaries to try)."""
@@ -54,15 +45,8 @@ def _one_round(cluster, tmp_path: Path, crash_after: int) -> tuple[bool, list[st
     try:
         run = h.start_run(db, h.plan("drain", "crash", [["crash-01"], ["crash-02"]], STEPS))
         logs = [tmp_path / f"round-{crash_after}-first.log", tmp_path / f"round-{crash_after}-second.log"]
-        first = h.engine_process(cluster.kubeconfig, db.path, identity=IDENTITY, lease_name="crash-test",
-                                 log=logs[0], crash_after=crash_after)
-        code = _wait_exit(first, timeout=90)
-        killed = code == -signal.SIGKILL
-        assert killed or code == 0, logs[0].read_text()
-        if killed:
-            second = h.engine_process(cluster.kubeconfig, db.path, identity=IDENTITY, lease_name="crash-test",
-                                      log=logs[1])
-            assert _wait_exit(second, timeout=90) == 0, logs[1].read_text()
+        killed = h.crash_and_resume(cluster.kubeconfig, db.path, crash_after=crash_after, logs=logs,
+                                    identity=IDENTITY, lease_name="crash-test")
 
         where = f"crash after commit {crash_after}"
         finished = h.wait_run(db, run.id, timeout=5)

@@ -9,7 +9,6 @@ on its target), so every round is a real version change."""
 
 from __future__ import annotations
 
-import signal
 from collections import Counter
 from pathlib import Path
 
@@ -34,29 +33,14 @@ def _steps(version: str):
             ("cordon", {}), ("driver", {"version": version, "timeout_s": 120}), ("uncordon", {}))
 
 
-def _wait_exit(process, *, timeout: float) -> int:
-    try:
-        return process.wait(timeout=timeout)
-    except Exception:
-        process.kill()
-        raise
-
-
 def _one_round(cluster, tmp_path: Path, crash_after: int, version: str) -> bool:
     installer = cluster.installer()
     db = open_database(tmp_path / f"round-{crash_after}.db")
     try:
         run = h.start_run(db, h.plan("upgrade", "upg", [["upg-01"]], _steps(version)))
         logs = [tmp_path / f"round-{crash_after}-first.log", tmp_path / f"round-{crash_after}-second.log"]
-        first = h.engine_process(cluster.kubeconfig, db.path, identity=IDENTITY, lease_name="upgrade-crash",
-                                 log=logs[0], crash_after=crash_after)
-        code = _wait_exit(first, timeout=150)
-        killed = code == -signal.SIGKILL
-        assert killed or code == 0, logs[0].read_text()
-        if killed:
-            second = h.engine_process(cluster.kubeconfig, db.path, identity=IDENTITY, lease_name="upgrade-crash",
-                                      log=logs[1])
-            assert _wait_exit(second, timeout=150) == 0, logs[1].read_text()
+        killed = h.crash_and_resume(cluster.kubeconfig, db.path, crash_after=crash_after, logs=logs,
+                                    identity=IDENTITY, lease_name="upgrade-crash", timeout=150)
 
         where = f"crash after commit {crash_after} (to {version})"
         finished = h.wait_run(db, run.id, timeout=5)
