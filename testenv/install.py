@@ -109,10 +109,12 @@ class Installer:
                          body={"status": status}, content_type="application/merge-patch+json")
 
     def delete(self, obj: dict[str, Any], *, grace: int | None = None) -> None:
-        query = [("gracePeriodSeconds", grace)] if grace is not None else []
+        # NB: the options go in the body: with a body, the API server ignores them in the query.
+        options: dict[str, Any] = {"propagationPolicy": "Background"}
+        if grace is not None:
+            options["gracePeriodSeconds"] = grace
         try:
-            self.call("DELETE", _path(obj, name=obj["metadata"]["name"]),
-                      body={"propagationPolicy": "Background"}, query=query)
+            self.call("DELETE", _path(obj, name=obj["metadata"]["name"]), body=options)
         except ApiException as err:
             if err.status != 404:
                 raise

@@ -196,3 +196,22 @@ def test_the_kubeconfig_is_private_and_names_every_identity(cluster):
     for context in ("admin", "bot", "alice", "bob"):
         assert f"name: {context}" in text
     assert "127.0.0.1" in cluster.plane.server
+
+
+def test_a_pod_on_a_node_nothing_runs_is_removed_at_once_by_a_delete_with_no_grace(cluster):
+    """What a fleet's removal relies on when a ReplicaSet put a pod on a node just before the
+    node went: no kubelet will ever finish a graceful delete there."""
+    installer = cluster.installer()
+    installer.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "orphans"}}, exist_ok=True)
+    pod = installer.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "stranded", "namespace": "orphans"},
+                            "spec": {"nodeName": "no-such-node", "terminationGracePeriodSeconds": 30,
+                                     "containers": [{"name": "main", "image": "registry.example/x:1"}]}})
+    try:
+        installer.delete(pod)
+        assert installer.get(pod)["metadata"].get("deletionTimestamp")  # waits for a kubelet that never comes
+        installer.delete(pod, grace=0)
+        with pytest.raises(ApiException) as gone:
+            installer.get(pod)
+        assert gone.value.status == 404
+    finally:
+        installer.delete({"kind": "Namespace", "metadata": {"name": "orphans"}})
