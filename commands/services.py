@@ -56,5 +56,6 @@ class Services:
         return cls(config=config, fleet=fleet, requests=requests,
                    drains=DrainService(requests, pools=config.pools, workloads=workloads),
                    upgrades=UpgradeService(requests, pools=config.pools,
-                                           allowed_versions=config.upgrades.allowed_versions),
+                                           allowed_versions=config.upgrades.allowed_versions,
+                                           cluster_policy_scope=config.upgrades.cluster_policy_scope),
                    runs=RunService(database, wake=wake_engine, names=config.names), database=database)

@@ -48,7 +48,8 @@ def _reply(call: Call, done: UpgradeRequested) -> Reply:
     zone = call.services.config.pools[view.pool].window_set.zone or UTC
     end = local_time(planned.window_end, zone) if planned.window_end else "none (windows: always)"
     facts = (
-        Fact("Driver set by", f"{scope.manager.ref} (autoUpgrade {scope.manager.auto_upgrade.state}: gpuops drives)"),
+        Fact("Driver set by", f"{scope.manager.ref} (autoUpgrade {scope.manager.auto_upgrade.state}: "
+                              f"{'gpuops gates the operator' if scope.mode == 'gates-operator' else 'gpuops drives'})"),
         Fact("Versions", msg.upgrade_versions(scope.current, scope.target.text)),
         Fact("Window", f"{local_time(planned.window_start, zone)} - {end}"),
         Fact("Canary", planned.order.canary),

@@ -225,30 +225,39 @@ END;
 
 # SQLite cannot change a CHECK constraint: the steps table is rebuilt with the wider one
 # (nothing references it), rows and ids kept.
-DRIVER_VERSION_STEP = """
-CREATE TABLE steps_v3 (
+def _steps_with_kinds(kinds: Sequence[str], *, version: int) -> str:
+    listed = ", ".join(f"'{kind}'" for kind in kinds)
+    return f"""
+CREATE TABLE steps_v{version} (
     id         INTEGER PRIMARY KEY,
     run_id     TEXT NOT NULL REFERENCES runs (id),
     wave       INTEGER NOT NULL CHECK (wave >= 0),
     node       TEXT NOT NULL,
     seq        INTEGER NOT NULL,
-    kind       TEXT NOT NULL CHECK (kind IN ('cordon', 'wait-for-jobs', 'evict', 'drain',
-                   'driver', 'mig', 'wait-for', 'validate', 'uncordon', 'hold', 'driver-version')),
+    kind       TEXT NOT NULL CHECK (kind IN ({listed})),
     state      TEXT NOT NULL CHECK (state IN ('pending', 'running', 'done', 'failed',
                    'skipped')),
     attempt    INTEGER NOT NULL DEFAULT 0 CHECK (attempt >= 0),
     started_at TEXT,
     ended_at   TEXT,
-    detail     TEXT NOT NULL DEFAULT '{}' CHECK (json_valid(detail)),
+    detail     TEXT NOT NULL DEFAULT '{{}}' CHECK (json_valid(detail)),
     error      TEXT,
     UNIQUE (run_id, node, seq)
 ) STRICT;
-INSERT INTO steps_v3 (id, run_id, wave, node, seq, kind, state, attempt, started_at, ended_at, detail, error)
+INSERT INTO steps_v{version} (id, run_id, wave, node, seq, kind, state, attempt, started_at, ended_at, detail, error)
     SELECT id, run_id, wave, node, seq, kind, state, attempt, started_at, ended_at, detail, error FROM steps;
 DROP TABLE steps;
-ALTER TABLE steps_v3 RENAME TO steps;
+ALTER TABLE steps_v{version} RENAME TO steps;
 CREATE INDEX steps_in_order ON steps (run_id, wave, node, seq);
 """
+
+
+_V1_STEP_KINDS = ("cordon", "wait-for-jobs", "evict", "drain", "driver", "mig", "wait-for", "validate", "uncordon",
+                  "hold")
+DRIVER_VERSION_STEP = _steps_with_kinds((*_V1_STEP_KINDS, "driver-version"), version=3)
+# Gating the operator's own upgrade (autoUpgrade on): hold nodes back, follow one node.
+OPERATOR_UPGRADE_STEPS = _steps_with_kinds((*_V1_STEP_KINDS, "driver-version", "operator-hold", "operator-upgrade"),
+                                           version=4)
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
@@ -258,6 +267,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     ),
     Migration(2, "approvals refuse a decision by the request's requester", NO_SELF_APPROVAL),
     Migration(3, "steps may set a driver version (driver-version)", DRIVER_VERSION_STEP),
+    Migration(4, "steps may gate the operator's own driver upgrade (operator-hold, operator-upgrade)",
+              OPERATOR_UPGRADE_STEPS),
 )
 
 _SCHEMA_MIGRATIONS = """

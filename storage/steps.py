@@ -28,6 +28,8 @@ StepKind = Literal[
     "uncordon",
     "hold",
     "driver-version",
+    "operator-hold",
+    "operator-upgrade",
 ]
 StepState = Literal["pending", "running", "done", "failed", "skipped"]
 FINISHED_STATES: frozenset[StepState] = frozenset({"done", "failed", "skipped"})

@@ -70,8 +70,9 @@ class OperandSimulator:
         self.api = api
         # A test-speed device, not hardware: the operator's upgrade controller does not
         # watch pods and looks again only every 2 minutes, so when a driver or validator
-        # pod turns Ready the simulator flips the upgrade skip label on this (GPU-less)
-        # node, which wakes the controller at once. Benchmarks leave it off.
+        # pod turns Ready (or a driver pod starts crash-looping) the simulator flips the
+        # upgrade skip label on this (GPU-less) node, which wakes the controller at once.
+        # Benchmarks leave it off.
         self.nudge_node = nudge_node
         self._nudge_value = False
         self.core = client.CoreV1Api(api)
@@ -450,7 +451,10 @@ class OperandSimulator:
         meta = pod["metadata"]
         with contextlib.suppress(ApiException):
             self.core.patch_namespaced_pod_status(meta["name"], meta["namespace"], {"status": status})
-            if self.nudge_node and _ready_in(status) and fl.operand_of(meta.get("labels") or {}) in ("driver", "validator"):
+            # Ready, or crash-looping past the upgrade controller's restart limit: both
+            # are what its next look acts on (upgrade-done, upgrade-failed).
+            turned = _ready_in(status) or "CrashLoopBackOff" in _waiting(status)
+            if self.nudge_node and turned and fl.operand_of(meta.get("labels") or {}) in ("driver", "validator"):
                 self._nudge()
 
     def _nudge(self) -> None:

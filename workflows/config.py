@@ -16,7 +16,7 @@ from workflows.durations import Duration
 from workflows.fleet.assessment import InventorySettings
 from workflows.handover.rotations import RotationConfig
 from workflows.pools.config import PoolConfig
-from workflows.upgrade.scope import DriverVersion, UpgradeRefused
+from workflows.upgrade.scope import ClusterPolicyScope, DriverVersion, UpgradeRefused
 
 
 class _Model(BaseModel):
@@ -41,6 +41,11 @@ class UpgradesConfig(_Model):
     # Driver versions an upgrade may ask for (empty: any well-formed version). A rollback
     # to the version a run replaced is always allowed.
     allowed_versions: tuple[str, ...] = ()
+    # What an upgrade of a pool whose driver the ClusterPolicy sets may reach: `pool` (the
+    # default) refuses it while the ClusterPolicy drives other pools too; `all-pools`
+    # accepts that their driver moves with it (on their next driver restart, or held back
+    # until upgraded in turn when autoUpgrade is on) and the plan says so.
+    cluster_policy_scope: ClusterPolicyScope = "pool"
 
     @field_validator("allowed_versions")
     @classmethod

@@ -1,8 +1,9 @@
 """Crash safety of a driver upgrade on the real GPU Operator: the engine process is killed
 with SIGKILL right after each committed transition of a one-node upgrade in turn, and a
-fresh process finishes the run. Whatever the boundary, the NVIDIADriver is patched once,
-the node cordoned and uncordoned once, the driver pod deleted once, every step started
-once, and the node ends on the new version, schedulable.
+fresh process finishes the run. Whatever the boundary, the driver object is patched once,
+the node cordoned and uncordoned once, every step started once, and the node ends on the
+new version, schedulable. gpuops driving (autoUpgrade off) deletes the driver pod once;
+gpuops gating the operator (autoUpgrade on) holds the node back once and lets go once.
 
 Each round moves the pool to the other of two versions (the previous round's run left it
 on its target), so every round is a real version change."""
@@ -28,16 +29,42 @@ VERSIONS = ("580.95.05", "580.105.08")
 IDENTITY = "engine-0"
 
 
-def _steps(version: str):
+DRIVES = fl.FleetSpec(name="upg", system_nodes=0, operator=fl.OperatorSpec(use_nvidia_driver_crd=True),
+                      pools=(fl.PoolSpec(name="upg", nodes=1, driver_version=VERSIONS[0], auto_upgrade=False),))
+GATES = fl.FleetSpec(name="upg", system_nodes=1, nudge_upgrade_controller=True,
+                     operator=fl.OperatorSpec(auto_upgrade=True, driver_version=VERSIONS[0]),
+                     pools=(fl.PoolSpec(name="upg", nodes=1),))
+POLICY = GATES.operator.cluster_policy_name
+
+
+def _steps(mode: str, version: str):
+    if mode == "gates":
+        return (("operator-hold", {"nodes": ["upg-01"]}),
+                ("driver-version", {"object": "ClusterPolicy", "name": POLICY, "version": version}),
+                ("cordon", {}), ("operator-upgrade", {"version": version, "timeout_s": 120}), ("uncordon", {}))
     return (("driver-version", {"object": "NVIDIADriver", "name": "upg-driver", "version": version}),
             ("cordon", {}), ("driver", {"version": version, "timeout_s": 120}), ("uncordon", {}))
 
 
-def _one_round(cluster, tmp_path: Path, crash_after: int, version: str) -> bool:
+MUTATIONS = {
+    "drives": {"patch nvidiadrivers upg-driver": 1, "cordon node upg-01": 1, "delete pod gpu-operator": 1,
+               "uncordon node upg-01": 1},
+    "gates": {f"patch clusterpolicies {POLICY}": 1, "label node upg-01": 2, "cordon node upg-01": 1,
+              "uncordon node upg-01": 1},
+}
+
+
+def _version_now(installer, mode: str) -> str:
+    if mode == "gates":
+        return installer.get({"kind": "ClusterPolicy", "metadata": {"name": POLICY}})["spec"]["driver"]["version"]
+    return installer.get({"kind": "NVIDIADriver", "metadata": {"name": "upg-driver"}})["spec"]["version"]
+
+
+def _one_round(cluster, tmp_path: Path, mode: str, crash_after: int, version: str) -> bool:
     installer = cluster.installer()
     db = open_database(tmp_path / f"round-{crash_after}.db")
     try:
-        run = h.start_run(db, h.plan("upgrade", "upg", [["upg-01"]], _steps(version)))
+        run = h.start_run(db, h.plan("upgrade", "upg", [["upg-01"]], _steps(mode, version)))
         logs = [tmp_path / f"round-{crash_after}-first.log", tmp_path / f"round-{crash_after}-second.log"]
         killed = h.crash_and_resume(cluster.kubeconfig, db.path, crash_after=crash_after, logs=logs,
                                     identity=IDENTITY, lease_name="upgrade-crash", timeout=150)
@@ -47,15 +74,14 @@ def _one_round(cluster, tmp_path: Path, crash_after: int, version: str) -> bool:
         assert finished.state == "succeeded", (where, finished.halted_reason)
         calls = Counter(" ".join(m.split()[:3]).split("/")[0]
                         for log in logs if log.exists() for m in h.mutations(log.read_text()))
-        assert calls == Counter({"patch nvidiadrivers upg-driver": 1, "cordon node upg-01": 1,
-                                 "delete pod gpu-operator": 1, "uncordon node upg-01": 1}), (where, calls)
+        assert calls == Counter(MUTATIONS[mode]), (where, calls)
         rows = audit.for_run(db, run.id)
         started = Counter(r.detail["kind"] for r in rows if r.action == "step.running")
-        assert set(started.values()) == {1} and len(started) == 4, (where, started)
+        assert set(started.values()) == {1} and len(started) == len(_steps(mode, version)), (where, started)
         assert [(r.detail["from"], r.detail["to"]) for r in rows if r.action == "driver-version.set"] == [
             (VERSIONS[(VERSIONS.index(version) + 1) % 2], version)], where
         assert audit.verify(db).ok, where
-        assert installer.get({"kind": "NVIDIADriver", "metadata": {"name": "upg-driver"}})["spec"]["version"] == version
+        assert _version_now(installer, mode) == version, where
         wait_until(lambda: observe.node(installer, "upg-01")["metadata"]["labels"].get(
             "nvidia.com/cuda.driver-version.full") == version, timeout=30, what=f"upg-01 to report {version}")
         assert not h.unschedulable(installer, "upg-01"), where
@@ -64,20 +90,20 @@ def _one_round(cluster, tmp_path: Path, crash_after: int, version: str) -> bool:
         db.close()
 
 
+@pytest.mark.parametrize("mode", ["drives", "gates"])
 def test_killing_the_engine_mid_upgrade_repeats_no_patch_cordon_or_restart_and_the_upgrade_completes(
-        fleet, cluster, tmp_path):
-    fleet(fl.FleetSpec(name="upg", system_nodes=0, operator=fl.OperatorSpec(use_nvidia_driver_crd=True),
-                       pools=(fl.PoolSpec(name="upg", nodes=1, driver_version=VERSIONS[0], auto_upgrade=False),)))
+        fleet, cluster, tmp_path, mode):
+    fleet(GATES if mode == "gates" else DRIVES)
     installer = cluster.installer()
     wait_until(lambda: advertised(h.node(installer, "upg-01")) == 8, timeout=120, what="upg-01 to advertise its GPUs")
 
     boundaries = 0
     for crash_after in range(1, 40):
         version = VERSIONS[crash_after % 2]  # the other one than the pool runs now
-        if not _one_round(cluster, tmp_path, crash_after, version):
+        if not _one_round(cluster, tmp_path, mode, crash_after, version):
             break
         boundaries += 1
     else:
         pytest.fail("the first engine never finished the run by itself")
     print(f"{boundaries} crash points")
-    assert boundaries >= 12  # every commit of the run was a crash point once (17 here)
+    assert boundaries >= 12  # every commit of the run was a crash point once (17 when gpuops drives)

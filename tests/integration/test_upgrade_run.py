@@ -1,15 +1,21 @@
-"""A driver upgrade run, "gpuops drives" (autoUpgrade off), on the real GPU Operator with
-one NVIDIADriver per pool, as the bot's ServiceAccount: the run sets the version on the
-pool's NVIDIADriver once (audited, with the version it found), then canary first, wave by
-wave, restarts each node's driver pod into the new version; the other pool is untouched.
-A canary whose new driver crash-loops halts the run before the next wave.
+"""Driver upgrade runs on the real GPU Operator, as the bot's ServiceAccount.
 
-The first two plans are written by hand (as the engine tests do); the last test asks for
-the upgrade with `/gpu upgrade`, has it approved by two people and started as the
-scheduler starts it."""
+"gpuops drives" (autoUpgrade off, one NVIDIADriver per pool): the run sets the version on
+the pool's NVIDIADriver once (audited, with the version it found), then canary first,
+wave by wave, restarts each node's driver pod into the new version; the other pool is
+untouched. A canary whose new driver crash-loops halts the run before the next wave.
+
+"gpuops gates the operator" (autoUpgrade on, the ClusterPolicy): the operator's own
+upgrade controller upgrades each node, one wave at a time, because gpuops holds the others
+back with its skip label; the operator's upgrade-failed halts the run and a rollback puts
+the old version back.
+
+The first two plans are written by hand (as the engine tests do); the others ask with
+`/gpu upgrade`, are approved by two people and started as the scheduler starts them."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -134,15 +140,38 @@ UPG_CONFIG = GpuopsConfig.model_validate({
 })
 
 
+class _Desk:
+    """People at Slack: alice asks, bob and carol approve; an approved request's run starts
+    as the scheduler starts it and an engine runs it as the bot."""
+
+    def __init__(self, cluster, db, fleet_cache, as_bot: str) -> None:
+        self.cluster, self.db, self.as_bot = cluster, db, as_bot
+        self.services = Services.on_database(config=UPG_CONFIG, fleet=fleet_cache(user=as_bot), database=db)
+
+    def say(self, who: str, text: str):
+        return dispatch(text, actor=UPG_CONFIG.actor(who), services=self.services, now=h.now(), channel="C0OPS")
+
+    def rollback_request(self, run_id: str) -> str:
+        return next(r for r in self.services.requests.open_requests("upg")  # type: ignore[union-attr]
+                    if r.reason == f"rollback of {run_id}").id
+
+    def approve_and_run(self, request_id: str, *, timeout: float = 240):
+        view = self.services.requests.get(request_id)  # type: ignore[union-attr]
+        for approver in ("U0BOB", "U0CAROL"):
+            answer = self.say(approver, f"approve {view.id} {view.short_hash}")
+            assert answer.ok, answer.summary
+        run = RunService(self.db).start(view.id, dry_run=False, now=h.now(), plan_hash=view.plan_hash)
+        with h.EngineThread(self.cluster.kubeconfig, self.db.path, user=self.as_bot):
+            return h.wait_run(self.db, run.id, timeout=timeout)
+
+
 def test_an_upgrade_asked_for_and_approved_by_two_people_moves_the_pool_canary_first(
         fleet, cluster, db, as_bot, fleet_cache):
     fleet(_fleet())
     installer = cluster.installer()
     _converged(installer, ["upg-01", "upg-02"])
-    services = Services.on_database(config=UPG_CONFIG, fleet=fleet_cache(user=as_bot), database=db)
-
-    def say(who: str, text: str):
-        return dispatch(text, actor=UPG_CONFIG.actor(who), services=services, now=h.now(), channel="C0OPS")
+    desk = _Desk(cluster, db, fleet_cache, as_bot)
+    services, say = desk.services, desk.say
 
     asked = say("U0ALICE", f"upgrade upg to {NEW} driver CVE")
     assert asked.ok, asked.summary
@@ -164,29 +193,17 @@ def test_an_upgrade_asked_for_and_approved_by_two_people_moves_the_pool_canary_f
     assert _gfd_version(installer, "other-01") == OLD
 
 
-
 def test_a_halted_upgrade_rolled_back_puts_the_old_version_back_and_gives_the_canary_back(
         fleet, cluster, db, as_bot, fleet_cache):
     fleet(_fleet(crashloop_driver_versions=(NEW,)))
     installer = cluster.installer()
     _converged(installer, ["upg-01", "upg-02"])
-    services = Services.on_database(config=UPG_CONFIG, fleet=fleet_cache(user=as_bot), database=db)
-
-    def say(who: str, text: str):
-        return dispatch(text, actor=UPG_CONFIG.actor(who), services=services, now=h.now(), channel="C0OPS")
-
-    def approve_and_run(request_id: str):
-        view = services.requests.get(request_id)  # type: ignore[union-attr]
-        for approver in ("U0BOB", "U0CAROL"):
-            answer = say(approver, f"approve {view.id} {view.short_hash}")
-            assert answer.ok, answer.summary
-        run = RunService(db).start(view.id, dry_run=False, now=h.now(), plan_hash=view.plan_hash)
-        with h.EngineThread(cluster.kubeconfig, db.path, user=as_bot):
-            return h.wait_run(db, run.id, timeout=240)
+    desk = _Desk(cluster, db, fleet_cache, as_bot)
+    services, say = desk.services, desk.say
 
     assert say("U0ALICE", f"upgrade upg to {NEW} driver CVE").ok
     (request,) = services.requests.open_requests("upg")  # type: ignore[union-attr]
-    halted = approve_and_run(request.id)
+    halted = desk.approve_and_run(request.id)
     assert halted.state == "failed" and h.unschedulable(installer, "upg-01")
     assert _driver_version(installer, "upg-driver") == NEW
 
@@ -194,8 +211,7 @@ def test_a_halted_upgrade_rolled_back_puts_the_old_version_back_and_gives_the_ca
     assert asked.ok, asked.summary
     assert any(f"a rollback of run {halted.id}: upg-01 go back to {OLD}" in b for b in asked.sections[1].bullets)
     assert [row[1] for row in asked.sections[1].table.rows] == ["upg-01"]  # only what the run changed
-    back = approve_and_run(next(r for r in services.requests.open_requests("upg")  # type: ignore[union-attr]
-                                if r.reason == f"rollback of {halted.id}").id)
+    back = desk.approve_and_run(desk.rollback_request(halted.id))
 
     assert back.state == "succeeded", back.halted_reason
     assert _driver_version(installer, "upg-driver") == OLD
@@ -205,3 +221,123 @@ def test_a_halted_upgrade_rolled_back_puts_the_old_version_back_and_gives_the_ca
     # A request for a new upgrade is still refused while a node shows two driver sources;
     # none does now.
     assert fleet_cache(user=as_bot).fleet(h.now()).nodes["upg-01"].driver.owner == "operator"
+
+
+# ---- gpuops gates the operator (autoUpgrade on)
+
+GATED = fl.FleetSpec(
+    # The operator's upgrade controller looks again every 2 minutes; the nudge wakes it
+    # when a driver pod turns Ready or starts crash-looping, as its next look would.
+    name="upg", system_nodes=1, nudge_upgrade_controller=True,
+    operator=fl.OperatorSpec(auto_upgrade=True, driver_version=OLD),
+    pools=(fl.PoolSpec(name="upg", nodes=3),),
+)
+GATED_NODES = ("upg-01", "upg-02", "upg-03")
+SKIP = "nvidia.com/gpu-driver-upgrade.skip"
+HELD_BY = "gpuops.io/driver-upgrade-held-by"
+BUSY = ("cordon-required", "wait-for-jobs-required", "pod-deletion-required", "drain-required",
+        "pod-restart-required", "validation-required", "uncordon-required")
+
+
+def _policy_version(installer) -> str:
+    name = GATED.operator.cluster_policy_name
+    return installer.get({"kind": "ClusterPolicy", "metadata": {"name": name}})["spec"]["driver"]["version"]
+
+
+class _Watcher:
+    """The upgrade state of every node, as a poll sees it: which nodes the operator had
+    in hand at once, and in what order it took them up."""
+
+    def __init__(self, installer) -> None:
+        self.installer, self.busy_together, self.started = installer, 0, []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+
+    def _poll(self) -> None:
+        while not self.stop.wait(0.2):
+            busy = [n for n in GATED_NODES if observe.node(self.installer, n)["metadata"]["labels"].get(
+                "nvidia.com/gpu-driver-upgrade-state") in BUSY]
+            self.busy_together = max(self.busy_together, len(busy))
+            self.started += [n for n in busy if n not in self.started]
+
+    def __enter__(self) -> _Watcher:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+def test_with_auto_upgrade_on_the_operator_upgrades_the_pool_one_approved_wave_at_a_time(
+        fleet, cluster, db, as_bot, fleet_cache):
+    fleet(GATED)
+    installer = cluster.installer()
+    _converged(installer, GATED_NODES)
+    desk = _Desk(cluster, db, fleet_cache, as_bot)
+    services, say = desk.services, desk.say
+
+    asked = say("U0ALICE", f"upgrade upg to {NEW} driver CVE")
+    assert asked.ok, asked.summary
+    facts = {f.label: f.value for f in asked.sections[0].facts}
+    assert "autoUpgrade on: gpuops gates the operator" in facts["Driver set by"]
+    assert [row[1] for row in asked.sections[1].table.rows] == ["upg-01", "upg-02", "upg-03"]
+    (request,) = services.requests.open_requests("upg")  # type: ignore[union-attr]
+    with _Watcher(installer) as watched:
+        finished = desk.approve_and_run(request.id, timeout=420)
+
+    assert finished.state == "succeeded", finished.halted_reason
+    assert _policy_version(installer) == NEW
+    for node in GATED_NODES:
+        seen = observe.node(installer, node)
+        assert _gfd_version(installer, node) == NEW
+        assert not seen["spec"].get("unschedulable")
+        assert seen["metadata"]["labels"].get("nvidia.com/gpu-driver-upgrade-state") == "upgrade-done"
+        assert SKIP not in seen["metadata"]["labels"] and HELD_BY not in seen["metadata"].get("annotations", {})
+    # The operator had one node in hand at a time, in the plan's order: the others were held.
+    assert watched.busy_together == 1 and watched.started == list(GATED_NODES), watched.started
+    actions = [(r.action, r.target) for r in audit.for_run(db, finished.id)
+               if r.action.startswith(("driver-upgrade.", "driver-version."))]
+    assert actions[:2] == [("driver-upgrade.hold", "3 node(s)"),
+                           ("driver-version.set", f"ClusterPolicy {GATED.operator.cluster_policy_name}")]
+    assert [t for a, t in actions if a == "driver-upgrade.let-go"] == [f"node {n}" for n in GATED_NODES]
+
+
+def test_the_operators_upgrade_failed_halts_the_gated_run_and_a_rollback_puts_the_old_driver_back(
+        fleet, cluster, db, as_bot, fleet_cache):
+    fleet(GATED.model_copy(update={"crashloop_driver_versions": (NEW,)}))
+    installer = cluster.installer()
+    _converged(installer, GATED_NODES)
+    desk = _Desk(cluster, db, fleet_cache, as_bot)
+    services, say = desk.services, desk.say
+    before = {n: observe.driver_pods(installer, n)[0]["metadata"]["uid"] for n in ("upg-02", "upg-03")}
+
+    assert say("U0ALICE", f"upgrade upg to {NEW} driver CVE").ok
+    (request,) = services.requests.open_requests("upg")  # type: ignore[union-attr]
+    halted = desk.approve_and_run(request.id, timeout=420)
+
+    assert halted.state == "failed"
+    assert "the GPU Operator marked upg-01 upgrade-failed" in (halted.halted_reason or ""), halted.halted_reason
+    assert h.unschedulable(installer, "upg-01")
+    for node in ("upg-02", "upg-03"):  # still held back, never touched
+        seen = observe.node(installer, node)
+        assert seen["metadata"]["labels"].get(SKIP) == "true"
+        assert seen["metadata"]["annotations"].get(HELD_BY) == halted.id
+        assert observe.driver_pods(installer, node)[0]["metadata"]["uid"] == before[node]
+        assert not seen["spec"].get("unschedulable") and _gfd_version(installer, node) == OLD
+
+    asked = say("U0ALICE", f"rollback {halted.id}")
+    assert asked.ok, asked.summary
+    assert [row[1] for row in asked.sections[1].table.rows] == ["upg-01"]
+    back = desk.approve_and_run(desk.rollback_request(halted.id), timeout=420)
+
+    assert back.state == "succeeded", back.halted_reason
+    assert _policy_version(installer) == OLD
+    assert _gfd_version(installer, "upg-01") == OLD and not h.unschedulable(installer, "upg-01")
+    for node in GATED_NODES:
+        seen = observe.node(installer, node)
+        assert SKIP not in seen["metadata"]["labels"] and HELD_BY not in seen["metadata"].get("annotations", {})
+    # The nodes that never moved kept their driver pods: the old version is theirs again.
+    for node in ("upg-02", "upg-03"):
+        assert observe.driver_pods(installer, node)[0]["metadata"]["uid"] == before[node]
+    assert [r.detail["to"] for r in audit.for_run(db, back.id) if r.action == "driver-version.set"] == [OLD]

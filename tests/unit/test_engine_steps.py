@@ -365,3 +365,60 @@ def test_the_driver_version_step_does_not_overwrite_someone_elses_change_and_rer
     with pytest.raises(StepParamsError, match="params.object"):
         DriverVersion().prepare(_VersionCtx(gateway=racing, params={"object": "Deployment", "name": "x",  # type: ignore[arg-type]
                                                                     "version": "1"}))
+
+
+class _SomeNodes:
+    """The node reads and label patches the operator-hold step makes, on a few nodes."""
+
+    def __init__(self, nodes: dict[str, NodeObject]) -> None:
+        self.nodes = nodes
+        self.patches: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
+
+    def get_node(self, name: str) -> NodeObject:
+        from workflows.kube.errors import NotFound
+
+        if name not in self.nodes:
+            raise NotFound(f"nodes {name} not found", status=404, reason="NotFound")
+        return self.nodes[name]
+
+    def label_node(self, name: str, *, labels, annotations, dry_run: bool) -> NodeObject:
+        self.patches.append((name, dict(labels), dict(annotations)))
+        node = self.nodes[name]
+        merged_labels = {k: v for k, v in {**node.labels, **labels}.items() if v is not None}
+        merged_notes = {k: v for k, v in {**node.annotations, **annotations}.items() if v is not None}
+        self.nodes[name] = NodeObject(**{**{f: getattr(node, f) for f in NodeObject.__slots__},
+                                         "labels": merged_labels, "annotations": merged_notes})
+        return self.nodes[name]
+
+
+SKIP, HELD_BY = "nvidia.com/gpu-driver-upgrade.skip", "gpuops.io/driver-upgrade-held-by"
+
+
+def test_holding_nodes_back_from_the_operator_leaves_a_persons_skip_label_and_releasing_takes_off_only_gpuops_own(make):
+    from workflows.engine.steps import OperatorHold
+
+    gateway = _SomeNodes({
+        "free": make.node("free"),
+        "persons": make.node("persons", labels={SKIP: "true"}),
+        "earlier": make.node("earlier", labels={SKIP: "true"}, annotations={HELD_BY: "run-1"}),
+    })
+    params = {"nodes": ["free", "persons", "earlier", "gone"]}
+    step = OperatorHold()
+    intent = step.prepare(_VersionCtx(gateway=gateway, params=params))  # type: ignore[arg-type]
+    assert intent == {"release": False, "targets": ["free"], "left_alone": ["persons"]}
+    ctx = _VersionCtx(gateway=gateway, params=params, intent=intent)
+    assert step.advance(ctx).note.startswith("held 1 node(s) back")  # type: ignore[arg-type, union-attr]
+    assert step.advance(ctx).note.startswith("held 1 node(s) back")  # type: ignore[arg-type, union-attr]
+    assert gateway.patches == [("free", {SKIP: "true"}, {HELD_BY: "run-2"})]  # once, after a repeat too
+    # One intent key (the engine commits a key's audit row once).
+    assert set(map(str, ctx.recorded_rows)) == {str(("driver-upgrade.hold", {"nodes": ["free"]}))}
+
+    release = {**params, "release": True}
+    intent = step.prepare(_VersionCtx(gateway=gateway, params=release))  # type: ignore[arg-type]
+    assert intent == {"release": True, "targets": ["free", "earlier"], "left_alone": ["persons"]}
+    step.advance(_VersionCtx(gateway=gateway, params=release, intent=intent))  # type: ignore[arg-type]
+    assert gateway.nodes["persons"].labels.get(SKIP) == "true"
+    assert all(SKIP not in gateway.nodes[n].labels and HELD_BY not in gateway.nodes[n].annotations
+               for n in ("free", "earlier"))
+    with pytest.raises(StepParamsError, match="params.nodes"):
+        step.prepare(_VersionCtx(gateway=gateway, params={"nodes": "free"}))  # type: ignore[arg-type]

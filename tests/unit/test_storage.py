@@ -933,9 +933,15 @@ def test_kv_stores_replaces_and_deletes_small_values(db):
     assert not kv.delete(db, key="engine.holder")
 
 
-def test_migration_3_keeps_every_step_and_lets_a_run_set_a_driver_version(db_path):
+@pytest.mark.parametrize(("version", "kind", "params"), [
+    (3, "driver-version", {"object": "NVIDIADriver", "name": "d"}),
+    (4, "operator-hold", {"nodes": ["gpu-01"]}),
+    (4, "operator-upgrade", {"version": "580.95.05"}),
+])
+def test_a_migration_that_widens_the_step_kinds_keeps_every_step_and_lets_a_run_use_the_new_one(
+        db_path, version, kind, params):
     at = dt.datetime(2026, 12, 4, 9, 0, tzinfo=dt.timezone.utc)
-    with open_database(db_path, migrations=MIGRATIONS[:2]) as old:
+    with open_database(db_path, migrations=MIGRATIONS[:version - 1]) as old:
         request = requests.create(old, kind="upgrade", pool="train-a", targets=["gpu-01"], window_start=None,
                                   window_end=None, reason="x", requester="U0OTTO", requester_name="Otto",
                                   plan={"format": 1}, plan_hash="a" * 64, approvals_required=0, expires_at=at, at=at)
@@ -943,16 +949,15 @@ def test_migration_3_keeps_every_step_and_lets_a_run_set_a_driver_version(db_pat
         before = steps.add(old, run_id=run.id, steps=[steps.NewStep(0, "gpu-01", 0, "cordon"),
                                                       steps.NewStep(0, "gpu-01", 1, "driver", {"version": "580.95.05"})])
         steps.transition(old, id=before[0].id, expected="pending", new="done", at=at)
-        with pytest.raises(sqlite3.IntegrityError):  # version 2 does not know the kind
-            old.execute("UPDATE steps SET kind = 'driver-version' WHERE id = ?", [before[1].id])
+        with pytest.raises(sqlite3.IntegrityError):  # the version before does not know the kind
+            old.execute("UPDATE steps SET kind = ? WHERE id = ?", [kind, before[1].id])
 
-    with open_database(db_path) as db:
-        assert db.schema_version == 3
+    with open_database(db_path, migrations=MIGRATIONS[:version]) as db:
+        assert db.schema_version == version
         kept = steps.for_run(db, run_id=run.id)
         assert [(s.id, s.kind, s.state, s.detail) for s in kept] == [
             (before[0].id, "cordon", "done", {}), (before[1].id, "driver", "pending", {"version": "580.95.05"})]
-        added = steps.add(db, run_id=run.id, steps=[steps.NewStep(0, "gpu-01", 2, "driver-version",
-                                                                  {"object": "NVIDIADriver", "name": "d"})])[-1]
-        assert added.kind == "driver-version"
+        added = steps.add(db, run_id=run.id, steps=[steps.NewStep(0, "gpu-01", 2, kind, params)])[-1]
+        assert added.kind == kind
         with pytest.raises(sqlite3.IntegrityError):
             db.execute("UPDATE steps SET kind = 'reboot' WHERE id = ?", [added.id])

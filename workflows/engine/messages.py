@@ -561,3 +561,79 @@ def cordon_taken_over(run: str, *, prior_unschedulable: bool) -> str:
     then = "it was cordoned before that run, so it stays cordoned" if prior_unschedulable else \
         "it is given back at the end"
     return f"took over the cordon run {run} left: {then}"
+
+
+# ---- gating the GPU Operator's own upgrade (autoUpgrade on)
+
+_SKIP = "nvidia.com/gpu-driver-upgrade.skip=true"
+# What the operator's upgrade controller is doing in each of its states.
+_OPERATOR_STATES = {
+    "upgrade-required": "queued: it starts the node when it next looks (at least every 2 minutes)",
+    "cordon-required": "cordoning",
+    "wait-for-jobs-required": "waiting for the selected jobs to finish",
+    "pod-deletion-required": "deleting the node's GPU pods",
+    "drain-required": "draining",
+    "pod-restart-required": "restarting the driver pod",
+    "validation-required": "waiting for the validator",
+    "uncordon-required": "finishing",
+    "upgrade-done": "done, but the node's driver pod is not the new one yet",
+    "upgrade-failed": "failed",
+}
+
+
+def operator_held(nodes: Sequence[str], *, dry_run: bool = False) -> str:
+    verb = "would hold" if dry_run else "held"
+    return (f"{verb} {len(nodes)} node(s) back from the GPU Operator's own upgrade ({_SKIP}) until their "
+            f"turn: {_list(nodes)}" if nodes else "no node to hold back from the GPU Operator's upgrade")
+
+
+def operator_released(nodes: Sequence[str], *, dry_run: bool = False) -> str:
+    verb = "would give" if dry_run else "gave"
+    return (f"{verb} {len(nodes)} node(s) held by gpuops back to the GPU Operator's upgrade controller: "
+            f"{_list(nodes)}" if nodes else "no node held by gpuops to give back")
+
+
+def operator_hold_params() -> str:
+    return "an operator-hold step needs params.nodes, a list of node names"
+
+
+def operator_upgrade_params() -> str:
+    return "an operator-upgrade step needs the driver version in params.version"
+
+
+def operator_let_go(node: str, *, dry_run: bool = False) -> str:
+    return (f"{'would remove' if dry_run else 'removed'} {_SKIP} from {node}: the GPU Operator's upgrade "
+            "controller may now upgrade it (gpuops gives the node back after its own checks)")
+
+
+def operator_skip_by_person(node: str) -> str:
+    return (f"someone labelled {node} {_SKIP}: the GPU Operator will not upgrade it while that stays; "
+            "remove the label to let the run go on, or abort the run")
+
+
+def operator_not_following(node: str) -> str:
+    return (f"{node} has no nvidia.com/gpu-driver-upgrade-state label: the GPU Operator's upgrade controller "
+            "is not following it (is autoUpgrade still on?)")
+
+
+def operator_upgrading(state: str) -> str:
+    return f"the GPU Operator is upgrading this node: {state} ({_OPERATOR_STATES.get(state, 'a state gpuops does not know')})"
+
+
+def operator_upgrade_failed(node: str, pod_text: str | None) -> str:
+    text = (f"the GPU Operator marked {node} upgrade-failed" + (f" (driver pod: {pod_text})" if pod_text else "")
+            + "; the node stays cordoned, the nodes not yet upgraded stay held back")
+    return text
+
+
+def operator_restarting_failed_pod(pod: str) -> str:
+    return (f"deleted the failed driver pod {pod}: the operator does not replace a pod on an upgrade-failed "
+            "node itself")
+
+
+def operator_upgraded(pod: str, version: str) -> str:
+    return f"the GPU Operator upgraded the node: driver pod {pod} runs {version} and is Ready (upgrade-done)"
+
+
+def would_follow_operator(node: str, version: str) -> str:
+    return f"would let the GPU Operator upgrade {node} to {version} and follow it"

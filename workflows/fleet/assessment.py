@@ -33,6 +33,7 @@ from workflows.kube.labels import (
     ANNOTATION_CORDONED_BY,
     ANNOTATION_MIG_STATE_SINCE,
     ANNOTATION_OWNER,
+    ANNOTATION_UPGRADE_HELD_BY,
     ANNOTATION_UPGRADE_STATE_SINCE,
     ANNOTATION_VALIDATION_START,
     ANNOTATION_WAIT_FOR_JOBS_START,
@@ -51,6 +52,7 @@ from workflows.kube.labels import (
     LABEL_MIG_STRATEGY,
     LABEL_POD_TEMPLATE_GENERATION,
     LABEL_SHARING_STRATEGY,
+    LABEL_UPGRADE_SKIP,
     LABEL_UPGRADE_STATE,
     LABELS_DRIVER_VERSION_PARTS,
     LABELS_DRIVER_VERSION_PARTS_OLD,
@@ -568,6 +570,10 @@ class DriverOwnership:
 class UpgradeStatus:
     state: str | None  # nvidia.com/gpu-driver-upgrade-state; None when not labelled
     since: dt.datetime | None  # when the node entered it, when known
+    # nvidia.com/gpu-driver-upgrade.skip=true: the upgrade controller leaves the node alone.
+    skip: bool = False
+    # The gpuops run that set that label to gate the operator (None: a person set it).
+    held_by: str | None = None
 
     @property
     def in_progress(self) -> bool:
@@ -775,7 +781,9 @@ def assess_node(
 
     gfd_version = gfd_driver_version(labels)
     upgrade_state = labels.get(LABEL_UPGRADE_STATE) or None
-    upgrade = UpgradeStatus(state=upgrade_state, since=_upgrade_since(node, upgrade_state))
+    upgrade = UpgradeStatus(state=upgrade_state, since=_upgrade_since(node, upgrade_state),
+                            skip=labels.get(LABEL_UPGRADE_SKIP) == "true",
+                            held_by=node.annotations.get(ANNOTATION_UPGRADE_HELD_BY) or None)
     mig = MigStatus(
         capable=labels.get(LABEL_MIG_CAPABLE) == "true",
         strategy=strategy,

@@ -513,10 +513,11 @@ class KubeGateway:
                                 resource_version=resource_version, dry_run=dry_run)
 
     def label_node(self, name: str, *, labels: Mapping[str, str | None], dry_run: bool,
-                   resource_version: str | None = None) -> NodeObject:
-        """Set or remove (None) node labels."""
-        return self._patch_node("label", name, labels=labels, resource_version=resource_version,
-                                dry_run=dry_run)
+                   resource_version: str | None = None,
+                   annotations: Mapping[str, str | None] | None = None) -> NodeObject:
+        """Set or remove (None) node labels, and `annotations` in the same patch."""
+        return self._patch_node("label", name, labels=labels, annotations=annotations,
+                                resource_version=resource_version, dry_run=dry_run)
 
     def get_custom_object(self, path: str, name: str) -> CustomObject:
         """A ClusterPolicy (`CLUSTER_POLICIES`) or NVIDIADriver (`NVIDIA_DRIVERS`), read fresh."""

@@ -30,12 +30,20 @@ LABEL_DEPLOY_PREFIX = "nvidia.com/gpu.deploy."
 LABEL_DEPLOY_DRIVER = "nvidia.com/gpu.deploy.driver"
 LABEL_DEPLOY_OPERANDS = "nvidia.com/gpu.deploy.operands"
 LABEL_UPGRADE_STATE = "nvidia.com/gpu-driver-upgrade-state"
+# The upgrade controller leaves a node labelled `true` in upgrade-required (it never starts it).
+LABEL_UPGRADE_SKIP = "nvidia.com/gpu-driver-upgrade.skip"
 LABEL_DRIVER_CR_OWNER = "nvidia.com/gpu-operator.driver.owner"
 
 ANNOTATION_CORDONED_BY = "gpuops.io/cordoned-by"
 ANNOTATION_UPGRADE_STATE_SINCE = "gpuops.io/upgrade-state-since"
 ANNOTATION_MIG_STATE_SINCE = "gpuops.io/mig-state-since"
 ANNOTATION_OWNER = "gpuops.io/owner"
+# The run that set LABEL_UPGRADE_SKIP on the node to gate the operator's upgrade (a skip
+# label without it is a person's, and gpuops never removes that one).
+ANNOTATION_UPGRADE_HELD_BY = "gpuops.io/driver-upgrade-held-by"
+# The upgrade controller's note that the node was cordoned before its upgrade: it then
+# leaves the uncordon to whoever cordoned it (here gpuops, after its own validation).
+ANNOTATION_UPGRADE_INITIAL_UNSCHEDULABLE = "nvidia.com/gpu-driver-upgrade.node-initial-state.unschedulable"
 # The upgrade controller's own start times (unix seconds), used when gpuops has not
 # recorded when the state began.
 ANNOTATION_WAIT_FOR_JOBS_START = "nvidia.com/gpu-driver-upgrade-wait-for-pod-completion-start-time"

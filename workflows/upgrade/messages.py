@@ -26,11 +26,6 @@ def pool_not_configured(pool: str) -> str:
     return f"pool {pool} has no policy in the configuration (pools.{pool}): gpuops upgrades only configured pools"
 
 
-def gating_not_built(ref: str) -> str:
-    return (f"{ref} has upgradePolicy.autoUpgrade on: the operator would upgrade the nodes itself, and gating "
-            f"its upgrade is not built yet. Set autoUpgrade to false on {ref} for gpuops to drive the upgrade")
-
-
 def no_windows(pool: str) -> str:
     return f"pool {pool} has no maintenance windows, so no upgrade may run: configure pools.{pool}.windows"
 
@@ -38,6 +33,31 @@ def no_windows(pool: str) -> str:
 def plan_manager_note(ref: str, current: Sequence[tuple[str, int]], version: str) -> str:
     now = ", ".join(f"{v} on {plural(n, 'node')}" for v, n in current) or "no version reported"
     return f"{ref} is set to {version} at the canary's first step (now: {now})"
+
+
+def plan_gates_operator_note(ref: str) -> str:
+    return (f"gpuops gates the operator (autoUpgrade on for {ref}): every node is held back from the operator's "
+            "upgrade (label nvidia.com/gpu-driver-upgrade.skip=true) before the version changes, and let go in "
+            "its wave; the operator cordons, waits for jobs, deletes GPU pods and restarts the driver per its "
+            "upgradePolicy; gpuops validates every GPU before it uncordons. A node the operator marks "
+            "upgrade-failed halts the run, and the nodes not yet let go stay held")
+
+
+def plan_skipped_by_person_note(nodes: Sequence[str]) -> str:
+    return (f"left out: {names(nodes)}, labelled nvidia.com/gpu-driver-upgrade.skip=true by a person (the "
+            "operator will not upgrade them while it stays)")
+
+
+def plan_also_moves_note(ref: str, pools: Sequence[str], version: str, *, held: bool) -> str:
+    if held:
+        return (f"{ref} also drives {names(pools)}: their nodes are held back from the operator's upgrade and "
+                f"stay held after this run; upgrade them in turn with /gpu upgrade <pool> to {version}")
+    return (f"{ref} also drives {names(pools)} (upgrades.cluster_policy_scope: all-pools): their driver pods take "
+            f"{version} on their next restart (OnDelete); upgrade them in turn with /gpu upgrade <pool> to {version}")
+
+
+def plan_release_note(run: str, nodes: Sequence[str]) -> str:
+    return f"at the end, {names(nodes)} (held back by {run} and never upgraded) are given back to the operator"
 
 
 def plan_canary_note(canary: str, soak: dt.timedelta) -> str:
@@ -75,8 +95,8 @@ def cluster_policy_shared(policy: str, pool: str, others: Sequence[str], version
             else "their driver pods take it on their next restart (OnDelete)")
     return (f"ClusterPolicy {policy} sets the driver of {names(others)} too: a change to {version} reaches "
             f"{'that pool' if len(others) == 1 else 'those pools'} as well; {when}. Give pool {pool} its own "
-            "NVIDIADriver (ClusterPolicy spec.driver.useNvidiaDriverCRD: true, one NVIDIADriver per pool); "
-            "upgrading several pools in one plan is not built yet")
+            "NVIDIADriver (ClusterPolicy spec.driver.useNvidiaDriverCRD: true, one NVIDIADriver per pool), or "
+            "have an admin set upgrades.cluster_policy_scope: all-pools to accept that")
 
 
 def nothing_to_do(pool: str, version: str) -> str:

@@ -1,15 +1,21 @@
 """A driver upgrade of one pool, planned: the scope (`scope.upgrade_scope`: the one
 object whose version changes and every refusal), the window it runs in, the canary and
-waves, and the steps each node goes through. "gpuops drives" only (the pool's driver
-object has autoUpgrade off); gating the operator's own upgrade is not built yet and is
-refused with what to do instead.
+waves, and the steps each node goes through. The canary's first change sets the version
+on the driver object; after the canary the pool soaks for `upgrade_soak` before the next
+wave.
 
-Per node: cordon (a human's cordon is kept), wait for the pool's `wait_for` jobs, evict
-GPU pods (PDB-respecting, the pool's drain timeout and action), restart the driver pod
-into the new version (the engine waits until the operator has put it into the node's
-DaemonSet), validate (Ready, driver, device plugin, validator, every GPU advertised),
-uncordon. The canary's first step sets the version on the driver object; after the
-canary the pool soaks for `upgrade_soak` before the next wave."""
+"gpuops drives" (the driver object has autoUpgrade off), per node: cordon (a person's
+cordon is kept), wait for the pool's `wait_for` jobs, evict GPU pods (PDB-respecting, the
+pool's drain timeout and action), restart the driver pod into the new version (the
+engine waits until the operator has put it into the node's DaemonSet), validate (Ready,
+driver, device plugin, validator, every GPU advertised), uncordon.
+
+"gpuops gates the operator" (autoUpgrade on): before the version changes, every node it
+reaches is held back from the operator's upgrade (`operator-hold`: the skip label, with
+gpuops's mark); per node, in its wave: cordon, let the operator upgrade it and follow its
+states (`operator-upgrade`: its own wait-for-jobs, pod deletion and drain, per its
+upgradePolicy), validate, uncordon. Nodes a person labelled skip are left out (the plan
+says so); nodes of other pools the ClusterPolicy drives stay held after the run."""
 
 from __future__ import annotations
 
@@ -22,7 +28,14 @@ from workflows.fleet.summary import Fleet
 from workflows.plans import NodeStep, Plan, PlanSummary, Wave
 from workflows.pools.config import PoolConfig
 from workflows.upgrade import messages as say
-from workflows.upgrade.scope import UpgradeOrder, UpgradeRefused, UpgradeScope, upgrade_order, upgrade_scope
+from workflows.upgrade.scope import (
+    ClusterPolicyScope,
+    UpgradeOrder,
+    UpgradeRefused,
+    UpgradeScope,
+    upgrade_order,
+    upgrade_scope,
+)
 
 EVICT_SCOPE = "gpu"  # a driver change moves GPU pods; other pods keep running
 
@@ -38,11 +51,13 @@ class UpgradeAsk:
 @dataclass(frozen=True, slots=True)
 class RollbackOf:
     """What a rollback undoes: the run, the nodes it changed (the failed one first) and
-    the version its driver-version step replaced."""
+    the version its driver-version step replaced; `release` are the nodes that run held
+    back from the operator's upgrade and never moved (given back at the end)."""
 
     run: str
     nodes: tuple[str, ...]
     version: str
+    release: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +71,7 @@ class UpgradePlan:
 
 def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, now: dt.datetime,
                  requested_by: str, allowed_versions: Sequence[str] = (),
+                 cluster_policy_scope: ClusterPolicyScope = "pool",
                  rollback: RollbackOf | None = None) -> UpgradePlan:
     """Plan `ask` for `requested_by`, or raise UpgradeRefused saying why not. A `rollback`
     plans only the nodes that run changed, its failed node first, each taking over the
@@ -66,14 +82,17 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
         raise UpgradeRefused(say.pool_not_configured(ask.pool), code="pool-not-configured")
     scope = upgrade_scope(fleet, ask.pool, version=ask.version, downgrade=ask.downgrade or rollback is not None,
                           allowed_versions=allowed_versions if rollback is None else (),
+                          cluster_policy_scope=cluster_policy_scope,
                           broken_by_run=rollback.nodes if rollback is not None else ())
-    if scope.mode == "gates-operator":
-        raise UpgradeRefused(say.gating_not_built(scope.manager.ref), code="auto-upgrade-on")
+    gates = scope.mode == "gates-operator"
     start, end = _window(policy, pool=ask.pool, now=now)
     pool = fleet.pool(ask.pool)
     assert pool is not None  # upgrade_scope refuses an unknown pool
     members = [fleet.nodes[n] for n in pool.nodes]
-    nodes = [fleet.nodes[n] for n in scope.nodes if rollback is None or n in rollback.nodes]
+    candidates = [fleet.nodes[n] for n in scope.nodes if rollback is None or n in rollback.nodes]
+    # A skip label a person set keeps the operator off the node: gpuops leaves it out too.
+    skipped_by_person = [n.name for n in candidates if gates and n.upgrade.skip and not n.upgrade.held_by]
+    nodes = [n for n in candidates if n.name not in skipped_by_person]
     # A rollback starts with the node its run failed on (cordoned by that run, so out already).
     order = upgrade_order(nodes, pool=members, budget=policy.unavailable_budget,
                           canary=rollback.nodes[0] if rollback is not None else policy.canary,
@@ -83,17 +102,38 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
     kind, name = scope.manager.kind, scope.manager.name
     set_version = NodeStep("driver-version", order.canary, {"object": kind, "name": name,
                                                             "version": scope.target.text})
-    canary_steps = [set_version, *_node_steps(by_name[order.canary], policy=policy, version=scope.target.text,
-                                              takes_over=takes_over),
+    node_steps = _gated_node_steps if gates else _node_steps
+    first: list[NodeStep] = []
+    held_after: list[str] = []
+    if gates:
+        # Every node the new version reaches, held back before it changes; each wave's
+        # operator-upgrade steps let go of their own nodes.
+        held_after = [n for p in scope.also_moves for n in _driven(fleet, p)]
+        first.append(NodeStep("operator-hold", order.canary, {"nodes": [n.name for n in nodes] + held_after}))
+    canary_steps = [*first, set_version,
+                    *node_steps(by_name[order.canary], policy=policy, version=scope.target.text, takes_over=takes_over),
                     NodeStep("hold", order.canary, {"seconds": int(policy.upgrade_soak.total_seconds())})]
     waves = [Wave(0, (order.canary,), tuple(canary_steps))]
     for index, wave in enumerate(order.waves, start=1):
-        steps = [step for node in wave for step in _node_steps(by_name[node], policy=policy,
-                                                                version=scope.target.text, takes_over=takes_over)]
+        steps = [step for node in wave for step in node_steps(by_name[node], policy=policy,
+                                                               version=scope.target.text, takes_over=takes_over)]
         waves.append(Wave(index, wave, tuple(steps)))
+    if rollback is not None and rollback.release:
+        last = waves[-1]
+        release = NodeStep("operator-hold", last.nodes[-1], {"nodes": list(rollback.release), "release": True})
+        waves[-1] = Wave(last.index, last.nodes, (*last.steps, release))
     largest = max((sum(by_name[n].physical_gpus or 0 for n in w.nodes) for w in waves), default=0)
     notes = [say.plan_manager_note(scope.manager.ref, scope.current, scope.target.text),
              say.plan_canary_note(order.canary, policy.upgrade_soak)]
+    if gates:
+        notes.insert(1, say.plan_gates_operator_note(scope.manager.ref))
+    if skipped_by_person:
+        notes.append(say.plan_skipped_by_person_note(skipped_by_person))
+    if scope.also_moves:
+        notes.append(say.plan_also_moves_note(scope.manager.ref, scope.also_moves, scope.target.text,
+                                              held=gates))
+    if rollback is not None and rollback.release:
+        notes.append(say.plan_release_note(rollback.run, rollback.release))
     if rollback is not None:
         notes.append(say.plan_rollback_note(rollback.run, scope.target.text, rollback.nodes))
     elif scope.downgrade:
@@ -105,12 +145,36 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
     return UpgradePlan(scope=scope, order=order, plan=plan, window_start=start, window_end=end)
 
 
-def _node_steps(node: NodeInventory, *, policy: PoolConfig, version: str,
-                takes_over: str | None = None) -> list[NodeStep]:
+def _driven(fleet: Fleet, pool: str) -> list[str]:
+    found = fleet.pool(pool)
+    return [n for n in (found.nodes if found else ()) if fleet.nodes[n].deploy_driver == "true"]
+
+
+def _cordon(node: NodeInventory, takes_over: str | None) -> NodeStep:
     cordon: dict[str, object] = {"was_cordoned": node.cordoned}
     if takes_over is not None:
         cordon["takes_over"] = takes_over
-    steps = [NodeStep("cordon", node.name, cordon)]
+    return NodeStep("cordon", node.name, cordon)
+
+
+def _gated_node_steps(node: NodeInventory, *, policy: PoolConfig, version: str,
+                      takes_over: str | None = None) -> list[NodeStep]:
+    """The operator upgrades the node (its own jobs wait, pod deletion and drain); gpuops
+    cordons it first so the operator leaves the uncordon to gpuops's own validation."""
+    validate = int(policy.validate_timeout.total_seconds())
+    wait = int((policy.wait_for.timeout if policy.wait_for is not None else dt.timedelta(0)).total_seconds())
+    return [
+        _cordon(node, takes_over),
+        NodeStep("operator-upgrade", node.name, {
+            "version": version, "timeout_s": int(policy.drain_timeout.total_seconds()) + wait + validate}),
+        NodeStep("validate", node.name, {"timeout_s": validate}),
+        NodeStep("uncordon", node.name, {"leave_cordoned": node.cordoned}),
+    ]
+
+
+def _node_steps(node: NodeInventory, *, policy: PoolConfig, version: str,
+                takes_over: str | None = None) -> list[NodeStep]:
+    steps = [_cordon(node, takes_over)]
     if policy.wait_for is not None:
         steps.append(NodeStep("wait-for-jobs", node.name, {
             "selector": policy.wait_for.selector, "timeout_s": int(policy.wait_for.timeout.total_seconds())}))

@@ -17,7 +17,7 @@ from workflows.pools.config import PoolConfig
 from workflows.requests.service import RequestService, RequestView
 from workflows.upgrade import messages as say
 from workflows.upgrade.plan import RollbackOf, UpgradeAsk, UpgradePlan, plan_upgrade
-from workflows.upgrade.scope import UpgradeRefused
+from workflows.upgrade.scope import ClusterPolicyScope, UpgradeRefused
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,10 +28,11 @@ class UpgradeRequested:
 
 class UpgradeService:
     def __init__(self, requests: RequestService, *, pools: Mapping[str, PoolConfig],
-                 allowed_versions: Sequence[str] = ()) -> None:
+                 allowed_versions: Sequence[str] = (), cluster_policy_scope: ClusterPolicyScope = "pool") -> None:
         self._requests = requests
         self._pools = pools
         self._allowed_versions = tuple(allowed_versions)
+        self._cluster_policy_scope: ClusterPolicyScope = cluster_policy_scope
 
     def request(self, actor: Actor, ask: UpgradeAsk, *, fleet: Fleet, now: dt.datetime,
                 channel: str | None = None) -> UpgradeRequested:
@@ -39,7 +40,8 @@ class UpgradeService:
         AccessDenied or RequestRefused."""
         require(actor, Role.OPERATOR, action="Requesting a driver upgrade", pool=ask.pool)
         planned = plan_upgrade(ask, fleet=fleet, policy=self._pools.get(ask.pool), now=now,
-                               requested_by=actor.user_id, allowed_versions=self._allowed_versions)
+                               requested_by=actor.user_id, allowed_versions=self._allowed_versions,
+                               cluster_policy_scope=self._cluster_policy_scope)
         view = self._requests.submit(actor, kind="upgrade", pool=ask.pool, targets=list(planned.plan.nodes),
                                      plan=planned.plan, window_start=planned.window_start,
                                      window_end=planned.window_end, reason=ask.reason, channel=channel, now=now)
@@ -57,15 +59,20 @@ class UpgradeService:
         set_version = next((s for s in run.steps if s.kind == "driver-version" and s.state in ("done", "failed")),
                            None)
         prior = step_intent(set_version).get("prior_version") if set_version is not None else None
-        touched = [s for s in run.steps if s.kind == "driver" and s.state in ("done", "failed", "running")]
+        touched = [s for s in run.steps if s.kind in ("driver", "operator-upgrade")
+                   and s.state in ("done", "failed", "running")]
         if not prior or not touched:
             raise UpgradeRefused(say.rollback_nothing_changed(run.id), code="nothing-to-roll-back")
         failed = [s.node for s in touched if s.state == "failed"]
         nodes = tuple(dict.fromkeys([*failed, *(s.node for s in touched)]))
+        # Nodes the run held back from the operator's upgrade and never let go of.
+        held = [n for s in run.steps if s.kind == "operator-hold" and s.state == "done"
+                for n in step_intent(s).get("targets") or ()]
+        release = tuple(n for n in dict.fromkeys(held) if n not in nodes)
         ask = UpgradeAsk(pool=run.pool, version=str(prior), downgrade=True, reason=f"rollback of {run.id}")
         planned = plan_upgrade(ask, fleet=fleet, policy=self._pools.get(run.pool), now=now,
-                               requested_by=actor.user_id, rollback=RollbackOf(run=run.id, nodes=nodes,
-                                                                               version=str(prior)))
+                               requested_by=actor.user_id, cluster_policy_scope=self._cluster_policy_scope,
+                               rollback=RollbackOf(run=run.id, nodes=nodes, version=str(prior), release=release))
         view = self._requests.submit(actor, kind="upgrade", pool=run.pool, targets=list(planned.plan.nodes),
                                      plan=planned.plan, window_start=planned.window_start,
                                      window_end=planned.window_end, reason=ask.reason, channel=channel, now=now)
