@@ -86,6 +86,19 @@ def _abort(click: Click, run_id: str, services: Services) -> Outcome:
     return Outcome(notice=_done(msg.aborted_by_you(view.id)))
 
 
+def _rollback(click: Click, run_id: str, services: Services) -> Outcome:
+    """Ask for the rollback of a halted upgrade run, as `/gpu rollback <run>` typed in the
+    halted request's channel would: the new request gets its own card and thread there."""
+    channel = None
+    if services.runs is not None and services.requests is not None:
+        try:
+            channel = services.requests.get(services.runs.get(run_id).run.request_id).channel
+        except (RunRefused, UnknownRequest):
+            pass  # the command says what is wrong with the run
+    reply = dispatch(f"rollback {run_id}", actor=click.actor, services=services, now=click.now, channel=channel)
+    return Outcome(notice=reply)
+
+
 def _acknowledge(click: Click, handover_id: str, services: Services) -> Outcome:
     if services.database is None or not (handover_id.isascii() and handover_id.isdigit()):
         return Outcome(notice=_refused(msg.not_a_gpuops_button()))
@@ -123,6 +136,8 @@ def press(click: Click, services: Services) -> Outcome:
         return _abort(click, value.subject, services)
     if click.action == "handover-ack":
         return _acknowledge(click, value.subject, services)
+    if click.action == "rollback":
+        return _rollback(click, value.subject, services)
     requests = services.requests
     if requests is None:
         return Outcome(notice=_refused(msg.requests_unavailable()))

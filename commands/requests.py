@@ -82,6 +82,15 @@ def card_intents(view: RequestView) -> tuple[Intent, ...]:
     return (*_decide_intents(view), _cancel(view)) if view.state == "pending" else ()
 
 
+def rollback_intent(view: RequestView, runs: list[RunView]) -> tuple[Intent, ...]:
+    """A Roll back button on an upgrade whose run halted (it asks for the rollback; the
+    rollback itself waits for the pool's approvals like any upgrade)."""
+    halted = [r for r in runs if r.state == "failed" and not r.run.dry_run]
+    if view.kind != "upgrade" or not halted:
+        return ()
+    return (Intent(action="rollback", label="Roll back", value=halted[-1].id),)
+
+
 def _plan_section(view: RequestView) -> Section:
     rows = tuple(
         (str(wave.index + 1), ", ".join(wave.nodes),
@@ -116,12 +125,12 @@ def _request_reply(call: Call, view: RequestView, *, title: str | None = None) -
         sections.append(Section(title="Decisions", bullets=tuple(
             msg.approvals_line(a.approver_name, a.decision, a.plan_hash[:8], a.counts, a.reason)
             for a in view.approvals)))
-    if call.services.runs is not None:
-        sections.extend(_run_section(run) for run in call.services.runs.for_request(view.id))
+    runs = call.services.runs.for_request(view.id) if call.services.runs is not None else []
+    sections.extend(_run_section(run) for run in runs)
     return Reply(title=title or msg.request_title(view.id, view.kind, view.pool),
                  summary=msg.request_summary(view.state, view.approvals_counted, view.approvals_required,
                                              view.short_hash),
-                 sections=tuple(sections), intents=card_intents(view))
+                 sections=tuple(sections), intents=card_intents(view) + rollback_intent(view, runs))
 
 
 @REGISTRY.command("requests", usage="requests [pool]", role=Role.VIEWER,

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from bot.clicks import Click, press
 from commands.catalog import dispatch
 from commands.services import Services
 from storage import audit
@@ -151,6 +152,10 @@ class _Desk:
     def say(self, who: str, text: str):
         return dispatch(text, actor=UPG_CONFIG.actor(who), services=self.services, now=h.now(), channel="C0OPS")
 
+    def click(self, button, who: str = "U0ALICE"):
+        return press(Click(action=button.action, value=button.value, actor=UPG_CONFIG.actor(who), now=h.now()),
+                     self.services).notice
+
     def rollback_request(self, run_id: str) -> str:
         return next(r for r in self.services.requests.open_requests("upg")  # type: ignore[union-attr]
                     if r.reason == f"rollback of {run_id}").id
@@ -207,11 +212,18 @@ def test_a_halted_upgrade_rolled_back_puts_the_old_version_back_and_gives_the_ca
     assert halted.state == "failed" and h.unschedulable(installer, "upg-01")
     assert _driver_version(installer, "upg-driver") == NEW
 
-    asked = say("U0ALICE", f"rollback {halted.id}")
+    # The halted request's card offers Roll back; the click asks for it as the command would.
+    card = say("U0ALICE", f"request {request.id}")
+    (button,) = [i for i in card.intents if i.action == "rollback"]
+    asked = desk.click(button)
     assert asked.ok, asked.summary
     assert any(f"a rollback of run {halted.id}: upg-01 go back to {OLD}" in b for b in asked.sections[1].bullets)
     assert [row[1] for row in asked.sections[1].table.rows] == ["upg-01"]  # only what the run changed
-    back = desk.approve_and_run(desk.rollback_request(halted.id))
+    again = desk.click(button)
+    assert not again.ok and f"a rollback of run {halted.id} is already asked for" in again.summary
+    rollback = desk.rollback_request(halted.id)
+    assert services.requests.get(rollback).channel == "C0OPS"  # type: ignore[union-attr]  # the halted one's
+    back = desk.approve_and_run(rollback)
 
     assert back.state == "succeeded", back.halted_reason
     assert _driver_version(installer, "upg-driver") == OLD

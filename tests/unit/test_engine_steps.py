@@ -422,3 +422,19 @@ def test_holding_nodes_back_from_the_operator_leaves_a_persons_skip_label_and_re
                for n in ("free", "earlier"))
     with pytest.raises(StepParamsError, match="params.nodes"):
         step.prepare(_VersionCtx(gateway=gateway, params={"nodes": "free"}))  # type: ignore[arg-type]
+
+
+def test_a_wave_start_says_which_wave_of_how_many_the_nodes_done_and_the_time_left_at_the_pace_so_far():
+    from dataclasses import replace
+
+    from workflows.engine import messages as say
+    from workflows.engine.loop import wave_progress
+
+    steps = [replace(_step(node, "cordon", "pending", seq), wave=wave)
+             for seq, (wave, node) in enumerate([(0, "a"), (1, "b"), (1, "c"), (2, "d"), (3, "e")])]
+    first = wave_progress(steps, 0, started=NOW, now=NOW)
+    assert say.wave_started(0, ["a"], **first) == "wave 1 of 4 started: a (0/5 nodes done)"
+    # Two waves took 40 minutes: the two left take about as long.
+    third = wave_progress(steps, 2, started=NOW, now=NOW + dt.timedelta(minutes=40))
+    assert say.wave_started(2, ["d"], **third) == (
+        "wave 3 of 4 started: d (3/5 nodes done; about 40m left at the pace of the waves so far)")

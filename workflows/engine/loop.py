@@ -488,7 +488,8 @@ class Engine:
         with self._commit():
             if not stored_runs.advance_wave(self._db, id=run.id, expected_wave=old, wave=new):
                 raise _Changed()
-            text = say.wave_started(new, nodes)
+            text = say.wave_started(new, nodes, **wave_progress(steps, new, started=run.started_at,
+                                                                now=self._clock()))
             self._audit(run, info, action="run.wave", target=info.request.pool, before=old, after=new,
                         detail={"nodes": nodes, "text": text})
             self._notify(run, info, event="run.wave", state=run.state, text=text, kind="post",
@@ -752,6 +753,22 @@ class Engine:
 
 
 LEFT_OUT = "left_out"
+
+
+def wave_progress(steps: Sequence[Step], wave: int, *, started: dt.datetime | None,
+                  now: dt.datetime) -> dict[str, Any]:
+    """Where a run stands as `wave` starts: its place among the run's waves, the nodes of
+    the waves before it, and the time left at the pace of those waves (None before any
+    has finished)."""
+    waves = sorted({s.wave for s in steps})
+    before = [w for w in waves if w < wave]
+    nodes = {s.node for s in steps}
+    done = {s.node for s in steps if s.wave in before}
+    eta = None
+    if before and started is not None:
+        eta = (now - started) / len(before) * (len(waves) - len(before))
+    return {"position": waves.index(wave) + 1, "waves": len(waves), "nodes_done": len(done),
+            "nodes_total": len(nodes), "eta": eta}
 
 
 def _left_out(steps: Sequence[Step]) -> bool:

@@ -374,8 +374,14 @@ def run_created(run_id: str, request_id: str, *, dry_run: bool) -> str:
     return f"{'Dry run' if dry_run else 'Run'} {run_id} of {request_id} is queued for the engine"
 
 
-def wave_started(index: int, nodes: Sequence[str]) -> str:
-    return f"wave {index + 1} started: {_list(nodes)}"
+def wave_started(index: int, nodes: Sequence[str], *, position: int = 1, waves: int = 1, nodes_done: int = 0,
+                 nodes_total: int = 0, eta: dt.timedelta | None = None) -> str:
+    """`position` is the wave's place in the run (1-based), `waves` how many there are."""
+    text = f"wave {position} of {waves} started: {_list(nodes)}"
+    if nodes_total:
+        text += f" ({nodes_done}/{nodes_total} nodes done"
+        text += f"; about {_duration(eta)} left at the pace of the waves so far)" if eta is not None else ")"
+    return text
 
 
 def run_succeeded(run_id: str, *, dry_run: bool, left_cordoned: Sequence[str],

@@ -134,5 +134,9 @@ def rollback_unfinished(run: str, state: str) -> str:
     return f"run {run} is {state}: abort it (or let it finish) before rolling it back"
 
 
+def rollback_already_asked(run: str, request: str) -> str:
+    return f"a rollback of run {run} is already asked for: {request} (approve it, or cancel it and ask again)"
+
+
 def rollback_nothing_changed(run: str) -> str:
     return f"run {run} changed no driver version: there is nothing to roll back"

@@ -56,6 +56,9 @@ class UpgradeService:
         if run.state in ("pending", "running", "paused"):
             raise UpgradeRefused(say.rollback_unfinished(run.id, run.state), code="run-unfinished")
         require(actor, Role.OPERATOR, action="Rolling back a driver upgrade", pool=run.pool)
+        asked = next((v for v in self._requests.open_requests(run.pool) if _rolls_back(v, run.id)), None)
+        if asked is not None:
+            raise UpgradeRefused(say.rollback_already_asked(run.id, asked.id), code="rollback-asked")
         set_version = next((s for s in run.steps if s.kind == "driver-version" and s.state in ("done", "failed")),
                            None)
         prior = step_intent(set_version).get("prior_version") if set_version is not None else None
@@ -77,3 +80,10 @@ class UpgradeService:
                                      plan=planned.plan, window_start=planned.window_start,
                                      window_end=planned.window_end, reason=ask.reason, channel=channel, now=now)
         return UpgradeRequested(planned, view)
+
+
+def _rolls_back(view: RequestView, run_id: str) -> bool:
+    """Whether `view` is an open rollback of `run_id` (its cordons take over that run's)."""
+    return view.kind == "upgrade" and any(
+        step.kind == "cordon" and step.params.get("takes_over") == run_id
+        for wave in view.plan.waves for step in wave.steps)
