@@ -5,6 +5,9 @@
                                       scheduler and the notifier ($POD_NAME names it)
     gpuops console --as U0ALICE       the bot's logic in a terminal
     gpuops status|node|findings       one command, printed, from the cluster
+    gpuops upgrade POOL to VERSION --dry-run
+                                      the plan /gpu upgrade would ask approval for (nothing is
+                                      stored; the CLI user needs the operator role: cli_roles)
     gpuops audit verify|export        check or export the hash-chained audit log
 
 Options shared by all: --config (or $GPUOPS_CONFIG), --kubeconfig/--context (else
@@ -235,6 +238,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("name")
     p = sub.add_parser("findings", parents=shared, help="every problem found, most severe first")
     p.add_argument("scope", nargs="?", help="a pool or node")
+    p = sub.add_parser("upgrade", parents=shared, help="preview a pool's driver upgrade plan (--dry-run)",
+                       description="Plan a pool's driver upgrade as `/gpu upgrade` would and print it; "
+                                   "nothing is stored. Ask for it in Slack, where the approvers are.")
+    p.add_argument("words", nargs="+", metavar="WORD", help="POOL to VERSION [at TIME | next-window] [reason]")
+    p.add_argument("--downgrade", action="store_true", help="allow a version older than the pool runs")
+    p.add_argument("--dry-run", action="store_true", help="required: the command line only previews")
     p = sub.add_parser("run", parents=shared, help="run the Slack bot (Socket Mode unless --http)",
                        description="Run the Slack bot. Socket Mode (default) needs SLACK_BOT_TOKEN and "
                                    "SLACK_APP_TOKEN; --http needs SLACK_BOT_TOKEN and SLACK_SIGNING_SECRET "
@@ -273,6 +282,12 @@ def main(argv: list[str] | None = None) -> int:
             return _console(args)
         if args.command == "audit":
             return _audit(args)
+        if args.command == "upgrade":
+            if not args.dry_run:
+                print(f"gpuops upgrade: {msg.upgrade_only_dry_run()}", file=sys.stderr)
+                return EXIT_FAILED
+            return _one_command(args, ["upgrade", *args.words, *(["--downgrade"] if args.downgrade else []),
+                                       "--dry-run"])
         words = [args.command] + [w for w in (getattr(args, "pool", None), getattr(args, "name", None),
                                               getattr(args, "scope", None)) if w]
         return _one_command(args, words)

@@ -425,3 +425,8 @@ def audit_exported(count: int, where: str) -> str:
 
 def no_database(path: str) -> str:
     return f"There is no gpuops database at {path}; pass --database or set `database` in the configuration."
+
+
+def upgrade_only_dry_run() -> str:
+    return ("the command line only previews an upgrade (add --dry-run); ask for it with /gpu upgrade in Slack, "
+            "where its approvers are")

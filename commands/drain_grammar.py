@@ -88,7 +88,7 @@ def read_drain_words(
         elif word == "at":
             if when_words is not None or next_window:
                 raise DrainRequestError(msg.repeated_clause("at"), code="repeated-clause")
-            when_words, at = _take_time_words(words, at + 1)
+            when_words, at = take_time_words(words, at + 1)
         elif word == "for" and at + 1 < len(words) and _is_number(words[at + 1][:1]):
             if duration is not None:
                 raise DrainRequestError(msg.repeated_clause("for"), code="repeated-clause")
@@ -108,7 +108,7 @@ def read_drain_words(
     if next_window:
         return DrainAsk(targets=tuple(targets), start_from="next-window", duration=duration, reason=reason)
     if when_words is not None:
-        start, zone = _read_time(when_words, zone=pools[pool].window_set.zone or UTC, now=now)
+        start, zone = read_time(when_words, zone=pools[pool].window_set.zone or UTC, now=now)
         return DrainAsk(targets=tuple(targets), start_from="at", at=start, zone=zone, duration=duration,
                         reason=reason)
     return DrainAsk(targets=tuple(targets), duration=duration, reason=reason)
@@ -138,7 +138,7 @@ def _read_targets(words: list[str], *, fleet: Fleet, pools: Mapping[str, PoolCon
     return targets, at
 
 
-def _take_time_words(words: list[str], at: int) -> tuple[list[str], int]:
+def take_time_words(words: list[str], at: int) -> tuple[list[str], int]:
     """The words of an `at` clause: an optional day or date, a clock time (or a date
     and time in one word), an optional zone."""
     taken: list[str] = []
@@ -162,7 +162,7 @@ _CLOCK_WORD = re.compile(r"^\d{1,2}:\d{2}$", re.ASCII)
 _RELATIVE_DAYS = {"today": 0, "tomorrow": 1}
 
 
-def _read_time(words: list[str], *, zone: dt.tzinfo, now: dt.datetime) -> tuple[dt.datetime, dt.tzinfo]:
+def read_time(words: list[str], *, zone: dt.tzinfo, now: dt.datetime) -> tuple[dt.datetime, dt.tzinfo]:
     text = " ".join(words)
     parts = list(words)
     if parts and (is_zone_name(parts[-1]) or "/" in parts[-1]):

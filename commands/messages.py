@@ -380,7 +380,7 @@ def driver_managers(pool: PoolInventory) -> str:
     return f"{names}, shared with {', '.join(shared)}: a version change there reaches {them} too, {how}"
 
 
-UPGRADE_USAGE = "upgrade <pool> to <driver-version> [--downgrade] [reason]"
+UPGRADE_USAGE = "upgrade <pool> to <driver-version> [at <time> | next-window] [--downgrade] [--dry-run] [reason]"
 UPGRADE_WAVE_COLUMNS = ("wave", "nodes", "GPUs out")
 
 
@@ -390,6 +390,14 @@ def upgrade_needs_words() -> str:
 
 def upgrade_title(request_id: str, pool: str) -> str:
     return f"Driver upgrade {request_id} · {pool}"
+
+
+def upgrade_preview_title(pool: str) -> str:
+    return f"Driver upgrade plan (dry run) · {pool}"
+
+
+def upgrade_preview_summary(short_hash: str) -> str:
+    return f"nothing stored · plan {short_hash} · ask without --dry-run to request it (approvals follow)"
 
 
 def upgrade_refused_title(code: str) -> str:

@@ -4,25 +4,30 @@
 One call to the upgrade use case (`UpgradeService.request`) checks the pool (the one
 object that sets its driver version, host drivers, a shared ClusterPolicy or NVIDIADriver,
 the version's form, same version, downgrade), plans canary and waves inside the pool's
-window, and stores a pending request bound to the plan's hash; the reply shows the plan
-with Approve/Deny. A refusal names the rule and what to do instead; nothing is stored.
-Not built yet (issue 17 goes on): gating the operator's own upgrade (autoUpgrade on),
-`at <time>`, the form, a Rollback button on a halted run and wave-by-wave progress in the
-thread."""
+window (now, `at <time>` or the next window), and stores a pending request bound to the
+plan's hash; the reply shows the plan with Approve/Deny. A refusal names the rule and
+what to do instead; nothing is stored. The Roll back button on a halted upgrade's card
+(commands.requests.rollback_intent) asks the same as `/gpu rollback <run>`. Not built
+yet: the upgrade form (a button on the pool's status and App Home)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import datetime as dt
+from collections.abc import Callable, Mapping
 
 from commands import messages as msg
+from commands.drain_grammar import read_time, take_time_words
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
 from commands.reply import Fact, Reply, Section, Table, error_reply
 from commands.requests import approval_intents
 from workflows.access import AccessDenied, Role
+from workflows.drain.plan import DrainRequestError
 from workflows.engine.runs import UnknownRun
+from workflows.pools.config import PoolConfig
 from workflows.pools.windows import UTC
-from workflows.requests.service import RequestRefused
-from workflows.upgrade.plan import UpgradeAsk
+from workflows.plans import plan_hash
+from workflows.requests.service import RequestRefused, RequestView
+from workflows.upgrade.plan import UpgradeAsk, UpgradePlan
 from workflows.upgrade.scope import UpgradeRefused
 from workflows.upgrade.service import UpgradeRequested, UpgradeService
 from workflows.wording import local_time
@@ -34,18 +39,36 @@ def _upgrades(call: Call) -> UpgradeService:
     return call.services.upgrades
 
 
-def read_upgrade_words(args: list[str]) -> UpgradeAsk:
-    """`<pool> to <version> [--downgrade] [reason...]`."""
-    words = [w for w in args if w != "--downgrade"]
+def read_upgrade_words(args: list[str], *, pools: Mapping[str, PoolConfig], now: dt.datetime) -> UpgradeAsk:
+    """`<pool> to <version> [at <time> | next-window | in the next window] [--downgrade]
+    [reason...]`; a time reads as `/gpu drain`'s does (in the pool's zone unless one is
+    named). Raises UsageError or DrainRequestError (a time that cannot be read)."""
+    words = [w for arg in args for w in arg.split() if w not in ("--downgrade", "--dry-run")]
     if len(words) < 3 or words[1] != "to":
         raise UsageError(msg.upgrade_needs_words())
-    return UpgradeAsk(pool=words[0], version=words[2], downgrade="--downgrade" in args, reason=" ".join(words[3:]))
+    rest, at = words[3:], 0
+    start: dt.datetime | None = None
+    next_window = False
+    lowered = [w.lower() for w in rest]
+    if lowered[:1] == ["next-window"] or lowered[:2] == ["at", "next-window"]:
+        next_window, at = True, 1 if lowered[0] == "next-window" else 2
+    elif lowered[:4] == ["in", "the", "next", "window"]:
+        next_window, at = True, 4
+    elif lowered[:1] == ["at"]:
+        when, at = take_time_words(rest, 1)
+        policy = pools.get(words[0])
+        zone = (policy.window_set.zone if policy is not None else None) or UTC
+        start, _ = read_time(when, zone=zone, now=now)
+    downgrade = any(w == "--downgrade" for arg in args for w in arg.split())
+    return UpgradeAsk(pool=words[0], version=words[2], downgrade=downgrade, reason=" ".join(rest[at:]),
+                      start=start, next_window=next_window)
 
 
-def _reply(call: Call, done: UpgradeRequested) -> Reply:
-    planned, view = done.planned, done.view
+def _reply(call: Call, planned: UpgradePlan, view: RequestView | None = None) -> Reply:
+    """The plan as the operator reads it; with the stored request (`view`), its id, who
+    asked and the approval buttons, else (a dry run) that nothing was stored."""
     scope = planned.scope
-    zone = call.services.config.pools[view.pool].window_set.zone or UTC
+    zone = call.services.config.pools[scope.pool].window_set.zone or UTC
     end = local_time(planned.window_end, zone) if planned.window_end else "none (windows: always)"
     facts = (
         Fact("Driver set by", f"{scope.manager.ref} (autoUpgrade {scope.manager.auto_upgrade.state}: "
@@ -58,10 +81,14 @@ def _reply(call: Call, done: UpgradeRequested) -> Reply:
     rows = tuple((str(w.index + 1), ", ".join(w.nodes),
                   str(sum((fleet_nodes[n].physical_gpus or 0) if n in fleet_nodes else 0 for n in w.nodes)))
                  for w in planned.plan.waves)
+    waves = Section(title="Waves", table=Table(columns=msg.UPGRADE_WAVE_COLUMNS, rows=rows),
+                    bullets=planned.plan.summary.notes)
+    if view is None:
+        return Reply(title=msg.upgrade_preview_title(scope.pool),
+                     summary=msg.upgrade_preview_summary(plan_hash(planned.plan)[:8]),
+                     sections=(Section(facts=facts), waves))
     sections = (
-        Section(facts=facts),
-        Section(title="Waves", table=Table(columns=msg.UPGRADE_WAVE_COLUMNS, rows=rows),
-                bullets=planned.plan.summary.notes),
+        Section(facts=facts), waves,
         Section(facts=(Fact("Request", view.id), Fact("Requested by", view.requester_name),
                        Fact("Reason", view.reason or "-"), Fact("Plan hash", view.plan_hash))),
     )
@@ -75,8 +102,16 @@ def _reply(call: Call, done: UpgradeRequested) -> Reply:
                   summary="Ask for a pool's driver upgrade: canary, then waves, after approvals",
                   examples=("/gpu upgrade serving-a to 580.105.08 security fix",))
 def upgrade(call: Call, args: list[str]) -> Reply:
-    ask = read_upgrade_words(args)
+    try:
+        ask = read_upgrade_words(args, pools=call.services.config.pools, now=call.now)
+    except DrainRequestError as err:
+        return error_reply(msg.upgrade_refused_title(err.code), str(err))
     fleet = call.services.fleet.fleet(call.now)
+    if any(w == "--dry-run" for arg in args for w in arg.split()):
+        try:
+            return _reply(call, _upgrades(call).preview(call.actor, ask, fleet=fleet, now=call.now))
+        except UpgradeRefused as err:
+            return error_reply(msg.upgrade_refused_title(err.code), err.reason)
     return _answer(call, lambda: _upgrades(call).request(call.actor, ask, fleet=fleet, now=call.now,
                                                           channel=call.channel))
 
@@ -107,4 +142,4 @@ def _answer(call: Call, planned: Callable[[], UpgradeRequested]) -> Reply:
         raise
     except RequestRefused as err:
         return error_reply(msg.refused_title(), str(err))
-    return _reply(call, done)
+    return _reply(call, done.planned, done.view)

@@ -12,6 +12,7 @@ import yaml
 from bot.render_text import render_text
 from commands.catalog import dispatch
 from commands.services import Services
+from storage.database import open_database
 from testenv.install import wait_until
 from workflows.kube.errors import Forbidden, TooManyRequests
 from workflows.kube.gateway import KubeGateway
@@ -115,6 +116,35 @@ def test_the_gpuops_command_line_answers_and_fails_clearly(demo_fleet):
     bad = subprocess.run([sys.executable, "-m", "bot.cli", "--kubeconfig", str(demo_fleet.kubeconfig),
                           "--context", "nosuch", "status"], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert bad.returncode == 3 and "no context 'nosuch'" in bad.stderr
+
+
+def test_the_command_line_previews_an_upgrade_plan_and_stores_nothing(demo_fleet, tmp_path):
+    config = yaml.safe_load((ROOT / "deploy" / "config.example.yaml").read_text())
+    config["access"]["cli_roles"] = ["operator"]
+    config["database"] = str(tmp_path / "gpuops.db")
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    base = [sys.executable, "-m", "bot.cli", "--kubeconfig", str(demo_fleet.kubeconfig),
+            "--config", str(tmp_path / "config.yaml"), "upgrade"]
+
+    def cli(*words: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*base, *words], capture_output=True, text=True, cwd=ROOT, timeout=60)
+
+    asked = cli("inference-mig", "to", "580.105.08")
+    assert asked.returncode == 1 and "only previews an upgrade (add --dry-run)" in asked.stderr
+    # The demo's ClusterPolicy drives every pool: refused with the rule, as in Slack.
+    shared = cli("inference-mig", "to", "580.105.08", "--dry-run")
+    assert shared.returncode == 1, shared.stderr
+    assert "Upgrade refused (shared-cluster-policy)" in shared.stdout
+    assert "upgrades.cluster_policy_scope: all-pools" in shared.stdout
+
+    config["upgrades"]["cluster_policy_scope"] = "all-pools"
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    planned = cli("inference-mig", "to", "580.105.08", "--dry-run")
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    assert "Driver upgrade plan (dry run) · inference-mig" in planned.stdout
+    assert "nothing stored" in planned.stdout and "also drives" in planned.stdout
+    with open_database(tmp_path / "gpuops.db") as db:
+        assert db.execute("SELECT count(*) FROM requests").fetchone()[0] == 0
 
 
 def test_the_bots_service_account_reads_the_fleet_with_only_its_cluster_role(demo_fleet, fleet_cache):

@@ -94,7 +94,26 @@ def test_an_upgrade_outside_the_window_is_planned_for_the_next_one(services, now
     assert window.startswith("Sat 2026-12-05 02:00") and "06:00" in window
 
 
+@pytest.mark.parametrize(("words", "starts", "reason"), [
+    # Saturday's window in Berlin, an hour in; the run must start before it ends.
+    ("at sat 03:00 kernel", "Sat 2026-12-05 03:00", "kernel"),
+    ("at 2026-12-12 04:30 Europe/Berlin new branch", "Sat 2026-12-12 04:30", "new branch"),
+    ("next-window kernel", "Sat 2026-12-05 02:00", "kernel"),
+    ("in the next window kernel", "Sat 2026-12-05 02:00", "kernel"),
+])
+def test_an_upgrade_may_start_at_a_time_inside_a_window_or_in_the_next_window(services, now, words, starts, reason):
+    reply = run(services, "U0ALICE", f"upgrade train-a to {NEW} {words}", now)
+    assert reply.ok, reply.summary
+    window = {f.label: f.value for f in reply.sections[0].facts}["Window"]
+    assert window.startswith(starts) and window.endswith("06:00 CET"), window
+    assert {f.label: f.value for f in reply.sections[2].facts}["Reason"] == reason
+
+
 @pytest.mark.parametrize(("text", "title", "words"), [
+    (f"upgrade train-a to {NEW} at wed 12:00", "Upgrade refused (outside-window)",
+     "is outside pool train-a's maintenance windows; the next one starts Sat 2026-12-05 02:00"),
+    (f"upgrade train-a to {NEW} at 2026-12-01 03:00", "Upgrade refused (past-start)", "is in the past"),
+    (f"upgrade train-a to {NEW} at noonish", "Upgrade refused (bad-time)", "noonish"),
     ("upgrade serve-a to 58.1", "Upgrade refused (malformed-version)", "is not a driver version"),
     ("upgrade serve-a to 580.95.05", "Upgrade refused (same-version)", "nothing to do"),
     ("upgrade serve-a to 570.172.08 rollback", "Upgrade refused (downgrade)", "--downgrade"),

@@ -6,7 +6,7 @@ import datetime as dt
 import difflib
 from collections.abc import Sequence
 
-from workflows.wording import closest_hint, duration_text, names, plural
+from workflows.wording import closest_hint, duration_text, local_time, names, plural
 
 
 def malformed_version(text: str) -> str:
@@ -24,6 +24,17 @@ def version_not_allowed(version: str, allowed: Sequence[str]) -> str:
 
 def pool_not_configured(pool: str) -> str:
     return f"pool {pool} has no policy in the configuration (pools.{pool}): gpuops upgrades only configured pools"
+
+
+def start_in_the_past(at: dt.datetime, now: dt.datetime, zone: dt.tzinfo) -> str:
+    return (f"{local_time(at, zone)} is in the past (now {local_time(now, zone)}): name a time ahead, or leave "
+            "`at` out to start now")
+
+
+def start_outside_windows(pool: str, at: dt.datetime, following: dt.datetime | None, zone: dt.tzinfo) -> str:
+    after = f"; the next one starts {local_time(following, zone)}" if following is not None else ""
+    return (f"{local_time(at, zone)} is outside pool {pool}'s maintenance windows{after}: an upgrade starts "
+            "inside one (or say `next-window`)")
 
 
 def no_windows(pool: str) -> str:

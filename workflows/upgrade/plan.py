@@ -46,6 +46,10 @@ class UpgradeAsk:
     version: str
     downgrade: bool = False
     reason: str = ""
+    # When to start: now (neither), at `start` (inside one of the pool's windows), or at
+    # the start of the pool's next window.
+    start: dt.datetime | None = None
+    next_window: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +89,7 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
                           cluster_policy_scope=cluster_policy_scope,
                           broken_by_run=rollback.nodes if rollback is not None else ())
     gates = scope.mode == "gates-operator"
-    start, end = _window(policy, pool=ask.pool, now=now)
+    start, end = _window(policy, pool=ask.pool, now=now, at=ask.start, next_window=ask.next_window)
     pool = fleet.pool(ask.pool)
     assert pool is not None  # upgrade_scope refuses an unknown pool
     members = [fleet.nodes[n] for n in pool.nodes]
@@ -189,15 +193,28 @@ def _node_steps(node: NodeInventory, *, policy: PoolConfig, version: str,
     return steps
 
 
-def _window(policy: PoolConfig, *, pool: str, now: dt.datetime) -> tuple[dt.datetime, dt.datetime | None]:
-    """Now, inside one of the pool's windows, else the next window; the run must start
-    before that window ends (no end with `windows: always`)."""
+def _window(policy: PoolConfig, *, pool: str, now: dt.datetime, at: dt.datetime | None = None,
+            next_window: bool = False) -> tuple[dt.datetime, dt.datetime | None]:
+    """When the run may start and the end it must start before (None with `windows:
+    always`): `at` when it is ahead and inside one of the pool's windows; the start of
+    the next window with `next_window`; else now, inside a window, or the next window."""
     windows = policy.window_set
     if windows.never:
         raise UpgradeRefused(say.no_windows(pool), code="windows")
+    zone = windows.zone or dt.timezone.utc
+    if at is not None:
+        if at < now:
+            raise UpgradeRefused(say.start_in_the_past(at, now, zone), code="past-start")
+        if windows.always:
+            return at, None
+        found = windows.occurrence_containing(at)
+        if found is None:
+            following = windows.next_start(at)
+            raise UpgradeRefused(say.start_outside_windows(pool, at, following, zone), code="outside-window")
+        return at, found.end
     if windows.always:
         return now, None
-    found = windows.occurrence_containing(now)
+    found = None if next_window else windows.occurrence_containing(now)
     if found is None:
         start = windows.next_start(now)
         assert start is not None  # a pool with windows always has a next one

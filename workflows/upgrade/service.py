@@ -34,14 +34,19 @@ class UpgradeService:
         self._allowed_versions = tuple(allowed_versions)
         self._cluster_policy_scope: ClusterPolicyScope = cluster_policy_scope
 
+    def preview(self, actor: Actor, ask: UpgradeAsk, *, fleet: Fleet, now: dt.datetime) -> UpgradePlan:
+        """The plan `request` would store, checked the same way; nothing is stored."""
+        require(actor, Role.OPERATOR, action="Planning a driver upgrade", pool=ask.pool)
+        return plan_upgrade(ask, fleet=fleet, policy=self._pools.get(ask.pool), now=now,
+                            requested_by=actor.user_id, allowed_versions=self._allowed_versions,
+                            cluster_policy_scope=self._cluster_policy_scope)
+
     def request(self, actor: Actor, ask: UpgradeAsk, *, fleet: Fleet, now: dt.datetime,
                 channel: str | None = None) -> UpgradeRequested:
         """Plan `ask`, check it and store it as a pending request. Raises UpgradeRefused,
         AccessDenied or RequestRefused."""
         require(actor, Role.OPERATOR, action="Requesting a driver upgrade", pool=ask.pool)
-        planned = plan_upgrade(ask, fleet=fleet, policy=self._pools.get(ask.pool), now=now,
-                               requested_by=actor.user_id, allowed_versions=self._allowed_versions,
-                               cluster_policy_scope=self._cluster_policy_scope)
+        planned = self.preview(actor, ask, fleet=fleet, now=now)
         view = self._requests.submit(actor, kind="upgrade", pool=ask.pool, targets=list(planned.plan.nodes),
                                      plan=planned.plan, window_start=planned.window_start,
                                      window_end=planned.window_end, reason=ask.reason, channel=channel, now=now)
