@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from bot import messages as msg
 from bot.drain_form import cannot_request_drain
 from bot.intents import KNOWN_ACTIONS, decode_target, decode_value
+from bot.upgrade_form import cannot_request_upgrade
 from bot.request_card import request_card
 from commands.catalog import dispatch
 from commands.handover import handover_message
-from commands.reply import REQUEST_DRAIN, Reply, error_reply
+from commands.reply import REQUEST_DRAIN, REQUEST_UPGRADE, Reply, error_reply
 from commands.services import Services
 from workflows.access import AccessDenied, Actor
 from workflows.engine.runs import RunRefused
@@ -49,6 +50,8 @@ class Outcome:
     wants_reason: str | None = None
     # "Request a drain" opens the drain form: the node or pool to fill in ("" for none).
     wants_drain_form: str | None = None
+    # "Request a driver upgrade" opens the upgrade form: the pool to fill in ("" for none).
+    wants_upgrade_form: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -112,23 +115,27 @@ def _acknowledge(click: Click, handover_id: str, services: Services) -> Outcome:
     return Outcome(notice=_done(outcome.text), card=card)
 
 
-def _request_drain(click: Click) -> Outcome:
-    """Nothing is requested yet: the clicker gets the form (or, in the console, the
-    command to type). Someone who cannot drain anything is told so now rather than
-    after filling it in; the submission runs `/gpu drain`, which checks again."""
+def _request_form(click: Click) -> Outcome:
+    """Nothing is requested yet: the clicker gets the drain or upgrade form (or, in the
+    console, the command to type). Someone who cannot ask for any is told so now rather
+    than after filling it in; the submission runs `/gpu drain` or `/gpu upgrade`, which
+    check again."""
     target = decode_target(click.value)
     if target is None:
         return Outcome(notice=_refused(msg.not_a_gpuops_button()))
-    refusal = cannot_request_drain(click.actor)
+    upgrade = click.action == REQUEST_UPGRADE
+    refusal = (cannot_request_upgrade if upgrade else cannot_request_drain)(click.actor)
     if refusal is not None:
         return Outcome(notice=_refused(refusal))
+    if upgrade:
+        return Outcome(notice=_done(""), wants_upgrade_form=target)
     return Outcome(notice=_done(""), wants_drain_form=target)
 
 
 def press(click: Click, services: Services) -> Outcome:
     """Carry out one click; refusals come back as the notice, never as an exception."""
-    if click.action == REQUEST_DRAIN:
-        return _request_drain(click)
+    if click.action in (REQUEST_DRAIN, REQUEST_UPGRADE):
+        return _request_form(click)
     value = decode_value(click.value)
     if click.action not in KNOWN_ACTIONS or value is None:
         return Outcome(notice=_refused(msg.not_a_gpuops_button()))

@@ -24,6 +24,7 @@ from typing import TextIO
 from bot import messages as msg
 from bot.clicks import Click, Outcome, press
 from bot.drain_form import drain_usage
+from bot.upgrade_form import upgrade_usage
 from bot.intents import confirm_for
 from bot.render_text import render_text, terminal_safe
 from bot.wiring import Runtime
@@ -133,6 +134,10 @@ class Console:
         outcome = press(click, services)
         if outcome.wants_drain_form is not None:
             self.say(msg.drain_form_in_console(drain_usage(outcome.wants_drain_form)))
+            self.last_ok = True
+            return
+        if outcome.wants_upgrade_form is not None:
+            self.say(msg.upgrade_form_in_console(upgrade_usage(outcome.wants_upgrade_form)))
             self.last_ok = True
             return
         if outcome.wants_reason is not None:

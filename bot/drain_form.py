@@ -21,27 +21,30 @@ thread, and its progress (PDB blocks, window ending, the end) would reach nobody
 from __future__ import annotations
 
 import datetime as dt
-import json
 import re
 import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
 from slack_sdk.models.blocks import (
-    ConversationFilter,
-    ConversationSelectElement,
-    DateTimePickerElement,
     InputBlock,
     MarkdownTextObject,
-    Option,
     PlainTextInputElement,
     PlainTextObject,
     SectionBlock,
-    StaticSelectElement,
 )
 from slack_sdk.models.views import View
 
 from bot import messages as msg
+from bot.forms import (
+    FormContext,
+    channel_blocks,
+    form_metadata,
+    read_channel,
+    read_when,
+    text,
+    when_blocks,
+)
 from bot.intents import TARGET_NAME
 from commands import messages as command_msg
 from commands.catalog import REGISTRY
@@ -53,18 +56,15 @@ from workflows.pools.windows import UTC
 from workflows.wording import at_words
 
 DRAIN_CALLBACK = "gpuops.drain-request"
-# Each input is the only element of its block, so a block and its action share a name.
-TARGETS, WHEN, TIME, DURATION, REASON = "targets", "when", "time", "duration", "reason"
-# Only in a form opened from the Home tab: the channel the request's thread goes to.
-CHANNEL = "channel"
+# Each input is the only element of its block, so a block and its action share a name
+# (the start, its time and, from the Home tab, the channel are bot.forms's).
+TARGETS, DURATION, REASON = "targets", "duration", "reason"
 TARGETS_MAX = 2000
 DURATION_MAX = 20
 REASON_MAX = 500
 
-_WHENS: tuple[StartFrom, ...] = ("now", "next-window", "at")
 _DRAIN = ("drain",)
 _TARGET_WORD = re.compile(f"^(?:pool=)?{TARGET_NAME}$")
-_CHANNEL_ID = re.compile(r"^[CGD][A-Z0-9]{2,30}$")
 _TARGET_PLACEHOLDER = "<node...|pool>"
 
 
@@ -91,61 +91,32 @@ def drain_usage(target: str) -> str:
 # ------------------------------------------------------------------ the modal
 
 
-@dataclass(frozen=True)
-class DrainFormContext:
-    # The channel the button was clicked in: where the plan is shown and the request's
-    # thread posted. None from the Home tab (the form then asks for a channel).
-    channel: str | None = None
-
-
-def drain_form(target: str, context: DrainFormContext) -> dict[str, Any]:
+def drain_form(target: str, context: FormContext) -> dict[str, Any]:
     """The modal, its targets prefilled with `target` ("" for none)."""
-    options = [Option(value=when, label=msg.WHEN_CHOICES[when]) for when in _WHENS]
-    channel = context.channel if context.channel and _CHANNEL_ID.match(context.channel) else None
-    metadata = {"channel": channel} if channel else {}
-    ask_channel = [] if channel else [
-        InputBlock(block_id=CHANNEL, label=PlainTextObject(text=msg.drain_channel_label()),
-                   hint=PlainTextObject(text=msg.drain_channel_hint()),
-                   element=ConversationSelectElement(
-                       action_id=CHANNEL,
-                       filter=ConversationFilter(include=["public", "private"], exclude_bot_users=True)))]
+    channel, metadata = form_metadata(context)
     return View(
         type="modal",
         callback_id=DRAIN_CALLBACK,
         title=PlainTextObject(text=msg.DRAIN_FORM_TITLE),
         submit=PlainTextObject(text=msg.DRAIN_FORM_SUBMIT),
         close=PlainTextObject(text=msg.DRAIN_FORM_CLOSE),
-        private_metadata=json.dumps(metadata),
+        private_metadata=metadata,
         blocks=[
             SectionBlock(text=MarkdownTextObject(text=msg.drain_form_intro(channel))),
             InputBlock(block_id=TARGETS, label=PlainTextObject(text=msg.drain_targets_label()),
                        hint=PlainTextObject(text=msg.drain_targets_hint()),
                        element=PlainTextInputElement(action_id=TARGETS, initial_value=target or None,
                                                      max_length=TARGETS_MAX)),
-            InputBlock(block_id=WHEN, label=PlainTextObject(text=msg.drain_when_label()),
-                       element=StaticSelectElement(action_id=WHEN, options=options, initial_option=options[0])),
-            InputBlock(block_id=TIME, label=PlainTextObject(text=msg.drain_time_label()), optional=True,
-                       hint=PlainTextObject(text=msg.drain_time_hint()),
-                       element=DateTimePickerElement(action_id=TIME)),
+            *when_blocks(),
             InputBlock(block_id=DURATION, label=PlainTextObject(text=msg.drain_duration_label()), optional=True,
                        hint=PlainTextObject(text=msg.drain_duration_hint()),
                        element=PlainTextInputElement(action_id=DURATION, max_length=DURATION_MAX)),
             InputBlock(block_id=REASON, label=PlainTextObject(text=msg.drain_reason_label()),
                        hint=PlainTextObject(text=msg.drain_reason_hint()),
                        element=PlainTextInputElement(action_id=REASON, max_length=REASON_MAX)),
-            *ask_channel,
+            *channel_blocks(channel),
         ],
     ).to_dict()
-
-
-def drain_form_context(private_metadata: str) -> DrainFormContext:
-    """Where to answer; no channel when the metadata is not what `drain_form` wrote."""
-    try:
-        raw = json.loads(private_metadata or "{}")
-    except ValueError:
-        return DrainFormContext()
-    channel = raw.get("channel") if isinstance(raw, dict) else None
-    return DrainFormContext(channel=channel if isinstance(channel, str) and _CHANNEL_ID.match(channel) else None)
 
 
 # ------------------------------------------------------------------ the submission
@@ -193,22 +164,12 @@ class DrainFormReading:
     errors: dict[str, str] = field(default_factory=dict)
 
 
-def _value(values: dict[str, Any], block: str) -> dict[str, Any]:
-    found = (values.get(block) or {}).get(block)
-    return found if isinstance(found, dict) else {}
-
-
-def _text(values: dict[str, Any], block: str) -> str:
-    text = _value(values, block).get("value")
-    return text.strip() if isinstance(text, str) else ""
-
-
 def read_drain_form(view: dict[str, Any], *, now: dt.datetime) -> DrainFormReading:
     """The submitted form, or the field errors Slack should show (nothing is done then)."""
     values = (view.get("state") or {}).get("values") or {}
     errors: dict[str, str] = {}
 
-    targets = tuple(_text(values, TARGETS).replace(",", " ").split())
+    targets = tuple(text(values, TARGETS).replace(",", " ").split())
     if not targets:
         errors[TARGETS] = msg.drain_form_no_targets()
     for word in targets:
@@ -219,18 +180,9 @@ def read_drain_form(view: dict[str, Any], *, now: dt.datetime) -> DrainFormReadi
             errors[TARGETS] = msg.drain_form_bad_target(word)
             break
 
-    picked = _value(values, TIME).get("selected_date_time")
-    at = dt.datetime.fromtimestamp(picked, tz=UTC) if isinstance(picked, int) and not isinstance(picked, bool) \
-        else None
-    chosen = (_value(values, WHEN).get("selected_option") or {}).get("value")
-    when: StartFrom = chosen if chosen in _WHENS else ("at" if at is not None else "now")
-    if when == "at":
-        if at is None:
-            errors[TIME] = msg.drain_form_no_time()
-        elif at < now:
-            errors[TIME] = msg.drain_form_time_passed()
+    when, at = read_when(values, now=now, errors=errors, no_time=msg.drain_form_no_time())
 
-    written = _text(values, DURATION)
+    written = text(values, DURATION)
     duration = "".join(written.split()) or None
     if duration is not None:
         try:
@@ -240,19 +192,12 @@ def read_drain_form(view: dict[str, Any], *, now: dt.datetime) -> DrainFormReadi
         if not ok:
             errors[DURATION] = msg.drain_form_bad_duration(written)
 
-    reason = " ".join(_text(values, REASON).split())
+    reason = " ".join(text(values, REASON).split())
     if not reason:
         errors[REASON] = msg.drain_form_no_reason()
-
-    channel: str | None = None
-    if CHANNEL in values:  # the form asked for a channel: it came from the Home tab
-        picked_channel = _value(values, CHANNEL).get("selected_conversation")
-        if isinstance(picked_channel, str) and _CHANNEL_ID.match(picked_channel):
-            channel = picked_channel
-        else:
-            errors[CHANNEL] = msg.drain_form_no_channel()
+    channel = read_channel(values, errors=errors)
 
     if errors:
         return DrainFormReading(form=None, errors=errors)
-    return DrainFormReading(form=DrainForm(targets=targets, when=when, at=at if when == "at" else None,
-                                           duration=duration, reason=reason, channel=channel))
+    return DrainFormReading(form=DrainForm(targets=targets, when=when, at=at, duration=duration, reason=reason,
+                                           channel=channel))

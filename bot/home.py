@@ -1,7 +1,8 @@
 """The App Home tab: the fleet at a glance (the `/gpu status` reply, rendered for a view
 of up to 100 blocks) and the requests waiting for the viewer's approval, each with its
-Approve / Deny buttons; for those who may ask for drains, a "Request a drain" button
-that opens the drain form with nothing filled in. Published with views.publish when the
+Approve / Deny buttons; for those who may ask for drains or upgrades, a "Request a
+drain" and a "Request a driver upgrade" button that open those forms with nothing filled
+in. Published with views.publish when the
 user opens the tab, and again after they click one of its buttons."""
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from bot.render_blocks import (
 )
 from bot.request_card import request_card
 from commands import messages as command_msg
-from commands.reply import REQUEST_DRAIN, Intent, Reply
+from commands.reply import REQUEST_DRAIN, REQUEST_UPGRADE, Intent, Reply
 from workflows.requests.service import RequestView
 from workflows.wording import when
 
@@ -49,15 +50,20 @@ def _waiting_blocks(waiting: list[RequestView], *, now: dt.datetime) -> list[Blo
 
 
 def home_view(fleet_reply: Reply, waiting: list[RequestView], *, now: dt.datetime,
-              notice: Reply | None = None, drain_button: bool = False) -> dict[str, Any]:
+              notice: Reply | None = None, drain_button: bool = False,
+              upgrade_button: bool = False) -> dict[str, Any]:
     """The Home tab for one user; `notice` (the outcome of their last click) on top;
-    `drain_button` for someone who may request drains."""
+    `drain_button` for someone who may request drains, `upgrade_button` upgrades."""
     top: list[Block] = [HeaderBlock(text=PlainTextObject(text=msg.home_title(), emoji=True))]
     if notice is not None and (notice.summary or notice.title):
         top.append(context_block(escape(f"{header_text(notice)}: {notice.summary or ''}")))
+    requests = []
     if drain_button:
-        request_drain = Intent(action=REQUEST_DRAIN, label=command_msg.request_drain_label(), value="")
-        top.extend(actions_blocks([request_drain], block_id="request-drain"))
+        requests.append(Intent(action=REQUEST_DRAIN, label=command_msg.request_drain_label(), value=""))
+    if upgrade_button:
+        requests.append(Intent(action=REQUEST_UPGRADE, label=command_msg.request_upgrade_label(), value=""))
+    if requests:
+        top.extend(actions_blocks(requests, block_id="request-drain"))
     pending = _waiting_blocks(waiting, now=now) + [DividerBlock()]
     footer = [context_block(escape(msg.home_updated_at(when(now))))]
     status_title = SectionBlock(text=Mrkdwn(f"*{escape(fleet_reply.title)}*"))

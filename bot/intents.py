@@ -13,12 +13,13 @@ import re
 from dataclasses import dataclass
 
 from bot import messages as msg
-from commands.reply import REQUEST_DRAIN, Confirm, Intent
+from commands.reply import REQUEST_DRAIN, REQUEST_UPGRADE, Confirm, Intent
 
 ACTION_PREFIX = "gpuops."
 # Clicking these cannot be undone, so Slack (and the console) ask first.
 DESTRUCTIVE = frozenset({"deny", "abort", "cancel"})
-KNOWN_ACTIONS = frozenset({"approve", "deny", "cancel", "abort", "handover-ack", "rollback", REQUEST_DRAIN})
+KNOWN_ACTIONS = frozenset({"approve", "deny", "cancel", "abort", "handover-ack", "rollback", REQUEST_DRAIN,
+                           REQUEST_UPGRADE})
 
 _ACTION_ID = re.compile(r"^gpuops\.([a-z]+(?:-[a-z]+)*)\.\d+$", re.ASCII)
 _VALUE = re.compile(r"^(?P<subject>[A-Za-z0-9][A-Za-z0-9._-]{0,63})(?:/(?P<hash>[0-9a-f]{6,64}))?$")
@@ -67,8 +68,8 @@ def decode_value(value: str | None) -> ButtonValue | None:
 
 
 def decode_target(value: str | None) -> str | None:
-    """The node or pool a "Request a drain" button names: "" when it names none (the
-    Home tab's), None for anything that is not a name."""
+    """The node or pool a "Request a drain" (or "Request a driver upgrade") button names:
+    "" when it names none (the Home tab's), None for anything that is not a name."""
     if not value:
         return ""
     return value if _TARGET.match(value) else None

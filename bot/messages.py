@@ -282,6 +282,61 @@ def drain_form_in_console(usage: str) -> str:
     return f"In Slack this button opens the drain form. Here, type: /gpu {usage}"
 
 
+UPGRADE_FORM_TITLE = "Request a driver upgrade"
+UPGRADE_FORM_SUBMIT = "Plan the upgrade"
+UPGRADE_FORM_FORM = "to request a driver upgrade"
+
+
+def upgrade_form_intro(channel: str | None) -> str:
+    """`channel` is a checked channel id (it becomes a channel link)."""
+    where = (f"The plan comes back to you in <#{channel}>, and the request's thread is posted there."
+             if channel else "Pick the channel for the request's thread below: its progress is posted "
+             "there, and the plan comes back to you there too.")
+    return ("gpuops finds the object that sets the pool's driver, plans canary and waves and checks them, exactly "
+            "as `/gpu upgrade` does; the run starts after the pool's approvals. " + where)
+
+
+def upgrade_pool_label() -> str:
+    return "Pool"
+
+
+def upgrade_version_label() -> str:
+    return "Driver version"
+
+
+def upgrade_version_hint() -> str:
+    return "As NVIDIA writes it, e.g. 580.105.08."
+
+
+def upgrade_downgrade_label() -> str:
+    return "Downgrade"
+
+
+def upgrade_downgrade_choice() -> str:
+    return "I mean an older version than the pool runs"
+
+
+def upgrade_form_bad_pool(text: str) -> str:
+    return f"Name one pool, e.g. serving-a, not {text!r}." if text else "Name the pool to upgrade."
+
+
+def upgrade_form_no_time() -> str:
+    return "Pick the time the upgrade starts, or choose another Start."
+
+
+def upgrade_form_no_reason() -> str:
+    return "Say why the pool's driver changes; approvers read it before they approve."
+
+
+def upgrade_form_footer(command: str, footer: str | None) -> str:
+    asked = f"From the upgrade form: `/gpu {command}`"
+    return f"{footer} · {asked}" if footer else asked
+
+
+def upgrade_form_in_console(usage: str) -> str:
+    return f"In Slack this button opens the upgrade form. Here, type: /gpu {usage}"
+
+
 # ------------------------------------------------------------------ request cards
 
 

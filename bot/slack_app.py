@@ -40,12 +40,12 @@ from bot import messages as msg
 from bot.clicks import Click, Outcome, press
 from bot.drain_form import (
     DRAIN_CALLBACK,
-    DrainFormContext,
     drain_form,
-    drain_form_context,
     may_request_drain,
     read_drain_form,
 )
+from bot.forms import FormContext, form_context
+from bot.upgrade_form import UPGRADE_CALLBACK, may_request_upgrade, read_upgrade_form, upgrade_form
 from bot.home import home_view
 from bot.identity import SlackDirectory
 from bot.intents import action_of
@@ -57,11 +57,13 @@ from bot.slack_api import BOT_EVENTS, SLASH_COMMAND, SlackApi
 from bot.wiring import Runtime
 from commands.catalog import dispatch
 from commands.drain import request_drain
-from commands.registry import REGISTRY, invoke
+from commands.upgrade import request_upgrade
+from commands.registry import REGISTRY, Call, CommandSpec, invoke
 from commands.reply import Reply, error_reply
 from workflows.access import Actor
 
 DRAIN_COMMAND = REGISTRY.commands[("drain",)]
+UPGRADE_COMMAND = REGISTRY.commands[("upgrade",)]
 
 log = logging.getLogger("gpuops.bot.slack")
 
@@ -74,6 +76,28 @@ WORKERS = 8
 APPROVER_DECISIONS = frozenset({"approve", "deny"})
 _ACTION_IDS = re.compile(r"^gpuops\.[a-z]+(?:-[a-z]+)*\.\d+$", re.ASCII)
 
+
+
+
+@dataclass(frozen=True)
+class _FormRun:
+    """A submitted request form, as the command it stands for."""
+
+    command: str  # the `/gpu ...` words (without `/gpu`) that ask the same
+    channel: str | None  # picked in the form (from the Home tab), else None
+    spec: CommandSpec
+    run: Callable[[Call], Reply]
+    footer: Callable[[str, str | None], str]
+
+
+def _wanted_form(outcome: Outcome, context: FormContext) -> tuple[dict[str, Any], str, str] | None:
+    """The modal a click asked for (drain or upgrade form), with how to name it when
+    it cannot be opened."""
+    if outcome.wants_drain_form is not None:
+        return drain_form(outcome.wants_drain_form, context), msg.DRAIN_FORM_FORM, msg.DRAIN_FORM_TITLE
+    if outcome.wants_upgrade_form is not None:
+        return upgrade_form(outcome.wants_upgrade_form, context), msg.UPGRADE_FORM_FORM, msg.UPGRADE_FORM_TITLE
+    return None
 
 class SlackRejectedToken(Exception):
     """auth.test refused the bot token; the message says so without the token."""
@@ -127,6 +151,7 @@ class SlackBot:
         app.action(_ACTION_IDS)(ack=self.ack, lazy=[self.run_click])
         app.view(DENY_CALLBACK)(ack=self.ack_deny, lazy=[self.run_deny])
         app.view(DRAIN_CALLBACK)(ack=self.ack_drain_form, lazy=[self.run_drain_form])
+        app.view(UPGRADE_CALLBACK)(ack=self.ack_upgrade_form, lazy=[self.run_upgrade_form])
         for event in BOT_EVENTS:
             app.event(event)(ack=self.ack, lazy=[self.run_home])
         app.error(self.on_error)
@@ -145,9 +170,15 @@ class SlackBot:
 
     def ack_drain_form(self, ack: Any, view: dict[str, Any]) -> None:
         # Only checks that read the form and the clock: the cluster is not asked here.
-        reading = read_drain_form(view, now=self.clock())
-        if reading.errors:
-            ack(response_action="errors", errors=reading.errors)
+        self._ack_form(ack, read_drain_form(view, now=self.clock()).errors)
+
+    def ack_upgrade_form(self, ack: Any, view: dict[str, Any]) -> None:
+        self._ack_form(ack, read_upgrade_form(view, now=self.clock()).errors)
+
+    @staticmethod
+    def _ack_form(ack: Any, errors: dict[str, str]) -> None:
+        if errors:
+            ack(response_action="errors", errors=errors)
         else:
             ack()
 
@@ -205,12 +236,13 @@ class SlackBot:
                                          fresh=clicked in APPROVER_DECISIONS)
             click = Click(action=clicked, value=action.get("value"), actor=actor, now=self.clock())
             outcome = press(click, self.runtime.services())
-            if outcome.wants_drain_form is not None:
-                context = DrainFormContext(channel=None if place.from_home else place.channel)
-                error = self.api.open_modal(str(body.get("trigger_id")), drain_form(outcome.wants_drain_form, context))
+            wanted = _wanted_form(outcome, FormContext(channel=None if place.from_home else place.channel))
+            if wanted is not None:
+                modal, form_name, button = wanted
+                error = self.api.open_modal(str(body.get("trigger_id")), modal)
                 if error is not None:
                     self.tell(user, error_reply(msg.refused_title(), msg.modal_failed(
-                        error, form=msg.DRAIN_FORM_FORM, button=msg.DRAIN_FORM_TITLE)), place)
+                        error, form=form_name, button=button)), place)
                 self.deliveries.record(Delivery("click", key, "answered" if error is None else "failed"))
                 return
             if outcome.wants_reason is not None:
@@ -255,36 +287,48 @@ class SlackBot:
             self.deliveries.record(Delivery("deny", key, "failed"))
 
     def run_drain_form(self, body: dict[str, Any], view: dict[str, Any]) -> None:
-        """The drain form, submitted: the drain it asks for, run as `/gpu drain`, answered to
-        the submitter in the channel the button was in or the form named (an ephemeral
-        message there, else a DM)."""
-        user = str((body.get("user") or {}).get("id") or "")
-        key = f"{DRAIN_CALLBACK}:{user}:{view.get('id')}"
+        """The drain form, submitted: the drain it asks for, run as `/gpu drain`."""
         reading = read_drain_form(view, now=self.clock())
-        if reading.form is None:
-            # The ack showed the field errors; the same view comes back corrected.
-            self.deliveries.record(Delivery("drain-form", key, "invalid"))
-            return
-        if not self._first("drain-form", key, BUTTON_SCOPE):
-            return
         form = reading.form
-        channel = form.channel or drain_form_context(str(view.get("private_metadata") or "")).channel
+        self._run_form(body, view, "drain-form", DRAIN_CALLBACK, None if form is None else _FormRun(
+            command=form.command(), channel=form.channel, spec=DRAIN_COMMAND,
+            run=lambda call, ask=form.ask(): request_drain(call, ask), footer=msg.drain_form_footer))
+
+    def run_upgrade_form(self, body: dict[str, Any], view: dict[str, Any]) -> None:
+        """The upgrade form, submitted: the upgrade it asks for, run as `/gpu upgrade`."""
+        reading = read_upgrade_form(view, now=self.clock())
+        form = reading.form
+        self._run_form(body, view, "upgrade-form", UPGRADE_CALLBACK, None if form is None else _FormRun(
+            command=form.command(), channel=form.channel, spec=UPGRADE_COMMAND,
+            run=lambda call, ask=form.ask(): request_upgrade(call, ask), footer=msg.upgrade_form_footer))
+
+    def _run_form(self, body: dict[str, Any], view: dict[str, Any], kind: str, callback: str,
+                  form: _FormRun | None) -> None:
+        """A request form, submitted: run as its command, answered to the submitter in
+        the channel the button was in or the form named (an ephemeral message there,
+        else a DM)."""
+        user = str((body.get("user") or {}).get("id") or "")
+        key = f"{callback}:{user}:{view.get('id')}"
+        if form is None:
+            # The ack showed the field errors; the same view comes back corrected.
+            self.deliveries.record(Delivery(kind, key, "invalid"))
+            return
+        if not self._first(kind, key, BUTTON_SCOPE):
+            return
+        channel = form.channel or form_context(str(view.get("private_metadata") or "")).channel
         outcome = "answered"
         try:
             actor = self.directory.actor(user, fallback_name=(body.get("user") or {}).get("username"))
-            services = self.runtime.services()
-            now = self.clock()
-            ask = form.ask()
-            reply = invoke(DRAIN_COMMAND, lambda call: request_drain(call, ask), actor=actor, services=services,
-                           now=now, text=form.command(), channel=channel)
-            reply = replace(reply, footer=msg.drain_form_footer(form.command(), reply.footer))
+            reply = invoke(form.spec, form.run, actor=actor, services=self.runtime.services(), now=self.clock(),
+                           text=form.command, channel=channel)
+            reply = replace(reply, footer=form.footer(form.command, reply.footer))
             if not reply.ok:
                 outcome = "refused"
         except Exception:  # noqa: BLE001 - answer something rather than nothing
-            log.exception("the drain form of %s (%s) failed", user, form.command())
+            log.exception("the %s of %s (%s) failed", kind, user, form.command)
             reply, outcome = error_reply(msg.refused_title(), msg.something_failed()), "failed"
         self.answer(reply, user=user, channel=channel, response_url=None, ephemeral_in_channel=True)
-        self.deliveries.record(Delivery("drain-form", key, outcome))
+        self.deliveries.record(Delivery(kind, key, outcome))
 
     def run_home(self, body: dict[str, Any], event: dict[str, Any]) -> None:
         user = str(event.get("user") or "")
@@ -306,7 +350,8 @@ class SlackBot:
         fleet_reply = dispatch("status", actor=actor, services=services, now=now)
         waiting = services.requests.waiting_for(actor, now=now) if services.requests is not None else []
         return self.api.publish_home(user, home_view(fleet_reply, waiting, now=now, notice=notice,
-                                                     drain_button=may_request_drain(actor)))
+                                                     drain_button=may_request_drain(actor),
+                                                     upgrade_button=may_request_upgrade(actor)))
 
     def answer(self, reply: Reply, *, user: str, channel: str | None, response_url: str | None,
                ephemeral_in_channel: bool = False) -> None:

@@ -290,7 +290,8 @@ def engine_worker(runtime: Runtime, *, lease: Lease, identity: str) -> Worker | 
     def body(stop: threading.Event) -> None:
         db = runtime.database.get()
         try:
-            run_engine(EngineSettings(), gateway, runtime.fleet, db, identity, stop,  # type: ignore[arg-type]
+            settings = EngineSettings(max_parallel_nodes=runtime.config.engine.max_parallel_nodes)
+            run_engine(settings, gateway, runtime.fleet, db, identity, stop,  # type: ignore[arg-type]
                        lease=lease, on_commit=lambda _commits: runtime.notify(), pools=runtime.config.pools)
         finally:
             runtime.database.close()

@@ -7,10 +7,11 @@ import difflib
 
 from commands import messages as msg
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
-from commands.reply import REQUEST_DRAIN, Fact, Intent, Notice, Reply, Section, Table, error_reply
+from commands.reply import REQUEST_DRAIN, REQUEST_UPGRADE, Fact, Intent, Notice, Reply, Section, Table, error_reply
 from workflows.access import Role
 from workflows.drain.history import drain_history
 from workflows.engine.cordons import UncordonRefused
+from workflows.engine.runs import RunView
 from workflows.fleet.assessment import NodeInventory, PoolInventory
 from workflows.fleet.findings import Finding, cordons_left_behind, sort_findings
 from workflows.fleet.summary import Fleet
@@ -80,6 +81,10 @@ def _node_state(node: NodeInventory) -> str:
     states = []
     if node.upgrade.state:
         states.append(f"upgrade: {node.upgrade.state}")
+    if node.upgrade.held_by:
+        states.append(msg.held_from_operator_upgrade(node.upgrade.held_by))
+    elif node.upgrade.skip:
+        states.append(msg.operator_upgrade_skipped_by_person())
     if node.mig.config:
         states.append(f"MIG {node.mig.config} ({node.mig.config_state or '?'})")
     states.extend(f"{operand} {value}" for operand, value in node.paused_operands.items())
@@ -109,10 +114,21 @@ def _findings_section(findings: tuple[Finding, ...], *, limit: int | None) -> Se
 def _drain_button(call: Call, *, pool: str, target: str) -> tuple[Intent, ...]:
     """"Request a drain" of `target`, for whoever `/gpu drain` would let drain `pool`
     (the drain checks again when asked); none for a pool without a drain policy."""
-    drain = REGISTRY.commands.get(("drain",))
-    if drain is None or pool not in call.services.config.pools or not call.actor.has(drain.role, pool=pool):
+    return _form_button(call, "drain", pool=pool, action=REQUEST_DRAIN, label=msg.request_drain_label(),
+                        value=target)
+
+
+def _upgrade_button(call: Call, *, pool: str) -> tuple[Intent, ...]:
+    """"Request a driver upgrade" of `pool`, for whoever `/gpu upgrade` would let ask."""
+    return _form_button(call, "upgrade", pool=pool, action=REQUEST_UPGRADE, label=msg.request_upgrade_label(),
+                        value=pool)
+
+
+def _form_button(call: Call, command: str, *, pool: str, action: str, label: str, value: str) -> tuple[Intent, ...]:
+    spec = REGISTRY.commands.get((command,))
+    if spec is None or pool not in call.services.config.pools or not call.actor.has(spec.role, pool=pool):
         return ()
-    return (Intent(action=REQUEST_DRAIN, label=msg.request_drain_label(), value=target),)
+    return (Intent(action=action, label=label, value=value),)
 
 
 def _find_pool(fleet: Fleet, name: str) -> PoolInventory:
@@ -132,7 +148,9 @@ def status(call: Call, args: list[str]) -> Reply:
     fleet = _fleet(call)
     if args:
         pool = _find_pool(fleet, args[0])
-        return _pool_status(fleet, pool, intents=_drain_button(call, pool=pool.name, target=pool.name))
+        runs = tuple(call.services.runs.unfinished()) if call.services.runs is not None else ()
+        intents = _drain_button(call, pool=pool.name, target=pool.name) + _upgrade_button(call, pool=pool.name)
+        return _pool_status(fleet, pool, intents=intents, runs=runs)
     critical = sum(f.severity == "critical" for f in fleet.findings)
     warning = sum(f.severity == "warning" for f in fleet.findings)
     nodes = sum(p.nodes_total for p in fleet.pools)
@@ -177,8 +195,12 @@ def _drains_section(call: Call) -> Section | None:
                    table=Table(columns=msg.DRAIN_HISTORY_COLUMNS, rows=tuple(rows)))
 
 
-def _pool_status(fleet: Fleet, pool: PoolInventory, *, intents: tuple[Intent, ...] = ()) -> Reply:
+def _pool_status(fleet: Fleet, pool: PoolInventory, *, intents: tuple[Intent, ...] = (),
+                 runs: tuple[RunView, ...] = ()) -> Reply:
     findings = tuple(f for f in fleet.findings if f.pool == pool.name or f.subject == pool.name)
+    running = tuple(Fact("Running", msg.pool_run(r.request_id, r.id, r.kind, r.state, r.run.current_wave,
+                                                   len({s.wave for s in r.steps})))
+                    for r in runs if r.pool == pool.name)
     facts = (
         Fact("Kind", pool.kind or "not configured"),
         Fact("Nodes Ready", f"{pool.nodes_ready}/{pool.nodes_total}"),
@@ -188,6 +210,7 @@ def _pool_status(fleet: Fleet, pool: PoolInventory, *, intents: tuple[Intent, ..
         Fact("Auto-upgrade", f"{pool.auto_upgrade.state} ({pool.auto_upgrade.source}"
                              + (", CRD default" if pool.auto_upgrade.defaulted else "") + ")"),
         Fact("Driver version set by", msg.driver_managers(pool)),
+        *running,
     )
     sections = [Section(facts=facts)]
     if findings:

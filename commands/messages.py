@@ -148,6 +148,10 @@ def uncordon_usage() -> str:
     return "name one node a gpuops run left cordoned, e.g. `/gpu uncordon serving-a-05`"
 
 
+def request_upgrade_label() -> str:
+    return "Request a driver upgrade"
+
+
 def request_drain_label() -> str:
     return "Request a drain"
 
@@ -407,3 +411,16 @@ def upgrade_refused_title(code: str) -> str:
 def upgrade_versions(current: Sequence[tuple[str, int]], target: str) -> str:
     now = ", ".join(f"{v} ({n})" for v, n in current) or "none reported"
     return f"{now} -> {target}"
+
+
+def held_from_operator_upgrade(run: str) -> str:
+    return f"held from the operator's upgrade by {run}"
+
+
+def operator_upgrade_skipped_by_person() -> str:
+    return "upgrade skip label (set by a person)"
+
+
+def pool_run(request: str, run: str, kind: str, state: str, wave: int | None, waves: int) -> str:
+    where = f", wave {wave + 1} of {waves}" if wave is not None else ", not started"
+    return f"{kind} run {run} ({state}{where}): /gpu request {request}"

@@ -13,6 +13,8 @@ Severity = Literal["critical", "warning", "info"]
 # value is only that name ("" for none). Slack opens the drain form; the console says
 # which `/gpu drain` to type.
 REQUEST_DRAIN = "request-drain"
+# Opens the upgrade form for the pool in its value ("" for none).
+REQUEST_UPGRADE = "request-upgrade"
 
 
 @dataclass(frozen=True)

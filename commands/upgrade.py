@@ -6,9 +6,10 @@ object that sets its driver version, host drivers, a shared ClusterPolicy or NVI
 the version's form, same version, downgrade), plans canary and waves inside the pool's
 window (now, `at <time>` or the next window), and stores a pending request bound to the
 plan's hash; the reply shows the plan with Approve/Deny. A refusal names the rule and
-what to do instead; nothing is stored. The Roll back button on a halted upgrade's card
-(commands.requests.rollback_intent) asks the same as `/gpu rollback <run>`. Not built
-yet: the upgrade form (a button on the pool's status and App Home)."""
+what to do instead; nothing is stored. `--dry-run` shows the plan and stores nothing. The
+upgrade form (bot.upgrade_form) asks through `request_upgrade` with its fields; the Roll
+back button on a halted upgrade's card (commands.requests.rollback_intent) asks the same
+as `/gpu rollback <run>`."""
 
 from __future__ import annotations
 
@@ -106,12 +107,20 @@ def upgrade(call: Call, args: list[str]) -> Reply:
         ask = read_upgrade_words(args, pools=call.services.config.pools, now=call.now)
     except DrainRequestError as err:
         return error_reply(msg.upgrade_refused_title(err.code), str(err))
-    fleet = call.services.fleet.fleet(call.now)
     if any(w == "--dry-run" for arg in args for w in arg.split()):
+        fleet = call.services.fleet.fleet(call.now)
         try:
             return _reply(call, _upgrades(call).preview(call.actor, ask, fleet=fleet, now=call.now))
         except UpgradeRefused as err:
             return error_reply(msg.upgrade_refused_title(err.code), err.reason)
+    return request_upgrade(call, ask)
+
+
+def request_upgrade(call: Call, ask: UpgradeAsk) -> Reply:
+    """Plan, check and store the upgrade `ask` describes, and the reply showing it: what
+    `/gpu upgrade` does after reading its words, and what the upgrade form does with its
+    fields."""
+    fleet = call.services.fleet.fleet(call.now)
     return _answer(call, lambda: _upgrades(call).request(call.actor, ask, fleet=fleet, now=call.now,
                                                           channel=call.channel))
 

@@ -37,6 +37,12 @@ class InventoryConfig(_Model):
     mig_pending_stuck_after: Duration = dt.timedelta(minutes=30)
 
 
+class EngineConfig(_Model):
+    # Nodes of one wave the engine changes at once; a plan's waves (max_unavailable,
+    # min_ready_gpus) decide what may be out together, this caps it for the API's sake.
+    max_parallel_nodes: int = Field(default=4, ge=1, le=500)
+
+
 class UpgradesConfig(_Model):
     # Driver versions an upgrade may ask for (empty: any well-formed version). A rollback
     # to the version a run replaced is always allowed.
@@ -75,6 +81,7 @@ class GpuopsConfig(_Model):
     pools: dict[str, PoolConfig] = Field(default_factory=dict)
     access: AccessConfig = AccessConfig()
     upgrades: UpgradesConfig = UpgradesConfig()
+    engine: EngineConfig = EngineConfig()
     database: Path | None = None
     rotations: tuple[RotationConfig, ...] = ()
 

@@ -132,7 +132,7 @@ class EngineThread:
 
 def engine_process(kubeconfig: Path, db_path: Path, *, identity: str, lease_name: str, log: Path,
                    crash_after: int | str | None = None, lease_seconds: float = 3.0,
-                   exit_when_idle: bool = True) -> subprocess.Popen[bytes]:
+                   exit_when_idle: bool = True, max_parallel_nodes: int | None = None) -> subprocess.Popen[bytes]:
     """`python -m bot.engine_process` against the test control plane; its log goes to `log`."""
     env = {k: v for k, v in os.environ.items() if k != "GPUOPS_TEST_CRASH_AFTER"}
     if crash_after is not None:
@@ -142,6 +142,8 @@ def engine_process(kubeconfig: Path, db_path: Path, *, identity: str, lease_name
             "--lease-name", lease_name, "--lease-seconds", str(lease_seconds)]
     if exit_when_idle:
         args.append("--exit-when-idle")
+    if max_parallel_nodes is not None:
+        args += ["--max-parallel-nodes", str(max_parallel_nodes)]
     with log.open("ab") as out:
         return subprocess.Popen(args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)

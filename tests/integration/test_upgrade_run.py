@@ -256,6 +256,10 @@ def _policy_version(installer) -> str:
     return installer.get({"kind": "ClusterPolicy", "metadata": {"name": name}})["spec"]["driver"]["version"]
 
 
+def _node_row(reply, node: str) -> tuple[str, ...]:
+    return next(row for row in reply.sections[-1].table.rows if row[0] == node)
+
+
 class _Watcher:
     """The upgrade state of every node, as a poll sees it: which nodes the operator had
     in hand at once, and in what order it took them up."""
@@ -337,6 +341,9 @@ def test_the_operators_upgrade_failed_halts_the_gated_run_and_a_rollback_puts_th
         assert seen["metadata"]["annotations"].get(HELD_BY) == halted.id
         assert observe.driver_pods(installer, node)[0]["metadata"]["uid"] == before[node]
         assert not seen["spec"].get("unschedulable") and _gfd_version(installer, node) == OLD
+    # /gpu status says who holds them (once the watch cache has seen the labels).
+    wait_until(lambda: _node_row(say("U0ALICE", "status upg"), "upg-02")[-1].endswith(
+        f"held from the operator's upgrade by {halted.id}"), timeout=30, what="status to show the hold")
 
     asked = say("U0ALICE", f"rollback {halted.id}")
     assert asked.ok, asked.summary

@@ -14,17 +14,14 @@ import pytest
 
 from bot.clicks import Click, press
 from bot.drain_form import (
-    CHANNEL,
     DURATION,
     REASON,
     TARGETS,
-    TIME,
-    DrainFormContext,
     drain_form,
-    drain_form_context,
     drain_usage,
     read_drain_form,
 )
+from bot.forms import CHANNEL, TIME, FormContext, form_context
 from bot.home import home_view
 from commands.catalog import dispatch
 from commands.reply import Reply
@@ -71,7 +68,7 @@ def words_of(view: dict[str, Any]) -> list[str]:
 
 
 def test_the_form_is_a_modal_slack_accepts_with_the_clicked_pool_filled_in():
-    view = drain_form("train-a", DrainFormContext(channel="C0OPS"))
+    view = drain_form("train-a", FormContext(channel="C0OPS"))
 
     assert blockkit.view_errors(view, expected_type="modal") == []
     inputs = {b["block_id"]: b for b in view["blocks"] if b["type"] == "input"}
@@ -87,7 +84,7 @@ def test_the_form_is_a_modal_slack_accepts_with_the_clicked_pool_filled_in():
 
 
 def test_from_the_home_tab_the_form_is_empty_and_asks_where_the_requests_thread_goes():
-    view = drain_form("", DrainFormContext())
+    view = drain_form("", FormContext())
 
     assert blockkit.view_errors(view, expected_type="modal") == []
     targets = next(b for b in view["blocks"] if b.get("block_id") == TARGETS)
@@ -97,7 +94,7 @@ def test_from_the_home_tab_the_form_is_empty_and_asks_where_the_requests_thread_
     channel = next(b for b in view["blocks"] if b.get("block_id") == CHANNEL)
     assert channel["element"]["type"] == "conversations_select" and not channel.get("optional")
     # Opened in a channel, the form asks for none: the thread goes where the button was.
-    assert all(b.get("block_id") != CHANNEL for b in drain_form("x", DrainFormContext(channel="C0OPS"))["blocks"])
+    assert all(b.get("block_id") != CHANNEL for b in drain_form("x", FormContext(channel="C0OPS"))["blocks"])
 
 
 def test_a_form_from_the_home_tab_needs_a_channel_and_carries_the_one_picked():
@@ -116,11 +113,11 @@ def test_a_form_from_the_home_tab_needs_a_channel_and_carries_the_one_picked():
 
 @pytest.mark.parametrize("metadata", ['{"channel": "C0OPS> <!channel"}', '{"channel": 7}', "not json", "[]", ""])
 def test_metadata_that_is_not_what_the_form_wrote_answers_nowhere_but_the_submitter(metadata):
-    assert drain_form_context(metadata).channel is None
+    assert form_context(metadata).channel is None
 
 
 def test_the_metadata_the_form_wrote_reads_back():
-    assert drain_form_context(drain_form("x", DrainFormContext(channel="C0OPS"))["private_metadata"]).channel == "C0OPS"
+    assert form_context(drain_form("x", FormContext(channel="C0OPS"))["private_metadata"]).channel == "C0OPS"
 
 
 # ------------------------------------------------------------------ reading a submission
@@ -216,9 +213,11 @@ def buttons(reply: Reply) -> list[tuple[str, str, str]]:
 @pytest.mark.parametrize("text", ["status train-a", "node gpu-a-01"])
 def test_operators_and_admins_are_offered_a_drain_of_the_pool_or_node_they_look_at(services, text):
     target = text.split()[1]
+    # A pool's status offers its driver upgrade too (bot.upgrade_form).
+    upgrade = [("request-upgrade", "Request a driver upgrade", target)] if text.startswith("status") else []
     for who in ("U0ALICE", "U0ERIN"):
         reply = dispatch(text, actor=CONFIG.actor(who), services=services, now=NOW)
-        assert buttons(reply) == [("request-drain", "Request a drain", target)]
+        assert buttons(reply) == [("request-drain", "Request a drain", target), *upgrade]
 
 
 def test_viewers_and_nodes_of_pools_without_a_drain_policy_get_no_drain_button(services):

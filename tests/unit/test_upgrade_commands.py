@@ -206,3 +206,32 @@ def test_the_configured_allowed_versions_limit_what_an_upgrade_may_ask_for(make,
         services.database.close()  # type: ignore[union-attr]
     with pytest.raises(ValidationError, match="`latest` is not a driver version"):
         GpuopsConfig.model_validate({"upgrades": {"allowed_versions": ["latest"]}})
+
+
+def test_the_cluster_policy_scope_and_the_engines_parallelism_are_checked_when_the_configuration_loads():
+    from pydantic import ValidationError
+
+    loaded = GpuopsConfig.model_validate({"upgrades": {"cluster_policy_scope": "all-pools"},
+                                          "engine": {"max_parallel_nodes": 20}})
+    assert (loaded.upgrades.cluster_policy_scope, loaded.engine.max_parallel_nodes) == ("all-pools", 20)
+    assert GpuopsConfig().upgrades.cluster_policy_scope == "pool" and GpuopsConfig().engine.max_parallel_nodes == 4
+    with pytest.raises(ValidationError, match="cluster_policy_scope"):
+        GpuopsConfig.model_validate({"upgrades": {"cluster_policy_scope": "everything"}})
+    with pytest.raises(ValidationError, match="max_parallel_nodes"):
+        GpuopsConfig.model_validate({"engine": {"max_parallel_nodes": 0}})
+
+
+def test_a_pools_status_names_its_unfinished_run_and_where_it_is(services, now):
+    from workflows.engine.runs import RunService
+
+    assert run(services, "U0ALICE", f"upgrade serve-a to {NEW} kernel", now).ok
+    (request,) = services.requests.open_requests("serve-a")  # type: ignore[union-attr]
+    for approver in ("U0BOB", "U0CAROL"):
+        assert run(services, approver, f"approve {request.id} {request.short_hash}", now).ok
+    started = RunService(services.database).start(request.id, dry_run=False, now=now,  # type: ignore[arg-type]
+                                                  plan_hash=request.plan_hash)
+
+    status = run(services, "U0DAVE", "status serve-a", now)
+    facts = {f.label: f.value for f in status.sections[0].facts}
+    assert facts["Running"] == f"upgrade run {started.id} (pending, not started): /gpu request {request.id}"
+    assert "Running" not in {f.label for f in run(services, "U0DAVE", "status train-a", now).sections[0].facts}
