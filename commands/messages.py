@@ -384,7 +384,8 @@ def driver_managers(pool: PoolInventory) -> str:
     return f"{names}, shared with {', '.join(shared)}: a version change there reaches {them} too, {how}"
 
 
-UPGRADE_USAGE = "upgrade <pool> to <driver-version> [at <time> | next-window] [--downgrade] [--dry-run] [reason]"
+UPGRADE_USAGE = ("upgrade <pool> to <driver-version> [at <time> | next-window] [--also <pool>,...] [--downgrade] "
+                 "[--dry-run] [reason]")
 UPGRADE_WAVE_COLUMNS = ("wave", "nodes", "GPUs out")
 
 

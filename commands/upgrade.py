@@ -42,9 +42,11 @@ def _upgrades(call: Call) -> UpgradeService:
 
 def read_upgrade_words(args: list[str], *, pools: Mapping[str, PoolConfig], now: dt.datetime) -> UpgradeAsk:
     """`<pool> to <version> [at <time> | next-window | in the next window] [--downgrade]
-    [reason...]`; a time reads as `/gpu drain`'s does (in the pool's zone unless one is
-    named). Raises UsageError or DrainRequestError (a time that cannot be read)."""
-    words = [w for arg in args for w in arg.split() if w not in ("--downgrade", "--dry-run")]
+    [--also <pool>[,<pool>...]] [reason...]`; a time reads as `/gpu drain`'s does (in the
+    pool's zone unless one is named); `--also` names the other pools a shared
+    ClusterPolicy moves too. Raises UsageError or DrainRequestError (a time that cannot be
+    read)."""
+    words, also = _take_also([w for arg in args for w in arg.split() if w not in ("--downgrade", "--dry-run")])
     if len(words) < 3 or words[1] != "to":
         raise UsageError(msg.upgrade_needs_words())
     rest, at = words[3:], 0
@@ -62,7 +64,28 @@ def read_upgrade_words(args: list[str], *, pools: Mapping[str, PoolConfig], now:
         start, _ = read_time(when, zone=zone, now=now)
     downgrade = any(w == "--downgrade" for arg in args for w in arg.split())
     return UpgradeAsk(pool=words[0], version=words[2], downgrade=downgrade, reason=" ".join(rest[at:]),
-                      start=start, next_window=next_window)
+                      start=start, next_window=next_window, also=also)
+
+
+def _take_also(words: list[str]) -> tuple[list[str], tuple[str, ...]]:
+    """The words without `--also <pools>` (or `--also=<pools>`), and those pools."""
+    kept: list[str] = []
+    also: list[str] = []
+    index = 0
+    while index < len(words):
+        word = words[index]
+        if word == "--also" or word.startswith("--also="):
+            named = word.partition("=")[2]
+            if not named:
+                if index + 1 >= len(words):
+                    raise UsageError(msg.upgrade_needs_words())
+                index += 1
+                named = words[index]
+            also += [p for p in named.split(",") if p]
+        else:
+            kept.append(word)
+        index += 1
+    return kept, tuple(dict.fromkeys(also))
 
 
 def _reply(call: Call, planned: UpgradePlan, view: RequestView | None = None) -> Reply:

@@ -3,8 +3,9 @@ and the same simulated hardware: the real GPU Operator's own upgrade (autoUpgrad
 gpuops driving it (autoUpgrade off), at the same parallelism (20 nodes: `max_unavailable`
 10% for gpuops, `maxParallelUpgrades: 20` and `maxUnavailable: 10%` for the operator).
 
-Measured, each round (`GPUOPS_BENCH_ROUNDS`, default 3; the pool moves to another
-version every phase, so every phase is a real version change):
+Measured (the pool moves to another version every phase, so each is a real version
+change): gpuops's `GPUOPS_BENCH_ROUNDS` times (default 3), then the operator's once (its
+waves take about its 2-minute requeue each, so one takes about 25 minutes here):
 - wall time of each, from the version change (the operator: the ClusterPolicy patch;
   gpuops: the run's start) until every node is back on the new driver;
 - each as a ratio to the physical minimum the simulated hardware sets: its waves times
@@ -18,7 +19,7 @@ version every phase, so every phase is a real version change):
   `bot.engine_process`; its user+system time from the kernel when it exits).
 
 Results go to tests/bench/results/upgrade-side-by-side.json with the machine described,
-each figure's range over the rounds, and whether each goal held in every round. Goals are
+gpuops's range over its rounds, and whether each goal held in every one. Goals are
 reported, not asserted. No nudge: the operator's controller wakes as it would in a
 cluster (node events, its 2-minute requeue).
 """
@@ -36,6 +37,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kubernetes import client, watch
 
 from storage import steps as stored_steps
@@ -198,8 +200,9 @@ def _gpuops_phase(cluster, installer, recorder: Recorder, version: str, db_path:
     cache = FleetCache(gateway, settings=GpuopsConfig().inventory_settings()).start()
     try:
         wait_until(lambda: len(cache.fleet(h.now()).nodes) >= NODES, timeout=120, what="the cache to fill")
-        planned = plan_upgrade(UpgradeAsk(pool=POOL, version=version), fleet=cache.fleet(h.now()), policy=POLICY,
-                               now=h.now(), requested_by=h.ALICE.user_id)
+        # Rounds cycle through three versions, so some go to an older one (said on purpose).
+        planned = plan_upgrade(UpgradeAsk(pool=POOL, version=version, downgrade=True), fleet=cache.fleet(h.now()),
+                               policy=POLICY, now=h.now(), requested_by=h.ALICE.user_id)
     finally:
         cache.stop()
     db = open_database(db_path)
@@ -238,11 +241,12 @@ def _gpuops_phase(cluster, installer, recorder: Recorder, version: str, db_path:
             "cpu_s": round(cpu, 2), "cpu_s_per_node": round(cpu / NODES, 4)}
 
 
-def _span(rounds: list[dict[str, Any]], side: str, key: str) -> list[float] | None:
-    values = [r[side][key] for r in rounds if r[side].get(key) is not None]
+def _span(rounds: list[dict[str, Any]], key: str) -> list[float] | None:
+    values = [r[key] for r in rounds if r.get(key) is not None]
     return [min(values), max(values)] if values else None
 
 
+@pytest.mark.timeout(3 * 3600)
 def test_a_200_node_pool_upgraded_by_the_operator_and_by_gpuops(fleet, cluster, tmp_path):
     rounds_wanted = int(os.environ.get("GPUOPS_BENCH_ROUNDS", "3"))
     started = time.time()
@@ -254,22 +258,20 @@ def test_a_200_node_pool_upgraded_by_the_operator_and_by_gpuops(fleet, cluster, 
     recorder = Recorder(cluster.api_client()).start()
     rounds = []
     try:
-        current = 0
         for index in range(rounds_wanted):
-            operator_to = VERSIONS[(current + 1) % 3]
-            gpuops_to = VERSIONS[(current + 2) % 3]
-            current = (current + 2) % 3
-            operator = _operator_phase(installer, recorder, operator_to)
-            gpuops = _gpuops_phase(cluster, installer, recorder, gpuops_to, tmp_path / f"round-{index}.db")
-            rounds.append({"operator": {"to": operator_to, **operator}, "gpuops": {"to": gpuops_to, **gpuops}})
-            print(json.dumps(rounds[-1]))
+            version = VERSIONS[(index + 1) % 3]  # never the one the pool runs now
+            gpuops = _gpuops_phase(cluster, installer, recorder, version, tmp_path / f"round-{index}.db")
+            rounds.append({"to": version, **gpuops})
+            print(json.dumps({"gpuops": rounds[-1]}), flush=True)
+        to = VERSIONS[(rounds_wanted + 1) % 3]
+        operator = {"to": to, **_operator_phase(installer, recorder, to)}
+        print(json.dumps({"operator": operator}), flush=True)
     finally:
         recorder.close()
 
     met = {
-        "gpuops_over_physical_min": all(r["gpuops"]["over_physical_min"] <= GOALS["gpuops_over_physical_min"]
-                                        for r in rounds),
-        "gpuops_reaction_p95_s": all((r["gpuops"]["reaction_p95_s"] or math.inf) <= GOALS["gpuops_reaction_p95_s"]
+        "gpuops_over_physical_min": all(r["over_physical_min"] <= GOALS["gpuops_over_physical_min"] for r in rounds),
+        "gpuops_reaction_p95_s": all((r["reaction_p95_s"] or math.inf) <= GOALS["gpuops_reaction_p95_s"]
                                      for r in rounds),
     }
     report = {
@@ -281,11 +283,11 @@ def test_a_200_node_pool_upgraded_by_the_operator_and_by_gpuops(fleet, cluster, 
                   "operator": "GPU Operator v26.7.0 (real, its upgrade controller; no test nudge)"},
         "setup_seconds": round(setup, 1),
         "goals": GOALS,
-        "goals_met_in_every_round": met,
-        "ranges": {side: {key: _span(rounds, side, key) for key in (
-            "wall_s", "over_physical_min", "reaction_p50_s", "reaction_p95_s", "cpu_s_per_node")}
-            for side in ("operator", "gpuops")},
-        "rounds": rounds,
+        "gpuops_goals_met_in_every_round": met,
+        "operator": operator,
+        "gpuops_ranges": {key: _span(rounds, key) for key in (
+            "wall_s", "over_physical_min", "reaction_p50_s", "reaction_p95_s", "cpu_s_per_node")},
+        "gpuops_rounds": rounds,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "upgrade-side-by-side.json").write_text(json.dumps(report, indent=2) + "\n")

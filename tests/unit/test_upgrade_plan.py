@@ -99,3 +99,23 @@ def test_a_gated_rollback_gives_the_nodes_the_run_held_and_never_moved_back_at_t
     last = only.steps[-1]
     assert (last.kind, dict(last.params)) == ("operator-hold", {"nodes": ("s2", "s3"), "release": True})
     assert any("s2" in n and "s3" in n and "given back to the operator" in n for n in planned.plan.summary.notes)
+
+
+def test_a_request_that_names_every_other_pool_of_the_cluster_policy_is_planned_and_says_they_were_named(make):
+    from commands.upgrade import read_upgrade_words
+
+    fleet = _one_policy(make, auto_upgrade=False)
+    pools = {"serving-a": POLICY}
+    with pytest.raises(UpgradeRefused) as refused:
+        plan_upgrade(UpgradeAsk(pool="serving-a", version=NEW), fleet=fleet, policy=POLICY, now=NOW,
+                     requested_by="U0ALICE")
+    assert "--also training-a" in refused.value.reason
+    for words in (f"serving-a to {NEW} --also training-a CVE", f"serving-a to {NEW} --also=training-a CVE"):
+        ask = read_upgrade_words(words.split(), pools=pools, now=NOW)
+        assert (ask.also, ask.reason) == (("training-a",), "CVE")
+        planned = plan_upgrade(ask, fleet=fleet, policy=POLICY, now=NOW, requested_by="U0ALICE")
+        assert any("also drives training-a (named in the request)" in n for n in planned.plan.summary.notes)
+    with pytest.raises(UpgradeRefused) as unknown:
+        plan_upgrade(UpgradeAsk(pool="serving-a", version=NEW, also=("trainig-a",)), fleet=fleet, policy=POLICY,
+                     now=NOW, requested_by="U0ALICE")
+    assert unknown.value.code == "unknown-pool" and "did you mean training-a" in unknown.value.reason

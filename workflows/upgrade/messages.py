@@ -59,12 +59,13 @@ def plan_skipped_by_person_note(nodes: Sequence[str]) -> str:
             "operator will not upgrade them while it stays)")
 
 
-def plan_also_moves_note(ref: str, pools: Sequence[str], version: str, *, held: bool) -> str:
+def plan_also_moves_note(ref: str, pools: Sequence[str], version: str, *, held: bool, named: bool) -> str:
+    why = "named in the request" if named else "upgrades.cluster_policy_scope: all-pools"
     if held:
-        return (f"{ref} also drives {names(pools)}: their nodes are held back from the operator's upgrade and "
-                f"stay held after this run; upgrade them in turn with /gpu upgrade <pool> to {version}")
-    return (f"{ref} also drives {names(pools)} (upgrades.cluster_policy_scope: all-pools): their driver pods take "
-            f"{version} on their next restart (OnDelete); upgrade them in turn with /gpu upgrade <pool> to {version}")
+        return (f"{ref} also drives {names(pools)} ({why}): their nodes are held back from the operator's upgrade "
+                f"and stay held after this run; upgrade them in turn with /gpu upgrade <pool> to {version}")
+    return (f"{ref} also drives {names(pools)} ({why}): their driver pods take {version} on their next restart "
+            f"(OnDelete); upgrade them in turn with /gpu upgrade <pool> to {version}")
 
 
 def plan_release_note(run: str, nodes: Sequence[str]) -> str:
@@ -106,8 +107,9 @@ def cluster_policy_shared(policy: str, pool: str, others: Sequence[str], version
             else "their driver pods take it on their next restart (OnDelete)")
     return (f"ClusterPolicy {policy} sets the driver of {names(others)} too: a change to {version} reaches "
             f"{'that pool' if len(others) == 1 else 'those pools'} as well; {when}. Give pool {pool} its own "
-            "NVIDIADriver (ClusterPolicy spec.driver.useNvidiaDriverCRD: true, one NVIDIADriver per pool), or "
-            "have an admin set upgrades.cluster_policy_scope: all-pools to accept that")
+            "NVIDIADriver (ClusterPolicy spec.driver.useNvidiaDriverCRD: true, one NVIDIADriver per pool); or "
+            f"name them to accept that (--also {','.join(others)}), or have an admin set "
+            "upgrades.cluster_policy_scope: all-pools")
 
 
 def nothing_to_do(pool: str, version: str) -> str:

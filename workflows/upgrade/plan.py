@@ -50,6 +50,8 @@ class UpgradeAsk:
     # the start of the pool's next window.
     start: dt.datetime | None = None
     next_window: bool = False
+    # Other pools the request names as moving too (those the ClusterPolicy also drives).
+    also: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +88,7 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
         raise UpgradeRefused(say.pool_not_configured(ask.pool), code="pool-not-configured")
     scope = upgrade_scope(fleet, ask.pool, version=ask.version, downgrade=ask.downgrade or rollback is not None,
                           allowed_versions=allowed_versions if rollback is None else (),
-                          cluster_policy_scope=cluster_policy_scope,
+                          cluster_policy_scope=cluster_policy_scope, named_pools=ask.also,
                           broken_by_run=rollback.nodes if rollback is not None else ())
     gates = scope.mode == "gates-operator"
     start, end = _window(policy, pool=ask.pool, now=now, at=ask.start, next_window=ask.next_window)
@@ -135,7 +137,7 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
         notes.append(say.plan_skipped_by_person_note(skipped_by_person))
     if scope.also_moves:
         notes.append(say.plan_also_moves_note(scope.manager.ref, scope.also_moves, scope.target.text,
-                                              held=gates))
+                                              held=gates, named=bool(ask.also)))
     if rollback is not None and rollback.release:
         notes.append(say.plan_release_note(rollback.run, rollback.release))
     if rollback is not None:

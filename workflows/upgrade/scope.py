@@ -93,6 +93,9 @@ def upgrade_scope(
     if pool is None:
         raise UpgradeRefused(say.unknown_pool(pool_name, [p.name for p in fleet.pools]), code="unknown-pool")
     target = DriverVersion.parse(version)
+    unknown = [p for p in named_pools if fleet.pool(p) is None]
+    if unknown:
+        raise UpgradeRefused(say.unknown_pool(unknown[0], [p.name for p in fleet.pools]), code="unknown-pool")
     if allowed_versions and target.text not in allowed_versions:
         raise UpgradeRefused(say.version_not_allowed(target.text, allowed_versions), code="version-not-allowed")
     members = [fleet.nodes[name] for name in pool.nodes]
