@@ -207,7 +207,7 @@ def _gpuops_phase(cluster, installer, recorder: Recorder, version: str, db_path:
         cache.stop()
     db = open_database(db_path)
     try:
-        run = h.start_run(db, planned.plan)
+        run = h.start_run(db, planned.plan, window=(planned.window_start, planned.window_end))
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.time()
         log = db_path.with_suffix(".log")

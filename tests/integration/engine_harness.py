@@ -57,11 +57,13 @@ def plan(kind: str, pool: str, waves: Sequence[Sequence[str]],
         for index, nodes in enumerate(waves)))
 
 
-def start_run(db: Database, the_plan: Plan, *, dry_run: bool = False) -> RunView:
-    """Submit a request for the plan (its pool needs no approval) and queue its run."""
+def start_run(db: Database, the_plan: Plan, *, dry_run: bool = False,
+              window: tuple[dt.datetime | None, dt.datetime | None] = (None, None)) -> RunView:
+    """Submit a request for the plan (its pool needs no approval) and queue its run;
+    `window` is the one the plan was made for (a planner's plan names it)."""
     request = RequestService(db, CONFIG).submit(
         ALICE, kind=the_plan.kind, pool=the_plan.pool, targets=list(the_plan.nodes), plan=the_plan,
-        window_start=None, window_end=None, reason="engine test", channel=CHANNEL, now=now())
+        window_start=window[0], window_end=window[1], reason="engine test", channel=CHANNEL, now=now())
     assert request.state == "approved"
     return RunService(db).start(request.id, dry_run=dry_run, now=now(), actor=ALICE)
 

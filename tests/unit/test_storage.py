@@ -387,6 +387,17 @@ def test_times_in_other_zones_are_stored_and_returned_in_utc(db):
     ]
 
 
+@pytest.mark.parametrize("text", ["2025-06-07T12:00:00Z", "2025-06-07 12:00:00.000000Z",
+                                  "2025-13-07T12:00:00.000000Z", "2025-06-07T12:00:00.000000+00:00", ""])
+def test_a_stored_time_reads_back_exactly_and_any_other_text_is_refused(text):
+    from storage import codec
+
+    at = dt.datetime(2025, 6, 7, 12, 0, 0, 123456, tzinfo=dt.timezone.utc)
+    assert codec.time_from_text(codec.time_to_text(at)) == at
+    with pytest.raises(ValueError):
+        codec.time_from_text(text)
+
+
 # ------------------------------------------------------------------ requests and approvals
 
 

@@ -369,7 +369,9 @@ class Engine:
         return False
 
     def _start_next(self, run: Run, info: _RunInfo, wave_steps: list[Step], steps: list[Step]) -> bool:
-        """Start the next step of one node; True if one started (or failed to)."""
+        """Start the next step of every node that may take one now (each its own commit;
+        reading the run's steps again between them would cost a read per node); True if
+        any started, or one failed to (the run halted: nothing more starts)."""
         by_node: dict[str, list[Step]] = {}
         for step in sorted(wave_steps, key=lambda s: s.seq):
             by_node.setdefault(step.node, []).append(step)
@@ -380,6 +382,7 @@ class Engine:
         wave = next((w for w in info.plan.waves if w.index == run.current_wave), None)
         order = list(wave.nodes) if wave else sorted(by_node)
         order += [n for n in sorted(by_node) if n not in order]
+        started = False
         for node in order:
             node_steps = by_node.get(node, [])
             if any(s.state == "running" for s in node_steps):
@@ -397,8 +400,10 @@ class Engine:
                     continue
                 free -= 1
             if self._start_step(run, info, following, steps):
-                return True
-        return False
+                started = True
+                if following.id not in self._live:
+                    return True  # it halted the run
+        return started
 
     # --- transitions -----------------------------------------------------------------------
     @contextlib.contextmanager

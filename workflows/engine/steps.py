@@ -850,7 +850,7 @@ class DriverVersion:
 
 def _node_names(params: Mapping[str, Any]) -> list[str]:
     nodes = params.get("nodes")
-    if not isinstance(nodes, list) or not all(isinstance(n, str) and n for n in nodes):
+    if not isinstance(nodes, (list, tuple)) or not all(isinstance(n, str) and n for n in nodes):
         raise StepParamsError(say.operator_hold_params())
     return list(nodes)
 
