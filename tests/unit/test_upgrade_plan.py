@@ -91,8 +91,10 @@ def test_a_node_a_person_labelled_skip_is_left_out_and_one_an_earlier_run_held_i
 
 def test_a_gated_rollback_gives_the_nodes_the_run_held_and_never_moved_back_at_the_end(make):
     fleet = _one_policy(make, auto_upgrade=True, held=("s2", "s3"), policy_version=NEW, upgraded=("s1",))
-    planned = _plan(fleet, version="580.95.05",
-                    rollback=RollbackOf(run="run-old", nodes=("s1",), version="580.95.05", release=("s2", "s3")))
+    # No scope configured, nothing named: the pools the run's change reached were accepted with it.
+    planned = plan_upgrade(UpgradeAsk(pool="serving-a", version="580.95.05"), fleet=fleet, policy=POLICY, now=NOW,
+                           requested_by="U0ALICE",
+                           rollback=RollbackOf(run="run-old", nodes=("s1",), version="580.95.05", release=("s2", "s3")))
 
     (only,) = planned.plan.waves
     assert only.nodes == ("s1",)

@@ -86,9 +86,12 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
         raise UpgradeRefused(say.unknown_pool(ask.pool, [p.name for p in fleet.pools]), code="unknown-pool")
     if policy is None:
         raise UpgradeRefused(say.pool_not_configured(ask.pool), code="pool-not-configured")
+    # A rollback puts back what the run changed: the pools its change reached were
+    # accepted when it was approved, so they need not be named again.
     scope = upgrade_scope(fleet, ask.pool, version=ask.version, downgrade=ask.downgrade or rollback is not None,
                           allowed_versions=allowed_versions if rollback is None else (),
-                          cluster_policy_scope=cluster_policy_scope, named_pools=ask.also,
+                          cluster_policy_scope=cluster_policy_scope if rollback is None else "all-pools",
+                          named_pools=ask.also,
                           broken_by_run=rollback.nodes if rollback is not None else ())
     gates = scope.mode == "gates-operator"
     start, end = _window(policy, pool=ask.pool, now=now, at=ask.start, next_window=ask.next_window)
