@@ -101,6 +101,7 @@ def test_a_gated_rollback_gives_the_nodes_the_run_held_and_never_moved_back_at_t
     last = only.steps[-1]
     assert (last.kind, dict(last.params)) == ("operator-hold", {"nodes": ("s2", "s3"), "release": True})
     assert any("s2" in n and "s3" in n and "given back to the operator" in n for n in planned.plan.summary.notes)
+    assert any("also drives training-a (as run run-old changed it for them)" in n for n in planned.plan.summary.notes)
 
 
 def test_a_request_that_names_every_other_pool_of_the_cluster_policy_is_planned_and_says_they_were_named(make):

@@ -59,8 +59,10 @@ def plan_skipped_by_person_note(nodes: Sequence[str]) -> str:
             "operator will not upgrade them while it stays)")
 
 
-def plan_also_moves_note(ref: str, pools: Sequence[str], version: str, *, held: bool, named: bool) -> str:
-    why = "named in the request" if named else "upgrades.cluster_policy_scope: all-pools"
+def plan_also_moves_note(ref: str, pools: Sequence[str], version: str, *, held: bool, named: bool,
+                         rollback_of: str | None = None) -> str:
+    why = (f"as run {rollback_of} changed it for them" if rollback_of else
+           "named in the request" if named else "upgrades.cluster_policy_scope: all-pools")
     if held:
         return (f"{ref} also drives {names(pools)} ({why}): their nodes are held back from the operator's upgrade "
                 f"and stay held after this run; upgrade them in turn with /gpu upgrade <pool> to {version}")

@@ -140,7 +140,8 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
         notes.append(say.plan_skipped_by_person_note(skipped_by_person))
     if scope.also_moves:
         notes.append(say.plan_also_moves_note(scope.manager.ref, scope.also_moves, scope.target.text,
-                                              held=gates, named=bool(ask.also)))
+                                              held=gates, named=bool(ask.also),
+                                              rollback_of=rollback.run if rollback is not None else None))
     if rollback is not None and rollback.release:
         notes.append(say.plan_release_note(rollback.run, rollback.release))
     if rollback is not None:
