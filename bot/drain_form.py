@@ -23,7 +23,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from slack_sdk.models.blocks import (
@@ -38,6 +38,10 @@ from slack_sdk.models.views import View
 from bot import messages as msg
 from bot.forms import (
     FormContext,
+    FormReading,
+    submitted_values,
+    cannot_request,
+    usage_for,
     channel_blocks,
     form_metadata,
     read_channel,
@@ -46,8 +50,6 @@ from bot.forms import (
     when_blocks,
 )
 from bot.intents import TARGET_NAME
-from commands import messages as command_msg
-from commands.catalog import REGISTRY
 from commands.drain_grammar import KEYWORDS
 from workflows.access import Actor
 from workflows.drain.plan import DrainAsk, StartFrom
@@ -69,12 +71,7 @@ _TARGET_PLACEHOLDER = "<node...|pool>"
 
 
 def cannot_request_drain(actor: Actor) -> str | None:
-    """Why `actor` cannot ask for any drain (the dispatcher's words), or None when they
-    hold the role `/gpu drain` needs for some pool (the command checks the pool)."""
-    spec = REGISTRY.commands.get(_DRAIN)
-    if spec is None:
-        return msg.not_a_gpuops_button()
-    return None if actor.has_anywhere(spec.role) else command_msg.needs_role(spec.name, spec.role, actor)
+    return cannot_request("drain", actor)
 
 
 def may_request_drain(actor: Actor) -> bool:
@@ -83,9 +80,7 @@ def may_request_drain(actor: Actor) -> bool:
 
 def drain_usage(target: str) -> str:
     """`/gpu drain`'s usage, with the target filled in when there is one."""
-    spec = REGISTRY.commands.get(_DRAIN)
-    usage = spec.usage if spec is not None else f"drain {_TARGET_PLACEHOLDER}"
-    return usage.replace(_TARGET_PLACEHOLDER, target, 1) if target else usage
+    return usage_for("drain", _TARGET_PLACEHOLDER, target)
 
 
 # ------------------------------------------------------------------ the modal
@@ -157,16 +152,9 @@ class DrainForm:
         return shlex.join([*_DRAIN, *self.words()])
 
 
-@dataclass(frozen=True)
-class DrainFormReading:
-    form: DrainForm | None
-    # block_id -> what is wrong there, as Slack shows it under the field.
-    errors: dict[str, str] = field(default_factory=dict)
-
-
-def read_drain_form(view: dict[str, Any], *, now: dt.datetime) -> DrainFormReading:
+def read_drain_form(view: dict[str, Any], *, now: dt.datetime) -> FormReading[DrainForm]:
     """The submitted form, or the field errors Slack should show (nothing is done then)."""
-    values = (view.get("state") or {}).get("values") or {}
+    values = submitted_values(view)
     errors: dict[str, str] = {}
 
     targets = tuple(text(values, TARGETS).replace(",", " ").split())
@@ -198,6 +186,6 @@ def read_drain_form(view: dict[str, Any], *, now: dt.datetime) -> DrainFormReadi
     channel = read_channel(values, errors=errors)
 
     if errors:
-        return DrainFormReading(form=None, errors=errors)
-    return DrainFormReading(form=DrainForm(targets=targets, when=when, at=at, duration=duration, reason=reason,
+        return FormReading(form=None, errors=errors)
+    return FormReading(form=DrainForm(targets=targets, when=when, at=at, duration=duration, reason=reason,
                                            channel=channel))

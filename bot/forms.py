@@ -12,8 +12,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
 
 from slack_sdk.models.blocks import (
     ConversationFilter,
@@ -26,6 +26,9 @@ from slack_sdk.models.blocks import (
 )
 
 from bot import messages as msg
+from commands import messages as command_msg
+from commands.catalog import REGISTRY
+from workflows.access import Actor
 from workflows.drain.plan import StartFrom
 from workflows.pools.windows import UTC
 
@@ -33,6 +36,40 @@ from workflows.pools.windows import UTC
 WHEN, TIME, CHANNEL = "when", "time", "channel"
 WHENS: tuple[StartFrom, ...] = ("now", "next-window", "at")
 _CHANNEL_ID = re.compile(r"^[CGD][A-Z0-9]{2,30}$")
+
+
+Form = TypeVar("Form")
+
+
+@dataclass(frozen=True)
+class FormReading(Generic[Form]):
+    """A submitted form read: the request it asks for, or (form None) the field errors
+    Slack should show, block_id -> what is wrong there (nothing is done then)."""
+
+    form: Form | None
+    errors: dict[str, str] = field(default_factory=dict)
+
+
+def submitted_values(view: dict[str, Any]) -> dict[str, Any]:
+    """`view.state.values` of a submission: block_id -> action_id -> the element's value."""
+    values = (view.get("state") or {}).get("values")
+    return values if isinstance(values, dict) else {}
+
+
+def cannot_request(command: str, actor: Actor) -> str | None:
+    """Why `actor` cannot ask for any `/gpu <command>` (the dispatcher's words), or None
+    when they hold the role it needs for some pool (the command checks the pool)."""
+    spec = REGISTRY.commands.get((command,))
+    if spec is None:
+        return msg.not_a_gpuops_button()
+    return None if actor.has_anywhere(spec.role) else command_msg.needs_role(spec.name, spec.role, actor)
+
+
+def usage_for(command: str, placeholder: str, value: str) -> str:
+    """`/gpu <command>`'s usage with `placeholder` filled in by `value` when there is one."""
+    spec = REGISTRY.commands.get((command,))
+    usage = spec.usage if spec is not None else f"{command} {placeholder}"
+    return usage.replace(placeholder, value, 1) if value else usage
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from slack_sdk.models.blocks import (
@@ -34,10 +34,21 @@ from slack_sdk.models.blocks import (
 from slack_sdk.models.views import View
 
 from bot import messages as msg
-from bot.forms import FormContext, channel_blocks, form_metadata, read_channel, read_when, text, value, when_blocks
+from bot.forms import (
+    FormContext,
+    FormReading,
+    submitted_values,
+    cannot_request,
+    channel_blocks,
+    form_metadata,
+    read_channel,
+    read_when,
+    text,
+    usage_for,
+    value,
+    when_blocks,
+)
 from bot.intents import TARGET_NAME
-from commands import messages as command_msg
-from commands.catalog import REGISTRY
 from workflows.access import Actor
 from workflows.drain.plan import StartFrom
 from workflows.pools.windows import UTC
@@ -56,12 +67,7 @@ _POOL_WORD = re.compile(f"^{TARGET_NAME}$")
 
 
 def cannot_request_upgrade(actor: Actor) -> str | None:
-    """Why `actor` cannot ask for any upgrade (the dispatcher's words), or None when they
-    hold the role `/gpu upgrade` needs for some pool (the command checks the pool)."""
-    spec = REGISTRY.commands.get(_UPGRADE)
-    if spec is None:
-        return msg.not_a_gpuops_button()
-    return None if actor.has_anywhere(spec.role) else command_msg.needs_role(spec.name, spec.role, actor)
+    return cannot_request("upgrade", actor)
 
 
 def may_request_upgrade(actor: Actor) -> bool:
@@ -70,9 +76,7 @@ def may_request_upgrade(actor: Actor) -> bool:
 
 def upgrade_usage(pool: str) -> str:
     """`/gpu upgrade`'s usage, with the pool filled in when there is one."""
-    spec = REGISTRY.commands.get(_UPGRADE)
-    usage = spec.usage if spec is not None else "upgrade <pool> to <driver-version>"
-    return usage.replace("<pool>", pool, 1) if pool else usage
+    return usage_for("upgrade", "<pool>", pool)
 
 
 def upgrade_form(pool: str, context: FormContext) -> dict[str, Any]:
@@ -134,16 +138,9 @@ class UpgradeForm:
         return shlex.join(words + self.reason.split())
 
 
-@dataclass(frozen=True)
-class UpgradeFormReading:
-    form: UpgradeForm | None
-    # block_id -> what is wrong there, as Slack shows it under the field.
-    errors: dict[str, str] = field(default_factory=dict)
-
-
-def read_upgrade_form(view: dict[str, Any], *, now: dt.datetime) -> UpgradeFormReading:
+def read_upgrade_form(view: dict[str, Any], *, now: dt.datetime) -> FormReading[UpgradeForm]:
     """The submitted form, or the field errors Slack should show (nothing is done then)."""
-    values = (view.get("state") or {}).get("values") or {}
+    values = submitted_values(view)
     errors: dict[str, str] = {}
 
     pool = text(values, POOL)
@@ -164,6 +161,6 @@ def read_upgrade_form(view: dict[str, Any], *, now: dt.datetime) -> UpgradeFormR
     channel = read_channel(values, errors=errors)
 
     if errors:
-        return UpgradeFormReading(form=None, errors=errors)
-    return UpgradeFormReading(form=UpgradeForm(pool=pool, version=version, when=when, at=at, downgrade=downgrade,
+        return FormReading(form=None, errors=errors)
+    return FormReading(form=UpgradeForm(pool=pool, version=version, when=when, at=at, downgrade=downgrade,
                                                reason=reason, channel=channel))
