@@ -100,7 +100,7 @@ class Recorder:
             try:
                 one_watch()
             except Exception:  # noqa: BLE001 - a dropped watch is listed and watched again
-                time.sleep(0.2)
+                self.stop.wait(0.2)
 
     def _pods(self) -> None:
         listed = self.core.list_namespaced_pod(NAMESPACE, label_selector="app.kubernetes.io/component=nvidia-driver")
