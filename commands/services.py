@@ -57,5 +57,6 @@ class Services:
                    drains=DrainService(requests, pools=config.pools, workloads=workloads),
                    upgrades=UpgradeService(requests, pools=config.pools,
                                            allowed_versions=config.upgrades.allowed_versions,
-                                           cluster_policy_scope=config.upgrades.cluster_policy_scope),
+                                           cluster_policy_scope=config.upgrades.cluster_policy_scope,
+                                           gpu_check=config.upgrades.gpu_check),
                    runs=RunService(database, wake=wake_engine, names=config.names), database=database)

@@ -258,6 +258,9 @@ DRIVER_VERSION_STEP = _steps_with_kinds((*_V1_STEP_KINDS, "driver-version"), ver
 # Gating the operator's own upgrade (autoUpgrade on): hold nodes back, follow one node.
 OPERATOR_UPGRADE_STEPS = _steps_with_kinds((*_V1_STEP_KINDS, "driver-version", "operator-hold", "operator-upgrade"),
                                            version=4)
+# The upgrade's canary pod on each node before it is given back.
+GPU_CHECK_STEP = _steps_with_kinds((*_V1_STEP_KINDS, "driver-version", "operator-hold", "operator-upgrade",
+                                    "gpu-check"), version=5)
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
@@ -269,6 +272,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(3, "steps may set a driver version (driver-version)", DRIVER_VERSION_STEP),
     Migration(4, "steps may gate the operator's own driver upgrade (operator-hold, operator-upgrade)",
               OPERATOR_UPGRADE_STEPS),
+    Migration(5, "steps may run a canary pod on the node (gpu-check)", GPU_CHECK_STEP),
 )
 
 _SCHEMA_MIGRATIONS = """

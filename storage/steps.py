@@ -30,6 +30,7 @@ StepKind = Literal[
     "driver-version",
     "operator-hold",
     "operator-upgrade",
+    "gpu-check",
 ]
 StepState = Literal["pending", "running", "done", "failed", "skipped"]
 FINISHED_STATES: frozenset[StepState] = frozenset({"done", "failed", "skipped"})

@@ -43,6 +43,11 @@ ANN_MIG_APPLIED = SIM + "mig-applied"
 ANN_NOT_READY = SIM + "not-ready"
 FAULTS_CONFIGMAP = "gpuops-sim-faults"
 FAULT_CRASHLOOP_VERSIONS = "crashloop-driver-versions"
+# Driver versions that load and advertise every GPU, but fail gpuops's check pod
+# (nvidia-smi: "Driver/library version mismatch").
+FAULT_CHECK_FAILING_VERSIONS = "check-failing-driver-versions"
+# gpuops's check pods (workflows.engine.check_pod), which the simulator runs to an end.
+CHECK_POD_LABEL = "gpuops.io/gpu-check"
 
 # The stand-in's operand DaemonSets: (name, deploy label suffix), named as the operator names them.
 OPERANDS = (
@@ -229,6 +234,7 @@ class FleetSpec(_Model):
     special_nodes: tuple[SpecialNode, ...] = ()
     workloads: tuple[WorkloadSpec, ...] = ()
     crashloop_driver_versions: tuple[str, ...] = ()
+    check_failing_driver_versions: tuple[str, ...] = ()
     # The simulator's default delays, seconds.
     driver_ready_seconds: float = 1.0
     validator_ready_seconds: float = 0.5

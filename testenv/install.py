@@ -198,7 +198,8 @@ def _install_operator(installer: Installer, spec: fl.FleetSpec) -> None:
     policy = installer.create(fl.cluster_policy_object(spec), exist_ok=True)
     installer.create({"apiVersion": "v1", "kind": "ConfigMap",
                       "metadata": {"name": fl.FAULTS_CONFIGMAP, "namespace": op.namespace},
-                      "data": {fl.FAULT_CRASHLOOP_VERSIONS: ",".join(spec.crashloop_driver_versions)}},
+                      "data": {fl.FAULT_CRASHLOOP_VERSIONS: ",".join(spec.crashloop_driver_versions),
+                               fl.FAULT_CHECK_FAILING_VERSIONS: ",".join(spec.check_failing_driver_versions)}},
                      exist_ok=True)
     drivers = [installer.create(fl.nvidia_driver_object(spec, pool), exist_ok=True)
                for pool in spec.pools] if op.use_nvidia_driver_crd else []
@@ -254,7 +255,14 @@ def delete_fleet(installer: Installer, *, timeout: float = 90) -> None:
         for pod in installer.list("Pod", namespace=namespace):
             installer.delete(pod, grace=0)
         installer.delete({"kind": "Namespace", "metadata": {"name": namespace}})
-    for node in installer.list("Node", selector=selector):
+    nodes = installer.list("Node", selector=selector)
+    # Pods of other namespaces bound to the fleet's nodes (gpuops's check pods in its own
+    # namespace): the pod garbage collector would take them only after its quarantine.
+    names = {node["metadata"]["name"] for node in nodes}
+    for pod in installer.list("Pod"):
+        if pod["spec"].get("nodeName") in names and pod["metadata"]["namespace"] not in namespaces:
+            installer.delete(pod, grace=0)
+    for node in nodes:
         installer.delete(node)
 
     def gone() -> bool:

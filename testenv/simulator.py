@@ -15,7 +15,11 @@ the operator's manifests give them) and its ConfigMaps, and per node:
 - a change of `nvidia.com/mig.config` goes pending (operands paused, 0 advertised), then
   success with the MIG devices the operator's mig-parted ConfigMap
   (`default-mig-parted-config`) makes of the node's GPUs, unless the node is marked stuck;
-  a layout that ConfigMap does not have for the GPU fails (`mig.config.state=failed`).
+  a layout that ConfigMap does not have for the GPU fails (`mig.config.state=failed`);
+- gpuops's check pods (label `gpuops.io/gpu-check`, any namespace) run for a moment and
+  exit 0, or exit 18 with nvidia-smi's "Driver/library version mismatch" on a node whose
+  driver version the faults ConfigMap lists as check-failing; a node that advertises none
+  of the resource the pod asks for fails it at admission, as the kubelet does.
 Every knob is a node annotation under `sim.gpuops.io/` or the faults ConfigMap, so any
 process (a test, the demo) can inject a fault through the API.
 """
@@ -48,6 +52,7 @@ class SimulatorTiming:
     driver_ready_seconds: float = 1.0
     validator_ready_seconds: float = 0.5
     mig_apply_seconds: float = 1.0
+    check_seconds: float = 0.3
 
 
 # The label whose change on any node wakes the operator's upgrade controller.
@@ -83,6 +88,8 @@ class OperandSimulator:
         self._pods: dict[str, dict[str, Any]] = {}  # uid -> pod
         self._pods_by_node: dict[str, set[str]] = defaultdict(set)
         self._crashloop_versions: frozenset[str] = frozenset()
+        self._check_failing_versions: frozenset[str] = frozenset()
+        self._check_pods: dict[str, dict[str, Any]] = {}  # uid -> gpuops check pod
         self._mig_configs: dict[str, list[dict[str, Any]]] | None = None  # until its ConfigMap is seen
         self._first_seen: dict[str, float] = {}
         self._driver_ready_at: dict[str, float] = {}
@@ -102,6 +109,8 @@ class OperandSimulator:
             ("pods", lambda **kw: self.core.list_namespaced_pod(self.namespace, **kw), self._on_pod),
             ("configmaps", lambda **kw: self.core.list_namespaced_config_map(self.namespace, **kw),
              self._on_config_map),
+            ("check-pods", lambda **kw: self.core.list_pod_for_all_namespaces(
+                label_selector=f"{fl.CHECK_POD_LABEL}=true", **kw), self._on_check_pod),
         ]
         for name, lister, handler in specs:
             thread = threading.Thread(target=self._watch_loop, args=(lister, handler),
@@ -193,6 +202,22 @@ class OperandSimulator:
         if node:
             self._queue.put(node)
 
+    def _on_check_pod(self, kind: str, pod: dict[str, Any]) -> None:
+        if kind == "RESYNC":
+            with self._lock:
+                for uid in set(self._check_pods) - pod["uids"]:
+                    self._check_pods.pop(uid, None)
+            return
+        uid = pod["metadata"]["uid"]
+        with self._lock:
+            if kind == "DELETED":
+                self._check_pods.pop(uid, None)
+                self._first_seen.pop(uid, None)
+                return
+            self._check_pods[uid] = pod
+        if pod["spec"].get("nodeName"):
+            self._queue.put(pod["spec"]["nodeName"])
+
     def _forget_pod(self, uid: str) -> None:
         pod = self._pods.pop(uid, None)
         self._first_seen.pop(uid, None)
@@ -206,8 +231,8 @@ class OperandSimulator:
         data = (config_map.get("data") or {}) if kind != "DELETED" else {}
         with self._lock:
             if name == fl.FAULTS_CONFIGMAP:
-                versions = {v.strip() for v in data.get(fl.FAULT_CRASHLOOP_VERSIONS, "").split(",") if v.strip()}
-                self._crashloop_versions = frozenset(versions)
+                self._crashloop_versions = _versions(data.get(fl.FAULT_CRASHLOOP_VERSIONS))
+                self._check_failing_versions = _versions(data.get(fl.FAULT_CHECK_FAILING_VERSIONS))
             elif name == fl.MIG_PARTED_CONFIGMAP:
                 self._mig_configs = fl.mig_parted_configs(data["config.yaml"]) if "config.yaml" in data else None
             else:
@@ -261,7 +286,9 @@ class OperandSimulator:
             node = self._nodes.get(name)
             pods = [self._pods[uid] for uid in self._pods_by_node.get(name, ()) if uid in self._pods]
             crash_versions = self._crashloop_versions
+            check_failing = self._check_failing_versions
             mig_configs = self._mig_configs
+            checks = [p for p in self._check_pods.values() if p["spec"].get("nodeName") == name]
         if node is None or node["metadata"].get("deletionTimestamp"):
             return
         meta = node["metadata"]
@@ -320,11 +347,37 @@ class OperandSimulator:
 
         mig_paused = self._reconcile_mig(name, labels, ann, now, new_labels, new_ann, mig_configs)
         plugin_ready = any(_is_ready(p) for p in by_operand["device-plugin"])
-        self._advertise(node, ready=driver_ready and plugin_ready and not mig_paused,
-                        mig_config=ann.get(fl.ANN_MIG_APPLIED), mig_configs=mig_configs)
+        allocatable = self._advertise(node, ready=driver_ready and plugin_ready and not mig_paused,
+                                      mig_config=ann.get(fl.ANN_MIG_APPLIED), mig_configs=mig_configs)
         self._not_ready(node, ann)
+        self._run_checks(name, checks, now, allocatable=allocatable, driver_version=driver_version,
+                         check_failing=check_failing)
         if new_labels or new_ann:
             self.core.patch_node(name, {"metadata": {"labels": new_labels, "annotations": new_ann}})
+
+    def _run_checks(self, name: str, checks: list[dict[str, Any]], now: float, *, allocatable: dict[str, str],
+                    driver_version: str | None, check_failing: frozenset[str]) -> None:
+        """gpuops's check pods on the node: a moment "running", then an exit."""
+        for pod in checks:
+            if pod["metadata"].get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in (
+                    "Succeeded", "Failed"):
+                continue
+            container = pod["spec"]["containers"][0]
+            wanted = next(iter(((container.get("resources") or {}).get("limits") or {}).items()), None)
+            if wanted is not None and int(allocatable.get(wanted[0], "0")) < int(wanted[1]):
+                # The device plugin has none to give: the kubelet's admission fails the pod.
+                self._set_pod(pod, _refused_status(pod, wanted[0], int(wanted[1]),
+                                                   int(allocatable.get(wanted[0], "0"))))
+                continue
+            started = self._first_seen.setdefault(pod["metadata"]["uid"], now)
+            if now - started < self.timing.check_seconds:
+                self._set_pod(pod, _starting_status(pod))
+                self._wake(name, started + self.timing.check_seconds - now)
+            elif driver_version is not None and driver_version in check_failing:
+                self._set_pod(pod, _exited_status(pod, 18, "Failed to initialize NVML: Driver/library version "
+                                                           f"mismatch\nNVML library version: {driver_version}"))
+            else:
+                self._set_pod(pod, _exited_status(pod, 0, None))
 
     def _reconcile_mig(self, name: str, labels: dict[str, str], ann: dict[str, str], now: float,
                        new_labels: dict[str, str | None], new_ann: dict[str, str | None],
@@ -393,7 +446,8 @@ class OperandSimulator:
                 new_labels[f"nvidia.com/gpu.deploy.{operand}"] = "true"
 
     def _advertise(self, node: dict[str, Any], *, ready: bool, mig_config: str | None,
-                   mig_configs: dict[str, list[dict[str, Any]]] | None) -> None:
+                   mig_configs: dict[str, list[dict[str, Any]]] | None) -> dict[str, str]:
+        """Set what the node advertises; returns its allocatable GPU resources now."""
         labels = node["metadata"].get("labels") or {}
         ann = node["metadata"].get("annotations") or {}
         status = node.get("status") or {}
@@ -423,11 +477,13 @@ class OperandSimulator:
         unhealthy = int(ann.get(fl.ANN_UNHEALTHY, "0"))
         allocatable = {k: (str(max(0, int(v) - unhealthy)) if v is not None else None) for k, v in desired.items()}
         current_allocatable = (status.get("allocatable") or {})
+        now_allocatable = {k: v for k, v in allocatable.items() if v is not None}
         if all(current.get(k) == v for k, v in desired.items()) and \
                 all(current_allocatable.get(k) == v for k, v in allocatable.items()):
-            return
+            return now_allocatable
         self.core.patch_node_status(node["metadata"]["name"],
                                     {"status": {"capacity": desired, "allocatable": allocatable}})
+        return now_allocatable
 
     def _not_ready(self, node: dict[str, Any], ann: dict[str, str]) -> None:
         if ann.get(fl.ANN_NOT_READY) != "true":
@@ -542,6 +598,30 @@ def _init_status(pod: dict[str, Any]) -> dict[str, Any]:
         _container(c, state={"waiting": {"reason": "PodInitializing"}}, ready=False)
         for c in pod["spec"]["containers"]]
     return status
+
+
+def _exited_status(pod: dict[str, Any], code: int, message: str | None) -> dict[str, Any]:
+    now = _now_iso()
+    ended: dict[str, Any] = {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
+                             "startedAt": now, "finishedAt": now}
+    if message:
+        ended["message"] = message
+    status = _base(pod, "Succeeded" if code == 0 else "Failed")
+    status["conditions"] = _conditions(ready=False)
+    status["containerStatuses"] = [_container(c, state={"terminated": ended}, ready=False)
+                                   for c in pod["spec"]["containers"]]
+    return status
+
+
+def _refused_status(pod: dict[str, Any], resource: str, wanted: int, available: int) -> dict[str, Any]:
+    return {"phase": "Failed", "reason": "UnexpectedAdmissionError",
+            "message": (f"Allocate failed due to requested number of devices unavailable for {resource}. "
+                        f"Requested: {wanted}, Available: {available}, which is unexpected"),
+            "startTime": _now_iso()}
+
+
+def _versions(listed: str | None) -> frozenset[str]:
+    return frozenset(v.strip() for v in (listed or "").split(",") if v.strip())
 
 
 def _crashloop_status(pod: dict[str, Any], *, init: bool, message: str) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from workflows.access import Actor, Role, UserId
 from workflows.durations import Duration
 from workflows.fleet.assessment import InventorySettings
 from workflows.handover.rotations import RotationConfig
-from workflows.pools.config import PoolConfig
+from workflows.pools.config import GpuCheck, PoolConfig
 from workflows.upgrade.scope import ClusterPolicyScope, DriverVersion, UpgradeRefused
 
 
@@ -52,6 +52,9 @@ class UpgradesConfig(_Model):
     # accepts that their driver moves with it (on their next driver restart, or held back
     # until upgraded in turn when autoUpgrade is on) and the plan says so.
     cluster_policy_scope: ClusterPolicyScope = "pool"
+    # The canary pod every upgraded node runs before it is given back (a pool's own
+    # `gpu_check` replaces it; unset here and there: no check pod).
+    gpu_check: GpuCheck | None = None
 
     @field_validator("allowed_versions")
     @classmethod

@@ -14,6 +14,7 @@ from commands.catalog import dispatch
 from commands.services import Services
 from storage.database import open_database
 from testenv.install import wait_until
+from workflows.engine import check_pod
 from workflows.kube.errors import Forbidden, TooManyRequests
 from workflows.kube.gateway import KubeGateway
 
@@ -147,6 +148,10 @@ def test_the_command_line_previews_an_upgrade_plan_and_stores_nothing(demo_fleet
         assert db.execute("SELECT count(*) FROM requests").fetchone()[0] == 0
 
 
+CHECK_PARAMS = {"namespace": "gpuops", "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
+                "command": ["nvidia-smi"], "resource": "nvidia.com/gpu", "timeout_s": 60}
+
+
 def test_the_bots_service_account_reads_the_fleet_with_only_its_cluster_role(demo_fleet, fleet_cache):
     installer = demo_fleet.installer()
     installer.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpuops"}}, exist_ok=True)
@@ -176,6 +181,9 @@ def test_the_bots_service_account_reads_the_fleet_with_only_its_cluster_role(dem
     with pytest.raises(TooManyRequests):  # allowed, and refused by the PDB, as it should be
         bot.evict_pod("serving", replica["metadata"]["name"], uid=replica["metadata"]["uid"], dry_run=True)
     bot.create_lease("gpuops", "rbac-probe", holder="probe", duration_seconds=15, at=_now(), dry_run=True)
+    check = check_pod.manifest(check_pod.CheckSpec.from_params(CHECK_PARAMS), name="rbac-probe",  # type: ignore[arg-type]
+                               node="serving-a-03", run_id="run-probe")
+    bot.create_pod("gpuops", check, dry_run=True)  # the upgrade's check pod, in its own namespace
     assert not installer.get({"kind": "Node", "metadata": {"name": "serving-a-03"}})["spec"].get("unschedulable")
     # ...and nothing more: no Secrets, no changing workloads, no Leases elsewhere.
     with pytest.raises(Forbidden):
@@ -184,6 +192,8 @@ def test_the_bots_service_account_reads_the_fleet_with_only_its_cluster_role(dem
         bot.request("DELETE", "/apis/apps/v1/namespaces/serving/deployments/llm-serving")
     with pytest.raises(Forbidden):
         bot.create_lease("kube-system", "rbac-probe", holder="probe", duration_seconds=15, at=_now(), dry_run=True)
+    with pytest.raises(Forbidden):  # pods are created in the check namespace only
+        bot.create_pod("serving", {**check, "metadata": {**check["metadata"], "namespace": "serving"}}, dry_run=True)
 
 
 

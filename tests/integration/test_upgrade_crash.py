@@ -2,7 +2,8 @@
 with SIGKILL right after each committed transition of a one-node upgrade in turn, and a
 fresh process finishes the run. Whatever the boundary, the driver object is patched once,
 the node cordoned and uncordoned once, every step started once, and the node ends on the
-new version, schedulable. gpuops driving (autoUpgrade off) deletes the driver pod once;
+new version, schedulable. gpuops driving (autoUpgrade off) deletes the driver pod once
+and runs the canary pod once (created once, deleted once after it passed);
 gpuops gating the operator (autoUpgrade on) holds the node back once and lets go once.
 
 Each round moves the pool to the other of two versions (the previous round's run left it
@@ -43,12 +44,19 @@ def _steps(mode: str, version: str):
                 ("driver-version", {"object": "ClusterPolicy", "name": POLICY, "version": version}),
                 ("cordon", {}), ("operator-upgrade", {"version": version, "timeout_s": 120}), ("uncordon", {}))
     return (("driver-version", {"object": "NVIDIADriver", "name": "upg-driver", "version": version}),
-            ("cordon", {}), ("driver", {"version": version, "timeout_s": 120}), ("uncordon", {}))
+            ("cordon", {}), ("driver", {"version": version, "timeout_s": 120}),
+            ("validate", {"timeout_s": 120}), ("gpu-check", CHECK),
+            ("uncordon", {}))
+
+
+# The canary pod, in a namespace of its own here (the engine runs as the admin).
+CHECK = {"namespace": "gpu-checks", "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
+         "command": ["nvidia-smi"], "resource": "nvidia.com/gpu", "timeout_s": 60}
 
 
 MUTATIONS = {
     "drives": {"patch nvidiadrivers upg-driver": 1, "cordon node upg-01": 1, "delete pod gpu-operator": 1,
-               "uncordon node upg-01": 1},
+               "create pod gpu-checks": 1, "delete pod gpu-checks": 1, "uncordon node upg-01": 1},
     "gates": {f"patch clusterpolicies {POLICY}": 1, "label node upg-01": 2, "cordon node upg-01": 1,
               "uncordon node upg-01": 1},
 }
@@ -85,6 +93,10 @@ def _one_round(cluster, tmp_path: Path, mode: str, crash_after: int, version: st
         wait_until(lambda: observe.node(installer, "upg-01")["metadata"]["labels"].get(
             "nvidia.com/cuda.driver-version.full") == version, timeout=30, what=f"upg-01 to report {version}")
         assert not h.unschedulable(installer, "upg-01"), where
+        if mode == "drives":  # the check pod ran once, passed, and is gone
+            assert [r.action for r in rows if r.action.startswith("gpu-check.")] == [
+                "gpu-check.start", "gpu-check.passed"], where
+            assert installer.list("Pod", namespace=CHECK["namespace"]) == [], where
         return killed
     finally:
         db.close()
@@ -95,6 +107,8 @@ def test_killing_the_engine_mid_upgrade_repeats_no_patch_cordon_or_restart_and_t
         fleet, cluster, tmp_path, mode):
     fleet(GATES if mode == "gates" else DRIVES)
     installer = cluster.installer()
+    installer.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": CHECK["namespace"]}},
+                     exist_ok=True)
     wait_until(lambda: advertised(h.node(installer, "upg-01")) == 8, timeout=120, what="upg-01 to advertise its GPUs")
 
     boundaries = 0
@@ -106,4 +120,4 @@ def test_killing_the_engine_mid_upgrade_repeats_no_patch_cordon_or_restart_and_t
     else:
         pytest.fail("the first engine never finished the run by itself")
     print(f"{boundaries} crash points")
-    assert boundaries >= 12  # every commit of the run was a crash point once (17 when gpuops drives)
+    assert boundaries >= 12  # every commit of the run was a crash point once (26 when gpuops drives)

@@ -15,6 +15,7 @@ The first two plans are written by hand (as the engine tests do); the others ask
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from storage import audit
 from storage.database import open_database
 from workflows.config import GpuopsConfig
 from workflows.engine.runs import RunService
+from workflows.pools.config import GpuCheck
 from testenv import fleet as fl
 from testenv.install import wait_until
 from testenv.summary import advertised
@@ -87,6 +89,10 @@ def _gfd_version(installer, node: str) -> str | None:
     return observe.node(installer, node)["metadata"]["labels"].get("nvidia.com/cuda.driver-version.full")
 
 
+def _check_pods(installer) -> list[dict]:
+    return installer.list("Pod", namespace="gpuops", selector="gpuops.io/gpu-check=true")
+
+
 def _converged(installer, nodes) -> None:
     wait_until(lambda: all(advertised(observe.node(installer, n)) == 8 for n in nodes), timeout=120,
                what="every node to advertise its GPUs")
@@ -141,19 +147,24 @@ UPG_CONFIG = GpuopsConfig.model_validate({
 })
 
 
+# Every upgraded node runs nvidia-smi in a pod (in the bot's namespace, as deploy/rbac.yaml allows).
+CHECKED_CONFIG = UPG_CONFIG.model_copy(update={"upgrades": UPG_CONFIG.upgrades.model_copy(update={
+    "gpu_check": GpuCheck(timeout=dt.timedelta(seconds=60))})})
+
+
 class _Desk:
     """People at Slack: alice asks, bob and carol approve; an approved request's run starts
     as the scheduler starts it and an engine runs it as the bot."""
 
-    def __init__(self, cluster, db, fleet_cache, as_bot: str) -> None:
-        self.cluster, self.db, self.as_bot = cluster, db, as_bot
-        self.services = Services.on_database(config=UPG_CONFIG, fleet=fleet_cache(user=as_bot), database=db)
+    def __init__(self, cluster, db, fleet_cache, as_bot: str, config: GpuopsConfig = UPG_CONFIG) -> None:
+        self.cluster, self.db, self.as_bot, self.config = cluster, db, as_bot, config
+        self.services = Services.on_database(config=config, fleet=fleet_cache(user=as_bot), database=db)
 
     def say(self, who: str, text: str):
-        return dispatch(text, actor=UPG_CONFIG.actor(who), services=self.services, now=h.now(), channel="C0OPS")
+        return dispatch(text, actor=self.config.actor(who), services=self.services, now=h.now(), channel="C0OPS")
 
     def click(self, button, who: str = "U0ALICE"):
-        return press(Click(action=button.action, value=button.value, actor=UPG_CONFIG.actor(who), now=h.now()),
+        return press(Click(action=button.action, value=button.value, actor=self.config.actor(who), now=h.now()),
                      self.services).notice
 
     def rollback_request(self, run_id: str) -> str:
@@ -235,6 +246,61 @@ def test_a_halted_upgrade_rolled_back_puts_the_old_version_back_and_gives_the_ca
     assert fleet_cache(user=as_bot).fleet(h.now()).nodes["upg-01"].driver.owner == "operator"
 
 
+def test_each_upgraded_node_runs_the_check_pod_and_only_a_passing_node_is_given_back(
+        fleet, cluster, db, as_bot, fleet_cache):
+    fleet(_fleet())
+    installer = cluster.installer()
+    _converged(installer, ["upg-01", "upg-02"])
+    desk = _Desk(cluster, db, fleet_cache, as_bot, CHECKED_CONFIG)
+    services, say = desk.services, desk.say
+
+    asked = say("U0ALICE", f"upgrade upg to {NEW} driver CVE")
+    assert asked.ok, asked.summary
+    assert any("a check pod in gpuops runs `nvidia-smi`" in b for b in asked.sections[1].bullets)
+    (request,) = services.requests.open_requests("upg")  # type: ignore[union-attr]
+    finished = desk.approve_and_run(request.id)
+
+    assert finished.state == "succeeded", finished.halted_reason
+    rows = audit.for_run(db, finished.id)
+    assert [r.detail["node"] for r in rows if r.action == "gpu-check.start"] == ["upg-01", "upg-02"]
+    assert [r.detail["node"] for r in rows if r.action == "gpu-check.passed"] == ["upg-01", "upg-02"]
+    assert _check_pods(installer) == []  # a passed check leaves nothing behind
+    for node in ("upg-01", "upg-02"):
+        assert _gfd_version(installer, node) == NEW and not h.unschedulable(installer, node)
+
+
+def test_a_driver_that_loads_but_fails_the_check_pod_halts_on_the_canary_and_a_rollback_passes_it(
+        fleet, cluster, db, as_bot, fleet_cache):
+    # The new driver comes up Ready and advertises every GPU: only the check pod sees it is broken.
+    fleet(_fleet(check_failing_driver_versions=(NEW,)))
+    installer = cluster.installer()
+    _converged(installer, ["upg-01", "upg-02"])
+    desk = _Desk(cluster, db, fleet_cache, as_bot, CHECKED_CONFIG)
+    services, say = desk.services, desk.say
+
+    assert say("U0ALICE", f"upgrade upg to {NEW} driver CVE").ok
+    (request,) = services.requests.open_requests("upg")  # type: ignore[union-attr]
+    halted = desk.approve_and_run(request.id)
+
+    assert halted.state == "failed"
+    reason = halted.halted_reason or ""
+    assert "the check pod on upg-01 failed: `nvidia-smi` exited 18" in reason, reason
+    assert "Driver/library version mismatch" in reason
+    assert _gfd_version(installer, "upg-01") == NEW and advertised(observe.node(installer, "upg-01")) == 8
+    assert h.unschedulable(installer, "upg-01")  # stays out, for a person
+    assert not h.unschedulable(installer, "upg-02") and _gfd_version(installer, "upg-02") == OLD
+    (kept,) = _check_pods(installer)  # kept for its logs
+    assert kept["spec"]["nodeName"] == "upg-01" and kept["status"]["phase"] == "Failed"
+
+    asked = say("U0ALICE", f"rollback {halted.id}")
+    assert asked.ok, asked.summary
+    back = desk.approve_and_run(desk.rollback_request(halted.id))
+
+    assert back.state == "succeeded", back.halted_reason
+    assert _gfd_version(installer, "upg-01") == OLD and not h.unschedulable(installer, "upg-01")
+    assert [r.detail["node"] for r in audit.for_run(db, back.id) if r.action == "gpu-check.passed"] == ["upg-01"]
+
+
 # ---- gpuops gates the operator (autoUpgrade on)
 
 GATED = fl.FleetSpec(
@@ -290,7 +356,7 @@ def test_with_auto_upgrade_on_the_operator_upgrades_the_pool_one_approved_wave_a
     fleet(GATED)
     installer = cluster.installer()
     _converged(installer, GATED_NODES)
-    desk = _Desk(cluster, db, fleet_cache, as_bot)
+    desk = _Desk(cluster, db, fleet_cache, as_bot, CHECKED_CONFIG)
     services, say = desk.services, desk.say
 
     asked = say("U0ALICE", f"upgrade upg to {NEW} driver CVE")
@@ -317,6 +383,10 @@ def test_with_auto_upgrade_on_the_operator_upgrades_the_pool_one_approved_wave_a
     assert actions[:2] == [("driver-upgrade.hold", "3 node(s)"),
                            ("driver-version.set", f"ClusterPolicy {GATED.operator.cluster_policy_name}")]
     assert [t for a, t in actions if a == "driver-upgrade.let-go"] == [f"node {n}" for n in GATED_NODES]
+    # Each node passed its check pod (after the operator's upgrade) before it was given back.
+    assert [r.detail["node"] for r in audit.for_run(db, finished.id) if r.action == "gpu-check.passed"] == list(
+        GATED_NODES)
+    assert _check_pods(installer) == []
 
 
 def test_the_operators_upgrade_failed_halts_the_gated_run_and_a_rollback_puts_the_old_driver_back(

@@ -948,6 +948,7 @@ def test_kv_stores_replaces_and_deletes_small_values(db):
     (3, "driver-version", {"object": "NVIDIADriver", "name": "d"}),
     (4, "operator-hold", {"nodes": ["gpu-01"]}),
     (4, "operator-upgrade", {"version": "580.95.05"}),
+    (5, "gpu-check", {"namespace": "gpuops"}),
 ])
 def test_a_migration_that_widens_the_step_kinds_keeps_every_step_and_lets_a_run_use_the_new_one(
         db_path, version, kind, params):

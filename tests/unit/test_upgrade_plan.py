@@ -8,7 +8,7 @@ import datetime as dt
 
 import pytest
 
-from workflows.pools.config import PoolConfig
+from workflows.pools.config import GpuCheck, PoolConfig
 from workflows.upgrade.plan import RollbackOf, UpgradeAsk, plan_upgrade
 from workflows.upgrade.scope import UpgradeRefused
 
@@ -122,3 +122,49 @@ def test_a_request_that_names_every_other_pool_of_the_cluster_policy_is_planned_
         plan_upgrade(UpgradeAsk(pool="serving-a", version=NEW, also=("trainig-a",)), fleet=fleet, policy=POLICY,
                      now=NOW, requested_by="U0ALICE")
     assert unknown.value.code == "unknown-pool" and "did you mean training-a" in unknown.value.reason
+
+
+CHECK = GpuCheck.model_validate({"namespace": "gpu-checks", "command": ["nvidia-smi", "-L"], "timeout": "2m"})
+
+
+@pytest.mark.parametrize("auto_upgrade", [True, False])
+def test_a_configured_check_pod_runs_on_every_node_after_validation_and_before_it_is_given_back(make, auto_upgrade):
+    planned = _plan(_one_policy(make, auto_upgrade=auto_upgrade), gpu_check=CHECK)
+
+    for wave in planned.plan.waves:
+        for node in wave.nodes:
+            kinds = [s.kind for s in wave.steps if s.node == node]
+            assert kinds[kinds.index("validate") + 1:kinds.index("uncordon") + 1] == ["gpu-check", "uncordon"]
+    check = next(s for s in planned.plan.waves[0].steps if s.kind == "gpu-check")
+    assert dict(check.params) == {"namespace": "gpu-checks", "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
+                                  "command": ("nvidia-smi", "-L"), "resource": "nvidia.com/gpu", "timeout_s": 120}
+    assert any("a check pod in gpu-checks runs `nvidia-smi -L`" in n and "non-zero exit halts the run" in n
+               for n in planned.plan.summary.notes)
+
+
+def test_a_pools_own_check_replaces_the_fleets_and_a_disabled_one_turns_it_off(make):
+    fleet = _one_policy(make, auto_upgrade=False)
+    own = POLICY.model_copy(update={"gpu_check": GpuCheck.model_validate({"resource": "nvidia.com/mig-1g.10gb"})})
+    planned = plan_upgrade(UpgradeAsk(pool="serving-a", version=NEW), fleet=fleet, policy=own, now=NOW,
+                           requested_by="U0ALICE", cluster_policy_scope="all-pools", gpu_check=CHECK)
+    resources = {s.params["resource"] for w in planned.plan.waves for s in w.steps if s.kind == "gpu-check"}
+    assert resources == {"nvidia.com/mig-1g.10gb"}
+    off = POLICY.model_copy(update={"gpu_check": GpuCheck(enabled=False)})
+    planned = plan_upgrade(UpgradeAsk(pool="serving-a", version=NEW), fleet=fleet, policy=off, now=NOW,
+                           requested_by="U0ALICE", cluster_policy_scope="all-pools", gpu_check=CHECK)
+    assert not any(s.kind == "gpu-check" for w in planned.plan.waves for s in w.steps)
+    assert not any("check pod" in n for n in planned.plan.summary.notes)
+
+
+@pytest.mark.parametrize(("check", "words"), [
+    ({"resource": "cpu"}, "gpu_check.resource must be a GPU resource"),
+    ({"command": []}, "gpu_check.command must name a program"),
+    ({"namespace": "GPU_Checks"}, "gpu_check.namespace must be a namespace name"),
+    ({"timeout": "2s"}, "gpu_check.timeout must be at least 10s"),
+    ({"image": "cuda latest"}, "gpu_check.image must be an image reference without spaces"),
+])
+def test_a_check_pod_configuration_that_cannot_work_is_refused_at_start_with_the_key_and_the_fix(check, words):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=words):
+        GpuCheck.model_validate(check)

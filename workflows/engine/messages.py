@@ -643,3 +643,47 @@ def operator_upgraded(pod: str, version: str) -> str:
 
 def would_follow_operator(node: str, version: str) -> str:
     return f"would let the GPU Operator upgrade {node} to {version} and follow it"
+
+
+# ---- the canary pod (gpu-check)
+
+
+def gpu_check_params() -> str:
+    return ("a gpu-check step needs params namespace, image, command (a list), resource and timeout_s; "
+            "the plan writes them from the configuration's gpu_check")
+
+
+def gpu_check_started(pod: str, command: str) -> str:
+    return f"started the check pod {pod} (`{command}`)"
+
+
+def would_run_gpu_check(pod: str, command: str) -> str:
+    return f"would run the check pod {pod} (`{command}`); the API server accepted it (dry run)"
+
+
+def gpu_check_running(pod: str, command: str, waiting: str | None) -> str:
+    return f"waiting for the check pod {pod} (`{command}`) to finish" + (f": {waiting}" if waiting else "")
+
+
+def gpu_check_deleted_meanwhile(pod: str) -> str:
+    return f"the check pod {pod} was deleted before it answered; it starts again once it is gone"
+
+
+def gpu_check_no_namespace(namespace: str) -> str:
+    return (f"the check pod's namespace {namespace} does not exist: create it (with the bot's pod-create Role, "
+            "as in deploy/rbac.yaml) or set gpu_check.namespace, then roll back or retry")
+
+
+def gpu_check_passed(pod: str, command: str) -> str:
+    return f"the check pod {pod} (`{command}`) exited 0"
+
+
+def gpu_check_failed(node: str, pod: str, command: str, *, exit_code: int | None, reason: str | None,
+                     message: str | None) -> str:
+    how = f"exited {exit_code}" if exit_code is not None else "did not run to the end"
+    if reason:
+        how += f" ({reason})"
+    text = f"the check pod on {node} failed: `{command}` {how}"
+    if message:
+        text += f': "{" / ".join(line.strip() for line in message.splitlines() if line.strip())}"'
+    return text + f"; {node} stays cordoned and the pod {pod} is kept for its logs"

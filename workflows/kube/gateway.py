@@ -434,6 +434,9 @@ class KubeGateway:
         result = self.list(PODS, field_selector=f"spec.nodeName={node}", label_selector=label_selector)
         return [pod_on_node_from_json(obj) for obj in result.items]
 
+    def get_pod(self, namespace: str, name: str) -> PodOnNode:
+        return pod_on_node_from_json(self.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}"))
+
     def list_pods_bound_to(self, node: str) -> list[PodObject]:
         """Every pod bound to `node`, as the inventory's views (for previews)."""
         return [pod_from_json(obj) for obj in self.list(PODS, field_selector=f"spec.nodeName={node}").items]
@@ -557,6 +560,13 @@ class KubeGateway:
             body["gracePeriodSeconds"] = grace_seconds
         self._mutate("delete", f"pod {namespace}/{name} uid={uid}", "DELETE",
                      f"/api/v1/namespaces/{namespace}/pods/{name}", body=body, dry_run=dry_run)
+
+    def create_pod(self, namespace: str, manifest: Json, *, dry_run: bool) -> PodObject:
+        """Create a pod from `manifest` (a v1 Pod); Conflict when one of its name exists,
+        NotFound when the namespace does not."""
+        name = manifest.get("metadata", {}).get("name", "?")
+        return pod_from_json(self._mutate("create", f"pod {namespace}/{name}", "POST",
+                                          f"/api/v1/namespaces/{namespace}/pods", body=manifest, dry_run=dry_run))
 
     def create_lease(self, namespace: str, name: str, *, holder: str, duration_seconds: int,
                      at: dt.datetime, dry_run: bool = False) -> LeaseRecord:

@@ -51,6 +51,15 @@ class NodeObject:
 
 
 @dataclass(frozen=True, slots=True)
+class Terminated:
+    """How a container ended (its current state, not a previous restart's)."""
+
+    reason: str | None
+    exit_code: int | None
+    message: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class ContainerState:
     name: str
     image: str
@@ -61,6 +70,7 @@ class ContainerState:
     # e.g. "Error", "Completed"; the last termination if the container restarted
     last_terminated_reason: str | None = None
     running: bool = False
+    terminated: Terminated | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +101,9 @@ class PodObject:
     gpu_requests: Mapping[str, int]
     created_at: dt.datetime
     resource_version: str = ""
+    # Why the pod as a whole failed, when it did (phase Failed before or without a container).
+    status_reason: str | None = None
+    status_message: str | None = None
 
     @property
     def controller(self) -> OwnerRef | None:

@@ -30,6 +30,7 @@ from workflows.kube.objects import (
     OwnerRef,
     PodObject,
     Taint,
+    Terminated,
     is_gpu_resource,
 )
 
@@ -117,6 +118,9 @@ class WaitingWire(_Wire):
 
 class TerminatedWire(_Wire):
     reason: str | None = None
+    exitCode: int | None = None
+    # The container's termination message (with FallbackToLogsOnError: its log's tail).
+    message: str | None = None
 
 
 class ContainerStateWire(_Wire):
@@ -136,6 +140,9 @@ class ContainerStatusWire(_Wire):
 
 class PodStatusWire(_Wire):
     phase: str | None = None
+    # Why the kubelet failed the pod as a whole (e.g. OutOfnvidia.com/gpu, DeadlineExceeded).
+    reason: str | None = None
+    message: str | None = None
     conditions: list[ConditionWire] | None = None
     containerStatuses: list[ContainerStatusWire] | None = None
     initContainerStatuses: list[ContainerStatusWire] | None = None
@@ -303,6 +310,8 @@ def _containers(statuses: list[ContainerStatusWire] | None) -> tuple[ContainerSt
             waiting_reason=state.waiting.reason if state.waiting else None,
             last_terminated_reason=last.terminated.reason if last.terminated else None,
             running=state.running is not None,
+            terminated=Terminated(reason=state.terminated.reason, exit_code=state.terminated.exitCode,
+                                  message=state.terminated.message) if state.terminated else None,
         ))
     return tuple(states)
 
@@ -316,6 +325,8 @@ def pod_view(wire: PodWire) -> PodObject:
         labels=frozen_map(meta.labels),
         annotations=frozen_map(meta.annotations),
         phase=status.phase or "Pending",
+        status_reason=status.reason,
+        status_message=status.message,
         ready=any(c.type == "Ready" and c.status == "True" for c in status.conditions or ()),
         deleting=meta.deletionTimestamp is not None,
         owners=tuple(OwnerRef(kind=o.kind or "", name=o.name or "", controller=o.controller is True)

@@ -6,20 +6,77 @@ Parsed and validated once at start; the values parse into the pool package's own
 from __future__ import annotations
 
 import datetime as dt
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
 from storage.requests import RequestKind
 from workflows.durations import Duration
+from workflows.kube.objects import is_gpu_resource
 from workflows.pools import messages as say
 from workflows.pools.capacity import MaxUnavailable
 from workflows.pools.selectors import LabelSelector
 from workflows.pools.windows import DAY_NAMES, MaintenanceWindow, WindowSet, parse_clock, parse_days, parse_zone
 
 
+# A namespace name (RFC 1123 label).
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class GpuCheck(_Model):
+    """The canary pod a driver upgrade runs on each node before giving it back: one pod in
+    `namespace`, bound to the node, asking for one `resource`, running `command` in
+    `image`; exit code 0 passes, anything else (or no answer within `timeout`) halts the
+    run with the node cordoned. `enabled: false` on a pool turns a fleet-wide check off."""
+
+    enabled: bool = True
+    # The namespace needs the bot's pod-create Role (deploy/rbac.yaml puts it in gpuops).
+    namespace: str = "gpuops"
+    image: str = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
+    command: tuple[str, ...] = ("nvidia-smi",)
+    # A MIG pool with the mixed strategy asks for one of its MIG devices instead.
+    resource: str = "nvidia.com/gpu"
+    timeout: Duration = dt.timedelta(minutes=5)
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace(cls, value: str) -> str:
+        if not _DNS_LABEL.fullmatch(value):
+            raise ValueError(say.check_namespace(value))
+        return value
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str) -> str:
+        if not value.strip() or any(c.isspace() for c in value):
+            raise ValueError(say.check_image(value))
+        return value
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value or not value[0].strip():
+            raise ValueError(say.check_command())
+        return value
+
+    @field_validator("resource")
+    @classmethod
+    def _resource(cls, value: str) -> str:
+        if not is_gpu_resource(value):
+            raise ValueError(say.check_resource(value))
+        return value
+
+    @field_validator("timeout")
+    @classmethod
+    def _timeout(cls, value: dt.timedelta) -> dt.timedelta:
+        if value < dt.timedelta(seconds=10):
+            raise ValueError(say.check_timeout(value))
+        return value
 
 
 class PoolConfig(_Model):
@@ -106,6 +163,9 @@ class PoolConfig(_Model):
     # fewest GPU pods), and how long the pool waits after it before the other waves.
     canary: str | None = None
     upgrade_soak: Duration = dt.timedelta(minutes=10)
+    # The canary pod each upgraded node runs before it is given back (unset: the fleet's
+    # `upgrades.gpu_check`, if any).
+    gpu_check: GpuCheck | None = None
 
     _window_set: WindowSet | None = None
     _unavailable_budget: MaxUnavailable | None = None

@@ -49,6 +49,27 @@ def unknown_zone(text: str, *, closest: Sequence[str]) -> str:
     return f"{text!r} is not an IANA time zone; write a name such as Europe/Berlin, America/New_York or UTC"
 
 
+def check_namespace(value: str) -> str:
+    return f"gpu_check.namespace must be a namespace name (lower-case letters, digits, '-'), not {value!r}"
+
+
+def check_image(value: str) -> str:
+    return f"gpu_check.image must be an image reference without spaces (e.g. nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04), not {value!r}"
+
+
+def check_command() -> str:
+    return "gpu_check.command must name a program to run, as a list (e.g. [nvidia-smi])"
+
+
+def check_resource(value: str) -> str:
+    return ("gpu_check.resource must be a GPU resource the device plugin advertises (nvidia.com/gpu, "
+            f"nvidia.com/gpu.shared or nvidia.com/mig-<profile>), not {value!r}")
+
+
+def check_timeout(value: object) -> str:
+    return f"gpu_check.timeout must be at least 10s (a pod needs time to start), not {value}"
+
+
 def windows_word(value: object) -> str:
     return ("windows must be a list of windows, each {days, start, end, timezone}, or the word "
             f"always (drains at any time), not {value!r}")

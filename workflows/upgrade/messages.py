@@ -78,6 +78,12 @@ def plan_canary_note(canary: str, soak: dt.timedelta) -> str:
     return f"{canary} goes first, alone; the pool then waits {duration_text(soak)} before the next wave"
 
 
+def plan_gpu_check_note(command: object, image: object, resource: object, namespace: object) -> str:
+    shown = " ".join(str(c) for c in command) if isinstance(command, (list, tuple)) else str(command)
+    return (f"before each node is given back, a check pod in {namespace} runs `{shown}` on it ({image}, "
+            f"one {resource}); a non-zero exit halts the run with the node cordoned")
+
+
 def plan_downgrade_note(version: str) -> str:
     return f"a downgrade to {version}, asked for on purpose (--downgrade)"
 

@@ -8,14 +8,16 @@ wave.
 cordon is kept), wait for the pool's `wait_for` jobs, evict GPU pods (PDB-respecting, the
 pool's drain timeout and action), restart the driver pod into the new version (the
 engine waits until the operator has put it into the node's DaemonSet), validate (Ready,
-driver, device plugin, validator, every GPU advertised), uncordon.
+driver, device plugin, validator, every GPU advertised), run the canary pod where one is
+configured (`gpu_check`: its exit code decides), uncordon.
 
 "gpuops gates the operator" (autoUpgrade on): before the version changes, every node it
 reaches is held back from the operator's upgrade (`operator-hold`: the skip label, with
 gpuops's mark); per node, in its wave: cordon, let the operator upgrade it and follow its
 states (`operator-upgrade`: its own wait-for-jobs, pod deletion and drain, per its
-upgradePolicy), validate, uncordon. Nodes a person labelled skip are left out (the plan
-says so); nodes of other pools the ClusterPolicy drives stay held after the run."""
+upgradePolicy), validate, the canary pod, uncordon. Nodes a person labelled skip are left
+out (the plan says so); nodes of other pools the ClusterPolicy drives stay held after the
+run."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from dataclasses import dataclass
 from workflows.fleet.assessment import NodeInventory
 from workflows.fleet.summary import Fleet
 from workflows.plans import NodeStep, Plan, PlanSummary, Wave
-from workflows.pools.config import PoolConfig
+from workflows.pools.config import GpuCheck, PoolConfig
 from workflows.upgrade import messages as say
 from workflows.upgrade.scope import (
     ClusterPolicyScope,
@@ -77,11 +79,12 @@ class UpgradePlan:
 
 def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, now: dt.datetime,
                  requested_by: str, allowed_versions: Sequence[str] = (),
-                 cluster_policy_scope: ClusterPolicyScope = "pool",
+                 cluster_policy_scope: ClusterPolicyScope = "pool", gpu_check: GpuCheck | None = None,
                  rollback: RollbackOf | None = None) -> UpgradePlan:
     """Plan `ask` for `requested_by`, or raise UpgradeRefused saying why not. A `rollback`
     plans only the nodes that run changed, its failed node first, each taking over the
-    cordon that run left; its version need not be in the allowed list."""
+    cordon that run left; its version need not be in the allowed list. `gpu_check` is the
+    fleet's canary pod, which the pool's own `gpu_check` replaces."""
     if fleet.pool(ask.pool) is None:
         raise UpgradeRefused(say.unknown_pool(ask.pool, [p.name for p in fleet.pools]), code="unknown-pool")
     if policy is None:
@@ -111,7 +114,14 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
     kind, name = scope.manager.kind, scope.manager.name
     set_version = NodeStep("driver-version", order.canary, {"object": kind, "name": name,
                                                             "version": scope.target.text})
-    node_steps = _gated_node_steps if gates else _node_steps
+    check = _check_params(policy.gpu_check or gpu_check)
+    steps_of = _gated_node_steps if gates else _node_steps
+
+    def node_steps(node: NodeInventory) -> list[NodeStep]:
+        steps = steps_of(node, policy=policy, version=scope.target.text, takes_over=takes_over)
+        if check is not None:  # after validate (every GPU advertised), before the uncordon
+            steps.insert(len(steps) - 1, NodeStep("gpu-check", node.name, check))
+        return steps
     first: list[NodeStep] = []
     held_after: list[str] = []
     if gates:
@@ -120,12 +130,11 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
         held_after = [n for p in scope.also_moves for n in _driven(fleet, p)]
         first.append(NodeStep("operator-hold", order.canary, {"nodes": [n.name for n in nodes] + held_after}))
     canary_steps = [*first, set_version,
-                    *node_steps(by_name[order.canary], policy=policy, version=scope.target.text, takes_over=takes_over),
+                    *node_steps(by_name[order.canary]),
                     NodeStep("hold", order.canary, {"seconds": int(policy.upgrade_soak.total_seconds())})]
     waves = [Wave(0, (order.canary,), tuple(canary_steps))]
     for index, wave in enumerate(order.waves, start=1):
-        steps = [step for node in wave for step in node_steps(by_name[node], policy=policy,
-                                                               version=scope.target.text, takes_over=takes_over)]
+        steps = [step for node in wave for step in node_steps(by_name[node])]
         waves.append(Wave(index, wave, tuple(steps)))
     if rollback is not None and rollback.release:
         last = waves[-1]
@@ -136,6 +145,8 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
              say.plan_canary_note(order.canary, policy.upgrade_soak)]
     if gates:
         notes.insert(1, say.plan_gates_operator_note(scope.manager.ref))
+    if check is not None:
+        notes.append(say.plan_gpu_check_note(check["command"], check["image"], check["resource"], check["namespace"]))
     if skipped_by_person:
         notes.append(say.plan_skipped_by_person_note(skipped_by_person))
     if scope.also_moves:
@@ -153,6 +164,14 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
                           notes=tuple(notes))
     plan = Plan(kind="upgrade", pool=ask.pool, waves=tuple(waves), summary=summary, created_for=requested_by)
     return UpgradePlan(scope=scope, order=order, plan=plan, window_start=start, window_end=end)
+
+
+def _check_params(check: GpuCheck | None) -> dict[str, object] | None:
+    """The gpu-check step's params for a configured (and enabled) canary pod."""
+    if check is None or not check.enabled:
+        return None
+    return {"namespace": check.namespace, "image": check.image, "command": list(check.command),
+            "resource": check.resource, "timeout_s": int(check.timeout.total_seconds())}
 
 
 def _driven(fleet: Fleet, pool: str) -> list[str]:

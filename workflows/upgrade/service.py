@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from workflows.access import Actor, Role, require
 from workflows.engine.runs import RunView, step_intent
 from workflows.fleet.summary import Fleet
-from workflows.pools.config import PoolConfig
+from workflows.pools.config import GpuCheck, PoolConfig
 from workflows.requests.service import RequestService, RequestView
 from workflows.upgrade import messages as say
 from workflows.upgrade.plan import RollbackOf, UpgradeAsk, UpgradePlan, plan_upgrade
@@ -28,9 +28,11 @@ class UpgradeRequested:
 
 class UpgradeService:
     def __init__(self, requests: RequestService, *, pools: Mapping[str, PoolConfig],
-                 allowed_versions: Sequence[str] = (), cluster_policy_scope: ClusterPolicyScope = "pool") -> None:
+                 allowed_versions: Sequence[str] = (), cluster_policy_scope: ClusterPolicyScope = "pool",
+                 gpu_check: GpuCheck | None = None) -> None:
         self._requests = requests
         self._pools = pools
+        self._gpu_check = gpu_check
         self._allowed_versions = tuple(allowed_versions)
         self._cluster_policy_scope: ClusterPolicyScope = cluster_policy_scope
 
@@ -39,7 +41,7 @@ class UpgradeService:
         require(actor, Role.OPERATOR, action="Planning a driver upgrade", pool=ask.pool)
         return plan_upgrade(ask, fleet=fleet, policy=self._pools.get(ask.pool), now=now,
                             requested_by=actor.user_id, allowed_versions=self._allowed_versions,
-                            cluster_policy_scope=self._cluster_policy_scope)
+                            cluster_policy_scope=self._cluster_policy_scope, gpu_check=self._gpu_check)
 
     def request(self, actor: Actor, ask: UpgradeAsk, *, fleet: Fleet, now: dt.datetime,
                 channel: str | None = None) -> UpgradeRequested:
@@ -80,7 +82,7 @@ class UpgradeService:
         ask = UpgradeAsk(pool=run.pool, version=str(prior), downgrade=True, reason=f"rollback of {run.id}")
         planned = plan_upgrade(ask, fleet=fleet, policy=self._pools.get(run.pool), now=now,
                                requested_by=actor.user_id, cluster_policy_scope=self._cluster_policy_scope,
-                               rollback=RollbackOf(run=run.id, nodes=nodes, version=str(prior), release=release))
+                               gpu_check=self._gpu_check, rollback=RollbackOf(run=run.id, nodes=nodes, version=str(prior), release=release))
         view = self._requests.submit(actor, kind="upgrade", pool=run.pool, targets=list(planned.plan.nodes),
                                      plan=planned.plan, window_start=planned.window_start,
                                      window_end=planned.window_end, reason=ask.reason, channel=channel, now=now)

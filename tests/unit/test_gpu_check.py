@@ -1,0 +1,191 @@
+"""The upgrade's canary pod (step kind gpu-check): the pod it makes, and how its end
+decides the step. The pods here are the API server's JSON, read through the gateway's own
+conversion, so exit codes and termination messages are read as they arrive."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from workflows.engine import check_pod
+from workflows.engine.steps import Done, Failed, GpuCheck, StepParamsError, Waiting
+from workflows.kube.errors import Conflict, NotFound
+from workflows.kube.gateway import PodOnNode, pod_on_node_from_json
+
+NOW = dt.datetime(2026, 12, 4, 10, 0, tzinfo=dt.timezone.utc)
+PARAMS = {"namespace": "gpuops", "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
+          "command": ["nvidia-smi"], "resource": "nvidia.com/gpu", "timeout_s": 120}
+
+
+class _Pods:
+    """The pod reads and writes the gpu-check step makes, on one namespace's pods."""
+
+    def __init__(self, namespaces: tuple[str, ...] = ("gpuops",)) -> None:
+        self.namespaces = namespaces
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.writes: list[tuple[str, str, bool]] = []
+
+    def get_pod(self, namespace: str, name: str) -> PodOnNode:
+        if name not in self.pods:
+            raise NotFound(f'pods "{name}" not found', status=404)
+        return pod_on_node_from_json(self.pods[name])
+
+    def create_pod(self, namespace: str, manifest: dict[str, Any], *, dry_run: bool):
+        name = manifest["metadata"]["name"]
+        self.writes.append(("create", name, dry_run))
+        if namespace not in self.namespaces:
+            raise NotFound(f'namespaces "{namespace}" not found', status=404)
+        if name in self.pods:
+            raise Conflict(f'pods "{name}" already exists', status=409)
+        if not dry_run:
+            self.pods[name] = {**manifest, "metadata": {**manifest["metadata"], "uid": f"uid-{len(self.writes)}",
+                                                        "creationTimestamp": "2026-12-04T10:00:00Z"},
+                               "status": {"phase": "Pending"}}
+
+    def delete_pod(self, namespace: str, name: str, *, uid: str, dry_run: bool) -> None:
+        self.writes.append(("delete", name, dry_run))
+        if self.pods.get(name, {}).get("metadata", {}).get("uid") != uid:
+            raise NotFound("gone", status=404)
+        del self.pods[name]
+
+    def end(self, name: str, *, phase: str, exit_code: int | None = None, message: str | None = None,
+            reason: str | None = None, status_message: str | None = None) -> None:
+        status: dict[str, Any] = {"phase": phase}
+        if exit_code is not None:
+            ended = {"exitCode": exit_code, "reason": "Completed" if exit_code == 0 else "Error"}
+            if message:
+                ended["message"] = message
+            status["containerStatuses"] = [{"name": "check", "image": "x", "ready": False, "restartCount": 0,
+                                            "state": {"terminated": ended}}]
+        if reason:
+            status["reason"], status["message"] = reason, status_message
+        self.pods[name]["status"] = status
+
+
+@dataclass
+class _Ctx:
+    gateway: _Pods
+    params: dict[str, Any] = field(default_factory=lambda: dict(PARAMS))
+    intent: dict[str, Any] = field(default_factory=dict)
+    dry_run: bool = False
+    now: dt.datetime = NOW
+    node: str = "gpu-h100-01"
+    run_id: str = "run-7"
+    rows: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def act(self) -> None:
+        return None
+
+    def record(self, *, key: str, action: str, target: str, detail: Any) -> None:
+        self.rows.setdefault(key, {"action": action, "target": target, **detail})
+
+    def recorded(self, key: str) -> bool:
+        return key in self.rows
+
+
+def _started(gateway: _Pods, **kw: Any) -> tuple[GpuCheck, _Ctx, str]:
+    step = GpuCheck()
+    ctx = _Ctx(gateway=gateway, **kw)
+    ctx.intent = step.prepare(ctx)  # type: ignore[arg-type]
+    return step, ctx, ctx.intent["pod"].split("/", 1)[1]
+
+
+def test_the_check_pod_is_bound_to_its_node_asks_for_one_gpu_never_restarts_and_has_its_own_deadline():
+    spec = check_pod.CheckSpec.from_params(PARAMS)
+    assert spec is not None
+    pod = check_pod.manifest(spec, name="gpuops-check-x", node="gpu-h100-01", run_id="run-7")
+    assert pod["spec"]["nodeName"] == "gpu-h100-01"  # not the scheduler: the node is cordoned
+    (container,) = pod["spec"]["containers"]
+    assert container["command"] == ["nvidia-smi"]
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert pod["spec"]["restartPolicy"] == "Never" and pod["spec"]["activeDeadlineSeconds"] == 120
+    assert pod["spec"]["automountServiceAccountToken"] is False
+    assert pod["spec"]["tolerations"] == [{"operator": "Exists"}]
+    assert pod["metadata"]["labels"]["gpuops.io/gpu-check"] == "true"
+
+
+def test_the_check_pods_name_is_the_same_after_a_restart_and_fits_a_dns_label_for_any_node_name():
+    assert check_pod.pod_name("run-7", "gpu-01") == check_pod.pod_name("run-7", "gpu-01")
+    assert check_pod.pod_name("run-7", "gpu-01") != check_pod.pod_name("run-8", "gpu-01")
+    long_a, long_b = "ip-10-0-0-1.eu-west-1.compute.internal" * 3, "ip-10-0-0-2.eu-west-1.compute.internal" * 3
+    for name in (check_pod.pod_name("run-7", long_a), check_pod.pod_name("run-7", long_b)):
+        assert len(name) <= 63 and name[0].isalnum() and name[-1].isalnum()
+        assert set(name) <= set("abcdefghijklmnopqrstuvwxyz0123456789-")
+    assert check_pod.pod_name("run-7", long_a) != check_pod.pod_name("run-7", long_b)
+
+
+def test_a_check_that_exits_0_deletes_its_pod_and_stays_done_after_a_restart_without_a_second_pod():
+    gateway = _Pods()
+    step, ctx, name = _started(gateway)
+    assert isinstance(step.advance(ctx), Waiting)  # type: ignore[arg-type]
+    waiting = step.advance(ctx)  # type: ignore[arg-type]
+    assert isinstance(waiting, Waiting) and "to finish" in waiting.reason
+    gateway.end(name, phase="Succeeded", exit_code=0)
+
+    assert step.advance(ctx) == Done(f"the check pod gpuops/{name} (`nvidia-smi`) exited 0")  # type: ignore[arg-type]
+    assert name not in gateway.pods
+    # The engine calls the step again after a restart: it reads its record, not a new pod.
+    assert isinstance(step.advance(ctx), Done)  # type: ignore[arg-type]
+    assert gateway.writes == [("create", name, False), ("delete", name, False)]
+    assert ctx.rows["gpu-check.start"]["command"] == ["nvidia-smi"]
+    assert ctx.rows["gpu-check.passed"]["exit_code"] == 0
+
+
+def test_a_restart_while_the_check_runs_finds_the_pod_it_started():
+    gateway = _Pods()
+    step, ctx, name = _started(gateway)
+    step.advance(ctx)  # type: ignore[arg-type]
+    again = _Ctx(gateway=gateway, intent=ctx.intent, rows=ctx.rows)  # a new process, the same records
+    assert isinstance(step.advance(again), Waiting)  # type: ignore[arg-type]
+    assert [w for w in gateway.writes if w[0] == "create"] == [("create", name, False)]
+
+
+def test_a_check_that_exits_non_zero_fails_the_step_with_the_commands_own_words_and_keeps_the_pod():
+    gateway = _Pods()
+    step, ctx, name = _started(gateway)
+    step.advance(ctx)  # type: ignore[arg-type]
+    gateway.end(name, phase="Failed", exit_code=18,
+                message="Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 580.105")
+    outcome = step.advance(ctx)  # type: ignore[arg-type]
+    assert isinstance(outcome, Failed)
+    assert outcome.reason == (
+        "the check pod on gpu-h100-01 failed: `nvidia-smi` exited 18 (Error): \"Failed to initialize NVML: "
+        "Driver/library version mismatch / NVML library version: 580.105\"; gpu-h100-01 stays cordoned and the pod "
+        f"gpuops/{name} is kept for its logs")
+    assert name in gateway.pods and not any(w[0] == "delete" for w in gateway.writes)
+    assert "gpu-check.passed" not in ctx.rows
+
+
+def test_a_check_pod_the_kubelet_refuses_fails_with_the_kubelets_reason():
+    gateway = _Pods()
+    step, ctx, name = _started(gateway)
+    step.advance(ctx)  # type: ignore[arg-type]
+    gateway.end(name, phase="Failed", reason="UnexpectedAdmissionError",
+                status_message="Allocate failed due to requested number of devices unavailable for nvidia.com/gpu")
+    outcome = step.advance(ctx)  # type: ignore[arg-type]
+    assert isinstance(outcome, Failed)
+    assert "did not run to the end (UnexpectedAdmissionError)" in outcome.reason
+    assert "devices unavailable for nvidia.com/gpu" in outcome.reason
+
+
+def test_a_check_namespace_that_does_not_exist_fails_the_step_and_says_what_to_create():
+    step, ctx, _ = _started(_Pods(namespaces=()))
+    outcome = step.advance(ctx)  # type: ignore[arg-type]
+    assert isinstance(outcome, Failed) and outcome.reason.startswith("the check pod's namespace gpuops does not exist")
+
+
+def test_a_dry_run_asks_the_api_server_to_admit_the_pod_and_creates_nothing():
+    gateway = _Pods()
+    step, ctx, name = _started(gateway, dry_run=True)
+    outcome = step.advance(ctx)  # type: ignore[arg-type]
+    assert isinstance(outcome, Done) and outcome.note.startswith(f"would run the check pod gpuops/{name}")
+    assert gateway.writes == [("create", name, True)] and gateway.pods == {} and ctx.rows == {}
+
+
+def test_a_gpu_check_step_without_its_pod_is_refused_before_it_starts():
+    with pytest.raises(StepParamsError, match="gpu-check step needs params namespace, image, command"):
+        GpuCheck().prepare(_Ctx(gateway=_Pods(), params={"namespace": "gpuops"}))  # type: ignore[arg-type]
