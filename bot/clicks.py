@@ -90,7 +90,7 @@ def _abort(click: Click, run_id: str, services: Services) -> Outcome:
 
 
 def _rollback(click: Click, run_id: str, services: Services) -> Outcome:
-    """Ask for the rollback of a halted upgrade run, as `/gpu rollback <run>` typed in the
+    """Ask for the rollback of a halted upgrade or MIG run, as `/gpu rollback <run>` typed in the
     halted request's channel would: the new request gets its own card and thread there."""
     channel = None
     if services.runs is not None and services.requests is not None:

@@ -209,3 +209,20 @@ def _read_day(word: str, *, today: dt.date, clock: dt.time, zone: dt.tzinfo,
     if wall_time(day, clock, zone) < now:
         day += dt.timedelta(days=7)
     return day
+
+
+def read_start_words(rest: Sequence[str], *, zone: dt.tzinfo,
+                     now: dt.datetime) -> tuple[dt.datetime | None, bool, int]:
+    """When a rolling change (an upgrade, a MIG change) should start, from the words after
+    what it changes: `at <time>`, `next-window` or `in the next window`, or nothing (now).
+    Returns the start, whether it is the next window, and how many words that took."""
+    lowered = [w.lower() for w in rest]
+    if lowered[:1] == ["next-window"] or lowered[:2] == ["at", "next-window"]:
+        return None, True, 1 if lowered[0] == "next-window" else 2
+    if lowered[:4] == ["in", "the", "next", "window"]:
+        return None, True, 4
+    if lowered[:1] == ["at"]:
+        when, used = take_time_words(list(rest), 1)
+        start, _ = read_time(when, zone=zone, now=now)
+        return start, False, used
+    return None, False, 0

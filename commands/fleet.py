@@ -15,6 +15,7 @@ from workflows.engine.runs import RunView
 from workflows.fleet.assessment import NodeInventory, PoolInventory
 from workflows.fleet.findings import Finding, cordons_left_behind, sort_findings
 from workflows.fleet.summary import Fleet
+from workflows.pools.config import Workloads
 from workflows.wording import plural, when
 
 FINDINGS_IN_STATUS = 8
@@ -150,7 +151,9 @@ def status(call: Call, args: list[str]) -> Reply:
         pool = _find_pool(fleet, args[0])
         runs = tuple(call.services.runs.unfinished()) if call.services.runs is not None else ()
         intents = _drain_button(call, pool=pool.name, target=pool.name) + _upgrade_button(call, pool=pool.name)
-        return _pool_status(fleet, pool, intents=intents, runs=runs)
+        policy = call.services.config.pools.get(pool.name)
+        return _pool_status(fleet, pool, intents=intents, runs=runs,
+                            workloads=policy.workloads if policy is not None else None)
     critical = sum(f.severity == "critical" for f in fleet.findings)
     warning = sum(f.severity == "warning" for f in fleet.findings)
     nodes = sum(p.nodes_total for p in fleet.pools)
@@ -196,7 +199,7 @@ def _drains_section(call: Call) -> Section | None:
 
 
 def _pool_status(fleet: Fleet, pool: PoolInventory, *, intents: tuple[Intent, ...] = (),
-                 runs: tuple[RunView, ...] = ()) -> Reply:
+                 runs: tuple[RunView, ...] = (), workloads: Workloads | None = None) -> Reply:
     findings = tuple(f for f in fleet.findings if f.pool == pool.name or f.subject == pool.name)
     running = tuple(Fact("Running", msg.pool_run(r.request_id, r.id, r.kind, r.state, r.run.current_wave,
                                                    len({s.wave for s in r.steps})))
@@ -211,6 +214,9 @@ def _pool_status(fleet: Fleet, pool: PoolInventory, *, intents: tuple[Intent, ..
                              + (", CRD default" if pool.auto_upgrade.defaulted else "") + ")"),
         Fact("Driver version set by", msg.driver_managers(pool)),
         *running,
+        *((Fact("Workloads", msg.pool_workloads(workloads.mig.text() if workloads.mig else None,
+                                                workloads.full_gpu.text() if workloads.full_gpu else None)),)
+          if workloads is not None else ()),
     )
     sections = [Section(facts=facts)]
     if findings:

@@ -389,6 +389,31 @@ UPGRADE_USAGE = ("upgrade <pool> to <driver-version> [at <time> | next-window] [
 UPGRADE_WAVE_COLUMNS = ("wave", "nodes", "GPUs out")
 
 
+MIG_USAGE = "mig <pool|node...> <layout> [at <time> | next-window] [--dry-run] [reason]"
+MIG_NODE_COLUMNS = ("node", "advertises now", "after", "GPU pods evicted")
+MIG_WAVE_COLUMNS = ("wave", "nodes")
+
+
+def pool_workloads(mig: str | None, full_gpu: str | None) -> str:
+    return "; ".join([f"MIG slices for {mig or 'any workload'}", f"whole GPUs for {full_gpu or 'any workload'}"])
+
+
+def mig_needs_words() -> str:
+    return f"Say which pool (or nodes of one pool) and which MIG layout: /gpu {MIG_USAGE}"
+
+
+def mig_title(request_id: str, pool: str) -> str:
+    return f"MIG change {request_id} · {pool}"
+
+
+def mig_preview_title(pool: str) -> str:
+    return f"MIG change plan (dry run) · {pool}"
+
+
+def mig_refused_title(code: str) -> str:
+    return f"MIG change refused ({code})"
+
+
 def upgrade_needs_words() -> str:
     return f"Say which pool and which driver version: /gpu {UPGRADE_USAGE}"
 

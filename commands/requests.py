@@ -83,10 +83,10 @@ def card_intents(view: RequestView) -> tuple[Intent, ...]:
 
 
 def rollback_intent(view: RequestView, runs: list[RunView]) -> tuple[Intent, ...]:
-    """A Roll back button on an upgrade whose run halted (it asks for the rollback; the
-    rollback itself waits for the pool's approvals like any upgrade)."""
+    """A Roll back button on an upgrade or MIG change whose run halted (it asks for the
+    rollback; the rollback itself waits for the pool's approvals like any request)."""
     halted = [r for r in runs if r.state == "failed" and not r.run.dry_run]
-    if view.kind != "upgrade" or not halted:
+    if view.kind not in ("upgrade", "mig") or not halted:
         return ()
     return (Intent(action="rollback", label="Roll back", value=halted[-1].id),)
 

@@ -18,6 +18,7 @@ from workflows.engine.cordons import Cordons
 from workflows.engine.runs import RunService
 from workflows.fleet.summary import Fleet
 from workflows.requests.service import RequestService, RoleLookup
+from workflows.mig.service import MigReader, MigService
 from workflows.upgrade.service import UpgradeService
 
 
@@ -40,18 +41,21 @@ class Services:
     cordons: Cordons | None = None
     # Driver upgrades of a pool (workflows.upgrade.service).
     upgrades: UpgradeService | None = None
+    # MIG layout changes of a pool (workflows.mig.service).
+    migs: MigService | None = None
 
     @classmethod
     def on_database(cls, *, config: GpuopsConfig, fleet: FleetSource, database: Database,
                     wake_engine: Callable[[], None] | None = None, roles: RoleLookup | None = None,
                     on_approved: Callable[[], None] | None = None,
-                    workloads: Workloads | None = None) -> Services:
+                    workloads: Workloads | None = None, mig_reader: MigReader | None = None) -> Services:
         """Every service on one database connection; `wake_engine` (Engine.wake) makes an
         engine in this process notice run controls at once; `roles` says who holds which
         role now (default: the configuration alone, without Slack user groups);
         `on_approved` is told when a request becomes approved (so its run can start at
         once if its window is open); `workloads` is what drains read the pods and PDBs they
-        would move from (the Kubernetes gateway; without it a drain plan lists no workloads)."""
+        would move from (the Kubernetes gateway; without it a drain plan lists no workloads);
+        `mig_reader` what a MIG plan reads (the gateway again; without it MIG changes are refused)."""
         requests = RequestService(database, config, roles=roles, on_approved=on_approved)
         return cls(config=config, fleet=fleet, requests=requests,
                    drains=DrainService(requests, pools=config.pools, workloads=workloads),
@@ -59,4 +63,5 @@ class Services:
                                            allowed_versions=config.upgrades.allowed_versions,
                                            cluster_policy_scope=config.upgrades.cluster_policy_scope,
                                            gpu_check=config.upgrades.gpu_check),
+                   migs=MigService(requests, pools=config.pools, reader=mig_reader),
                    runs=RunService(database, wake=wake_engine, names=config.names), database=database)

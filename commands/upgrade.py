@@ -1,5 +1,6 @@
 """Driver upgrades: /gpu upgrade <pool> to <version> (request one) and /gpu rollback <run>
-(request the version an upgrade run replaced back, for the nodes it changed).
+(request the version an upgrade run replaced back, for the nodes it changed; for a MIG
+run, the layouts it replaced, through commands.mig).
 
 One call to the upgrade use case (`UpgradeService.request`) checks the pool (the one
 object that sets its driver version, host drivers, a shared ClusterPolicy or NVIDIADriver,
@@ -17,7 +18,8 @@ import datetime as dt
 from collections.abc import Callable, Mapping
 
 from commands import messages as msg
-from commands.drain_grammar import read_time, take_time_words
+from commands.drain_grammar import read_start_words
+from commands.mig import answer as mig_answer
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
 from commands.reply import Fact, Reply, Section, Table, error_reply
 from commands.requests import approval_intents
@@ -49,19 +51,10 @@ def read_upgrade_words(args: list[str], *, pools: Mapping[str, PoolConfig], now:
     words, also = _take_also([w for arg in args for w in arg.split() if w not in ("--downgrade", "--dry-run")])
     if len(words) < 3 or words[1] != "to":
         raise UsageError(msg.upgrade_needs_words())
-    rest, at = words[3:], 0
-    start: dt.datetime | None = None
-    next_window = False
-    lowered = [w.lower() for w in rest]
-    if lowered[:1] == ["next-window"] or lowered[:2] == ["at", "next-window"]:
-        next_window, at = True, 1 if lowered[0] == "next-window" else 2
-    elif lowered[:4] == ["in", "the", "next", "window"]:
-        next_window, at = True, 4
-    elif lowered[:1] == ["at"]:
-        when, at = take_time_words(rest, 1)
-        policy = pools.get(words[0])
-        zone = (policy.window_set.zone if policy is not None else None) or UTC
-        start, _ = read_time(when, zone=zone, now=now)
+    rest = words[3:]
+    policy = pools.get(words[0])
+    start, next_window, at = read_start_words(rest, zone=(policy.window_set.zone if policy else None) or UTC,
+                                              now=now)
     downgrade = any(w == "--downgrade" for arg in args for w in arg.split())
     return UpgradeAsk(pool=words[0], version=words[2], downgrade=downgrade, reason=" ".join(rest[at:]),
                       start=start, next_window=next_window, also=also)
@@ -149,7 +142,7 @@ def request_upgrade(call: Call, ask: UpgradeAsk) -> Reply:
 
 
 @REGISTRY.command("rollback", usage="rollback <run>", role=Role.OPERATOR,
-                  summary="Ask to put back the driver version an upgrade run replaced, on the nodes it changed",
+                  summary="Ask to put back the driver version or MIG layouts a run replaced, on the nodes it changed",
                   examples=("/gpu rollback run-4b1d9e",))
 def rollback(call: Call, args: list[str]) -> Reply:
     if len(args) != 1:
@@ -161,6 +154,10 @@ def rollback(call: Call, args: list[str]) -> Reply:
     except UnknownRun as err:
         raise NotFoundError(str(err)) from None
     fleet = call.services.fleet.fleet(call.now)
+    if run.kind == "mig" and call.services.migs is not None:
+        migs = call.services.migs
+        return mig_answer(call, lambda: migs.rollback(call.actor, run, fleet=fleet, now=call.now,
+                                                      channel=call.channel))
     return _answer(call, lambda: _upgrades(call).rollback(call.actor, run, fleet=fleet, now=call.now,
                                                            channel=call.channel))
 

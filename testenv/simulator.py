@@ -418,6 +418,9 @@ class OperandSimulator:
             return True
         self._mig_pending_at.pop(name, None)
         self._unpause(labels, new_labels)
+        if ann.get(fl.ANN_MIG_FAILS) == "true":
+            new_labels["nvidia.com/mig.config.state"] = "failed"
+            return False
         self._apply_mig(labels, desired, configs, new_labels, new_ann)
         return False  # applied, or failed with the old layout still in place
 

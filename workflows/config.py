@@ -108,6 +108,7 @@ class GpuopsConfig(_Model):
             upgrade_stuck_after=self.inventory.upgrade_stuck_after,
             mig_pending_stuck_after=self.inventory.mig_pending_stuck_after,
             cluster_policy_owner=self.cluster.cluster_policy_owner,
+            placement={name: pool.workloads.placement() for name, pool in self.pools.items() if pool.workloads},
         )
 
     def actor(self, user_id: str, *, groups: tuple[str, ...] = (), via: str = "slack",

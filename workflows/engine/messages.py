@@ -303,11 +303,21 @@ def mig_applied(config: str) -> str:
 
 
 def mig_failed(node: str, config: str) -> str:
-    return f"the MIG manager on {node} reports failed for {config}"
+    return (f"the MIG manager on {node} reports failed for {config} (nvidia.com/mig.config.state=failed); "
+            "its log says why")
 
 
-def mig_waiting(config: str, state: str | None) -> str:
-    return f"waiting for the MIG manager to apply {config} (state: {state or 'not started'})"
+def mig_waiting(config: str, state: str | None, paused: Sequence[str] = (), advertised: str | None = None) -> str:
+    text = f"waiting for the MIG manager to apply {config} (state: {state or 'not started'})"
+    if paused:
+        text += f"; operands still paused-for-mig-change: {', '.join(paused)}"
+    if advertised is not None:
+        text += f"; advertising {advertised}"
+    return text
+
+
+def mig_not_advertised(config: str, advertised: str, expected: str) -> str:
+    return f"MIG layout {config} applied; waiting for the node to advertise {expected} (now {advertised})"
 
 
 def held_until(until: dt.datetime | None, *, dry_run: bool, open_ended: bool = False) -> str:

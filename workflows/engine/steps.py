@@ -48,14 +48,16 @@ from workflows.kube.labels import (
     ANNOTATION_MIRROR,
     ANNOTATION_UPGRADE_HELD_BY,
     ANNOTATION_UPGRADE_INITIAL_UNSCHEDULABLE,
+    LABEL_DEPLOY_PREFIX,
     LABEL_GPU_USER,
     LABEL_MIG_CONFIG,
     LABEL_MIG_CONFIG_STATE,
     LABEL_UPGRADE_SKIP,
     LABEL_UPGRADE_STATE,
+    PAUSED_FOR_MIG_CHANGE,
     POD_SELECTOR_DRIVER,
 )
-from workflows.kube.objects import NodeObject
+from workflows.kube.objects import NodeObject, is_gpu_resource
 
 # NVIDIA_VISIBLE_DEVICES values that hand a container no GPU.
 _NO_DEVICES = frozenset({"", "void", "none"})
@@ -741,7 +743,10 @@ class Driver:
 
 class Mig:
     """Ask the MIG manager for a layout: set label nvidia.com/mig.config to params.config
-    and wait until nvidia.com/mig.config.state says success (failed fails the step).
+    and wait until nvidia.com/mig.config.state says success (failed fails the step) and,
+    with `expect` ({resource: count}), until the node advertises exactly those GPU
+    resources. While it waits, the reason names the operands still paused-for-mig-change
+    and what the node advertises, so a step that times out says where it stuck.
 
     The same patch clears nvidia.com/mig.config.state, so a `success` read afterwards is
     the MIG manager's answer to this change, not the previous layout's. A node already at
@@ -773,11 +778,23 @@ class Mig:
             if ctx.dry_run:
                 return Done(say.would_set_mig(config, node.labels.get(LABEL_MIG_CONFIG)))
             return Waiting(say.mig_requested(config), retry_in=5.0)
-        if ctx.dry_run or state == "success":
+        advertised = {k: int(v) for k, v in node.capacity.items() if is_gpu_resource(k) and v.isdigit() and int(v)}
+        if ctx.dry_run:
+            return Done(say.mig_applied(config))
+        if state == "success":
+            expect = {str(k): int(v) for k, v in (ctx.params.get("expect") or {}).items() if int(v)}
+            if expect and advertised != expect:
+                return Waiting(say.mig_not_advertised(config, _counted(advertised), _counted(expect)), retry_in=5.0)
             return Done(say.mig_applied(config))
         if state == "failed":
             return Failed(say.mig_failed(ctx.node, config))
-        return Waiting(say.mig_waiting(config, state), retry_in=5.0)
+        paused = sorted(key.removeprefix(LABEL_DEPLOY_PREFIX) for key, value in node.labels.items()
+                        if key.startswith(LABEL_DEPLOY_PREFIX) and value == PAUSED_FOR_MIG_CHANGE)
+        return Waiting(say.mig_waiting(config, state, paused, _counted(advertised)), retry_in=5.0)
+
+
+def _counted(resources: Mapping[str, int]) -> str:
+    return ", ".join(f"{n}x {r}" for r, n in sorted(resources.items())) or "no GPUs"
 
 
 class DriverVersion:

@@ -24,7 +24,7 @@ import functools
 import json
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Literal, TypeAlias
@@ -138,6 +138,30 @@ CRASH_LOOP_RESTARTS = 5
 # Settings
 
 
+@dataclass(frozen=True, slots=True)
+class PodMatch:
+    """Which pods a placement rule takes: in one of `namespaces` (any when empty) and, with
+    `labels`, whose labels it accepts (the configured selector's `matches`). `text` is the
+    rule as configured, for messages."""
+
+    text: str
+    namespaces: frozenset[str] = frozenset()
+    labels: Callable[[Mapping[str, str]], bool] | None = None
+
+    def matches(self, pod: PodObject) -> bool:
+        return (not self.namespaces or pod.namespace in self.namespaces) and (
+            self.labels is None or self.labels(pod.labels))
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """A pool's documented placement (`pools.<name>.workloads`): which workloads may land
+    on MIG slices and which on whole GPUs (None: not documented, anything goes)."""
+
+    mig: PodMatch | None = None
+    full_gpu: PodMatch | None = None
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InventorySettings:
     """How gpuops reads the fleet; parsed once from configuration.
@@ -149,6 +173,7 @@ class InventorySettings:
     mig_pending_stuck_after: how long a MIG change may stay pending/rebooting.
     cluster_policy_owner: who owns the ClusterPolicy (team or channel); when unset the
         ClusterPolicy's `gpuops.io/owner` annotation is used.
+    placement: pool name -> which workloads may use MIG slices and which whole GPUs.
     """
 
     pool_label_key: str = "gpuops.io/pool"
@@ -156,6 +181,7 @@ class InventorySettings:
     upgrade_stuck_after: dt.timedelta = dt.timedelta(hours=1)
     mig_pending_stuck_after: dt.timedelta = dt.timedelta(minutes=30)
     cluster_policy_owner: str | None = None
+    placement: Mapping[str, Placement] = field(default_factory=lambda: MappingProxyType({}))
 
     def kind_of(self, pool: PoolName) -> PoolKind | None:
         return self.pool_kinds.get(pool)
@@ -646,6 +672,9 @@ class NodeInventory:
     stale_mark_run: str | None = None
     # When gpuops cordoned it, from its mark (None when gpuops did not).
     cordoned_at: dt.datetime | None = None
+    # GPU pods here that the pool's documented placement does not allow: (namespace/name,
+    # "mig" for MIG slices | "full_gpu" for whole GPUs).
+    misplaced: tuple[tuple[str, str], ...] = ()
 
     @property
     def expected_advertised(self) -> int | None:
@@ -802,9 +831,10 @@ def assess_node(
         upgrade=upgrade,
         context=context,
     )
+    pool = PoolName(labels.get(settings.pool_label_key) or UNPOOLED)
     return NodeInventory(
         name=node.name,
-        pool=PoolName(labels.get(settings.pool_label_key) or UNPOOLED),
+        pool=pool,
         gpu_node=is_gpu_node(node),
         product=product,
         physical_gpus=physical,
@@ -829,7 +859,26 @@ def assess_node(
         upgrade=upgrade,
         mig=mig,
         paused_operands=MappingProxyType(paused),
+        misplaced=_misplaced(pods_on_node, settings.placement.get(pool), mig),
     )
+
+
+def _misplaced(pods: Sequence[PodObject], placement: Placement | None,
+               mig: MigStatus) -> tuple[tuple[str, str], ...]:
+    """The pods holding GPUs here that the pool's placement does not allow: (pod, "mig"
+    for MIG slices or "full_gpu" for whole GPUs)."""
+    if placement is None:
+        return ()
+    sliced = mig.strategy == "single" and bool(mig.config) and not str(mig.config).startswith("all-disabled")
+    found = []
+    for pod in pods:
+        if pod.deleting or _is_terminated(pod) or not pod.gpu_requests:
+            continue
+        use = "mig" if sliced or any(r.startswith(MIG_RESOURCE_PREFIX) for r in pod.gpu_requests) else "full_gpu"
+        rule = placement.mig if use == "mig" else placement.full_gpu
+        if rule is not None and not rule.matches(pod):
+            found.append((f"{pod.namespace}/{pod.name}", use))
+    return tuple(sorted(found))
 
 
 def gfd_driver_version(labels: Mapping[str, str]) -> str | None:

@@ -45,6 +45,7 @@ FindingCode: TypeAlias = Literal[
     "no-gpu-operator",
     "node-not-ready",
     "cordon-left-behind",
+    "workload-misplaced",
 ]
 
 CLUSTER_SUBJECT = "cluster"
@@ -140,6 +141,12 @@ def node_findings(
     unhealthy = [r for r in inv.resources if r.allocatable < r.capacity]
     if unhealthy:
         add("warning", "unhealthy-gpus", msg_unhealthy_gpus(inv, unhealthy))
+    placement = settings.placement.get(inv.pool)
+    for use in ("mig", "full_gpu"):
+        pods = [pod for pod, used in inv.misplaced if used == use]
+        rule = (placement.mig if use == "mig" else placement.full_gpu) if placement is not None else None
+        if pods and rule is not None:
+            add("warning", "workload-misplaced", msg_workload_misplaced(inv, pods, use, rule.text))
     return tuple(found)
 
 
@@ -357,6 +364,15 @@ def msg_unhealthy_gpus(inv: NodeInventory, unhealthy: Sequence[GpuResource]) -> 
         f"{inv.name}: {detail}; the device plugin marked devices unhealthy: look for XID "
         "errors (dcgm-exporter DCGM_FI_DEV_XID_ERRORS, dmesg) and plan a drain"
     )
+
+
+def msg_workload_misplaced(inv: NodeInventory, pods: Sequence[str], use: str, rule: str) -> str:
+    shown = ", ".join(pods[:3]) + (f" and {len(pods) - 3} more" if len(pods) > 3 else "")
+    what = "MIG slices" if use == "mig" else "whole GPUs"
+    key = "workloads.mig" if use == "mig" else "workloads.full_gpu"
+    return (f"{shown} use{'s' if len(pods) == 1 else ''} {what} on {inv.name}, but pool {inv.pool} keeps {what} "
+            f"for {rule} ({key}): move {'it' if len(pods) == 1 else 'them'}, or document {'it' if len(pods) == 1 else 'them'} "
+            "in the pool's configuration")
 
 
 def msg_unpooled_nodes(pool: PoolInventory, *, label_key: str) -> str:

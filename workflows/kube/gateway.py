@@ -437,6 +437,17 @@ class KubeGateway:
     def get_pod(self, namespace: str, name: str) -> PodOnNode:
         return pod_on_node_from_json(self.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}"))
 
+    def get_cluster_policy(self, name: str) -> CustomObject:
+        return self.get_custom_object(CLUSTER_POLICIES, name)
+
+    def get_config_map_data(self, namespace: str, name: str) -> dict[str, str]:
+        found = self.request("GET", f"/api/v1/namespaces/{namespace}/configmaps/{name}")
+        return {str(k): str(v) for k, v in (found.get("data") or {}).items()}
+
+    def list_gpu_pods(self) -> list[PodObject]:
+        """Every pod in the cluster that asks for a GPU resource (one list, read fresh)."""
+        return [pod for pod in (pod_from_json(obj) for obj in self.list(PODS).items) if pod.gpu_requests]
+
     def list_pods_bound_to(self, node: str) -> list[PodObject]:
         """Every pod bound to `node`, as the inventory's views (for previews)."""
         return [pod_from_json(obj) for obj in self.list(PODS, field_selector=f"spec.nodeName={node}").items]

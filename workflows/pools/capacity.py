@@ -369,3 +369,77 @@ def check_wave(
         first = verdict.refusals[0]
         return WaveGate(first.rule, say.wave_does_not_fit(wave, first.reason))
     return WaveGate()
+
+
+# ------------------------------------------------------------------ rolling changes
+
+
+class OrderRefused(Exception):
+    """No order of the nodes keeps the pool within its rules; `code` names the rule."""
+
+    def __init__(self, reason: str, *, code: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class RollingOrder:
+    """The canary node first (alone, then a soak), then waves no larger than the pool's
+    `max_unavailable` budget leaves after the nodes already out."""
+
+    canary: NodeName
+    waves: tuple[tuple[NodeName, ...], ...]
+
+
+def rolling_order(nodes: Sequence[NodeInventory], *, pool: Sequence[NodeInventory], budget: MaxUnavailable,
+                  canary: str | None = None, min_ready_gpus: int = 0, what: str = "change",
+                  ready_after: Mapping[str, int] | None = None) -> RollingOrder:
+    """The order a rolling change (a driver upgrade, a MIG layout) takes `nodes`, all of
+    them in `pool`: `canary` (the pool's configured canary node) first, else the node
+    running the fewest GPU pods (then by name), then waves by name. The pool's nodes
+    already unavailable count against the budget; a budget they use up leaves waves of
+    one, as one node must move for the change to move.
+
+    No wave takes the pool's Ready GPUs below `min_ready_gpus`, counted as the pool has
+    them at that point: a node a change gives another count when it comes back
+    (`ready_after`, e.g. 8 GPUs that come back as 56 MIG slices) counts that way from the
+    wave after its own. A node that alone would break the floor is refused."""
+    by_name = {n.name: n for n in nodes}
+    if canary is not None and canary not in by_name:
+        raise OrderRefused(say.canary_not_in_scope(canary, sorted(by_name), what), code="canary-not-in-scope")
+    first = by_name[NodeName(canary)] if canary else min(nodes, key=lambda n: (n.requested_gpus, n.name))
+    rest = sorted((n for n in nodes if n.name != first.name), key=lambda n: n.name)
+    out_already = sum(1 for n in pool if is_unavailable(n))
+    size = max(1, budget.allowed(len(pool)) - out_already)
+    ready = sum(ready_gpus(n) for n in pool)
+
+    def back(wave: Sequence[NodeInventory]) -> int:
+        """How the pool's Ready GPUs change once `wave` is done."""
+        if ready_after is None:
+            return 0
+        return sum(ready_after.get(n.name, ready_gpus(n)) - ready_gpus(n) for n in wave if not is_unavailable(n))
+
+    def fits(node: NodeInventory, ready: int) -> None:
+        if ready - ready_gpus(node) < min_ready_gpus:
+            raise OrderRefused(say.node_below_gpu_floor(node.name, ready, ready_gpus(node), min_ready_gpus),
+                               code="min-ready-gpus")
+
+    if ready_after is None:  # every node alone must fit, whatever the order
+        for node in [first, *rest]:
+            fits(node, ready)
+    fits(first, ready)
+    ready += back([first])
+    waves: list[tuple[NodeName, ...]] = []
+    current: list[NodeInventory] = []
+    for node in rest:
+        out = sum(ready_gpus(n) for n in current) + ready_gpus(node)
+        if current and (len(current) == size or ready - out < min_ready_gpus):
+            waves.append(tuple(n.name for n in current))
+            ready += back(current)
+            current = []
+        fits(node, ready)
+        current.append(node)
+    if current:
+        waves.append(tuple(n.name for n in current))
+    return RollingOrder(canary=first.name, waves=tuple(waves))

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
 from storage.requests import RequestKind
 from workflows.durations import Duration
+from workflows.fleet.assessment import Placement, PodMatch
 from workflows.kube.objects import is_gpu_resource
 from workflows.pools import messages as say
 from workflows.pools.capacity import MaxUnavailable
@@ -77,6 +78,53 @@ class GpuCheck(_Model):
         if value < dt.timedelta(seconds=10):
             raise ValueError(say.check_timeout(value))
         return value
+
+
+class WorkloadRule(_Model):
+    """Which workloads a placement rule allows: pods in one of `namespaces` (any when
+    empty) whose labels match `selector` (any when unset)."""
+
+    namespaces: tuple[str, ...] = ()
+    selector: str | None = None
+
+    @field_validator("selector", mode="before")
+    @classmethod
+    def _selector(cls, value: Any) -> str | None:
+        return None if value is None else LabelSelector.parse(value).text
+
+    @field_validator("namespaces")
+    @classmethod
+    def _namespaces(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for name in value:
+            if not _DNS_LABEL.fullmatch(name):
+                raise ValueError(say.workload_namespace(name))
+        return value
+
+    def text(self) -> str:
+        parts = []
+        if self.namespaces:
+            parts.append(f"namespace{'s' if len(self.namespaces) > 1 else ''} {', '.join(self.namespaces)}")
+        if self.selector:
+            parts.append(f"pods matching {self.selector}")
+        return " and ".join(parts) or "any workload"
+
+    def match(self) -> PodMatch:
+        selector = LabelSelector.parse(self.selector) if self.selector else None
+        return PodMatch(text=self.text(), namespaces=frozenset(self.namespaces),
+                        labels=selector.matches if selector is not None else None)
+
+
+class Workloads(_Model):
+    """Which workloads may land on MIG slices and which on whole GPUs in a pool (the
+    seed's "document which workloads are allowed to land on MIG slices versus full
+    GPUs"): `/gpu status <pool>` shows it and a finding flags running pods that break it."""
+
+    mig: WorkloadRule | None = None
+    full_gpu: WorkloadRule | None = None
+
+    def placement(self) -> Placement:
+        return Placement(mig=self.mig.match() if self.mig else None,
+                         full_gpu=self.full_gpu.match() if self.full_gpu else None)
 
 
 class PoolConfig(_Model):
@@ -163,6 +211,11 @@ class PoolConfig(_Model):
     # fewest GPU pods), and how long the pool waits after it before the other waves.
     canary: str | None = None
     upgrade_soak: Duration = dt.timedelta(minutes=10)
+    # Which workloads may use MIG slices and which whole GPUs here (unset: not documented).
+    workloads: Workloads | None = None
+    # How long a node's MIG change may take (the MIG manager's pending, a reboot, the
+    # device plugin re-advertising) before the run halts with the node cordoned.
+    mig_timeout: Duration = dt.timedelta(minutes=30)
     # The canary pod each upgraded node runs before it is given back (unset: the fleet's
     # `upgrades.gpu_check`, if any).
     gpu_check: GpuCheck | None = None

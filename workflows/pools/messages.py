@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping, Sequence
 
-from workflows.wording import closest_hint, names, plural
+from workflows.wording import closest_hint, local_time, names, plural
 
 
 def unknown_day(text: str, *, closest: Sequence[str]) -> str:
@@ -47,6 +47,10 @@ def unknown_zone(text: str, *, closest: Sequence[str]) -> str:
     if closest:
         return f"{text!r} is not an IANA time zone{closest_hint(closest)}"
     return f"{text!r} is not an IANA time zone; write a name such as Europe/Berlin, America/New_York or UTC"
+
+
+def workload_namespace(value: str) -> str:
+    return f"workloads namespaces must be namespace names (lower-case letters, digits, '-'), not {value!r}"
 
 
 def check_namespace(value: str) -> str:
@@ -166,3 +170,32 @@ def pool_gone(wave: int, pool: str) -> str:
 def pool_not_configured(pool: str) -> str:
     return (f"Pool {pool} is not in the gpuops configuration, so it has no drain policy; add it "
             "under pools: with its windows to drain it.")
+
+
+def canary_not_in_scope(canary: str, nodes: Sequence[str], what: str) -> str:
+    return f"the pool's canary node {canary} is not among the nodes this {what} changes ({names(nodes)})"
+
+
+def node_below_gpu_floor(node: str, ready: int, gpus: int, floor: int) -> str:
+    return (f"taking {node} out ({gpus} Ready GPUs) would leave the pool {ready - gpus} of its {ready} Ready GPUs, "
+            f"below its min_ready_gpus of {floor}: lower the floor or add capacity first")
+
+
+def start_in_the_past(at: dt.datetime, now: dt.datetime, zone: dt.tzinfo) -> str:
+    return (f"{local_time(at, zone)} is in the past (now {local_time(now, zone)}): name a time ahead, or leave "
+            "`at` out to start now")
+
+
+def start_outside_windows(pool: str, at: dt.datetime, following: dt.datetime | None, zone: dt.tzinfo,
+                          what: str) -> str:
+    after = f"; the next one starts {local_time(following, zone)}" if following is not None else ""
+    return (f"{local_time(at, zone)} is outside pool {pool}'s maintenance windows{after}: {_a(what)} starts "
+            "inside one (or say `next-window`)")
+
+
+def no_windows_for(pool: str, what: str) -> str:
+    return f"pool {pool} has no maintenance windows, so no {what} may run: configure pools.{pool}.windows"
+
+
+def _a(what: str) -> str:
+    return ("an " if what[:1].lower() in "aeiou" else "a ") + what

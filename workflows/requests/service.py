@@ -500,6 +500,12 @@ class RequestService:
                                          limit=LIST_LIMIT)
         return [self._view(r) for r in rows]
 
+    def rollback_asked(self, run_id: str, *, pool: str) -> RequestView | None:
+        """The open request that rolls back `run_id` (its cordons take over that run's), if any."""
+        return next((view for view in self.open_requests(pool) if any(
+            step.kind == "cordon" and step.params.get("takes_over") == run_id
+            for wave in view.plan.waves for step in wave.steps)), None)
+
     def waiting_for(self, actor: Actor, *, now: dt.datetime) -> list[RequestView]:
         """Pending requests `actor` could approve now (their approval would count),
         soonest deadline first."""

@@ -6,7 +6,7 @@ import datetime as dt
 import difflib
 from collections.abc import Sequence
 
-from workflows.wording import closest_hint, duration_text, local_time, names, plural
+from workflows.wording import closest_hint, duration_text, names, plural
 
 
 def malformed_version(text: str) -> str:
@@ -24,21 +24,6 @@ def version_not_allowed(version: str, allowed: Sequence[str]) -> str:
 
 def pool_not_configured(pool: str) -> str:
     return f"pool {pool} has no policy in the configuration (pools.{pool}): gpuops upgrades only configured pools"
-
-
-def start_in_the_past(at: dt.datetime, now: dt.datetime, zone: dt.tzinfo) -> str:
-    return (f"{local_time(at, zone)} is in the past (now {local_time(now, zone)}): name a time ahead, or leave "
-            "`at` out to start now")
-
-
-def start_outside_windows(pool: str, at: dt.datetime, following: dt.datetime | None, zone: dt.tzinfo) -> str:
-    after = f"; the next one starts {local_time(following, zone)}" if following is not None else ""
-    return (f"{local_time(at, zone)} is outside pool {pool}'s maintenance windows{after}: an upgrade starts "
-            "inside one (or say `next-window`)")
-
-
-def no_windows(pool: str) -> str:
-    return f"pool {pool} has no maintenance windows, so no upgrade may run: configure pools.{pool}.windows"
 
 
 def plan_manager_note(ref: str, current: Sequence[tuple[str, int]], version: str) -> str:
@@ -131,15 +116,6 @@ def downgrade_needs_consent(version: str, newer: Sequence[str]) -> str:
 
 def no_nodes_to_upgrade() -> str:
     return "no node to upgrade: none of the pool's nodes takes the operator's driver"
-
-
-def canary_not_in_scope(canary: str, nodes: Sequence[str]) -> str:
-    return f"the pool's canary node {canary} is not among the nodes this upgrade changes ({names(nodes)})"
-
-
-def below_gpu_floor(node: str, ready: int, gpus: int, floor: int) -> str:
-    return (f"taking {node} out ({gpus} Ready GPUs) would leave the pool {ready - gpus} of its {ready} Ready GPUs, "
-            f"below its min_ready_gpus of {floor}: lower the floor or add capacity first")
 
 
 def plan_rollback_note(run: str, version: str, nodes: Sequence[str]) -> str:

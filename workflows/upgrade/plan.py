@@ -29,6 +29,7 @@ from workflows.fleet.assessment import NodeInventory
 from workflows.fleet.summary import Fleet
 from workflows.plans import NodeStep, Plan, PlanSummary, Wave
 from workflows.pools.config import GpuCheck, PoolConfig
+from workflows.pools.starts import WindowRefused, start_window
 from workflows.upgrade import messages as say
 from workflows.upgrade.scope import (
     ClusterPolicyScope,
@@ -220,30 +221,7 @@ def _node_steps(node: NodeInventory, *, policy: PoolConfig, version: str,
 
 def _window(policy: PoolConfig, *, pool: str, now: dt.datetime, at: dt.datetime | None = None,
             next_window: bool = False) -> tuple[dt.datetime, dt.datetime | None]:
-    """When the run may start and the end it must start before (None with `windows:
-    always`): `at` when it is ahead and inside one of the pool's windows; the start of
-    the next window with `next_window`; else now, inside a window, or the next window."""
-    windows = policy.window_set
-    if windows.never:
-        raise UpgradeRefused(say.no_windows(pool), code="windows")
-    zone = windows.zone or dt.timezone.utc
-    if at is not None:
-        if at < now:
-            raise UpgradeRefused(say.start_in_the_past(at, now, zone), code="past-start")
-        if windows.always:
-            return at, None
-        found = windows.occurrence_containing(at)
-        if found is None:
-            following = windows.next_start(at)
-            raise UpgradeRefused(say.start_outside_windows(pool, at, following, zone), code="outside-window")
-        return at, found.end
-    if windows.always:
-        return now, None
-    found = None if next_window else windows.occurrence_containing(now)
-    if found is None:
-        start = windows.next_start(now)
-        assert start is not None  # a pool with windows always has a next one
-        found = windows.occurrence_containing(start)
-        assert found is not None
-        return start, found.end
-    return now, found.end
+    try:
+        return start_window(policy.window_set, pool=pool, now=now, at=at, next_window=next_window, what="upgrade")
+    except WindowRefused as refused:
+        raise UpgradeRefused(refused.reason, code=refused.code) from None

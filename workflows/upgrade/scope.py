@@ -21,7 +21,7 @@ from typing import Literal
 from workflows.fleet.assessment import DriverManager, NodeInventory, PoolInventory
 from workflows.fleet.summary import Fleet
 from workflows.kube.objects import NodeName, PoolName
-from workflows.pools.capacity import MaxUnavailable, is_unavailable, ready_gpus
+from workflows.pools.capacity import MaxUnavailable, OrderRefused, RollingOrder, rolling_order
 from workflows.upgrade import messages as say
 
 # NVIDIA driver versions: 580.95.05, 570.172.08, 535.247.01; older branches have two parts (470.82).
@@ -152,45 +152,17 @@ def _lower(target: DriverVersion, version: str) -> bool:
 # ------------------------------------------------------------------ canary and waves
 
 
-@dataclass(frozen=True, slots=True)
-class UpgradeOrder:
-    """The canary node first (alone, then a soak), then waves no larger than the pool's
-    `max_unavailable` budget leaves after the nodes already out."""
-
-    canary: NodeName
-    waves: tuple[tuple[NodeName, ...], ...]
+UpgradeOrder = RollingOrder
 
 
 def upgrade_order(nodes: Sequence[NodeInventory], *, pool: Sequence[NodeInventory], budget: MaxUnavailable,
                   canary: str | None = None, min_ready_gpus: int = 0) -> UpgradeOrder:
-    """`nodes` are the ones to upgrade, `pool` every node of the pool; `canary` the pool's
-    configured canary node, else the node running the fewest GPU pods (then by name). The
-    pool's nodes already unavailable (cordoned or not Ready) count against the budget; a
-    budget they use up leaves waves of one, as one node must move for the upgrade to move.
-    No wave takes the pool's Ready GPUs below `min_ready_gpus`; a node that alone would is
-    refused."""
+    """`pools.capacity.rolling_order` for the nodes an upgrade changes; UpgradeRefused when
+    there are none or no order keeps the pool within its rules."""
     if not nodes:
         raise UpgradeRefused(say.no_nodes_to_upgrade(), code="no-nodes")
-    by_name = {n.name: n for n in nodes}
-    if canary is not None and canary not in by_name:
-        raise UpgradeRefused(say.canary_not_in_scope(canary, sorted(by_name)), code="canary-not-in-scope")
-    first = by_name[NodeName(canary)] if canary else min(nodes, key=lambda n: (n.requested_gpus, n.name))
-    rest = sorted((n for n in nodes if n.name != first.name), key=lambda n: n.name)
-    out_already = sum(1 for n in pool if is_unavailable(n))
-    size = max(1, budget.allowed(len(pool)) - out_already)
-    ready = sum(ready_gpus(n) for n in pool)
-    waves: list[tuple[NodeName, ...]] = []
-    for node in [first, *rest]:
-        if ready - ready_gpus(node) < min_ready_gpus:
-            raise UpgradeRefused(say.below_gpu_floor(node.name, ready, ready_gpus(node), min_ready_gpus),
-                                 code="min-ready-gpus")
-    current: list[NodeInventory] = []
-    for node in rest:
-        out = sum(ready_gpus(n) for n in current) + ready_gpus(node)
-        if current and (len(current) == size or ready - out < min_ready_gpus):
-            waves.append(tuple(n.name for n in current))
-            current = []
-        current.append(node)
-    if current:
-        waves.append(tuple(n.name for n in current))
-    return UpgradeOrder(canary=first.name, waves=tuple(waves))
+    try:
+        return rolling_order(nodes, pool=pool, budget=budget, canary=canary, min_ready_gpus=min_ready_gpus,
+                             what="upgrade")
+    except OrderRefused as refused:
+        raise UpgradeRefused(refused.reason, code=refused.code) from None

@@ -63,7 +63,7 @@ class UpgradeService:
         if run.state in ("pending", "running", "paused"):
             raise UpgradeRefused(say.rollback_unfinished(run.id, run.state), code="run-unfinished")
         require(actor, Role.OPERATOR, action="Rolling back a driver upgrade", pool=run.pool)
-        asked = next((v for v in self._requests.open_requests(run.pool) if _rolls_back(v, run.id)), None)
+        asked = self._requests.rollback_asked(run.id, pool=run.pool)
         if asked is not None:
             raise UpgradeRefused(say.rollback_already_asked(run.id, asked.id), code="rollback-asked")
         set_version = next((s for s in run.steps if s.kind == "driver-version" and s.state in ("done", "failed")),
@@ -88,9 +88,3 @@ class UpgradeService:
                                      window_end=planned.window_end, reason=ask.reason, channel=channel, now=now)
         return UpgradeRequested(planned, view)
 
-
-def _rolls_back(view: RequestView, run_id: str) -> bool:
-    """Whether `view` is an open rollback of `run_id` (its cordons take over that run's)."""
-    return view.kind == "upgrade" and any(
-        step.kind == "cordon" and step.params.get("takes_over") == run_id
-        for wave in view.plan.waves for step in wave.steps)
