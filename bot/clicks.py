@@ -17,11 +17,12 @@ from dataclasses import dataclass
 from bot import messages as msg
 from bot.drain_form import cannot_request_drain
 from bot.intents import KNOWN_ACTIONS, decode_target, decode_value
+from bot.mig_form import cannot_request_mig
 from bot.upgrade_form import cannot_request_upgrade
 from bot.request_card import request_card
 from commands.catalog import dispatch
 from commands.handover import handover_message
-from commands.reply import REQUEST_DRAIN, REQUEST_UPGRADE, Reply, error_reply
+from commands.reply import REQUEST_DRAIN, REQUEST_MIG, REQUEST_UPGRADE, Reply, error_reply
 from commands.services import Services
 from workflows.access import AccessDenied, Actor
 from workflows.engine.runs import RunRefused
@@ -52,6 +53,8 @@ class Outcome:
     wants_drain_form: str | None = None
     # "Request a driver upgrade" opens the upgrade form: the pool to fill in ("" for none).
     wants_upgrade_form: str | None = None
+    # "Request a MIG change" opens the MIG form: the pool to fill in ("" for none).
+    wants_mig_form: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -116,25 +119,28 @@ def _acknowledge(click: Click, handover_id: str, services: Services) -> Outcome:
 
 
 def _request_form(click: Click) -> Outcome:
-    """Nothing is requested yet: the clicker gets the drain or upgrade form (or, in the
-    console, the command to type). Someone who cannot ask for any is told so now rather
-    than after filling it in; the submission runs `/gpu drain` or `/gpu upgrade`, which
-    check again."""
+    """Nothing is requested yet: the clicker gets the drain, upgrade or MIG form (or, in
+    the console, the command to type). Someone who cannot ask for any is told so now rather
+    than after filling it in; the submission runs `/gpu drain`, `/gpu upgrade` or `/gpu
+    mig`, which check again."""
     target = decode_target(click.value)
     if target is None:
         return Outcome(notice=_refused(msg.not_a_gpuops_button()))
-    upgrade = click.action == REQUEST_UPGRADE
-    refusal = (cannot_request_upgrade if upgrade else cannot_request_drain)(click.actor)
+    cannot = {REQUEST_UPGRADE: cannot_request_upgrade, REQUEST_MIG: cannot_request_mig}.get(
+        click.action, cannot_request_drain)
+    refusal = cannot(click.actor)
     if refusal is not None:
         return Outcome(notice=_refused(refusal))
-    if upgrade:
+    if click.action == REQUEST_UPGRADE:
         return Outcome(notice=_done(""), wants_upgrade_form=target)
+    if click.action == REQUEST_MIG:
+        return Outcome(notice=_done(""), wants_mig_form=target)
     return Outcome(notice=_done(""), wants_drain_form=target)
 
 
 def press(click: Click, services: Services) -> Outcome:
     """Carry out one click; refusals come back as the notice, never as an exception."""
-    if click.action in (REQUEST_DRAIN, REQUEST_UPGRADE):
+    if click.action in (REQUEST_DRAIN, REQUEST_UPGRADE, REQUEST_MIG):
         return _request_form(click)
     value = decode_value(click.value)
     if click.action not in KNOWN_ACTIONS or value is None:

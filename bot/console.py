@@ -24,6 +24,7 @@ from typing import TextIO
 from bot import messages as msg
 from bot.clicks import Click, Outcome, press
 from bot.drain_form import drain_usage
+from bot.mig_form import mig_usage
 from bot.upgrade_form import upgrade_usage
 from bot.intents import confirm_for
 from bot.render_text import render_text, terminal_safe
@@ -138,6 +139,10 @@ class Console:
             return
         if outcome.wants_upgrade_form is not None:
             self.say(msg.upgrade_form_in_console(upgrade_usage(outcome.wants_upgrade_form)))
+            self.last_ok = True
+            return
+        if outcome.wants_mig_form is not None:
+            self.say(msg.mig_form_in_console(mig_usage(outcome.wants_mig_form)))
             self.last_ok = True
             return
         if outcome.wants_reason is not None:

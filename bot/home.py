@@ -1,8 +1,8 @@
 """The App Home tab: the fleet at a glance (the `/gpu status` reply, rendered for a view
 of up to 100 blocks) and the requests waiting for the viewer's approval, each with its
-Approve / Deny buttons; for those who may ask for drains or upgrades, a "Request a
-drain" and a "Request a driver upgrade" button that open those forms with nothing filled
-in. Published with views.publish when the
+Approve / Deny buttons; for those who may ask for drains, upgrades or MIG changes, a
+"Request a drain", "Request a driver upgrade" and "Request a MIG change" button that open
+those forms with nothing filled in. Published with views.publish when the
 user opens the tab, and again after they click one of its buttons."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from bot.render_blocks import (
 )
 from bot.request_card import request_card
 from commands import messages as command_msg
-from commands.reply import REQUEST_DRAIN, REQUEST_UPGRADE, Intent, Reply
+from commands.reply import REQUEST_DRAIN, REQUEST_MIG, REQUEST_UPGRADE, Intent, Reply
 from workflows.requests.service import RequestView
 from workflows.wording import when
 
@@ -51,9 +51,10 @@ def _waiting_blocks(waiting: list[RequestView], *, now: dt.datetime) -> list[Blo
 
 def home_view(fleet_reply: Reply, waiting: list[RequestView], *, now: dt.datetime,
               notice: Reply | None = None, drain_button: bool = False,
-              upgrade_button: bool = False) -> dict[str, Any]:
+              upgrade_button: bool = False, mig_button: bool = False) -> dict[str, Any]:
     """The Home tab for one user; `notice` (the outcome of their last click) on top;
-    `drain_button` for someone who may request drains, `upgrade_button` upgrades."""
+    `drain_button` for someone who may request drains, `upgrade_button` upgrades,
+    `mig_button` MIG changes."""
     top: list[Block] = [HeaderBlock(text=PlainTextObject(text=msg.home_title(), emoji=True))]
     if notice is not None and (notice.summary or notice.title):
         top.append(context_block(escape(f"{header_text(notice)}: {notice.summary or ''}")))
@@ -62,6 +63,8 @@ def home_view(fleet_reply: Reply, waiting: list[RequestView], *, now: dt.datetim
         requests.append(Intent(action=REQUEST_DRAIN, label=command_msg.request_drain_label(), value=""))
     if upgrade_button:
         requests.append(Intent(action=REQUEST_UPGRADE, label=command_msg.request_upgrade_label(), value=""))
+    if mig_button:
+        requests.append(Intent(action=REQUEST_MIG, label=command_msg.request_mig_label(), value=""))
     if requests:
         top.extend(actions_blocks(requests, block_id="request-drain"))
     pending = _waiting_blocks(waiting, now=now) + [DividerBlock()]

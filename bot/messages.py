@@ -337,6 +337,62 @@ def upgrade_form_in_console(usage: str) -> str:
     return f"In Slack this button opens the upgrade form. Here, type: /gpu {usage}"
 
 
+MIG_FORM_TITLE = "Request a MIG change"
+MIG_FORM_SUBMIT = "Plan the change"
+MIG_FORM_FORM = "to request a MIG change"
+
+
+def mig_form_intro(channel: str | None) -> str:
+    """`channel` is a checked channel id (it becomes a channel link)."""
+    where = (f"The plan comes back to you in <#{channel}>, and the request's thread is posted there."
+             if channel else "Pick the channel for the request's thread below: its progress is posted "
+             "there, and the plan comes back to you there too.")
+    return ("gpuops checks the layout against the MIG manager's config and every node's GPUs, and plans the "
+            "capacity change (what each node advertises before and after, who is evicted, who is left without "
+            "their resource), exactly as `/gpu mig` does; the run starts after the pool's approvals. " + where)
+
+
+def mig_targets_label() -> str:
+    return "Pool or nodes"
+
+
+def mig_targets_hint() -> str:
+    return "One pool, or nodes of one pool separated by spaces."
+
+
+def mig_layout_label() -> str:
+    return "MIG layout"
+
+
+def mig_layout_hint() -> str:
+    return "A layout of the MIG manager's config, e.g. all-1g.10gb or all-disabled."
+
+
+def mig_form_bad_targets(text: str) -> str:
+    return f"Name one pool or nodes of one pool, not {text!r}." if text else "Name the pool (or nodes) to change."
+
+
+def mig_form_bad_layout(text: str) -> str:
+    return f"Name one layout, e.g. all-1g.10gb, not {text!r}." if text else "Name the MIG layout."
+
+
+def mig_form_no_time() -> str:
+    return "Pick the time the change starts, or choose another Start."
+
+
+def mig_form_no_reason() -> str:
+    return "Say why the pool's MIG layout changes; approvers read it before they approve."
+
+
+def mig_form_footer(command: str, footer: str | None) -> str:
+    asked = f"From the MIG form: `/gpu {command}`"
+    return f"{footer} · {asked}" if footer else asked
+
+
+def mig_form_in_console(usage: str) -> str:
+    return f"In Slack this button opens the MIG form. Here, type: /gpu {usage}"
+
+
 # ------------------------------------------------------------------ request cards
 
 

@@ -45,6 +45,7 @@ from bot.drain_form import (
     read_drain_form,
 )
 from bot.forms import FormContext, form_context
+from bot.mig_form import MIG_CALLBACK, may_request_mig, mig_form, read_mig_form
 from bot.upgrade_form import UPGRADE_CALLBACK, may_request_upgrade, read_upgrade_form, upgrade_form
 from bot.home import home_view
 from bot.identity import SlackDirectory
@@ -57,6 +58,7 @@ from bot.slack_api import BOT_EVENTS, SLASH_COMMAND, SlackApi
 from bot.wiring import Runtime
 from commands.catalog import dispatch
 from commands.drain import request_drain
+from commands.mig import request_mig
 from commands.upgrade import request_upgrade
 from commands.registry import REGISTRY, Call, CommandSpec, invoke
 from commands.reply import Reply, error_reply
@@ -64,6 +66,7 @@ from workflows.access import Actor
 
 DRAIN_COMMAND = REGISTRY.commands[("drain",)]
 UPGRADE_COMMAND = REGISTRY.commands[("upgrade",)]
+MIG_COMMAND = REGISTRY.commands[("mig",)]
 
 log = logging.getLogger("gpuops.bot.slack")
 
@@ -91,12 +94,14 @@ class _FormRun:
 
 
 def _wanted_form(outcome: Outcome, context: FormContext) -> tuple[dict[str, Any], str, str] | None:
-    """The modal a click asked for (drain or upgrade form), with how to name it when
+    """The modal a click asked for (drain, upgrade or MIG form), with how to name it when
     it cannot be opened."""
     if outcome.wants_drain_form is not None:
         return drain_form(outcome.wants_drain_form, context), msg.DRAIN_FORM_FORM, msg.DRAIN_FORM_TITLE
     if outcome.wants_upgrade_form is not None:
         return upgrade_form(outcome.wants_upgrade_form, context), msg.UPGRADE_FORM_FORM, msg.UPGRADE_FORM_TITLE
+    if outcome.wants_mig_form is not None:
+        return mig_form(outcome.wants_mig_form, context), msg.MIG_FORM_FORM, msg.MIG_FORM_TITLE
     return None
 
 class SlackRejectedToken(Exception):
@@ -152,6 +157,7 @@ class SlackBot:
         app.view(DENY_CALLBACK)(ack=self.ack_deny, lazy=[self.run_deny])
         app.view(DRAIN_CALLBACK)(ack=self.ack_drain_form, lazy=[self.run_drain_form])
         app.view(UPGRADE_CALLBACK)(ack=self.ack_upgrade_form, lazy=[self.run_upgrade_form])
+        app.view(MIG_CALLBACK)(ack=self.ack_mig_form, lazy=[self.run_mig_form])
         for event in BOT_EVENTS:
             app.event(event)(ack=self.ack, lazy=[self.run_home])
         app.error(self.on_error)
@@ -174,6 +180,9 @@ class SlackBot:
 
     def ack_upgrade_form(self, ack: Any, view: dict[str, Any]) -> None:
         self._ack_form(ack, read_upgrade_form(view, now=self.clock()).errors)
+
+    def ack_mig_form(self, ack: Any, view: dict[str, Any]) -> None:
+        self._ack_form(ack, read_mig_form(view, now=self.clock()).errors)
 
     @staticmethod
     def _ack_form(ack: Any, errors: dict[str, str]) -> None:
@@ -302,6 +311,13 @@ class SlackBot:
             command=form.command(), channel=form.channel, spec=UPGRADE_COMMAND,
             run=lambda call, ask=form.ask(): request_upgrade(call, ask), footer=msg.upgrade_form_footer))
 
+    def run_mig_form(self, body: dict[str, Any], view: dict[str, Any]) -> None:
+        """The MIG form, submitted: the change it asks for, run as `/gpu mig`."""
+        form = read_mig_form(view, now=self.clock()).form
+        self._run_form(body, view, "mig-form", MIG_CALLBACK, None if form is None else _FormRun(
+            command=form.command(), channel=form.channel, spec=MIG_COMMAND,
+            run=lambda call, ask=form.ask(): request_mig(call, ask), footer=msg.mig_form_footer))
+
     def _run_form(self, body: dict[str, Any], view: dict[str, Any], kind: str, callback: str,
                   form: _FormRun | None) -> None:
         """A request form, submitted: run as its command, answered to the submitter in
@@ -351,7 +367,8 @@ class SlackBot:
         waiting = services.requests.waiting_for(actor, now=now) if services.requests is not None else []
         return self.api.publish_home(user, home_view(fleet_reply, waiting, now=now, notice=notice,
                                                      drain_button=may_request_drain(actor),
-                                                     upgrade_button=may_request_upgrade(actor)))
+                                                     upgrade_button=may_request_upgrade(actor),
+                                                     mig_button=may_request_mig(actor)))
 
     def answer(self, reply: Reply, *, user: str, channel: str | None, response_url: str | None,
                ephemeral_in_channel: bool = False) -> None:

@@ -7,7 +7,7 @@ import difflib
 
 from commands import messages as msg
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
-from commands.reply import REQUEST_DRAIN, REQUEST_UPGRADE, Fact, Intent, Notice, Reply, Section, Table, error_reply
+from commands.reply import REQUEST_DRAIN, REQUEST_MIG, REQUEST_UPGRADE, Fact, Intent, Notice, Reply, Section, Table, error_reply
 from workflows.access import Role
 from workflows.drain.history import drain_history
 from workflows.engine.cordons import UncordonRefused
@@ -125,6 +125,14 @@ def _upgrade_button(call: Call, *, pool: str) -> tuple[Intent, ...]:
                         value=pool)
 
 
+def _mig_button(call: Call, *, pool: PoolInventory, fleet: Fleet) -> tuple[Intent, ...]:
+    """"Request a MIG change" of a pool with MIG-capable GPUs, for whoever `/gpu mig` would let ask."""
+    if not any(fleet.nodes[n].mig.capable for n in pool.nodes if n in fleet.nodes):
+        return ()
+    return _form_button(call, "mig", pool=pool.name, action=REQUEST_MIG, label=msg.request_mig_label(),
+                        value=pool.name)
+
+
 def _form_button(call: Call, command: str, *, pool: str, action: str, label: str, value: str) -> tuple[Intent, ...]:
     spec = REGISTRY.commands.get((command,))
     if spec is None or pool not in call.services.config.pools or not call.actor.has(spec.role, pool=pool):
@@ -150,7 +158,8 @@ def status(call: Call, args: list[str]) -> Reply:
     if args:
         pool = _find_pool(fleet, args[0])
         runs = tuple(call.services.runs.unfinished()) if call.services.runs is not None else ()
-        intents = _drain_button(call, pool=pool.name, target=pool.name) + _upgrade_button(call, pool=pool.name)
+        intents = (_drain_button(call, pool=pool.name, target=pool.name) + _upgrade_button(call, pool=pool.name)
+                   + _mig_button(call, pool=pool, fleet=fleet))
         policy = call.services.config.pools.get(pool.name)
         return _pool_status(fleet, pool, intents=intents, runs=runs,
                             workloads=policy.workloads if policy is not None else None)

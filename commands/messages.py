@@ -152,6 +152,10 @@ def request_upgrade_label() -> str:
     return "Request a driver upgrade"
 
 
+def request_mig_label() -> str:
+    return "Request a MIG change"
+
+
 def request_drain_label() -> str:
     return "Request a drain"
 

@@ -108,6 +108,13 @@ def mig(call: Call, args: list[str]) -> Reply:
             return _reply(call, _migs(call).preview(call.actor, ask, fleet=fleet, now=call.now))
         except MigRefused as err:
             return error_reply(msg.mig_refused_title(err.code), err.reason)
+    return request_mig(call, ask)
+
+
+def request_mig(call: Call, ask: MigAsk) -> Reply:
+    """Plan, check and store the MIG change `ask` describes, and the reply showing it: what
+    `/gpu mig` does after reading its words, and what the MIG form does with its fields."""
+    fleet = call.services.fleet.fleet(call.now)
     return answer(call, lambda: _migs(call).request(call.actor, ask, fleet=fleet, now=call.now,
                                                      channel=call.channel))
 

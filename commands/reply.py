@@ -15,6 +15,7 @@ Severity = Literal["critical", "warning", "info"]
 REQUEST_DRAIN = "request-drain"
 # Opens the upgrade form for the pool in its value ("" for none).
 REQUEST_UPGRADE = "request-upgrade"
+REQUEST_MIG = "request-mig"
 
 
 @dataclass(frozen=True)

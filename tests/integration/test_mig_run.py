@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from commands.catalog import dispatch
 from commands.services import Services
 from storage.database import open_database
 from testenv import fleet as fl
 from testenv.install import wait_until
 from tests.integration import engine_harness as h
+from tests.integration.desk import Desk
 from tests.integration.inventory_helpers import ROOT
 from workflows.config import GpuopsConfig
-from workflows.engine.runs import RunService
+from workflows.fleet.watchcache import FleetCache
 from workflows.kube.gateway import KubeGateway
 
 pytestmark = pytest.mark.controlplane
@@ -45,7 +45,7 @@ def db(tmp_path: Path):
 
 
 @pytest.fixture
-def desk(fleet, cluster, db, fleet_cache):
+def desk(fleet, cluster, db):
     fleet(FLEET)
     installer = cluster.installer()
     installer.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpuops"}}, exist_ok=True)
@@ -53,28 +53,19 @@ def desk(fleet, cluster, db, fleet_cache):
         installer.create(doc, exist_ok=True)
     wait_until(lambda: all(_capacity(installer, n).get("nvidia.com/mig-1g.10gb") == "56" for n in NODES),
                timeout=120, what="every node to advertise its 56 MIG devices")
-    return _Desk(cluster, db, fleet_cache)
+    desk = _Desk(cluster, db)
+    yield desk
+    desk.fleet.stop()
 
 
-class _Desk:
-    def __init__(self, cluster, db, fleet_cache) -> None:
-        self.cluster, self.db = cluster, db
-        self.installer = cluster.installer()
+class _Desk(Desk):
+    def __init__(self, cluster, db) -> None:
         gateway = KubeGateway.connect(kubeconfig=cluster.kubeconfig, context="bot")
-        self.services = Services.on_database(config=CONFIG, fleet=fleet_cache(user="bot"), database=db,
-                                             workloads=gateway, mig_reader=gateway)
-
-    def say(self, who: str, text: str):
-        return dispatch(text, actor=CONFIG.actor(who), services=self.services, now=h.now(), channel="C0OPS")
-
-    def approve_and_run(self, request_id: str, *, timeout: float = 240):
-        view = self.services.requests.get(request_id)  # type: ignore[union-attr]
-        for approver in ("U0BOB", "U0CAROL"):
-            answer = self.say(approver, f"approve {view.id} {view.short_hash}")
-            assert answer.ok, answer.summary
-        run = RunService(self.db).start(view.id, dry_run=False, now=h.now(), plan_hash=view.plan_hash)
-        with h.EngineThread(self.cluster.kubeconfig, self.db.path, user="bot"):
-            return h.wait_run(self.db, run.id, timeout=timeout)
+        fleet = FleetCache(gateway, settings=CONFIG.inventory_settings()).start()
+        services = Services.on_database(config=CONFIG, fleet=fleet, database=db, workloads=gateway,
+                                        mig_reader=gateway)
+        super().__init__(cluster, db, services, CONFIG)
+        self.installer, self.fleet = cluster.installer(), fleet
 
     def ask(self, text: str) -> str:
         asked = self.say("U0ALICE", text)
@@ -156,7 +147,7 @@ def test_a_failed_layout_halts_the_run_and_a_rollback_puts_the_prior_layout_back
     asked = desk.say("U0ALICE", f"rollback {halted.id}")
     assert asked.ok, asked.summary
     assert [row[0] for row in asked.sections[1].table.rows] == ["inf-01"]
-    back = desk.approve_and_run(desk.services.requests.rollback_asked(halted.id, pool="inf").id)  # type: ignore[union-attr]
+    back = desk.approve_and_run(desk.rollback_request(halted.id, "inf"))
 
     assert back.state == "succeeded", back.halted_reason
     assert _mig(desk.installer, "inf-01") == ("all-1g.10gb", "success")

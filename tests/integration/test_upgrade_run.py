@@ -22,8 +22,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bot.clicks import Click, press
-from commands.catalog import dispatch
 from commands.services import Services
 from storage import audit
 from storage.database import open_database
@@ -35,6 +33,7 @@ from testenv.install import wait_until
 from testenv.summary import advertised
 from tests.integration import engine_harness as h
 from tests.integration import observe
+from tests.integration.desk import Desk
 from tests.integration.inventory_helpers import ROOT
 from workflows.kube.objects import NodeName
 from workflows.plans import NodeStep, Plan, PlanSummary, Wave
@@ -152,33 +151,9 @@ CHECKED_CONFIG = UPG_CONFIG.model_copy(update={"upgrades": UPG_CONFIG.upgrades.m
     "gpu_check": GpuCheck(timeout=dt.timedelta(seconds=60))})})
 
 
-class _Desk:
-    """People at Slack: alice asks, bob and carol approve; an approved request's run starts
-    as the scheduler starts it and an engine runs it as the bot."""
-
-    def __init__(self, cluster, db, fleet_cache, as_bot: str, config: GpuopsConfig = UPG_CONFIG) -> None:
-        self.cluster, self.db, self.as_bot, self.config = cluster, db, as_bot, config
-        self.services = Services.on_database(config=config, fleet=fleet_cache(user=as_bot), database=db)
-
-    def say(self, who: str, text: str):
-        return dispatch(text, actor=self.config.actor(who), services=self.services, now=h.now(), channel="C0OPS")
-
-    def click(self, button, who: str = "U0ALICE"):
-        return press(Click(action=button.action, value=button.value, actor=self.config.actor(who), now=h.now()),
-                     self.services).notice
-
-    def rollback_request(self, run_id: str) -> str:
-        return next(r for r in self.services.requests.open_requests("upg")  # type: ignore[union-attr]
-                    if r.reason == f"rollback of {run_id}").id
-
-    def approve_and_run(self, request_id: str, *, timeout: float = 240):
-        view = self.services.requests.get(request_id)  # type: ignore[union-attr]
-        for approver in ("U0BOB", "U0CAROL"):
-            answer = self.say(approver, f"approve {view.id} {view.short_hash}")
-            assert answer.ok, answer.summary
-        run = RunService(self.db).start(view.id, dry_run=False, now=h.now(), plan_hash=view.plan_hash)
-        with h.EngineThread(self.cluster.kubeconfig, self.db.path, user=self.as_bot):
-            return h.wait_run(self.db, run.id, timeout=timeout)
+def _Desk(cluster, db, fleet_cache, as_bot: str, config: GpuopsConfig = UPG_CONFIG) -> Desk:
+    services = Services.on_database(config=config, fleet=fleet_cache(user=as_bot), database=db)
+    return Desk(cluster, db, services, config, user=as_bot)
 
 
 def test_an_upgrade_asked_for_and_approved_by_two_people_moves_the_pool_canary_first(
@@ -232,7 +207,7 @@ def test_a_halted_upgrade_rolled_back_puts_the_old_version_back_and_gives_the_ca
     assert [row[1] for row in asked.sections[1].table.rows] == ["upg-01"]  # only what the run changed
     again = desk.click(button)
     assert not again.ok and f"a rollback of run {halted.id} is already asked for" in again.summary
-    rollback = desk.rollback_request(halted.id)
+    rollback = desk.rollback_request(halted.id, "upg")
     assert services.requests.get(rollback).channel == "C0OPS"  # type: ignore[union-attr]  # the halted one's
     back = desk.approve_and_run(rollback)
 
@@ -294,7 +269,7 @@ def test_a_driver_that_loads_but_fails_the_check_pod_halts_on_the_canary_and_a_r
 
     asked = say("U0ALICE", f"rollback {halted.id}")
     assert asked.ok, asked.summary
-    back = desk.approve_and_run(desk.rollback_request(halted.id))
+    back = desk.approve_and_run(desk.rollback_request(halted.id, "upg"))
 
     assert back.state == "succeeded", back.halted_reason
     assert _gfd_version(installer, "upg-01") == OLD and not h.unschedulable(installer, "upg-01")
@@ -418,7 +393,7 @@ def test_the_operators_upgrade_failed_halts_the_gated_run_and_a_rollback_puts_th
     asked = say("U0ALICE", f"rollback {halted.id}")
     assert asked.ok, asked.summary
     assert [row[1] for row in asked.sections[1].table.rows] == ["upg-01"]
-    back = desk.approve_and_run(desk.rollback_request(halted.id), timeout=420)
+    back = desk.approve_and_run(desk.rollback_request(halted.id, "upg"), timeout=420)
 
     assert back.state == "succeeded", back.halted_reason
     assert _policy_version(installer) == OLD

@@ -213,8 +213,10 @@ def buttons(reply: Reply) -> list[tuple[str, str, str]]:
 @pytest.mark.parametrize("text", ["status train-a", "node gpu-a-01"])
 def test_operators_and_admins_are_offered_a_drain_of_the_pool_or_node_they_look_at(services, text):
     target = text.split()[1]
-    # A pool's status offers its driver upgrade too (bot.upgrade_form).
-    upgrade = [("request-upgrade", "Request a driver upgrade", target)] if text.startswith("status") else []
+    # A pool's status offers its driver upgrade too (bot.upgrade_form), and a MIG change
+    # where its GPUs can do MIG (these can: bot.mig_form).
+    upgrade = [("request-upgrade", "Request a driver upgrade", target),
+               ("request-mig", "Request a MIG change", target)] if text.startswith("status") else []
     for who in ("U0ALICE", "U0ERIN"):
         reply = dispatch(text, actor=CONFIG.actor(who), services=services, now=NOW)
         assert buttons(reply) == [("request-drain", "Request a drain", target), *upgrade]

@@ -142,13 +142,5 @@ def rollback_not_mig(run: str, kind: str) -> str:
     return f"run {run} is a {kind}, not a MIG change"
 
 
-def rollback_unfinished(run: str, state: str) -> str:
-    return f"run {run} is {state}: abort it (or let it finish) before rolling it back"
-
-
-def rollback_already_asked(run: str, request: str) -> str:
-    return f"a rollback of run {run} is already asked for: request {request}"
-
-
 def rollback_nothing_changed(run: str) -> str:
     return f"run {run} changed no node's MIG layout: there is nothing to roll back"

@@ -74,12 +74,10 @@ class MigService:
         first), as a new request under the pool's approval rule."""
         if run.kind != "mig":
             raise MigRefused(say.rollback_not_mig(run.id, run.kind), code="not-a-mig-change")
-        if run.state in ("pending", "running", "paused"):
-            raise MigRefused(say.rollback_unfinished(run.id, run.state), code="run-unfinished")
         require(actor, Role.OPERATOR, action="Rolling back a MIG change", pool=run.pool)
-        asked = self._requests.rollback_asked(run.id, pool=run.pool)
-        if asked is not None:
-            raise MigRefused(say.rollback_already_asked(run.id, asked.id), code="rollback-asked")
+        blocked = self._requests.rollback_blocked(run.id, state=run.state, pool=run.pool)
+        if blocked is not None:
+            raise MigRefused(blocked[1], code=blocked[0])
         touched = [s for s in run.steps if s.kind == "mig" and s.state in ("done", "failed", "running")]
         if not touched:
             raise MigRefused(say.rollback_nothing_changed(run.id), code="nothing-to-roll-back")

@@ -262,3 +262,11 @@ def thread_extended(*, request_id: str, actor: str, window_end: dt.datetime | No
 def not_extendable(request_id: str, *, state: str) -> str:
     return (f"{request_id} is {state}: only a request that has not started yet (pending, approved "
             f"or scheduled) can get a later window end.")
+
+
+def rollback_unfinished(run: str, state: str) -> str:
+    return f"run {run} is {state}: abort it (or let it finish) before rolling it back"
+
+
+def rollback_already_asked(run: str, request: str) -> str:
+    return f"a rollback of run {run} is already asked for: {request} (approve it, or cancel it and ask again)"

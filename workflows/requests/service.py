@@ -506,6 +506,16 @@ class RequestService:
             step.kind == "cordon" and step.params.get("takes_over") == run_id
             for wave in view.plan.waves for step in wave.steps)), None)
 
+    def rollback_blocked(self, run_id: str, *, state: str, pool: str) -> tuple[str, str] | None:
+        """Why `run_id` cannot be rolled back now, as (code, reason): it has not finished,
+        or a rollback of it is already asked for; None when it can."""
+        if state in ("pending", "running", "paused"):
+            return "run-unfinished", say.rollback_unfinished(run_id, state)
+        asked = self.rollback_asked(run_id, pool=pool)
+        if asked is not None:
+            return "rollback-asked", say.rollback_already_asked(run_id, asked.id)
+        return None
+
     def waiting_for(self, actor: Actor, *, now: dt.datetime) -> list[RequestView]:
         """Pending requests `actor` could approve now (their approval would count),
         soonest deadline first."""

@@ -124,15 +124,7 @@ def plan_rollback_note(run: str, version: str, nodes: Sequence[str]) -> str:
 
 
 def rollback_not_an_upgrade(run: str, kind: str) -> str:
-    return f"run {run} is a {kind}, not a driver upgrade: only an upgrade can be rolled back"
-
-
-def rollback_unfinished(run: str, state: str) -> str:
-    return f"run {run} is {state}: abort it (or let it finish) before rolling it back"
-
-
-def rollback_already_asked(run: str, request: str) -> str:
-    return f"a rollback of run {run} is already asked for: {request} (approve it, or cancel it and ask again)"
+    return f"run {run} is a {kind}, not a driver upgrade or a MIG change: only those can be rolled back"
 
 
 def rollback_nothing_changed(run: str) -> str:

@@ -60,12 +60,10 @@ class UpgradeService:
         first) and onto its driver object, as a new request under the pool's approval rule."""
         if run.kind != "upgrade":
             raise UpgradeRefused(say.rollback_not_an_upgrade(run.id, run.kind), code="not-an-upgrade")
-        if run.state in ("pending", "running", "paused"):
-            raise UpgradeRefused(say.rollback_unfinished(run.id, run.state), code="run-unfinished")
         require(actor, Role.OPERATOR, action="Rolling back a driver upgrade", pool=run.pool)
-        asked = self._requests.rollback_asked(run.id, pool=run.pool)
-        if asked is not None:
-            raise UpgradeRefused(say.rollback_already_asked(run.id, asked.id), code="rollback-asked")
+        blocked = self._requests.rollback_blocked(run.id, state=run.state, pool=run.pool)
+        if blocked is not None:
+            raise UpgradeRefused(blocked[1], code=blocked[0])
         set_version = next((s for s in run.steps if s.kind == "driver-version" and s.state in ("done", "failed")),
                            None)
         prior = step_intent(set_version).get("prior_version") if set_version is not None else None

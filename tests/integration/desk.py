@@ -1,0 +1,38 @@
+"""People at Slack, for tests of requests that run on the control plane: alice asks, bob
+and carol approve; an approved request's run starts as the scheduler starts it, and an
+engine runs it as `user` (the bot's ServiceAccount)."""
+
+from __future__ import annotations
+
+from bot.clicks import Click, press
+from commands.catalog import dispatch
+from commands.services import Services
+from tests.integration import engine_harness as h
+from workflows.config import GpuopsConfig
+from workflows.engine.runs import RunService
+
+
+class Desk:
+    def __init__(self, cluster, db, services: Services, config: GpuopsConfig, *, user: str = "bot") -> None:
+        self.cluster, self.db, self.services, self.config, self.user = cluster, db, services, config, user
+
+    def say(self, who: str, text: str):
+        return dispatch(text, actor=self.config.actor(who), services=self.services, now=h.now(), channel="C0OPS")
+
+    def click(self, button, who: str = "U0ALICE"):
+        return press(Click(action=button.action, value=button.value, actor=self.config.actor(who), now=h.now()),
+                     self.services).notice
+
+    def rollback_request(self, run_id: str, pool: str) -> str:
+        found = self.services.requests.rollback_asked(run_id, pool=pool)  # type: ignore[union-attr]
+        assert found is not None, f"no rollback of {run_id} asked for"
+        return found.id
+
+    def approve_and_run(self, request_id: str, *, timeout: float = 240):
+        view = self.services.requests.get(request_id)  # type: ignore[union-attr]
+        for approver in ("U0BOB", "U0CAROL"):
+            answer = self.say(approver, f"approve {view.id} {view.short_hash}")
+            assert answer.ok, answer.summary
+        run = RunService(self.db).start(view.id, dry_run=False, now=h.now(), plan_hash=view.plan_hash)
+        with h.EngineThread(self.cluster.kubeconfig, self.db.path, user=self.user):
+            return h.wait_run(self.db, run.id, timeout=timeout)
