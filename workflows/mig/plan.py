@@ -159,6 +159,8 @@ def plan_mig(ask: MigAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolConfig], 
     layouts_named = sorted({c.layout for c in changes})
     notes = [say.pool_change_note(pool, pool_before, pool_after), *say.node_change_notes(changes),
              say.first_alone_note(order.canary)]
+    if any(evicted.values()):
+        notes.append(say.evicted_note(evicted))
     if strategy == "single":
         notes.append(say.single_strategy_note())
     if vanishing:
