@@ -394,7 +394,7 @@ UPGRADE_WAVE_COLUMNS = ("wave", "nodes", "GPUs out")
 
 
 MIG_USAGE = "mig <pool|node...> <layout> [at <time> | next-window] [--dry-run] [reason]"
-MIG_NODE_COLUMNS = ("node", "advertises now", "after", "GPU pods evicted")
+MIG_NODE_COLUMNS = ("node", "advertises now", "after", "GPU pods moved off")
 MIG_WAVE_COLUMNS = ("wave", "nodes")
 
 

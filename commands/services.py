@@ -55,13 +55,14 @@ class Services:
         `on_approved` is told when a request becomes approved (so its run can start at
         once if its window is open); `workloads` is what drains read the pods and PDBs they
         would move from (the Kubernetes gateway; without it a drain plan lists no workloads);
-        `mig_reader` what a MIG plan reads (the gateway again; without it MIG changes are refused)."""
+        `mig_reader` what MIG and upgrade plans read (the gateway again; without it MIG
+        changes are refused and an upgrade plan names no pods)."""
         requests = RequestService(database, config, roles=roles, on_approved=on_approved)
         return cls(config=config, fleet=fleet, requests=requests,
                    drains=DrainService(requests, pools=config.pools, workloads=workloads),
                    upgrades=UpgradeService(requests, pools=config.pools,
                                            allowed_versions=config.upgrades.allowed_versions,
                                            cluster_policy_scope=config.upgrades.cluster_policy_scope,
-                                           gpu_check=config.upgrades.gpu_check),
+                                           gpu_check=config.upgrades.gpu_check, pods=mig_reader),
                    migs=MigService(requests, pools=config.pools, reader=mig_reader),
                    runs=RunService(database, wake=wake_engine, names=config.names), database=database)

@@ -136,7 +136,7 @@ def test_workloads_that_ask_for_a_resource_no_node_will_advertise_are_named_with
     assert planned.vanishing == ("nvidia.com/mig-1g.10gb",)
     assert [(w.pod, w.resources) for w in planned.stranded] == [
         ("ml/batch-0", ("nvidia.com/mig-1g.10gb",)), ("ml/small-7d9f-abc", ("nvidia.com/mig-1g.10gb",))]
-    assert planned.evicted["n1"] == ("ml/small-7d9f-abc",) and planned.evicted["n2"] == ()
+    assert planned.moved["n1"].evicted == ("ml/small-7d9f-abc",) and planned.moved["n2"].evicted == ()
     assert planned.plan.summary.evictions_expected == 1
     assert "GPU pods evicted (PodDisruptionBudgets respected): n1: ml/small-7d9f-abc" in planned.plan.summary.notes
     assert any(n.startswith("no GPU node will advertise nvidia.com/mig-1g.10gb afterwards; asking for them now: "

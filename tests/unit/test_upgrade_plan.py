@@ -168,3 +168,22 @@ def test_a_check_pod_configuration_that_cannot_work_is_refused_at_start_with_the
 
     with pytest.raises(ValidationError, match=words):
         GpuCheck.model_validate(check)
+
+
+def test_the_plan_names_per_node_the_jobs_it_waits_for_and_the_gpu_pods_it_moves_off(make):
+    fleet = _one_policy(make, auto_upgrade=False)
+    trainer = make.pod(node="s1", namespace="ml", name="trainer-0", owner_kind="Job", labels={"must-finish": "yes"},
+                       gpu_requests={"nvidia.com/gpu": 8})
+    replica = make.pod(node="s2", namespace="serve", name="llm-0", owner_kind="ReplicaSet",
+                       gpu_requests={"nvidia.com/gpu": 1})
+    done = make.pod(node="s2", namespace="ml", name="old", owner_kind="Job", phase="Succeeded",
+                    gpu_requests={"nvidia.com/gpu": 1})
+    policy = POLICY.model_copy(update={"wait_for": PoolConfig.WaitFor(selector="must-finish=yes", timeout="1h")})
+    planned = plan_upgrade(UpgradeAsk(pool="serving-a", version=NEW), fleet=fleet, policy=policy, now=NOW,
+                           requested_by="U0ALICE", cluster_policy_scope="all-pools", gpu_pods=[trainer, replica, done])
+    notes = planned.plan.summary.notes
+    assert "jobs waited for before the node goes (wait_for): s1: ml/trainer-0" in notes
+    assert "GPU pods evicted (PodDisruptionBudgets respected): s2: serve/llm-0" in notes
+    gated = _plan(_one_policy(make, auto_upgrade=True), gpu_pods=[trainer, replica])
+    assert "GPU pods deleted by the GPU Operator per its upgradePolicy: s1: ml/trainer-0; s2: serve/llm-0" in (
+        gated.plan.summary.notes)

@@ -111,11 +111,6 @@ def first_alone_note(node: str) -> str:
     return f"{node} changes first, alone: a layout the MIG manager fails halts the run before more nodes go"
 
 
-def evicted_note(evicted: Mapping[str, Sequence[str]]) -> str:
-    shown = "; ".join(f"{node}: {names(pods, at_most=4)}" for node, pods in evicted.items() if pods)
-    return f"GPU pods evicted (PodDisruptionBudgets respected): {shown}"
-
-
 def single_strategy_note() -> str:
     return ("the pool's MIG strategy is single: the resource stays nvidia.com/gpu, but its count and size change "
             "(each is now a MIG device, not a whole GPU)")

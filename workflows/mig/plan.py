@@ -9,7 +9,7 @@ will not schedule). The capacity floor (`min_ready_gpus`) is checked in the unit
 pool has at each point: a node counts with its new resources from the wave after its own,
 and the pool must still meet the floor once every node has changed.
 
-Per node: cordon (a person's cordon is kept), evict GPU pods (PDB-respecting, the pool's
+Per node: cordon (a person's cordon is kept), wait for the pool's `wait_for` jobs, evict GPU pods (PDB-respecting, the pool's
 drain timeout and action), set `nvidia.com/mig.config` and wait for the MIG manager's
 `success` and for the node to advertise what the layout makes (`mig`, within the pool's
 `mig_timeout`; `failed` or the timeout halts the run, naming the operands still paused),
@@ -30,8 +30,18 @@ from workflows.kube.objects import NodeName, PodObject
 from workflows.mig import messages as say
 from workflows.mig.layouts import MigLayouts, MigRefused, resources
 from workflows.plans import NodeStep, Plan, PlanSummary, Wave
-from workflows.pools.capacity import OrderRefused, RollingOrder, is_unavailable, ready_gpus, rolling_order
+from workflows.pools import messages as pool_say
+from workflows.pools.capacity import (
+    OrderRefused,
+    PodsMoved,
+    RollingOrder,
+    gpu_pods_moved,
+    is_unavailable,
+    ready_gpus,
+    rolling_order,
+)
 from workflows.pools.config import PoolConfig
+from workflows.pools.selectors import LabelSelector
 from workflows.pools.starts import WindowRefused, start_window
 
 EVICT_SCOPE = "gpu"  # a MIG change moves GPU pods; other pools' work and CPU pods keep running
@@ -83,7 +93,7 @@ class MigPlan:
     # Resources no GPU node of the cluster advertises once the change is done.
     vanishing: tuple[str, ...]
     stranded: tuple[Workload, ...]
-    evicted: Mapping[str, tuple[str, ...]]  # node -> GPU pods evicted from it
+    moved: Mapping[str, PodsMoved]  # node -> the GPU pods it waits for and evicts
     order: RollingOrder
     plan: Plan
     window_start: dt.datetime
@@ -146,8 +156,8 @@ def plan_mig(ask: MigAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolConfig], 
                            for n in fleet.nodes.values())
     vanishing = tuple(sorted(r for r in _total(c.before for c in changes) if not cluster_after.get(r)))
     stranded = _stranded(gpu_pods, vanishing)
-    evicted = {c.node: tuple(sorted(f"{p.namespace}/{p.name}" for p in gpu_pods
-                                    if p.node_name == c.node and _holds(p))) for c in changes}
+    wait_for = LabelSelector.parse(policy.wait_for.selector).matches if policy.wait_for is not None else None
+    moved = {c.node: gpu_pods_moved(gpu_pods, c.node, wait_for=wait_for) for c in changes}
 
     takes_over = rollback.run if rollback is not None else None
     by_name = {n.name: n for n in members}
@@ -159,8 +169,7 @@ def plan_mig(ask: MigAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolConfig], 
     layouts_named = sorted({c.layout for c in changes})
     notes = [say.pool_change_note(pool, pool_before, pool_after), *say.node_change_notes(changes),
              say.first_alone_note(order.canary)]
-    if any(evicted.values()):
-        notes.append(say.evicted_note(evicted))
+    notes += pool_say.pods_moved_note(moved)
     if strategy == "single":
         notes.append(say.single_strategy_note())
     if vanishing:
@@ -171,11 +180,11 @@ def plan_mig(ask: MigAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolConfig], 
         notes.append(say.rollback_note(rollback.run, [(c.node, c.layout) for c in changes]))
     largest = max(sum(ready_gpus(by_name[n]) for n in w.nodes) for w in waves)
     summary = PlanSummary(target_mig_config=layouts_named[0] if len(layouts_named) == 1 else None,
-                          window_start=start, window_end=end, evictions_expected=sum(len(v) for v in evicted.values()),
+                          window_start=start, window_end=end, evictions_expected=sum(len(m.evicted) for m in moved.values()),
                           max_gpus_unavailable=largest, notes=tuple(notes))
     plan = Plan(kind="mig", pool=pool, waves=tuple(waves), summary=summary, created_for=requested_by)
     return MigPlan(pool=pool, changes=tuple(changes), pool_before=pool_before, pool_after=pool_after,
-                   vanishing=vanishing, stranded=stranded, evicted=evicted, order=order, plan=plan,
+                   vanishing=vanishing, stranded=stranded, moved=moved, order=order, plan=plan,
                    window_start=start, window_end=end)
 
 
@@ -229,10 +238,6 @@ def _total(each: Iterable[Mapping[str, int]]) -> dict[str, int]:
     return total
 
 
-def _holds(pod: PodObject) -> bool:
-    return bool(pod.gpu_requests) and not pod.deleting and pod.phase not in ("Succeeded", "Failed")
-
-
 def _stranded(pods: Sequence[PodObject], vanishing: Sequence[str]) -> tuple[Workload, ...]:
     found = []
     for pod in pods:
@@ -257,8 +262,12 @@ def _node_steps(node: NodeInventory, change: NodeChange, *, policy: PoolConfig,
     if takes_over is not None:
         cordon["takes_over"] = takes_over
     validate = int(policy.validate_timeout.total_seconds())
+    waits = [NodeStep("wait-for-jobs", node.name, {
+        "selector": policy.wait_for.selector, "timeout_s": int(policy.wait_for.timeout.total_seconds())})
+             ] if policy.wait_for is not None else []
     return [
         NodeStep("cordon", node.name, cordon),
+        *waits,
         NodeStep("evict", node.name, {"scope": EVICT_SCOPE, "pdb_timeout_s": int(policy.drain_timeout.total_seconds()),
                                       "pdb_timeout_action": policy.pdb_timeout_action}),
         NodeStep("mig", node.name, {"config": change.layout, "expect": dict(change.after),

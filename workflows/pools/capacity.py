@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from workflows.fleet.assessment import NodeInventory
 from workflows.fleet.summary import Fleet
-from workflows.kube.objects import NodeName
+from workflows.kube.labels import ANNOTATION_MIRROR
+from workflows.kube.objects import NodeName, PodObject
 from workflows.plans import Plan
 from workflows.pools import messages as say
 from workflows.pools.windows import BEGINNING_OF_TIME, END_OF_TIME
@@ -443,3 +444,29 @@ def rolling_order(nodes: Sequence[NodeInventory], *, pool: Sequence[NodeInventor
     if current:
         waves.append(tuple(n.name for n in current))
     return RollingOrder(canary=first.name, waves=tuple(waves))
+
+
+@dataclass(frozen=True, slots=True)
+class PodsMoved:
+    """The GPU pods a change of one node moves off it: those it waits for (the pool's
+    `wait_for` jobs) and those it evicts."""
+
+    waited: tuple[str, ...]  # namespace/name
+    evicted: tuple[str, ...]
+
+
+def gpu_pods_moved(pods: Iterable[PodObject], node: str, *,
+                   wait_for: Callable[[Mapping[str, str]], bool] | None = None) -> PodsMoved:
+    """Of `pods` (the cluster's GPU pods), those on `node` that hold GPUs (not finished,
+    not being deleted, not DaemonSet or static pods), split by the pool's `wait_for`
+    selector (its `matches`)."""
+    waited: list[str] = []
+    evicted: list[str] = []
+    for pod in sorted(pods, key=lambda p: (p.namespace, p.name)):
+        controller = pod.controller
+        if (pod.node_name != node or not pod.gpu_requests or pod.deleting or pod.phase in ("Succeeded", "Failed")
+                or (controller is not None and controller.kind in ("DaemonSet", "Node"))
+                or ANNOTATION_MIRROR in pod.annotations):
+            continue
+        (waited if wait_for is not None and wait_for(pod.labels) else evicted).append(f"{pod.namespace}/{pod.name}")
+    return PodsMoved(waited=tuple(waited), evicted=tuple(evicted))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from workflows.wording import closest_hint, local_time, names, plural
 
@@ -199,3 +200,17 @@ def no_windows_for(pool: str, what: str) -> str:
 
 def _a(what: str) -> str:
     return ("an " if what[:1].lower() in "aeiou" else "a ") + what
+
+
+def pods_moved_note(moved: Mapping[str, Any], *, by_operator: bool = False) -> list[str]:
+    """Per node, the GPU pods a change waits for and those it moves off (`PodsMoved`)."""
+    notes = []
+    waited = "; ".join(f"{node}: {names(m.waited, at_most=4)}" for node, m in moved.items() if m.waited)
+    evicted = "; ".join(f"{node}: {names(m.evicted, at_most=4)}" for node, m in moved.items() if m.evicted)
+    if waited:
+        notes.append(f"jobs waited for before the node goes (wait_for): {waited}")
+    if evicted:
+        how = ("deleted by the GPU Operator per its upgradePolicy" if by_operator
+               else "evicted (PodDisruptionBudgets respected)")
+        notes.append(f"GPU pods {how}: {evicted}")
+    return notes

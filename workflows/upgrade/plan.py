@@ -28,7 +28,11 @@ from dataclasses import dataclass
 from workflows.fleet.assessment import NodeInventory
 from workflows.fleet.summary import Fleet
 from workflows.plans import NodeStep, Plan, PlanSummary, Wave
+from workflows.kube.objects import PodObject
+from workflows.pools import messages as pool_say
+from workflows.pools.capacity import gpu_pods_moved
 from workflows.pools.config import GpuCheck, PoolConfig
+from workflows.pools.selectors import LabelSelector
 from workflows.pools.starts import WindowRefused, start_window
 from workflows.upgrade import messages as say
 from workflows.upgrade.scope import (
@@ -81,11 +85,12 @@ class UpgradePlan:
 def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, now: dt.datetime,
                  requested_by: str, allowed_versions: Sequence[str] = (),
                  cluster_policy_scope: ClusterPolicyScope = "pool", gpu_check: GpuCheck | None = None,
-                 rollback: RollbackOf | None = None) -> UpgradePlan:
+                 gpu_pods: Sequence[PodObject] = (), rollback: RollbackOf | None = None) -> UpgradePlan:
     """Plan `ask` for `requested_by`, or raise UpgradeRefused saying why not. A `rollback`
     plans only the nodes that run changed, its failed node first, each taking over the
     cordon that run left; its version need not be in the allowed list. `gpu_check` is the
-    fleet's canary pod, which the pool's own `gpu_check` replaces."""
+    fleet's canary pod, which the pool's own `gpu_check` replaces; `gpu_pods` the cluster's
+    pods that ask for GPUs (the plan names, per node, those it waits for and moves off)."""
     if fleet.pool(ask.pool) is None:
         raise UpgradeRefused(say.unknown_pool(ask.pool, [p.name for p in fleet.pools]), code="unknown-pool")
     if policy is None:
@@ -146,6 +151,12 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
              say.plan_canary_note(order.canary, policy.upgrade_soak)]
     if gates:
         notes.insert(1, say.plan_gates_operator_note(scope.manager.ref))
+    # Gated, the operator waits and deletes per its own upgradePolicy, not the pool's wait_for.
+    wait_for = (LabelSelector.parse(policy.wait_for.selector).matches
+                if policy.wait_for is not None and not gates else None)
+    notes += pool_say.pods_moved_note({n.name: gpu_pods_moved(gpu_pods, n.name, wait_for=wait_for) for n in
+                                       [by_name[order.canary], *(by_name[m] for w in order.waves for m in w)]},
+                                      by_operator=gates)
     if check is not None:
         notes.append(say.plan_gpu_check_note(check["command"], check["image"], check["resource"], check["namespace"]))
     if skipped_by_person:

@@ -9,10 +9,12 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from workflows.access import Actor, Role, require
 from workflows.engine.runs import RunView, step_intent
 from workflows.fleet.summary import Fleet
+from workflows.kube.objects import PodObject
 from workflows.pools.config import GpuCheck, PoolConfig
 from workflows.requests.service import RequestService, RequestView
 from workflows.upgrade import messages as say
@@ -26,13 +28,20 @@ class UpgradeRequested:
     view: RequestView
 
 
+class GpuPods(Protocol):
+    """Where a plan reads the cluster's GPU pods (`kube.gateway.KubeGateway`)."""
+
+    def list_gpu_pods(self) -> list[PodObject]: ...
+
+
 class UpgradeService:
     def __init__(self, requests: RequestService, *, pools: Mapping[str, PoolConfig],
                  allowed_versions: Sequence[str] = (), cluster_policy_scope: ClusterPolicyScope = "pool",
-                 gpu_check: GpuCheck | None = None) -> None:
+                 gpu_check: GpuCheck | None = None, pods: GpuPods | None = None) -> None:
         self._requests = requests
         self._pools = pools
         self._gpu_check = gpu_check
+        self._pods = pods
         self._allowed_versions = tuple(allowed_versions)
         self._cluster_policy_scope: ClusterPolicyScope = cluster_policy_scope
 
@@ -41,7 +50,8 @@ class UpgradeService:
         require(actor, Role.OPERATOR, action="Planning a driver upgrade", pool=ask.pool)
         return plan_upgrade(ask, fleet=fleet, policy=self._pools.get(ask.pool), now=now,
                             requested_by=actor.user_id, allowed_versions=self._allowed_versions,
-                            cluster_policy_scope=self._cluster_policy_scope, gpu_check=self._gpu_check)
+                            cluster_policy_scope=self._cluster_policy_scope, gpu_check=self._gpu_check,
+                            gpu_pods=self._gpu_pods())
 
     def request(self, actor: Actor, ask: UpgradeAsk, *, fleet: Fleet, now: dt.datetime,
                 channel: str | None = None) -> UpgradeRequested:
@@ -80,9 +90,12 @@ class UpgradeService:
         ask = UpgradeAsk(pool=run.pool, version=str(prior), downgrade=True, reason=f"rollback of {run.id}")
         planned = plan_upgrade(ask, fleet=fleet, policy=self._pools.get(run.pool), now=now,
                                requested_by=actor.user_id, cluster_policy_scope=self._cluster_policy_scope,
-                               gpu_check=self._gpu_check, rollback=RollbackOf(run=run.id, nodes=nodes, version=str(prior), release=release))
+                               gpu_check=self._gpu_check, gpu_pods=self._gpu_pods(), rollback=RollbackOf(run=run.id, nodes=nodes, version=str(prior), release=release))
         view = self._requests.submit(actor, kind="upgrade", pool=run.pool, targets=list(planned.plan.nodes),
                                      plan=planned.plan, window_start=planned.window_start,
                                      window_end=planned.window_end, reason=ask.reason, channel=channel, now=now)
         return UpgradeRequested(planned, view)
 
+    def _gpu_pods(self) -> list[PodObject]:
+        """The cluster's GPU pods, read fresh; none without a cluster (a plan then names no pods)."""
+        return self._pods.list_gpu_pods() if self._pods is not None else []
