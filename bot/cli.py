@@ -258,6 +258,14 @@ def parser() -> argparse.ArgumentParser:
                                    "when stdin is not a terminal.")
     p.add_argument("--as", dest="as_user", required=True, metavar="SLACK_USER_ID",
                    help="act as this Slack user id (roles from the configuration)")
+    p = sub.add_parser("config", parents=shared, help="check a configuration file")
+    config_sub = p.add_subparsers(dest="config_command", required=True)
+    c = config_sub.add_parser("check", parents=shared, help="every error with file, line and column; exit 1 if any",
+                              description="Read a configuration as the bot does at start and report every "
+                                          "problem as file:line:column: key: reason (exit 1), or a summary "
+                                          "of what it configures (exit 0). The bot refuses to start on the "
+                                          "same errors.")
+    c.add_argument("file", nargs="?", help="the file to check (default: --config or $GPUOPS_CONFIG)")
     p = sub.add_parser("audit", parents=shared, help="verify or export the audit log")
     audit_sub = p.add_subparsers(dest="audit_command", required=True)
     v = audit_sub.add_parser("verify", parents=shared, help="check every hash of the chain; exit 1 if broken")
@@ -267,6 +275,20 @@ def parser() -> argparse.ArgumentParser:
     e = audit_sub.add_parser("export", parents=shared, help="every entry as JSON lines")
     e.add_argument("--output", "-o", help="file to write (default: standard output)")
     return top
+
+
+def _config_check(path: str | None) -> int:
+    if not path:
+        print(f"gpuops config check: {msg.config_check_needs_file()}", file=sys.stderr)
+        return EXIT_FAILED
+    try:
+        config = load_config(path)
+    except ConfigError as err:
+        print(str(err), file=sys.stderr)
+        return EXIT_FAILED
+    print(msg.config_check_ok(path, pools=sorted(config.pools), rotations=len(config.rotations),
+                              users=len(config.access.users)))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -282,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
             return _console(args)
         if args.command == "audit":
             return _audit(args)
+        if args.command == "config":
+            return _config_check(args.file or args.config)
         if args.command == "upgrade":
             if not args.dry_run:
                 print(f"gpuops upgrade: {msg.upgrade_only_dry_run()}", file=sys.stderr)

@@ -541,3 +541,13 @@ def no_database(path: str) -> str:
 def upgrade_only_dry_run() -> str:
     return ("the command line only previews an upgrade (add --dry-run); ask for it with /gpu upgrade in Slack, "
             "where its approvers are")
+
+
+def config_check_needs_file() -> str:
+    return "name the file to check (gpuops config check FILE), or set --config or GPUOPS_CONFIG"
+
+
+def config_check_ok(path: str, *, pools: list[str], rotations: int, users: int) -> str:
+    listed = ", ".join(pools) if pools else "none"
+    return (f"{path}: ok: {len(pools)} pool{'s' if len(pools) != 1 else ''} ({listed}), {rotations} "
+            f"rotation{'s' if rotations != 1 else ''}, {users} user{'s' if users != 1 else ''} with roles")

@@ -6,7 +6,9 @@ Durations are written as "90s", "30m", "1h", "2d" (or combinations like "1h30m")
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -131,22 +133,59 @@ class ConfigError(Exception):
 
 
 def load_config(path: str | Path | None) -> GpuopsConfig:
+    """The configuration in `path` (defaults without one), or ConfigError naming every
+    problem as `file:line:column: key: reason` (`gpuops config check` prints the same)."""
     if path is None:
         return GpuopsConfig()
     path = Path(path)
     try:
-        raw = yaml.safe_load(path.read_text()) or {}
+        text = path.read_text()
     except OSError as err:
         raise ConfigError(f"{path}: cannot read the configuration: {err.strerror}") from None
+    try:
+        raw = yaml.safe_load(text) or {}
+        tree = yaml.compose(text)
     except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+        mark = getattr(err, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+        problem = getattr(err, "problem", None) or str(err)
+        raise ConfigError(f"{where}: not valid YAML: {problem}") from None
     if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: the configuration must be a mapping of keys, not {type(raw).__name__}")
+        raise ConfigError(f"{path}:1:1: the configuration must be a mapping of keys, not {type(raw).__name__}")
     try:
         return GpuopsConfig.model_validate(raw)
     except ValidationError as err:
         problems = []
         for error in err.errors():
-            key = ".".join(str(part) for part in error["loc"])
-            problems.append(f"{path}: {key}: {error['msg']}")
+            loc = tuple(error["loc"])
+            line, column = _position(tree, loc)
+            key = ".".join(str(part) for part in loc) or "(top)"
+            problems.append(f"{path}:{line}:{column}: {key}: {_reason(error)}")
         raise ConfigError("\n".join(problems)) from None
+
+
+def _reason(error: Mapping[str, Any]) -> str:
+    """pydantic's message without its "Value error, " prefix (our validators' own words)."""
+    return str(error["msg"]).removeprefix("Value error, ")
+
+
+def _position(tree: yaml.Node | None, loc: tuple[Any, ...]) -> tuple[int, int]:
+    """Where in the file the value at `loc` is (1-based line and column): the deepest
+    node that exists along the path (a missing key points at the map it belongs in)."""
+    node = tree
+    if node is None:
+        return 1, 1
+    for part in loc:
+        found = None
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                if isinstance(key, yaml.ScalarNode) and key.value == str(part):
+                    # An unknown key is the key's own fault; a bad value the value's.
+                    found = value if value.start_mark is not None else key
+                    break
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+            found = node.value[part]
+        if found is None:
+            break
+        node = found
+    return node.start_mark.line + 1, node.start_mark.column + 1
