@@ -76,7 +76,8 @@ def _reply(call: Call, planned: MigPlan, view: RequestView | None = None) -> Rep
         Fact("First", planned.order.canary),
     )
     capacity = Section(title="Capacity", table=Table(columns=msg.MIG_NODE_COLUMNS, rows=tuple(
-        (str(c.node), resources_text(c.before), resources_text(c.after), str(len(planned.moved[c.node].evicted) + len(planned.moved[c.node].waited)))
+        (str(c.node), resources_text(c.before), resources_text(c.after),
+         str(len(planned.moved[c.node].evicted) + len(planned.moved[c.node].waited)))
         for c in planned.changes)))
     rows = tuple((str(w.index + 1), ", ".join(w.nodes)) for w in planned.plan.waves)
     waves = Section(title="Waves", table=Table(columns=msg.MIG_WAVE_COLUMNS, rows=rows),

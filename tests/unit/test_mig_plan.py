@@ -164,3 +164,14 @@ def test_a_rollback_puts_each_node_back_to_its_own_layout_failed_node_first_taki
     cordon = planned.plan.waves[0].steps[0]
     assert cordon.kind == "cordon" and cordon.params["takes_over"] == "run-9"
     assert planned.plan.summary.target_mig_config is None  # two layouts: named per node
+
+
+def test_a_node_mid_change_is_refused_a_new_layout_but_may_be_rolled_back(make, layouts):
+    wedged = _mig_node(make, "n1", "all-3g.40gb", devices={})
+    wedged = type(wedged)(**{**{f: getattr(wedged, f) for f in wedged.__slots__},
+                             "labels": {**wedged.labels, "nvidia.com/mig.config.state": "pending"}})
+    with pytest.raises(MigRefused) as refused:
+        _plan(make, layouts, [wedged], "all-7g.80gb")
+    assert refused.value.code == "mig-in-progress" and "in the middle of a MIG change" in refused.value.reason
+    back = _plan(make, layouts, [wedged], "", rollback=MigRollbackOf(run="run-3", layouts=(("n1", "all-1g.10gb"),)))
+    assert [(c.node, c.layout) for c in back.changes] == [("n1", "all-1g.10gb")]

@@ -117,7 +117,7 @@ def plan_mig(ask: MigAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolConfig], 
         layout = wanted[node.name]
         if not node.mig.capable:
             raise MigRefused(say.not_mig_capable(node.name, node.product), code="not-mig-capable")
-        if node.mig.in_progress:
+        if node.mig.in_progress and rollback is None:  # a rollback may ask a wedged node back
             raise MigRefused(say.mig_change_under_way(node.name, node.mig.config, node.mig.config_state),
                              code="mig-in-progress")
         if rollback is None and node.mig.config == layout and node.mig.config_state == "success":
@@ -180,7 +180,8 @@ def plan_mig(ask: MigAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolConfig], 
         notes.append(say.rollback_note(rollback.run, [(c.node, c.layout) for c in changes]))
     largest = max(sum(ready_gpus(by_name[n]) for n in w.nodes) for w in waves)
     summary = PlanSummary(target_mig_config=layouts_named[0] if len(layouts_named) == 1 else None,
-                          window_start=start, window_end=end, evictions_expected=sum(len(m.evicted) for m in moved.values()),
+                          window_start=start, window_end=end,
+                          evictions_expected=sum(len(m.evicted) for m in moved.values()),
                           max_gpus_unavailable=largest, notes=tuple(notes))
     plan = Plan(kind="mig", pool=pool, waves=tuple(waves), summary=summary, created_for=requested_by)
     return MigPlan(pool=pool, changes=tuple(changes), pool_before=pool_before, pool_after=pool_after,
