@@ -22,7 +22,7 @@ from bot.upgrade_form import cannot_request_upgrade
 from bot.request_card import request_card
 from commands.catalog import dispatch
 from commands.handover import handover_message
-from commands.reply import REQUEST_DRAIN, REQUEST_MIG, REQUEST_UPGRADE, Reply, error_reply
+from commands.reply import HOST_DRIVER_REMOVED, REQUEST_DRAIN, REQUEST_MIG, REQUEST_UPGRADE, Reply, error_reply
 from commands.services import Services
 from workflows.access import AccessDenied, Actor
 from workflows.engine.runs import RunRefused
@@ -151,6 +151,9 @@ def press(click: Click, services: Services) -> Outcome:
         return _acknowledge(click, value.subject, services)
     if click.action == "rollback":
         return _rollback(click, value.subject, services)
+    if click.action == HOST_DRIVER_REMOVED:
+        return Outcome(notice=dispatch(f"migrate confirm {value.subject}", actor=click.actor, services=services,
+                                       now=click.now))
     requests = services.requests
     if requests is None:
         return Outcome(notice=_refused(msg.requests_unavailable()))

@@ -13,13 +13,13 @@ import re
 from dataclasses import dataclass
 
 from bot import messages as msg
-from commands.reply import REQUEST_DRAIN, REQUEST_MIG, REQUEST_UPGRADE, Confirm, Intent
+from commands.reply import HOST_DRIVER_REMOVED, REQUEST_DRAIN, REQUEST_MIG, REQUEST_UPGRADE, Confirm, Intent
 
 ACTION_PREFIX = "gpuops."
 # Clicking these cannot be undone, so Slack (and the console) ask first.
 DESTRUCTIVE = frozenset({"deny", "abort", "cancel"})
 KNOWN_ACTIONS = frozenset({"approve", "deny", "cancel", "abort", "handover-ack", "rollback", REQUEST_DRAIN,
-                           REQUEST_UPGRADE, REQUEST_MIG})
+                           REQUEST_UPGRADE, REQUEST_MIG, HOST_DRIVER_REMOVED})
 
 _ACTION_ID = re.compile(r"^gpuops\.([a-z]+(?:-[a-z]+)*)\.\d+$", re.ASCII)
 _VALUE = re.compile(r"^(?P<subject>[A-Za-z0-9][A-Za-z0-9._-]{0,63})(?:/(?P<hash>[0-9a-f]{6,64}))?$")

@@ -396,7 +396,8 @@ def mig_form_in_console(usage: str) -> str:
 # ------------------------------------------------------------------ request cards
 
 
-KIND_NOUNS = {"drain": "Drain", "upgrade": "Driver upgrade", "mig": "MIG change"}
+KIND_NOUNS = {"drain": "Drain", "upgrade": "Driver upgrade", "mig": "MIG change",
+              "migrate": "Move to the operator"}
 
 
 def request_title(kind: str, request_id: str, pool: str) -> str:

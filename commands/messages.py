@@ -402,6 +402,33 @@ def pool_workloads(mig: str | None, full_gpu: str | None) -> str:
     return "; ".join([f"MIG slices for {mig or 'any workload'}", f"whole GPUs for {full_gpu or 'any workload'}"])
 
 
+MIGRATE_USAGE = "migrate <pool|node...> to operator [at <time> | next-window] [--dry-run] [reason]"
+
+
+def migrate_needs_words() -> str:
+    return f"Say which pool (or nodes of one pool) and where their driver goes: /gpu {MIGRATE_USAGE}"
+
+
+def migrate_title(request_id: str, pool: str) -> str:
+    return f"Move to the operator {request_id} · {pool}"
+
+
+def migrate_preview_title(pool: str) -> str:
+    return f"Move to the operator, plan (dry run) · {pool}"
+
+
+def migrate_refused_title(code: str) -> str:
+    return f"Move to the operator refused ({code})"
+
+
+def host_driver_removed_label(node: str) -> str:
+    return f"Host driver removed: {node}"[:75]
+
+
+def migrate_confirmed_title(run_id: str) -> str:
+    return f"Host driver removed · {run_id}"
+
+
 def mig_needs_words() -> str:
     return f"Say which pool (or nodes of one pool) and which MIG layout: /gpu {MIG_USAGE}"
 

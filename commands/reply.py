@@ -16,6 +16,8 @@ REQUEST_DRAIN = "request-drain"
 # Opens the upgrade form for the pool in its value ("" for none).
 REQUEST_UPGRADE = "request-upgrade"
 REQUEST_MIG = "request-mig"
+# A person says the host driver is gone from the node a move to the operator waits on.
+HOST_DRIVER_REMOVED = "host-driver-removed"
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from typing import Any
 
 from commands import messages as msg
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
-from commands.reply import Fact, Intent, Reply, Section, Table, error_reply
+from commands.reply import HOST_DRIVER_REMOVED, Fact, Intent, Reply, Section, Table, error_reply
 from storage.audit import AuditEntry
 from workflows.access import AccessDenied, Actor, Role
 from workflows.engine.runs import RunRefused, RunService, RunView, UnknownRun, step_note
@@ -86,9 +86,22 @@ def rollback_intent(view: RequestView, runs: list[RunView]) -> tuple[Intent, ...
     """A Roll back button on an upgrade or MIG change whose run halted (it asks for the
     rollback; the rollback itself waits for the pool's approvals like any request)."""
     halted = [r for r in runs if r.state == "failed" and not r.run.dry_run]
-    if view.kind not in ("upgrade", "mig") or not halted:
+    if view.kind not in ("upgrade", "mig", "migrate") or not halted:
         return ()
     return (Intent(action="rollback", label="Roll back", value=halted[-1].id),)
+
+
+def host_driver_intent(view: RequestView, runs: list[RunView]) -> tuple[Intent, ...]:
+    """A Host driver removed button while a move to the operator waits for a person to
+    remove a node's host driver (one node at a time: the run names it)."""
+    if view.kind != "migrate":
+        return ()
+    for run in runs:
+        waiting = [s.node for s in run.steps if s.kind == "host-driver-removed" and s.state == "running"]
+        if waiting and run.state in ("running", "paused"):
+            return (Intent(action=HOST_DRIVER_REMOVED, label=msg.host_driver_removed_label(waiting[0]),
+                           value=run.id, style="primary"),)
+    return ()
 
 
 def _plan_section(view: RequestView) -> Section:
@@ -130,7 +143,8 @@ def _request_reply(call: Call, view: RequestView, *, title: str | None = None) -
     return Reply(title=title or msg.request_title(view.id, view.kind, view.pool),
                  summary=msg.request_summary(view.state, view.approvals_counted, view.approvals_required,
                                              view.short_hash),
-                 sections=tuple(sections), intents=card_intents(view) + rollback_intent(view, runs))
+                 sections=tuple(sections),
+                 intents=card_intents(view) + rollback_intent(view, runs) + host_driver_intent(view, runs))
 
 
 @REGISTRY.command("requests", usage="requests [pool]", role=Role.VIEWER,

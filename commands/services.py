@@ -19,6 +19,7 @@ from workflows.engine.runs import RunService
 from workflows.fleet.summary import Fleet
 from workflows.requests.service import RequestService, RoleLookup
 from workflows.mig.service import MigReader, MigService
+from workflows.migrate.service import MigrateService
 from workflows.upgrade.service import UpgradeService
 
 
@@ -43,6 +44,8 @@ class Services:
     upgrades: UpgradeService | None = None
     # MIG layout changes of a pool (workflows.mig.service).
     migs: MigService | None = None
+    # Moves from host drivers to the GPU Operator (workflows.migrate.service).
+    migrations: MigrateService | None = None
 
     @classmethod
     def on_database(cls, *, config: GpuopsConfig, fleet: FleetSource, database: Database,
@@ -65,4 +68,6 @@ class Services:
                                            cluster_policy_scope=config.upgrades.cluster_policy_scope,
                                            gpu_check=config.upgrades.gpu_check, pods=mig_reader),
                    migs=MigService(requests, pools=config.pools, reader=mig_reader),
+                   migrations=MigrateService(requests, pools=config.pools, gpu_check=config.upgrades.gpu_check,
+                                             pods=mig_reader),
                    runs=RunService(database, wake=wake_engine, names=config.names), database=database)

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from commands import messages as msg
 from commands.drain_grammar import read_start_words
 from commands.mig import answer as mig_answer
+from commands.migrate import answer as migrate_answer
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
 from commands.reply import Fact, Reply, Section, Table, error_reply
 from commands.requests import approval_intents
@@ -142,7 +143,7 @@ def request_upgrade(call: Call, ask: UpgradeAsk) -> Reply:
 
 
 @REGISTRY.command("rollback", usage="rollback <run>", role=Role.OPERATOR,
-                  summary="Ask to put back the driver version or MIG layouts a run replaced, on the nodes it changed",
+                  summary="Ask to put back what an upgrade, MIG change or move to the operator changed",
                   examples=("/gpu rollback run-4b1d9e",))
 def rollback(call: Call, args: list[str]) -> Reply:
     if len(args) != 1:
@@ -154,6 +155,10 @@ def rollback(call: Call, args: list[str]) -> Reply:
     except UnknownRun as err:
         raise NotFoundError(str(err)) from None
     fleet = call.services.fleet.fleet(call.now)
+    if run.kind == "migrate" and call.services.migrations is not None:
+        migrations = call.services.migrations
+        return migrate_answer(call, lambda: migrations.rollback(call.actor, run, fleet=fleet, now=call.now,
+                                                                channel=call.channel))
     if run.kind == "mig" and call.services.migs is not None:
         migs = call.services.migs
         return mig_answer(call, lambda: migs.rollback(call.actor, run, fleet=fleet, now=call.now,

@@ -40,6 +40,9 @@ class Migration:
     version: int
     description: str
     apply: str | Callable[[sqlite_utils.Database], None]
+    # Rebuilds a table others reference: run with foreign keys off (SQLite's own procedure
+    # for schema changes ALTER TABLE cannot make); foreign_key_check still runs before commit.
+    rebuilds_referenced: bool = False
 
 
 SCHEMA_V1 = """
@@ -262,6 +265,23 @@ OPERATOR_UPGRADE_STEPS = _steps_with_kinds((*_V1_STEP_KINDS, "driver-version", "
 GPU_CHECK_STEP = _steps_with_kinds((*_V1_STEP_KINDS, "driver-version", "operator-hold", "operator-upgrade",
                                     "gpu-check"), version=5)
 
+# Host-driver migration: requests of kind migrate; steps that snapshot a node, wait for a
+# person to remove its host driver, set its labels, and restore the snapshot.
+_MIGRATE_STEP_KINDS = ("snapshot", "host-driver-removed", "node-labels", "restore")
+MIGRATE_KIND = f"""
+{SCHEMA_V1[SCHEMA_V1.index("CREATE TABLE requests ("):SCHEMA_V1.index("CREATE INDEX requests_by_state")]
+ .replace("CREATE TABLE requests (", "CREATE TABLE requests_v6 (")
+ .replace("CHECK (kind IN ('drain', 'upgrade', 'mig'))", "CHECK (kind IN ('drain', 'upgrade', 'mig', 'migrate'))")}
+INSERT INTO requests_v6 SELECT * FROM requests;
+DROP TABLE requests;
+PRAGMA legacy_alter_table = ON;
+ALTER TABLE requests_v6 RENAME TO requests;
+PRAGMA legacy_alter_table = OFF;
+CREATE INDEX requests_by_state ON requests (state, expires_at);
+CREATE INDEX requests_by_pool ON requests (pool, created_at);
+""" + _steps_with_kinds((*_V1_STEP_KINDS, "driver-version", "operator-hold", "operator-upgrade", "gpu-check",
+                         *_MIGRATE_STEP_KINDS), version=6)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -273,6 +293,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "steps may gate the operator's own driver upgrade (operator-hold, operator-upgrade)",
               OPERATOR_UPGRADE_STEPS),
     Migration(5, "steps may run a canary pod on the node (gpu-check)", GPU_CHECK_STEP),
+    Migration(6, "requests may move nodes from host drivers to the operator (migrate) with its steps", MIGRATE_KIND,
+              rebuilds_referenced=True),
 )
 
 _SCHEMA_MIGRATIONS = """
@@ -315,6 +337,8 @@ def apply_pending(
     conn = db.conn
     applied: list[int] = []
     for migration in migrations:
+        if migration.rebuilds_referenced:
+            conn.execute("PRAGMA foreign_keys = OFF")  # a no-op inside a transaction: set before BEGIN
         conn.execute("BEGIN IMMEDIATE")
         try:
             current = schema_version(conn)
@@ -347,5 +371,8 @@ def apply_pending(
             raise MigrationFailed(
                 path=path, version=migration.version, description=migration.description, cause=err
             ) from err
+        finally:
+            if migration.rebuilds_referenced:
+                conn.execute("PRAGMA foreign_keys = ON")
         applied.append(migration.version)
     return applied

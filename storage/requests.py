@@ -16,7 +16,7 @@ from storage.codec import JsonValue
 from storage.database import Database
 from storage.ids import RequestId, new_request_id
 
-RequestKind = Literal["drain", "upgrade", "mig"]
+RequestKind = Literal["drain", "upgrade", "mig", "migrate"]
 RequestState = Literal[
     "pending",
     "approved",

@@ -31,6 +31,10 @@ StepKind = Literal[
     "operator-hold",
     "operator-upgrade",
     "gpu-check",
+    "snapshot",
+    "host-driver-removed",
+    "node-labels",
+    "restore",
 ]
 StepState = Literal["pending", "running", "done", "failed", "skipped"]
 FINISHED_STATES: frozenset[StepState] = frozenset({"done", "failed", "skipped"})

@@ -29,7 +29,7 @@ from storage import codec
 from storage.steps import NewStep, StepKind
 from workflows.kube.objects import NodeName
 
-PlanKind = Literal["drain", "upgrade", "mig"]
+PlanKind = Literal["drain", "upgrade", "mig", "migrate"]
 PLAN_FORMAT = 1
 # How many hex digits of a plan hash people see ("hash 3f9a1c0e…"); also the shortest
 # prefix an approver may type instead of the whole hash.

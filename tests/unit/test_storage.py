@@ -949,6 +949,8 @@ def test_kv_stores_replaces_and_deletes_small_values(db):
     (4, "operator-hold", {"nodes": ["gpu-01"]}),
     (4, "operator-upgrade", {"version": "580.95.05"}),
     (5, "gpu-check", {"namespace": "gpuops"}),
+    (6, "snapshot", {}),
+    (6, "restore", {}),
 ])
 def test_a_migration_that_widens_the_step_kinds_keeps_every_step_and_lets_a_run_use_the_new_one(
         db_path, version, kind, params):
@@ -973,3 +975,35 @@ def test_a_migration_that_widens_the_step_kinds_keeps_every_step_and_lets_a_run_
         assert added.kind == kind
         with pytest.raises(sqlite3.IntegrityError):
             db.execute("UPDATE steps SET kind = 'reboot' WHERE id = ?", [added.id])
+
+
+def test_the_migration_that_widens_request_kinds_keeps_every_request_its_approvals_and_the_two_person_rule(db_path):
+    at = dt.datetime(2026, 12, 4, 9, 0, tzinfo=dt.timezone.utc)
+    with open_database(db_path, migrations=MIGRATIONS[:5]) as old:
+        request = requests.create(old, kind="mig", pool="inf", targets=["inf-01"], window_start=None,
+                                  window_end=None, reason="x", requester="U0OTTO", requester_name="Otto",
+                                  plan={"format": 1}, plan_hash="a" * 64, approvals_required=2, expires_at=at, at=at)
+        old.execute("INSERT INTO approvals (request_id, approver, decision, plan_hash, created_at) "
+                    "VALUES (?, 'U0BOB', 'approve', ?, ?)", [request.id, "a" * 64, "2026-12-04T09:00:00Z"])
+        with pytest.raises(sqlite3.IntegrityError):
+            requests.create(old, kind="migrate", pool="inf", targets=["inf-01"], window_start=None, window_end=None,
+                            reason="x", requester="U0OTTO", requester_name="Otto", plan={"format": 1},
+                            plan_hash="b" * 64, approvals_required=1, expires_at=at, at=at)
+
+    with open_database(db_path) as db:
+        assert db.schema_version == 6
+        kept = requests.get(db, id=request.id)
+        assert kept is not None and (kept.kind, kept.pool) == ("mig", "inf")
+        assert db.execute("SELECT count(*) FROM approvals WHERE request_id = ?", [request.id]).fetchone()[0] == 1
+        moved = requests.create(db, kind="migrate", pool="inf", targets=["inf-01"], window_start=None,
+                                window_end=None, reason="x", requester="U0OTTO", requester_name="Otto",
+                                plan={"format": 1}, plan_hash="b" * 64, approvals_required=1, expires_at=at, at=at)
+        assert moved.kind == "migrate"
+        # The approvals table still points at requests (its key and the two-person trigger).
+        with pytest.raises(sqlite3.IntegrityError):
+            db.execute("INSERT INTO approvals (request_id, approver, decision, plan_hash, created_at) "
+                       "VALUES ('nope', 'U0BOB', 'approve', ?, ?)", ["a" * 64, "2026-12-04T09:00:00Z"])
+        with pytest.raises(sqlite3.IntegrityError, match="two-person rule"):
+            db.execute("INSERT INTO approvals (request_id, approver, decision, plan_hash, created_at) "
+                       "VALUES (?, 'U0OTTO', 'approve', ?, ?)", [moved.id, "b" * 64, "2026-12-04T09:00:00Z"])
+        assert db.execute("PRAGMA foreign_keys").fetchone()[0] == 1

@@ -502,6 +502,25 @@ def not_allowed_to_release(request_id: str, *, requester_name: str) -> str:
             f"admin can end its window early")
 
 
+def not_allowed_to_confirm(run_id: str, pool: str) -> str:
+    return f"Only an operator of pool {pool} or an admin can say the host driver is gone for run {run_id}"
+
+
+def run_not_waiting(run_id: str, state: str) -> str:
+    return f"Run {run_id} is {state}: it waits for nothing"
+
+
+def nothing_to_confirm(run_id: str, node: str | None) -> str:
+    where = f" on {node}" if node else ""
+    return (f"Run {run_id} is not waiting for a host driver to be removed{where} now (it waits only once the node "
+            "is cordoned and drained)")
+
+
+def host_driver_confirmed_by(run_id: str, actor: str, nodes: Sequence[str]) -> str:
+    return (f"{actor} confirmed the host driver is gone from {_list(nodes)}: run {run_id} hands "
+            f"{'it' if len(nodes) == 1 else 'them'} to the GPU Operator next")
+
+
 def no_run_yet(request_id: str) -> str:
     return f"{request_id} has no run yet: cancel it with `/gpu cancel {request_id}` instead"
 
@@ -697,3 +716,58 @@ def gpu_check_failed(node: str, pod: str, command: str, *, exit_code: int | None
     if message:
         text += f': "{" / ".join(line.strip() for line in message.splitlines() if line.strip())}"'
     return text + f"; {node} stays cordoned and the pod {pod} is kept for its logs"
+
+
+# ---- moving a node from a host driver to the operator
+
+
+def snapshot_taken(node: str, labels: int, taints: int) -> str:
+    return f"recorded {node}'s {labels} labels, its annotations and {taints} taints: what a rollback puts back"
+
+
+def operator_driver_state(present: bool, text: str, owner: str) -> str:
+    if not present:
+        return f"no GPU Operator driver pod yet (driver owner: {owner})"
+    return f"operator driver pod {text} (driver owner: {owner})"
+
+
+def remove_host_driver(node: str, *, run: str, request: str) -> str:
+    return (f"{node} is cordoned and drained. Someone with access to it: remove the host's NVIDIA driver packages "
+            f"(and reboot if they say so), then press *Host driver removed* on `/gpu request {request}` or type "
+            f"`/gpu migrate confirm {run}`. gpuops cannot log into nodes; the operator's driver goes on only after "
+            "that")
+
+
+def waiting_for_host_driver_removal(node: str) -> str:
+    return f"waiting for a person to remove the host driver from {node} and confirm it"
+
+
+def would_wait_for_host_driver_removal(node: str) -> str:
+    return f"would wait for a person to remove the host driver from {node} and confirm it"
+
+
+def host_driver_confirmed(node: str, who: str) -> str:
+    return f"{who} confirmed the host driver is gone from {node}"
+
+
+def node_labels_params() -> str:
+    return "a node-labels step needs params.labels, a map of label to value (null removes it)"
+
+
+def labels_set(node: str, labels: Mapping[str, str | None], *, dry_run: bool) -> str:
+    shown = ", ".join(f"{k}={v}" if v is not None else f"{k} removed" for k, v in sorted(labels.items()))
+    return f"{'would set' if dry_run else 'set'} on {node}: {shown}"
+
+
+def restore_params() -> str:
+    return "a restore step needs params labels (the snapshot's), keys (the labels to put back) and taints"
+
+
+def restored(node: str, labels: Mapping[str, str | None], taints: int) -> str:
+    shown = ", ".join(f"{k}={v}" if v is not None else f"{k} removed" for k, v in sorted(labels.items()))
+    return (f"{node} is back as its snapshot had it: {shown}; {taints} taint{'s' if taints != 1 else ''}; "
+            "it stays cordoned")
+
+
+def restore_conflict(node: str) -> str:
+    return f"{node} changed while it was being restored; reading it again"

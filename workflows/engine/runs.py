@@ -238,6 +238,40 @@ class RunService:
         self._wake()
         return self.get(run.id)
 
+    def confirm_host_driver_removed(self, actor: Actor, run_id: str, *, now: dt.datetime,
+                                    node: str | None = None) -> RunView:
+        """A person says the host driver is gone from the node(s) the run waits on (the
+        running or pending `host-driver-removed` steps; with `node`, that node's only):
+        recorded in the step's params with who and when, audited, told in the thread. An
+        operator of the run's pool or an admin."""
+        with self._db.transaction():
+            run = stored_runs.get(self._db, id=RunId(run_id))
+            if run is None:
+                raise UnknownRun(run_id, self._closest(run_id))
+            request = self._request(run.request_id)
+            if not actor.has(Role.OPERATOR, pool=request.pool):
+                raise RunRefused(say.not_allowed_to_confirm(run.id, request.pool))
+            if run.state not in ("pending", "running", "paused"):
+                raise RunRefused(say.run_not_waiting(run.id, run.state))
+            waiting = [s for s in stored_steps.for_run(self._db, run_id=run.id)
+                       if s.kind == "host-driver-removed" and s.state == "running" and (node is None or s.node == node)]
+            if not waiting:
+                raise RunRefused(say.nothing_to_confirm(run.id, node))
+            for step in waiting:
+                detail = dict(step.detail) if isinstance(step.detail, dict) else {}
+                params = {**step_params(step), "confirmed_by": actor.user_id, "confirmed_by_name": self._public(actor),
+                          "confirmed_at": codec.time_to_text(now)}
+                stored_steps.replace_detail(self._db, id=step.id, expected=step.state, detail={**detail, "params": params})
+            nodes = sorted({s.node for s in waiting})
+            message = say.host_driver_confirmed_by(run.id, self._public(actor), nodes)
+            entry = audit.append(self._db, actor=actor.user_id, k8s_identity=None, action="run.host-driver-removed",
+                                 target=request.pool, at=now, request_id=request.id, run_id=run.id,
+                                 before=run.state, after=run.state, detail={"nodes": nodes, "text": message})
+            self._notify(request, run.id, event="run.host-driver-removed", state=run.state, now=now,
+                         dedupe=f"{run.id}/host-driver/{entry.seq}", text=message, people=(actor.user_id,))
+        self._wake()
+        return self.get(run.id)
+
     # -------------------------------------------------------------- reading
 
     def get(self, run_id: str) -> RunView:

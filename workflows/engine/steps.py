@@ -57,7 +57,7 @@ from workflows.kube.labels import (
     PAUSED_FOR_MIG_CHANGE,
     POD_SELECTOR_DRIVER,
 )
-from workflows.kube.objects import NodeObject, is_gpu_resource
+from workflows.kube.objects import NodeObject, Taint, is_gpu_resource
 
 # NVIDIA_VISIBLE_DEVICES values that hand a container no GPU.
 _NO_DEVICES = frozenset({"", "void", "none"})
@@ -559,6 +559,13 @@ def _driver(inv: NodeInventory) -> tuple[bool, str]:
     return inv.driver_pod.condition == "healthy", f"driver pod {inv.driver_pod.text}"
 
 
+def _operator_driver(inv: NodeInventory) -> tuple[bool, str]:
+    """The GPU Operator's driver pod (not a host driver) is Ready on the node."""
+    pod = inv.driver_pod
+    ok = pod.present and pod.condition == "healthy" and inv.driver.owner == "operator"
+    return ok, say.operator_driver_state(pod.present, pod.text, inv.driver.owner)
+
+
 def _mig(inv: NodeInventory) -> tuple[bool, str]:
     return inv.mig.config_state == "success", say.mig_state_text(inv.mig.config, inv.mig.config_state)
 
@@ -569,6 +576,7 @@ CONDITIONS: dict[str, Check] = {
     "device-plugin-ready": _pod_check("device_plugin_pod", "device plugin"),
     "validator-ready": _pod_check("validator_pod", "validator"),
     "driver-ready": _driver,
+    "operator-driver-ready": _operator_driver,
     "mig-success": _mig,
 }
 DEFAULT_WAIT_FOR = ("node-ready", "gpus-advertised", "device-plugin-ready", "validator-ready")
@@ -1066,6 +1074,120 @@ class GpuCheck:
         return Done(say.gpu_check_passed(ctx.intent["pod"], shown))
 
 
+# ---- moving a node from a host driver to the operator (and back)
+
+
+class Snapshot:
+    """Record the node's labels, annotations and taints (the step's intent), before the
+    run changes anything: what a rollback restores in one step. No side effect."""
+
+    def timeout(self, ctx: StepContext) -> dt.timedelta | None:
+        return _seconds(ctx.params, 60)
+
+    def prepare(self, ctx: StepContext) -> dict[str, Any]:
+        node = ctx.gateway.get_node(ctx.node)
+        return {"labels": dict(node.labels), "annotations": dict(node.annotations),
+                "taints": [{"key": t.key, "value": t.value, "effect": t.effect} for t in node.taints],
+                "unschedulable": node.unschedulable}
+
+    def advance(self, ctx: StepContext) -> Outcome:
+        return Done(say.snapshot_taken(ctx.node, len(ctx.intent.get("labels") or {}),
+                                       len(ctx.intent.get("taints") or [])))
+
+
+class HostDriverRemoved:
+    """Wait for a person to remove the node's host driver (gpuops cannot and must not log
+    into nodes) and say so: `RunService.confirm_host_driver_removed` (the Host driver
+    removed button, `/gpu migrate confirm <run>`) writes who and when into the params,
+    audited. Until then the step waits, and the request's thread is told once what to do.
+    `timeout_s` (default 8 hours) or the window's end, whichever is first, fails the step
+    and halts the run with the node cordoned."""
+
+    def timeout(self, ctx: StepContext) -> dt.timedelta | None:
+        limit = _seconds(ctx.params, 8 * 3600)
+        if ctx.window_end is not None:
+            limit = min(limit, max(dt.timedelta(0), ctx.window_end - ctx.now))
+        return limit
+
+    def prepare(self, ctx: StepContext) -> dict[str, Any]:
+        return {}
+
+    def advance(self, ctx: StepContext) -> Outcome:
+        confirmed = ctx.params.get("confirmed_by_name") or ctx.params.get("confirmed_by")
+        if confirmed:
+            return Done(say.host_driver_confirmed(ctx.node, str(confirmed)),
+                        {"confirmed_by": ctx.params.get("confirmed_by")})
+        if ctx.dry_run:
+            return Done(say.would_wait_for_host_driver_removal(ctx.node))
+        notice = Notice(f"host-driver/{ctx.node}", say.remove_host_driver(ctx.node, run=ctx.run_id,
+                                                                          request=ctx.request_id))
+        # Looks again now and then: the confirmation may come from another process.
+        return Waiting(say.waiting_for_host_driver_removal(ctx.node), retry_in=5.0, notice=notice)
+
+
+class NodeLabels:
+    """Set `labels` on the node (a value of None removes the label), by one merge patch,
+    unless they are already so. The values found are kept in the intent."""
+
+    def timeout(self, ctx: StepContext) -> dt.timedelta | None:
+        return _seconds(ctx.params, 120)
+
+    def prepare(self, ctx: StepContext) -> dict[str, Any]:
+        wanted = ctx.params.get("labels")
+        if not isinstance(wanted, Mapping) or not wanted:
+            raise StepParamsError(say.node_labels_params())
+        node = ctx.gateway.get_node(ctx.node)
+        return {"labels": dict(wanted), "prior": {k: node.labels.get(k) for k in wanted}}
+
+    def advance(self, ctx: StepContext) -> Outcome:
+        wanted = {str(k): (None if v is None else str(v)) for k, v in ctx.intent["labels"].items()}
+        node = ctx.gateway.get_node(ctx.node)
+        if all(node.labels.get(k) == v for k, v in wanted.items()):
+            return Done(say.labels_set(ctx.node, wanted, dry_run=False))
+        ctx.act()
+        ctx.gateway.label_node(ctx.node, labels=wanted, dry_run=ctx.dry_run)
+        return Done(say.labels_set(ctx.node, wanted, dry_run=ctx.dry_run))
+
+
+class Restore:
+    """Put back what a snapshot recorded (params `labels`, `taints`: the snapshot of the
+    run rolled back): every label the snapshot had among `keys` (the ones that run set,
+    and the operator's deploy labels) to its old value, removed where it had none, and
+    the taints exactly as they were; one patch, audited. The node stays cordoned: what is
+    left (reinstalling a host driver) is a person's."""
+
+    def timeout(self, ctx: StepContext) -> dt.timedelta | None:
+        return _seconds(ctx.params, 120)
+
+    def prepare(self, ctx: StepContext) -> dict[str, Any]:
+        labels, keys, taints = ctx.params.get("labels"), ctx.params.get("keys"), ctx.params.get("taints")
+        if not isinstance(labels, Mapping) or not isinstance(keys, (list, tuple)) or not isinstance(taints, list):
+            raise StepParamsError(say.restore_params())
+        node = ctx.gateway.get_node(ctx.node)
+        restore = {str(k): (str(labels[k]) if k in labels else None) for k in keys}
+        return {"labels": restore, "taints": taints,
+                "found": {k: node.labels.get(k) for k in restore}}
+
+    def advance(self, ctx: StepContext) -> Outcome:
+        wanted: dict[str, str | None] = dict(ctx.intent["labels"])
+        taints = tuple(Taint(key=str(t["key"]), value=str(t.get("value") or ""), effect=str(t["effect"]))
+                       for t in ctx.intent["taints"])
+        node = ctx.gateway.get_node(ctx.node)
+        if all(node.labels.get(k) == v for k, v in wanted.items()) and set(node.taints) == set(taints):
+            return Done(say.restored(ctx.node, wanted, len(taints)))
+        if not ctx.dry_run:
+            ctx.record(key="restore", action="node.restore", target=f"node {ctx.node}",
+                       detail={"labels": wanted, "taints": list(ctx.intent["taints"]),
+                               "found": ctx.intent.get("found")})
+        ctx.act()
+        try:
+            ctx.gateway.restore_node(ctx.node, labels=wanted, taints=taints, resource_version=node.resource_version,
+                                     dry_run=ctx.dry_run)
+        except Conflict:
+            return Waiting(say.restore_conflict(ctx.node), retry_in=1.0)
+        return Done(say.restored(ctx.node, wanted, len(taints)))
+
+
 class Hold:
     """Keep the node as it is (drained, cordoned) until `until` (a UTC time), for
     `seconds`, or else until the request's window ends; no limit of its own. A
@@ -1137,6 +1259,10 @@ LOGIC: dict[str, StepLogic] = {
     "operator-hold": OperatorHold(),
     "operator-upgrade": OperatorUpgrade(),
     "gpu-check": GpuCheck(),
+    "snapshot": Snapshot(),
+    "host-driver-removed": HostDriverRemoved(),
+    "node-labels": NodeLabels(),
+    "restore": Restore(),
     "mig": Mig(),
     "hold": Hold(),
     "uncordon": Uncordon(),

@@ -19,7 +19,7 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -41,7 +41,7 @@ from workflows.kube.errors import (
     TooManyRequests,
     Unavailable,
 )
-from workflows.kube.objects import CustomObject, DisruptionBudget, DriverTemplate, NodeObject, PodObject
+from workflows.kube.objects import CustomObject, DisruptionBudget, DriverTemplate, NodeObject, PodObject, Taint
 
 log = logging.getLogger("gpuops.kube")
 
@@ -491,6 +491,7 @@ class KubeGateway:
     def _patch_node(self, what: str, name: str, *, unschedulable: bool | None = None,
                     labels: Mapping[str, str | None] | None = None,
                     annotations: Mapping[str, str | None] | None = None,
+                    taints: Sequence[Taint] | None = None,
                     resource_version: str | None = None, dry_run: bool) -> NodeObject:
         metadata: Json = {}
         if labels:
@@ -503,8 +504,14 @@ class KubeGateway:
             # someone changed meanwhile.
             metadata["resourceVersion"] = resource_version
         body: Json = {"metadata": metadata}
+        spec: Json = {}
         if unschedulable is not None:
-            body["spec"] = {"unschedulable": unschedulable}
+            spec["unschedulable"] = unschedulable
+        if taints is not None:
+            # A merge patch replaces the whole list: exactly these taints afterwards.
+            spec["taints"] = [{"key": t.key, "value": t.value or None, "effect": t.effect} for t in taints] or None
+        if spec:
+            body["spec"] = spec
         return node_from_json(self._mutate(what, f"node {name}", "PATCH", f"{NODES}/{name}", body=body,
                                            dry_run=dry_run, content_type="application/merge-patch+json"))
 
@@ -519,6 +526,12 @@ class KubeGateway:
         """Mark the node schedulable and set `annotations` (None removes a key), in one patch."""
         return self._patch_node("uncordon", name, unschedulable=False, annotations=annotations,
                                 resource_version=resource_version, dry_run=dry_run)
+
+    def restore_node(self, name: str, *, labels: Mapping[str, str | None], taints: Sequence[Taint],
+                     resource_version: str | None, dry_run: bool) -> NodeObject:
+        """Set (or remove, None) `labels` and make the node's taints exactly `taints`, in one patch."""
+        return self._patch_node("restore", name, labels=labels, taints=taints, resource_version=resource_version,
+                                dry_run=dry_run)
 
     def annotate_node(self, name: str, *, annotations: Mapping[str, str | None],
                       resource_version: str | None, dry_run: bool) -> NodeObject:

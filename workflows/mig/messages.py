@@ -57,18 +57,6 @@ def pool_not_configured(pool: str) -> str:
     return f"pool {pool} has no policy in the configuration (pools.{pool}): gpuops changes MIG layouts only in configured pools"
 
 
-def no_targets() -> str:
-    return "name a pool, or nodes of one pool, and the layout: `/gpu mig <pool|node...> <layout>`"
-
-
-def unknown_target(word: str, closest: Sequence[str]) -> str:
-    return f"no pool or GPU node `{word}`{closest_hint(closest)}"
-
-
-def several_pools(pools: Sequence[str]) -> str:
-    return f"the nodes named are in {names(pools)}: a MIG change moves nodes of one pool (ask once per pool)"
-
-
 def not_mig_capable(node: str, product: str | None) -> str:
     return (f"{node}'s GPUs ({product or 'model unknown'}) cannot do MIG (nvidia.com/mig.capable is not true): "
             "leave it out")

@@ -20,7 +20,6 @@ cordon the run left."""
 from __future__ import annotations
 
 import datetime as dt
-import difflib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -38,6 +37,7 @@ from workflows.pools.capacity import (
     gpu_pods_moved,
     is_unavailable,
     ready_gpus,
+    resolve_targets,
     rolling_order,
 )
 from workflows.pools.config import PoolConfig
@@ -106,7 +106,11 @@ def plan_mig(ask: MigAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolConfig], 
     """Plan `ask` for `requested_by`, or raise MigRefused saying why not. `gpu_pods` are
     the cluster's pods that ask for GPU resources (to name what is evicted and what will
     not schedule afterwards); `strategy` the ClusterPolicy's `mig.strategy`."""
-    pool, nodes = _resolve(ask.targets if rollback is None else tuple(n for n, _ in rollback.layouts), fleet)
+    try:
+        pool, nodes = resolve_targets(ask.targets if rollback is None else tuple(n for n, _ in rollback.layouts),
+                                      fleet, what="MIG change")
+    except OrderRefused as refused:
+        raise MigRefused(refused.reason, code=refused.code) from None
     policy = policy_of.get(pool)
     if policy is None:
         raise MigRefused(say.pool_not_configured(pool), code="pool-not-configured")
@@ -187,26 +191,6 @@ def plan_mig(ask: MigAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolConfig], 
     return MigPlan(pool=pool, changes=tuple(changes), pool_before=pool_before, pool_after=pool_after,
                    vanishing=vanishing, stranded=stranded, moved=moved, order=order, plan=plan,
                    window_start=start, window_end=end)
-
-
-def _resolve(targets: Sequence[str], fleet: Fleet) -> tuple[str, list[NodeInventory]]:
-    """A pool's nodes, or the named nodes (all of one pool)."""
-    if not targets:
-        raise MigRefused(say.no_targets(), code="no-targets")
-    if len(targets) == 1 and fleet.pool(targets[0]) is not None:
-        found = fleet.pool(targets[0])
-        assert found is not None
-        return found.name, [fleet.nodes[n] for n in found.nodes if n in fleet.nodes]
-    unknown = [t for t in targets if t not in fleet.nodes]
-    if unknown:
-        known = [p.name for p in fleet.pools] + list(fleet.nodes)
-        raise MigRefused(say.unknown_target(unknown[0], difflib.get_close_matches(unknown[0], known, n=2)),
-                         code="unknown-target")
-    nodes = [fleet.nodes[NodeName(t)] for t in dict.fromkeys(targets)]
-    pools = sorted({n.pool for n in nodes})
-    if len(pools) > 1:
-        raise MigRefused(say.several_pools(pools), code="several-pools")
-    return pools[0], nodes
 
 
 def _physical_gpus(node: NodeInventory, layouts: MigLayouts) -> int:

@@ -213,6 +213,9 @@ class PoolConfig(_Model):
     upgrade_soak: Duration = dt.timedelta(minutes=10)
     # Which workloads may use MIG slices and which whole GPUs here (unset: not documented).
     workloads: Workloads | None = None
+    # How long a node being moved to the operator waits for a person to remove its host
+    # driver (or until the window ends, if sooner) before the run halts with it cordoned.
+    host_driver_timeout: Duration = dt.timedelta(hours=8)
     # How long a node's MIG change may take (the MIG manager's pending, a reboot, the
     # device plugin re-advertising) before the run halts with the node cordoned.
     mig_timeout: Duration = dt.timedelta(minutes=30)
@@ -279,8 +282,8 @@ class PoolConfig(_Model):
     def approvals_required(self, kind: RequestKind) -> int:
         if kind in self.approvals:
             return self.approvals[kind]
-        # Defaults: serving pools want two people for upgrades and MIG, one for drains;
-        # training pools one for upgrades and MIG and none for drains.
-        defaults = {"serving": {"drain": 1, "upgrade": 2, "mig": 2},
-                    "training": {"drain": 0, "upgrade": 1, "mig": 1}}
+        # Defaults: serving pools want two people for upgrades, MIG changes and moves to
+        # the operator, one for drains; training pools one for those and none for drains.
+        defaults = {"serving": {"drain": 1, "upgrade": 2, "mig": 2, "migrate": 2},
+                    "training": {"drain": 0, "upgrade": 1, "mig": 1, "migrate": 1}}
         return defaults[self.kind][kind]

@@ -214,3 +214,15 @@ def pods_moved_note(moved: Mapping[str, Any], *, by_operator: bool = False) -> l
                else "evicted (PodDisruptionBudgets respected)")
         notes.append(f"GPU pods {how}: {evicted}")
     return notes
+
+
+def no_targets(what: str) -> str:
+    return f"name a pool, or nodes of one pool, for the {what}"
+
+
+def unknown_target(word: str, closest: Sequence[str]) -> str:
+    return f"no pool or GPU node `{word}`{closest_hint(closest)}"
+
+
+def several_pools(pools: Sequence[str], what: str) -> str:
+    return f"the nodes named are in {names(pools)}: {_a(what)} moves nodes of one pool (ask once per pool)"

@@ -31,7 +31,8 @@ def roles_held(roles: Iterable[str]) -> str:
     return ", ".join(held) if held else "no role"
 
 
-_KIND_NOUN = {"drain": "a drain", "upgrade": "a driver upgrade", "mig": "a MIG change"}
+_KIND_NOUN = {"drain": "a drain", "upgrade": "a driver upgrade", "mig": "a MIG change",
+              "migrate": "a move from host drivers to the operator"}
 
 # How a request in each state reads after its id ("req-7f3a2c is already approved").
 _STATE_PHRASE = {

@@ -1,0 +1,125 @@
+"""Moving nodes from host drivers to the GPU Operator: /gpu migrate <pool|node...> to
+operator (request it), /gpu migrate confirm <run> [node] (say the host driver is gone, as
+the Host driver removed button does). `/gpu rollback <run>` of such a run restores each
+node's snapshot (commands.upgrade dispatches on the run's kind).
+
+One call to the use case (`MigrateService.request`) checks each node's driver owner,
+plans the nodes one at a time inside the pool's window, and stores a pending request
+bound to the plan's hash; the reply shows the plan with Approve/Deny. A refusal names the
+rule and what to do instead; nothing is stored. `--dry-run` shows the plan and stores
+nothing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from commands import messages as msg
+from commands.drain_grammar import read_start_words
+from commands.registry import REGISTRY, Call, NotFoundError, UsageError
+from commands.reply import Fact, Reply, Section, Table, error_reply
+from commands.requests import approval_intents
+from workflows.access import AccessDenied, Role
+from workflows.drain.plan import DrainRequestError
+from workflows.engine.runs import RunRefused, UnknownRun
+from workflows.fleet.summary import Fleet
+from workflows.migrate.plan import MigrateAsk, MigratePlan, MigrateRefused
+from workflows.migrate.service import MigrateRequested, MigrateService
+from workflows.plans import plan_hash
+from workflows.pools.windows import UTC
+from workflows.requests.service import RequestRefused, RequestView
+from workflows.wording import local_time
+
+
+def _migrations(call: Call) -> MigrateService:
+    if call.services.migrations is None:
+        raise NotFoundError(msg.not_available("Requests"))
+    return call.services.migrations
+
+
+def read_migrate_words(args: list[str], *, call: Call, fleet: Fleet) -> MigrateAsk:
+    """`<pool|node...> to operator [at <time> | next-window | in the next window] [reason...]`."""
+    words = [w for arg in args for w in arg.split() if w != "--dry-run"]
+    if "to" not in words[1:]:
+        raise UsageError(msg.migrate_needs_words())
+    at = words.index("to", 1)
+    targets, direction, rest = words[:at], words[at + 1] if at + 1 < len(words) else "", words[at + 2:]
+    if direction not in ("operator", "host"):
+        raise UsageError(msg.migrate_needs_words())
+    node = fleet.nodes.get(targets[0])  # type: ignore[call-overload]
+    pool = targets[0] if fleet.pool(targets[0]) is not None else (node.pool if node is not None else "")
+    policy = call.services.config.pools.get(pool)
+    start, next_window, used = read_start_words(rest, zone=(policy.window_set.zone if policy else None) or UTC,
+                                                now=call.now)
+    return MigrateAsk(targets=tuple(targets), to=direction, reason=" ".join(rest[used:]),  # type: ignore[arg-type]
+                      start=start, next_window=next_window)
+
+
+def _reply(call: Call, planned: MigratePlan, view: RequestView | None = None) -> Reply:
+    zone = call.services.config.pools[planned.pool].window_set.zone or UTC
+    end = local_time(planned.window_end, zone) if planned.window_end else "none (windows: always)"
+    facts = (Fact("Pool", planned.pool), Fact("Nodes", ", ".join(planned.nodes)),
+             Fact("Window", f"{local_time(planned.window_start, zone)} - {end}"))
+    rows = tuple((str(w.index + 1), ", ".join(w.nodes)) for w in planned.plan.waves)
+    waves = Section(title="One node at a time", table=Table(columns=msg.MIG_WAVE_COLUMNS, rows=rows),
+                    bullets=planned.plan.summary.notes)
+    if view is None:
+        return Reply(title=msg.migrate_preview_title(planned.pool),
+                     summary=msg.upgrade_preview_summary(plan_hash(planned.plan)[:8]),
+                     sections=(Section(facts=facts), waves))
+    return Reply(title=msg.migrate_title(view.id, view.pool),
+                 summary=msg.drain_summary(view.state, view.approvals_counted, view.approvals_required,
+                                           view.short_hash),
+                 sections=(Section(facts=facts), waves,
+                           Section(facts=(Fact("Request", view.id), Fact("Requested by", view.requester_name),
+                                          Fact("Reason", view.reason or "-"), Fact("Plan hash", view.plan_hash)))),
+                 intents=approval_intents(view, call.actor))
+
+
+@REGISTRY.command("migrate", usage=msg.MIGRATE_USAGE, role=Role.OPERATOR,
+                  summary="Ask to move nodes from host drivers to the GPU Operator, one at a time, after approvals",
+                  examples=("/gpu migrate training-a to operator one driver source for the pool",))
+def migrate(call: Call, args: list[str]) -> Reply:
+    fleet = call.services.fleet.fleet(call.now)
+    try:
+        ask = read_migrate_words(args, call=call, fleet=fleet)
+    except DrainRequestError as err:
+        return error_reply(msg.migrate_refused_title(err.code), str(err))
+    if any(w == "--dry-run" for arg in args for w in arg.split()):
+        try:
+            return _reply(call, _migrations(call).preview(call.actor, ask, fleet=fleet, now=call.now))
+        except MigrateRefused as err:
+            return error_reply(msg.migrate_refused_title(err.code), err.reason)
+    return answer(call, lambda: _migrations(call).request(call.actor, ask, fleet=fleet, now=call.now,
+                                                           channel=call.channel))
+
+
+@REGISTRY.command("migrate confirm", usage="migrate confirm <run> [node]", role=Role.OPERATOR,
+                  summary="Say the host driver is gone from the node a move to the operator waits on",
+                  examples=("/gpu migrate confirm run-4b1d9e",))
+def migrate_confirm(call: Call, args: list[str]) -> Reply:
+    if len(args) not in (1, 2):
+        raise UsageError(msg.name_one("run, e.g. `/gpu migrate confirm run-4b1d9e`"))
+    if call.services.runs is None:
+        raise NotFoundError(msg.not_available("Runs"))
+    try:
+        run = call.services.runs.confirm_host_driver_removed(call.actor, args[0], now=call.now,
+                                                             node=args[1] if len(args) == 2 else None)
+    except UnknownRun as err:
+        raise NotFoundError(str(err)) from None
+    except RunRefused as err:
+        return error_reply(msg.refused_title(), str(err))
+    rows = tuple((str(s.wave + 1), s.node, s.kind, s.state) for s in run.steps if s.kind == "host-driver-removed")
+    return Reply(title=msg.migrate_confirmed_title(run.id), visibility="in_channel",
+                 sections=(Section(table=Table(columns=msg.STEP_COLUMNS[:4], rows=rows)),))
+
+
+def answer(call: Call, planned: Callable[[], MigrateRequested]) -> Reply:
+    try:
+        done = planned()
+    except MigrateRefused as err:
+        return error_reply(msg.migrate_refused_title(err.code), err.reason)
+    except AccessDenied:
+        raise
+    except RequestRefused as err:
+        return error_reply(msg.refused_title(), str(err))
+    return _reply(call, done.planned, done.view)

@@ -1,0 +1,183 @@
+"""Moving a pool from host drivers to the GPU Operator on the real operator, as the bot's
+ServiceAccount: asked for with `/gpu migrate`, approved by two people, run one node at a
+time. The test plays the person at the node: it removes the host driver through the
+simulator's knob and says so with the Host driver removed button (or the command). A test
+pod that fails halts the run and a rollback restores the node's labels in one step,
+leaving it cordoned; a node nobody frees halts the run at its time limit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from commands.services import Services
+from storage import audit
+from storage.database import open_database
+from testenv import fleet as fl
+from testenv.install import wait_until
+from tests.integration import engine_harness as h
+from tests.integration import observe
+from tests.integration.desk import Desk
+from tests.integration.inventory_helpers import ROOT
+from workflows.config import GpuopsConfig
+from workflows.engine.runs import RunService
+from workflows.fleet.watchcache import FleetCache
+from workflows.kube.gateway import KubeGateway
+
+pytestmark = pytest.mark.controlplane
+
+NODES = ("mv-01", "mv-02")
+HOST = "570.172.08"
+OPERATOR = "580.95.05"
+DEPLOY = "nvidia.com/gpu.deploy.driver"
+
+
+def _fleet(**faults) -> fl.FleetSpec:
+    return fl.FleetSpec(name="mv", system_nodes=0, operator=fl.OperatorSpec(driver_version=OPERATOR),
+                        pools=(fl.PoolSpec(name="mv", kind="serving", nodes=2),),
+                        special_nodes=tuple(fl.SpecialNode(node=n, host_driver=HOST, driver_deploy="pre-installed")
+                                            for n in NODES), **faults)
+
+
+def _config(**pool) -> GpuopsConfig:
+    return GpuopsConfig.model_validate({
+        "pools": {"mv": {"kind": "serving", "windows": "always", "max_unavailable": 2, "validate_timeout": "90s",
+                         **pool}},
+        "upgrades": {"gpu_check": {"timeout": "60s"}},
+        "access": {"users": {"U0ALICE": ["operator"], "U0BOB": ["approver"], "U0CAROL": ["approver"]},
+                   "names": {"U0ALICE": "alice", "U0BOB": "bob", "U0CAROL": "carol"}},
+    })
+
+
+@pytest.fixture
+def db(tmp_path: Path):
+    database = open_database(tmp_path / "gpuops.db")
+    yield database
+    database.close()
+
+
+class _Desk(Desk):
+    def __init__(self, cluster, db, config: GpuopsConfig) -> None:
+        gateway = KubeGateway.connect(kubeconfig=cluster.kubeconfig, context="bot")
+        self.cache = FleetCache(gateway, settings=config.inventory_settings()).start()
+        services = Services.on_database(config=config, fleet=self.cache, database=db, workloads=gateway,
+                                        mig_reader=gateway)
+        super().__init__(cluster, db, services, config)
+        self.installer = cluster.installer()
+
+    def approved_run(self, text: str) -> str:
+        asked = self.say("U0ALICE", text)
+        assert asked.ok, asked.summary
+        (view,) = self.services.requests.open_requests("mv")  # type: ignore[union-attr]
+        for approver in ("U0BOB", "U0CAROL"):
+            assert self.say(approver, f"approve {view.id} {view.short_hash}").ok
+        return RunService(self.db).start(view.id, dry_run=False, now=h.now(), plan_hash=view.plan_hash).id
+
+    def waiting_on(self, run_id: str) -> str | None:
+        run = RunService(self.db).get(run_id)
+        return next((s.node for s in run.steps if s.kind == "host-driver-removed" and s.state == "running"), None)
+
+    def free(self, node: str) -> None:
+        """The person at the node removes the host driver (the simulator's knob)."""
+        self.installer.call("PATCH", f"/api/v1/nodes/{node}", content_type="application/merge-patch+json",
+                            body={"metadata": {"annotations": {fl.ANN_HOST_DRIVER: None}}})
+
+
+@pytest.fixture
+def desk(fleet, cluster, db):
+    def make(spec: fl.FleetSpec, config: GpuopsConfig) -> _Desk:
+        fleet(spec)
+        installer = cluster.installer()
+        installer.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpuops"}}, exist_ok=True)
+        for doc in yaml.safe_load_all((ROOT / "deploy" / "rbac.yaml").read_text()):
+            installer.create(doc, exist_ok=True)
+        wait_until(lambda: all(h.node(installer, n)["status"].get("capacity", {}).get("nvidia.com/gpu") == "8"
+                               for n in NODES), timeout=120, what="the host-driver nodes to advertise their GPUs")
+        made.append(_Desk(cluster, db, config))
+        return made[-1]
+
+    made: list[_Desk] = []
+    yield make
+    for one in made:
+        one.cache.stop()
+
+
+def test_a_pool_moves_from_host_drivers_to_the_operator_one_node_at_a_time_with_a_person_at_each(desk):
+    d = desk(_fleet(), _config())
+    preview = d.say("U0ALICE", "migrate mv to operator --dry-run")
+    assert preview.ok, preview.summary
+    notes = preview.sections[1].bullets
+    assert any(n.startswith("mv-01: driver owner host") and "nvidia.com/gpu.deploy.driver: pre-installed -> true" in n
+               for n in notes), notes
+    assert [row[1] for row in preview.sections[1].table.rows] == ["mv-01", "mv-02"]  # one at a time
+    assert not d.say("U0ALICE", "migrate mv to host").ok
+
+    run_id = d.approved_run("migrate mv to operator one driver source")
+    with h.EngineThread(d.cluster.kubeconfig, d.db.path, user="bot"):
+        wait_until(lambda: d.waiting_on(run_id) == "mv-01", timeout=120, what="the run to wait for mv-01's person")
+        assert h.unschedulable(d.installer, "mv-01") and not h.unschedulable(d.installer, "mv-02")
+        assert not d.say("U0ALICE", f"migrate confirm {run_id} mv-02").ok  # not the node it waits on
+        d.free("mv-01")
+        # The request's card offers the button; bob (an approver, not an operator) may not press it.
+        card = d.say("U0ALICE", f"request {RunService(d.db).get(run_id).run.request_id}")
+        (button,) = [i for i in card.intents if i.action == "host-driver-removed"]
+        assert button.label == "Host driver removed: mv-01"
+        assert not d.click(button, who="U0BOB").ok
+        assert d.click(button, who="U0ALICE").ok
+        wait_until(lambda: d.waiting_on(run_id) == "mv-02", timeout=180, what="the run to move on to mv-02")
+        d.free("mv-02")
+        assert d.say("U0ALICE", f"migrate confirm {run_id}").ok
+        finished = h.wait_run(d.db, run_id, timeout=180)
+
+    assert finished.state == "succeeded", finished.halted_reason
+    for node in NODES:
+        seen = h.node(d.installer, node)
+        assert seen["metadata"]["labels"][DEPLOY] == "true" and not h.unschedulable(d.installer, node)
+        (pod,) = observe.driver_pods(d.installer, node)
+        assert observe.pod_ready(pod)
+    assert {d.cache.fleet(h.now()).nodes[n].driver.owner for n in NODES} == {"operator"}
+    rows = audit.for_run(d.db, run_id)
+    assert [(r.actor, r.detail["nodes"]) for r in rows if r.action == "run.host-driver-removed"] == [
+        ("U0ALICE", ["mv-01"]), ("U0ALICE", ["mv-02"])]
+    assert [r.detail["node"] for r in rows if r.action == "gpu-check.passed"] == list(NODES)
+
+
+def test_a_failing_test_pod_halts_the_move_and_a_rollback_restores_the_node_in_one_step(desk):
+    d = desk(_fleet(check_failing_driver_versions=(OPERATOR,)), _config())
+    run_id = d.approved_run("migrate mv-01 to operator try one node")
+    with h.EngineThread(d.cluster.kubeconfig, d.db.path, user="bot"):
+        wait_until(lambda: d.waiting_on(run_id) == "mv-01", timeout=120, what="the run to wait for mv-01's person")
+        d.free("mv-01")
+        assert d.say("U0ALICE", f"migrate confirm {run_id}").ok
+        halted = h.wait_run(d.db, run_id, timeout=180)
+
+    assert halted.state == "failed"
+    assert "the check pod on mv-01 failed" in (halted.halted_reason or ""), halted.halted_reason
+    assert h.node(d.installer, "mv-01")["metadata"]["labels"][DEPLOY] == "true"
+    asked = d.say("U0ALICE", f"rollback {halted.id}")
+    assert asked.ok, asked.summary
+    back = d.approve_and_run(d.rollback_request(halted.id, "mv"), timeout=120)
+
+    assert back.state == "succeeded", back.halted_reason
+    seen = h.node(d.installer, "mv-01")
+    assert seen["metadata"]["labels"][DEPLOY] == "pre-installed"  # as the snapshot had it
+    assert h.unschedulable(d.installer, "mv-01")  # for the host driver to go back on
+    assert [r.action for r in audit.for_run(d.db, back.id) if r.action == "node.restore"] == ["node.restore"]
+    wait_until(lambda: not observe.driver_pods(d.installer, "mv-01"), timeout=60,
+               what="the operator to take its driver pod off mv-01")
+
+
+def test_a_node_nobody_frees_halts_the_move_at_its_time_limit_with_the_node_cordoned(desk):
+    d = desk(_fleet(), _config(host_driver_timeout="20s"))
+    run_id = d.approved_run("migrate mv-02 to operator nobody will come")
+    with h.EngineThread(d.cluster.kubeconfig, d.db.path, user="bot"):
+        halted = h.wait_run(d.db, run_id, timeout=120)
+
+    assert halted.state == "failed"
+    reason = halted.halted_reason or ""
+    assert reason.startswith("mv-02: host-driver-removed failed: timed out after 20s"), reason
+    assert "waiting for a person to remove the host driver from mv-02" in reason
+    assert h.unschedulable(d.installer, "mv-02")
+    assert h.node(d.installer, "mv-02")["metadata"]["labels"][DEPLOY] == "pre-installed"  # never changed

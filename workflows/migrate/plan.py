@@ -1,0 +1,187 @@
+"""Moving nodes of a pool from a host-installed driver to the GPU Operator, planned.
+
+A node moves when its driver is a host driver (or a host driver and the operator's both:
+the move ends the conflict); nodes already on the operator's driver are left out; a node
+with no driver or an owner gpuops cannot tell is refused with its evidence. The plan
+names, per node, the owner and its evidence and the label that changes
+(`nvidia.com/gpu.deploy.driver` -> true), and the one step a person must do.
+
+Per node, one at a time: snapshot (labels, annotations, taints: what a rollback puts
+back), cordon (a person's cordon is kept), wait for the pool's `wait_for` jobs, evict GPU
+pods, wait for a person to remove the host driver and confirm it (audited), set the
+operator's deploy label, wait for the operator's driver pod and the validator, run the
+test pod (the pool's `gpu_check`, else the default: one GPU, `nvidia-smi`), wait until
+every GPU is advertised, uncordon. A rollback restores each moved node's snapshot in one
+step and leaves it cordoned for the host driver to go back on."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from workflows.fleet.assessment import NodeInventory
+from workflows.fleet.summary import Fleet
+from workflows.kube.labels import LABEL_DEPLOY_DRIVER, LABEL_DEPLOY_PREFIX
+from workflows.kube.objects import PodObject
+from workflows.migrate import messages as say
+from workflows.plans import NodeStep, Plan, PlanSummary, Wave
+from workflows.pools import messages as pool_say
+from workflows.pools.capacity import (
+    MaxUnavailable,
+    OrderRefused,
+    RollingOrder,
+    gpu_pods_moved,
+    ready_gpus,
+    resolve_targets,
+    rolling_order,
+)
+from workflows.pools.config import GpuCheck, PoolConfig
+from workflows.pools.selectors import LabelSelector
+from workflows.pools.starts import WindowRefused, start_window
+
+EVICT_SCOPE = "gpu"
+MOVABLE = ("host", "conflict")  # a host driver, or a host driver beside the operator's
+DEFAULT_CHECK = GpuCheck()
+
+
+class MigrateRefused(Exception):
+    def __init__(self, reason: str, *, code: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class MigrateAsk:
+    targets: tuple[str, ...]  # a pool's name, or nodes of one pool
+    to: Literal["operator"] = "operator"
+    reason: str = ""
+    start: dt.datetime | None = None
+    next_window: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class MigrateRollbackOf:
+    """What a rollback undoes: the run, and per node it changed the snapshot it took
+    (labels and taints) and the labels it set."""
+
+    run: str
+    snapshots: tuple[tuple[str, Mapping[str, Any]], ...]  # (node, snapshot intent)
+    keys: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class MigratePlan:
+    pool: str
+    nodes: tuple[str, ...]
+    order: RollingOrder
+    plan: Plan
+    window_start: dt.datetime
+    window_end: dt.datetime | None
+
+
+def plan_migrate(ask: MigrateAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolConfig], now: dt.datetime,
+                 requested_by: str, gpu_check: GpuCheck | None = None, gpu_pods: Sequence[PodObject] = (),
+                 rollback: MigrateRollbackOf | None = None) -> MigratePlan:
+    """Plan `ask` for `requested_by`, or raise MigrateRefused saying why not."""
+    targets = ask.targets if rollback is None else tuple(n for n, _ in rollback.snapshots)
+    try:
+        pool, nodes = resolve_targets(targets, fleet, what="move to the operator")
+    except OrderRefused as refused:
+        raise MigrateRefused(refused.reason, code=refused.code) from None
+    policy = policy_of.get(pool)
+    if policy is None:
+        raise MigrateRefused(say.pool_not_configured(pool), code="pool-not-configured")
+    moving: list[NodeInventory] = []
+    already: list[str] = []
+    for node in nodes:
+        if rollback is not None or node.driver.owner in MOVABLE:
+            moving.append(node)
+        elif node.driver.owner == "operator":
+            already.append(node.name)
+        else:
+            raise MigrateRefused(say.not_host_owned(node.name, node.driver.owner, node.driver.evidence),
+                                 code="not-host-driver")
+    if not moving:
+        raise MigrateRefused(say.nothing_to_move(already), code="nothing-to-move")
+    try:
+        start, end = start_window(policy.window_set, pool=pool, now=now, at=ask.start, next_window=ask.next_window,
+                                  what="move to the operator")
+    except WindowRefused as refused:
+        raise MigrateRefused(refused.reason, code=refused.code) from None
+    members = [fleet.nodes[n] for n in fleet.pool(pool).nodes]  # type: ignore[union-attr]
+    first = rollback.snapshots[0][0] if rollback is not None else None
+    try:
+        # One node at a time: each needs a person at the node.
+        order = rolling_order(moving, pool=members, budget=MaxUnavailable.parse(1), canary=first,
+                              min_ready_gpus=policy.min_ready_gpus, what="move to the operator")
+    except OrderRefused as refused:
+        raise MigrateRefused(refused.reason, code=refused.code) from None
+    by_name = {n.name: n for n in moving}
+    if rollback is not None:
+        snapshots = dict(rollback.snapshots)
+        steps_of = {n: _rollback_steps(by_name[n], snapshots[n], keys=rollback.keys, run=rollback.run)
+                    for n in by_name}
+    else:
+        check = policy.gpu_check or gpu_check or DEFAULT_CHECK
+        steps_of = {n: _node_steps(by_name[n], policy=policy, check=check if check.enabled else DEFAULT_CHECK)
+                    for n in by_name}
+    waves = [Wave(0, (order.canary,), tuple(steps_of[order.canary]))]
+    for index, wave in enumerate(order.waves, start=1):
+        waves.append(Wave(index, wave, tuple(step for n in wave for step in steps_of[n])))
+    if rollback is not None:
+        notes = [say.rollback_note(rollback.run, [n for n, _ in rollback.snapshots])]
+    else:
+        notes = [say.node_note(n.name, n.driver.owner, n.driver.evidence, LABEL_DEPLOY_DRIVER,
+                               n.deploy_driver) for n in moving]
+        notes += [say.manual_step_note(), say.one_at_a_time_note()]
+        wait_for = LabelSelector.parse(policy.wait_for.selector).matches if policy.wait_for is not None else None
+        notes += pool_say.pods_moved_note({n.name: gpu_pods_moved(gpu_pods, n.name, wait_for=wait_for)
+                                           for n in moving})
+        if already:
+            notes.append(say.already_note(already))
+    largest = max(sum(ready_gpus(by_name[n]) for n in w.nodes) for w in waves)
+    summary = PlanSummary(window_start=start, window_end=end, max_gpus_unavailable=largest,
+                          evictions_expected=sum(1 for n in moving if n.requested_gpus), notes=tuple(notes))
+    plan = Plan(kind="migrate", pool=pool, waves=tuple(waves), summary=summary, created_for=requested_by)
+    return MigratePlan(pool=pool, nodes=tuple(by_name), order=order, plan=plan, window_start=start, window_end=end)
+
+
+def _cordon(node: NodeInventory, takes_over: str | None = None) -> NodeStep:
+    cordon: dict[str, object] = {"was_cordoned": node.cordoned}
+    if takes_over is not None:
+        cordon["takes_over"] = takes_over
+    return NodeStep("cordon", node.name, cordon)
+
+
+def _node_steps(node: NodeInventory, *, policy: PoolConfig, check: GpuCheck) -> list[NodeStep]:
+    validate = int(policy.validate_timeout.total_seconds())
+    steps = [NodeStep("snapshot", node.name, {}), _cordon(node)]
+    if policy.wait_for is not None:
+        steps.append(NodeStep("wait-for-jobs", node.name, {
+            "selector": policy.wait_for.selector, "timeout_s": int(policy.wait_for.timeout.total_seconds())}))
+    steps += [
+        NodeStep("evict", node.name, {"scope": EVICT_SCOPE, "pdb_timeout_s": int(policy.drain_timeout.total_seconds()),
+                                      "pdb_timeout_action": policy.pdb_timeout_action}),
+        NodeStep("host-driver-removed", node.name, {"timeout_s": int(policy.host_driver_timeout.total_seconds())}),
+        NodeStep("node-labels", node.name, {"labels": {LABEL_DEPLOY_DRIVER: "true"}}),
+        NodeStep("wait-for", node.name, {"conditions": ["operator-driver-ready", "validator-ready"],
+                                         "timeout_s": validate}),
+        NodeStep("gpu-check", node.name, {"namespace": check.namespace, "image": check.image,
+                                          "command": list(check.command), "resource": check.resource,
+                                          "timeout_s": int(check.timeout.total_seconds())}),
+        NodeStep("validate", node.name, {"timeout_s": validate}),
+        NodeStep("uncordon", node.name, {"leave_cordoned": node.cordoned}),
+    ]
+    return steps
+
+
+def _rollback_steps(node: NodeInventory, snapshot: Mapping[str, Any], *, keys: Sequence[str],
+                    run: str) -> list[NodeStep]:
+    labels = dict(snapshot.get("labels") or {})
+    restore_keys = sorted({*keys, *(k for k in labels if k.startswith(LABEL_DEPLOY_PREFIX))})
+    return [_cordon(node, takes_over=run),
+            NodeStep("restore", node.name, {"labels": labels, "keys": restore_keys,
+                                            "taints": list(snapshot.get("taints") or [])})]

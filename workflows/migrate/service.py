@@ -1,0 +1,86 @@
+"""The host-driver migration use case: `request` turns `/gpu migrate <pool|node...> to
+operator` into a checked plan and a stored request that waits for the pool's approvals;
+`rollback` plans each node a run moved back to the snapshot it took. Runs on the same
+engine as drains, upgrades and MIG changes. Nothing is stored when anything refuses."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from workflows.access import Actor, Role, require
+from workflows.engine.runs import RunView, step_intent, step_params
+from workflows.fleet.summary import Fleet
+from workflows.kube.objects import PodObject
+from workflows.migrate import messages as say
+from workflows.migrate.plan import MigrateAsk, MigratePlan, MigrateRefused, MigrateRollbackOf, plan_migrate
+from workflows.pools.config import GpuCheck, PoolConfig
+from workflows.requests.service import RequestService, RequestView
+
+
+class GpuPods(Protocol):
+    def list_gpu_pods(self) -> list[PodObject]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class MigrateRequested:
+    planned: MigratePlan
+    view: RequestView
+
+
+class MigrateService:
+    def __init__(self, requests: RequestService, *, pools: Mapping[str, PoolConfig], gpu_check: GpuCheck | None = None,
+                 pods: GpuPods | None = None) -> None:
+        self._requests = requests
+        self._pools = pools
+        self._gpu_check = gpu_check
+        self._pods = pods
+
+    def preview(self, actor: Actor, ask: MigrateAsk, *, fleet: Fleet, now: dt.datetime,
+                rollback: MigrateRollbackOf | None = None) -> MigratePlan:
+        """The plan `request` would store, checked the same way; nothing is stored."""
+        if ask.to != "operator":
+            raise MigrateRefused(say.only_to_operator(ask.to), code="direction")
+        pods = self._pods.list_gpu_pods() if self._pods is not None and rollback is None else []
+        planned = plan_migrate(ask, fleet=fleet, policy_of=self._pools, now=now, requested_by=actor.user_id,
+                               gpu_check=self._gpu_check, gpu_pods=pods, rollback=rollback)
+        require(actor, Role.OPERATOR, action="Planning a move to the operator", pool=planned.pool)
+        return planned
+
+    def request(self, actor: Actor, ask: MigrateAsk, *, fleet: Fleet, now: dt.datetime,
+                channel: str | None = None) -> MigrateRequested:
+        planned = self.preview(actor, ask, fleet=fleet, now=now)
+        return self._submit(actor, planned, reason=ask.reason, channel=channel, now=now)
+
+    def rollback(self, actor: Actor, run: RunView, *, fleet: Fleet, now: dt.datetime,
+                 channel: str | None = None) -> MigrateRequested:
+        """Restore the snapshot of every node `run` changed (the failed one first), leaving
+        each cordoned; a new request under the pool's approval rule."""
+        if run.kind != "migrate":
+            raise MigrateRefused(say.rollback_not_migrate(run.id, run.kind), code="not-a-move")
+        require(actor, Role.OPERATOR, action="Rolling back a move to the operator", pool=run.pool)
+        blocked = self._requests.rollback_blocked(run.id, state=run.state, pool=run.pool)
+        if blocked is not None:
+            raise MigrateRefused(blocked[1], code=blocked[0])
+        taken = {s.node: step_intent(s) for s in run.steps if s.kind == "snapshot" and s.state == "done"}
+        changed = [s for s in run.steps if s.node in taken and s.state in ("done", "failed", "running")
+                   and s.kind in ("cordon", "evict", "host-driver-removed", "node-labels", "wait-for", "gpu-check",
+                                  "validate", "uncordon")]
+        nodes = list(dict.fromkeys([*(s.node for s in changed if s.state == "failed"), *(s.node for s in changed)]))
+        if not nodes:
+            raise MigrateRefused(say.rollback_nothing_changed(run.id), code="nothing-to-roll-back")
+        keys = sorted({str(k) for s in run.steps if s.kind == "node-labels"
+                       for k in (step_params(s).get("labels") or {})})
+        back = MigrateRollbackOf(run=run.id, snapshots=tuple((n, taken[n]) for n in nodes), keys=tuple(keys))
+        ask = MigrateAsk(targets=tuple(nodes), reason=f"rollback of {run.id}")
+        planned = self.preview(actor, ask, fleet=fleet, now=now, rollback=back)
+        return self._submit(actor, planned, reason=ask.reason, channel=channel, now=now)
+
+    def _submit(self, actor: Actor, planned: MigratePlan, *, reason: str, channel: str | None,
+                now: dt.datetime) -> MigrateRequested:
+        view = self._requests.submit(actor, kind="migrate", pool=planned.pool, targets=list(planned.nodes),
+                                     plan=planned.plan, window_start=planned.window_start,
+                                     window_end=planned.window_end, reason=reason, channel=channel, now=now)
+        return MigrateRequested(planned, view)
