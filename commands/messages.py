@@ -421,8 +421,8 @@ def migrate_refused_title(code: str) -> str:
     return f"Move to the operator refused ({code})"
 
 
-def host_driver_removed_label(node: str) -> str:
-    return f"Host driver removed: {node}"[:75]
+def host_driver_by_hand_label(node: str, *, install: bool) -> str:
+    return f"Host driver {'installed' if install else 'removed'}: {node}"[:75]
 
 
 def migrate_confirmed_title(run_id: str) -> str:

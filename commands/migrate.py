@@ -20,7 +20,7 @@ from commands.reply import Fact, Reply, Section, Table, error_reply
 from commands.requests import approval_intents
 from workflows.access import AccessDenied, Role
 from workflows.drain.plan import DrainRequestError
-from workflows.engine.runs import RunRefused, UnknownRun
+from workflows.engine.runs import PERSON_STEPS, RunRefused, UnknownRun
 from workflows.fleet.summary import Fleet
 from workflows.migrate.plan import MigrateAsk, MigratePlan, MigrateRefused
 from workflows.migrate.service import MigrateRequested, MigrateService
@@ -102,13 +102,13 @@ def migrate_confirm(call: Call, args: list[str]) -> Reply:
     if call.services.runs is None:
         raise NotFoundError(msg.not_available("Runs"))
     try:
-        run = call.services.runs.confirm_host_driver_removed(call.actor, args[0], now=call.now,
+        run = call.services.runs.confirm_host_driver(call.actor, args[0], now=call.now,
                                                              node=args[1] if len(args) == 2 else None)
     except UnknownRun as err:
         raise NotFoundError(str(err)) from None
     except RunRefused as err:
         return error_reply(msg.refused_title(), str(err))
-    rows = tuple((str(s.wave + 1), s.node, s.kind, s.state) for s in run.steps if s.kind == "host-driver-removed")
+    rows = tuple((str(s.wave + 1), s.node, s.kind, s.state) for s in run.steps if s.kind in PERSON_STEPS)
     return Reply(title=msg.migrate_confirmed_title(run.id), visibility="in_channel",
                  sections=(Section(table=Table(columns=msg.STEP_COLUMNS[:4], rows=rows)),))
 

@@ -17,7 +17,7 @@ from commands.registry import REGISTRY, Call, NotFoundError, UsageError
 from commands.reply import HOST_DRIVER_REMOVED, Fact, Intent, Reply, Section, Table, error_reply
 from storage.audit import AuditEntry
 from workflows.access import AccessDenied, Actor, Role
-from workflows.engine.runs import RunRefused, RunService, RunView, UnknownRun, step_note
+from workflows.engine.runs import PERSON_STEPS, RunRefused, RunService, RunView, UnknownRun, step_note
 from workflows.requests.service import RequestRefused, RequestService, RequestView, UnknownRequest
 from workflows.wording import when
 
@@ -92,15 +92,15 @@ def rollback_intent(view: RequestView, runs: list[RunView]) -> tuple[Intent, ...
 
 
 def host_driver_intent(view: RequestView, runs: list[RunView]) -> tuple[Intent, ...]:
-    """A Host driver removed button while a move to the operator waits for a person to
-    remove a node's host driver (one node at a time: the run names it)."""
+    """A Host driver removed (or installed) button while a move waits for a person at a
+    node's host driver (one node at a time: the run names it)."""
     if view.kind != "migrate":
         return ()
     for run in runs:
-        waiting = [s.node for s in run.steps if s.kind == "host-driver-removed" and s.state == "running"]
+        waiting = [s for s in run.steps if s.kind in PERSON_STEPS and s.state == "running"]
         if waiting and run.state in ("running", "paused"):
-            return (Intent(action=HOST_DRIVER_REMOVED, label=msg.host_driver_removed_label(waiting[0]),
-                           value=run.id, style="primary"),)
+            label = msg.host_driver_by_hand_label(waiting[0].node, install=waiting[0].kind == "host-driver-installed")
+            return (Intent(action=HOST_DRIVER_REMOVED, label=label, value=run.id, style="primary"),)
     return ()
 
 

@@ -266,8 +266,8 @@ GPU_CHECK_STEP = _steps_with_kinds((*_V1_STEP_KINDS, "driver-version", "operator
                                     "gpu-check"), version=5)
 
 # Host-driver migration: requests of kind migrate; steps that snapshot a node, wait for a
-# person to remove its host driver, set its labels, and restore the snapshot.
-_MIGRATE_STEP_KINDS = ("snapshot", "host-driver-removed", "node-labels", "restore")
+# person to remove (or install) its host driver, set its labels, and restore the snapshot.
+_MIGRATE_STEP_KINDS = ("snapshot", "host-driver-removed", "host-driver-installed", "node-labels", "restore")
 MIGRATE_KIND = f"""
 {SCHEMA_V1[SCHEMA_V1.index("CREATE TABLE requests ("):SCHEMA_V1.index("CREATE INDEX requests_by_state")]
  .replace("CREATE TABLE requests (", "CREATE TABLE requests_v6 (")

@@ -33,6 +33,7 @@ StepKind = Literal[
     "gpu-check",
     "snapshot",
     "host-driver-removed",
+    "host-driver-installed",
     "node-labels",
     "restore",
 ]

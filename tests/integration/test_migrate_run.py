@@ -3,7 +3,8 @@ ServiceAccount: asked for with `/gpu migrate`, approved by two people, run one n
 time. The test plays the person at the node: it removes the host driver through the
 simulator's knob and says so with the Host driver removed button (or the command). A test
 pod that fails halts the run and a rollback restores the node's labels in one step,
-leaving it cordoned; a node nobody frees halts the run at its time limit."""
+leaving it cordoned; a node nobody frees halts the run at its time limit; the way back
+turns the operator's driver off before asking for the host's."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from tests.integration import observe
 from tests.integration.desk import Desk
 from tests.integration.inventory_helpers import ROOT
 from workflows.config import GpuopsConfig
-from workflows.engine.runs import RunService
+from workflows.engine.runs import PERSON_STEPS, RunService
 from workflows.fleet.watchcache import FleetCache
 from workflows.kube.gateway import KubeGateway
 
@@ -77,7 +78,7 @@ class _Desk(Desk):
 
     def waiting_on(self, run_id: str) -> str | None:
         run = RunService(self.db).get(run_id)
-        return next((s.node for s in run.steps if s.kind == "host-driver-removed" and s.state == "running"), None)
+        return next((s.node for s in run.steps if s.kind in PERSON_STEPS and s.state == "running"), None)
 
     def free(self, node: str) -> None:
         """The person at the node removes the host driver (the simulator's knob)."""
@@ -137,7 +138,8 @@ def test_a_pool_moves_from_host_drivers_to_the_operator_one_node_at_a_time_with_
         assert seen["metadata"]["labels"][DEPLOY] == "true" and not h.unschedulable(d.installer, node)
         (pod,) = observe.driver_pods(d.installer, node)
         assert observe.pod_ready(pod)
-    assert {d.cache.fleet(h.now()).nodes[n].driver.owner for n in NODES} == {"operator"}
+    wait_until(lambda: {d.cache.fleet(h.now()).nodes[n].driver.owner for n in NODES} == {"operator"}, timeout=30,
+               what="the inventory to see the operator own both drivers")
     rows = audit.for_run(d.db, run_id)
     assert [(r.actor, r.detail["nodes"]) for r in rows if r.action == "run.host-driver-removed"] == [
         ("U0ALICE", ["mv-01"]), ("U0ALICE", ["mv-02"])]
@@ -181,3 +183,28 @@ def test_a_node_nobody_frees_halts_the_move_at_its_time_limit_with_the_node_cord
     assert "waiting for a person to remove the host driver from mv-02" in reason
     assert h.unschedulable(d.installer, "mv-02")
     assert h.node(d.installer, "mv-02")["metadata"]["labels"][DEPLOY] == "pre-installed"  # never changed
+
+
+def test_the_way_back_turns_the_operators_driver_off_then_waits_for_the_host_driver_to_be_installed(desk):
+    d = desk(fl.FleetSpec(name="mv", system_nodes=0, operator=fl.OperatorSpec(driver_version=OPERATOR),
+                          pools=(fl.PoolSpec(name="mv", kind="serving", nodes=2),)), _config())
+    (before,) = observe.driver_pods(d.installer, "mv-02")
+    run_id = d.approved_run("migrate mv-02 to host vendor kernel module needed")
+    with h.EngineThread(d.cluster.kubeconfig, d.db.path, user="bot"):
+        wait_until(lambda: d.waiting_on(run_id) == "mv-02", timeout=120, what="the run to wait for mv-02's person")
+        # The operator took its driver off before anyone was asked to install the host's.
+        assert observe.driver_pods(d.installer, "mv-02") == []
+        card = d.say("U0ALICE", f"request {RunService(d.db).get(run_id).run.request_id}")
+        (button,) = [i for i in card.intents if i.action == "host-driver-removed"]
+        assert button.label == "Host driver installed: mv-02"
+        d.installer.call("PATCH", "/api/v1/nodes/mv-02", content_type="application/merge-patch+json",
+                         body={"metadata": {"annotations": {fl.ANN_HOST_DRIVER: HOST}}})
+        assert d.click(button, who="U0ALICE").ok
+        finished = h.wait_run(d.db, run_id, timeout=180)
+
+    assert finished.state == "succeeded", finished.halted_reason
+    assert h.node(d.installer, "mv-02")["metadata"]["labels"][DEPLOY] == "pre-installed"
+    assert not h.unschedulable(d.installer, "mv-02")
+    wait_until(lambda: d.cache.fleet(h.now()).nodes["mv-02"].driver.owner == "host", timeout=30,
+               what="the inventory to see the host own mv-02's driver")
+    assert d.cache.fleet(h.now()).nodes["mv-01"].driver.owner == "operator"  # the other node was left alone

@@ -31,8 +31,8 @@ def _fleet(make, *, operator=(), none=()):
     return make.fleet(nodes, pods)
 
 
-def _plan(fleet, targets=("hosts",), **kw):
-    return plan_migrate(MigrateAsk(targets=tuple(targets)), fleet=fleet, policy_of={"hosts": POLICY}, now=NOW,
+def _plan(fleet, targets=("hosts",), to="operator", **kw):
+    return plan_migrate(MigrateAsk(targets=tuple(targets), to=to), fleet=fleet, policy_of={"hosts": POLICY}, now=NOW,
                         requested_by="U0ALICE", **kw)
 
 
@@ -51,13 +51,14 @@ def test_host_driver_nodes_move_one_at_a_time_through_a_person_and_a_test_pod(ma
     assert any(n.startswith("h1: driver owner host (label nvidia.com/gpu.deploy.driver=pre-installed")
                and n.endswith("nvidia.com/gpu.deploy.driver: pre-installed -> true") for n in notes), notes
     assert any("remove the host's NVIDIA driver packages" in n for n in notes)
-    assert "h3 already takes the operator's driver: left out" in notes
+    assert "h3 already runs the operator's driver: left out" in notes
 
 
 def test_a_node_without_a_driver_is_refused_with_its_evidence_and_a_pool_already_moved_has_nothing_to_do(make):
     with pytest.raises(MigrateRefused) as refused:
         _plan(_fleet(make, none=("h2",)))
-    assert refused.value.code == "not-host-driver" and refused.value.reason.startswith("h2's driver is not a host")
+    assert refused.value.code == "not-movable"
+    assert refused.value.reason.startswith("h2's driver cannot be moved to the operator's driver (driver owner: none")
     with pytest.raises(MigrateRefused) as nothing:
         _plan(_fleet(make, operator=("h1", "h2", "h3")))
     assert nothing.value.code == "nothing-to-move"
@@ -83,9 +84,9 @@ class _Ctx:
 
 
 def test_the_host_driver_step_waits_for_a_person_tells_the_thread_once_and_ends_by_the_window():
-    from workflows.engine.steps import Done, HostDriverRemoved, Waiting
+    from workflows.engine.steps import Done, HostDriverByHand, Waiting
 
-    step = HostDriverRemoved()
+    step = HostDriverByHand(install=False)
     waiting = step.advance(_Ctx({}))  # type: ignore[arg-type]
     assert isinstance(waiting, Waiting) and waiting.notice is not None
     assert waiting.notice.key == "host-driver/h1" and "`/gpu migrate confirm run-7`" in waiting.notice.text
@@ -94,3 +95,17 @@ def test_the_host_driver_step_waits_for_a_person_tells_the_thread_once_and_ends_
     assert step.timeout(_Ctx({"timeout_s": 7200})) == dt.timedelta(hours=2)  # type: ignore[arg-type]
     ends = _Ctx({"timeout_s": 7200}, window_end=NOW + dt.timedelta(minutes=30))
     assert step.timeout(ends) == dt.timedelta(minutes=30)  # type: ignore[arg-type]
+
+
+def test_the_way_back_turns_the_operators_driver_off_first_then_waits_for_a_person_to_install_the_hosts(make):
+    planned = _plan(_fleet(make, operator=("h1", "h2")), to="host")
+
+    assert [w.nodes for w in planned.plan.waves] == [("h1",), ("h2",)]  # h3 already runs a host driver
+    steps = planned.plan.waves[0].steps
+    assert [s.kind for s in steps] == ["snapshot", "cordon", "evict", "node-labels", "wait-for",
+                                       "host-driver-installed", "wait-for", "gpu-check", "validate", "uncordon"]
+    assert dict(steps[3].params["labels"]) == {"nvidia.com/gpu.deploy.driver": "pre-installed"}
+    assert list(steps[4].params["conditions"]) == ["no-operator-driver"]
+    notes = planned.plan.summary.notes
+    assert any(n.startswith("h1: driver owner operator") and n.endswith("true -> pre-installed") for n in notes)
+    assert "h3 already runs a host driver: left out" in notes

@@ -512,11 +512,14 @@ def run_not_waiting(run_id: str, state: str) -> str:
 
 def nothing_to_confirm(run_id: str, node: str | None) -> str:
     where = f" on {node}" if node else ""
-    return (f"Run {run_id} is not waiting for a host driver to be removed{where} now (it waits only once the node "
+    return (f"Run {run_id} is not waiting for a person at a host driver{where} now (it waits only once the node "
             "is cordoned and drained)")
 
 
-def host_driver_confirmed_by(run_id: str, actor: str, nodes: Sequence[str]) -> str:
+def host_driver_confirmed_by(run_id: str, actor: str, nodes: Sequence[str], *, install: bool) -> str:
+    if install:
+        return (f"{actor} confirmed the host driver is installed on {_list(nodes)}: run {run_id} checks "
+                f"{'it' if len(nodes) == 1 else 'them'} and gives {'it' if len(nodes) == 1 else 'them'} back next")
     return (f"{actor} confirmed the host driver is gone from {_list(nodes)}: run {run_id} hands "
             f"{'it' if len(nodes) == 1 else 'them'} to the GPU Operator next")
 
@@ -731,23 +734,27 @@ def operator_driver_state(present: bool, text: str, owner: str) -> str:
     return f"operator driver pod {text} (driver owner: {owner})"
 
 
-def remove_host_driver(node: str, *, run: str, request: str) -> str:
-    return (f"{node} is cordoned and drained. Someone with access to it: remove the host's NVIDIA driver packages "
-            f"(and reboot if they say so), then press *Host driver removed* on `/gpu request {request}` or type "
-            f"`/gpu migrate confirm {run}`. gpuops cannot log into nodes; the operator's driver goes on only after "
-            "that")
+def host_driver_by_hand(node: str, *, run: str, request: str, install: bool) -> str:
+    if install:
+        what = ("the operator's driver is off it. Someone with access to it: install the host's NVIDIA driver "
+                "packages (and reboot if they say so), then press *Host driver installed*")
+    else:
+        what = ("someone with access to it: remove the host's NVIDIA driver packages (and reboot if they say so), "
+                "then press *Host driver removed*")
+    return (f"{node} is cordoned and drained; {what} on `/gpu request {request}` or type `/gpu migrate confirm "
+            f"{run}`. gpuops cannot log into nodes")
 
 
-def waiting_for_host_driver_removal(node: str) -> str:
-    return f"waiting for a person to remove the host driver from {node} and confirm it"
+def waiting_for_host_driver(node: str, *, install: bool) -> str:
+    return f"waiting for a person to {'install' if install else 'remove'} the host driver {'on' if install else 'from'} {node} and confirm it"
 
 
-def would_wait_for_host_driver_removal(node: str) -> str:
-    return f"would wait for a person to remove the host driver from {node} and confirm it"
+def would_wait_for_host_driver(node: str, *, install: bool) -> str:
+    return "would " + waiting_for_host_driver(node, install=install).removeprefix("waiting ")
 
 
-def host_driver_confirmed(node: str, who: str) -> str:
-    return f"{who} confirmed the host driver is gone from {node}"
+def host_driver_confirmed(node: str, who: str, *, install: bool = False) -> str:
+    return f"{who} confirmed the host driver is {'installed on' if install else 'gone from'} {node}"
 
 
 def node_labels_params() -> str:

@@ -49,6 +49,9 @@ from workflows.plans import plan_from_json
 from workflows.plans import plan_hash as compute_plan_hash
 from workflows.requests.policy import counted_approvers
 
+# Steps that wait for a person at the node (`confirm_host_driver` ends them).
+PERSON_STEPS = ("host-driver-removed", "host-driver-installed")
+
 # The request states a run may start from.
 RUNNABLE_STATES = ("approved", "scheduled")
 
@@ -238,12 +241,12 @@ class RunService:
         self._wake()
         return self.get(run.id)
 
-    def confirm_host_driver_removed(self, actor: Actor, run_id: str, *, now: dt.datetime,
-                                    node: str | None = None) -> RunView:
-        """A person says the host driver is gone from the node(s) the run waits on (the
-        running or pending `host-driver-removed` steps; with `node`, that node's only):
-        recorded in the step's params with who and when, audited, told in the thread. An
-        operator of the run's pool or an admin."""
+    def confirm_host_driver(self, actor: Actor, run_id: str, *, now: dt.datetime,
+                            node: str | None = None) -> RunView:
+        """A person says the host driver is gone from (or installed on) the node(s) the run
+        waits on (its running `host-driver-removed` or `host-driver-installed` steps; with
+        `node`, that node's only): recorded in the step's params with who and when,
+        audited, told in the thread. An operator of the run's pool or an admin."""
         with self._db.transaction():
             run = stored_runs.get(self._db, id=RunId(run_id))
             if run is None:
@@ -254,7 +257,7 @@ class RunService:
             if run.state not in ("pending", "running", "paused"):
                 raise RunRefused(say.run_not_waiting(run.id, run.state))
             waiting = [s for s in stored_steps.for_run(self._db, run_id=run.id)
-                       if s.kind == "host-driver-removed" and s.state == "running" and (node is None or s.node == node)]
+                       if s.kind in PERSON_STEPS and s.state == "running" and (node is None or s.node == node)]
             if not waiting:
                 raise RunRefused(say.nothing_to_confirm(run.id, node))
             for step in waiting:
@@ -263,7 +266,8 @@ class RunService:
                           "confirmed_at": codec.time_to_text(now)}
                 stored_steps.replace_detail(self._db, id=step.id, expected=step.state, detail={**detail, "params": params})
             nodes = sorted({s.node for s in waiting})
-            message = say.host_driver_confirmed_by(run.id, self._public(actor), nodes)
+            message = say.host_driver_confirmed_by(run.id, self._public(actor), nodes,
+                                                   install=any(s.kind == "host-driver-installed" for s in waiting))
             entry = audit.append(self._db, actor=actor.user_id, k8s_identity=None, action="run.host-driver-removed",
                                  target=request.pool, at=now, request_id=request.id, run_id=run.id,
                                  before=run.state, after=run.state, detail={"nodes": nodes, "text": message})

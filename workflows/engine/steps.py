@@ -566,6 +566,12 @@ def _operator_driver(inv: NodeInventory) -> tuple[bool, str]:
     return ok, say.operator_driver_state(pod.present, pod.text, inv.driver.owner)
 
 
+def _no_operator_driver(inv: NodeInventory) -> tuple[bool, str]:
+    """The GPU Operator's driver pod is gone from the node (its deploy label turned off)."""
+    return not inv.driver_pod.present, say.operator_driver_state(inv.driver_pod.present, inv.driver_pod.text,
+                                                                 inv.driver.owner)
+
+
 def _mig(inv: NodeInventory) -> tuple[bool, str]:
     return inv.mig.config_state == "success", say.mig_state_text(inv.mig.config, inv.mig.config_state)
 
@@ -577,6 +583,7 @@ CONDITIONS: dict[str, Check] = {
     "validator-ready": _pod_check("validator_pod", "validator"),
     "driver-ready": _driver,
     "operator-driver-ready": _operator_driver,
+    "no-operator-driver": _no_operator_driver,
     "mig-success": _mig,
 }
 DEFAULT_WAIT_FOR = ("node-ready", "gpus-advertised", "device-plugin-ready", "validator-ready")
@@ -1095,13 +1102,17 @@ class Snapshot:
                                        len(ctx.intent.get("taints") or [])))
 
 
-class HostDriverRemoved:
-    """Wait for a person to remove the node's host driver (gpuops cannot and must not log
-    into nodes) and say so: `RunService.confirm_host_driver_removed` (the Host driver
-    removed button, `/gpu migrate confirm <run>`) writes who and when into the params,
-    audited. Until then the step waits, and the request's thread is told once what to do.
-    `timeout_s` (default 8 hours) or the window's end, whichever is first, fails the step
-    and halts the run with the node cordoned."""
+class HostDriverByHand:
+    """Wait for a person to remove (`host-driver-removed`) or install
+    (`host-driver-installed`) the node's host driver: gpuops cannot and must not log into
+    nodes. `RunService.confirm_host_driver` (the button on the request's card, `/gpu
+    migrate confirm <run>`) writes who and when into the params, audited. Until then the
+    step waits, and the request's thread is told once what to do. `timeout_s` (default 8
+    hours) or the window's end, whichever is first, fails the step and halts the run with
+    the node cordoned."""
+
+    def __init__(self, *, install: bool) -> None:
+        self.install = install
 
     def timeout(self, ctx: StepContext) -> dt.timedelta | None:
         limit = _seconds(ctx.params, 8 * 3600)
@@ -1115,14 +1126,14 @@ class HostDriverRemoved:
     def advance(self, ctx: StepContext) -> Outcome:
         confirmed = ctx.params.get("confirmed_by_name") or ctx.params.get("confirmed_by")
         if confirmed:
-            return Done(say.host_driver_confirmed(ctx.node, str(confirmed)),
+            return Done(say.host_driver_confirmed(ctx.node, str(confirmed), install=self.install),
                         {"confirmed_by": ctx.params.get("confirmed_by")})
         if ctx.dry_run:
-            return Done(say.would_wait_for_host_driver_removal(ctx.node))
-        notice = Notice(f"host-driver/{ctx.node}", say.remove_host_driver(ctx.node, run=ctx.run_id,
-                                                                          request=ctx.request_id))
+            return Done(say.would_wait_for_host_driver(ctx.node, install=self.install))
+        notice = Notice(f"host-driver/{ctx.node}", say.host_driver_by_hand(
+            ctx.node, run=ctx.run_id, request=ctx.request_id, install=self.install))
         # Looks again now and then: the confirmation may come from another process.
-        return Waiting(say.waiting_for_host_driver_removal(ctx.node), retry_in=5.0, notice=notice)
+        return Waiting(say.waiting_for_host_driver(ctx.node, install=self.install), retry_in=5.0, notice=notice)
 
 
 class NodeLabels:
@@ -1260,7 +1271,8 @@ LOGIC: dict[str, StepLogic] = {
     "operator-upgrade": OperatorUpgrade(),
     "gpu-check": GpuCheck(),
     "snapshot": Snapshot(),
-    "host-driver-removed": HostDriverRemoved(),
+    "host-driver-removed": HostDriverByHand(install=False),
+    "host-driver-installed": HostDriverByHand(install=True),
     "node-labels": NodeLabels(),
     "restore": Restore(),
     "mig": Mig(),

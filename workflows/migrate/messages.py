@@ -11,40 +11,44 @@ def pool_not_configured(pool: str) -> str:
     return f"pool {pool} has no policy in the configuration (pools.{pool}): gpuops moves nodes only in configured pools"
 
 
-def only_to_operator(direction: str) -> str:
-    return (f"`to {direction}` is not something gpuops does: it moves nodes from host drivers `to operator`; to put "
-            "a moved node back on its host driver, roll its run back (`/gpu rollback <run>`): that restores the "
-            "node's labels and taints and leaves it cordoned for the host driver to be reinstalled")
+def _driver_of(to: str) -> str:
+    return "the operator's driver" if to == "operator" else "a host driver"
 
 
-def not_host_owned(node: str, owner: str, evidence: Sequence[str]) -> str:
-    return (f"{node}'s driver is not a host driver gpuops can move (driver owner: {owner}"
+def cannot_move(node: str, owner: str, evidence: Sequence[str], to: str) -> str:
+    return (f"{node}'s driver cannot be moved to {_driver_of(to)} (driver owner: {owner}"
             + (f"; {'; '.join(evidence)}" if evidence else "") + "): leave it out")
 
 
-def nothing_to_move(already: Sequence[str]) -> str:
-    return f"nothing to move: {names(already)} already take{'s' if len(already) == 1 else ''} the operator's driver"
+def nothing_to_move(already: Sequence[str], to: str) -> str:
+    return f"nothing to move: {names(already)} already run{'s' if len(already) == 1 else ''} {_driver_of(to)}"
 
 
-def node_note(node: str, owner: str, evidence: Sequence[str], label: str, before: str | None) -> str:
+def node_note(node: str, owner: str, evidence: Sequence[str], label: str, before: str | None, after: str) -> str:
     shown = "; ".join(evidence[:2]) if evidence else "no evidence recorded"
-    return f"{node}: driver owner {owner} ({shown}); {label}: {before or 'unset'} -> true"
+    return f"{node}: driver owner {owner} ({shown}); {label}: {before or 'unset'} -> {after}"
 
 
-def manual_step_note() -> str:
-    return ("the one step a person does: once a node is cordoned and drained, remove the host's NVIDIA driver "
-            "packages there and confirm (a button on the request, or `/gpu migrate confirm <run>`; who confirmed "
-            "is audited); gpuops cannot log into nodes")
+def manual_step_note(*, install: bool) -> str:
+    what = ("once the operator's driver is off a node, install the host's NVIDIA driver packages there" if install
+            else "once a node is cordoned and drained, remove the host's NVIDIA driver packages there")
+    return (f"the one step a person does: {what} and confirm (a button on the request, or `/gpu migrate confirm "
+            "<run>`; who confirmed is audited); gpuops cannot log into nodes")
 
 
-def one_at_a_time_note() -> str:
-    return ("one node at a time: snapshot (labels, annotations, taints), cordon, drain GPU pods, wait for the host "
-            "driver to go, let the operator deploy its driver, wait for its driver and validator, a test pod asking "
-            "for one GPU, every GPU advertised, uncordon")
+def one_at_a_time_note(*, to: str) -> str:
+    if to == "host":
+        middle = ("turn the operator's driver off, wait for its pod to go, wait for the host driver to be installed, "
+                  "wait for it and the validator")
+    else:
+        middle = ("wait for the host driver to go, let the operator deploy its driver, wait for its driver and "
+                  "validator")
+    return (f"one node at a time: snapshot (labels, annotations, taints), cordon, drain GPU pods, {middle}, a test "
+            "pod asking for one GPU, every GPU advertised, uncordon")
 
 
-def already_note(nodes: Sequence[str]) -> str:
-    return f"{names(nodes)} already take{'s' if len(nodes) == 1 else ''} the operator's driver: left out"
+def already_note(nodes: Sequence[str], to: str) -> str:
+    return f"{names(nodes)} already run{'s' if len(nodes) == 1 else ''} {_driver_of(to)}: left out"
 
 
 def rollback_note(run: str, nodes: Sequence[str]) -> str:

@@ -1,17 +1,21 @@
-"""Moving nodes of a pool from a host-installed driver to the GPU Operator, planned.
+"""Moving nodes of a pool from a host-installed driver to the GPU Operator (or back),
+planned.
 
-A node moves when its driver is a host driver (or a host driver and the operator's both:
-the move ends the conflict); nodes already on the operator's driver are left out; a node
-with no driver or an owner gpuops cannot tell is refused with its evidence. The plan
-names, per node, the owner and its evidence and the label that changes
-(`nvidia.com/gpu.deploy.driver` -> true), and the one step a person must do.
+A node moves to the operator when its driver is a host driver (or a host driver and the
+operator's both: the move ends the conflict), and to the host when the operator's driver
+is its driver; nodes already there are left out; a node with no driver or an owner
+gpuops cannot tell is refused with its evidence. The plan names, per node, the owner and
+its evidence and the label that changes (`nvidia.com/gpu.deploy.driver` -> true, or ->
+pre-installed), and the one step a person must do.
 
 Per node, one at a time: snapshot (labels, annotations, taints: what a rollback puts
 back), cordon (a person's cordon is kept), wait for the pool's `wait_for` jobs, evict GPU
 pods, wait for a person to remove the host driver and confirm it (audited), set the
 operator's deploy label, wait for the operator's driver pod and the validator, run the
 test pod (the pool's `gpu_check`, else the default: one GPU, `nvidia-smi`), wait until
-every GPU is advertised, uncordon. A rollback restores each moved node's snapshot in one
+every GPU is advertised, uncordon. To the host: the deploy label first, wait until the
+operator's driver pod is gone, wait for a person to install the host driver and confirm,
+wait for the driver and validator, the test pod, every GPU, uncordon. A rollback restores each moved node's snapshot in one
 step and leaves it cordoned for the host driver to go back on."""
 
 from __future__ import annotations
@@ -42,7 +46,10 @@ from workflows.pools.selectors import LabelSelector
 from workflows.pools.starts import WindowRefused, start_window
 
 EVICT_SCOPE = "gpu"
-MOVABLE = ("host", "conflict")  # a host driver, or a host driver beside the operator's
+# The driver owners a node may have to move, by direction (both: the move ends the race).
+MOVABLE = {"operator": ("host", "conflict"), "host": ("operator", "conflict")}
+# What the operator's deploy label says in each direction.
+DEPLOY_VALUE = {"operator": "true", "host": "pre-installed"}
 DEFAULT_CHECK = GpuCheck()
 
 
@@ -56,7 +63,7 @@ class MigrateRefused(Exception):
 @dataclass(frozen=True, slots=True)
 class MigrateAsk:
     targets: tuple[str, ...]  # a pool's name, or nodes of one pool
-    to: Literal["operator"] = "operator"
+    to: Literal["operator", "host"] = "operator"
     reason: str = ""
     start: dt.datetime | None = None
     next_window: bool = False
@@ -97,15 +104,15 @@ def plan_migrate(ask: MigrateAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolC
     moving: list[NodeInventory] = []
     already: list[str] = []
     for node in nodes:
-        if rollback is not None or node.driver.owner in MOVABLE:
+        if rollback is not None or node.driver.owner in MOVABLE[ask.to]:
             moving.append(node)
-        elif node.driver.owner == "operator":
+        elif node.driver.owner == ask.to:
             already.append(node.name)
         else:
-            raise MigrateRefused(say.not_host_owned(node.name, node.driver.owner, node.driver.evidence),
-                                 code="not-host-driver")
+            raise MigrateRefused(say.cannot_move(node.name, node.driver.owner, node.driver.evidence, ask.to),
+                                 code="not-movable")
     if not moving:
-        raise MigrateRefused(say.nothing_to_move(already), code="nothing-to-move")
+        raise MigrateRefused(say.nothing_to_move(already, ask.to), code="nothing-to-move")
     try:
         start, end = start_window(policy.window_set, pool=pool, now=now, at=ask.start, next_window=ask.next_window,
                                   what="move to the operator")
@@ -126,8 +133,8 @@ def plan_migrate(ask: MigrateAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolC
                     for n in by_name}
     else:
         check = policy.gpu_check or gpu_check or DEFAULT_CHECK
-        steps_of = {n: _node_steps(by_name[n], policy=policy, check=check if check.enabled else DEFAULT_CHECK)
-                    for n in by_name}
+        steps_of = {n: _node_steps(by_name[n], policy=policy, check=check if check.enabled else DEFAULT_CHECK,
+                                   to=ask.to) for n in by_name}
     waves = [Wave(0, (order.canary,), tuple(steps_of[order.canary]))]
     for index, wave in enumerate(order.waves, start=1):
         waves.append(Wave(index, wave, tuple(step for n in wave for step in steps_of[n])))
@@ -135,13 +142,13 @@ def plan_migrate(ask: MigrateAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolC
         notes = [say.rollback_note(rollback.run, [n for n, _ in rollback.snapshots])]
     else:
         notes = [say.node_note(n.name, n.driver.owner, n.driver.evidence, LABEL_DEPLOY_DRIVER,
-                               n.deploy_driver) for n in moving]
-        notes += [say.manual_step_note(), say.one_at_a_time_note()]
+                               n.deploy_driver, DEPLOY_VALUE[ask.to]) for n in moving]
+        notes += [say.manual_step_note(install=ask.to == "host"), say.one_at_a_time_note(to=ask.to)]
         wait_for = LabelSelector.parse(policy.wait_for.selector).matches if policy.wait_for is not None else None
         notes += pool_say.pods_moved_note({n.name: gpu_pods_moved(gpu_pods, n.name, wait_for=wait_for)
                                            for n in moving})
         if already:
-            notes.append(say.already_note(already))
+            notes.append(say.already_note(already, ask.to))
     largest = max(sum(ready_gpus(by_name[n]) for n in w.nodes) for w in waves)
     summary = PlanSummary(window_start=start, window_end=end, max_gpus_unavailable=largest,
                           evictions_expected=sum(1 for n in moving if n.requested_gpus), notes=tuple(notes))
@@ -156,19 +163,30 @@ def _cordon(node: NodeInventory, takes_over: str | None = None) -> NodeStep:
     return NodeStep("cordon", node.name, cordon)
 
 
-def _node_steps(node: NodeInventory, *, policy: PoolConfig, check: GpuCheck) -> list[NodeStep]:
+def _node_steps(node: NodeInventory, *, policy: PoolConfig, check: GpuCheck,
+                to: Literal["operator", "host"]) -> list[NodeStep]:
     validate = int(policy.validate_timeout.total_seconds())
+    by_hand = int(policy.host_driver_timeout.total_seconds())
     steps = [NodeStep("snapshot", node.name, {}), _cordon(node)]
     if policy.wait_for is not None:
         steps.append(NodeStep("wait-for-jobs", node.name, {
             "selector": policy.wait_for.selector, "timeout_s": int(policy.wait_for.timeout.total_seconds())}))
+    steps.append(NodeStep("evict", node.name, {
+        "scope": EVICT_SCOPE, "pdb_timeout_s": int(policy.drain_timeout.total_seconds()),
+        "pdb_timeout_action": policy.pdb_timeout_action}))
+    deploy = NodeStep("node-labels", node.name, {"labels": {LABEL_DEPLOY_DRIVER: DEPLOY_VALUE[to]}})
+    if to == "operator":
+        # The host driver goes first; then the operator deploys its own.
+        steps += [NodeStep("host-driver-removed", node.name, {"timeout_s": by_hand}), deploy,
+                  NodeStep("wait-for", node.name, {"conditions": ["operator-driver-ready", "validator-ready"],
+                                                   "timeout_s": validate})]
+    else:
+        # The operator takes its driver off first; then a person installs the host's.
+        steps += [deploy, NodeStep("wait-for", node.name, {"conditions": ["no-operator-driver"], "timeout_s": validate}),
+                  NodeStep("host-driver-installed", node.name, {"timeout_s": by_hand}),
+                  NodeStep("wait-for", node.name, {"conditions": ["driver-ready", "validator-ready"],
+                                                   "timeout_s": validate})]
     steps += [
-        NodeStep("evict", node.name, {"scope": EVICT_SCOPE, "pdb_timeout_s": int(policy.drain_timeout.total_seconds()),
-                                      "pdb_timeout_action": policy.pdb_timeout_action}),
-        NodeStep("host-driver-removed", node.name, {"timeout_s": int(policy.host_driver_timeout.total_seconds())}),
-        NodeStep("node-labels", node.name, {"labels": {LABEL_DEPLOY_DRIVER: "true"}}),
-        NodeStep("wait-for", node.name, {"conditions": ["operator-driver-ready", "validator-ready"],
-                                         "timeout_s": validate}),
         NodeStep("gpu-check", node.name, {"namespace": check.namespace, "image": check.image,
                                           "command": list(check.command), "resource": check.resource,
                                           "timeout_s": int(check.timeout.total_seconds())}),

@@ -41,8 +41,6 @@ class MigrateService:
     def preview(self, actor: Actor, ask: MigrateAsk, *, fleet: Fleet, now: dt.datetime,
                 rollback: MigrateRollbackOf | None = None) -> MigratePlan:
         """The plan `request` would store, checked the same way; nothing is stored."""
-        if ask.to != "operator":
-            raise MigrateRefused(say.only_to_operator(ask.to), code="direction")
         pods = self._pods.list_gpu_pods() if self._pods is not None and rollback is None else []
         planned = plan_migrate(ask, fleet=fleet, policy_of=self._pools, now=now, requested_by=actor.user_id,
                                gpu_check=self._gpu_check, gpu_pods=pods, rollback=rollback)
@@ -66,8 +64,7 @@ class MigrateService:
             raise MigrateRefused(blocked[1], code=blocked[0])
         taken = {s.node: step_intent(s) for s in run.steps if s.kind == "snapshot" and s.state == "done"}
         changed = [s for s in run.steps if s.node in taken and s.state in ("done", "failed", "running")
-                   and s.kind in ("cordon", "evict", "host-driver-removed", "node-labels", "wait-for", "gpu-check",
-                                  "validate", "uncordon")]
+                   and s.kind not in ("snapshot", "wait-for-jobs")]
         nodes = list(dict.fromkeys([*(s.node for s in changed if s.state == "failed"), *(s.node for s in changed)]))
         if not nodes:
             raise MigrateRefused(say.rollback_nothing_changed(run.id), code="nothing-to-roll-back")
