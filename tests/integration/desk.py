@@ -4,12 +4,28 @@ engine runs it as `user` (the bot's ServiceAccount)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import yaml
+
 from bot.clicks import Click, press
 from commands.catalog import dispatch
 from commands.services import Services
 from tests.integration import engine_harness as h
 from workflows.config import GpuopsConfig
 from workflows.engine.runs import RunService
+
+
+RBAC = Path(__file__).resolve().parents[2] / "deploy" / "rbac.yaml"
+
+
+def grant_bot_rbac(installer) -> str:
+    """The bot's namespace and deploy/rbac.yaml, as an install makes them; the kubeconfig
+    context that acts as its ServiceAccount."""
+    installer.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpuops"}}, exist_ok=True)
+    for doc in yaml.safe_load_all(RBAC.read_text()):
+        installer.create(doc, exist_ok=True)
+    return "bot"
 
 
 class Desk:

@@ -20,6 +20,7 @@ from workflows.kube.gateway import KubeGateway
 
 pytestmark = pytest.mark.controlplane
 
+from tests.integration.desk import grant_bot_rbac
 from tests.integration.inventory_helpers import CONFIG, ROOT, _codes, _now, wait_fleet
 
 # --- the demo fleet ------------------------------------------------------------------------
@@ -154,9 +155,7 @@ CHECK_PARAMS = {"namespace": "gpuops", "image": "nvcr.io/nvidia/cuda:12.4.1-base
 
 def test_the_bots_service_account_reads_the_fleet_with_only_its_cluster_role(demo_fleet, fleet_cache):
     installer = demo_fleet.installer()
-    installer.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpuops"}}, exist_ok=True)
-    for doc in yaml.safe_load_all((ROOT / "deploy" / "rbac.yaml").read_text()):
-        installer.create(doc, exist_ok=True)
+    grant_bot_rbac(installer)
     bot = KubeGateway.connect(kubeconfig=demo_fleet.kubeconfig, context="bot")
 
     def readable() -> bool:

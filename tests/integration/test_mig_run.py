@@ -10,15 +10,13 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-import yaml
 
 from commands.services import Services
 from storage.database import open_database
 from testenv import fleet as fl
 from testenv.install import wait_until
 from tests.integration import engine_harness as h
-from tests.integration.desk import Desk
-from tests.integration.inventory_helpers import ROOT
+from tests.integration.desk import Desk, grant_bot_rbac
 from workflows.config import GpuopsConfig
 from workflows.fleet.watchcache import FleetCache
 from workflows.kube.gateway import KubeGateway
@@ -48,9 +46,7 @@ def db(tmp_path: Path):
 def desk(fleet, cluster, db):
     fleet(FLEET)
     installer = cluster.installer()
-    installer.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpuops"}}, exist_ok=True)
-    for doc in yaml.safe_load_all((ROOT / "deploy" / "rbac.yaml").read_text()):
-        installer.create(doc, exist_ok=True)
+    grant_bot_rbac(installer)
     wait_until(lambda: all(_capacity(installer, n).get("nvidia.com/mig-1g.10gb") == "56" for n in NODES),
                timeout=120, what="every node to advertise its 56 MIG devices")
     desk = _Desk(cluster, db)

@@ -11,7 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 
 from commands.services import Services
 from storage import audit
@@ -20,8 +19,7 @@ from testenv import fleet as fl
 from testenv.install import wait_until
 from tests.integration import engine_harness as h
 from tests.integration import observe
-from tests.integration.desk import Desk
-from tests.integration.inventory_helpers import ROOT
+from tests.integration.desk import Desk, grant_bot_rbac
 from workflows.config import GpuopsConfig
 from workflows.engine.runs import PERSON_STEPS, RunService
 from workflows.fleet.watchcache import FleetCache
@@ -91,9 +89,7 @@ def desk(fleet, cluster, db):
     def make(spec: fl.FleetSpec, config: GpuopsConfig) -> _Desk:
         fleet(spec)
         installer = cluster.installer()
-        installer.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpuops"}}, exist_ok=True)
-        for doc in yaml.safe_load_all((ROOT / "deploy" / "rbac.yaml").read_text()):
-            installer.create(doc, exist_ok=True)
+        grant_bot_rbac(installer)
         wait_until(lambda: all(h.node(installer, n)["status"].get("capacity", {}).get("nvidia.com/gpu") == "8"
                                for n in NODES), timeout=120, what="the host-driver nodes to advertise their GPUs")
         made.append(_Desk(cluster, db, config))

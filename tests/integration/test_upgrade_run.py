@@ -20,7 +20,6 @@ import threading
 from pathlib import Path
 
 import pytest
-import yaml
 
 from commands.services import Services
 from storage import audit
@@ -33,8 +32,7 @@ from testenv.install import wait_until
 from testenv.summary import advertised
 from tests.integration import engine_harness as h
 from tests.integration import observe
-from tests.integration.desk import Desk
-from tests.integration.inventory_helpers import ROOT
+from tests.integration.desk import Desk, grant_bot_rbac
 from workflows.kube.objects import NodeName
 from workflows.plans import NodeStep, Plan, PlanSummary, Wave
 
@@ -73,11 +71,7 @@ def db(tmp_path: Path):
 
 @pytest.fixture
 def as_bot(cluster):
-    installer = cluster.installer()
-    installer.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpuops"}}, exist_ok=True)
-    for doc in yaml.safe_load_all((ROOT / "deploy" / "rbac.yaml").read_text()):
-        installer.create(doc, exist_ok=True)
-    return "bot"
+    return grant_bot_rbac(cluster.installer())
 
 
 def _driver_version(installer, name: str) -> str:
