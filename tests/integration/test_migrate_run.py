@@ -201,6 +201,8 @@ def test_the_way_back_turns_the_operators_driver_off_then_waits_for_the_host_dri
     assert finished.state == "succeeded", finished.halted_reason
     assert h.node(d.installer, "mv-02")["metadata"]["labels"][DEPLOY] == "pre-installed"
     assert not h.unschedulable(d.installer, "mv-02")
+    assert [(r.actor, r.detail["nodes"]) for r in audit.for_run(d.db, run_id)
+            if r.action == "run.host-driver-installed"] == [("U0ALICE", ["mv-02"])]
     wait_until(lambda: d.cache.fleet(h.now()).nodes["mv-02"].driver.owner == "host", timeout=30,
                what="the inventory to see the host own mv-02's driver")
     assert d.cache.fleet(h.now()).nodes["mv-01"].driver.owner == "operator"  # the other node was left alone

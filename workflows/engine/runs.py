@@ -266,12 +266,13 @@ class RunService:
                           "confirmed_at": codec.time_to_text(now)}
                 stored_steps.replace_detail(self._db, id=step.id, expected=step.state, detail={**detail, "params": params})
             nodes = sorted({s.node for s in waiting})
-            message = say.host_driver_confirmed_by(run.id, self._public(actor), nodes,
-                                                   install=any(s.kind == "host-driver-installed" for s in waiting))
-            entry = audit.append(self._db, actor=actor.user_id, k8s_identity=None, action="run.host-driver-removed",
+            install = any(s.kind == "host-driver-installed" for s in waiting)
+            message = say.host_driver_confirmed_by(run.id, self._public(actor), nodes, install=install)
+            action = "run.host-driver-installed" if install else "run.host-driver-removed"
+            entry = audit.append(self._db, actor=actor.user_id, k8s_identity=None, action=action,
                                  target=request.pool, at=now, request_id=request.id, run_id=run.id,
                                  before=run.state, after=run.state, detail={"nodes": nodes, "text": message})
-            self._notify(request, run.id, event="run.host-driver-removed", state=run.state, now=now,
+            self._notify(request, run.id, event=action, state=run.state, now=now,
                          dedupe=f"{run.id}/host-driver/{entry.seq}", text=message, people=(actor.user_id,))
         self._wake()
         return self.get(run.id)
