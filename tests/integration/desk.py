@@ -17,6 +17,9 @@ from workflows.engine.runs import RunService
 
 
 RBAC = Path(__file__).resolve().parents[2] / "deploy" / "rbac.yaml"
+# Who is who at the desk, as a configuration's `access`: alice asks, bob and carol approve.
+ACCESS = {"users": {"U0ALICE": ["operator"], "U0BOB": ["approver"], "U0CAROL": ["approver"]},
+          "names": {"U0ALICE": "alice", "U0BOB": "bob", "U0CAROL": "carol"}}
 
 
 def grant_bot_rbac(installer) -> str:

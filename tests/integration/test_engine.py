@@ -4,13 +4,11 @@ give, a driver restart, and a dry run, each on a small fleet of its own."""
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import pytest
 
 from storage import audit
 from storage import requests as stored_requests
-from storage.database import open_database
 from testenv import fleet as fl
 from testenv.install import wait_until
 from testenv.summary import advertised
@@ -19,13 +17,6 @@ from tests.integration import observe
 from workflows.engine.runs import RunService
 
 pytestmark = pytest.mark.controlplane
-
-
-@pytest.fixture
-def db(tmp_path: Path):
-    database = open_database(tmp_path / "gpuops.db")
-    yield database
-    database.close()
 
 
 def _converged(installer, nodes: list[str]) -> None:

@@ -7,7 +7,6 @@ killed after any commit repeats no label patch."""
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -16,7 +15,7 @@ from storage.database import open_database
 from testenv import fleet as fl
 from testenv.install import wait_until
 from tests.integration import engine_harness as h
-from tests.integration.desk import Desk, grant_bot_rbac
+from tests.integration.desk import ACCESS, Desk, grant_bot_rbac
 from workflows.config import GpuopsConfig
 from workflows.fleet.watchcache import FleetCache
 from workflows.kube.gateway import KubeGateway
@@ -30,16 +29,8 @@ FLEET = fl.FleetSpec(name="inf", system_nodes=0, pools=(
 CONFIG = GpuopsConfig.model_validate({
     "pools": {"inf": {"kind": "serving", "windows": "always", "max_unavailable": 1, "mig_timeout": "20s",
                       "validate_timeout": "60s", "workloads": {"mig": {"namespaces": ["inference"]}}}},
-    "access": {"users": {"U0ALICE": ["operator"], "U0BOB": ["approver"], "U0CAROL": ["approver"]},
-               "names": {"U0ALICE": "alice", "U0BOB": "bob", "U0CAROL": "carol"}},
+    "access": ACCESS,
 })
-
-
-@pytest.fixture
-def db(tmp_path: Path):
-    database = open_database(tmp_path / "gpuops.db")
-    yield database
-    database.close()
 
 
 @pytest.fixture

@@ -8,18 +8,16 @@ turns the operator's driver off before asking for the host's."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
 from commands.services import Services
 from storage import audit
-from storage.database import open_database
 from testenv import fleet as fl
 from testenv.install import wait_until
 from tests.integration import engine_harness as h
 from tests.integration import observe
-from tests.integration.desk import Desk, grant_bot_rbac
+from tests.integration.desk import ACCESS, Desk, grant_bot_rbac
 from workflows.config import GpuopsConfig
 from workflows.engine.runs import PERSON_STEPS, RunService
 from workflows.fleet.watchcache import FleetCache
@@ -45,16 +43,8 @@ def _config(**pool) -> GpuopsConfig:
         "pools": {"mv": {"kind": "serving", "windows": "always", "max_unavailable": 2, "validate_timeout": "90s",
                          **pool}},
         "upgrades": {"gpu_check": {"timeout": "60s"}},
-        "access": {"users": {"U0ALICE": ["operator"], "U0BOB": ["approver"], "U0CAROL": ["approver"]},
-                   "names": {"U0ALICE": "alice", "U0BOB": "bob", "U0CAROL": "carol"}},
+        "access": ACCESS,
     })
-
-
-@pytest.fixture
-def db(tmp_path: Path):
-    database = open_database(tmp_path / "gpuops.db")
-    yield database
-    database.close()
 
 
 class _Desk(Desk):

@@ -17,13 +17,11 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
-from pathlib import Path
 
 import pytest
 
 from commands.services import Services
 from storage import audit
-from storage.database import open_database
 from workflows.config import GpuopsConfig
 from workflows.engine.runs import RunService
 from workflows.pools.config import GpuCheck
@@ -32,7 +30,7 @@ from testenv.install import wait_until
 from testenv.summary import advertised
 from tests.integration import engine_harness as h
 from tests.integration import observe
-from tests.integration.desk import Desk, grant_bot_rbac
+from tests.integration.desk import ACCESS, Desk, grant_bot_rbac
 from workflows.kube.objects import NodeName
 from workflows.plans import NodeStep, Plan, PlanSummary, Wave
 
@@ -60,13 +58,6 @@ def _upgrade_plan() -> Plan:
     return Plan(kind="upgrade", pool="upg", created_for=h.ALICE.user_id, summary=PlanSummary(), waves=tuple(
         Wave(index, tuple(NodeName(n) for n in nodes), tuple(NodeStep(k, NodeName(n), p) for n in nodes for k, p in steps))
         for index, (nodes, steps) in enumerate(waves)))
-
-
-@pytest.fixture
-def db(tmp_path: Path):
-    database = open_database(tmp_path / "gpuops.db")
-    yield database
-    database.close()
 
 
 @pytest.fixture
@@ -135,8 +126,7 @@ def test_a_canary_whose_new_driver_crash_loops_halts_the_run_before_the_next_wav
 
 UPG_CONFIG = GpuopsConfig.model_validate({
     "pools": {"upg": {"kind": "serving", "windows": "always", "max_unavailable": 1, "upgrade_soak": "1s"}},
-    "access": {"users": {"U0ALICE": ["operator"], "U0BOB": ["approver"], "U0CAROL": ["approver"]},
-               "names": {"U0ALICE": "alice", "U0BOB": "bob", "U0CAROL": "carol"}},
+    "access": ACCESS,
 })
 
 
