@@ -8,20 +8,15 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
 
 from workflows.access import Actor, Role, require
 from workflows.engine.runs import RunView, step_intent, step_params
 from workflows.fleet.summary import Fleet
-from workflows.kube.objects import PodObject
 from workflows.migrate import messages as say
 from workflows.migrate.plan import MigrateAsk, MigratePlan, MigrateRefused, MigrateRollbackOf, plan_migrate
+from workflows.pools.capacity import GpuPods
 from workflows.pools.config import GpuCheck, PoolConfig
 from workflows.requests.service import RequestService, RequestView
-
-
-class GpuPods(Protocol):
-    def list_gpu_pods(self) -> list[PodObject]: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -447,6 +447,12 @@ def rolling_order(nodes: Sequence[NodeInventory], *, pool: Sequence[NodeInventor
     return RollingOrder(canary=first.name, waves=tuple(waves))
 
 
+class GpuPods(Protocol):
+    """Where a plan reads the cluster's GPU pods (`kube.gateway.KubeGateway`)."""
+
+    def list_gpu_pods(self) -> list[PodObject]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class PodsMoved:
     """The GPU pods a change of one node moves off it: those it waits for (the pool's

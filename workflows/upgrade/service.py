@@ -9,12 +9,12 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from workflows.access import Actor, Role, require
 from workflows.engine.runs import RunView, step_intent
 from workflows.fleet.summary import Fleet
 from workflows.kube.objects import PodObject
+from workflows.pools.capacity import GpuPods
 from workflows.pools.config import GpuCheck, PoolConfig
 from workflows.requests.service import RequestService, RequestView
 from workflows.upgrade import messages as say
@@ -26,12 +26,6 @@ from workflows.upgrade.scope import ClusterPolicyScope, UpgradeRefused
 class UpgradeRequested:
     planned: UpgradePlan
     view: RequestView
-
-
-class GpuPods(Protocol):
-    """Where a plan reads the cluster's GPU pods (`kube.gateway.KubeGateway`)."""
-
-    def list_gpu_pods(self) -> list[PodObject]: ...
 
 
 class UpgradeService:
