@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from bot import messages as msg
 from bot.drain_form import cannot_request_drain
-from bot.intents import KNOWN_ACTIONS, decode_target, decode_value
+from bot.intents import KNOWN_ACTIONS, decode_run_at_node, decode_target, decode_value
 from bot.mig_form import cannot_request_mig
 from bot.upgrade_form import cannot_request_upgrade
 from bot.request_card import request_card
@@ -142,6 +142,13 @@ def press(click: Click, services: Services) -> Outcome:
     """Carry out one click; refusals come back as the notice, never as an exception."""
     if click.action in (REQUEST_DRAIN, REQUEST_UPGRADE, REQUEST_MIG):
         return _request_form(click)
+    if click.action == HOST_DRIVER_REMOVED:
+        run_at_node = decode_run_at_node(click.value)
+        if run_at_node is None:
+            return Outcome(notice=_refused(msg.not_a_gpuops_button()))
+        run_id, node = run_at_node
+        return Outcome(notice=dispatch(f"migrate confirm {run_id} {node or ''}".strip(), actor=click.actor,
+                                       services=services, now=click.now))
     value = decode_value(click.value)
     if click.action not in KNOWN_ACTIONS or value is None:
         return Outcome(notice=_refused(msg.not_a_gpuops_button()))
@@ -151,9 +158,6 @@ def press(click: Click, services: Services) -> Outcome:
         return _acknowledge(click, value.subject, services)
     if click.action == "rollback":
         return _rollback(click, value.subject, services)
-    if click.action == HOST_DRIVER_REMOVED:
-        return Outcome(notice=dispatch(f"migrate confirm {value.subject}", actor=click.actor, services=services,
-                                       now=click.now))
     requests = services.requests
     if requests is None:
         return Outcome(notice=_refused(msg.requests_unavailable()))

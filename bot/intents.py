@@ -67,6 +67,16 @@ def decode_value(value: str | None) -> ButtonValue | None:
     return ButtonValue(subject=match.group("subject"), plan_hash=match.group("hash"))
 
 
+_RUN_AT_NODE = re.compile(rf"^(?P<run>[A-Za-z0-9][A-Za-z0-9._-]{{0,63}})(?:@(?P<node>{TARGET_NAME}))?$")
+
+
+def decode_run_at_node(value: str | None) -> tuple[str, str | None] | None:
+    """The run and node a "Host driver removed" button names ("run-4b1d9e@gpu-07"; a
+    card from before buttons named the node carries the run alone); None for anything else."""
+    match = _RUN_AT_NODE.match(value or "")
+    return (match.group("run"), match.group("node")) if match else None
+
+
 def decode_target(value: str | None) -> str | None:
     """The node or pool a "Request a drain" (or "Request a driver upgrade") button names:
     "" when it names none (the Home tab's), None for anything that is not a name."""

@@ -81,7 +81,8 @@ class Runtime:
         # cache keeps only operator and GPU pods; a preview names every pod it would evict).
         services = Services.on_database(config=self.config, fleet=self.fleet, database=self.database.get(),
                                         roles=self.roles, on_approved=self.request_approved,
-                                        workloads=self.gateway, mig_reader=self.gateway)
+                                        workloads=self.gateway, mig_reader=self.gateway,
+                                        node_labels=self.gateway)
         if self.gateway is not None:
             services.cordons = Cordons(services.database, self.gateway)  # type: ignore[arg-type]
         return services

@@ -92,15 +92,16 @@ def rollback_intent(view: RequestView, runs: list[RunView]) -> tuple[Intent, ...
 
 
 def host_driver_intent(view: RequestView, runs: list[RunView]) -> tuple[Intent, ...]:
-    """A Host driver removed (or installed) button while a move waits for a person at a
-    node's host driver (one node at a time: the run names it)."""
+    """A Host driver removed (or installed) button per node a move waits on for a person
+    at its host driver (each names its node: pressing one confirms that node only)."""
     if view.kind != "migrate":
         return ()
     for run in runs:
         waiting = [s for s in run.steps if s.kind in PERSON_STEPS and s.state == "running"]
         if waiting and run.state in ("running", "paused"):
-            label = msg.host_driver_by_hand_label(waiting[0].node, install=waiting[0].kind == "host-driver-installed")
-            return (Intent(action=HOST_DRIVER_REMOVED, label=label, value=run.id, style="primary"),)
+            return tuple(Intent(action=HOST_DRIVER_REMOVED, value=f"{run.id}@{s.node}", style="primary",
+                                label=msg.host_driver_by_hand_label(s.node, install=s.kind == "host-driver-installed"))
+                         for s in waiting)
     return ()
 
 

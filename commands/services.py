@@ -19,7 +19,7 @@ from workflows.engine.runs import RunService
 from workflows.fleet.summary import Fleet
 from workflows.requests.service import RequestService, RoleLookup
 from workflows.mig.service import MigReader, MigService
-from workflows.migrate.service import MigrateService
+from workflows.migrate.service import MigrateService, NodeLabels
 from workflows.upgrade.service import UpgradeService
 
 
@@ -51,7 +51,8 @@ class Services:
     def on_database(cls, *, config: GpuopsConfig, fleet: FleetSource, database: Database,
                     wake_engine: Callable[[], None] | None = None, roles: RoleLookup | None = None,
                     on_approved: Callable[[], None] | None = None,
-                    workloads: Workloads | None = None, mig_reader: MigReader | None = None) -> Services:
+                    workloads: Workloads | None = None, mig_reader: MigReader | None = None,
+                    node_labels: NodeLabels | None = None) -> Services:
         """Every service on one database connection; `wake_engine` (Engine.wake) makes an
         engine in this process notice run controls at once; `roles` says who holds which
         role now (default: the configuration alone, without Slack user groups);
@@ -59,7 +60,9 @@ class Services:
         once if its window is open); `workloads` is what drains read the pods and PDBs they
         would move from (the Kubernetes gateway; without it a drain plan lists no workloads);
         `mig_reader` what MIG and upgrade plans read (the gateway again; without it MIG
-        changes are refused and an upgrade plan names no pods)."""
+        changes are refused and an upgrade plan names no pods); `node_labels` where a move to
+        the operator reads who set a node's labels (the gateway; without it no hand-set label
+        is found)."""
         requests = RequestService(database, config, roles=roles, on_approved=on_approved)
         return cls(config=config, fleet=fleet, requests=requests,
                    drains=DrainService(requests, pools=config.pools, workloads=workloads),
@@ -69,5 +72,5 @@ class Services:
                                            gpu_check=config.upgrades.gpu_check, pods=mig_reader),
                    migs=MigService(requests, pools=config.pools, reader=mig_reader),
                    migrations=MigrateService(requests, pools=config.pools, gpu_check=config.upgrades.gpu_check,
-                                             pods=mig_reader),
+                                             pods=mig_reader, labels=node_labels),
                    runs=RunService(database, wake=wake_engine, names=config.names), database=database)

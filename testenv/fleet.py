@@ -18,6 +18,7 @@ ClusterPolicy's status) is written by testenv.install's stand-in instead.
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Any, Literal
 
@@ -43,6 +44,11 @@ ANN_MIG_STUCK = SIM + "mig-stuck"
 ANN_MIG_FAILS = SIM + "mig-fails"
 ANN_MIG_APPLIED = SIM + "mig-applied"
 ANN_NOT_READY = SIM + "not-ready"
+# What GFD finds on the node's hardware (JSON of its labels): the simulator publishes those
+# missing from the node while a driver works, as GFD does.
+ANN_GFD = SIM + "gfd-labels"
+GFD_KEYS = ("nvidia.com/gpu.product", "nvidia.com/gpu.count", "nvidia.com/gpu.memory", "nvidia.com/gpu.replicas",
+            "nvidia.com/gpu.sharing-strategy", "nvidia.com/mig.capable")
 FAULTS_CONFIGMAP = "gpuops-sim-faults"
 FAULT_CRASHLOOP_VERSIONS = "crashloop-driver-versions"
 # Driver versions that load and advertise every GPU, but fail gpuops's check pod
@@ -359,7 +365,8 @@ def node_object(spec: FleetSpec, pool: PoolSpec, name: str, *, advertise: bool =
     if special.host_driver:
         labels.update(driver_version_labels(special.host_driver))
 
-    annotations = {KWOK_ANNOTATION: KWOK_ANNOTATION_VALUE, "node.alpha.kubernetes.io/ttl": "0"}
+    annotations = {KWOK_ANNOTATION: KWOK_ANNOTATION_VALUE, "node.alpha.kubernetes.io/ttl": "0",
+                   ANN_GFD: json.dumps({k: labels[k] for k in GFD_KEYS}, sort_keys=True)}
     if special.host_driver:
         annotations[ANN_HOST_DRIVER] = special.host_driver
     if special.advertise_gpus is not None:

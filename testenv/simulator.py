@@ -12,6 +12,9 @@ the operator's manifests give them) and its ConfigMaps, and per node:
   device plugin is ready again it re-advertises the full count (or the count a fault
   annotation says);
 - the validator becomes Ready a (configurable) moment after the driver;
+- while a driver works, GFD's labels removed from a node come back (from what the node was
+  made with, `sim.gpuops.io/gfd-labels`; a value a person set by hand is left alone), and
+  the GPUs a node has are that record's, whatever its labels say;
 - a change of `nvidia.com/mig.config` goes pending (operands paused, 0 advertised), then
   success with the MIG devices the operator's mig-parted ConfigMap
   (`default-mig-parted-config`) makes of the node's GPUs, unless the node is marked stuck;
@@ -28,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import heapq
+import json
 import logging
 import queue
 import threading
@@ -344,6 +348,10 @@ class OperandSimulator:
         new_ann: dict[str, str | None] = {}
         if driver_version and labels.get("nvidia.com/cuda.driver-version.full") != driver_version:
             new_labels.update(fl.driver_version_labels(driver_version))
+        if driver_version and fl.ANN_GFD in ann:
+            # GFD publishes what it finds where the label is missing (a value a person set
+            # stays: on host-driver nodes GFD is often off, which is why people set them).
+            new_labels.update({k: v for k, v in json.loads(ann[fl.ANN_GFD]).items() if k not in labels})
 
         mig_paused = self._reconcile_mig(name, labels, ann, now, new_labels, new_ann, mig_configs)
         plugin_ready = any(_is_ready(p) for p in by_operand["device-plugin"])
@@ -394,7 +402,7 @@ class OperandSimulator:
         requested = self._mig_requested.get(name, desired) != desired
         self._mig_requested[name] = desired
         if applied is None or (applied == desired and state is None):  # the layout it came up with
-            return not self._apply_mig(labels, desired, configs, new_labels, new_ann)
+            return not self._apply_mig(name, _hardware(labels, ann), desired, configs, new_labels, new_ann)
         if applied == desired:  # nothing to change (or a change was taken back)
             if state == "pending" or (state == "failed" and requested):
                 new_labels["nvidia.com/mig.config.state"] = "success"
@@ -421,14 +429,14 @@ class OperandSimulator:
         if ann.get(fl.ANN_MIG_FAILS) == "true":
             new_labels["nvidia.com/mig.config.state"] = "failed"
             return False
-        self._apply_mig(labels, desired, configs, new_labels, new_ann)
+        self._apply_mig(name, _hardware(labels, ann), desired, configs, new_labels, new_ann)
         return False  # applied, or failed with the old layout still in place
 
-    @staticmethod
-    def _apply_mig(labels: dict[str, str], layout: str, configs: dict[str, list[dict[str, Any]]],
+    def _apply_mig(self, name: str, labels: dict[str, str], layout: str, configs: dict[str, list[dict[str, Any]]],
                    new_labels: dict[str, str | None], new_ann: dict[str, str | None]) -> bool:
         """mig-parted applies `layout` to the node's GPUs: success with GFD's per-profile
-        counts (old profiles removed), or failed when the layout does not fit the GPUs."""
+        counts (old profiles removed, as the node has them now: the cached copy can lag
+        this simulator's own last patch), or failed when the layout does not fit the GPUs."""
         try:
             devices = fl.mig_devices(layout, product=labels.get("nvidia.com/gpu.product", ""),
                                      gpus=int(labels.get("nvidia.com/gpu.count", "0")), configs=configs)
@@ -436,7 +444,9 @@ class OperandSimulator:
             log.info("MIG manager: %s", err)
             new_labels["nvidia.com/mig.config.state"] = "failed"
             return False
-        new_labels.update({key: None for key in labels if key.startswith("nvidia.com/mig-") and key.endswith(".count")})
+        now_labels = self.core.read_node(name).metadata.labels or {}
+        new_labels.update({key: None for key in (*labels, *now_labels)
+                           if key.startswith("nvidia.com/mig-") and key.endswith(".count")})
         new_labels.update({f"nvidia.com/mig-{profile}.count": str(n) for profile, n in devices.items()})
         new_labels["nvidia.com/mig.config.state"] = "success"
         new_ann[fl.ANN_MIG_APPLIED] = layout
@@ -455,6 +465,7 @@ class OperandSimulator:
         ann = node["metadata"].get("annotations") or {}
         status = node.get("status") or {}
         capacity = status.get("capacity") or {}
+        labels = _hardware(labels, ann)
         gpus = int(labels.get("nvidia.com/gpu.count", "0"))
         override = ann.get(fl.ANN_ADVERTISE)
         product = labels.get("nvidia.com/gpu.product", "")
@@ -591,6 +602,12 @@ def _starting_status(pod: dict[str, Any]) -> dict[str, Any]:
         _container(c, state={"waiting": {"reason": "ContainerCreating"}}, ready=False)
         for c in pod["spec"]["containers"]]
     return status
+
+
+def _hardware(labels: dict[str, str], ann: dict[str, str]) -> dict[str, str]:
+    """The node's labels with GFD's view of its hardware over them: what a person set by
+    hand does not change the GPUs it has."""
+    return {**labels, **json.loads(ann[fl.ANN_GFD])} if fl.ANN_GFD in ann else labels
 
 
 def _init_status(pod: dict[str, Any]) -> dict[str, Any]:

@@ -52,7 +52,7 @@ class _Desk(Desk):
         gateway = KubeGateway.connect(kubeconfig=cluster.kubeconfig, context="bot")
         self.cache = FleetCache(gateway, settings=config.inventory_settings()).start()
         services = Services.on_database(config=config, fleet=self.cache, database=db, workloads=gateway,
-                                        mig_reader=gateway)
+                                        mig_reader=gateway, node_labels=gateway)
         super().__init__(cluster, db, services, config)
         self.installer = cluster.installer()
 
@@ -196,3 +196,73 @@ def test_the_way_back_turns_the_operators_driver_off_then_waits_for_the_host_dri
     wait_until(lambda: d.cache.fleet(h.now()).nodes["mv-02"].driver.owner == "host", timeout=30,
                what="the inventory to see the host own mv-02's driver")
     assert d.cache.fleet(h.now()).nodes["mv-01"].driver.owner == "operator"  # the other node was left alone
+
+
+def test_labels_a_person_set_are_removed_for_gfd_and_put_back_by_a_rollback_and_the_nodes_evidence_stands_in(desk):
+    """The pool takes the node's evidence (host_driver_evidence): removing the host driver
+    is enough, nobody presses a button. A hand-set product label goes with the move (GFD
+    publishes the real one) and comes back with the rollback."""
+    d = desk(_fleet(check_failing_driver_versions=(OPERATOR,)), _config(host_driver_evidence=True))
+    discovered = h.node(d.installer, "mv-01")["metadata"]["labels"]["nvidia.com/gpu.product"]
+    # What `kubectl label --overwrite node mv-01 nvidia.com/gpu.product=...` sends.
+    d.installer.call("PATCH", "/api/v1/nodes/mv-01", query=[("fieldManager", "kubectl-label")],
+                     content_type="application/merge-patch+json",
+                     body={"metadata": {"labels": {"nvidia.com/gpu.product": "A100-80G-by-hand"}}})
+    preview = d.say("U0ALICE", "migrate mv to operator --dry-run")
+    assert preview.ok, preview.summary
+    (note,) = [n for n in preview.sections[1].bullets if n.startswith("mv-01: ")]
+    assert note.endswith("nvidia.com/gpu.product=A100-80G-by-hand (set by kubectl-label)"), note
+    assert not any("hand-set" in n for n in preview.sections[1].bullets if n.startswith("mv-02: "))
+
+    run_id = d.approved_run("migrate mv-01 to operator with its evidence")
+    with h.EngineThread(d.cluster.kubeconfig, d.db.path, user="bot"):
+        wait_until(lambda: d.waiting_on(run_id) == "mv-01", timeout=120, what="the run to wait for mv-01's driver")
+        d.free("mv-01")  # and nobody confirms
+        halted = h.wait_run(d.db, run_id, timeout=180)
+
+    assert "the check pod on mv-01 failed" in (halted.halted_reason or ""), halted.halted_reason  # after the labels
+    (removed,) = [r for r in audit.for_run(d.db, run_id) if r.action == "run.host-driver-removed"]
+    assert (removed.actor, removed.detail["by"]) == (audit.GPUOPS_ACTOR, "evidence")
+    assert "no longer has a working driver" in removed.detail["evidence"]
+    wait_until(lambda: h.node(d.installer, "mv-01")["metadata"]["labels"].get("nvidia.com/gpu.product") == discovered,
+               timeout=30, what="GFD to publish the discovered product on mv-01")
+
+    assert d.say("U0ALICE", f"rollback {halted.id}").ok
+    back = d.approve_and_run(d.rollback_request(halted.id, "mv"), timeout=120)
+    assert back.state == "succeeded", back.halted_reason
+    labels = h.node(d.installer, "mv-01")["metadata"]["labels"]
+    assert (labels["nvidia.com/gpu.product"], labels[DEPLOY]) == ("A100-80G-by-hand", "pre-installed")
+
+
+def test_a_pool_that_moves_two_nodes_at_once_after_the_first_takes_each_persons_word_for_their_node_only(desk):
+    nodes = ("mv-01", "mv-02", "mv-03")
+    spec = fl.FleetSpec(name="mv", system_nodes=0, operator=fl.OperatorSpec(driver_version=OPERATOR),
+                        pools=(fl.PoolSpec(name="mv", kind="serving", nodes=3),),
+                        special_nodes=tuple(fl.SpecialNode(node=n, host_driver=HOST, driver_deploy="pre-installed")
+                                            for n in nodes))
+    d = desk(spec, _config(migrate_at_once=2))
+    run_id = d.approved_run("migrate mv to operator two at a time")
+
+    def waiting() -> set[str]:
+        return {s.node for s in RunService(d.db).get(run_id).steps if s.kind in PERSON_STEPS and s.state == "running"}
+
+    with h.EngineThread(d.cluster.kubeconfig, d.db.path, user="bot"):
+        wait_until(lambda: waiting() == {"mv-01"}, timeout=120, what="the first node to wait alone")
+        d.free("mv-01")
+        assert d.say("U0ALICE", f"migrate confirm {run_id}").ok
+        wait_until(lambda: waiting() == {"mv-02", "mv-03"}, timeout=180, what="two nodes to wait at once")
+        refused = d.say("U0ALICE", f"migrate confirm {run_id}")
+        assert not refused.ok and "name the one whose host driver you changed" in refused.summary, refused.summary
+        card = d.say("U0ALICE", f"request {RunService(d.db).get(run_id).run.request_id}")
+        buttons = {i.label: i for i in card.intents if i.action == "host-driver-removed"}
+        assert set(buttons) == {"Host driver removed: mv-02", "Host driver removed: mv-03"}
+        d.free("mv-03")
+        assert d.click(buttons["Host driver removed: mv-03"]).ok
+        wait_until(lambda: waiting() == {"mv-02"}, timeout=30, what="only mv-02 to wait")
+        d.free("mv-02")
+        assert d.say("U0ALICE", f"migrate confirm {run_id} mv-02").ok
+        finished = h.wait_run(d.db, run_id, timeout=180)
+
+    assert finished.state == "succeeded", finished.halted_reason
+    assert [(r.actor, r.detail["nodes"]) for r in audit.for_run(d.db, run_id) if r.action == "run.host-driver-removed"
+            ] == [("U0ALICE", ["mv-01"]), ("U0ALICE", ["mv-03"]), ("U0ALICE", ["mv-02"])]

@@ -78,9 +78,16 @@ def test_a_rollback_restores_each_node_from_its_snapshot_and_leaves_it_cordoned(
 
 
 class _Ctx:
-    def __init__(self, params, *, window_end=None):
+    def __init__(self, params, *, window_end=None, inventory=None, intent=None):
         self.params, self.window_end, self.now = params, window_end, NOW
         self.node, self.run_id, self.request_id, self.dry_run = "h1", "run-7", "req-7", False
+        self.inventory, self.intent, self.records = inventory, dict(intent or {}), {}
+
+    def node_inventory(self):
+        return self.inventory
+
+    def record(self, *, key, action, target, detail):
+        self.records.setdefault(key, (action, target, detail))
 
 
 def test_the_host_driver_step_waits_for_a_person_tells_the_thread_once_and_ends_by_the_window():
@@ -109,3 +116,112 @@ def test_the_way_back_turns_the_operators_driver_off_first_then_waits_for_a_pers
     notes = planned.plan.summary.notes
     assert any(n.startswith("h1: driver owner operator") and n.endswith("true -> pre-installed") for n in notes)
     assert "h3 already runs a host driver: left out" in notes
+
+
+def test_labels_people_set_are_named_in_the_plan_removed_with_the_deploy_label_and_only_on_the_way_in(make):
+    hand = {"h1": {"nvidia.com/gpu.product": ("A100-by-hand", "kubectl-label")}, "h2": {}}
+    planned = _plan(_fleet(make, operator=("h3",)), hand_set=hand)
+
+    steps = {s.node: s for w in planned.plan.waves for s in w.steps if s.kind == "node-labels"}
+    assert dict(steps["h1"].params["labels"]) == {"nvidia.com/gpu.deploy.driver": "true",
+                                                 "nvidia.com/gpu.product": None}
+    assert dict(steps["h2"].params["labels"]) == {"nvidia.com/gpu.deploy.driver": "true"}
+    (note,) = [n for n in planned.plan.summary.notes if n.startswith("h1: ")]
+    assert note.endswith("hand-set labels removed for GFD to publish its own (a rollback puts them back): "
+                         "nvidia.com/gpu.product=A100-by-hand (set by kubectl-label)"), note
+    # The way back to the host never touches them.
+    back = _plan(_fleet(make, operator=("h1", "h2", "h3")), to="host", hand_set=hand)
+    assert all(dict(s.params["labels"]) == {"nvidia.com/gpu.deploy.driver": "pre-installed"}
+               for w in back.plan.waves for s in w.steps if s.kind == "node-labels")
+
+
+@pytest.mark.parametrize(("at_once", "max_unavailable", "waves"), [
+    (1, 3, [("h1",), ("h2",), ("h3",)]),
+    (2, 3, [("h1",), ("h2", "h3")]),
+    (3, 1, [("h1",), ("h2",), ("h3",)]),  # never above max_unavailable
+])
+def test_a_pool_may_move_several_nodes_at_once_after_the_first_but_never_above_max_unavailable(
+        make, at_once, max_unavailable, waves):
+    policy = PoolConfig.model_validate({"kind": "training", "windows": "always", "max_unavailable": max_unavailable,
+                                        "migrate_at_once": at_once})
+    planned = plan_migrate(MigrateAsk(targets=("hosts",)), fleet=_fleet(make), policy_of={"hosts": policy}, now=NOW,
+                           requested_by="U0ALICE")
+
+    assert [w.nodes for w in planned.plan.waves] == waves
+    pace = "one node at a time" if len(waves) == 3 else "the first node alone, then up to 2 at once"
+    assert any(n.startswith(pace + ": snapshot") for n in planned.plan.summary.notes)
+
+
+def test_the_pools_evidence_setting_reaches_the_step_and_the_plan_says_so(make):
+    policy = PoolConfig.model_validate({"kind": "training", "windows": "always", "host_driver_evidence": True})
+    planned = plan_migrate(MigrateAsk(targets=("h1",)), fleet=_fleet(make), policy_of={"hosts": policy}, now=NOW,
+                           requested_by="U0ALICE")
+
+    (step,) = [s for w in planned.plan.waves for s in w.steps if s.kind == "host-driver-removed"]
+    assert step.params["evidence"] is True
+    assert any("This pool takes the node's evidence too (host_driver_evidence)" in n for n in planned.plan.summary.notes)
+    assert _plan(_fleet(make)).plan.waves[0].steps[3].params["evidence"] is False
+
+
+def test_hand_set_labels_are_discovery_labels_a_persons_tool_owns():
+    from workflows.kube.labels import hand_set_labels
+    found = hand_set_labels({
+        "nvidia.com/gpu.product": ("A100", ("kubectl-label",)),
+        "nvidia.com/gpu.count": ("8", ("kubectl-edit", "nfd-master")),
+        "nvidia.com/gpu.memory": ("81920", ("nfd-master",)),  # discovered
+        "nvidia.com/gpu.deploy.driver": ("pre-installed", ("kubectl-label",)),  # a knob people set on purpose
+        "nvidia.com/mig.config": ("all-1g.10gb", ("kubectl",)),  # a knob
+        "nvidia.com/gpu.present": ("true", ("kubectl-label",)),  # the operator's mark of a GPU node
+        "gpuops.io/pool": ("train", ("kubectl-label",)),  # not a discovery label
+        "feature.node.kubernetes.io/pci-10de.present": ("true", ("k9s",)),
+    })
+    assert found == {"nvidia.com/gpu.product": ("A100", "kubectl-label"),
+                     "nvidia.com/gpu.count": ("8", "kubectl-edit"),
+                     "feature.node.kubernetes.io/pci-10de.present": ("true", "k9s")}
+
+
+def _host_node(make, *, driver_works: bool):
+    """h1 with no operator driver pod: a working driver (validator Ready, every GPU
+    advertised) or none (the validator waits for one, nothing advertised)."""
+    gpus = "8" if driver_works else "0"
+    node = make.node("h1", pool="hosts", labels=HOST, capacity={"nvidia.com/gpu": gpus})
+    validator = (make.validator_pod("h1") if driver_works else
+                 make.validator_pod("h1", phase="Pending", ready=False, waiting_reason="PodInitializing"))
+    return make.fleet([node], [make.device_plugin_pod("h1"), validator]).nodes["h1"]
+
+
+@pytest.mark.parametrize("install", [False, True])
+def test_the_nodes_evidence_completes_the_host_driver_step_only_when_the_pool_takes_it(make, install):
+    from workflows.engine.steps import Done, HostDriverByHand, Waiting
+
+    step = HostDriverByHand(install=install)
+    before = _host_node(make, driver_works=not install)
+    after = _host_node(make, driver_works=install)
+    intent = step.prepare(_Ctx({}, inventory=before))  # type: ignore[arg-type]
+    assert intent == {"driver_worked": not install}
+
+    unchanged = step.advance(_Ctx({"evidence": True}, inventory=before, intent=intent))  # type: ignore[arg-type]
+    assert isinstance(unchanged, Waiting)
+    shown = step.advance(_Ctx({"evidence": False}, inventory=after, intent=intent))  # type: ignore[arg-type]
+    assert isinstance(shown, Waiting) and "confirm once its packages" in shown.reason
+    ctx = _Ctx({"evidence": True}, inventory=after, intent=intent)
+    done = step.advance(ctx)  # type: ignore[arg-type]
+    assert isinstance(done, Done)
+    assert done.note.startswith(f"the host driver is {'installed' if install else 'gone'}, by the node's evidence: h1 ")
+    ((action, target, detail),) = ctx.records.values()
+    assert (action, target, detail["by"]) == (
+        f"run.host-driver-{'installed' if install else 'removed'}", "node h1", "evidence")
+
+
+def test_a_node_whose_driver_was_already_off_when_the_step_began_waits_for_a_person(make):
+    """No working driver at the start (a host driver that had failed): that its driver does
+    not work proves nothing about its packages."""
+    from workflows.engine.steps import HostDriverByHand, Waiting
+
+    step = HostDriverByHand(install=False)
+    off = _host_node(make, driver_works=False)
+    intent = step.prepare(_Ctx({}, inventory=off))  # type: ignore[arg-type]
+    waiting = step.advance(_Ctx({"evidence": True}, inventory=off, intent=intent))  # type: ignore[arg-type]
+    assert isinstance(waiting, Waiting)
+    assert waiting.reason == ("h1 had no working host driver when this step began, so its evidence cannot tell the "
+                            "change: waiting for a person to confirm")

@@ -510,6 +510,11 @@ def run_not_waiting(run_id: str, state: str) -> str:
     return f"Run {run_id} is {state}: it waits for nothing"
 
 
+def name_the_node_to_confirm(run_id: str, nodes: Sequence[str]) -> str:
+    return (f"Run {run_id} waits for a person at {len(nodes)} nodes ({', '.join(nodes)}): name the one whose host "
+            f"driver you changed, e.g. `/gpu migrate confirm {run_id} {nodes[0]}`")
+
+
 def nothing_to_confirm(run_id: str, node: str | None) -> str:
     where = f" on {node}" if node else ""
     return (f"Run {run_id} is not waiting for a person at a host driver{where} now (it waits only once the node "
@@ -755,6 +760,30 @@ def would_wait_for_host_driver(node: str, *, install: bool) -> str:
 
 def host_driver_confirmed(node: str, who: str, *, install: bool = False) -> str:
     return f"{who} confirmed the host driver is {'installed on' if install else 'gone from'} {node}"
+
+
+def host_driver_evidence(node: str, *, install: bool, validator: str, advertised: int) -> str:
+    """What the node shows once its driver changed by hand (no operator driver pod)."""
+    if install:
+        return (f"{node} has a working driver and no operator driver pod: validator {validator}, "
+                f"{advertised} GPUs advertised")
+    return (f"{node} no longer has a working driver: no operator driver pod, validator {validator} "
+            f"(waiting for a driver), {advertised} GPUs advertised")
+
+
+def host_driver_detected(evidence: str, *, install: bool) -> str:
+    return f"the host driver is {'installed' if install else 'gone'}, by the node's evidence: {evidence}"
+
+
+def host_driver_evidence_seen(evidence: str, *, install: bool) -> str:
+    what = "are installed" if install else "are gone (a driver that stopped is not proof: a leftover install loads again at the next boot)"
+    return f"{evidence}; confirm once its packages {what}"
+
+
+def host_driver_no_before(node: str, *, install: bool) -> str:
+    was = "already had a working driver" if install else "had no working host driver"
+    return (f"{node} {was} when this step began, so its evidence cannot tell the change: "
+            "waiting for a person to confirm")
 
 
 def node_labels_params() -> str:

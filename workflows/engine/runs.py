@@ -260,6 +260,9 @@ class RunService:
                        if s.kind in PERSON_STEPS and s.state == "running" and (node is None or s.node == node)]
             if not waiting:
                 raise RunRefused(say.nothing_to_confirm(run.id, node))
+            if len({s.node for s in waiting}) > 1:
+                # Several nodes wait (a pool's migrate_at_once): a word for one is not a word for all.
+                raise RunRefused(say.name_the_node_to_confirm(run.id, sorted({s.node for s in waiting})))
             for step in waiting:
                 detail = dict(step.detail) if isinstance(step.detail, dict) else {}
                 params = {**step_params(step), "confirmed_by": actor.user_id, "confirmed_by_name": self._public(actor),

@@ -1109,7 +1109,14 @@ class HostDriverByHand:
     migrate confirm <run>`) writes who and when into the params, audited. Until then the
     step waits, and the request's thread is told once what to do. `timeout_s` (default 8
     hours) or the window's end, whichever is first, fails the step and halts the run with
-    the node cordoned."""
+    the node cordoned.
+
+    The node's evidence: with no operator driver pod, a working driver shows as a Ready
+    validator; a removed one as a validator waiting for a driver and no GPU advertised.
+    The step notes at its start whether the driver worked; a change from that is the
+    evidence. With `evidence: true` (the pool's `host_driver_evidence`) the change
+    completes the step, audited as the evidence; otherwise it is shown in the waiting text
+    and a person still confirms."""
 
     def __init__(self, *, install: bool) -> None:
         self.install = install
@@ -1121,7 +1128,8 @@ class HostDriverByHand:
         return limit
 
     def prepare(self, ctx: StepContext) -> dict[str, Any]:
-        return {}
+        inv = ctx.node_inventory()
+        return {"driver_worked": inv is not None and _driver_works(inv)}
 
     def advance(self, ctx: StepContext) -> Outcome:
         confirmed = ctx.params.get("confirmed_by_name") or ctx.params.get("confirmed_by")
@@ -1130,10 +1138,47 @@ class HostDriverByHand:
                         {"confirmed_by": ctx.params.get("confirmed_by")})
         if ctx.dry_run:
             return Done(say.would_wait_for_host_driver(ctx.node, install=self.install))
+        waiting = say.waiting_for_host_driver(ctx.node, install=self.install)
+        evidence = self._evidence(ctx)
+        if evidence is not None and ctx.params.get("evidence") is True:
+            action = "run.host-driver-installed" if self.install else "run.host-driver-removed"
+            ctx.record(key="evidence", action=action, target=f"node {ctx.node}",
+                       detail={"by": "evidence", "evidence": evidence})
+            return Done(say.host_driver_detected(evidence, install=self.install), {"evidence": evidence})
+        if evidence is not None:
+            waiting = say.host_driver_evidence_seen(evidence, install=self.install)
+        elif ctx.intent.get("driver_worked") is self.install:
+            waiting = say.host_driver_no_before(ctx.node, install=self.install)
         notice = Notice(f"host-driver/{ctx.node}", say.host_driver_by_hand(
             ctx.node, run=ctx.run_id, request=ctx.request_id, install=self.install))
         # Looks again now and then: the confirmation may come from another process.
-        return Waiting(say.waiting_for_host_driver(ctx.node, install=self.install), retry_in=5.0, notice=notice)
+        return Waiting(waiting, retry_in=5.0, notice=notice)
+
+    def _evidence(self, ctx: StepContext) -> str | None:
+        """The change the node shows since the step began, in words; None if none."""
+        inv = ctx.node_inventory()
+        if inv is None or ctx.intent.get("driver_worked") is self.install:
+            return None
+        changed = _driver_works(inv) if self.install else _driver_gone(inv)
+        if not changed:
+            return None
+        return say.host_driver_evidence(ctx.node, install=self.install, validator=inv.validator_pod.text,
+                                        advertised=inv.advertised_gpus)
+
+
+def _driver_works(inv: NodeInventory) -> bool:
+    """A driver works on the node without the operator's: its validator is Ready and every
+    GPU is advertised, with no operator driver pod."""
+    return (not inv.driver_pod.present and inv.validator_pod.condition == "healthy"
+            and inv.expected_advertised is not None and inv.advertised_gpus == inv.expected_advertised)
+
+
+def _driver_gone(inv: NodeInventory) -> bool:
+    """No driver works on the node: no operator driver pod, the validator waits for a
+    driver (not Ready, not failing), and no GPU is advertised."""
+    validator = inv.validator_pod
+    return (not inv.driver_pod.present and validator.present and validator.condition in ("starting", "pending")
+            and inv.advertised_gpus == 0)
 
 
 class NodeLabels:

@@ -429,6 +429,19 @@ class KubeGateway:
     def get_node(self, name: str) -> NodeObject:
         return node_from_json(self.request("GET", f"{NODES}/{name}"))
 
+    def labels_with_owners(self, name: str) -> dict[str, tuple[str, tuple[str, ...]]]:
+        """Node `name`'s labels, each with the field managers that own it: label ->
+        (value, managers), from the managedFields the watch cache does not keep."""
+        found = self.request("GET", f"{NODES}/{name}")
+        meta = found.get("metadata") or {}
+        owners: dict[str, set[str]] = {}
+        for entry in meta.get("managedFields") or ():
+            fields = ((entry.get("fieldsV1") or {}).get("f:metadata") or {}).get("f:labels") or {}
+            for key in fields:
+                if key.startswith("f:"):
+                    owners.setdefault(key[2:], set()).add(str(entry.get("manager") or "unknown"))
+        return {str(k): (str(v), tuple(sorted(owners.get(k, ())))) for k, v in (meta.get("labels") or {}).items()}
+
     def list_pods_on_node(self, node: str, *, label_selector: str | None = None) -> list[PodOnNode]:
         """Every pod bound to `node` (fieldSelector spec.nodeName), in every namespace."""
         result = self.list(PODS, field_selector=f"spec.nodeName={node}", label_selector=label_selector)

@@ -5,6 +5,8 @@ package reads them from here."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 LABEL_GPU_PRESENT = "nvidia.com/gpu.present"
 LABEL_GPU_COUNT = "nvidia.com/gpu.count"
 LABEL_GPU_PRODUCT = "nvidia.com/gpu.product"
@@ -67,3 +69,29 @@ PAUSED_FOR_MIG_CHANGE = "paused-for-mig-change"
 LABEL_GPU_USER = "gpuops.io/gpu-user"
 # The kubelet's mark on a static (mirror) pod, which eviction cannot move.
 ANNOTATION_MIRROR = "kubernetes.io/config.mirror"
+
+# Labels set by discovery (GFD and NFD) and the operator live under these prefixes; the
+# operator's knobs among them are set by people on purpose and are not "hand-set".
+DISCOVERED_PREFIXES = ("nvidia.com/", "feature.node.kubernetes.io/")
+KNOB_PREFIXES = (LABEL_DEPLOY_PREFIX, LABEL_MIG_CONFIG, "nvidia.com/device-plugin.config",
+                 "nvidia.com/gpu.workload.config", LABEL_UPGRADE_STATE, LABEL_UPGRADE_SKIP,
+                 LABEL_DRIVER_CR_OWNER)
+# Field managers of the tools people label nodes with (kubectl label/edit/patch/apply,
+# k9s, dashboards in a browser, Lens): the API server names a manager after the client.
+HUMAN_MANAGERS = ("kubectl", "k9s", "Mozilla", "Lens", "OpenLens", "Headlamp")
+
+
+def hand_set_labels(labels: Mapping[str, tuple[str, Sequence[str]]]) -> dict[str, tuple[str, str]]:
+    """The discovery labels of a node that a person set (a person's tool owns the field in
+    the node's managedFields), from label -> (value, managers): label -> (value, the
+    people's managers). `gpu.present` is the operator's mark of a GPU node and never
+    counts: without it the operator stops deploying there."""
+    found: dict[str, tuple[str, str]] = {}
+    for key, (value, managers) in labels.items():
+        if (not key.startswith(DISCOVERED_PREFIXES) or key.startswith(KNOB_PREFIXES)
+                or key == LABEL_GPU_PRESENT):
+            continue
+        people = sorted(m for m in managers if m.startswith(HUMAN_MANAGERS))
+        if people:
+            found[key] = (value, ", ".join(people))
+    return found

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from workflows.wording import names
 
@@ -24,26 +24,36 @@ def nothing_to_move(already: Sequence[str], to: str) -> str:
     return f"nothing to move: {names(already)} already run{'s' if len(already) == 1 else ''} {_driver_of(to)}"
 
 
-def node_note(node: str, owner: str, evidence: Sequence[str], label: str, before: str | None, after: str) -> str:
+def node_note(node: str, owner: str, evidence: Sequence[str], label: str, before: str | None, after: str,
+              *, hand_set: Mapping[str, tuple[str, str]] | None = None) -> str:
     shown = "; ".join(evidence[:2]) if evidence else "no evidence recorded"
-    return f"{node}: driver owner {owner} ({shown}); {label}: {before or 'unset'} -> {after}"
+    text = f"{node}: driver owner {owner} ({shown}); {label}: {before or 'unset'} -> {after}"
+    if hand_set:
+        labels = ", ".join(f"{k}={v} (set by {who})" for k, (v, who) in sorted(hand_set.items()))
+        text += f"; hand-set labels removed for GFD to publish its own (a rollback puts them back): {labels}"
+    return text
 
 
-def manual_step_note(*, install: bool) -> str:
+def manual_step_note(*, install: bool, evidence: bool = False) -> str:
     what = ("once the operator's driver is off a node, install the host's NVIDIA driver packages there" if install
             else "once a node is cordoned and drained, remove the host's NVIDIA driver packages there")
-    return (f"the one step a person does: {what} and confirm (a button on the request, or `/gpu migrate confirm "
+    text = (f"the one step a person does: {what} and confirm (a button on the request, or `/gpu migrate confirm "
             "<run>`; who confirmed is audited); gpuops cannot log into nodes")
+    if evidence:
+        change = "starts working" if install else "stops working (validator waiting for a driver, no GPU advertised)"
+        text += f". This pool takes the node's evidence too (host_driver_evidence): once its driver {change}, the step is done, audited"
+    return text
 
 
-def one_at_a_time_note(*, to: str) -> str:
+def one_at_a_time_note(*, to: str, at_once: int = 1) -> str:
     if to == "host":
         middle = ("turn the operator's driver off, wait for its pod to go, wait for the host driver to be installed, "
                   "wait for it and the validator")
     else:
         middle = ("wait for the host driver to go, let the operator deploy its driver, wait for its driver and "
                   "validator")
-    return (f"one node at a time: snapshot (labels, annotations, taints), cordon, drain GPU pods, {middle}, a test "
+    pace = "one node at a time" if at_once <= 1 else f"the first node alone, then up to {at_once} at once"
+    return (f"{pace}: snapshot (labels, annotations, taints), cordon, drain GPU pods, {middle}, a test "
             "pod asking for one GPU, every GPU advertised, uncordon")
 
 

@@ -5,18 +5,22 @@ A node moves to the operator when its driver is a host driver (or a host driver 
 operator's both: the move ends the conflict), and to the host when the operator's driver
 is its driver; nodes already there are left out; a node with no driver or an owner
 gpuops cannot tell is refused with its evidence. The plan names, per node, the owner and
-its evidence and the label that changes (`nvidia.com/gpu.deploy.driver` -> true, or ->
-pre-installed), and the one step a person must do.
+its evidence, the label that changes (`nvidia.com/gpu.deploy.driver` -> true, or ->
+pre-installed), the labels people set by hand (removed on the way in, for GFD to publish
+its own), and the one step a person must do.
 
-Per node, one at a time: snapshot (labels, annotations, taints: what a rollback puts
-back), cordon (a person's cordon is kept), wait for the pool's `wait_for` jobs, evict GPU
-pods, wait for a person to remove the host driver and confirm it (audited), set the
-operator's deploy label, wait for the operator's driver pod and the validator, run the
-test pod (the pool's `gpu_check`, else the default: one GPU, `nvidia-smi`), wait until
-every GPU is advertised, uncordon. To the host: the deploy label first, wait until the
-operator's driver pod is gone, wait for a person to install the host driver and confirm,
-wait for the driver and validator, the test pod, every GPU, uncordon. A rollback restores each moved node's snapshot in one
-step and leaves it cordoned for the host driver to go back on."""
+Per node, one at a time unless the pool's `migrate_at_once` says more (the first node
+always alone): snapshot (labels, annotations, taints: what a rollback puts back), cordon
+(a person's cordon is kept), wait for the pool's `wait_for` jobs, evict GPU pods, wait
+for a person to remove the host driver and confirm it (or, with the pool's
+`host_driver_evidence`, for the node to show it gone; audited), set the operator's deploy
+label and remove the hand-set ones, wait for the operator's driver pod and the validator,
+run the test pod (the pool's `gpu_check`, else the default: one GPU, `nvidia-smi`), wait
+until every GPU is advertised, uncordon. To the host: the deploy label first, wait until
+the operator's driver pod is gone, wait for a person to install the host driver and
+confirm (or the node's evidence), wait for the driver and validator, the test pod, every
+GPU, uncordon. A rollback restores each moved node's snapshot in one step (the hand-set
+labels too) and leaves it cordoned for the host driver to go back on."""
 
 from __future__ import annotations
 
@@ -91,8 +95,11 @@ class MigratePlan:
 
 def plan_migrate(ask: MigrateAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolConfig], now: dt.datetime,
                  requested_by: str, gpu_check: GpuCheck | None = None, gpu_pods: Sequence[PodObject] = (),
+                 hand_set: Mapping[str, Mapping[str, tuple[str, str]]] | None = None,
                  rollback: MigrateRollbackOf | None = None) -> MigratePlan:
-    """Plan `ask` for `requested_by`, or raise MigrateRefused saying why not."""
+    """Plan `ask` for `requested_by`, or raise MigrateRefused saying why not. `hand_set`:
+    per node, the discovery labels people set (`kube.labels.hand_set_labels`); a move to
+    the operator removes them so GFD publishes what it finds, and a rollback puts them back."""
     targets = ask.targets if rollback is None else tuple(n for n, _ in rollback.snapshots)
     try:
         pool, nodes = resolve_targets(targets, fleet, what="move to the operator")
@@ -121,8 +128,11 @@ def plan_migrate(ask: MigrateAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolC
     members = [fleet.nodes[n] for n in fleet.pool(pool).nodes]  # type: ignore[union-attr]
     first = rollback.snapshots[0][0] if rollback is not None else None
     try:
-        # One node at a time: each needs a person at the node.
-        order = rolling_order(moving, pool=members, budget=MaxUnavailable.parse(1), canary=first,
+        # Each node needs a person at it: `migrate_at_once` (1 unless the pool says more),
+        # never above max_unavailable.
+        allowed = policy.unavailable_budget.allowed(len(members))
+        budget = MaxUnavailable(count=min(policy.migrate_at_once, allowed)) if allowed else policy.unavailable_budget
+        order = rolling_order(moving, pool=members, budget=budget, canary=first,
                               min_ready_gpus=policy.min_ready_gpus, what="move to the operator")
     except OrderRefused as refused:
         raise MigrateRefused(refused.reason, code=refused.code) from None
@@ -133,8 +143,9 @@ def plan_migrate(ask: MigrateAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolC
                     for n in by_name}
     else:
         check = policy.gpu_check or gpu_check or DEFAULT_CHECK
+        hand = {n: dict((hand_set or {}).get(n) or {}) if ask.to == "operator" else {} for n in by_name}
         steps_of = {n: _node_steps(by_name[n], policy=policy, check=check if check.enabled else DEFAULT_CHECK,
-                                   to=ask.to) for n in by_name}
+                                   to=ask.to, remove=sorted(hand[n])) for n in by_name}
     waves = [Wave(0, (order.canary,), tuple(steps_of[order.canary]))]
     for index, wave in enumerate(order.waves, start=1):
         waves.append(Wave(index, wave, tuple(step for n in wave for step in steps_of[n])))
@@ -142,8 +153,9 @@ def plan_migrate(ask: MigrateAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolC
         notes = [say.rollback_note(rollback.run, [n for n, _ in rollback.snapshots])]
     else:
         notes = [say.node_note(n.name, n.driver.owner, n.driver.evidence, LABEL_DEPLOY_DRIVER,
-                               n.deploy_driver, DEPLOY_VALUE[ask.to]) for n in moving]
-        notes += [say.manual_step_note(install=ask.to == "host"), say.one_at_a_time_note(to=ask.to)]
+                               n.deploy_driver, DEPLOY_VALUE[ask.to], hand_set=hand[n.name]) for n in moving]
+        notes += [say.manual_step_note(install=ask.to == "host", evidence=policy.host_driver_evidence),
+                  say.one_at_a_time_note(to=ask.to, at_once=budget.allowed(len(members)))]
         wait_for = LabelSelector.parse(policy.wait_for.selector).matches if policy.wait_for is not None else None
         notes += pool_say.pods_moved_note({n.name: gpu_pods_moved(gpu_pods, n.name, wait_for=wait_for)
                                            for n in moving})
@@ -164,7 +176,7 @@ def _cordon(node: NodeInventory, takes_over: str | None = None) -> NodeStep:
 
 
 def _node_steps(node: NodeInventory, *, policy: PoolConfig, check: GpuCheck,
-                to: Literal["operator", "host"]) -> list[NodeStep]:
+                to: Literal["operator", "host"], remove: Sequence[str] = ()) -> list[NodeStep]:
     validate = int(policy.validate_timeout.total_seconds())
     by_hand = int(policy.host_driver_timeout.total_seconds())
     steps = [NodeStep("snapshot", node.name, {}), _cordon(node)]
@@ -174,16 +186,20 @@ def _node_steps(node: NodeInventory, *, policy: PoolConfig, check: GpuCheck,
     steps.append(NodeStep("evict", node.name, {
         "scope": EVICT_SCOPE, "pdb_timeout_s": int(policy.drain_timeout.total_seconds()),
         "pdb_timeout_action": policy.pdb_timeout_action}))
-    deploy = NodeStep("node-labels", node.name, {"labels": {LABEL_DEPLOY_DRIVER: DEPLOY_VALUE[to]}})
+    # The hand-set labels go with the deploy label: GFD publishes its own once the
+    # operator's driver runs.
+    deploy = NodeStep("node-labels", node.name, {"labels": {LABEL_DEPLOY_DRIVER: DEPLOY_VALUE[to],
+                                                            **{key: None for key in remove}}})
+    by_hand_params = {"timeout_s": by_hand, "evidence": policy.host_driver_evidence}
     if to == "operator":
         # The host driver goes first; then the operator deploys its own.
-        steps += [NodeStep("host-driver-removed", node.name, {"timeout_s": by_hand}), deploy,
+        steps += [NodeStep("host-driver-removed", node.name, by_hand_params), deploy,
                   NodeStep("wait-for", node.name, {"conditions": ["operator-driver-ready", "validator-ready"],
                                                    "timeout_s": validate})]
     else:
         # The operator takes its driver off first; then a person installs the host's.
         steps += [deploy, NodeStep("wait-for", node.name, {"conditions": ["no-operator-driver"], "timeout_s": validate}),
-                  NodeStep("host-driver-installed", node.name, {"timeout_s": by_hand}),
+                  NodeStep("host-driver-installed", node.name, by_hand_params),
                   NodeStep("wait-for", node.name, {"conditions": ["driver-ready", "validator-ready"],
                                                    "timeout_s": validate})]
     steps += [

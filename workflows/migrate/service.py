@@ -8,15 +8,23 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from workflows.access import Actor, Role, require
 from workflows.engine.runs import RunView, step_intent, step_params
 from workflows.fleet.summary import Fleet
 from workflows.migrate import messages as say
-from workflows.migrate.plan import MigrateAsk, MigratePlan, MigrateRefused, MigrateRollbackOf, plan_migrate
+from workflows.migrate.plan import MOVABLE, MigrateAsk, MigratePlan, MigrateRefused, MigrateRollbackOf, plan_migrate
+from workflows.kube.labels import hand_set_labels
 from workflows.pools.capacity import GpuPods
 from workflows.pools.config import GpuCheck, PoolConfig
 from workflows.requests.service import RequestService, RequestView
+
+
+class NodeLabels(Protocol):
+    """Where a plan reads who set a node's labels (`kube.gateway.KubeGateway`)."""
+
+    def labels_with_owners(self, name: str) -> dict[str, tuple[str, tuple[str, ...]]]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,18 +35,25 @@ class MigrateRequested:
 
 class MigrateService:
     def __init__(self, requests: RequestService, *, pools: Mapping[str, PoolConfig], gpu_check: GpuCheck | None = None,
-                 pods: GpuPods | None = None) -> None:
+                 pods: GpuPods | None = None, labels: NodeLabels | None = None) -> None:
         self._requests = requests
         self._pools = pools
         self._gpu_check = gpu_check
         self._pods = pods
+        self._labels = labels
 
     def preview(self, actor: Actor, ask: MigrateAsk, *, fleet: Fleet, now: dt.datetime,
                 rollback: MigrateRollbackOf | None = None) -> MigratePlan:
         """The plan `request` would store, checked the same way; nothing is stored."""
         pods = self._pods.list_gpu_pods() if self._pods is not None and rollback is None else []
+        hand_set = None
+        if self._labels is not None and rollback is None and ask.to == "operator":
+            # Read per node (managedFields are not in the watch cache): the asked nodes, or the pool's.
+            nodes = [n for t in ask.targets for n in _members(fleet, t)
+                     if n in fleet.nodes and fleet.nodes[n].driver.owner in MOVABLE["operator"]]
+            hand_set = {n: hand_set_labels(self._labels.labels_with_owners(n)) for n in nodes}
         planned = plan_migrate(ask, fleet=fleet, policy_of=self._pools, now=now, requested_by=actor.user_id,
-                               gpu_check=self._gpu_check, gpu_pods=pods, rollback=rollback)
+                               gpu_check=self._gpu_check, gpu_pods=pods, hand_set=hand_set, rollback=rollback)
         require(actor, Role.OPERATOR, action="Planning a move to the operator", pool=planned.pool)
         return planned
 
@@ -76,3 +91,9 @@ class MigrateService:
                                      plan=planned.plan, window_start=planned.window_start,
                                      window_end=planned.window_end, reason=reason, channel=channel, now=now)
         return MigrateRequested(planned, view)
+
+
+def _members(fleet: Fleet, target: str) -> tuple[str, ...]:
+    """A pool's nodes, or the node itself."""
+    pool = fleet.pool(target)
+    return pool.nodes if pool is not None else (target,)

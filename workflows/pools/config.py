@@ -216,6 +216,15 @@ class PoolConfig(_Model):
     # How long a node being moved to the operator waits for a person to remove its host
     # driver (or until the window ends, if sooner) before the run halts with it cordoned.
     host_driver_timeout: Duration = dt.timedelta(hours=8)
+    # Let the node's own evidence stand for that person's word: the host driver that worked
+    # when the step began stops (the validator waits for a driver, no GPU advertised, no
+    # operator driver pod), or, on the way back, a driver starts working with no operator
+    # pod. Off by default: a driver that stops is not proof its packages are gone (a
+    # leftover install loads again at the next boot); with it off the evidence is shown.
+    host_driver_evidence: bool = False
+    # Nodes a move to (or from) the operator takes at once: each needs a person at the
+    # node. Never more than max_unavailable allows; the first node always goes alone.
+    migrate_at_once: Annotated[int, Field(ge=1)] = 1
     # How long a node's MIG change may take (the MIG manager's pending, a reboot, the
     # device plugin re-advertising) before the run halts with the node cordoned.
     mig_timeout: Duration = dt.timedelta(minutes=30)
