@@ -35,8 +35,12 @@ from pathlib import Path
 
 from bot import messages as msg
 from bot.credentials import CredentialsError, Mode, load_credentials
+from bot.health import DEFAULT_PORT as DEFAULT_HEALTH_PORT
+from bot.health import HealthServer, Readiness
 from bot.logs import configure_logging, protect
+from bot.metrics import Metrics
 from bot.render_text import render_text
+from bot.slack_api import observe_calls as observe_slack_calls
 from bot.wiring import Runtime, build_runtime, database_path, replica_identity
 from commands.catalog import dispatch
 from storage import audit
@@ -44,7 +48,9 @@ from storage.database import open_database
 from storage.errors import StorageError
 from workflows.access import Actor
 from workflows.config import ConfigError, GpuopsConfig, load_config
+from workflows.fleet.watchcache import FleetCache
 from workflows.kube.errors import KubeError
+from workflows.kube.gateway import observe_calls as observe_kube_calls
 
 log = logging.getLogger("gpuops.bot.cli")
 
@@ -118,6 +124,10 @@ def _run(args: argparse.Namespace) -> int:
         print(f"gpuops run: {msg.slack_unreachable(type(err).__name__ + ': ' + str(err))}", file=sys.stderr)
         return EXIT_SLACK
     config = load_config(args.config)
+    # Counted from the first call, the fleet's first list included.
+    metrics = Metrics()
+    observe_kube_calls(metrics.observe_kube)
+    observe_slack_calls(metrics.observe_slack)
     runtime = _runtime(args, config, watch=True)
     try:
         try:
@@ -132,6 +142,7 @@ def _run(args: argparse.Namespace) -> int:
         # Every replica answers Slack; the one holding the engine Lease also runs the
         # engine, the scheduler and the notifier (stopped by runtime.close()).
         runtime.start_background(replica_identity(), slack=client)
+        health = _serve_health(runtime, metrics, args.health_port)
         if mode == "socket":
             handler = SocketModeHandler(app, credentials.app_token)
             handler.connect()
@@ -144,9 +155,21 @@ def _run(args: argparse.Namespace) -> int:
             log.info(msg.started("HTTP", server.url))
             stop.wait()
             server.stop()
+        health.stop()
     finally:
         runtime.close()
     return 0
+
+
+def _serve_health(runtime: Runtime, metrics: Metrics, port: int) -> HealthServer:
+    """/healthz, /readyz and /metrics on `port`, reading the runtime's state."""
+    cache = runtime.fleet if isinstance(runtime.fleet, FleetCache) else None
+    metrics.sources.database, metrics.sources.fleet, metrics.sources.leader = (runtime.database.get, cache,
+                                                                               runtime.leading)
+    server = HealthServer(Readiness(database=runtime.database.get, cache=cache, leader=runtime.leading),
+                          metrics, port=port).start()
+    log.info(msg.health_serving(server.base_url))
+    return server
 
 
 # ------------------------------------------------------------------ console
@@ -252,6 +275,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--http", action="store_true", help="HTTP mode instead of Socket Mode")
     p.add_argument("--host", default="0.0.0.0", help="HTTP mode: address to listen on (default 0.0.0.0)")
     p.add_argument("--port", type=int, default=3000, help="HTTP mode: port to listen on (default 3000)")
+    p.add_argument("--health-port", type=int, default=DEFAULT_HEALTH_PORT,
+                   help=f"/healthz, /readyz and /metrics, in both modes (default {DEFAULT_HEALTH_PORT})")
     p = sub.add_parser("console", parents=shared, help="the bot's logic in a terminal, as a given Slack user",
                        description="Type /gpu commands and read the replies as text; type a button's number "
                                    "to click it; ':as USER' switches identity. Reads a script from stdin "

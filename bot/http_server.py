@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 from slack_bolt import App, BoltRequest, BoltResponse
 from slack_bolt.adapter.wsgi import SlackRequestHandler
@@ -146,15 +146,17 @@ class _Routes:
             return [b""]
 
 
-class SlackHttpServer:
-    """Serves `app` on host:port (port 0: a free one) until `stop()`."""
+class WaitressServer:
+    """Serves a WSGI `application` on host:port (port 0: a free one) on its own thread
+    until `stop()`, with `settings`' protections."""
 
-    def __init__(self, app: App, *, signing_secret: str, host: str = "0.0.0.0", port: int = 3000,
+    def __init__(self, application: Callable[..., Iterable[bytes]], *, host: str, port: int, name: str,
                  settings: HttpSettings = HttpSettings()) -> None:
         self.settings = settings
+        self._name = name
         self._map: dict[int, Any] = {}
         self._server = create_server(
-            _Routes(SlackEndpoint(app, signing_secret=signing_secret)), map=self._map, host=host, port=port,
+            application, map=self._map, host=host, port=port,
             backlog=settings.backlog, threads=settings.threads, max_request_body_size=settings.max_body,
             connection_limit=settings.max_connections + _WAITRESS_OWN_SOCKETS,
             channel_timeout=settings.read_timeout, cleanup_interval=1, ident="gpuops",
@@ -167,15 +169,15 @@ class SlackHttpServer:
         self._thread: threading.Thread | None = None
 
     @property
-    def url(self) -> str:
-        return f"http://{self._server.effective_host}:{self._server.effective_port}{EVENTS_PATH}"
+    def base_url(self) -> str:
+        return f"http://{self._server.effective_host}:{self._server.effective_port}"
 
     @property
     def health_url(self) -> str:
-        return f"http://{self._server.effective_host}:{self._server.effective_port}{HEALTH_PATH}"
+        return self.base_url + HEALTH_PATH
 
-    def start(self) -> SlackHttpServer:
-        self._thread = threading.Thread(target=self._serve, name="gpuops-http", daemon=True)
+    def start(self) -> Self:
+        self._thread = threading.Thread(target=self._serve, name=f"gpuops-{self._name}", daemon=True)
         self._thread.start()
         return self
 
@@ -193,3 +195,15 @@ class SlackHttpServer:
         if self._thread is not None:
             self._thread.join(timeout=10)
 
+
+class SlackHttpServer(WaitressServer):
+    """Serves the Bolt `app` (and /healthz) on host:port until `stop()`."""
+
+    def __init__(self, app: App, *, signing_secret: str, host: str = "0.0.0.0", port: int = 3000,
+                 settings: HttpSettings = HttpSettings()) -> None:
+        super().__init__(_Routes(SlackEndpoint(app, signing_secret=signing_secret)), host=host, port=port,
+                         name="http", settings=settings)
+
+    @property
+    def url(self) -> str:
+        return self.base_url + EVENTS_PATH

@@ -12,9 +12,15 @@ lets anyone who holds it post as the app for half an hour.
 from __future__ import annotations
 
 import logging
+import os
 import re
+import sys
 import urllib.parse
 from collections.abc import Iterable
+
+from pythonjsonlogger.json import JsonFormatter
+
+from workflows import logfields
 
 REDACTED = "[redacted]"
 _TOKEN_SHAPED = re.compile(r"\bx(?:ox[abposre]|app)-[A-Za-z0-9-]+")
@@ -60,10 +66,56 @@ class RedactSecrets(logging.Filter):
         return True
 
 
-def configure_logging(*, verbose: bool, secrets: Iterable[str] = ()) -> None:
-    """Log to stderr, INFO with -v else WARNING, every handler redacting `secrets`."""
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# JSON lines: these fields first, then the ids the line is about (`workflows.logfields`).
+JSON_FIELDS = ("asctime", "levelname", "name", "message")
+JSON_NAMES = {"asctime": "time", "levelname": "level", "name": "logger"}
+
+
+class _JsonLines(JsonFormatter):
+    """python-json-logger's formatter, writing the traceback `RedactSecrets` already
+    cleaned (`exc_text`) rather than formatting the exception again from scratch."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        if record.exc_info and record.exc_text:
+            saved, record.exc_info = record.exc_info, None
+            try:
+                return super().format(record)
+            finally:
+                record.exc_info = saved
+        return super().format(record)
+
+
+class _LogFields(logging.Filter):
+    """Puts the request, run, step and node a line is about on the record (JSON fields)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        for key, value in logfields.current().items():
+            setattr(record, key, value)
+        return True
+
+
+def log_format(asked: str | None = None) -> str:
+    """`json` or `text`: as asked (or $GPUOPS_LOG_FORMAT), else text on a terminal and JSON
+    lines anywhere else (a container's log collector)."""
+    chosen = (asked or os.environ.get("GPUOPS_LOG_FORMAT") or "auto").strip().lower()
+    if chosen == "auto":
+        return "text" if sys.stderr.isatty() else "json"
+    if chosen not in ("json", "text"):
+        raise ValueError(f"GPUOPS_LOG_FORMAT is {chosen!r}: it is json, text or auto")
+    return chosen
+
+
+def configure_logging(*, verbose: bool, secrets: Iterable[str] = (), fmt: str | None = None) -> None:
+    """Log to stderr, INFO with -v else WARNING, as text or JSON lines (`log_format`),
+    every handler redacting `secrets`."""
+    handler = logging.StreamHandler()
+    if log_format(fmt) == "json":
+        handler.setFormatter(_JsonLines(list(JSON_FIELDS), rename_fields=JSON_NAMES))
+    else:
+        handler.setFormatter(logging.Formatter(TEXT_FORMAT))
+    handler.addFilter(_LogFields())
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[handler])
     protect(secrets)
 
 

@@ -4,6 +4,8 @@ reading its logs and errors), in one place. The commands' own text lives in
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from commands.reply import Confirm
 
 # ------------------------------------------------------------------ credentials
@@ -552,3 +554,14 @@ def config_check_ok(path: str, *, pools: list[str], rotations: int, users: int) 
     listed = ", ".join(pools) if pools else "none"
     return (f"{path}: ok: {len(pools)} pool{'s' if len(pools) != 1 else ''} ({listed}), {rotations} "
             f"rotation{'s' if rotations != 1 else ''}, {users} user{'s' if users != 1 else ''} with roles")
+
+
+def pod_delete_not_granted(pools: Sequence[str], identity: str) -> str:
+    return (f"{identity} may not delete pods in every namespace, but pool{'s' if len(pools) > 1 else ''} "
+            f"{', '.join(pools)} set{'' if len(pools) > 1 else 's'} pdb_timeout_action: delete. Grant it "
+            "(kubectl apply -f deploy/rbac-pod-delete.yaml, or the chart's rbac.allowPodDelete=true) or change "
+            "the pool's pdb_timeout_action")
+
+
+def health_serving(url: str) -> str:
+    return f"health: {url}/healthz, /readyz and /metrics"

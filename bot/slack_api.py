@@ -13,6 +13,7 @@ caller can fall back to another way of reaching the user.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from slack_sdk import WebClient
@@ -54,11 +55,39 @@ def retry_handlers() -> list[Any]:
     return [RateLimitErrorRetryHandler(max_retry_count=2), ConnectionErrorRetryHandler(max_retry_count=2)]
 
 
+# Told of every Web API call (method, "ok" or Slack's error): the process's metrics.
+_call_observer: Callable[[str, str], None] | None = None
+
+
+def observe_calls(observer: Callable[[str, str], None] | None) -> None:
+    """Tell `observer` of every Web API call made through `web_client` (None: nobody)."""
+    global _call_observer
+    _call_observer = observer
+
+
+class _ObservedClient(WebClient):
+    """slack_sdk's client, each call told to the observer (after its retries)."""
+
+    def api_call(self, api_method: str, **kwargs: Any) -> Any:  # type: ignore[override]
+        outcome = "error"
+        try:
+            answer = super().api_call(api_method, **kwargs)
+            outcome = "ok"
+            return answer
+        except SlackApiError as err:
+            outcome = str(err.response.get("error") or err.response.status_code)
+            raise
+        finally:
+            observer = _call_observer
+            if observer is not None:
+                observer(api_method, outcome)
+
+
 def web_client(token: str, *, base_url: str | None = None) -> WebClient:
     kwargs: dict[str, Any] = {"token": token, "retry_handlers": retry_handlers()}
     if base_url is not None:
         kwargs["base_url"] = base_url
-    return WebClient(**kwargs)
+    return _ObservedClient(**kwargs)
 
 
 def _error(err: Exception) -> str:

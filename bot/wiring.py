@@ -28,12 +28,13 @@ from typing import Protocol
 
 from slack_sdk import WebClient
 
+from bot import messages as msg
 from bot.notifier import Notifier, OutboxSlack
 from bot.scheduler import WINDOW_STARTS, LeaderScheduler, leader_jobs
 from commands.services import FleetSource, Services
 from storage import idempotency
 from storage.database import PerThreadDatabase, default_database_path
-from workflows.config import GpuopsConfig
+from workflows.config import ConfigError, GpuopsConfig
 from workflows.engine.cordons import Cordons
 from workflows.engine.lease import EngineLease, LeaseSettings
 from workflows.engine.loop import EngineSettings, run_engine
@@ -124,6 +125,10 @@ class Runtime:
         leadership.start(lease)
         return leadership
 
+    def leading(self) -> bool:
+        """Whether this replica holds the engine's Lease now."""
+        return self.leadership is not None and self.leadership.leading
+
     def close(self) -> None:
         leadership, self.leadership = self.leadership, None
         if leadership is not None:
@@ -144,11 +149,23 @@ def runtime_from_fleet_source(config: GpuopsConfig, fleet: FleetSource, database
     return Runtime(config=config, fleet=fleet, database=per_thread)
 
 
+def check_permissions(config: GpuopsConfig, gateway: KubeGateway) -> None:
+    """Refuse to start (ConfigError) when a pool asks for what the bot's identity may not
+    do: `pdb_timeout_action: delete` deletes pods in any namespace, which the opt-in grant
+    (deploy/rbac-pod-delete.yaml, the chart's rbac.allowPodDelete) gives. Better a clear
+    stop now than a drain that halts on a 403 in the night."""
+    deleting = sorted(name for name, pool in config.pools.items() if pool.pdb_timeout_action == "delete")
+    if deleting and not gateway.may("delete", "pods"):
+        raise ConfigError(msg.pod_delete_not_granted(deleting, gateway.identity))
+
+
 def build_runtime(config: GpuopsConfig, *, kubeconfig: str | None, context: str | None,
                   database: str | Path, watch: bool = True) -> Runtime:
-    """Connect to the cluster (kubeconfig or in-cluster), list the fleet, start the
-    watches (unless `watch` is False: a one-shot command), open the database."""
+    """Connect to the cluster (kubeconfig or in-cluster), check the identity may do what
+    the configuration asks, list the fleet, start the watches (unless `watch` is False: a
+    one-shot command), open the database."""
     gateway = KubeGateway.connect(kubeconfig=kubeconfig, context=context)
+    check_permissions(config, gateway)
     per_thread = PerThreadDatabase(database)
     per_thread.get()  # open and migrate now, so a bad file stops the start
     cache = FleetCache(gateway, settings=config.inventory_settings(),

@@ -10,7 +10,8 @@ is below it; `tests/unit/test_layers.py` checks it with import-linter):
     fleet                        node assessment, findings, the fleet summary, watch cache
     plans                        a plan of waves and steps, and its hash
     kube                         the only door to the Kubernetes API
-    access | durations | wording who may do what; "1h30m"; shared phrasing
+    access | durations | wording who may do what; "1h30m"; shared phrasing;
+      | logfields                the ids a log line is about
 
 Upgrades, MIG changes and host-driver migration land beside `drain` as packages of
 their own."""

@@ -25,8 +25,10 @@ ACCESS = {"users": {"U0ALICE": ["operator"], "U0BOB": ["approver"], "U0CAROL": [
 def grant_bot_rbac(installer) -> str:
     """The bot's namespace and deploy/rbac.yaml, as an install makes them; the kubeconfig
     context that acts as its ServiceAccount."""
-    installer.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpuops"}}, exist_ok=True)
-    for doc in yaml.safe_load_all(RBAC.read_text()):
+    docs = list(yaml.safe_load_all(RBAC.read_text()))
+    for namespace in sorted({d["metadata"]["namespace"] for d in docs if d["metadata"].get("namespace")}):
+        installer.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}, exist_ok=True)
+    for doc in docs:
         installer.create(doc, exist_ok=True)
     return "bot"
 

@@ -75,6 +75,7 @@ from storage.ids import RunId, StepId
 from storage.requests import Request
 from storage.runs import Run
 from storage.steps import Step, StepKind
+from workflows import logfields
 from workflows.engine import messages as say
 from workflows.engine.lease import EngineLease, LeaseSettings
 from workflows.engine.runs import WAITING, nodes_left_cordoned, step_intent, step_params
@@ -286,16 +287,17 @@ class Engine:
     def _drive(self, run: Run, woken: set[str], due: set[StepId], seen: set[StepId],
                evaluated: set[StepId]) -> None:
         info = self._run_info(run)
-        for _ in range(10_000):  # each turn commits something or returns
-            current = stored_runs.get(self._db, id=run.id)
-            if current is None or current.state not in ("pending", "running", "paused"):
-                return
-            run = current
-            try:
-                if not self._turn(run, info, woken, due, seen, evaluated):
+        with logfields.bound(request_id=info.request.id, run_id=run.id):
+            for _ in range(10_000):  # each turn commits something or returns
+                current = stored_runs.get(self._db, id=run.id)
+                if current is None or current.state not in ("pending", "running", "paused"):
                     return
-            except _Changed:
-                continue
+                run = current
+                try:
+                    if not self._turn(run, info, woken, due, seen, evaluated):
+                        return
+                except _Changed:
+                    continue
 
     def _turn(self, run: Run, info: _RunInfo, woken: set[str], due: set[StepId], seen: set[StepId],
               evaluated: set[StepId]) -> bool:
@@ -336,20 +338,21 @@ class Engine:
                     or step_params(step).get("released_at"))):
                 continue
             evaluated.add(step.id)
-            outcome = self._evaluate(run, info, step, live, steps)
-            if isinstance(outcome, Done):
-                self._finish_step(run, info, step, outcome)
-                progressed = True
-            elif isinstance(outcome, Failed):
-                self._halt(run, info, step, outcome.reason, detail=outcome.detail)
-                return False
-            elif isinstance(outcome, LeftOut):
-                self._leave_out(run, info, step, outcome)
-                progressed = True
-            else:
-                self._show_waiting(run, info, step, live, outcome.reason)
-                if outcome.notice is not None:
-                    self._tell(run, info, step, live, outcome.notice)
+            with logfields.bound(step_id=step.id, step=step.kind, node=step.node):
+                outcome = self._evaluate(run, info, step, live, steps)
+                if isinstance(outcome, Done):
+                    self._finish_step(run, info, step, outcome)
+                    progressed = True
+                elif isinstance(outcome, Failed):
+                    self._halt(run, info, step, outcome.reason, detail=outcome.detail)
+                    return False
+                elif isinstance(outcome, LeftOut):
+                    self._leave_out(run, info, step, outcome)
+                    progressed = True
+                else:
+                    self._show_waiting(run, info, step, live, outcome.reason)
+                    if outcome.notice is not None:
+                        self._tell(run, info, step, live, outcome.notice)
         if progressed:
             return True
 

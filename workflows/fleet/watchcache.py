@@ -84,7 +84,19 @@ class _Resource:
     watches: int = 0  # watches opened
     # Since when the API has not answered this resource's list or watch (None: it does).
     lost_since: float | None = None
+    # When the API last told this resource anything (a list, an event, a bookmark).
+    heard: float | None = None
     synced: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass(frozen=True, slots=True)
+class CacheState:
+    resource: str
+    synced: bool
+    available: bool  # False: an optional CRD that is not installed
+    relists: int
+    silent_for: float | None  # seconds since the API last said anything about it
+    lost_for: float | None  # seconds the API has not answered its list or watch
 
 
 def utc_now() -> dt.datetime:
@@ -199,6 +211,19 @@ class FleetCache:
     def relists(self, resource: str) -> int:
         return self._resources[resource].relists
 
+    def states(self) -> list[CacheState]:
+        """Each watched resource as a health check or a metric reads it."""
+        now = time.monotonic()
+        return [CacheState(resource=r.name, synced=r.synced.is_set(), available=r.available, relists=r.relists,
+                           silent_for=None if r.heard is None else now - r.heard,
+                           lost_for=None if r.lost_since is None else now - r.lost_since)
+                for r in self._resources.values()]
+
+    @property
+    def synced(self) -> bool:
+        """Every resource listed at least once (a CRD that is not installed counts)."""
+        return all(r.synced.is_set() for r in self._resources.values())
+
     def bookmarks(self, resource: str) -> int:
         """Watch BOOKMARK events seen for `resource` (the API server sends one about every
         minute, and shortly before a watch times out)."""
@@ -218,6 +243,7 @@ class FleetCache:
             log.debug("%s of %s failed again: %s", what, resource.name, err)
 
     def _answered(self, resource: _Resource) -> None:
+        resource.heard = time.monotonic()
         if resource.lost_since is not None:
             log.info("%s: the API answers again after %.0f s", resource.name, time.monotonic() - resource.lost_since)
             resource.lost_since = None
@@ -322,6 +348,7 @@ class FleetCache:
                         self._context_dirty = True
 
     def _apply(self, resource: _Resource, kind: str, obj: Any) -> None:
+        resource.heard = time.monotonic()
         version = wire.meta_of(obj).resourceVersion
         if kind == "BOOKMARK":
             resource.bookmarks += 1

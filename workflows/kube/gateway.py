@@ -217,6 +217,17 @@ def _leases(namespace: str) -> str:
 _NO_URLLIB3_RETRIES = False
 
 
+# Told of every API call (verb, status code or "error", seconds to the response's
+# headers): the process's metrics (bot.metrics). One per process, like the metrics.
+_call_observer: Callable[[str, str, float], None] | None = None
+
+
+def observe_calls(observer: Callable[[str, str, float], None] | None) -> None:
+    """Tell `observer` of every Kubernetes API call this process makes (None: nobody)."""
+    global _call_observer
+    _call_observer = observer
+
+
 class KubeGateway:
     """One authenticated connection to an API server.
 
@@ -270,12 +281,20 @@ class KubeGateway:
             header_params={"Content-Type": content_type, "Accept": "application/json"},
             body=body, auth_settings=["BearerToken"],
         )
+        verb = "WATCH" if query and ("watch", "true") in query else method
+        started, code = time.monotonic(), "error"
         try:
             response = self._api.call_api(method, url, header_params=headers, body=payload,
                                           _request_timeout=timeout)
+            code = str(response.response.status)
         except ApiException as err:  # the REST layer raises for some statuses itself
+            code = str(err.status or 0)
             raise _error(err.status or 0, err.body or err.reason or "", method=method, path=path,
                          headers=err.headers or {}) from None
+        finally:
+            observer = _call_observer
+            if observer is not None:
+                observer(verb, code, time.monotonic() - started)
         return response.response
 
     def request(self, method: str, path: str, *, query: list[tuple[str, Any]] | None = None,
@@ -428,6 +447,18 @@ class KubeGateway:
     # --- reads the engine needs fresh (not from the cache) -----------------------------
     def get_node(self, name: str) -> NodeObject:
         return node_from_json(self.request("GET", f"{NODES}/{name}"))
+
+    def may(self, verb: str, resource: str, *, group: str = "", namespace: str | None = None) -> bool:
+        """Whether this identity may `verb` `resource` (in `namespace`; None: in every
+        namespace), as the API server's authorizer answers (a SelfSubjectAccessReview,
+        which every authenticated identity may ask)."""
+        attributes: dict[str, str] = {"verb": verb, "resource": resource, "group": group}
+        if namespace is not None:
+            attributes["namespace"] = namespace
+        answer = self.request("POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", body={
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": attributes}})
+        return bool((answer.get("status") or {}).get("allowed"))
 
     def labels_with_owners(self, name: str) -> dict[str, tuple[str, tuple[str, ...]]]:
         """Node `name`'s labels, each with the field managers that own it: label ->

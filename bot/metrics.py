@@ -1,0 +1,147 @@
+"""The bot's Prometheus metrics (prometheus-client), served on the health port's /metrics.
+
+Two kinds. What happens is counted as it happens: Kubernetes API calls by verb and status
+code with their latency (`workflows.kube.gateway.observe_calls`), Slack Web API calls by
+method and outcome (`bot.slack_api.observe_calls`). What is true now is read at each
+scrape, so it is never stale and survives a restart: requests by kind and state, approvals
+pending, runs by state, steps in flight and the durations of steps finished in the last
+day (`storage.gauges`), findings by severity (the watch cache's fleet), each watched
+resource's silence and relists, the Slack outbox's depth, handovers acknowledged late, and
+whether this replica holds the engine's Lease.
+
+One registry per process (not prometheus-client's global one), so tests build their own.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from storage import gauges
+from storage.database import Database
+from workflows.fleet.watchcache import CacheState
+
+# Step durations range from a cordon (a second) to a drain waiting on jobs (hours).
+STEP_BUCKETS = (1, 5, 15, 60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600)
+API_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+STEP_WINDOW = dt.timedelta(days=1)
+
+
+class FleetState(Protocol):
+    """What the metrics read of the watch cache (`workflows.fleet.watchcache.FleetCache`)."""
+
+    def fleet(self, now: dt.datetime) -> Any: ...
+
+    def states(self) -> list[CacheState]: ...
+
+
+@dataclass
+class Sources:
+    """Where the scrape-time metrics come from; each may be missing (a test, a console)."""
+
+    database: Callable[[], Database] | None = None
+    fleet: FleetState | None = None
+    leader: Callable[[], bool] | None = None
+    clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.timezone.utc)
+
+
+class Metrics:
+    def __init__(self, sources: Sources | None = None) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.kube_calls = Counter("gpuops_kube_api_requests", "Kubernetes API calls by HTTP method (WATCH: a "
+                                  "watch) and status code (error: no answer)", ["verb", "code"], registry=self.registry)
+        self.kube_latency = Histogram("gpuops_kube_api_request_duration_seconds",
+                                      "Kubernetes API call latency to the response headers", ["verb"],
+                                      buckets=API_BUCKETS, registry=self.registry)
+        self.slack_calls = Counter("gpuops_slack_api_calls", "Slack Web API calls by method and outcome "
+                                   "(ok, or Slack's error code)", ["method", "outcome"], registry=self.registry)
+        self.sources = sources or Sources()
+        self.registry.register(_StateCollector(self.sources))
+
+    def observe_kube(self, verb: str, code: str, seconds: float) -> None:
+        self.kube_calls.labels(verb=verb, code=code).inc()
+        self.kube_latency.labels(verb=verb).observe(seconds)
+
+    def observe_slack(self, method: str, outcome: str) -> None:
+        self.slack_calls.labels(method=method, outcome=outcome).inc()
+
+
+class _StateCollector(Collector):
+    def __init__(self, sources: Sources) -> None:
+        self._sources = sources
+
+    def collect(self) -> Iterable[Metric]:
+        sources, now = self._sources, self._sources.clock()
+        if sources.database is not None:
+            yield from _database_metrics(gauges.read(sources.database(), since=now - STEP_WINDOW))
+        if sources.fleet is not None:
+            yield from _fleet_metrics(sources.fleet, now)
+        if sources.leader is not None:
+            lease = GaugeMetricFamily("gpuops_engine_lease_held", "1 when this replica holds the engine's Lease "
+                                      "(runs the engine, scheduler and notifier)")
+            lease.add_metric([], 1.0 if sources.leader() else 0.0)
+            yield lease
+
+
+def _database_metrics(read: gauges.Gauges) -> Iterable[Metric]:
+    requests = GaugeMetricFamily("gpuops_requests", "Requests by kind and state", labels=["kind", "state"])
+    for (kind, state), n in sorted(read.requests.items()):
+        requests.add_metric([kind, state], n)
+    yield requests
+    yield GaugeMetricFamily("gpuops_approvals_pending", "Requests waiting for approvals",
+                            value=read.approvals_pending)
+    runs = GaugeMetricFamily("gpuops_runs", "Runs by state", labels=["state"])
+    for state, n in sorted(read.runs.items()):
+        runs.add_metric([state], n)
+    yield runs
+    running = GaugeMetricFamily("gpuops_steps_in_flight", "Steps running now, by kind", labels=["kind"])
+    for kind, n in sorted(read.steps_running.items()):
+        running.add_metric([kind], n)
+    yield running
+    took = HistogramMetricFamily("gpuops_step_duration_seconds",
+                                 "How long steps finished in the last day took, by kind", labels=["kind"])
+    for kind, seconds in sorted(read.step_seconds.items()):
+        buckets = [(str(float(b)), float(sum(1 for s in seconds if s <= b))) for b in STEP_BUCKETS]
+        took.add_metric([kind], buckets + [("+Inf", float(len(seconds)))], sum_value=sum(seconds))
+    yield took
+    outbox = GaugeMetricFamily("gpuops_slack_outbox", "Slack messages not yet delivered, by state",
+                               labels=["state"])
+    for state in ("pending", "failed"):
+        outbox.add_metric([state], read.outbox.get(state, 0))
+    yield outbox
+    late = CounterMetricFamily("gpuops_handover_acks_late", "Handovers not acknowledged in time, by what "
+                               "followed (a reminder, then an escalation)", labels=["stage"])
+    late.add_metric(["reminded"], read.handovers_reminded)
+    late.add_metric(["escalated"], read.handovers_escalated)
+    yield late
+
+
+def _fleet_metrics(fleet: FleetState, now: dt.datetime) -> Iterable[Metric]:
+    findings = GaugeMetricFamily("gpuops_findings", "Problems found in the fleet, by severity",
+                                 labels=["severity"])
+    counts: dict[str, int] = {}
+    for finding in fleet.fleet(now).findings:
+        counts[finding.severity] = counts.get(finding.severity, 0) + 1
+    for severity, n in sorted(counts.items()):
+        findings.add_metric([severity], n)
+    yield findings
+    silent = GaugeMetricFamily("gpuops_watch_cache_silent_seconds", "Seconds since the API last said anything "
+                               "about a watched resource (a list, an event or a bookmark, about one a minute)",
+                               labels=["resource"])
+    relists = CounterMetricFamily("gpuops_watch_cache_relists", "Lists again after a watch expired (410)",
+                                  labels=["resource"])
+    synced = GaugeMetricFamily("gpuops_watch_cache_synced", "1 once the resource was listed", labels=["resource"])
+    for state in fleet.states():
+        if state.silent_for is not None:
+            silent.add_metric([state.resource], state.silent_for)
+        relists.add_metric([state.resource], state.relists)
+        synced.add_metric([state.resource], 1.0 if state.synced else 0.0)
+    yield silent
+    yield relists
+    yield synced
