@@ -23,7 +23,8 @@ CALLED_BY_BOLT = {"auth.test", "apps.connections.open"}
 
 
 def web_api_methods_called_in_bot() -> set[str]:
-    client_methods = {name for name in dir(WebClient) if "_" in name and not name.startswith("_")}
+    # NB: `api_call` is the door every method goes through (bot/slack_api.py counts calls there), not a method.
+    client_methods = {name for name in dir(WebClient) if "_" in name and not name.startswith("_")} - {"api_call"}
     called: set[str] = set()
     for path in (ROOT / "bot").rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):

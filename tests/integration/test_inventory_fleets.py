@@ -35,7 +35,8 @@ def test_driver_owner_verdicts_and_time_slicing_counts(fleet, fleet_cache):
     fleet(OWNERS)
     cache = fleet_cache()
     fleet_view = wait_fleet(cache, lambda f: len(f.nodes) == 6 and f.nodes["mixed-04"].advertised_gpus == 8
-                            and f.nodes["sliced-01"].advertised_gpus == 32, "the owners fleet to settle")
+                            and f.nodes["sliced-01"].advertised_gpus == 32
+                            and f.nodes["renamed-01"].advertised_gpus == 16, "the owners fleet to settle")
 
     owners = {name: fleet_view.nodes[name].driver.owner for name in ("mixed-01", "mixed-02", "mixed-03", "mixed-04")}
     assert owners == {"mixed-01": "host", "mixed-02": "conflict", "mixed-03": "none", "mixed-04": "operator"}
