@@ -64,12 +64,12 @@ def _go_env() -> dict[str, str]:
     return env
 
 
-def _run(args: list[str], *, cwd: Path, log: Path) -> str:
+def _run(args: list[str], *, cwd: Path, log: Path, env: dict[str, str] | None = None) -> str:
     with log.open("a") as out:
         out.write(f"$ {' '.join(args)}\n")
         out.flush()
         proc = subprocess.run(
-            args, cwd=cwd, env=_go_env(), stdout=subprocess.PIPE, stderr=out, text=True
+            args, cwd=cwd, env={**_go_env(), **(env or {})}, stdout=subprocess.PIPE, stderr=out, text=True
         )
         out.write(proc.stdout)
     if proc.returncode != 0:
