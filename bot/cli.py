@@ -321,7 +321,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.config is None:
         args.config = os.environ.get("GPUOPS_CONFIG")
     # The bot is a daemon: it logs its life at INFO; one-shot commands only warnings.
-    configure_logging(verbose=bool(args.verbose) or args.command == "run")
+    try:
+        configure_logging(verbose=bool(args.verbose) or args.command == "run")
+    except ValueError as err:  # a GPUOPS_LOG_FORMAT it does not know
+        print(f"gpuops: {err}", file=sys.stderr)
+        return EXIT_CONFIG
     try:
         if args.command == "run":
             return _run(args)
