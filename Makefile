@@ -12,7 +12,7 @@ FLEET ?= demo
 DEMO_USER ?= U0ALICE
 DEMO_ARGS := --config deploy/config.example.yaml --kubeconfig .gpuops/testenv/kubeconfig --database .gpuops/demo.db
 
-.PHONY: venv demo test bench mutation testenv-build testenv-up testenv-down clean
+.PHONY: fuzz venv demo test bench mutation testenv-build testenv-up testenv-down clean
 
 venv: $(VENV)/.installed
 
@@ -42,6 +42,13 @@ test: testenv-build
 
 bench: testenv-build
 	$(PY) -m pytest tests/bench -p no:cacheprovider -o addopts= -q -s
+
+# Fuzzing (hypothesis, 10,000 cases a target, seeded; not part of `make test`, which runs a
+# few hundred): the figures go to tests/reliability/results/fuzz.json. FUZZ_SEED=n to vary.
+FUZZ_SEED ?= 20261204
+fuzz: venv
+	GPUOPS_FUZZ_EXAMPLES=10000 GPUOPS_FUZZ_SEED=$(FUZZ_SEED) GPUOPS_FUZZ_RESULTS=tests/reliability/results/fuzz.json \
+		$(PY) -m pytest tests/e2e/test_fuzz.py -p no:cacheprovider -p no:randomly -o addopts= -q -s
 
 # Mutation testing of the safety modules (slow: about two hours on 2 cores; not part of
 # `make test`). MODULES=policy,runs limits it; survivors in tests/mutation/results/.

@@ -106,7 +106,8 @@ def _rollback(click: Click, run_id: str, services: Services) -> Outcome:
 
 
 def _acknowledge(click: Click, handover_id: str, services: Services) -> Outcome:
-    if services.database is None or not (handover_id.isascii() and handover_id.isdigit()):
+    # NB: an id SQLite can hold (found by the fuzzer: a 30-digit id raised OverflowError).
+    if services.database is None or not (handover_id.isascii() and handover_id.isdigit() and len(handover_id) <= 18):
         return Outcome(notice=_refused(msg.not_a_gpuops_button()))
     handovers = HandoverService(services.database, services.config)
     try:
