@@ -16,6 +16,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from testenv import fleet as fl
+from testenv.operator import NAMESPACE
 
 CRDS_ENV = "GPUOPS_GPU_OPERATOR_CRDS"
 CRD_FILES = ("nvidia.com_clusterpolicies.yaml", "nvidia.com_nvidiadrivers.yaml")
@@ -107,6 +108,15 @@ class Installer:
 
     def get(self, obj: dict[str, Any]) -> dict[str, Any]:
         return self.call("GET", _path(obj, name=obj["metadata"]["name"]))
+
+    def exists(self, obj: dict[str, Any]) -> bool:
+        try:
+            self.get(obj)
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        return True
 
     def patch_status(self, obj: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
         return self.call("PATCH", _path(obj, name=obj["metadata"]["name"], subresource="status"),
@@ -245,6 +255,12 @@ def delete_fleet(installer: Installer, *, timeout: float = 90) -> None:
     with no grace period first, so a namespace never waits on a kubelet."""
     selector = fl.FLEET_LABEL
     namespaces = [ns["metadata"]["name"] for ns in installer.list("Namespace", selector=selector)]
+    # The operator's namespace goes with the fleet even when something made it before the
+    # fleet did (a test granting the bot its Role there first): left behind, the next
+    # fleet would find its objects, the faults ConfigMap among them, already there and keep them.
+    operator_namespace = {"kind": "Namespace", "metadata": {"name": NAMESPACE}}
+    if NAMESPACE not in namespaces and installer.exists(operator_namespace):
+        namespaces.append(NAMESPACE)
     for kind in ("ClusterPolicy", "NVIDIADriver"):
         try:
             for obj in installer.list(kind, selector=selector):

@@ -4,6 +4,8 @@ engine runs it as `user` (the bot's ServiceAccount)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
@@ -11,6 +13,8 @@ import yaml
 from bot.clicks import Click, press
 from commands.catalog import dispatch
 from commands.services import Services
+from testenv.install import wait_until
+from testenv.operator import NAMESPACE as OPERATOR_NAMESPACE
 from tests.integration import engine_harness as h
 from workflows.config import GpuopsConfig
 from workflows.engine.runs import RunService
@@ -31,6 +35,23 @@ def grant_bot_rbac(installer) -> str:
     for doc in docs:
         installer.create(doc, exist_ok=True)
     return "bot"
+
+
+@contextmanager
+def operator_namespace_as_found(installer) -> Iterator[None]:
+    """Leave the operator's namespace as found: a test that makes it (to hold a Role there)
+    removes it, since a fleet's operator installs there next and must find it gone, as a
+    fleet leaves it (else the next fleet's objects, its faults ConfigMap among them, are
+    found already there and kept)."""
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}}
+    had = installer.exists(namespace)
+    try:
+        yield
+    finally:
+        if not had:
+            installer.delete(namespace)
+            wait_until(lambda: not installer.exists(namespace), timeout=60,
+                       what="the operator's namespace made for this test to go")
 
 
 class Desk:

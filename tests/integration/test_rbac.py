@@ -11,11 +11,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from kubernetes.client.rest import ApiException
 
 from bot.wiring import check_permissions
-from testenv.install import wait_until
-from tests.integration.desk import grant_bot_rbac
+from tests.integration.desk import grant_bot_rbac, operator_namespace_as_found
 from workflows.config import ConfigError, GpuopsConfig
 from workflows.kube.errors import Forbidden
 from workflows.kube.gateway import KubeGateway
@@ -55,27 +53,11 @@ GRANTS = [
 @pytest.fixture
 def bot(cluster):
     installer = cluster.installer()
-    operator_namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpu-operator"}}
-    had_operator_namespace = _exists(installer, operator_namespace)
-    grant_bot_rbac(installer)
-    gateway = KubeGateway.connect(kubeconfig=cluster.kubeconfig, context="bot")
-    yield gateway
-    gateway.close()
-    if not had_operator_namespace:
-        # A fleet's operator goes there next, and must find it as a fleet leaves it: gone.
-        installer.delete(operator_namespace)
-        wait_until(lambda: not _exists(installer, operator_namespace), timeout=60,
-                   what="the operator's namespace made for this test to go")
-
-
-def _exists(installer, obj) -> bool:
-    try:
-        installer.get(obj)
-    except ApiException as err:
-        if err.status == 404:
-            return False
-        raise
-    return True
+    with operator_namespace_as_found(installer):
+        grant_bot_rbac(installer)
+        gateway = KubeGateway.connect(kubeconfig=cluster.kubeconfig, context="bot")
+        yield gateway
+        gateway.close()
 
 
 def test_the_bot_may_do_what_its_runs_do_and_nothing_else(bot):
