@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 
 from testenv import build, operator
+from testenv.helm import helm_binary
+from testenv.prometheus import prometheus_binary
 from testenv import fleet as fl
 from testenv.controlplane import ControlPlaneError
 from testenv.install import CrdsMissing, crds_folder
@@ -50,6 +52,10 @@ def cmd_build(args: argparse.Namespace) -> int:
     # Fleets run on the real GPU Operator: without it the demo and most tests cannot run.
     binary = operator.operator_binary()
     print(f"testenv: the GPU Operator is ready at {binary}")
+    # The chart's tests and the metrics test need them: fetched here, not inside a test's
+    # time limit on a fresh machine.
+    print(f"testenv: helm is ready at {helm_binary()}")
+    print(f"testenv: Prometheus is ready at {prometheus_binary()}")
     return 0
 
 
