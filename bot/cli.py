@@ -141,8 +141,12 @@ def _run(args: argparse.Namespace) -> int:
         log.info(msg.audit_head_log(audit.head_of(runtime.database.get()).text))
         # Every replica answers Slack; the one holding the engine Lease also runs the
         # engine, the scheduler and the notifier (stopped by runtime.close()).
+        try:
+            health = _serve_health(runtime, metrics, args.health_port)
+        except OSError as err:  # the port is taken, or not ours to bind
+            print(f"gpuops run: {msg.health_port_unavailable(args.health_port, str(err))}", file=sys.stderr)
+            return EXIT_CONFIG
         runtime.start_background(replica_identity(), slack=client)
-        health = _serve_health(runtime, metrics, args.health_port)
         if mode == "socket":
             handler = SocketModeHandler(app, credentials.app_token)
             handler.connect()

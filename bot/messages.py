@@ -565,3 +565,7 @@ def pod_delete_not_granted(pools: Sequence[str], identity: str) -> str:
 
 def health_serving(url: str) -> str:
     return f"health: {url}/healthz, /readyz and /metrics"
+
+
+def health_port_unavailable(port: int, error: str) -> str:
+    return f"cannot serve /healthz, /readyz and /metrics on port {port} ({error}): free it or pass --health-port"
