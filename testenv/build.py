@@ -77,6 +77,20 @@ def _run(args: list[str], *, cwd: Path, log: Path, env: dict[str, str] | None = 
     return proc.stdout
 
 
+def start_go_build(target: Path, *, what: str, missing_go: str, verbose: bool) -> tuple[Path, float]:
+    """What every cached Go build does first: check Go is there (else say `missing_go`),
+    make the target's folder, open its build log and say once what is built. Returns the
+    log and when the build started."""
+    if shutil.which("go") is None:
+        raise BuildError(f"Go is not installed; install Go >= 1.26 {missing_go}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    log = target.parent / "build.log"
+    log.touch()
+    if verbose:
+        print(f"testenv: building {what} (first time only; log: {log})", file=sys.stderr, flush=True)
+    return log, time.monotonic()
+
+
 def _release_gomod(*, module: str, version: str, work: Path, log: Path) -> str:
     info = json.loads(_run(["go", "mod", "download", "-json", f"{module}@{version}"], cwd=work, log=log))
     return Path(info["GoMod"]).read_text()

@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from testenv.build import PROGRESS_EVERY, BuildError, _Heartbeat, _run, cache_root
+from testenv.build import BuildError, _Heartbeat, _run, cache_root, start_go_build
 
 HELM_MODULE = "helm.sh/helm/v4/cmd/helm"
 HELM_VERSION = "v4.3.2"
@@ -31,15 +31,8 @@ def helm_binary(*, verbose: bool = True) -> Path:
     target = cache_root() / f"helm-{HELM_VERSION}" / "helm"
     if target.is_file():
         return target
-    if shutil.which("go") is None:
-        raise BuildError(f"Go is not installed; install Go >= 1.26 to build helm {HELM_VERSION}")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    log = target.parent / "build.log"
-    log.touch()
-    started = time.monotonic()
-    if verbose:
-        print(f"testenv: building helm {HELM_VERSION} (first time only; progress every {PROGRESS_EVERY:.0f}s; "
-              f"log: {log})", file=sys.stderr, flush=True)
+    log, started = start_go_build(target, what=f"helm {HELM_VERSION}", missing_go=f"to build helm {HELM_VERSION}",
+                                  verbose=verbose)
     with tempfile.TemporaryDirectory(prefix="gpuops-helm-") as work:
         out = Path(work) / "bin"
         # GOFLAGS is emptied: the control plane's builds set -mod=mod, which `go install

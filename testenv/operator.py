@@ -36,7 +36,7 @@ from typing import Any
 
 import yaml
 
-from testenv.build import BuildError, _Heartbeat, cache_root
+from testenv.build import BuildError, _Heartbeat, cache_root, start_go_build
 
 SOURCE_ENV = "GPUOPS_GPU_OPERATOR_SOURCE"
 BINARY_ENV = "GPUOPS_GPU_OPERATOR_BINARY"
@@ -80,15 +80,8 @@ def operator_binary(*, verbose: bool = True) -> Path:
     target = cache_root() / f"gpu-operator-{snapshot_version(source)}" / "gpu-operator"
     if target.is_file():
         return target
-    if shutil.which("go") is None:
-        raise BuildError(f"Go is not installed; install Go >= 1.26 or set {BINARY_ENV}")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    log = target.parent / "build.log"
-    log.touch()
-    started = time.monotonic()
-    if verbose:
-        print(f"testenv: building the GPU Operator {snapshot_version(source)} from {source} "
-              f"(first time only; log: {log})", file=sys.stderr, flush=True)
+    log, started = start_go_build(target, what=f"the GPU Operator {snapshot_version(source)} from {source}",
+                                  missing_go=f"or set {BINARY_ENV}", verbose=verbose)
     env = {**os.environ, "GOFLAGS": "-mod=vendor", "GOTOOLCHAIN": "local", "CGO_ENABLED": "0", "GOWORK": "off"}
     # The snapshot may be read-only: the build writes only to the Go cache and the output.
     partial = target.with_suffix(".partial")
