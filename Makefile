@@ -12,7 +12,7 @@ FLEET ?= demo
 DEMO_USER ?= U0ALICE
 DEMO_ARGS := --config deploy/config.example.yaml --kubeconfig .gpuops/testenv/kubeconfig --database .gpuops/demo.db
 
-.PHONY: fuzz venv demo test bench mutation testenv-build testenv-up testenv-down clean
+.PHONY: fuzz reliability venv demo test bench mutation testenv-build testenv-up testenv-down clean
 
 venv: $(VENV)/.installed
 
@@ -49,6 +49,14 @@ FUZZ_SEED ?= 20261204
 fuzz: venv
 	GPUOPS_FUZZ_EXAMPLES=10000 GPUOPS_FUZZ_SEED=$(FUZZ_SEED) GPUOPS_FUZZ_RESULTS=tests/reliability/results/fuzz.json \
 		$(PY) -m pytest tests/e2e/test_fuzz.py -p no:cacheprovider -p no:randomly -o addopts= -q -s
+
+# Reliability figures (tests/reliability/, the issue's counts; `make test` runs each suite
+# small): written to tests/reliability/results/, one entry a seed. SEED=n to vary, SUITE=kills
+# (a pytest -k expression) for one suite.
+SEED ?= 20261204
+reliability: testenv-build
+	GPUOPS_RELIABILITY_FULL=1 GPUOPS_RELIABILITY_RESULTS=1 GPUOPS_RELIABILITY_SEED=$(SEED) \
+		$(PY) -m pytest tests/reliability -p no:cacheprovider -p no:randomly -o addopts= -q -s $(if $(SUITE),-k '$(SUITE)')
 
 # Mutation testing of the safety modules (slow: about two hours on 2 cores; not part of
 # `make test`). MODULES=policy,runs limits it; survivors in tests/mutation/results/.

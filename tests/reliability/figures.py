@@ -1,0 +1,53 @@
+"""What the reliability suites share: how many cases a figure takes (a few in `make test`,
+the issue's counts in `make reliability`), the seed, and writing a figure to
+tests/reliability/results/<name>.json with the machine noted.
+
+`make test` runs every suite here small, so a broken safety rule fails the suite; only
+`make reliability` (GPUOPS_RELIABILITY_RESULTS set) writes figures, so the test suite
+never changes the checked-in results."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+FULL = os.environ.get("GPUOPS_RELIABILITY_FULL", "") not in ("", "0")
+SEED = int(os.environ.get("GPUOPS_RELIABILITY_SEED", "20261204"))
+
+
+def count(suite: int, full: int) -> int:
+    """How many cases: `full` under `make reliability`, else `suite`."""
+    return full if FULL else suite
+
+
+def machine() -> str:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{cpu}, {os.cpu_count()} cores, {memory:.0f} GiB, Python {platform.python_version()}"
+
+
+def record(name: str, figure: dict[str, Any]) -> None:
+    """Print the figure; under `make reliability` also keep it, one entry per seed (the
+    latest run of a seed replaces the earlier one)."""
+    entry = {"seed": SEED, **figure, "machine": machine(),
+             "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+    print(f"\nreliability {name}: {json.dumps(entry, sort_keys=True)}")
+    if not os.environ.get("GPUOPS_RELIABILITY_RESULTS"):
+        return
+    path = RESULTS / f"{name}.json"
+    runs = json.loads(path.read_text()) if path.is_file() else []
+    runs = [r for r in runs if r.get("seed") != SEED] + [entry]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(runs, indent=2, sort_keys=True) + "\n")
