@@ -43,6 +43,15 @@ TEST_USERS: dict[str, tuple[str, tuple[str, ...]]] = {
     "bob": ("bob", ("gpu-approvers",)),
 }
 
+# The audit policy: the bot's writes, with their bodies; nothing else (kwok's heartbeats
+# and the controllers' writes would be most of the log).
+_AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived", "ResponseStarted"],
+    "rules": [{"level": "Request", "users": [BOT_USER], "verbs": ["create", "update", "patch", "delete",
+                                                                  "deletecollection"]},
+              {"level": "None"}],
+}
+
 CONTROLLERS = (
     "daemonset-controller",
     "replicaset-controller",
@@ -152,6 +161,13 @@ class ControlPlane:
     def log_of(self, name: str) -> Path:
         return self.folder / "logs" / f"{name}.log"
 
+    @property
+    def audit_log(self) -> Path:
+        """The API server's audit log: every write the bot's identity sent (JSON lines,
+        one per request at ResponseComplete, with the request body and the answer's code);
+        the ground truth of what the bot did to the cluster, whatever the bot itself logged."""
+        return self.folder / "logs" / "audit.jsonl"
+
     def kubeconfig_context(self, user: str) -> str:
         """The kubeconfig context of an identity: "admin" or a key of TEST_USERS."""
         if user != "admin" and user not in TEST_USERS:
@@ -230,6 +246,9 @@ class ControlPlane:
             )
         )
         token_file.chmod(0o600)
+        audit_policy = self.folder / "audit-policy.yaml"
+        audit_policy.write_text(yaml.safe_dump(_AUDIT_POLICY, sort_keys=False))
+        self.audit_log.parent.mkdir(parents=True, exist_ok=True)
         component = self._start(
             "kube-apiserver",
             [
@@ -254,6 +273,10 @@ class ControlPlane:
                 # NB: the default endpoint reconciler refuses a loopback advertise address.
                 "--endpoint-reconciler-type=none",
                 "--profiling=false",
+                f"--audit-policy-file={audit_policy}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-format=json",
+                "--audit-log-mode=blocking",  # written before the answer: read it right after a call
                 "--v=1",
                 *self.apiserver_args,
             ],

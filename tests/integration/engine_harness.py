@@ -35,7 +35,7 @@ CHANNEL = "C0GPUOPS"
 NO_APPROVALS = {"drain": 0, "upgrade": 0, "mig": 0}
 CONFIG = GpuopsConfig.model_validate({
     "pools": {name: {"kind": "training", "approvals": NO_APPROVALS}
-              for name in ("drain", "pdb", "drv", "crash", "lease", "dry", "mig", "pause", "upg")},
+              for name in ("drain", "pdb", "drv", "crash", "lease", "dry", "mig", "pause", "upg", "kill")},
     "access": {"users": {"U0ALICE": ["operator"], "U0ERIN": ["admin"]},
                "names": {"U0ALICE": "alice", "U0ERIN": "erin"}},
 })
@@ -134,13 +134,17 @@ class EngineThread:
 
 def engine_process(kubeconfig: Path, db_path: Path, *, identity: str, lease_name: str, log: Path,
                    crash_after: int | str | None = None, lease_seconds: float = 3.0,
-                   exit_when_idle: bool = True, max_parallel_nodes: int | None = None) -> subprocess.Popen[bytes]:
-    """`python -m bot.engine_process` against the test control plane; its log goes to `log`."""
+                   exit_when_idle: bool = True, max_parallel_nodes: int | None = None,
+                   context: str = "admin") -> subprocess.Popen[bytes]:
+    """`python -m bot.engine_process` against the test control plane as `context` ("bot":
+    the bot's ServiceAccount); its log goes to `log`."""
     env = {k: v for k, v in os.environ.items() if k != "GPUOPS_TEST_CRASH_AFTER"}
     if crash_after is not None:
         env["GPUOPS_TEST_CRASH_AFTER"] = str(crash_after)
     args = [sys.executable, "-m", "bot.engine_process", "--db", str(db_path), "--kubeconfig", str(kubeconfig),
-            "--context", "admin", "--identity", identity, "--lease-namespace", "default",
+            "--context", context, "--identity", identity,
+            # The bot's Lease is in its own namespace, where deploy/rbac.yaml lets it hold one.
+            "--lease-namespace", "gpuops" if context == "bot" else "default",
             "--lease-name", lease_name, "--lease-seconds", str(lease_seconds)]
     if exit_when_idle:
         args.append("--exit-when-idle")
