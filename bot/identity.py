@@ -3,8 +3,9 @@ user id and the Slack user groups they belong to.
 
 Group members are read with usergroups.users.list, one call per group the configuration
 names (in `access.usergroups` or as `group:S…` in a pool's approvers), and kept for
-`ttl` (5 minutes). An approval click reads them again at once (`fresh`), so someone just
-taken out of an approver group cannot approve on the cached list, and the earlier
+`ttl` (5 minutes). An approval click, and `/gpu approve` or `/gpu deny` typed, read them
+again at once (`fresh`), so someone just taken out of an approver group cannot decide on
+the cached list, and the earlier
 approvals counted with it are re-checked on fresh members too (`roles_of`). A lookup
 that fails grants nothing from that group (fail closed) and is tried again after
 `failure_ttl`, so a Slack outage cannot hand out roles and does not turn into a call per

@@ -26,6 +26,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import re
+import shlex
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -62,7 +63,7 @@ from commands.mig import request_mig
 from commands.upgrade import request_upgrade
 from commands.registry import REGISTRY, Call, CommandSpec, invoke
 from commands.reply import Reply, error_reply
-from workflows.access import Actor
+from workflows.access import Actor, Role
 
 DRAIN_COMMAND = REGISTRY.commands[("drain",)]
 UPGRADE_COMMAND = REGISTRY.commands[("upgrade",)]
@@ -103,6 +104,19 @@ def _wanted_form(outcome: Outcome, context: FormContext) -> tuple[dict[str, Any]
     if outcome.wants_mig_form is not None:
         return mig_form(outcome.wants_mig_form, context), msg.MIG_FORM_FORM, msg.MIG_FORM_TITLE
     return None
+
+
+def _decides(text: str) -> bool:
+    """Is `text` a command only approvers run (`/gpu approve`, `/gpu deny`)? Then, as for
+    the buttons, the user's groups are read from Slack afresh. Split as `dispatch` splits,
+    so a quoted `"approve"` is seen too."""
+    try:
+        tokens = shlex.split(text)
+    except ValueError:
+        return False  # dispatch refuses it unread
+    spec, _ = REGISTRY.resolve(tokens[1:] if tokens[:1] == ["/gpu"] else tokens)
+    return spec is not None and spec.role == Role.APPROVER
+
 
 class SlackRejectedToken(Exception):
     """auth.test refused the bot token; the message says so without the token."""
@@ -217,7 +231,8 @@ class SlackBot:
             return
         outcome = "answered"
         try:
-            actor = self.directory.actor(user, fallback_name=command.get("user_name"))
+            actor = self.directory.actor(user, fallback_name=command.get("user_name"),
+                                         fresh=_decides(str(command.get("text") or "")))
             reply = dispatch(str(command.get("text") or ""), actor=actor, services=self.runtime.services(),
                              now=self.clock(), channel=command.get("channel_id"))
         except Exception:  # noqa: BLE001 - answer something rather than nothing
