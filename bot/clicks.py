@@ -169,6 +169,7 @@ def press(click: Click, services: Services) -> Outcome:
             notice = _done(msg.approved_by_you(view.id, view.approvals_counted, view.approvals_required))
         elif click.action == "deny":
             if not (click.reason or "").strip():
+                requests.check_may_deny(click.actor, request_id, now=click.now)  # refused before the form
                 return Outcome(notice=_done(""), wants_reason=request_id)
             view = requests.deny(click.actor, request_id, reason=click.reason or "", now=click.now)
             notice = _done(msg.denied_by_you(view.id))

@@ -79,6 +79,21 @@ def test_a_request_button_changes_the_request_only_for_whom_it_is_meant(runtime,
 
 
 @pytest.mark.parametrize("who", PEOPLE)
+def test_deny_opens_the_reason_form_only_for_someone_who_may_deny_and_refuses_anyone_else_at_the_click(
+        runtime, who):
+    view = submit_upgrade(runtime)
+
+    outcome = _press(runtime, "deny", encode_value(view.id, view.plan_hash), who)  # no reason yet: the form
+
+    if who in ALLOWED["deny"]:
+        assert outcome.ok and outcome.wants_reason == view.id
+    else:  # told now, not after typing a reason into a form that would be refused
+        assert not outcome.ok and outcome.wants_reason is None
+        assert REFUSALS[("deny", who)] in (outcome.notice.summary or ""), outcome.notice
+    assert runtime.services().requests.get(view.id).state == "pending"
+
+
+@pytest.mark.parametrize("who", PEOPLE)
 def test_abort_stops_the_run_only_for_an_operator_of_its_pool_or_an_admin_and_refuses_anyone_else(runtime, who):
     run_id = _running_run(runtime)
 

@@ -346,6 +346,17 @@ class RequestService:
         assert verdict.refusal is not None
         raise _refused(verdict.refusal)
 
+    def check_may_deny(self, actor: Actor, request_id: str, *, now: dt.datetime) -> None:
+        """Raise the refusal `deny` would give `actor` now, whatever reason they type;
+        return if they may deny. Asked when Deny is pressed, before the reason form opens,
+        so someone who may not decide hears it at the click. Reads only: a request past its
+        deadline is refused as expired here and expired by the next action that writes."""
+        request = self._load(request_id)
+        verdict = policy.check_deny(request=request, approvals_so_far=self._decisions(request), approver=actor,
+                                    reason="(asked before the reason form)", now=now, names=self._names)
+        if verdict.refusal is not None:
+            raise _refused(verdict.refusal)
+
     def cancel(self, actor: Actor, request_id: str, *, now: dt.datetime) -> RequestView:
         """Withdraw a request before it runs (the requester or an admin)."""
         with self._db.transaction():
