@@ -88,7 +88,7 @@ class Killer:
         first list, is not the run)."""
         newest = _newest(db)
         process = self._process(db, label)
-        assert _wait(process, timeout) == 0, (self.tmp_path / f"{label}.log").read_text()
+        assert _wait(process, timeout, self.tmp_path / f"{label}.log") == 0
         rows = [r for r in audit.recent(db, 1000) if r.seq > newest]
         return (max(r.at for r in rows) - min(r.at for r in rows)).total_seconds()
 
@@ -114,7 +114,7 @@ class Killer:
             assert code == 0, (self.tmp_path / f"{label}-{attempt}.log").read_text()
             break  # it finished before the kill: nothing left to kill
         final = self._process(db, f"{label}-final")
-        assert _wait(final, timeout) == 0, (self.tmp_path / f"{label}-final.log").read_text()
+        assert _wait(final, timeout, self.tmp_path / f"{label}-final.log") == 0
         self.kills += landed
         return landed
 
@@ -133,13 +133,16 @@ def _first_commit(db: Database, process: subprocess.Popen[bytes], *, after: int)
         time.sleep(0.01)
 
 
-def _wait(process: subprocess.Popen[bytes], timeout: float) -> int:
+def _wait(process: subprocess.Popen[bytes], timeout: float, log: Path) -> int:
+    """The process's exit code; a process still working after `timeout` is killed and
+    the test fails with the end of its log (what it was waiting for)."""
     try:
         return process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait(timeout=30)
-        raise
+        tail = "\n".join(log.read_text().splitlines()[-40:])
+        raise AssertionError(f"the engine process did not finish in {timeout:.0f} s; its log ends:\n{tail}") from None
 
 
 def _with_bot_rbac(installer) -> list[dict[str, Any]]:
