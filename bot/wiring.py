@@ -38,9 +38,11 @@ from workflows.config import ConfigError, GpuopsConfig
 from workflows.engine.cordons import Cordons
 from workflows.engine.lease import EngineLease, LeaseSettings
 from workflows.engine.loop import EngineSettings, run_engine
+from workflows.fleet.canaries import LastCanaries
 from workflows.fleet.first_seen import FirstSeen
 from workflows.fleet.watchcache import FleetCache
 from workflows.kube.gateway import KubeGateway
+from workflows.quotas.service import QuotaService
 from workflows.requests.service import RoleLookup
 
 log = logging.getLogger("gpuops.bot.wiring")
@@ -86,6 +88,10 @@ class Runtime:
                                         node_labels=self.gateway)
         if self.gateway is not None:
             services.cordons = Cordons(services.database, self.gateway)  # type: ignore[arg-type]
+            if isinstance(self.fleet, FleetCache):
+                # Quotas are listed when asked; nodes and GPU pods come from the cache.
+                services.quotas = QuotaService(reader=self.gateway, cluster=self.fleet,
+                                               settings=self.config.inventory_settings())
         return services
 
     def first_delivery(self, key: str, *, scope: str, now: dt.datetime) -> bool:
@@ -170,7 +176,8 @@ def build_runtime(config: GpuopsConfig, *, kubeconfig: str | None, context: str 
     per_thread.get()  # open and migrate now, so a bad file stops the start
     cache = FleetCache(gateway, settings=config.inventory_settings(),
                        operator_namespace=config.cluster.operator_namespace,
-                       first_seen=FirstSeen(per_thread.get)).start(watch=watch)
+                       first_seen=FirstSeen(per_thread.get),
+                       canaries=LastCanaries(per_thread.get)).start(watch=watch)
     runtime = Runtime(config=config, fleet=cache, database=per_thread)
     runtime._closers.append(cache.stop)
     runtime.gateway = gateway

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import difflib
 
 from commands import messages as msg
@@ -13,7 +14,7 @@ from workflows.drain.history import drain_history
 from workflows.engine.cordons import UncordonRefused
 from workflows.engine.runs import RunView
 from workflows.fleet.assessment import NodeInventory, PoolInventory
-from workflows.fleet.findings import Finding, cordons_left_behind, sort_findings
+from workflows.fleet.findings import Finding, cordons_left_behind, format_age, sort_findings
 from workflows.fleet.summary import Fleet
 from workflows.pools.config import Workloads
 from workflows.wording import plural, when
@@ -54,6 +55,8 @@ def _cluster_facts(fleet: Fleet) -> tuple[Fact, ...]:
              if cluster.uses_nvidia_driver_crds else "ClusterPolicy"),
         Fact("ClusterPolicy owner", cluster.cluster_policy_owner or "not set (configure cluster.cluster_policy_owner)"),
     ]
+    if cluster.kubernetes_version:
+        facts.append(Fact("Kubernetes", cluster.kubernetes_version))
     if cluster.duplicate_cluster_policies:
         facts.append(Fact("Duplicate ClusterPolicies", ", ".join(cluster.duplicate_cluster_policies)))
     return tuple(facts)
@@ -261,6 +264,8 @@ def node(call: Call, args: list[str]) -> Reply:
                        + (f" (driver pod image {inv.driver_image_tag})" if inv.driver_image_tag else "")
                        + (f"; its DaemonSet now specifies {inv.driver_pod.template_version} (on the pod's next "
                           "restart)" if inv.driver_pod.template_version else "")),
+        *_host_facts(inv),
+        *_canary_facts(fleet, inv, now=call.now),
         Fact("Device plugin", inv.device_plugin_pod.text),
         Fact("Validator", inv.validator_pod.text),
         Fact("Upgrade state", inv.upgrade.state or "-"),
@@ -279,6 +284,28 @@ def node(call: Call, args: list[str]) -> Reply:
     return Reply(title=msg.node_title(inv.name), summary=f"{inv.advertised_gpus}/{inv.expected_advertised or '?'} "
                  f"GPUs advertised · driver owner {inv.driver.owner}", sections=tuple(sections),
                  intents=_drain_button(call, pool=inv.pool, target=inv.name))
+
+
+def _host_facts(inv: NodeInventory) -> tuple[Fact, ...]:
+    """What the kubelet says of the node's host: the runtime and kernel the operator's
+    toolkit and (precompiled) driver must fit."""
+    info = inv.node_info
+    kernel = info.kernel_version or msg.not_reported()
+    if info.os_image:
+        kernel += f" ({info.os_image})"
+    if inv.precompiled:
+        kernel += msg.precompiled_driver_note()
+    return (Fact("Container runtime", info.container_runtime_version or msg.not_reported()),
+            Fact("Kernel", kernel),
+            Fact("Kubelet", info.kubelet_version or msg.not_reported()))
+
+
+def _canary_facts(fleet: Fleet, inv: NodeInventory, *, now: dt.datetime) -> tuple[Fact, ...]:
+    verdict = fleet.canaries.get(inv.name)
+    if verdict is None:
+        return ()
+    return (Fact("Last GPU check", msg.last_gpu_check(passed=verdict.passed, age=format_age(now - verdict.at),
+                                                       run=verdict.run_id)),)
 
 
 @REGISTRY.command("uncordon", usage="uncordon <node>", role=Role.OPERATOR,

@@ -20,6 +20,7 @@ from workflows.fleet.summary import Fleet
 from workflows.requests.service import RequestService, RoleLookup
 from workflows.mig.service import MigReader, MigService
 from workflows.migrate.service import MigrateService, NodeLabels
+from workflows.quotas.service import QuotaService
 from workflows.upgrade.service import UpgradeService
 
 
@@ -46,6 +47,8 @@ class Services:
     migs: MigService | None = None
     # Moves from host drivers to the GPU Operator (workflows.migrate.service).
     migrations: MigrateService | None = None
+    # GPU quotas against the pools (workflows.quotas.service); needs the Kubernetes API.
+    quotas: QuotaService | None = None
 
     @classmethod
     def on_database(cls, *, config: GpuopsConfig, fleet: FleetSource, database: Database,

@@ -105,6 +105,15 @@ def for_run(db: Database, *, run_id: RunId, wave: int | None = None) -> list[Ste
     return [_from_row(r) for r in db.query(sql + " ORDER BY wave, node, seq", params)]
 
 
+def finished_of_kind(db: Database, *, kind: StepKind) -> list[Step]:
+    """Every step of `kind` that ended done or failed, in every run that was not a dry
+    run: the newest end first (ties: the later step first)."""
+    return [_from_row(r) for r in db.query(
+        "SELECT steps.* FROM steps JOIN runs ON runs.id = steps.run_id"
+        " WHERE steps.kind = ? AND steps.state IN ('done', 'failed') AND steps.ended_at IS NOT NULL"
+        " AND runs.dry_run = 0 ORDER BY steps.ended_at DESC, steps.id DESC", (kind,))]
+
+
 def transition(
     db: Database,
     *,

@@ -3,6 +3,7 @@ is below it; `tests/unit/test_layers.py` checks it with import-linter):
 
     config                       the configuration file, over all
     handover                     the shift-handover checklist and its service
+    quotas                       GPU ResourceQuotas against the pools they can draw on
     drain                        drain requests planned into waves; drain history
     engine                       runs, steps as gates, the engine loop, the Lease
     requests                     requests, the two-person rule, refusals

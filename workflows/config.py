@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from workflows.access import Actor, Role, UserId
 from workflows.durations import Duration
 from workflows.fleet.assessment import InventorySettings
+from workflows.fleet.platform import KubernetesRange, release_line, shipped_operator_support
 from workflows.handover.rotations import RotationConfig
 from workflows.pools.config import GpuCheck, PoolConfig
 from workflows.upgrade.scope import ClusterPolicyScope, DriverVersion, UpgradeRefused
@@ -34,9 +35,39 @@ class ClusterConfig(_Model):
     cluster_policy_owner: str | None = None
 
 
+class OperatorSupportRow(_Model):
+    # Kubernetes minor versions the release line supports, "1.30-1.35" (or one, "1.31").
+    kubernetes: str
+    # Where this comes from (a vendor's validation, NVIDIA's page for a newer release).
+    source: str = "gpuops configuration (inventory.operator_support)"
+
+    @field_validator("kubernetes")
+    @classmethod
+    def _range(cls, value: str) -> str:
+        KubernetesRange.parse(value)  # raises ValueError with the reason
+        return value
+
+
 class InventoryConfig(_Model):
     upgrade_stuck_after: Duration = dt.timedelta(hours=1)
     mig_pending_stuck_after: Duration = dt.timedelta(minutes=30)
+    # GPU Operator release line ("25.10") -> the Kubernetes versions it supports; over the
+    # table gpuops ships (workflows/fleet/operator_support.yaml), row by row.
+    operator_support: dict[str, OperatorSupportRow] = Field(default_factory=dict)
+
+    @field_validator("operator_support")
+    @classmethod
+    def _release_lines(cls, rows: dict[str, OperatorSupportRow]) -> dict[str, OperatorSupportRow]:
+        for line in rows:
+            if release_line(line) != line:
+                raise ValueError(f"release line {line!r} is not YY.MM such as \"25.10\"")
+        return rows
+
+    def operator_support_table(self) -> dict[str, KubernetesRange]:
+        table = dict(shipped_operator_support())
+        for line, row in self.operator_support.items():
+            table[line] = KubernetesRange.parse(row.kubernetes, source=row.source)
+        return table
 
 
 class EngineConfig(_Model):
@@ -111,6 +142,7 @@ class GpuopsConfig(_Model):
             mig_pending_stuck_after=self.inventory.mig_pending_stuck_after,
             cluster_policy_owner=self.cluster.cluster_policy_owner,
             placement={name: pool.workloads.placement() for name, pool in self.pools.items() if pool.workloads},
+            operator_support=self.inventory.operator_support_table(),
         )
 
     def actor(self, user_id: str, *, groups: tuple[str, ...] = (), via: str = "slack",

@@ -29,6 +29,7 @@ GRANTS = [
     (("patch", "nodes", "", None), True),
     (("create", "pods/eviction", "", "ml-team"), True),
     (("list", "poddisruptionbudgets", "policy", None), True),
+    (("list", "resourcequotas", "", None), True),  # /gpu quotas
     (("patch", "clusterpolicies", "nvidia.com", None), True),
     (("patch", "nvidiadrivers", "nvidia.com", None), True),
     (("delete", "pods", "", "gpu-operator"), True),  # driver pods
@@ -46,6 +47,7 @@ GRANTS = [
     (("patch", "daemonsets", "apps", "gpu-operator"), False),
     (("patch", "deployments", "apps", "gpu-operator"), False),
     (("delete", "clusterpolicies", "nvidia.com", None), False),
+    (("update", "resourcequotas", "", "ml-team"), False),
     (("update", "leases", "coordination.k8s.io", "kube-system"), False),
 ]
 

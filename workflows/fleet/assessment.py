@@ -67,15 +67,18 @@ from workflows.kube.objects import (
     GPU_RESOURCE,
     GPU_SHARED_RESOURCE,
     MIG_RESOURCE_PREFIX,
+    NO_NODE_INFO,
     ClusterSnapshot,
     CustomObject,
     DriverTemplate,
+    NodeInfo,
     NodeName,
     NodeObject,
     PodObject,
     PoolName,
     is_gpu_resource,
 )
+from workflows.fleet.platform import KubernetesRange, shipped_operator_support
 from workflows.wording import plural
 
 # --------------------------------------------------------------------------------------
@@ -174,6 +177,9 @@ class InventorySettings:
     cluster_policy_owner: who owns the ClusterPolicy (team or channel); when unset the
         ClusterPolicy's `gpuops.io/owner` annotation is used.
     placement: pool name -> which workloads may use MIG slices and which whole GPUs.
+    operator_support: GPU Operator release line ("25.10") -> the Kubernetes versions NVIDIA
+        supports it on (the shipped table, `workflows/fleet/operator_support.yaml`, with
+        the configuration's rows over it).
     """
 
     pool_label_key: str = "gpuops.io/pool"
@@ -182,6 +188,7 @@ class InventorySettings:
     mig_pending_stuck_after: dt.timedelta = dt.timedelta(minutes=30)
     cluster_policy_owner: str | None = None
     placement: Mapping[str, Placement] = field(default_factory=lambda: MappingProxyType({}))
+    operator_support: Mapping[str, KubernetesRange] = field(default_factory=shipped_operator_support)
 
     def kind_of(self, pool: PoolName) -> PoolKind | None:
         return self.pool_kinds.get(pool)
@@ -252,7 +259,9 @@ class PodState:
 
 MISSING_POD = PodState(present=False)
 
-_VERSION_AT_START = re.compile(r"^v?(\d+(?:\.\d+)+)", re.ASCII)
+# "580.95.05" from "580.95.05-ubuntu22.04"; a precompiled driver's tag names only its
+# branch before the kernel: "580" from "580-5.15.0-1045-nvidia-ubuntu22.04".
+_VERSION_AT_START = re.compile(r"^v?(\d+(?:\.\d+)*)(?=$|[-_+])", re.ASCII)
 
 
 @functools.lru_cache(maxsize=1024)  # a fleet runs a handful of images on thousands of pods
@@ -339,6 +348,12 @@ def pod_state(pod: PodObject, *, template_version: str | None = None) -> PodStat
     )
 
 
+def _same_driver(loaded: str, pod_version: str) -> bool:
+    """Whether the loaded driver can be the pod's: the same version, or one of the pod's
+    branch (a precompiled image names its branch only, "580")."""
+    return loaded == pod_version or loaded.startswith(pod_version + ".")
+
+
 def _crash_looping(waiting_reason: str | None, restarts: int, last_terminated: str | None) -> bool:
     if waiting_reason is not None and waiting_reason.endswith("CrashLoopBackOff"):
         return True
@@ -389,9 +404,55 @@ class NvidiaDriverRef:
     default: bool
     version: str | None
     auto_upgrade: AutoUpgradeSetting
+    # spec.usePrecompiled: one driver image per kernel, prebuilt by NVIDIA.
+    precompiled: bool = False
 
     def selects(self, labels: Mapping[str, str]) -> bool:
         return all(labels.get(key) == value for key, value in self.node_selector.items())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolkitSetting:
+    """How the container toolkit is set up for the container runtime. The operator picks
+    one runtime for the whole cluster (OpenShift: cri-o; else containerd as soon as one
+    GPU node runs it, else what the GPU nodes run) and writes it into the toolkit
+    DaemonSet's RUNTIME variable; `spec.operator.defaultRuntime` is not what it uses
+    (deprecated as unused in 26.x)."""
+
+    enabled: bool  # ClusterPolicy spec.toolkit.enabled (unset: enabled)
+    runtime: str | None  # RUNTIME of the toolkit DaemonSet; None when not seen
+    daemonset: str | None  # namespace/name of that DaemonSet
+    default_runtime: str | None = None  # ClusterPolicy spec.operator.defaultRuntime
+    # spec.cdi.nriPluginEnabled: the toolkit injects devices through NRI and leaves the
+    # runtime's configuration alone, so which runtime it was told matters not.
+    nri_plugin: bool = False
+
+
+NO_TOOLKIT = ToolkitSetting(enabled=False, runtime=None, daemonset=None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConfiguredRuntime:
+    """The runtime the toolkit is set up for, and how gpuops knows."""
+
+    runtime: str
+    evidence: str  # "RUNTIME=containerd on DaemonSet gpu-operator/nvidia-container-toolkit-daemonset"
+
+
+def configured_runtime(toolkit: ToolkitSetting, node_runtimes: Iterable[str]) -> ConfiguredRuntime | None:
+    """What the toolkit is configured for: the DaemonSet's RUNTIME when seen; before that,
+    the operator's own choice from the GPU nodes' runtimes when it is certain (containerd
+    as soon as one node runs it, or the one runtime they all run). None when the toolkit
+    is not the operator's (disabled), leaves the runtime alone (NRI), or it cannot be told."""
+    if not toolkit.enabled or toolkit.nri_plugin:
+        return None
+    if toolkit.runtime:
+        return ConfiguredRuntime(runtime=toolkit.runtime, evidence=_say_toolkit_runtime(toolkit))
+    known = {kind for kind in node_runtimes if kind in ("docker", "containerd", "crio")}
+    if "containerd" in known or len(known) == 1:
+        chosen = "containerd" if "containerd" in known else next(iter(known))
+        return ConfiguredRuntime(runtime=chosen, evidence=_say_toolkit_runtime_inferred(chosen))
+    return None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -411,6 +472,9 @@ class ClusterInfo:
     nvidia_drivers: tuple[str, ...]
     # The driver version the ClusterPolicy in effect names (spec.driver.version).
     cluster_policy_driver_version: str | None = None
+    # The API server's version ("v1.31.4"); None when it was not read.
+    kubernetes_version: str | None = None
+    toolkit: ToolkitSetting = NO_TOOLKIT
 
     @property
     def operator_found(self) -> bool:
@@ -430,6 +494,16 @@ class FleetContext:
     nvidia_drivers: tuple[NvidiaDriverRef, ...]
     # namespace/name of each driver DaemonSet -> what its template runs now
     driver_templates: Mapping[str, DriverTemplate] = field(default_factory=lambda: MappingProxyType({}))
+    # ClusterPolicy spec.driver.usePrecompiled (for nodes no NVIDIADriver CR drives).
+    cluster_policy_precompiled: bool = False
+
+    def precompiled_for(self, labels: Mapping[str, str]) -> bool:
+        """Whether the operator's driver for a node with these labels uses precompiled
+        modules: its NVIDIADriver's usePrecompiled, else the ClusterPolicy's."""
+        if self.cluster.uses_nvidia_driver_crds:
+            driver = self.nvidia_driver_for(labels)
+            return driver is not None and driver.precompiled
+        return self.cluster_policy_precompiled
 
     @property
     def operator_namespace(self) -> str | None:
@@ -501,6 +575,8 @@ def fleet_context(snapshot: ClusterSnapshot, *, settings: InventorySettings) -> 
         uses_nvidia_driver_crds=uses_crds,
         nvidia_drivers=tuple(d.name for d in drivers),
         cluster_policy_driver_version=_str_or_none(driver_spec.get("version")),
+        kubernetes_version=snapshot.kubernetes_version,
+        toolkit=_toolkit_setting(policy, snapshot),
     )
     if policy is None:
         cp_auto = AutoUpgradeSetting(state="unknown", source=_say_no_cluster_policy())
@@ -523,6 +599,22 @@ def fleet_context(snapshot: ClusterSnapshot, *, settings: InventorySettings) -> 
         cluster_policy_auto_upgrade=cp_auto,
         nvidia_drivers=drivers,
         driver_templates=MappingProxyType({f"{t.namespace}/{t.name}": t for t in snapshot.driver_templates}),
+        cluster_policy_precompiled=driver_spec.get("usePrecompiled") is True,
+    )
+
+
+def _toolkit_setting(policy: CustomObject | None, snapshot: ClusterSnapshot) -> ToolkitSetting:
+    if policy is None:
+        return NO_TOOLKIT
+    namespace = snapshot.operator_namespace
+    templates = [t for t in snapshot.toolkit_templates if namespace is None or t.namespace == namespace]
+    template = min(templates, key=lambda t: (t.namespace, t.name)) if templates else None
+    return ToolkitSetting(
+        enabled=_mapping(policy.spec.get("toolkit")).get("enabled") is not False,
+        runtime=template.runtime if template else None,
+        daemonset=f"{template.namespace}/{template.name}" if template else None,
+        default_runtime=_str_or_none(_mapping(policy.spec.get("operator")).get("defaultRuntime")),
+        nri_plugin=_mapping(policy.spec.get("cdi")).get("nriPluginEnabled") is True,
     )
 
 
@@ -554,6 +646,7 @@ def _nvidia_driver_ref(cr: CustomObject) -> NvidiaDriverRef:
         default=cr.spec.get("default") is True,
         version=_str_or_none(cr.spec.get("version")),
         auto_upgrade=auto,
+        precompiled=cr.spec.get("usePrecompiled") is True,
     )
 
 
@@ -675,6 +768,10 @@ class NodeInventory:
     # GPU pods here that the pool's documented placement does not allow: (namespace/name,
     # "mig" for MIG slices | "full_gpu" for whole GPUs).
     misplaced: tuple[tuple[str, str], ...] = ()
+    # What the kubelet reports of the host: its version, container runtime, kernel, OS.
+    node_info: NodeInfo = NO_NODE_INFO
+    # The operator's driver here uses precompiled modules (one image per kernel).
+    precompiled: bool = False
 
     @property
     def expected_advertised(self) -> int | None:
@@ -860,6 +957,8 @@ def assess_node(
         mig=mig,
         paused_operands=MappingProxyType(paused),
         misplaced=_misplaced(pods_on_node, settings.placement.get(pool), mig),
+        node_info=node.info,
+        precompiled=context.precompiled_for(labels),
     )
 
 
@@ -988,7 +1087,7 @@ def judge_driver_owner(
         if pod.condition == "failing":
             if host_label:
                 return verdict("conflict", *gfd, _say_two_driver_sources())
-            if gfd_version and pod.version and gfd_version != pod.version:
+            if gfd_version and pod.version and not _same_driver(gfd_version, pod.version):
                 # A working driver the failing pod cannot have loaded: the host's. The
                 # driver manager missed it (a wrong deploy.driver=true label).
                 return verdict("conflict", *gfd, _say_host_driver_beside_failing_pod(gfd_version, pod))
@@ -1068,6 +1167,10 @@ class PoolInventory:
     driver_pods_behind: Mapping[str, tuple[NodeName, ...]] = field(default_factory=lambda: MappingProxyType({}))
     # What sets the driver version of this pool's operator-driven nodes (none: host drivers only).
     driver_managers: tuple[DriverManager, ...] = ()
+    # nodeInfo.containerRuntimeVersion ("containerd://1.7.20") -> the nodes reporting it.
+    runtimes: Mapping[str, tuple[NodeName, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    # kernel version -> the nodes on it whose operator driver uses precompiled modules.
+    precompiled_kernels: Mapping[str, tuple[NodeName, ...]] = field(default_factory=lambda: MappingProxyType({}))
 
     def shares_driver_with(self) -> tuple[PoolName, ...]:
         """Other pools whose driver version changes with this one's."""
@@ -1084,6 +1187,18 @@ class PoolInventory:
 
 # --------------------------------------------------------------------------------------
 # Evidence wording (what the inventory says it saw; findings word their own messages)
+
+
+def _say_toolkit_runtime(toolkit: ToolkitSetting) -> str:
+    said = f"RUNTIME={toolkit.runtime} on DaemonSet {toolkit.daemonset}"
+    if toolkit.default_runtime and toolkit.default_runtime != toolkit.runtime:
+        said += f" (the ClusterPolicy's defaultRuntime={toolkit.default_runtime} is not used by the operator)"
+    return said
+
+
+def _say_toolkit_runtime_inferred(runtime: str) -> str:
+    return (f"{runtime}, as the operator chooses from the GPU nodes' runtimes (containerd when any runs it); "
+            "the toolkit DaemonSet was not seen")
 
 
 def _say_driver_pod(pod: PodState) -> str:

@@ -11,17 +11,29 @@ This module only reads the assessment's values (`fleet.assessment`); the summary
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
 from workflows.fleet.assessment import (
         ClusterInfo,
+        ConfiguredRuntime,
         GpuResource,
         InventorySettings,
         NodeInventory,
         PoolInventory,
     )
+from workflows.fleet.canaries import CanaryVerdict
+from workflows.fleet.platform import (
+    KubeMinor,
+    KubernetesRange,
+    is_known_runtime,
+    minor_of,
+    minor_text,
+    release_line,
+    runtime_of,
+)
+from workflows.kube.objects import NodeName
 
 Severity: TypeAlias = Literal["critical", "warning", "info"]
 SEVERITY_ORDER: dict[Severity, int] = {"critical": 0, "warning": 1, "info": 2}
@@ -46,6 +58,12 @@ FindingCode: TypeAlias = Literal[
     "node-not-ready",
     "cordon-left-behind",
     "workload-misplaced",
+    "kubernetes-unsupported",
+    "kubernetes-support-unknown",
+    "runtime-mismatch",
+    "precompiled-kernel",
+    "precompiled-kernels-mixed",
+    "canary-failed",
 ]
 
 CLUSTER_SUBJECT = "cluster"
@@ -138,6 +156,10 @@ def node_findings(
     if extra:
         add("warning", "advertised-mismatch", msg_advertised_extra(inv, extra))
 
+    precompiled = _precompiled_kernel_check(inv)
+    if precompiled is not None:
+        add(*precompiled)
+
     unhealthy = [r for r in inv.resources if r.allocatable < r.capacity]
     if unhealthy:
         add("warning", "unhealthy-gpus", msg_unhealthy_gpus(inv, unhealthy))
@@ -150,11 +172,44 @@ def node_findings(
     return tuple(found)
 
 
+# Why a container waits when its image cannot be had (the main container's, not "Init:").
+_PULL_FAILURES = frozenset({"ErrImagePull", "ImagePullBackOff"})
+
+
+def _precompiled_kernel_check(inv: NodeInventory) -> tuple[Severity, FindingCode, str] | None:
+    """A precompiled driver image is built for one kernel, and its tag names it
+    (`<driver>-<kernel>-<os>`): a tag without the node's kernel is a driver built for
+    another kernel; a tag with it that cannot be pulled is a kernel NVIDIA built none for.
+    Without a driver pod, an image tag or the node's kernel, nothing is claimed."""
+    pod, kernel = inv.driver_pod, inv.node_info.kernel_version
+    if not inv.precompiled or not pod.present or not pod.image_tag or not kernel:
+        return None
+    if kernel not in pod.image_tag:
+        return ("warning", "precompiled-kernel", msg_precompiled_other_kernel(inv))
+    if pod.waiting_reason in _PULL_FAILURES:
+        return ("critical", "precompiled-kernel", msg_precompiled_no_image(inv))
+    return None
+
+
+def canary_findings(inv: NodeInventory, verdict: CanaryVerdict, *, now: dt.datetime) -> tuple[Finding, ...]:
+    """The device plugin looks healthy and advertises GPUs, yet gpuops' last check pod on
+    the node failed and none passed since: the scheduler keeps placing GPU pods on GPUs a
+    container could not use. Cordoned, no new pod lands, so it is a warning then."""
+    if verdict.passed or inv.device_plugin_pod.condition != "healthy" or inv.advertised_gpus == 0:
+        return ()
+    return (Finding(severity="warning" if inv.cordoned else "critical", code="canary-failed", subject=inv.name,
+                    pool=inv.pool, message=msg_canary_failed(inv, verdict, now=now),
+                    command=node_command(inv.name)),)
+
+
 # --------------------------------------------------------------------------------------
 # Pool and cluster checks
 
 
-def pool_findings(pool: PoolInventory, *, settings: InventorySettings) -> tuple[Finding, ...]:
+def pool_findings(pool: PoolInventory, *, settings: InventorySettings,
+                  toolkit: ConfiguredRuntime | None = None) -> tuple[Finding, ...]:
+    """`toolkit` is the runtime the container toolkit is set up for (None: not the
+    operator's to set, or unknown), against which the pool's nodes' runtimes are read."""
     found: list[Finding] = []
 
     def add(severity: Severity, code: FindingCode, message: str) -> None:
@@ -177,7 +232,47 @@ def pool_findings(pool: PoolInventory, *, settings: InventorySettings) -> tuple[
         add("warning", "mixed-driver-versions", msg_mixed_driver_versions(pool))
     if pool.driver_pods_behind:
         add("warning", "driver-pods-behind-template", msg_driver_pods_behind(pool))
+    if toolkit is not None:
+        other = {v: nodes for v, nodes in pool.runtimes.items()
+                 if (kind := runtime_of(v)) is not None and kind != toolkit.runtime}
+        if other:
+            add("warning", "runtime-mismatch", msg_runtime_mismatch(pool, other, toolkit))
+    if len(pool.precompiled_kernels) > 1:
+        add("info", "precompiled-kernels-mixed", msg_precompiled_kernels_mixed(pool))
     return tuple(found)
+
+
+def support_findings(cluster: ClusterInfo, *, kubelets: Mapping[str, Sequence[NodeName]],
+                     settings: InventorySettings) -> tuple[Finding, ...]:
+    """The GPU Operator's release against the Kubernetes it runs on: the API server's
+    version and the GPU nodes' kubelets (`kubelets`: kubelet version -> nodes), read
+    against the support table. A release the table does not know is said to be unknown."""
+    if not cluster.operator_found:
+        return ()
+    api = minor_of(cluster.kubernetes_version)
+    nodes_by_minor: dict[KubeMinor, list[NodeName]] = {}
+    for version, nodes in kubelets.items():
+        minor = minor_of(version)
+        if minor is not None:
+            nodes_by_minor.setdefault(minor, []).extend(nodes)
+    if api is None and not nodes_by_minor:
+        return ()  # nothing to compare with
+
+    def finding(severity: Severity, code: FindingCode, message: str) -> tuple[Finding, ...]:
+        return (Finding(severity=severity, code=code, subject=CLUSTER_SUBJECT, pool=None, message=message,
+                        command=CLUSTER_COMMAND),)
+
+    line = release_line(cluster.operator_version)
+    supported = settings.operator_support.get(line) if line is not None else None
+    if supported is None:
+        return finding("info", "kubernetes-support-unknown",
+                       msg_kubernetes_support_unknown(cluster, line, api=api, kubelets=nodes_by_minor))
+    outside = {minor: sorted(nodes) for minor, nodes in sorted(nodes_by_minor.items()) if not supported.contains(minor)}
+    if (api is None or supported.contains(api)) and not outside:
+        return ()
+    return finding("warning", "kubernetes-unsupported", msg_kubernetes_unsupported(
+        cluster, line or "?", supported, api=api if api is not None and not supported.contains(api) else None,
+        kubelets=outside))
 
 
 def cluster_findings(cluster: ClusterInfo) -> tuple[Finding, ...]:
@@ -423,6 +518,93 @@ def msg_mixed_driver_versions(pool: PoolInventory) -> str:
     else:
         advice = "finish or roll back the upgrade"
     return f"pool {pool.name} runs mixed driver versions: {versions}; {advice}"
+
+
+def _nodes_text(nodes: Sequence[str], *, shown: int = 3) -> str:
+    return ", ".join(nodes[:shown]) + (f" and {len(nodes) - shown} more" if len(nodes) > shown else "")
+
+
+def msg_runtime_mismatch(pool: PoolInventory, other: Mapping[str, Sequence[str]], toolkit: ConfiguredRuntime) -> str:
+    count = sum(len(nodes) for nodes in other.values())
+    runs = "; ".join(f"{version} on {_nodes_text(nodes)}" for version, nodes in other.items())
+    unknown = [v for v in other if not is_known_runtime(runtime_of(v))]
+    why = (" (the operator recognises only docker, containerd and cri-o)" if unknown else "")
+    return (f"{count} of {pool.nodes_total} nodes in pool {pool.name} run another container runtime than the "
+            f"container toolkit is configured for: {runs}{why}; toolkit: {toolkit.evidence}. The operator "
+            "configures one runtime for the whole cluster, so GPU containers there will not get their devices: "
+            "run the GPU nodes on one runtime, or give these nodes a cluster of their own")
+
+
+def msg_precompiled_other_kernel(inv: NodeInventory) -> str:
+    pod = inv.driver_pod
+    return (f"{inv.name} runs kernel {inv.node_info.kernel_version}, but its precompiled driver pod {pod.name} "
+            f"runs image tag {pod.image_tag}, built for another kernel ({pod.text}); its modules will not load "
+            "on this kernel: check the node's NFD kernel label and the driver DaemonSet for its kernel")
+
+
+def msg_precompiled_no_image(inv: NodeInventory) -> str:
+    pod = inv.driver_pod
+    return (f"no precompiled driver image for kernel {inv.node_info.kernel_version} on {inv.name}: driver pod "
+            f"{pod.name} is {pod.text} pulling tag {pod.image_tag}. NVIDIA builds precompiled drivers only for "
+            "some kernel flavours and versions: move the node to a covered kernel, build the image, or turn "
+            "usePrecompiled off for its driver")
+
+
+def msg_precompiled_kernels_mixed(pool: PoolInventory) -> str:
+    kernels = ", ".join(f"{kernel} ({plural_nodes(len(nodes))})" for kernel, nodes in pool.precompiled_kernels.items())
+    return (f"pool {pool.name} runs {len(pool.precompiled_kernels)} kernels under precompiled drivers: {kernels}; "
+            "each kernel needs its own precompiled image (one driver DaemonSet per kernel), and a kernel NVIDIA "
+            "built none for leaves its nodes without a driver: keep the pool on one kernel, and check a new "
+            "kernel is covered before rolling it out")
+
+
+def plural_nodes(count: int) -> str:
+    return f"{count} node{'' if count == 1 else 's'}"
+
+
+def msg_canary_failed(inv: NodeInventory, verdict: CanaryVerdict, *, now: dt.datetime) -> str:
+    how = f"exited {verdict.exit_code}" if verdict.exit_code is not None else "did not run to the end"
+    if verdict.reason:
+        how += f" ({verdict.reason})"
+    if verdict.message:
+        words = " / ".join(line.strip() for line in verdict.message.splitlines() if line.strip())
+        how += f': "{words[-200:]}"'
+    pod = f"; its pod {verdict.pod} is kept for its logs" if verdict.pod else ""
+    act = ("keep it cordoned" if inv.cordoned
+           else "new GPU pods land on GPUs a container cannot use: cordon it")
+    return (f"device plugin on {inv.name} is Ready and advertises {inv.advertised_gpus} GPUs, but gpuops' last "
+            f"check pod there failed {format_age(now - verdict.at)} ago (run {verdict.run_id}: {how}) and none has "
+            f"passed since{pod}; {act}, and check the driver (nvidia-smi on the node) before giving it back")
+
+
+def _kubernetes_seen(api: KubeMinor | None, kubelets: Mapping[KubeMinor, Sequence[str]]) -> str:
+    parts = []
+    if api is not None:
+        parts.append(f"the API server runs {minor_text(api)}")
+    for minor, nodes in kubelets.items():
+        parts.append(f"{plural_nodes(len(nodes))}' kubelets run {minor_text(minor)} ({_nodes_text(list(nodes))})"
+                     if len(nodes) > 1 else f"{nodes[0]}'s kubelet runs {minor_text(minor)}")
+    return ", ".join(parts)
+
+
+def msg_kubernetes_unsupported(cluster: ClusterInfo, line: str, supported: KubernetesRange, *,
+                               api: KubeMinor | None, kubelets: Mapping[KubeMinor, Sequence[str]]) -> str:
+    return (f"GPU Operator {cluster.operator_version} (release {line}) is supported on Kubernetes {supported.text}, "
+            f"but {_kubernetes_seen(api, kubelets)}: move the operator to a release that supports this "
+            "Kubernetes before the next operand or cluster upgrade (support table: inventory.operator_support)")
+
+
+def msg_kubernetes_support_unknown(cluster: ClusterInfo, line: str | None, *, api: KubeMinor | None,
+                                   kubelets: Mapping[KubeMinor, Sequence[str]]) -> str:
+    if line is None:
+        what = (f"the operator's image tag {cluster.operator_version or '(none)'} names no release, so which "
+                "Kubernetes versions it supports is unknown")
+        todo = "pin the operator image to a release tag"
+    else:
+        what = (f"GPU Operator {cluster.operator_version} (release {line}) is not in gpuops' support table, "
+                "so whether it supports this Kubernetes is unknown")
+        todo = f"check NVIDIA's platform support page for {line} and add it under inventory.operator_support"
+    return f"{what} ({_kubernetes_seen(api, kubelets)}): {todo}"
 
 
 def msg_no_gpu_operator(*, reason: str) -> str:

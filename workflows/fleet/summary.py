@@ -23,11 +23,14 @@ from workflows.fleet.assessment import (
     PoolInventory,
     assess_node,
     fleet_context,
+    configured_runtime,
     group_pods_by_node,
     is_gpu_node,
     pool_auto_upgrade,
 )
+from workflows.fleet.canaries import CanaryVerdict
 from workflows.fleet.findings import Finding
+from workflows.fleet.platform import runtime_of
 from workflows.kube.objects import ClusterSnapshot, NodeName, PoolName
 
 
@@ -37,6 +40,8 @@ class Fleet:
     pools: tuple[PoolInventory, ...]  # by name, "unpooled" last
     nodes: Mapping[NodeName, NodeInventory]  # GPU nodes only, by name
     findings: tuple[Finding, ...]  # critical, warning, info; then by subject
+    # Each GPU node's last check-pod verdict from gpuops' records (empty without them).
+    canaries: Mapping[NodeName, CanaryVerdict] = field(default_factory=lambda: MappingProxyType({}))
 
     def pool(self, name: str) -> PoolInventory | None:
         return next((p for p in self.pools if p.name == name), None)
@@ -59,6 +64,8 @@ class _PoolTally:
     nvidia_drivers: set[str] = field(default_factory=set)
     behind: dict[str, list[NodeName]] = field(default_factory=lambda: defaultdict(list))
     operator_driven: int = 0  # nodes with nvidia.com/gpu.deploy.driver=true
+    runtimes: dict[str, list[NodeName]] = field(default_factory=lambda: defaultdict(list))
+    precompiled_kernels: dict[str, list[NodeName]] = field(default_factory=lambda: defaultdict(list))
 
 
 def _driver_managers(tallies: Mapping[PoolName, _PoolTally], *,
@@ -91,15 +98,18 @@ def summarize(
     settings: InventorySettings,
     now: dt.datetime,
     node_findings: Mapping[NodeName, tuple[Finding, ...]] | None = None,
+    canaries: Mapping[NodeName, CanaryVerdict] | None = None,
 ) -> Fleet:
     """Pools, cluster info and findings from node inventories, in one pass.
 
     `node_findings` lets a cache pass findings it memoized per node; nodes missing from
-    it are checked here.
+    it are checked here. `canaries` is each node's last check-pod verdict from gpuops'
+    records (`workflows.fleet.canaries`); without it, no canary findings.
     """
     tallies: dict[PoolName, _PoolTally] = defaultdict(_PoolTally)
     found: list[Finding] = []
     gpu_nodes: dict[NodeName, NodeInventory] = {}
+    kubelets: dict[str, list[NodeName]] = defaultdict(list)
     for name in sorted(nodes):
         inventory = nodes[name]
         if not inventory.gpu_node:
@@ -122,6 +132,16 @@ def summarize(
         if inventory.driver_pod.template_version:
             tally.behind[inventory.driver_pod.template_version].append(name)
         tally.operator_driven += inventory.deploy_driver == "true"
+        info = inventory.node_info
+        if info.container_runtime_version:
+            tally.runtimes[info.container_runtime_version].append(name)
+        if inventory.precompiled and info.kernel_version:
+            tally.precompiled_kernels[info.kernel_version].append(name)
+        if info.kubelet_version:
+            kubelets[info.kubelet_version].append(name)
+        verdict = canaries.get(name) if canaries is not None else None
+        if verdict is not None:
+            found.extend(findings_mod.canary_findings(inventory, verdict, now=now))
         memo = node_findings.get(name) if node_findings is not None else None
         found.extend(
             memo
@@ -146,17 +166,24 @@ def summarize(
             driver_version_owners=MappingProxyType({v: tuple(sorted(o)) for v, o in sorted(tally.owners.items())}),
             driver_pods_behind=MappingProxyType({v: tuple(n) for v, n in sorted(tally.behind.items())}),
             driver_managers=managers.get(pool, ()),
+            runtimes=MappingProxyType({r: tuple(n) for r, n in sorted(tally.runtimes.items())}),
+            precompiled_kernels=MappingProxyType({k: tuple(n) for k, n in sorted(tally.precompiled_kernels.items())}),
         )
         for pool, tally in sorted(tallies.items(), key=lambda item: (item[0] == UNPOOLED, item[0]))
     )
+    toolkit = configured_runtime(
+        context.cluster.toolkit,
+        {kind for tally in tallies.values() for version in tally.runtimes if (kind := runtime_of(version))})
     for pool_inventory in pools:
-        found.extend(findings_mod.pool_findings(pool_inventory, settings=settings))
+        found.extend(findings_mod.pool_findings(pool_inventory, settings=settings, toolkit=toolkit))
     found.extend(findings_mod.cluster_findings(context.cluster))
+    found.extend(findings_mod.support_findings(context.cluster, kubelets=kubelets, settings=settings))
     return Fleet(
         cluster=context.cluster,
         pools=pools,
         nodes=MappingProxyType(gpu_nodes),
         findings=findings_mod.sort_findings(found),
+        canaries=MappingProxyType({n: v for n, v in (canaries or {}).items() if n in gpu_nodes}),
     )
 
 

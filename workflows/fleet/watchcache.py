@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workflows.fleet import assessment as inv
+from workflows.fleet.canaries import LastCanaries
 from workflows.fleet.first_seen import FirstSeen
 from workflows.fleet.summary import Fleet, summarize
 from workflows.kube import wire
@@ -38,7 +39,12 @@ from workflows.kube.gateway import (
     KubeGateway,
     gc_paused,
 )
-from workflows.kube.labels import POD_SELECTOR_DEVICE_PLUGIN, POD_SELECTOR_DRIVER, POD_SELECTOR_VALIDATOR
+from workflows.kube.labels import (
+    POD_SELECTOR_DEVICE_PLUGIN,
+    POD_SELECTOR_DRIVER,
+    POD_SELECTOR_VALIDATOR,
+    TOOLKIT_SELECTOR,
+)
 from workflows.kube.objects import (
     ClusterSnapshot,
     CustomObject,
@@ -53,6 +59,7 @@ log = logging.getLogger("gpuops.watchcache")
 _OPERAND_APPS = frozenset({POD_SELECTOR_DEVICE_PLUGIN[1], POD_SELECTOR_VALIDATOR[1]})
 OPERATOR_DEPLOYMENT_SELECTOR = "app=gpu-operator"
 DRIVER_DAEMONSET_SELECTOR = "=".join(POD_SELECTOR_DRIVER)
+TOOLKIT_DAEMONSET_SELECTOR = "=".join(TOOLKIT_SELECTOR)
 # Seconds between attempts to reach the API while it does not answer.
 _BACKOFF_MIN = 0.5
 _BACKOFF_MAX = 30.0
@@ -108,7 +115,8 @@ class FleetCache:
 
     def __init__(self, gateway: KubeGateway, *, settings: inv.InventorySettings,
                  operator_namespace: str | None = None, watch_timeout: int = 300,
-                 first_seen: FirstSeen | None = None, clock: Callable[[], dt.datetime] = utc_now) -> None:
+                 first_seen: FirstSeen | None = None, clock: Callable[[], dt.datetime] = utc_now,
+                 canaries: LastCanaries | None = None) -> None:
         self._gateway = gateway
         # What time it is when the cache assesses what it lists or sees change (tests and
         # freezegun control it; `fleet(now)` is asked with the caller's own time).
@@ -116,6 +124,11 @@ class FleetCache:
         # Ages of upgrade and MIG states from gpuops' own records (None: only what the
         # nodes say; see workflows.fleet.first_seen).
         self._first_seen = first_seen
+        # Each node's last check-pod verdict from gpuops' records (None: no canary findings).
+        self._canaries = canaries
+        # The API server's version, read at the start and whenever the nodes' watch opens.
+        self._kubernetes_version: str | None = None
+        self._version_read_at = 0.0
         self._settings = settings
         self._configured_namespace = operator_namespace
         self._watch_timeout = watch_timeout
@@ -129,6 +142,8 @@ class FleetCache:
                                      label_selector=OPERATOR_DEPLOYMENT_SELECTOR),
             "daemonsets": _Resource("daemonsets", DAEMONSETS, wire.DaemonSetWire,
                                     label_selector=DRIVER_DAEMONSET_SELECTOR),
+            "toolkits": _Resource("toolkits", DAEMONSETS, wire.DaemonSetWire,
+                                  label_selector=TOOLKIT_DAEMONSET_SELECTOR),
             "clusterpolicies": _Resource("clusterpolicies", CLUSTER_POLICIES, wire.CustomObjectWire, optional=True),
             "nvidiadrivers": _Resource("nvidiadrivers", NVIDIA_DRIVERS, wire.CustomObjectWire, optional=True),
         }
@@ -168,6 +183,7 @@ class FleetCache:
                                  kwargs={"assess_when": context_ready}, daemon=True)
         for thread in [*listers, nodes]:
             thread.start()
+        self._read_kubernetes_version()
         for thread in listers:
             thread.join()
         with self._lock:
@@ -303,6 +319,21 @@ class FleetCache:
         resource.synced.set()
         return True
 
+    def _read_kubernetes_version(self) -> None:
+        """Note the API server's version; a failure keeps the last one read (the version
+        matters for a finding, never enough to hold up the cache)."""
+        self._version_read_at = time.monotonic()
+        try:
+            version = self._gateway.server_version()
+        except KubeError as err:
+            log.debug("reading the API server's version failed: %s", err)
+            return
+        with self._lock:
+            if version is not None and version != self._kubernetes_version:
+                self._kubernetes_version = version
+                self._generation += 1
+                self._context_dirty = True
+
     def _watch_loop(self, resource: _Resource) -> None:
         backoff = _BACKOFF_MIN
         while not self._stop.is_set():
@@ -329,6 +360,11 @@ class FleetCache:
                         return
                     self._apply(resource, event.type, event.object)
                     backoff = _BACKOFF_MIN
+                if (resource.name == "nodes" and not self._stop.is_set()
+                        and time.monotonic() - self._version_read_at >= self._watch_timeout):
+                    # The watch ended: an upgraded control plane shows within about one watch
+                    # timeout (read at most that often, and never after a failed watch).
+                    self._read_kubernetes_version()
             except Gone:
                 log.info("watch of %s expired at %s; listing again", resource.name, version)
                 resource.relists += 1
@@ -410,6 +446,8 @@ class FleetCache:
             return wire.deployment_view(obj)
         if resource.name == "daemonsets":
             return wire.driver_template_view(obj)
+        if resource.name == "toolkits":
+            return wire.toolkit_template_view(obj)
         return wire.custom_object_view(obj)
 
     # --- reading -----------------------------------------------------------------------
@@ -444,6 +482,8 @@ class FleetCache:
             cluster_policies=tuple(policies),
             nvidia_drivers=tuple(self._resources["nvidiadrivers"].store.values()),
             driver_templates=tuple(self._resources["daemonsets"].store.values()),
+            toolkit_templates=tuple(self._resources["toolkits"].store.values()),
+            kubernetes_version=self._kubernetes_version,
             taken_at=now,
         )
 
@@ -488,7 +528,9 @@ class FleetCache:
                 on_node = [pods[k] for k in self._pods_by_node.get(name, ()) if k in pods]
                 self._assessed[name] = self._assess(node, on_node, now)
             self._dirty.clear()
-            self._fleet = summarize(self._assessed, context=self._context, settings=self._settings, now=now)
+            canaries = self._canaries.verdicts(now) if self._canaries is not None else None
+            self._fleet = summarize(self._assessed, context=self._context, settings=self._settings, now=now,
+                                    canaries=canaries)
             self._fleet_at = now
             self._fleet_generation = self._generation
             return self._fleet

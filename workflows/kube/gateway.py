@@ -41,7 +41,15 @@ from workflows.kube.errors import (
     TooManyRequests,
     Unavailable,
 )
-from workflows.kube.objects import CustomObject, DisruptionBudget, DriverTemplate, NodeObject, PodObject, Taint
+from workflows.kube.objects import (
+    CustomObject,
+    DisruptionBudget,
+    DriverTemplate,
+    NodeObject,
+    PodObject,
+    ResourceQuotaObject,
+    Taint,
+)
 
 log = logging.getLogger("gpuops.kube")
 
@@ -54,6 +62,7 @@ DEPLOYMENTS = "/apis/apps/v1/deployments"
 DAEMONSETS = "/apis/apps/v1/daemonsets"
 CLUSTER_POLICIES = "/apis/nvidia.com/v1/clusterpolicies"
 NVIDIA_DRIVERS = "/apis/nvidia.com/v1alpha1/nvidiadrivers"
+RESOURCE_QUOTAS = "/api/v1/resourcequotas"
 
 
 # A list page of 500 nodes is ~1.5 MB of JSON and becomes ~100,000 small objects, and a
@@ -136,17 +145,21 @@ _BY_STATUS: dict[int, type[KubeError]] = {403: Forbidden, 404: NotFound, 409: Co
 
 def _error(status: int, body: bytes | str, *, method: str, path: str, headers: Mapping[str, str]) -> KubeError:
     text = body.decode(errors="replace") if isinstance(body, bytes) else body
-    message, reason = text, ""
+    message, reason, causes = text, "", set()
     try:
         status_obj = json.loads(text)
         message = status_obj.get("message") or text
         reason = status_obj.get("reason") or ""
-    except ValueError:
+        causes = {str(c.get("type")) for c in (status_obj.get("details") or {}).get("causes") or ()}
+    except (ValueError, AttributeError, TypeError):
         pass
     where = f"{method} {path}"
     if status == 429:
+        # NB: the Eviction API names a refusing budget as a DisruptionBudget cause (and in
+        # its message); a 429 without it is the server asking to slow down, not a budget.
+        budget = "DisruptionBudget" in causes or "disruption budget" in message.lower()
         return TooManyRequests(f"{where}: {message}", retry_after=_retry_after(headers), status=429, reason=reason,
-                               api_message=message)
+                               api_message=message, disruption_budget=budget)
     if status >= 500:
         return Unavailable(f"{where}: {message}", status=status, reason=reason)
     return _BY_STATUS.get(status, KubeError)(f"{where}: {message}", status=status, reason=reason,
@@ -448,6 +461,12 @@ class KubeGateway:
     def get_node(self, name: str) -> NodeObject:
         return node_from_json(self.request("GET", f"{NODES}/{name}"))
 
+    def server_version(self) -> str | None:
+        """The API server's version (`GET /version`, its gitVersion such as "v1.31.4"),
+        which every identity may read; None when it names none."""
+        version = self.request("GET", "/version").get("gitVersion")
+        return version if isinstance(version, str) and version else None
+
     def may(self, verb: str, resource: str, *, group: str = "", namespace: str | None = None) -> bool:
         """Whether this identity may `verb` `resource` (in `namespace`; None: in every
         namespace), as the API server's authorizer answers (a SelfSubjectAccessReview,
@@ -507,6 +526,12 @@ class KubeGateway:
         """The PodDisruptionBudgets of one namespace (policy/v1)."""
         path = f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets"
         return [disruption_budget_from_json(obj) for obj in self.list(path).items]
+
+    def list_resource_quotas(self) -> list[ResourceQuotaObject]:
+        """Every ResourceQuota of the cluster that names a GPU resource, its GPU entries
+        only (one list, read fresh)."""
+        found = (wire.resource_quota_view(q) for q in self.list(RESOURCE_QUOTAS, schema=wire.ResourceQuotaWire).items)
+        return [quota for quota in found if quota.hard]
 
     def get_lease(self, namespace: str, name: str) -> LeaseRecord:
         return lease_from_json(self.request("GET", f"{_leases(namespace)}/{name}"))
@@ -674,6 +699,10 @@ def _time(value: str | None) -> dt.datetime | None:
 
 def _convert(obj: Json, schema: type[Wire]) -> Wire:
     try:
+        if schema is wire.PodWire:
+            # NB: a pod's scheduling fields are kept as raw JSON (wire.PodSpecWire), which
+            # msgspec.convert cannot make from a dict: decode the JSON text instead.
+            return msgspec.json.decode(orjson.dumps(obj), type=schema)
         return msgspec.convert(obj, schema)
     except msgspec.ValidationError as err:
         raise KubeError(f"unexpected {schema.__name__.removesuffix('Wire')} from the API: {err}") from None

@@ -58,6 +58,15 @@ POD_SELECTOR_VALIDATOR = ("app", "nvidia-operator-validator")
 ANNOTATION_TEMPLATE_GENERATION = "deprecated.daemonset.template.generation"
 LABEL_POD_TEMPLATE_GENERATION = "pod-template-generation"
 DRIVER_CONTAINER = "nvidia-driver-ctr"
+# The container toolkit's DaemonSet and container; the operator writes the runtime it
+# configures into the container's environment (RUNTIME, CONTAINERD_RUNTIME_CLASS).
+TOOLKIT_SELECTOR = ("app", "nvidia-container-toolkit-daemonset")
+TOOLKIT_CONTAINER = "nvidia-container-toolkit-ctr"
+ENV_TOOLKIT_RUNTIME = "RUNTIME"
+ENV_TOOLKIT_RUNTIME_CLASS = "CONTAINERD_RUNTIME_CLASS"
+# NFD's label of a node's full kernel version: the operator makes one precompiled driver
+# DaemonSet per value, selecting nodes by it.
+LABEL_KERNEL_VERSION_FULL = "feature.node.kubernetes.io/kernel-version.full"
 
 PRE_INSTALLED = "pre-installed"
 PAUSED_PREFIX = "paused-for-"

@@ -33,6 +33,19 @@ class Taint:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """What the kubelet reports of its host (`status.nodeInfo`); "" when not reported."""
+
+    kubelet_version: str = ""  # "v1.31.4"
+    container_runtime_version: str = ""  # "<runtime>://<version>": "containerd://1.7.20"
+    kernel_version: str = ""  # "5.15.0-1045-nvidia"
+    os_image: str = ""  # "Ubuntu 22.04.4 LTS"
+
+
+NO_NODE_INFO = NodeInfo()
+
+
+@dataclass(frozen=True, slots=True)
 class NodeObject:
     name: NodeName
     labels: Mapping[str, str]
@@ -48,6 +61,7 @@ class NodeObject:
     allocatable: Mapping[str, str]
     created_at: dt.datetime
     resource_version: str = ""
+    info: NodeInfo = NO_NODE_INFO
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +95,46 @@ class OwnerRef:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeRequirement:
+    """One requirement of a required node-affinity term: a label (matchExpressions) or,
+    for matchFields, `metadata.name`. `operator`: In | NotIn | Exists | DoesNotExist | Gt | Lt."""
+
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSelectorTerm:
+    """Every requirement must hold; an empty term matches no node (as in Kubernetes)."""
+
+    match_expressions: tuple[NodeRequirement, ...] = ()
+    match_fields: tuple[NodeRequirement, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str  # "" with operator Exists: every taint
+    operator: str  # Equal | Exists
+    value: str
+    effect: str  # "": every effect
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """What decides which nodes the scheduler may put a pod on: its nodeSelector, the
+    terms of its required node affinity (any one must hold; none: any node) and its
+    tolerations. Pods of one workload share one value (see `workflows.kube.wire`)."""
+
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    required_terms: tuple[NodeSelectorTerm, ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+
+
+ANYWHERE = Placement()
+
+
+@dataclass(frozen=True, slots=True)
 class PodObject:
     namespace: str
     name: str
@@ -104,6 +158,8 @@ class PodObject:
     # Why the pod as a whole failed, when it did (phase Failed before or without a container).
     status_reason: str | None = None
     status_message: str | None = None
+    # Kept for GPU-requesting pods only (ANYWHERE for the rest): where they may land.
+    placement: Placement = ANYWHERE
 
     @property
     def controller(self) -> OwnerRef | None:
@@ -144,6 +200,19 @@ class DriverTemplate:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolkitTemplate:
+    """What the container toolkit DaemonSet (app=nvidia-container-toolkit-daemonset) tells
+    its pods: the operator writes the container runtime it configures for the whole
+    cluster into the toolkit container's RUNTIME variable (and, for containerd, the
+    runtime class into CONTAINERD_RUNTIME_CLASS)."""
+
+    namespace: str
+    name: str
+    runtime: str | None  # docker | containerd | crio; None when the variable is not set
+    runtime_class: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class CustomObject:
     """A ClusterPolicy (nvidia.com/v1) or NVIDIADriver (nvidia.com/v1alpha1)."""
 
@@ -177,6 +246,20 @@ class DisruptionBudget:
 
 
 @dataclass(frozen=True, slots=True)
+class ResourceQuotaObject:
+    """A ResourceQuota's GPU entries only: spec.hard and status.used keyed as written
+    (`requests.nvidia.com/gpu`, `nvidia.com/mig-1g.10gb`, ...), quantities as text."""
+
+    namespace: str
+    name: str
+    hard: Mapping[str, str]
+    used: Mapping[str, str]
+    # spec.scopes and the scope names of spec.scopeSelector: the quota counts only the
+    # pods in those scopes (e.g. PriorityClass, Terminating).
+    scopes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterSnapshot:
     """What the cache holds at one moment. `pods` are the pods in the operator's
     namespace plus every pod that asks for a GPU resource."""
@@ -193,3 +276,6 @@ class ClusterSnapshot:
     cluster_policies: tuple[CustomObject, ...] = ()
     nvidia_drivers: tuple[CustomObject, ...] = ()
     driver_templates: tuple[DriverTemplate, ...] = ()
+    toolkit_templates: tuple[ToolkitTemplate, ...] = ()
+    # The API server's version (GET /version gitVersion, "v1.31.4"); None when not known.
+    kubernetes_version: str | None = None

@@ -12,6 +12,7 @@ defaults, as the API omits empty ones; a field of the wrong type is an error.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
@@ -19,18 +20,32 @@ from typing import Any, Generic, TypeVar
 import msgspec
 from msgspec import Struct, field
 
-from workflows.kube.labels import ANNOTATION_TEMPLATE_GENERATION, DRIVER_CONTAINER
+from workflows.kube.labels import (
+    ANNOTATION_TEMPLATE_GENERATION,
+    DRIVER_CONTAINER,
+    ENV_TOOLKIT_RUNTIME,
+    ENV_TOOLKIT_RUNTIME_CLASS,
+    TOOLKIT_CONTAINER,
+)
 from workflows.kube.objects import (
+    ANYWHERE,
     ContainerState,
     CustomObject,
     DeploymentObject,
     DriverTemplate,
+    NodeInfo,
     NodeName,
     NodeObject,
+    NodeRequirement,
+    NodeSelectorTerm,
     OwnerRef,
+    Placement,
     PodObject,
+    ResourceQuotaObject,
     Taint,
     Terminated,
+    Toleration,
+    ToolkitTemplate,
     is_gpu_resource,
 )
 
@@ -83,10 +98,18 @@ class NodeSpecWire(_Wire):
     taints: list[TaintWire] | None = None
 
 
+class NodeInfoWire(_Wire):
+    kubeletVersion: str | None = None
+    containerRuntimeVersion: str | None = None
+    kernelVersion: str | None = None
+    osImage: str | None = None
+
+
 class NodeStatusWire(_Wire):
     capacity: dict[str, str] | None = None
     allocatable: dict[str, str] | None = None
     conditions: list[ConditionWire] | None = None
+    nodeInfo: NodeInfoWire | None = None
 
 
 class NodeWire(_Wire):
@@ -110,6 +133,42 @@ class PodSpecWire(_Wire):
     nodeName: str | None = None
     # NB: a watch BOOKMARK's pod says `"containers": null`.
     containers: list[ContainerWire] | None = None
+    # Where the pod may land, kept as raw JSON: decoded (`placement_of`) only for pods
+    # that ask for a GPU, so the operator's thousands of DaemonSet pods (tolerations and
+    # affinity each) cost the cache's cold start nothing.
+    nodeSelector: msgspec.Raw = msgspec.Raw()
+    affinity: msgspec.Raw = msgspec.Raw()
+    tolerations: msgspec.Raw = msgspec.Raw()
+
+
+class NodeRequirementWire(_Wire):
+    key: str | None = None
+    operator: str | None = None
+    values: list[str] | None = None
+
+
+class NodeSelectorTermWire(_Wire):
+    matchExpressions: list[NodeRequirementWire] | None = None
+    matchFields: list[NodeRequirementWire] | None = None
+
+
+class NodeSelectorWire(_Wire):
+    nodeSelectorTerms: list[NodeSelectorTermWire] | None = None
+
+
+class NodeAffinityWire(_Wire):
+    requiredDuringSchedulingIgnoredDuringExecution: NodeSelectorWire | None = None
+
+
+class AffinityWire(_Wire):
+    nodeAffinity: NodeAffinityWire | None = None
+
+
+class TolerationWire(_Wire):
+    key: str | None = None
+    operator: str | None = None
+    value: str | None = None
+    effect: str | None = None
 
 
 class WaitingWire(_Wire):
@@ -154,8 +213,46 @@ class PodWire(_Wire):
     status: PodStatusWire | None = None
 
 
+class ScopedResourceSelectorRequirementWire(_Wire):
+    scopeName: str | None = None
+
+
+class ScopeSelectorWire(_Wire):
+    matchExpressions: list[ScopedResourceSelectorRequirementWire] | None = None
+
+
+class ResourceQuotaSpecWire(_Wire):
+    hard: dict[str, str] | None = None
+    scopes: list[str] | None = None
+    scopeSelector: ScopeSelectorWire | None = None
+
+
+class ResourceQuotaStatusWire(_Wire):
+    used: dict[str, str] | None = None
+
+
+class ResourceQuotaWire(_Wire):
+    metadata: ObjectMetaWire | None = None
+    spec: ResourceQuotaSpecWire | None = None
+    status: ResourceQuotaStatusWire | None = None
+
+
+class EnvVarWire(_Wire):
+    name: str | None = None
+    value: str | None = None
+
+
+class TemplateContainerWire(_Wire):
+    """A container of a DaemonSet's or Deployment's pod template. Unlike a pod's
+    (`ContainerWire`) it keeps the environment: a pod list must not pay for it."""
+
+    name: str | None = None
+    image: str | None = None
+    env: list[EnvVarWire] | None = None
+
+
 class PodTemplateSpecWire(_Wire):
-    containers: list[ContainerWire] | None = None
+    containers: list[TemplateContainerWire] | None = None
     nodeSelector: dict[str, str] | None = None
 
 
@@ -278,6 +375,16 @@ def gpu_requests(spec: PodSpecWire) -> dict[str, int]:
     return totals
 
 
+_NO_NODE_INFO_WIRE = NodeInfoWire()
+
+
+def _node_info(status: NodeStatusWire) -> NodeInfo:
+    info = status.nodeInfo or _NO_NODE_INFO_WIRE
+    return NodeInfo(kubelet_version=info.kubeletVersion or "",
+                    container_runtime_version=info.containerRuntimeVersion or "",
+                    kernel_version=info.kernelVersion or "", os_image=info.osImage or "")
+
+
 def node_view(wire: NodeWire) -> NodeObject:
     meta, spec, status = meta_of(wire), wire.spec or _NO_NODE_SPEC, wire.status or _NO_NODE_STATUS
     ready: bool | None = None
@@ -298,6 +405,7 @@ def node_view(wire: NodeWire) -> NodeObject:
         allocatable=frozen_map(status.allocatable),
         created_at=meta.creationTimestamp or EPOCH,
         resource_version=meta.resourceVersion or "",
+        info=_node_info(status),
     )
 
 
@@ -316,8 +424,43 @@ def _containers(statuses: list[ContainerStatusWire] | None) -> tuple[ContainerSt
     return tuple(states)
 
 
+_SELECTOR = msgspec.json.Decoder(dict[str, str] | None)
+_AFFINITY = msgspec.json.Decoder(AffinityWire | None)
+_TOLERATIONS = msgspec.json.Decoder(list[TolerationWire] | None)
+
+
+def _requirements(found: list[NodeRequirementWire] | None) -> tuple[NodeRequirement, ...]:
+    return tuple(NodeRequirement(key=r.key or "", operator=r.operator or "", values=tuple(r.values or ()))
+                 for r in found or ())
+
+
+@functools.lru_cache(maxsize=512)
+def _placement(selector: bytes, affinity: bytes, tolerations: bytes) -> Placement:
+    # NB: memoized on the raw JSON, so the pods of one workload share one frozen value.
+    node_selector = _SELECTOR.decode(selector) if selector else None
+    found = _AFFINITY.decode(affinity) if affinity else None
+    required = None
+    if found is not None and found.nodeAffinity is not None:
+        required = found.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution
+    terms = tuple(NodeSelectorTerm(match_expressions=_requirements(t.matchExpressions),
+                                   match_fields=_requirements(t.matchFields))
+                  for t in required.nodeSelectorTerms or ()) if required is not None else ()
+    tolerated = _TOLERATIONS.decode(tolerations) if tolerations else None
+    placement = Placement(
+        node_selector=frozen_map(node_selector), required_terms=terms,
+        tolerations=tuple(Toleration(key=t.key or "", operator=t.operator or "Equal", value=t.value or "",
+                                     effect=t.effect or "") for t in tolerated or ()))
+    return ANYWHERE if placement == ANYWHERE else placement
+
+
+def placement_of(spec: PodSpecWire) -> Placement:
+    """Where a pod may land: its nodeSelector, required node affinity and tolerations."""
+    return _placement(bytes(spec.nodeSelector), bytes(spec.affinity), bytes(spec.tolerations))
+
+
 def pod_view(wire: PodWire) -> PodObject:
     meta, spec, status = meta_of(wire), pod_spec_of(wire), wire.status or _NO_POD_STATUS
+    requests = gpu_requests(spec)
     return PodObject(
         namespace=meta.namespace or "",
         name=meta.name or "",
@@ -334,10 +477,28 @@ def pod_view(wire: PodWire) -> PodObject:
         containers=_containers(status.containerStatuses),
         init_containers=_containers(status.initContainerStatuses),
         images=tuple(c.image or "" for c in spec.containers or ()),
-        gpu_requests=frozen_map(gpu_requests(spec)),
+        gpu_requests=frozen_map(requests),
         created_at=meta.creationTimestamp or EPOCH,
         resource_version=meta.resourceVersion or "",
+        placement=placement_of(spec) if requests else ANYWHERE,
     )
+
+
+def _gpu_entries(values: dict[str, str] | None) -> Mapping[str, str]:
+    """Quota keys that name a GPU resource: `requests.X`, `limits.X` or `X`."""
+    found = {k: v for k, v in (values or {}).items()
+             if is_gpu_resource(k.removeprefix("requests.").removeprefix("limits."))}
+    return frozen_map(found)
+
+
+def resource_quota_view(wire: ResourceQuotaWire) -> ResourceQuotaObject:
+    meta = meta_of(wire)
+    spec = wire.spec or ResourceQuotaSpecWire()
+    selected = (spec.scopeSelector.matchExpressions if spec.scopeSelector else None) or ()
+    scopes = [*(spec.scopes or ()), *(r.scopeName or "" for r in selected)]
+    return ResourceQuotaObject(namespace=meta.namespace or "", name=meta.name or "", hard=_gpu_entries(spec.hard),
+                               used=_gpu_entries(wire.status.used if wire.status else None),
+                               scopes=tuple(s for s in scopes if s))
 
 
 def deployment_view(wire: DeploymentWire) -> DeploymentObject:
@@ -363,6 +524,17 @@ def driver_template_view(wire: DaemonSetWire) -> DriverTemplate:
         driver_image=driver.image if driver else None,
         node_selector=frozen_map(template.nodeSelector), deleting=meta.deletionTimestamp is not None,
     )
+
+
+def toolkit_template_view(wire: DaemonSetWire) -> ToolkitTemplate:
+    meta = meta_of(wire)
+    template = (wire.spec.template.spec if wire.spec and wire.spec.template else None) or PodTemplateSpecWire()
+    containers = template.containers or []
+    toolkit = next((c for c in containers if c.name == TOOLKIT_CONTAINER), containers[0] if containers else None)
+    env = {e.name: e.value for e in (toolkit.env if toolkit else None) or () if e.name}
+    return ToolkitTemplate(namespace=meta.namespace or "", name=meta.name or "",
+                           runtime=env.get(ENV_TOOLKIT_RUNTIME) or None,
+                           runtime_class=env.get(ENV_TOOLKIT_RUNTIME_CLASS) or None)
 
 
 def custom_object_view(wire: CustomObjectWire) -> CustomObject:

@@ -1,0 +1,50 @@
+"""The quota report on demand: ResourceQuotas read through the gateway when asked (one
+LIST; quotas change rarely and the command is rare, so they are not watched), nodes and
+GPU pods from the watch cache's snapshot."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from typing import Protocol
+
+from workflows.fleet.assessment import InventorySettings
+from workflows.kube.errors import Forbidden, KubeError
+from workflows.kube.objects import ClusterSnapshot, ResourceQuotaObject
+from workflows.quotas import messages as say
+from workflows.quotas.report import QuotaReport, evaluate
+
+
+class QuotaReader(Protocol):
+    """What reads the cluster's ResourceQuotas (the Kubernetes gateway)."""
+
+    identity: str
+
+    def list_resource_quotas(self) -> list[ResourceQuotaObject]: ...
+
+
+class ClusterSource(Protocol):
+    """What holds nodes and GPU pods (the watch cache)."""
+
+    def snapshot(self, now: dt.datetime) -> ClusterSnapshot: ...
+
+
+class QuotasUnreadable(Exception):
+    """The ResourceQuotas could not be listed; the message says why and what to grant."""
+
+
+@dataclass
+class QuotaService:
+    reader: QuotaReader
+    cluster: ClusterSource
+    settings: InventorySettings
+
+    def report(self, now: dt.datetime) -> QuotaReport:
+        try:
+            quotas = self.reader.list_resource_quotas()
+        except Forbidden as err:
+            raise QuotasUnreadable(say.unreadable(self.reader.identity, err.api_message, forbidden=True)) from None
+        except KubeError as err:
+            raise QuotasUnreadable(say.unreadable(self.reader.identity, str(err), forbidden=False)) from None
+        snapshot = self.cluster.snapshot(now)
+        return evaluate(nodes=snapshot.nodes, pods=snapshot.pods, quotas=quotas, settings=self.settings)
