@@ -138,6 +138,12 @@ def eviction_blocked(blocked: Mapping[str, str]) -> str:
     return f"eviction of {pod}{more} is blocked by a PodDisruptionBudget: {why}"
 
 
+def eviction_throttled(throttled: Mapping[str, str]) -> str:
+    pod, why = sorted(throttled.items())[0]
+    more = f" (and {len(throttled) - 1} more)" if len(throttled) > 1 else ""
+    return f"the API server asked to slow down the eviction of {pod}{more} (429, not a PodDisruptionBudget): {why}"
+
+
 def eviction_blocked_timeout(node: str, blocked: Mapping[str, str], timeout: dt.timedelta | None) -> str:
     return (f"{node}: {eviction_blocked(blocked)}; gave up after {_duration(timeout)}. Free the "
             "budget (scale the workload up elsewhere) or move the pod by hand, then start a new run")

@@ -414,7 +414,10 @@ class Evict:
 
     A 429 from a PodDisruptionBudget is retried on a timer (PDB status is not watched)
     and on watch events about the node, until `timeout_s` (default 600); the first one
-    is told in the request's thread. Then `on_timeout` says what happens: `fail`
+    is told in the request's thread. A 429 that is not a budget's (the API server asking
+    to slow down: API Priority and Fairness, a webhook) is only retried, after its
+    Retry-After: no notice, no `on_timeout` (it never deletes a pod), and the step fails
+    at its timeout if the API never lets it through. Then `on_timeout` says what happens: `fail`
     (default; the run halts with the node cordoned, for a person to decide), `skip`
     (the node is left out: the pods still on it keep running, it is uncordoned and the
     run goes on) or `delete` (delete the blocked pods, bypassing the budget, on record).
@@ -469,6 +472,8 @@ class Evict:
             return Done(say.evicted(len(ctx.intent.get("evict", ())), len(ctx.intent.get("skipped", ())),
                                     dry_run=ctx.dry_run), summary)
         blocked: dict[str, str] = {}
+        throttled: dict[str, str] = {}  # 429s that were not a budget: the API asks to slow down
+        retry_after = 2.0
         for target in remaining:
             pod = present[target["uid"]]
             if pod.pod.deleting:
@@ -485,7 +490,11 @@ class Evict:
             try:
                 ctx.gateway.evict_pod(namespace, name, uid=target["uid"], dry_run=ctx.dry_run)
             except TooManyRequests as err:
-                blocked[target["pod"]] = err.api_message
+                if err.disruption_budget is False:
+                    throttled[target["pod"]] = err.api_message
+                    retry_after = max(retry_after, min(err.retry_after or 0.0, 30.0))
+                else:
+                    blocked[target["pod"]] = err.api_message
             except (NotFound, Conflict):
                 continue  # gone, or replaced by a pod with another uid
         if ctx.dry_run:
@@ -499,6 +508,9 @@ class Evict:
                 return LeftOut(say.left_out_blocked(ctx.node, blocked, ctx.timeout), {**summary, "blocked": blocked})
             return Failed(say.eviction_blocked_timeout(ctx.node, blocked, ctx.timeout),
                           {**summary, "blocked": blocked})
+        if throttled and not blocked:
+            # Not a budget: no notice, no escalation; the step's own timeout still applies.
+            return Waiting(say.eviction_throttled(throttled), retry_in=retry_after)
         if blocked:
             notice = Notice("pdb-blocked", say.pdb_blocking(ctx.node, blocked, deadline=ctx.deadline,
                                                             then=ctx.intent.get("on_timeout")))
@@ -1072,7 +1084,7 @@ class GpuCheck:
         if not result.passed:
             return Failed(say.gpu_check_failed(ctx.node, ctx.intent["pod"], shown, exit_code=result.exit_code,
                                                reason=result.reason, message=result.message),
-                          {"exit_code": result.exit_code, "reason": result.reason})
+                          {"exit_code": result.exit_code, "reason": result.reason, "message": result.message})
         ctx.record(key="gpu-check.passed", action="gpu-check.passed", target=f"pod {ctx.intent['pod']}",
                    detail={"node": ctx.node, "exit_code": result.exit_code})
         ctx.act()

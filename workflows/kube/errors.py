@@ -40,9 +40,15 @@ class Gone(KubeError):
 
 
 class TooManyRequests(KubeError):
-    def __init__(self, message: str, *, retry_after: float | None, **kw: Any) -> None:
+    """429. `disruption_budget` says whether a PodDisruptionBudget refused an eviction
+    (True), or the API server asked the client to slow down (False: API Priority and
+    Fairness, an admission webhook); None when whoever raised it did not say."""
+
+    def __init__(self, message: str, *, retry_after: float | None, disruption_budget: bool | None = None,
+                 **kw: Any) -> None:
         super().__init__(message, **kw)
         self.retry_after = retry_after
+        self.disruption_budget = disruption_budget
 
 
 class Unavailable(KubeError):
