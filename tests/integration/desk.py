@@ -38,6 +38,22 @@ def grant_bot_rbac(installer) -> str:
 
 
 @contextmanager
+def bot_rbac_granted(installer) -> Iterator[str]:
+    """`grant_bot_rbac` for the length of a test, taking away after what it made (grant
+    after the fleet: the operator's namespace must be the fleet's own)."""
+    docs = list(yaml.safe_load_all(RBAC.read_text()))
+    namespaces = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}}
+                  for n in sorted({d["metadata"].get("namespace") for d in docs} - {None})]
+    made = [d for d in docs + namespaces if not installer.exists(d)]
+    try:
+        yield grant_bot_rbac(installer)
+    finally:
+        for doc in made:
+            if installer.exists(doc):
+                installer.delete(doc)
+
+
+@contextmanager
 def operator_namespace_as_found(installer) -> Iterator[None]:
     """Leave the operator's namespace as found: a test that makes it (to hold a Role there)
     removes it, since a fleet's operator installs there next and must find it gone, as a

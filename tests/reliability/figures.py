@@ -11,9 +11,10 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-import platform
 from pathlib import Path
 from typing import Any
+
+from tests.bench.test_inventory_scale import _machine as bench_machine
 
 RESULTS = Path(__file__).resolve().parent / "results"
 FULL = os.environ.get("GPUOPS_RELIABILITY_FULL", "") not in ("", "0")
@@ -26,16 +27,9 @@ def count(suite: int, full: int) -> int:
 
 
 def machine() -> str:
-    cpu = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{cpu}, {os.cpu_count()} cores, {memory:.0f} GiB, Python {platform.python_version()}"
+    """The machine in one line, from what the benchmarks note."""
+    m = bench_machine()
+    return f"{m['cpu']}, {m['cores']} cores, {m['memory_gib']:.0f} GiB, Python {m['python']}"
 
 
 def record(name: str, figure: dict[str, Any]) -> None:

@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from storage import audit
 from storage.database import Database, open_database
@@ -42,7 +41,7 @@ from testenv.apiaudit import AuditLog
 from testenv.install import wait_until
 from testenv.summary import advertised
 from tests.integration import engine_harness as h
-from tests.integration.desk import RBAC, grant_bot_rbac
+from tests.integration.desk import bot_rbac_granted
 from tests.reliability import figures
 
 pytestmark = pytest.mark.controlplane
@@ -145,23 +144,6 @@ def _wait(process: subprocess.Popen[bytes], timeout: float, log: Path) -> int:
         raise AssertionError(f"the engine process did not finish in {timeout:.0f} s; its log ends:\n{tail}") from None
 
 
-def _with_bot_rbac(installer) -> list[dict[str, Any]]:
-    """deploy/rbac.yaml granted (the fleet first: its operator namespace must be the
-    fleet's own); returns what this made, to take away after."""
-    docs = list(yaml.safe_load_all(RBAC.read_text()))
-    namespaces = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}}
-                  for n in sorted({d["metadata"].get("namespace") for d in docs} - {None})]
-    made = [d for d in docs + namespaces if not installer.exists(d)]
-    grant_bot_rbac(installer)
-    return made
-
-
-def _take_away(installer, made: list[dict[str, Any]]) -> None:
-    for doc in made:
-        if installer.exists(doc):
-            installer.delete(doc)
-
-
 def _pod_on(installer, namespace: str, app: str) -> dict[str, Any]:
     wait_until(lambda: any(h.running_ready(p) for p in h.workload_pods(installer, namespace, app)),
                timeout=90, what=f"a running {app} pod")
@@ -185,8 +167,7 @@ def _check_drain(cluster, db: Database, run_id, writes: Counter[str], pod: dict[
 def test_random_kills_across_drain_runs_lose_no_run_and_repeat_no_side_effect(fleet, cluster, tmp_path):
     fleet(DRAIN_FLEET)
     installer = cluster.installer()
-    made = _with_bot_rbac(installer)
-    try:
+    with bot_rbac_granted(installer):
         wait_until(lambda: all(advertised(h.node(installer, n)) == 8 for n in ("kill-01", "kill-02")),
                    timeout=60, what="the fleet to advertise its GPUs")
         rng = random.Random(figures.SEED)
@@ -214,15 +195,12 @@ def test_random_kills_across_drain_runs_lose_no_run_and_repeat_no_side_effect(fl
             "runs": DRAINS, "kills": killer.kills, "engine_processes": killer.processes,
             "horizon_s": round(horizon, 2), "lost_runs": 0, "side_effects_twice": 0, "human_cordons_undone": 0,
             "audit_chain": "verifies", "kill_points": dict(sorted(killer.points.items()))})
-    finally:
-        _take_away(installer, made)
 
 
 def test_random_kills_across_upgrade_runs_lose_no_run_and_repeat_no_side_effect(fleet, cluster, tmp_path):
     fleet(UPGRADE_FLEET)
     installer = cluster.installer()
-    made = _with_bot_rbac(installer)
-    try:
+    with bot_rbac_granted(installer):
         wait_until(lambda: advertised(h.node(installer, "upg-01")) == 8, timeout=120, what="upg-01 to advertise")
         rng = random.Random(figures.SEED + 1)
         print(f"\nrandom kills: seed {figures.SEED}, {UPGRADES} upgrade runs")
@@ -263,5 +241,3 @@ def test_random_kills_across_upgrade_runs_lose_no_run_and_repeat_no_side_effect(
             "runs": UPGRADES, "kills": killer.kills, "engine_processes": killer.processes,
             "horizon_s": round(horizon, 2), "lost_runs": 0, "side_effects_twice": 0,
             "audit_chain": "verifies", "kill_points": dict(sorted(killer.points.items()))})
-    finally:
-        _take_away(installer, made)
