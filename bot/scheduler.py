@@ -247,7 +247,8 @@ def post_handovers(host: LeaderHost, now: dt.datetime) -> None:
     """Post each rotation's due handover, then remind or escalate unacknowledged ones."""
     if not host.config.rotations:
         return
-    service = HandoverService(host.database.get(), host.config)
+    signals = host.config.signals.service() if host.config.signals is not None else None
+    service = HandoverService(host.database.get(), host.config, signals=signals)
     posted = service.post_due(host.fleet, now=now)
     fired = service.send_reminders(now)
     for view in posted:

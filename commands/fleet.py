@@ -17,6 +17,8 @@ from workflows.fleet.assessment import NodeInventory, PoolInventory
 from workflows.fleet.findings import Finding, cordons_left_behind, format_age, sort_findings
 from workflows.fleet.summary import Fleet
 from workflows.pools.config import Workloads
+from workflows.signals import messages as health_msg
+from workflows.signals.service import Reading
 from workflows.wording import plural, when
 
 FINDINGS_IN_STATUS = 8
@@ -278,12 +280,47 @@ def node(call: Call, args: list[str]) -> Reply:
         Section(title=f"Driver owner: {inv.driver.owner}", bullets=inv.driver.evidence),
         Section(title="GPUs", table=gpus),
     ]
-    findings = fleet.findings_about(inv.name)
+    health, health_findings = _gpu_health(call, inv)
+    sections.extend(health)
+    findings = sort_findings((*fleet.findings_about(inv.name), *health_findings))
     if findings:
         sections.insert(0, _findings_section(findings, limit=None))
     return Reply(title=msg.node_title(inv.name), summary=f"{inv.advertised_gpus}/{inv.expected_advertised or '?'} "
                  f"GPUs advertised · driver owner {inv.driver.owner}", sections=tuple(sections),
                  intents=_drain_button(call, pool=inv.pool, target=inv.name))
+
+
+def _gpu_health(call: Call, inv: NodeInventory) -> tuple[tuple[Section, ...], tuple[Finding, ...]]:
+    """The node's GPU health from DCGM and the findings it raises; nothing at all where
+    signals are not configured, and one sentence where they cannot be read."""
+    signals = call.services.signals
+    if signals is None:
+        return (), ()
+    reading = signals.read(inv.name)
+    title = health_msg.health_title(reading.source)
+    if reading.unavailable is not None:
+        return (Section(title=title, notices=(Notice(severity="warning", subject=inv.name, text=health_msg.unavailable(
+            reading.source, reading.unavailable)),)),), ()
+    health = reading.node(inv.name)
+    if health is None or not health.gpus:
+        return (Section(title=title, notices=(Notice(severity="warning", subject=inv.name, text=health_msg.no_series(
+            inv.name, reading.source, signals.node_label)),)),), ()
+    table = Table(columns=health_msg.GPU_COLUMNS, rows=tuple(health_msg.gpu_row(g) for g in health.gpus))
+    # A GPU that fell off the bus can drop out of DCGM altogether: count against GFD's.
+    fewer = (Notice(severity="warning", subject=inv.name, text=health_msg.fewer_gpus(
+        inv.name, reported=len(health.gpus), physical=inv.physical_gpus)),) \
+        if inv.physical_gpus is not None and len(health.gpus) < inv.physical_gpus else ()
+    return ((Section(title=title, table=table, notices=fewer),),
+            signals.findings(reading, pools={inv.name: inv.pool}))
+
+
+def _signal_findings(call: Call, fleet: Fleet) -> tuple[tuple[Finding, ...], Reading | None]:
+    """Every GPU node's DCGM findings (none where signals are not configured)."""
+    signals = call.services.signals
+    if signals is None:
+        return (), None
+    reading = signals.read()
+    return signals.findings(reading, pools={name: node.pool for name, node in fleet.nodes.items()}), reading
 
 
 def _host_facts(inv: NodeInventory) -> tuple[Fact, ...]:
@@ -337,13 +374,16 @@ def findings(call: Call, args: list[str]) -> Reply:
         raise UsageError("findings takes at most one pool or node name")
     fleet = _fleet(call)
     scope = args[0] if args else None
-    selected = fleet.findings
+    from_signals, reading = _signal_findings(call, fleet)
+    selected = sort_findings((*fleet.findings, *from_signals)) if from_signals else fleet.findings
+    unread = (Section(notices=(Notice(severity="warning", text=health_msg.unavailable(
+        reading.source, reading.unavailable)),)),) if reading is not None and reading.unavailable else ()
     if scope is not None:
         if fleet.pool(scope) is None and scope not in fleet.nodes and scope != "cluster":
             names = [p.name for p in fleet.pools] + sorted(fleet.nodes)
             raise NotFoundError(msg.unknown_name("pool or node", scope, _closest(scope, names), len(names)))
-        selected = tuple(f for f in fleet.findings if scope in (f.subject, f.pool))
+        selected = tuple(f for f in selected if scope in (f.subject, f.pool))
     if not selected:
-        return Reply(title=msg.findings_title(scope), summary=msg.no_findings(scope))
+        return Reply(title=msg.findings_title(scope), summary=msg.no_findings(scope), sections=unread)
     return Reply(title=msg.findings_title(scope), summary=f"{len(selected)} found",
-                 sections=(_findings_section(selected, limit=None),))
+                 sections=(*unread, _findings_section(selected, limit=None)))

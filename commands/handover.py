@@ -181,7 +181,7 @@ def _service(call: Call) -> HandoverService:
     database = getattr(services, "database", None)
     if database is None:
         raise NotFoundError(msg.not_available("Handovers"))
-    return HandoverService(database, services.config)
+    return HandoverService(database, services.config, signals=services.signals)
 
 
 def _rotation(service: HandoverService, name: str | None) -> RotationConfig:

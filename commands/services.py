@@ -21,6 +21,7 @@ from workflows.requests.service import RequestService, RoleLookup
 from workflows.mig.service import MigReader, MigService
 from workflows.migrate.service import MigrateService, NodeLabels
 from workflows.quotas.service import QuotaService
+from workflows.signals.service import SignalsService
 from workflows.upgrade.service import UpgradeService
 
 
@@ -49,6 +50,9 @@ class Services:
     migrations: MigrateService | None = None
     # GPU quotas against the pools (workflows.quotas.service); needs the Kubernetes API.
     quotas: QuotaService | None = None
+    # GPU health from DCGM through Prometheus (workflows.signals); None: not configured,
+    # and the views say nothing about it.
+    signals: SignalsService | None = None
 
     @classmethod
     def on_database(cls, *, config: GpuopsConfig, fleet: FleetSource, database: Database,
@@ -76,4 +80,5 @@ class Services:
                    migs=MigService(requests, pools=config.pools, reader=mig_reader),
                    migrations=MigrateService(requests, pools=config.pools, gpu_check=config.upgrades.gpu_check,
                                              pods=mig_reader, labels=node_labels),
-                   runs=RunService(database, wake=wake_engine, names=config.names), database=database)
+                   runs=RunService(database, wake=wake_engine, names=config.names), database=database,
+                   signals=config.signals.service() if config.signals is not None else None)

@@ -7,10 +7,12 @@ is below it; `tests/unit/test_layers.py` checks it with import-linter):
     drain                        drain requests planned into waves; drain history
     engine                       runs, steps as gates, the engine loop, the Lease
     requests                     requests, the two-person rule, refusals
-    pools                        windows, capacity floors, max unavailable, selectors
+    pools | signals              windows, capacity floors, max unavailable, selectors;
+                                 GPU health from DCGM (XIDs, temperatures, ECC, ...)
     fleet                        node assessment, findings, the fleet summary, watch cache
     plans                        a plan of waves and steps, and its hash
-    kube                         the only door to the Kubernetes API
+    kube | prometheus            the only door to the Kubernetes API; the only door
+                                 to Prometheus and exporters' /metrics
     access | durations | wording who may do what; "1h30m"; shared phrasing;
       | logfields                the ids a log line is about
 

@@ -6,12 +6,13 @@ Durations are written as "90s", "30m", "1h", "2d" (or combinations like "1h30m")
 from __future__ import annotations
 
 import datetime as dt
+import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from workflows.access import Actor, Role, UserId
 from workflows.durations import Duration
@@ -19,6 +20,10 @@ from workflows.fleet.assessment import InventorySettings
 from workflows.fleet.platform import KubernetesRange, release_line, shipped_operator_support
 from workflows.handover.rotations import RotationConfig
 from workflows.pools.config import GpuCheck, PoolConfig
+from workflows.prometheus.client import BasicAuth, Endpoint
+from workflows.signals.findings import Thresholds
+from workflows.signals.health import ThrottleReason
+from workflows.signals.service import SignalsService
 from workflows.upgrade.scope import ClusterPolicyScope, DriverVersion, UpgradeRefused
 
 
@@ -111,6 +116,90 @@ class AccessConfig(_Model):
     cli_roles: tuple[Role, ...] = (Role.VIEWER,)
 
 
+class PrometheusBasicAuth(_Model):
+    username: str
+    # A file holding the password (a mounted Secret), read on every query.
+    password_file: Path
+
+
+class PrometheusConfig(_Model):
+    # Prometheus's address, e.g. http://prometheus-operated.monitoring:9090 (a path prefix is kept).
+    url: str
+    # A file holding a bearer token (a ServiceAccount token, a mounted Secret), read on every query.
+    bearer_token_file: Path | None = None
+    basic_auth: PrometheusBasicAuth | None = None
+    # A CA bundle for an https URL signed by a private CA.
+    ca_file: Path | None = None
+    timeout: Duration = dt.timedelta(seconds=5)
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        parts = urllib.parse.urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError(f"{value!r} is not an http:// or https:// address")
+        return value
+
+    @field_validator("timeout")
+    @classmethod
+    def _timeout(cls, value: dt.timedelta) -> dt.timedelta:
+        if not dt.timedelta(0) < value <= dt.timedelta(minutes=1):
+            raise ValueError("the timeout must be more than 0 and at most 1m (a command waits for it)")
+        return value
+
+    @model_validator(mode="after")
+    def _one_auth(self) -> PrometheusConfig:
+        if self.bearer_token_file is not None and self.basic_auth is not None:
+            raise ValueError("give bearer_token_file or basic_auth, not both")
+        return self
+
+    def endpoint(self) -> Endpoint:
+        return Endpoint(url=self.url, bearer_token_file=self.bearer_token_file,
+                        basic_auth=BasicAuth(username=self.basic_auth.username,
+                                             password_file=self.basic_auth.password_file)
+                        if self.basic_auth else None,
+                        ca_file=self.ca_file, timeout_seconds=self.timeout.total_seconds())
+
+
+class SignalThresholdsConfig(_Model):
+    gpu_temp_warning_c: float = Field(default=85.0, gt=0)
+    gpu_temp_critical_c: float = Field(default=92.0, gt=0)
+    memory_temp_warning_c: float = Field(default=95.0, gt=0)
+    memory_temp_critical_c: float = Field(default=105.0, gt=0)
+    # Counts since the driver last loaded (DCGM's volatile counters).
+    ecc_dbe_critical: int = Field(default=1, ge=1)
+    ecc_sbe_warning: int = Field(default=100, ge=1)
+    pcie_replays_warning: int = Field(default=100, ge=1)
+    # Clock-throttle reasons that raise a finding (power capping under load is normal).
+    throttle_reasons: tuple[ThrottleReason, ...] = ("thermal (SW)", "thermal (HW)", "HW slowdown",
+                                                    "power brake (HW)")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> SignalThresholdsConfig:
+        if self.gpu_temp_critical_c < self.gpu_temp_warning_c:
+            raise ValueError("gpu_temp_critical_c is below gpu_temp_warning_c")
+        if self.memory_temp_critical_c < self.memory_temp_warning_c:
+            raise ValueError("memory_temp_critical_c is below memory_temp_warning_c")
+        return self
+
+    def thresholds(self) -> Thresholds:
+        return Thresholds(**self.model_dump())
+
+
+class SignalsConfig(_Model):
+    """GPU health from DCGM: the dcgm-exporter's series, read through Prometheus."""
+
+    prometheus: PrometheusConfig
+    # The series label naming the Kubernetes node (the GPU Operator's exporter sets Hostname
+    # to it; a scrape that relabels, e.g. to `node`, names its own).
+    node_label: str = Field(default="Hostname", min_length=1)
+    thresholds: SignalThresholdsConfig = SignalThresholdsConfig()
+
+    def service(self) -> SignalsService:
+        return SignalsService(endpoint=self.prometheus.endpoint(), thresholds=self.thresholds.thresholds(),
+                              node_label=self.node_label)
+
+
 class GpuopsConfig(_Model):
     cluster: ClusterConfig = ClusterConfig()
     inventory: InventoryConfig = InventoryConfig()
@@ -120,6 +209,8 @@ class GpuopsConfig(_Model):
     engine: EngineConfig = EngineConfig()
     database: Path | None = None
     rotations: tuple[RotationConfig, ...] = ()
+    # GPU health from DCGM (unset: gpuops says nothing about it).
+    signals: SignalsConfig | None = None
 
     @field_validator("pools")
     @classmethod

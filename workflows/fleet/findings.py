@@ -64,6 +64,15 @@ FindingCode: TypeAlias = Literal[
     "precompiled-kernel",
     "precompiled-kernels-mixed",
     "canary-failed",
+    # GPU health from DCGM (workflows.signals)
+    "gpu-xid",
+    "gpu-ecc-uncorrectable",
+    "gpu-ecc-correctable",
+    "gpu-row-remap-failed",
+    "gpu-hot",
+    "gpu-memory-hot",
+    "gpu-throttled",
+    "gpu-pcie-replays",
 ]
 
 CLUSTER_SUBJECT = "cluster"

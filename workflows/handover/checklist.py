@@ -37,6 +37,8 @@ from workflows.fleet.findings import SEVERITY_ORDER, Finding, Severity, format_a
 from workflows.fleet.summary import Fleet
 from workflows.handover import messages as say
 from workflows.requests.service import RequestView
+from workflows.signals.findings import SIGNAL_CODES
+from workflows.signals.service import Reading
 from workflows.wording import when
 
 CHECKLIST_FORMAT = 1
@@ -233,12 +235,16 @@ def build_checklist(
     last_drains: Sequence[NodesDrained] = (),
     late: bool = False,
     missed: int = 0,
+    signals: Reading | None = None,
 ) -> Checklist:
     """The checklist for `shift` of `rotation`, from what is known at `now`.
 
     `requests` are the open requests (pending, approved, scheduled, running);
     `previous` the rotation's handover before this one, whose stored content gives the
     findings to diff against and since when cordoned nodes have been seen cordoned.
+    `signals` is the DCGM reading whose findings `fleet.findings` already holds (None:
+    not configured): where it could not be read, for the cluster or one node, the last
+    handover's DCGM findings there are carried forward as unknown, never as resolved.
     """
     zone = rotation.zone
     before = _Previous.read(previous)
@@ -298,6 +304,20 @@ def build_checklist(
         FindingKey(code=f.code, subject=f.subject, severity=f.severity, command=f.command)
         for f in fleet.findings
     )
+    if signals is not None:
+        if signals.unavailable is not None:
+            needs.append(_item("finding", "warning", "cluster", say.signals_unknown(signals.source,
+                                                                                    signals.unavailable),
+                               "/gpu findings"))
+        unchecked = tuple(key for (code, subject), key in before.finding_keys.items()
+                          if code in SIGNAL_CODES and not signals.known(subject))
+        per_node: dict[str, list[str]] = {}
+        for key in unchecked:
+            per_node.setdefault(key.subject, []).append(key.code)
+        for node, codes in sorted(per_node.items()):
+            needs.append(_item("finding", "warning", node, say.signals_unchecked(node, codes),
+                               say.node_command(node)))
+        keys = (*keys, *unchecked)
     return Checklist(
         rotation=rotation.name,
         team=rotation.team,

@@ -148,6 +148,15 @@ def resolved(code: str, subject: str) -> str:
     return f"{code} on {subject} is resolved"
 
 
+def signals_unknown(source: str, reason: str) -> str:
+    return f"GPU health from DCGM is unknown for this handover: {source} {reason}"
+
+
+def signals_unchecked(node: str, codes: Sequence[str]) -> str:
+    return (f"{node} had {', '.join(sorted(codes))} at the last handover and its GPU health could not be read "
+            "now: still open until a reading says otherwise")
+
+
 # --- acknowledgements, reminders, escalations -----------------------------------------
 
 

@@ -26,6 +26,7 @@ one-line fallback from `workflows.handover.messages`):
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,6 +43,7 @@ from storage.handovers import Handover
 from storage.ids import HandoverId
 from workflows.access import Actor
 from workflows.drain.history import NodesDrained, last_drains
+from workflows.fleet.findings import sort_findings
 from workflows.fleet.summary import Fleet
 from workflows.handover import messages as say
 from workflows.handover.checklist import (
@@ -61,6 +63,7 @@ from workflows.handover.rotations import (
     split_members,
 )
 from workflows.requests.service import RequestService, RequestSettings
+from workflows.signals.service import SignalsService
 
 ReminderAction = Literal["remind", "escalate"]
 # How many recent requests `last_drains` reads to find each pool's latest drain.
@@ -143,13 +146,15 @@ class HandoverSettings(RequestSettings, Protocol):
 class HandoverService:
     """Handovers on one database connection (one per thread, see `storage.database`)."""
 
-    def __init__(self, db: Database, config: HandoverSettings) -> None:
+    def __init__(self, db: Database, config: HandoverSettings, *, signals: SignalsService | None = None) -> None:
         names = [r.name for r in config.rotations]
         repeated = sorted({n for n in names if names.count(n) > 1})
         if repeated:
             raise ValueError(f"rotation names must be unique; repeated: {', '.join(repeated)}")
         self._db = db
         self._config = config
+        # GPU health from DCGM, read once per checklist (None: not configured).
+        self._signals = signals
 
     # -------------------------------------------------------------- reading
 
@@ -204,8 +209,15 @@ class HandoverService:
         """The checklist for `shift`, from the fleet and what storage holds now."""
         earlier = stored_handovers.recent(self._db, rotation=rotation.name, limit=1,
                                           before=shift.start)
+        reading = None
+        if self._signals is not None:
+            reading = self._signals.read()
+            found = self._signals.findings(reading, pools={name: node.pool for name, node in fleet.nodes.items()})
+            if found:
+                fleet = dataclasses.replace(fleet, findings=sort_findings((*fleet.findings, *found)))
         return build_checklist(
             fleet=fleet,
+            signals=reading,
             requests=RequestService(self._db, self._config).open_requests(),
             runs_in_flight=self.runs_in_flight(),
             previous=earlier[0] if earlier else None,

@@ -1,0 +1,167 @@
+"""GPU health read from a real Prometheus: it scrapes a local stand-in for five nodes'
+dcgm-exporters, each serving a real capture from ../shared/reference/dcgm-exporter (two
+unchanged, three changed to carry an XID 79, a double-bit ECC error and a failed row
+remap), and gpuops reads it through its own reader, as `/gpu node` and `/gpu findings` do.
+No control plane: the fleet is plain node values."""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import subprocess
+import threading
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bot.render_blocks import render_blocks
+from bot.render_text import render_text
+from commands.catalog import dispatch
+from commands.services import Services
+from storage.database import open_database
+from testenv.install import wait_until
+from testenv.prometheus import prometheus_binary
+from tests.e2e.conftest import StaticFleet, build_demo_fleet, demo_config, now
+from workflows.config import GpuopsConfig
+from workflows.prometheus.client import Endpoint, PrometheusUnavailable, instant_query
+
+CAPTURES = Path(__file__).resolve().parents[3] / "shared" / "reference" / "dcgm-exporter"
+T4 = (CAPTURES / "real-sample-tesla-t4-datadog-fixture.prom").read_text()
+VGPU = (CAPTURES / "real-sample-gpu-operator-vgpu-a100-vks.prom").read_text()
+T4_HOST = 'Hostname="424773df46e0"'
+VGPU_HOST = 'Hostname="vks-cluster-0-0-np1-worker-xtxww-xw4wp-wn7j2"'
+# The demo fleet's first five nodes: healthy, XID 79, DBE, row-remap failure, healthy vGPU.
+NODES = ("serving-a-000", "training-a-001", "inference-mig-002", "serving-a-003", "training-a-004")
+HEALTHY, XID79, DBE, REMAP, VGPU_NODE = NODES
+
+
+def _added(text: str, host: str, series: dict[str, str]) -> str:
+    labels = text.split("DCGM_FI_DEV_SM_CLOCK{", 1)[1].split("}", 1)[0].replace(T4_HOST, host)
+    return text.replace(T4_HOST, host) + "".join(
+        f"# HELP {name} (added for the test)\n# TYPE {name} counter\n{name}{{{labels}}} {value}\n"
+        for name, value in series.items())
+
+
+def pages() -> dict[str, str]:
+    xid79 = VGPU.replace('err_code="0",err_msg="No Error"} 0', 'err_code="79",err_msg="GPU has fallen off the bus"} 79')
+    assert xid79 != VGPU
+    return {
+        HEALTHY: T4.replace(T4_HOST, f'Hostname="{HEALTHY}"'),
+        XID79: xid79.replace(VGPU_HOST, f'Hostname="{XID79}"'),
+        DBE: _added(T4, f'Hostname="{DBE}"', {"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": "2",
+                                               "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": "7"}),
+        REMAP: _added(T4, f'Hostname="{REMAP}"', {"DCGM_FI_DEV_ROW_REMAP_FAILURE": "1",
+                                                   "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": "5"}),
+        VGPU_NODE: VGPU.replace(VGPU_HOST, f'Hostname="{VGPU_NODE}"'),
+    }
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):  # noqa: A002 - the stdlib's name
+        pass
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory):
+    """A real Prometheus scraping one stand-in exporter page per node every second."""
+    tmp_path = tmp_path_factory.mktemp("dcgm")
+    served = tmp_path / "exporters"
+    served.mkdir()
+    for node, text in pages().items():
+        (served / f"{node}.txt").write_text(text)  # .txt: served as text/plain, the exposition format
+    exporters = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(served)))
+    threading.Thread(target=exporters.serve_forever, daemon=True).start()
+    target = f"127.0.0.1:{exporters.server_address[1]}"
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Quiet) as probe:
+        web = probe.server_address[1]
+    config = tmp_path / "prometheus.yml"
+    config.write_text(yaml.safe_dump({"global": {"scrape_interval": "1s"}, "scrape_configs": [
+        {"job_name": f"dcgm-{node}", "metrics_path": f"/{node}.txt", "static_configs": [{"targets": [target]}]}
+        for node in NODES]}))
+    process = subprocess.Popen([str(prometheus_binary()), f"--config.file={config}",
+                                f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{web}"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{web}"
+
+    def scraped() -> bool:
+        try:
+            return len(instant_query(Endpoint(url=url), "up == 1")) == len(NODES)
+        except PrometheusUnavailable:
+            return False  # still starting
+
+    try:
+        wait_until(scraped, timeout=60, what="Prometheus to scrape every stand-in exporter")
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        exporters.shutdown()
+        exporters.server_close()
+
+
+def _config(url: str) -> GpuopsConfig:
+    return demo_config(signals={"prometheus": {"url": url}})
+
+
+def test_findings_from_a_real_prometheus_name_the_xid_79_the_double_bit_error_and_the_failed_row_remap(prometheus):
+    config = _config(prometheus)
+    signals = config.signals.service()  # type: ignore[union-attr]
+    reading = signals.read()
+    assert reading.unavailable is None and sorted(reading.nodes) == sorted(NODES)
+    findings = signals.findings(reading, pools={node: node.rsplit("-", 1)[0] for node in NODES})
+    by_node = {(f.subject, f.code, f.severity) for f in findings}
+    assert by_node == {(XID79, "gpu-xid", "critical"), (DBE, "gpu-ecc-uncorrectable", "critical"),
+                       (REMAP, "gpu-row-remap-failed", "critical")}
+    (xid,) = [f for f in findings if f.code == "gpu-xid"]
+    assert xid.pool == "training-a"
+    assert xid.message.startswith(f"XID 79 on {XID79}, GPU 0 (GPU-f809e614-a528-4083-acbf-334600000000): GPU has "
+                                  "fallen off the bus (PCIe)")
+    (dbe,) = [f for f in findings if f.code == "gpu-ecc-uncorrectable"]
+    assert "(GPU 0 (GPU-20c56d28-0da5-6d26-a36a-e7af1ce2586e): 2)" in dbe.message
+
+    # One node's query returns that node's GPUs only; PCIe replays, a counter, arrive as written.
+    one = signals.read(HEALTHY)
+    assert list(one.nodes) == [HEALTHY]
+    (gpu,) = one.nodes[HEALTHY].gpus  # type: ignore[index]
+    assert (gpu.gpu_temp_c, gpu.pcie_replays, gpu.ecc_dbe) == (25, 0, None)
+
+
+def test_the_node_view_shows_each_gpus_health_and_its_findings(prometheus, tmp_path):
+    config = _config(prometheus)
+    fleet = build_demo_fleet(nodes=len(NODES), unhealthy=0, config=config)
+    assert sorted(fleet.nodes) == sorted(NODES)
+    services = Services.on_database(config=config, fleet=StaticFleet(fleet), database=open_database(tmp_path / "db"))
+    try:
+        reply = dispatch(f"node {REMAP}", actor=config.actor("U0DAVE"), services=services, now=now())
+        findings = dispatch("findings", actor=config.actor("U0DAVE"), services=services, now=now())
+    finally:
+        services.database.close()  # type: ignore[union-attr]
+    (health,) = [s for s in reply.sections if s.title == f"GPU health (DCGM, from Prometheus at {prometheus})"]
+    assert health.table is not None
+    (row,) = health.table.rows
+    cells = dict(zip(health.table.columns, row))
+    assert cells["GPU"] == "0 Tesla T4" and cells["last XID"] == "none" and cells["GPU temp"] == "25 °C"
+    assert cells["memory temp"] == "not reported" and cells["clocks held by"] == "not reported"
+    assert cells["row remap"] == "FAILED, 5 rows remapped (uncorrectable)"
+    assert cells["ECC DBE/SBE"] == "not reported (ECC off or not collected)"
+    assert [n.text for n in health.notices] == [
+        f"DCGM reports 1 GPU of the 8 GFD counts on {REMAP}: the others' health is unknown (a GPU that fell off "
+        "the bus drops out of DCGM; check `nvidia-smi` on the node)."]
+    notices = [n for s in reply.sections for n in s.notices]
+    assert any(n.severity == "critical" and n.text.startswith(f"Row remapping failed on {REMAP}") for n in notices)
+    codes = {(n.subject, n.severity) for s in findings.sections for n in s.notices if "XID 79" in n.text}
+    assert codes == {(XID79, "critical")}
+    # What Slack and the console show (Block Kit's limits are checked by slack_sdk's models).
+    assert "FAILED, 5 rows remapped (uncorrectable)" in json.dumps(render_blocks(reply).blocks, ensure_ascii=False)
+    assert "GPU has fallen off the bus" in render_text(findings)
+
+
+def test_prometheus_refusing_a_query_is_said_in_words(prometheus):
+    with pytest.raises(PrometheusUnavailable, match="refused the query|HTTP 400"):
+        instant_query(Endpoint(url=prometheus), "{")
+    query = urllib.parse.urlencode({"query": "up"})
+    assert json.loads(urllib.request.urlopen(f"{prometheus}/api/v1/query?{query}").read())["status"] == "success"
