@@ -22,6 +22,7 @@ from pathlib import Path
 from testenv import build, operator
 from testenv.helm import helm_binary
 from testenv.prometheus import prometheus_binary
+from testenv.toxiproxy import toxiproxy_binary
 from testenv import fleet as fl
 from testenv.controlplane import ControlPlaneError
 from testenv.install import CrdsMissing, crds_folder
@@ -56,6 +57,8 @@ def cmd_build(args: argparse.Namespace) -> int:
     # time limit on a fresh machine.
     print(f"testenv: helm is ready at {helm_binary()}")
     print(f"testenv: Prometheus is ready at {prometheus_binary()}")
+    # The API-faults suite puts it between gpuops and the API server.
+    print(f"testenv: Toxiproxy is ready at {toxiproxy_binary()}")
     return 0
 
 

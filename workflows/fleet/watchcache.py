@@ -344,6 +344,7 @@ class FleetCache:
                 self._list(resource)
                 continue
             version = resource.resource_version
+            opened_before = resource.watches
 
             def opened(response: Any, resource: _Resource = resource) -> None:
                 self._open_watches[resource.name] = response
@@ -371,9 +372,16 @@ class FleetCache:
                 if not self._list(resource):
                     self._stop.wait(backoff)
                     backoff = min(backoff * 2, _BACKOFF_MAX)
+                else:
+                    backoff = _BACKOFF_MIN
             except KubeError as err:
                 if self._stop.is_set():
                     return
+                if resource.watches > opened_before:
+                    # NB: the watch opened (the API answers) and then broke: back off from
+                    # the start. Otherwise a quiet resource, whose backoff no event resets,
+                    # waits longer after each dropped connection, up to the maximum.
+                    backoff = _BACKOFF_MIN
                 self._lost(resource, "watch", err)
                 self._stop.wait(backoff * (1 + random.random() * 0.2))
                 backoff = min(backoff * 2, _BACKOFF_MAX)
