@@ -91,6 +91,31 @@ def start_go_build(target: Path, *, what: str, missing_go: str, verbose: bool) -
     return log, time.monotonic()
 
 
+def go_install_cached(target: Path, package: str, *, what: str, built: str, ldflags: str,
+                      verbose: bool = True) -> Path:
+    """`go install package` (a released `module/cmd@version`) into the cache as `target`,
+    built once: into a scratch folder, then copied next to the target and renamed, so a
+    build that stops half way leaves nothing a later run would take for a binary, and
+    another process that finds the target finds all of it. `built` is the name `go
+    install` gives the binary."""
+    if target.is_file():
+        return target
+    log, started = start_go_build(target, what=what, missing_go=f"to build {what}", verbose=verbose)
+    with tempfile.TemporaryDirectory(prefix="gpuops-go-install-") as work:
+        out = Path(work) / "bin"
+        # GOFLAGS is emptied: the control plane's builds set -mod=mod, which `go install
+        # module@version` refuses.
+        with _Heartbeat(what, log) if verbose else contextlib.nullcontext():
+            _run(["go", "install", "-v", "-trimpath", "-ldflags", ldflags, package],
+                 cwd=Path(work), log=log, env={"GOBIN": str(out), "GOFLAGS": ""})
+        partial = target.with_name(f"{target.name}.partial-{Path(work).name}")
+        shutil.copy2(out / built, partial)
+        partial.replace(target)
+    if verbose:
+        print(f"testenv: built {what} in {time.monotonic() - started:.0f}s", file=sys.stderr, flush=True)
+    return target
+
+
 def _release_gomod(*, module: str, version: str, work: Path, log: Path) -> str:
     info = json.loads(_run(["go", "mod", "download", "-json", f"{module}@{version}"], cwd=work, log=log))
     return Path(info["GoMod"]).read_text()

@@ -8,15 +8,11 @@ released, with the dependency versions its own `go.mod` and `go.sum` pin."""
 
 from __future__ import annotations
 
-import contextlib
-import shutil
 import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 
-from testenv.build import BuildError, _Heartbeat, _run, cache_root, start_go_build
+from testenv.build import BuildError, cache_root, go_install_cached
 
 HELM_MODULE = "helm.sh/helm/v4/cmd/helm"
 HELM_VERSION = "v4.3.2"
@@ -28,26 +24,8 @@ _LDFLAGS = f"-s -w -X helm.sh/helm/v4/internal/version.version={HELM_VERSION}"
 def helm_binary(*, verbose: bool = True) -> Path:
     """The cached helm, built on first use (4 minutes on two cores with empty Go module
     and build caches: about 120 modules downloaded, 1,100 packages compiled)."""
-    target = cache_root() / f"helm-{HELM_VERSION}" / "helm"
-    if target.is_file():
-        return target
-    log, started = start_go_build(target, what=f"helm {HELM_VERSION}", missing_go=f"to build helm {HELM_VERSION}",
-                                  verbose=verbose)
-    with tempfile.TemporaryDirectory(prefix="gpuops-helm-") as work:
-        out = Path(work) / "bin"
-        # GOFLAGS is emptied: the control plane's builds set -mod=mod, which `go install
-        # module@version` refuses.
-        with _Heartbeat(f"helm {HELM_VERSION}", log) if verbose else contextlib.nullcontext():
-            _run(["go", "install", "-v", "-trimpath", "-ldflags", _LDFLAGS, f"{HELM_MODULE}@{HELM_VERSION}"],
-                 cwd=Path(work), log=log, env={"GOBIN": str(out), "GOFLAGS": ""})
-        # Copied next to the target first, then renamed: another process that finds the
-        # target finds all of it.
-        partial = target.with_name(f"helm.partial-{Path(work).name}")
-        shutil.copy2(out / "helm", partial)
-        partial.replace(target)
-    if verbose:
-        print(f"testenv: built helm {HELM_VERSION} in {time.monotonic() - started:.0f}s", file=sys.stderr, flush=True)
-    return target
+    return go_install_cached(cache_root() / f"helm-{HELM_VERSION}" / "helm", f"{HELM_MODULE}@{HELM_VERSION}",
+                             what=f"helm {HELM_VERSION}", built="helm", ldflags=_LDFLAGS, verbose=verbose)
 
 
 def run_helm(*args: str, home: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:

@@ -17,10 +17,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -30,7 +28,7 @@ from typing import Any, Literal
 
 import yaml
 
-from testenv.build import BuildError, _Heartbeat, _run, cache_root, start_go_build
+from testenv.build import BuildError, cache_root, go_install_cached
 from testenv.controlplane import _die_with_parent, free_port
 
 TOXIPROXY_MODULE = "github.com/Shopify/toxiproxy/v2"
@@ -50,27 +48,9 @@ class ToxiproxyError(RuntimeError):
 def toxiproxy_binary(*, verbose: bool = True) -> Path:
     """The cached toxiproxy-server, built on first use (35 s on two cores with empty Go
     module and build caches: 15 modules downloaded, 230 packages compiled)."""
-    target = cache_root() / f"toxiproxy-{TOXIPROXY_VERSION}" / "toxiproxy-server"
-    if target.is_file():
-        return target
-    what = f"toxiproxy {TOXIPROXY_VERSION}"
-    log, started = start_go_build(target, what=what, missing_go=f"to build {what}", verbose=verbose)
-    with tempfile.TemporaryDirectory(prefix="gpuops-toxiproxy-") as work:
-        out = Path(work) / "bin"
-        # GOFLAGS is emptied: the control plane's builds set -mod=mod, which `go install
-        # module@version` refuses.
-        with _Heartbeat(what, log) if verbose else contextlib.nullcontext():
-            _run(["go", "install", "-v", "-trimpath", "-ldflags", _LDFLAGS,
-                  f"{TOXIPROXY_MODULE}/cmd/server@{TOXIPROXY_VERSION}"],
-                 cwd=Path(work), log=log, env={"GOBIN": str(out), "GOFLAGS": ""})
-        # Copied next to the target first, then renamed: another process that finds the
-        # target finds all of it.
-        partial = target.with_name(f"toxiproxy-server.partial-{Path(work).name}")
-        shutil.copy2(out / "server", partial)
-        partial.replace(target)
-    if verbose:
-        print(f"testenv: built {what} in {time.monotonic() - started:.0f}s", file=sys.stderr, flush=True)
-    return target
+    return go_install_cached(cache_root() / f"toxiproxy-{TOXIPROXY_VERSION}" / "toxiproxy-server",
+                             f"{TOXIPROXY_MODULE}/cmd/server@{TOXIPROXY_VERSION}", what=f"toxiproxy {TOXIPROXY_VERSION}",
+                             built="server", ldflags=_LDFLAGS, verbose=verbose)
 
 
 @dataclass(frozen=True)
