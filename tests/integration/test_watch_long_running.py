@@ -18,7 +18,7 @@ from workflows.kube.gateway import KubeGateway
 
 pytestmark = pytest.mark.controlplane
 
-RESOURCES = ("nodes", "pods", "deployments", "daemonsets", "clusterpolicies", "nvidiadrivers")
+RESOURCES = ("nodes", "pods", "deployments", "daemonsets", "toolkits", "clusterpolicies", "nvidiadrivers")
 
 
 def _lines(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:

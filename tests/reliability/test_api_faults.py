@@ -85,7 +85,7 @@ TOXICS: tuple[tuple[str, str, dict[str, int]], ...] = (
 )
 TOXICITY = 0.1
 REFUSED_SHARE = 0.1
-RESOURCES = ("nodes", "pods", "deployments", "daemonsets", "clusterpolicies", "nvidiadrivers")
+RESOURCES = ("nodes", "pods", "deployments", "daemonsets", "toolkits", "clusterpolicies", "nvidiadrivers")
 
 
 def _upgrade_steps(version: str) -> tuple[tuple[str, dict[str, Any]], ...]:
