@@ -74,6 +74,11 @@ class _Desk(Desk):
                             body={"metadata": {"annotations": {fl.ANN_HOST_DRIVER: None}}})
 
 
+def _host_driver_works(inv) -> bool:
+    return (inv is not None and not inv.driver_pod.present and inv.validator_pod.condition == "healthy"
+            and inv.advertised_gpus == inv.expected_advertised)
+
+
 @pytest.fixture
 def desk(fleet, cluster, db):
     def make(spec: fl.FleetSpec, config: GpuopsConfig) -> _Desk:
@@ -83,6 +88,11 @@ def desk(fleet, cluster, db):
         wait_until(lambda: all(h.node(installer, n)["status"].get("capacity", {}).get("nvidia.com/gpu") == "8"
                                for n in NODES), timeout=120, what="the host-driver nodes to advertise their GPUs")
         made.append(_Desk(cluster, db, config))
+        if hosts := [s.node for s in spec.special_nodes if s.host_driver]:
+            # The host-driver step notes at its start whether the node's driver works; a run
+            # started before the validator is Ready reads "no working host driver" instead.
+            wait_until(lambda: all(_host_driver_works(made[-1].cache.fleet(h.now()).nodes.get(n)) for n in hosts),
+                       timeout=120, what="the inventory to see the host drivers working")
         return made[-1]
 
     made: list[_Desk] = []

@@ -28,7 +28,7 @@ from workflows.fleet.canaries import LastCanaries
 from workflows.fleet.first_seen import FirstSeen
 from workflows.fleet.summary import Fleet, summarize
 from workflows.kube import wire
-from workflows.kube.errors import Gone, KubeError, NotFound
+from workflows.kube.errors import Gone, KubeError, NotFound, WatchError
 from workflows.kube.gateway import (
     CLUSTER_POLICIES,
     DAEMONSETS,
@@ -196,9 +196,12 @@ class FleetCache:
 
     def watch(self) -> None:
         """Start (or, after `stop`, resume) watching from the last version seen."""
-        self._stop.clear()
+        # NB: a new event each time: a thread of the last watch that `stop` could not join
+        # (a stalled connection) keeps its own, set, event and ends; clearing a shared one
+        # would bring it back to apply its stale stream beside the new thread's.
+        self._stop = threading.Event()
         for resource in self._resources.values():
-            thread = threading.Thread(target=self._watch_loop, args=(resource,),
+            thread = threading.Thread(target=self._watch_loop, args=(resource, self._stop),
                                       name=f"watch-{resource.name}", daemon=True)
             thread.start()
             self._threads.append(thread)
@@ -334,12 +337,12 @@ class FleetCache:
                 self._generation += 1
                 self._context_dirty = True
 
-    def _watch_loop(self, resource: _Resource) -> None:
+    def _watch_loop(self, resource: _Resource, stop: threading.Event) -> None:
         backoff = _BACKOFF_MIN
-        while not self._stop.is_set():
+        while not stop.is_set():
             if not resource.available:
                 # A CRD that is not installed: look again now and then.
-                if self._stop.wait(30):
+                if stop.wait(30):
                     return
                 self._list(resource)
                 continue
@@ -357,25 +360,29 @@ class FleetCache:
                     resource.path, resource_version=version, timeout_seconds=self._watch_timeout,
                     label_selector=resource.label_selector, schema=resource.schema, on_open=opened,
                 ):
-                    if self._stop.is_set():
+                    if stop.is_set():
                         return
                     self._apply(resource, event.type, event.object)
                     backoff = _BACKOFF_MIN
-                if (resource.name == "nodes" and not self._stop.is_set()
+                if (resource.name == "nodes" and not stop.is_set()
                         and time.monotonic() - self._version_read_at >= self._watch_timeout):
                     # The watch ended: an upgraded control plane shows within about one watch
                     # timeout (read at most that often, and never after a failed watch).
                     self._read_kubernetes_version()
-            except Gone:
-                log.info("watch of %s expired at %s; listing again", resource.name, version)
+            except (Gone, WatchError) as err:
+                if isinstance(err, Gone):
+                    log.info("watch of %s expired at %s; listing again", resource.name, version)
+                else:
+                    log.info("watch of %s broke at %s (%s); listing again", resource.name, version,
+                             err.api_message)
                 resource.relists += 1
                 if not self._list(resource):
-                    self._stop.wait(backoff)
+                    stop.wait(backoff)
                     backoff = min(backoff * 2, _BACKOFF_MAX)
                 else:
                     backoff = _BACKOFF_MIN
             except KubeError as err:
-                if self._stop.is_set():
+                if stop.is_set():
                     return
                 if resource.watches > opened_before:
                     # NB: the watch opened (the API answers) and then broke: back off from
@@ -383,7 +390,7 @@ class FleetCache:
                     # waits longer after each dropped connection, up to the maximum.
                     backoff = _BACKOFF_MIN
                 self._lost(resource, "watch", err)
-                self._stop.wait(backoff * (1 + random.random() * 0.2))
+                stop.wait(backoff * (1 + random.random() * 0.2))
                 backoff = min(backoff * 2, _BACKOFF_MAX)
                 if isinstance(err, NotFound) and resource.optional:
                     with self._lock:

@@ -39,6 +39,13 @@ class Gone(KubeError):
     """A watch's resourceVersion is too old (410): list again."""
 
 
+class WatchError(KubeError):
+    """The server ended a watch with an error event other than 410, such as an internal
+    error reading etcd's history (a deleted object whose previous state a compaction
+    took: "etcd event received with PrevKv=nil"). Resuming from the same version meets
+    the same event again, so the caller lists again, as client-go's reflector does."""
+
+
 class TooManyRequests(KubeError):
     """429. `disruption_budget` says whether a PodDisruptionBudget refused an eviction
     (True), or the API server asked the client to slow down (False: API Priority and

@@ -40,6 +40,7 @@ from workflows.kube.errors import (
     NotFound,
     TooManyRequests,
     Unavailable,
+    WatchError,
 )
 from workflows.kube.objects import (
     CustomObject,
@@ -415,7 +416,8 @@ class KubeGateway:
               schema: type[msgspec.Struct] | None = None) -> Iterator[WatchEvent]:
         """Events after `resource_version` until the server ends the watch, each object
         a raw JSON dict or, with `schema`, decoded into it. Raises Gone when that version
-        is too old (the caller lists again). `on_open` receives the open response, whose
+        is too old and WatchError when the server ends the watch with another error
+        event (either way the caller lists again). `on_open` receives the open response, whose
         `shutdown()` ends the watch from another thread."""
         read_object = _object_reader(path, schema)
         query: list[tuple[str, Any]] = [
@@ -446,8 +448,12 @@ class KubeGateway:
                     event = _decode(_EVENT, line, path)
                     if event.type == "ERROR":
                         status = loads(memoryview(event.object))
-                        raise _error(int(status.get("code") or 500), json.dumps(status), method="WATCH",
-                                     path=path, headers={})
+                        error = _error(int(status.get("code") or 500), json.dumps(status), method="WATCH",
+                                       path=path, headers={})
+                        if isinstance(error, Gone):
+                            raise error
+                        raise WatchError(str(error), status=error.status, reason=error.reason,
+                                         api_message=error.api_message)
                     yield WatchEvent(type=event.type, object=read_object(event.object))
         except (urllib3.exceptions.ProtocolError, urllib3.exceptions.ReadTimeoutError, OSError) as err:
             log.debug("watch %s ended: %s", path, err)
