@@ -177,13 +177,26 @@ class FleetCache:
 
     def _initial_list(self) -> None:
         context_ready = threading.Event()
-        first = [r for name, r in self._resources.items() if name != "nodes"]
-        listers = [threading.Thread(target=self._list, args=(r,), daemon=True) for r in first]
+        # NB: which pods are kept depends on the operator's namespace (its operands, such as
+        # the dcgm-exporter and feature discovery, carry no label that says so), which the
+        # ClusterPolicies and Deployments tell: pods are fetched alongside them but kept
+        # only once they are in. Kept earlier, a quiet operand pod would be missing until
+        # its next change, which may be days away.
+        namespace_known = threading.Event()
+        cluster = [self._resources[name] for name in ("clusterpolicies", "deployments")]
+        first = [r for name, r in self._resources.items() if name != "nodes" and r not in cluster]
+        lead = [threading.Thread(target=self._list, args=(r,), daemon=True) for r in cluster]
+        listers = [threading.Thread(target=self._list, args=(r,), daemon=True,
+                                    kwargs={"convert_when": namespace_known} if r.name == "pods" else {})
+                   for r in first]
         nodes = threading.Thread(target=self._list, args=(self._resources["nodes"],),
                                  kwargs={"assess_when": context_ready}, daemon=True)
-        for thread in [*listers, nodes]:
+        for thread in [*lead, *listers, nodes]:
             thread.start()
         self._read_kubernetes_version()
+        for thread in lead:
+            thread.join()
+        namespace_known.set()
         for thread in listers:
             thread.join()
         with self._lock:
@@ -268,9 +281,11 @@ class FleetCache:
             resource.lost_since = None
 
     # --- listing and watching ----------------------------------------------------------
-    def _list(self, resource: _Resource, *, assess_when: threading.Event | None = None) -> bool:
+    def _list(self, resource: _Resource, *, assess_when: threading.Event | None = None,
+              convert_when: threading.Event | None = None) -> bool:
         """List `resource` into the cache. With `assess_when`, nodes are also assessed as
-        their pages arrive, once that event says pods and cluster objects are in."""
+        their pages arrive, once that event says pods and cluster objects are in. With
+        `convert_when`, pages are read while waiting for it and kept once it is set."""
         fresh: dict[str, Any] = {}
         early: dict[NodeName, inv.NodeInventory] = {}
         waiting: list[NodeObject] = []
@@ -284,6 +299,8 @@ class FleetCache:
             waiting.clear()
 
         def convert(items: list[Any]) -> None:
+            if convert_when is not None:
+                convert_when.wait()
             for obj in items:
                 view = self._convert(resource, obj)
                 if view is not None:
@@ -470,12 +487,14 @@ class FleetCache:
     def operator_namespace(self) -> str | None:
         if self._configured_namespace:
             return self._configured_namespace
-        for policy in self._resources["clusterpolicies"].store.values():
-            namespace = policy.status.get("namespace")
-            if namespace:
-                return str(namespace)
-        for deployment in self._resources["deployments"].store.values():
-            return deployment.namespace
+        # NB: under the lock: the pods' watch asks while another thread may relist these.
+        with self._lock:
+            for policy in self._resources["clusterpolicies"].store.values():
+                namespace = policy.status.get("namespace")
+                if namespace:
+                    return str(namespace)
+            for deployment in self._resources["deployments"].store.values():
+                return deployment.namespace
         return None
 
     def snapshot(self, now: dt.datetime) -> ClusterSnapshot:

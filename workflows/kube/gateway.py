@@ -141,6 +141,21 @@ def _object_reader(path: str, schema: type[msgspec.Struct] | None) -> Callable[[
     return lambda data: _decode(decoder, data, path)
 
 
+# Seconds a watch's answer may take (the API server answers a watch at once, before any
+# event), and seconds its stream may say nothing: the API server's watch cache sends a
+# bookmark about every minute, so a longer silence is a dead connection.
+WATCH_ANSWER_TIMEOUT = 30.0
+WATCH_IDLE_TIMEOUT = 90.0
+
+
+def _read_timeout(response: urllib3.BaseHTTPResponse, seconds: float) -> None:
+    """Each later read of `response`'s stream waits at most `seconds` (urllib3 set the
+    socket's timeout to the request's, which was for the answer)."""
+    sock = getattr(getattr(response, "connection", None), "sock", None)
+    if sock is not None:
+        sock.settimeout(seconds)
+
+
 _BY_STATUS: dict[int, type[KubeError]] = {403: Forbidden, 404: NotFound, 409: Conflict, 410: Gone, 422: Invalid}
 
 
@@ -413,12 +428,19 @@ class KubeGateway:
     def watch(self, path: str, *, resource_version: str, timeout_seconds: int = 300,
               label_selector: str | None = None, field_selector: str | None = None,
               on_open: Callable[[urllib3.BaseHTTPResponse], None] | None = None,
-              schema: type[msgspec.Struct] | None = None) -> Iterator[WatchEvent]:
+              schema: type[msgspec.Struct] | None = None, answer_timeout: float = WATCH_ANSWER_TIMEOUT,
+              idle_timeout: float = WATCH_IDLE_TIMEOUT) -> Iterator[WatchEvent]:
         """Events after `resource_version` until the server ends the watch, each object
         a raw JSON dict or, with `schema`, decoded into it. Raises Gone when that version
         is too old and WatchError when the server ends the watch with another error
         event (either way the caller lists again). `on_open` receives the open response, whose
-        `shutdown()` ends the watch from another thread."""
+        `shutdown()` ends the watch from another thread.
+
+        A server that has not answered within `answer_timeout` seconds, or a stream silent
+        for `idle_timeout` (no event, no bookmark), is a dead connection (a half-open one
+        behind a proxy or NAT): the first raises Unavailable, the second ends the watch,
+        and the caller resumes from its last version instead of waiting out the watch's
+        whole `timeout_seconds` on a connection that will never speak."""
         read_object = _object_reader(path, schema)
         query: list[tuple[str, Any]] = [
             ("watch", "true"), ("resourceVersion", resource_version), ("allowWatchBookmarks", "true"),
@@ -430,7 +452,7 @@ class KubeGateway:
             query.append(("fieldSelector", field_selector))
         try:
             response = self._send("GET", path, query=query, body=None, content_type="application/json",
-                                  timeout=(5, timeout_seconds + 15))
+                                  timeout=(5, answer_timeout))
         except (urllib3.exceptions.HTTPError, OSError) as err:
             raise Unavailable(f"watch {path}: {err}") from None
         if on_open is not None:
@@ -438,6 +460,7 @@ class KubeGateway:
         try:
             if not 200 <= response.status <= 299:
                 raise _error(response.status, response.read(), method="WATCH", path=path, headers=response.headers)
+            _read_timeout(response, min(idle_timeout, timeout_seconds + 15))
             buffer = b""
             for chunk in response.stream(amt=None, decode_content=True):
                 buffer += chunk
