@@ -26,8 +26,10 @@ with a frozen clock).
 Runs started at their window use `RunService.start` with no actor (the scheduler's
 right, see `workflows.engine.runs`); the engine, on this same replica, picks them up within its
 control check. A request is never started late: one whose window ended, or began more
-than `START_GRACE` before a replica could start it (the bot was down, no replica led), is
-marked `missed` and its requester is told in its thread.
+than `START_GRACE` before a replica could start it (the bot was down, no replica led, a
+change freeze held it), is marked `missed` and its requester is told in its thread. A
+request without a window, or whose window is still open within the grace, starts at the
+first tick after the freeze ends or is lifted.
 """
 
 from __future__ import annotations
@@ -54,7 +56,9 @@ from workflows.engine.cordons import Cordons
 from workflows.engine.runs import RUNNABLE_STATES, RunRefused, RunService
 from workflows.handover.service import HandoverService
 from workflows.kube.gateway import KubeGateway
+from workflows.pools import freezes
 from workflows.requests.service import RequestRefused, RequestService
+from workflows.signals.service import SignalsService
 
 log = logging.getLogger("gpuops.bot.scheduler")
 
@@ -239,6 +243,7 @@ class LeaderHost(Protocol):
     fleet: FleetSource
     database: PerThreadDatabase
     gateway: KubeGateway | None
+    signals: SignalsService | None
 
     def notify(self) -> None: ...
 
@@ -247,8 +252,7 @@ def post_handovers(host: LeaderHost, now: dt.datetime) -> None:
     """Post each rotation's due handover, then remind or escalate unacknowledged ones."""
     if not host.config.rotations:
         return
-    signals = host.config.signals.service() if host.config.signals is not None else None
-    service = HandoverService(host.database.get(), host.config, signals=signals)
+    service = HandoverService(host.database.get(), host.config, signals=host.signals)
     posted = service.post_due(host.fleet, now=now)
     fired = service.send_reminders(now)
     for view in posted:
@@ -290,6 +294,11 @@ def start_window_runs(host: LeaderHost, now: dt.datetime) -> dt.datetime | None:
             log.warning("request %s missed its window (%s - %s)", view.id, view.window_start,
                         view.window_end)
             changed += 1
+            continue
+        if freezes.holding_run(db, pool=view.pool, started=False, now=now) is not None:
+            # A change freeze (RunService.start refuses it too): looked at again every tick,
+            # so not logged above debug; `/gpu freeze` named the requests it holds.
+            log.debug("run of %s waits: a change freeze covers pool %s", view.id, view.pool)
             continue
         try:
             # NB: the plan hash read above: a re-plan (`drain extend`) committed since

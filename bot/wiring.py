@@ -44,6 +44,7 @@ from workflows.fleet.watchcache import FleetCache
 from workflows.kube.gateway import KubeGateway
 from workflows.quotas.service import QuotaService
 from workflows.requests.service import RoleLookup
+from workflows.signals.service import SignalsService
 
 log = logging.getLogger("gpuops.bot.wiring")
 
@@ -76,7 +77,14 @@ class Runtime:
     # Who holds which role now (the Slack app sets its directory, which knows user
     # groups); None: the configuration alone.
     roles: RoleLookup | None = None
+    # GPU health from DCGM: one reader for the process, as it remembers the exporters'
+    # counters between readings for their rates (made from the configuration).
+    signals: SignalsService | None = None
     _closers: list[Callable[[], None]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.signals is None and self.config.signals is not None:
+            self.signals = self.config.signals.service(cluster=self.fleet)
 
     def services(self) -> Services:
         """Services for one command or click, on the calling thread's connection."""
@@ -85,7 +93,7 @@ class Runtime:
         services = Services.on_database(config=self.config, fleet=self.fleet, database=self.database.get(),
                                         roles=self.roles, on_approved=self.request_approved,
                                         workloads=self.gateway, mig_reader=self.gateway,
-                                        node_labels=self.gateway)
+                                        node_labels=self.gateway, signals=self.signals)
         if self.gateway is not None:
             services.cordons = Cordons(services.database, self.gateway)  # type: ignore[arg-type]
             if isinstance(self.fleet, FleetCache):

@@ -6,7 +6,7 @@ import importlib
 from commands.registry import REGISTRY, Call, dispatch, help_reply
 
 for _module in ("commands.fleet", "commands.requests", "commands.drain", "commands.upgrade", "commands.mig", "commands.migrate", "commands.handover",
-                "commands.quotas"):
+                "commands.quotas", "commands.freezes"):
     importlib.import_module(_module)
 
 __all__ = ["REGISTRY", "Call", "dispatch", "help_reply"]

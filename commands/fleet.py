@@ -17,6 +17,7 @@ from workflows.fleet.assessment import NodeInventory, PoolInventory
 from workflows.fleet.findings import Finding, cordons_left_behind, format_age, sort_findings
 from workflows.fleet.summary import Fleet
 from workflows.pools.config import Workloads
+from workflows.pools.freezes import CLUSTER, freeze_sentence
 from workflows.signals import messages as health_msg
 from workflows.signals.service import Reading
 from workflows.wording import plural, when
@@ -166,8 +167,10 @@ def status(call: Call, args: list[str]) -> Reply:
         intents = (_drain_button(call, pool=pool.name, target=pool.name) + _upgrade_button(call, pool=pool.name)
                    + _mig_button(call, pool=pool, fleet=fleet))
         policy = call.services.config.pools.get(pool.name)
-        return _pool_status(fleet, pool, intents=intents, runs=runs,
-                            workloads=policy.workloads if policy is not None else None)
+        reply = _pool_status(fleet, pool, intents=intents, runs=runs,
+                             workloads=policy.workloads if policy is not None else None)
+        frozen = _freezes_section(call, pool=pool.name)
+        return dataclasses.replace(reply, sections=(frozen, *reply.sections)) if frozen else reply
     critical = sum(f.severity == "critical" for f in fleet.findings)
     warning = sum(f.severity == "warning" for f in fleet.findings)
     nodes = sum(p.nodes_total for p in fleet.pools)
@@ -180,6 +183,9 @@ def status(call: Call, args: list[str]) -> Reply:
         critical=critical, warning=warning) if nodes else msg.no_gpu_nodes()
     problems = {p.name: sum(1 for f in fleet.findings if f.pool == p.name or f.subject == p.name) for p in fleet.pools}
     sections = [Section(facts=_cluster_facts(fleet))]
+    frozen = _freezes_section(call)
+    if frozen is not None:
+        sections.insert(0, frozen)  # first: a freeze changes what anyone may do now
     if fleet.findings:
         sections.append(_findings_section(fleet.findings, limit=FINDINGS_IN_STATUS))
     if fleet.pools:
@@ -189,6 +195,18 @@ def status(call: Call, args: list[str]) -> Reply:
     if drains is not None:
         sections.append(drains)
     return Reply(title=msg.status_title(), summary=summary, sections=tuple(sections))
+
+
+def _freezes_section(call: Call, *, pool: str | None = None) -> Section | None:
+    """The change freezes in force (those covering `pool`, with one), a line each; None
+    when there is none or no database."""
+    if call.services.freezes is None:
+        return None
+    found = [f for f in call.services.freezes.in_force(call.now) if pool is None or f.target in (CLUSTER, pool)]
+    if not found:
+        return None
+    return Section(notices=tuple(Notice(severity="warning", text=freeze_sentence(f), subject=f.target,
+                                        command="/gpu freezes") for f in found))
 
 
 def _drains_section(call: Call) -> Section | None:

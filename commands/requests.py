@@ -14,10 +14,11 @@ from typing import Any
 
 from commands import messages as msg
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
-from commands.reply import HOST_DRIVER_REMOVED, Fact, Intent, Reply, Section, Table, error_reply
+from commands.reply import HOST_DRIVER_REMOVED, Fact, Intent, Notice, Reply, Section, Table, error_reply
 from storage.audit import AuditEntry
 from workflows.access import AccessDenied, Actor, Role
 from workflows.engine.runs import PERSON_STEPS, RunRefused, RunService, RunView, UnknownRun, step_note
+from workflows.pools.freezes import Freeze, covering, freeze_sentence, holds_run
 from workflows.requests.service import RequestRefused, RequestService, RequestView, UnknownRequest
 from workflows.wording import when
 
@@ -114,10 +115,28 @@ def _plan_section(view: RequestView) -> Section:
                    bullets=view.summary.notes)
 
 
-def _run_section(run: RunView) -> Section:
+def _freeze_over(call: Call, pool: str, *, started: bool) -> Freeze | None:
+    """The change freeze that holds a run of `pool` now (`started`: the run has a step
+    under way or done), if any."""
+    if call.services.freezes is None:
+        return None
+    held = [f for f in covering(call.services.freezes.in_force(call.now), pool) if holds_run(f, started=started)]
+    return max(held, key=lambda f: f.until) if held else None
+
+
+def _held_by(call: Call, run: RunView) -> Freeze | None:
+    if run.state not in ("pending", "running"):
+        return None
+    return _freeze_over(call, run.pool, started=run.state != "pending"
+                        and any(s.state != "pending" for s in run.steps))
+
+
+def _run_section(run: RunView, *, held_by: Freeze | None = None) -> Section:
     rows = tuple((str(s.wave + 1), s.node, s.kind, s.state, s.error or step_note(s) or "")
                  for s in run.steps)
     bullets = []
+    if held_by is not None:
+        bullets.append(msg.run_held_by_freeze(freeze_sentence(held_by)))
     if run.run.halted_reason:
         bullets.append(run.run.halted_reason)
     if run.left_cordoned and run.state in ("failed", "aborted"):
@@ -140,7 +159,10 @@ def _request_reply(call: Call, view: RequestView, *, title: str | None = None) -
             msg.approvals_line(a.approver_name, a.decision, a.plan_hash[:8], a.counts, a.reason)
             for a in view.approvals)))
     runs = call.services.runs.for_request(view.id) if call.services.runs is not None else []
-    sections.extend(_run_section(run) for run in runs)
+    sections.extend(_run_section(run, held_by=_held_by(call, run)) for run in runs)
+    if view.state in ("approved", "scheduled") and (freeze := _freeze_over(call, view.pool, started=False)):
+        sections.append(Section(notices=(Notice(severity="warning", text=freeze_sentence(freeze),
+                                                subject=freeze.target, command="/gpu freezes"),)))
     return Reply(title=title or msg.request_title(view.id, view.kind, view.pool),
                  summary=msg.request_summary(view.state, view.approvals_counted, view.approvals_required,
                                              view.short_hash),

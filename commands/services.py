@@ -1,8 +1,8 @@
 """What commands may call: the fleet view, configuration, the request service, the drain
-use case, the run controls and the database the audit log lives in. Entry points (Slack
-app, console, command line) build one and pass it in; everything but `config` and
-`fleet` is optional, and a command that needs a missing service answers that it is not
-available here."""
+use case, the run controls, change freezes and the database the audit log lives in.
+Entry points (Slack app, console, command line) build one and pass it in; everything but
+`config` and `fleet` is optional, and a command that needs a missing service answers
+that it is not available here."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from workflows.engine.runs import RunService
 from workflows.fleet.summary import Fleet
 from workflows.requests.service import RequestService, RoleLookup
 from workflows.mig.service import MigReader, MigService
+from workflows.pools.freezes import FreezeService
 from workflows.migrate.service import MigrateService, NodeLabels
 from workflows.quotas.service import QuotaService
 from workflows.signals.service import SignalsService
@@ -50,16 +51,18 @@ class Services:
     migrations: MigrateService | None = None
     # GPU quotas against the pools (workflows.quotas.service); needs the Kubernetes API.
     quotas: QuotaService | None = None
-    # GPU health from DCGM through Prometheus (workflows.signals); None: not configured,
+    # GPU health from DCGM, through Prometheus or from the exporter pods (workflows.signals); None: not configured,
     # and the views say nothing about it.
     signals: SignalsService | None = None
+    # Change freezes of a pool or the cluster (workflows.pools.freezes); needs the database.
+    freezes: FreezeService | None = None
 
     @classmethod
     def on_database(cls, *, config: GpuopsConfig, fleet: FleetSource, database: Database,
                     wake_engine: Callable[[], None] | None = None, roles: RoleLookup | None = None,
                     on_approved: Callable[[], None] | None = None,
                     workloads: Workloads | None = None, mig_reader: MigReader | None = None,
-                    node_labels: NodeLabels | None = None) -> Services:
+                    node_labels: NodeLabels | None = None, signals: SignalsService | None = None) -> Services:
         """Every service on one database connection; `wake_engine` (Engine.wake) makes an
         engine in this process notice run controls at once; `roles` says who holds which
         role now (default: the configuration alone, without Slack user groups);
@@ -69,7 +72,8 @@ class Services:
         `mig_reader` what MIG and upgrade plans read (the gateway again; without it MIG
         changes are refused and an upgrade plan names no pods); `node_labels` where a move to
         the operator reads who set a node's labels (the gateway; without it no hand-set label
-        is found)."""
+        is found); `signals` the process's one DCGM reader (it remembers counters for their
+        rates; without it one is made from the configuration, over `fleet`'s pods)."""
         requests = RequestService(database, config, roles=roles, on_approved=on_approved)
         return cls(config=config, fleet=fleet, requests=requests,
                    drains=DrainService(requests, pools=config.pools, workloads=workloads),
@@ -81,4 +85,6 @@ class Services:
                    migrations=MigrateService(requests, pools=config.pools, gpu_check=config.upgrades.gpu_check,
                                              pods=mig_reader, labels=node_labels),
                    runs=RunService(database, wake=wake_engine, names=config.names), database=database,
-                   signals=config.signals.service() if config.signals is not None else None)
+                   freezes=FreezeService(database, pools=config.pools, names=config.names, wake=wake_engine),
+                   signals=signals if signals is not None else (
+                       config.signals.service(cluster=fleet) if config.signals is not None else None))

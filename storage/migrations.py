@@ -282,6 +282,29 @@ CREATE INDEX requests_by_pool ON requests (pool, created_at);
 """ + _steps_with_kinds((*_V1_STEP_KINDS, "driver-version", "operator-hold", "operator-upgrade", "gpu-check",
                          *_MIGRATE_STEP_KINDS), version=6)
 
+# Change freezes (storage/freezes.py): in force while until > now and not lifted; no job
+# ends them. `replaced_by` names the freeze that took over the target.
+FREEZES = """
+CREATE TABLE freezes (
+    id                 INTEGER PRIMARY KEY,
+    target             TEXT NOT NULL CHECK (length(target) > 0),
+    until              TEXT NOT NULL,
+    reason             TEXT NOT NULL,
+    let_running_finish INTEGER NOT NULL CHECK (let_running_finish IN (0, 1)),
+    set_by             TEXT NOT NULL,
+    set_by_name        TEXT NOT NULL,
+    created_at         TEXT NOT NULL,
+    lifted_at          TEXT,
+    lifted_by          TEXT,
+    lifted_by_name     TEXT,
+    lift_reason        TEXT,
+    replaced_by        INTEGER REFERENCES freezes (id),
+    CHECK (until > created_at),
+    CHECK ((lifted_at IS NULL) = (lifted_by IS NULL))
+) STRICT;
+CREATE INDEX freezes_in_force ON freezes (target, until) WHERE lifted_at IS NULL;
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -295,6 +318,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "steps may run a canary pod on the node (gpu-check)", GPU_CHECK_STEP),
     Migration(6, "requests may move nodes from host drivers to the operator (migrate) with its steps", MIGRATE_KIND,
               rebuilds_referenced=True),
+    Migration(7, "change freezes of a pool or the cluster (freezes)", FREEZES),
 )
 
 _SCHEMA_MIGRATIONS = """

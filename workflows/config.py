@@ -9,7 +9,7 @@ import datetime as dt
 import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -20,9 +20,12 @@ from workflows.fleet.assessment import InventorySettings
 from workflows.fleet.platform import KubernetesRange, release_line, shipped_operator_support
 from workflows.handover.rotations import RotationConfig
 from workflows.pools.config import GpuCheck, PoolConfig
+from workflows.kube.labels import POD_SELECTOR_DCGM_EXPORTER
 from workflows.prometheus.client import BasicAuth, Endpoint
+from workflows.signals.exporters import ClusterPods, ExporterPages, ExporterSettings
 from workflows.signals.findings import Thresholds
 from workflows.signals.health import ThrottleReason
+from workflows.signals.rates import CounterMemory
 from workflows.signals.service import SignalsService
 from workflows.upgrade.scope import ClusterPolicyScope, DriverVersion, UpgradeRefused
 
@@ -161,13 +164,64 @@ class PrometheusConfig(_Model):
                         ca_file=self.ca_file, timeout_seconds=self.timeout.total_seconds())
 
 
+class ExportersConfig(_Model):
+    """Each node's dcgm-exporter read straight from its pod, without Prometheus."""
+
+    # Where the exporter answers on its pod IP (the operator's: 9400, /metrics, plain HTTP).
+    port: int = Field(default=9400, ge=1, le=65535)
+    path: str = "/metrics"
+    scheme: Literal["http", "https"] = "http"
+    timeout: Duration = dt.timedelta(seconds=5)
+    # The exporter pods: in this namespace (unset: the GPU Operator's, as the cluster section
+    # or the ClusterPolicy says), with these labels. gpuops watches the operator's namespace
+    # only: exporters elsewhere are not seen.
+    namespace: str | None = None
+    pod_labels: dict[str, str] = Field(default_factory=lambda: {POD_SELECTOR_DCGM_EXPORTER[0]:
+                                                                POD_SELECTOR_DCGM_EXPORTER[1]}, min_length=1)
+    # A file holding a bearer token (a mounted Secret), read on every scrape; a CA bundle
+    # for https (the exporters' certificates must name their pod IPs).
+    bearer_token_file: Path | None = None
+    ca_file: Path | None = None
+    # Pages read at once when every node is asked for (`/gpu findings`, a handover).
+    parallel: int = Field(default=16, ge=1, le=256)
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        if not value.startswith("/") or any(c in value for c in "?# "):
+            raise ValueError(f"{value!r} is not a path such as /metrics")
+        return value
+
+    @field_validator("timeout")
+    @classmethod
+    def _timeout(cls, value: dt.timedelta) -> dt.timedelta:
+        if not dt.timedelta(0) < value <= dt.timedelta(minutes=1):
+            raise ValueError("the timeout must be more than 0 and at most 1m (a command waits for it)")
+        return value
+
+    @model_validator(mode="after")
+    def _secrets_need_https(self) -> ExportersConfig:
+        if self.scheme != "https" and self.ca_file is not None:
+            raise ValueError("ca_file is for scheme https")
+        if self.scheme != "https" and self.bearer_token_file is not None:
+            raise ValueError("bearer_token_file needs scheme https (over http the token crosses the network readable)")
+        return self
+
+    def settings(self) -> ExporterSettings:
+        return ExporterSettings(port=self.port, path=self.path, scheme=self.scheme,
+                                timeout_seconds=self.timeout.total_seconds(), namespace=self.namespace,
+                                pod_labels=dict(self.pod_labels), bearer_token_file=self.bearer_token_file,
+                                ca_file=self.ca_file, parallel=self.parallel)
+
+
 class SignalThresholdsConfig(_Model):
     gpu_temp_warning_c: float = Field(default=85.0, gt=0)
     gpu_temp_critical_c: float = Field(default=92.0, gt=0)
     memory_temp_warning_c: float = Field(default=95.0, gt=0)
     memory_temp_critical_c: float = Field(default=105.0, gt=0)
-    # Counts since the driver last loaded (DCGM's volatile counters).
+    # A count since the driver last loaded (DCGM's volatile counter).
     ecc_dbe_critical: int = Field(default=1, ge=1)
+    # Per hour: how fast correctable ECC errors and PCIe replays grow, not their totals.
     ecc_sbe_warning: int = Field(default=100, ge=1)
     pcie_replays_warning: int = Field(default=100, ge=1)
     # Clock-throttle reasons that raise a finding (power capping under load is normal).
@@ -187,17 +241,38 @@ class SignalThresholdsConfig(_Model):
 
 
 class SignalsConfig(_Model):
-    """GPU health from DCGM: the dcgm-exporter's series, read through Prometheus."""
+    """GPU health from DCGM: the dcgm-exporter's series, read through Prometheus
+    (`prometheus`) or straight from the exporter pods (`exporters`); exactly one."""
 
-    prometheus: PrometheusConfig
+    prometheus: PrometheusConfig | None = None
+    exporters: ExportersConfig | None = None
     # The series label naming the Kubernetes node (the GPU Operator's exporter sets Hostname
-    # to it; a scrape that relabels, e.g. to `node`, names its own).
+    # to it; a scrape that relabels, e.g. to `node`, names its own). Through Prometheus
+    # only: read from the exporters, a node's series are its exporter pod's.
     node_label: str = Field(default="Hostname", min_length=1)
     thresholds: SignalThresholdsConfig = SignalThresholdsConfig()
 
-    def service(self) -> SignalsService:
-        return SignalsService(endpoint=self.prometheus.endpoint(), thresholds=self.thresholds.thresholds(),
-                              node_label=self.node_label)
+    @model_validator(mode="after")
+    def _one_source(self) -> SignalsConfig:
+        if (self.prometheus is None) == (self.exporters is None):
+            raise ValueError("give prometheus (a Prometheus that scrapes the exporters) or exporters (each node's "
+                             "dcgm-exporter pod read directly), exactly one")
+        if self.exporters is not None and "node_label" in self.model_fields_set:
+            raise ValueError("node_label is for prometheus: read from the exporters, the node is the pod's")
+        return self
+
+    def service(self, *, cluster: object | None = None, memory: CounterMemory | None = None) -> SignalsService:
+        """The reader. `cluster`, where it can give a snapshot of the pods (the watch
+        cache), is where the exporter pods are found; `memory` keeps the counters' last
+        readings for their rates, so give the same one to every service of a process."""
+        if self.prometheus is not None:
+            return SignalsService(endpoint=self.prometheus.endpoint(), thresholds=self.thresholds.thresholds(),
+                                  node_label=self.node_label)
+        assert self.exporters is not None  # _one_source
+        pages = ExporterPages(settings=self.exporters.settings(),
+                              cluster=cluster if isinstance(cluster, ClusterPods) else None,
+                              memory=memory if memory is not None else CounterMemory())
+        return SignalsService(exporters=pages, thresholds=self.thresholds.thresholds())
 
 
 class GpuopsConfig(_Model):

@@ -84,19 +84,26 @@ def _node(name: str, pool: str, *, advertised: int = 8) -> NodeObject:
                       created_at=dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc))
 
 
-def _pod(node: str, app: str, image: str, *, component: str | None = None) -> PodObject:
+def _pod(node: str, app: str, image: str, *, component: str | None = None, ip: str | None = None) -> PodObject:
     labels = {"app": app} | ({"app.kubernetes.io/component": component} if component else {})
     return PodObject(namespace=OPERATOR_NS, name=f"{app}-{node}", node_name=NodeName(node), labels=labels,
                      annotations={}, phase="Running", ready=True, deleting=False,
                      owners=(OwnerRef(kind="DaemonSet", name=app, controller=True),),
                      containers=(ContainerState(name="main", image=image, ready=True, restart_count=0, running=True),),
                      init_containers=(), images=(image,), gpu_requests={},
-                     created_at=dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc))
+                     created_at=dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc), ip=ip)
 
 
 def build_demo_fleet(*, nodes: int, unhealthy: int, config: GpuopsConfig) -> Fleet:
     """`nodes` GPU nodes over the three demo pools; the first `unhealthy` advertise half
     their GPUs (a warning finding each)."""
+    snapshot = demo_snapshot(nodes=nodes, unhealthy=unhealthy)
+    return build_fleet(snapshot, settings=config.inventory_settings(), now=dt.datetime.now(dt.timezone.utc))
+
+
+def demo_snapshot(*, nodes: int, unhealthy: int, exporter_ips: dict[str, str] | None = None) -> ClusterSnapshot:
+    """What `build_demo_fleet` builds its fleet from; `exporter_ips` (node -> pod IP) adds
+    a dcgm-exporter pod on those nodes."""
     pools = ("serving-a", "training-a", "inference-mig")
     node_objects, pods = [], []
     for i in range(nodes):
@@ -107,6 +114,9 @@ def build_demo_fleet(*, nodes: int, unhealthy: int, config: GpuopsConfig) -> Fle
                       component="nvidia-driver"),
                  _pod(name, "nvidia-device-plugin-daemonset", "nvcr.io/nvidia/k8s-device-plugin:v0.17.2"),
                  _pod(name, "nvidia-operator-validator", "nvcr.io/nvidia/gpu-operator:v26.7.0")]
+        if name in (exporter_ips or {}):
+            pods.append(_pod(name, "nvidia-dcgm-exporter", "nvcr.io/nvidia/k8s/dcgm-exporter:4.2.3-4.1.3-ubuntu22.04",
+                             ip=(exporter_ips or {})[name]))
     policy = CustomObject(kind="ClusterPolicy", name="cluster-policy", labels={}, annotations={},
                           spec={"driver": {"enabled": True}, "mig": {"strategy": "single"}},
                           status={"state": "ready"}, created_at=dt.datetime(2025, 1, 1, tzinfo=dt.timezone.utc))
@@ -117,7 +127,7 @@ def build_demo_fleet(*, nodes: int, unhealthy: int, config: GpuopsConfig) -> Fle
                                              ready_replicas=1),
         operator_crds_installed=True, cluster_policies=(policy,), nvidia_drivers=(),
         taken_at=dt.datetime.now(dt.timezone.utc))
-    return build_fleet(snapshot, settings=config.inventory_settings(), now=dt.datetime.now(dt.timezone.utc))
+    return snapshot
 
 
 class StaticFleet:

@@ -1,11 +1,12 @@
 """GPU health read from a real Prometheus: it scrapes a local stand-in for five nodes'
 dcgm-exporters, each serving a real capture from ../shared/reference/dcgm-exporter (two
 unchanged, three changed to carry an XID 79, a double-bit ECC error and a failed row
-remap), and gpuops reads it through its own reader, as `/gpu node` and `/gpu findings` do.
-No control plane: the fleet is plain node values."""
+remap: `tests.dcgm_pages`), and gpuops reads it through its own reader, as `/gpu node` and
+`/gpu findings` do. No control plane: the fleet is plain node values."""
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import http.server
 import json
@@ -13,7 +14,6 @@ import subprocess
 import threading
 import urllib.parse
 import urllib.request
-from pathlib import Path
 
 import pytest
 import yaml
@@ -25,44 +25,10 @@ from commands.services import Services
 from storage.database import open_database
 from testenv.install import wait_until
 from testenv.prometheus import prometheus_binary
+from tests.dcgm_pages import DBE, HEALTHY, NODES, REMAP, VGPU_NODE, XID79, QuietHandler, pages
 from tests.e2e.conftest import StaticFleet, build_demo_fleet, demo_config, now
 from workflows.config import GpuopsConfig
 from workflows.prometheus.client import Endpoint, PrometheusUnavailable, instant_query
-
-CAPTURES = Path(__file__).resolve().parents[3] / "shared" / "reference" / "dcgm-exporter"
-T4 = (CAPTURES / "real-sample-tesla-t4-datadog-fixture.prom").read_text()
-VGPU = (CAPTURES / "real-sample-gpu-operator-vgpu-a100-vks.prom").read_text()
-T4_HOST = 'Hostname="424773df46e0"'
-VGPU_HOST = 'Hostname="vks-cluster-0-0-np1-worker-xtxww-xw4wp-wn7j2"'
-# The demo fleet's first five nodes: healthy, XID 79, DBE, row-remap failure, healthy vGPU.
-NODES = ("serving-a-000", "training-a-001", "inference-mig-002", "serving-a-003", "training-a-004")
-HEALTHY, XID79, DBE, REMAP, VGPU_NODE = NODES
-
-
-def _added(text: str, host: str, series: dict[str, str]) -> str:
-    labels = text.split("DCGM_FI_DEV_SM_CLOCK{", 1)[1].split("}", 1)[0].replace(T4_HOST, host)
-    return text.replace(T4_HOST, host) + "".join(
-        f"# HELP {name} (added for the test)\n# TYPE {name} counter\n{name}{{{labels}}} {value}\n"
-        for name, value in series.items())
-
-
-def pages() -> dict[str, str]:
-    xid79 = VGPU.replace('err_code="0",err_msg="No Error"} 0', 'err_code="79",err_msg="GPU has fallen off the bus"} 79')
-    assert xid79 != VGPU
-    return {
-        HEALTHY: T4.replace(T4_HOST, f'Hostname="{HEALTHY}"'),
-        XID79: xid79.replace(VGPU_HOST, f'Hostname="{XID79}"'),
-        DBE: _added(T4, f'Hostname="{DBE}"', {"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": "2",
-                                               "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": "7"}),
-        REMAP: _added(T4, f'Hostname="{REMAP}"', {"DCGM_FI_DEV_ROW_REMAP_FAILURE": "1",
-                                                   "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": "5"}),
-        VGPU_NODE: VGPU.replace(VGPU_HOST, f'Hostname="{VGPU_NODE}"'),
-    }
-
-
-class _Quiet(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format, *args):  # noqa: A002 - the stdlib's name
-        pass
 
 
 @pytest.fixture(scope="module")
@@ -73,10 +39,10 @@ def prometheus(tmp_path_factory):
     served.mkdir()
     for node, text in pages().items():
         (served / f"{node}.txt").write_text(text)  # .txt: served as text/plain, the exposition format
-    exporters = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(served)))
+    exporters = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(QuietHandler, directory=str(served)))
     threading.Thread(target=exporters.serve_forever, daemon=True).start()
     target = f"127.0.0.1:{exporters.server_address[1]}"
-    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Quiet) as probe:
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), QuietHandler) as probe:
         web = probe.server_address[1]
     config = tmp_path / "prometheus.yml"
     config.write_text(yaml.safe_dump({"global": {"scrape_interval": "1s"}, "scrape_configs": [
@@ -128,6 +94,24 @@ def test_findings_from_a_real_prometheus_name_the_xid_79_the_double_bit_error_an
     assert list(one.nodes) == [HEALTHY]
     (gpu,) = one.nodes[HEALTHY].gpus  # type: ignore[index]
     assert (gpu.gpu_temp_c, gpu.pcie_replays, gpu.ecc_dbe) == (25, 0, None)
+
+
+def test_the_rates_of_correctable_errors_and_replays_are_prometheus_increase_over_the_last_hour(prometheus):
+    signals = _config(prometheus).signals.service()  # type: ignore[union-attr]
+
+    def rates() -> dict:
+        """Per node whose GPU counts replays, that count's rate (the vGPU capture sends none)."""
+        return {name: g.pcie_replays_rate for name, h in signals.read().nodes.items() for g in h.gpus
+                if g.pcie_replays is not None}
+
+    # increase() needs two scrapes of a series; every node's rates come in the one query.
+    wait_until(lambda: all(r is not None for r in rates().values()), timeout=30, what="two scrapes of each counter")
+    counted = rates()
+    assert sorted(counted) == sorted(n for n in NODES if n not in (XID79, VGPU_NODE))
+    assert all(rate is not None and rate.per_hour == 0 for rate in counted.values()), counted
+    (gpu,) = signals.read(DBE).nodes[DBE].gpus  # type: ignore[index]
+    assert (gpu.ecc_sbe, gpu.ecc_sbe_rate.per_hour, gpu.ecc_sbe_rate.over) == (7, 0, dt.timedelta(hours=1))  # type: ignore[union-attr]
+    assert (gpu.pcie_replays, gpu.pcie_replays_rate.per_hour) == (0, 0)  # type: ignore[union-attr]
 
 
 def test_the_node_view_shows_each_gpus_health_and_its_findings(prometheus, tmp_path):

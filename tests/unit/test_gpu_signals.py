@@ -7,6 +7,7 @@ configured thresholds (and which near misses do not)."""
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import http.server
 import json
 import re
@@ -24,7 +25,9 @@ from workflows.config import ConfigError, GpuopsConfig, load_config
 from workflows.prometheus.client import BasicAuth, Endpoint, PrometheusRefused, instant_query
 from workflows.prometheus.samples import from_exposition
 from workflows.signals.findings import Thresholds, signal_findings
-from workflows.signals.health import SERIES, node_health, throttle_reasons
+from workflows.kube.objects import NodeName
+from workflows.signals import messages as health_msg
+from workflows.signals.health import SERIES, Rate, node_health, throttle_reasons
 from workflows.signals.service import SignalsService, series_query
 from workflows.signals.xids import XIDS, xid
 
@@ -48,14 +51,19 @@ def t4(*extra: str, replace: dict[str, str] | None = None) -> str:
                           f"{line.split(' ')[1]}\n" for line in extra)
 
 
-def gpu_of(text: str, host: str = T4_HOST):
-    health = node_health(from_exposition(text))[host]
+T4_UUID = "GPU-20c56d28-0da5-6d26-a36a-e7af1ce2586e"
+
+
+def gpu_of(text: str, host: str = T4_HOST, *, rates: dict[str, float] | None = None):
+    """The one GPU of `host`, with the rates per hour (counter -> increase in the last hour) given."""
+    per_gpu = {(T4_UUID, name): Rate(per_hour=value, over=dt.timedelta(hours=1)) for name, value in (rates or {}).items()}
+    health = node_health(from_exposition(text), rates={NodeName(host): per_gpu})[host]
     (gpu,) = health.gpus
     return health, gpu
 
 
-def findings_of(text: str, thresholds: Thresholds = Thresholds()):
-    health, _ = gpu_of(text)
+def findings_of(text: str, thresholds: Thresholds = Thresholds(), *, rates: dict[str, float] | None = None):
+    health, _ = gpu_of(text, rates=rates)
     return signal_findings(health, pool="train-a", thresholds=thresholds)
 
 
@@ -129,13 +137,10 @@ def test_an_xid_gpuops_does_not_know_points_at_nvidias_catalog():
 
 @pytest.mark.parametrize(("extra", "replace", "code", "severity", "words"), [
     (("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL 1",), {}, "gpu-ecc-uncorrectable", "critical", "GPU 0 (GPU-20c56d28"),
-    (("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL 100",), {}, "gpu-ecc-correctable", "warning", "at or over 100"),
     (("DCGM_FI_DEV_ROW_REMAP_FAILURE 1",), {}, "gpu-row-remap-failed", "critical", "RMA the GPU"),
     ((), {"DCGM_FI_DEV_GPU_TEMP": "85"}, "gpu-hot", "warning", "GPU temperature on 424773df46e0 at or over 85 °C"),
     ((), {"DCGM_FI_DEV_GPU_TEMP": "92"}, "gpu-hot", "critical", "at or over 92 °C (GPU 0"),
     (("DCGM_FI_DEV_MEMORY_TEMP 95",), {}, "gpu-memory-hot", "warning", "Memory temperature"),
-    ((), {"DCGM_FI_DEV_PCIE_REPLAY_COUNTER": "100"}, "gpu-pcie-replays", "warning", "GPU-20c56d28-0da5-6d26-a36a-"
-     "e7af1ce2586e): 100"),
     (("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS 68",), {}, "gpu-throttled", "warning", "thermal (HW)"),
     (("DCGM_FI_DEV_CLOCKS_EVENT_REASONS 8",), {}, "gpu-throttled", "warning", "HW slowdown"),
 ])
@@ -147,11 +152,9 @@ def test_a_reading_at_its_threshold_is_a_finding(extra, replace, code, severity,
 
 @pytest.mark.parametrize(("extra", "replace"), [
     (("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL 0",), {}),
-    (("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL 99",), {}),
     (("DCGM_FI_DEV_ROW_REMAP_FAILURE 0", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS 3"), {}),
     ((), {"DCGM_FI_DEV_GPU_TEMP": "84"}),
     (("DCGM_FI_DEV_MEMORY_TEMP 94",), {}),
-    ((), {"DCGM_FI_DEV_PCIE_REPLAY_COUNTER": "99"}),
     (("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS 5",), {}),  # idle and power capping: normal
 ])
 def test_a_near_miss_is_no_finding(extra, replace):
@@ -164,9 +167,43 @@ def test_thresholds_come_from_the_configuration():
                                                                      "pcie_replays_warning": 10}}})
     assert config.signals is not None
     thresholds = config.signals.thresholds.thresholds()
-    assert [f.code for f in findings_of(t4(replace={"DCGM_FI_DEV_GPU_TEMP": "80",
-                                                     "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": "10"}), thresholds)] == [
-        "gpu-hot", "gpu-pcie-replays"]
+    assert [f.code for f in findings_of(t4(replace={"DCGM_FI_DEV_GPU_TEMP": "80"}), thresholds,
+                                        rates={PCIE: 10})] == ["gpu-hot", "gpu-pcie-replays"]
+
+
+SBE, PCIE = "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"
+
+
+@pytest.mark.parametrize(("extra", "replace", "rates", "code", "words"), [
+    ((f"{SBE} 5000",), {}, {SBE: 100}, "gpu-ecc-correctable",
+     f"at or over 100 an hour (GPU 0 ({T4_UUID}): 100/h over 1h, 5000 since the driver loaded)"),
+    ((), {PCIE: "7"}, {PCIE: 250.5}, "gpu-pcie-replays",
+     f"at or over 100 an hour (GPU 0 ({T4_UUID}): 250/h over 1h, 7 since the driver loaded)"),
+])
+def test_correctable_ecc_errors_and_pcie_replays_are_findings_at_their_rate_per_hour(extra, replace, rates, code,
+                                                                                       words):
+    (finding,) = findings_of(t4(*extra, replace=replace), rates=rates)
+    assert (finding.code, finding.severity) == (code, "warning")
+    assert words in finding.message
+
+
+@pytest.mark.parametrize(("extra", "replace", "rates"), [
+    ((f"{SBE} 5000",), {}, {}),  # a large total whose rate is not known yet
+    ((), {PCIE: "100000"}, {}),
+    ((f"{SBE} 5000",), {}, {SBE: 99}),
+    ((), {PCIE: "100000"}, {PCIE: 99.9}),
+])
+def test_a_large_total_or_a_rate_under_the_threshold_is_no_finding(extra, replace, rates):
+    assert findings_of(t4(*extra, replace=replace), rates=rates) == ()
+
+
+def test_the_node_view_says_a_rate_is_not_known_yet_rather_than_zero():
+    _, gpu = gpu_of(t4(f"{SBE} 3", replace={PCIE: "12"}))
+    assert health_msg.count_cell(gpu.pcie_replays, gpu.pcie_replays_rate) == "12 (rate not known yet)"
+    assert health_msg.ecc_cell(gpu) == "not reported/3 (SBE rate not known yet)"
+    _, gpu = gpu_of(t4(f"{SBE} 3", replace={PCIE: "12"}), rates={PCIE: 0, SBE: 1.5})
+    assert health_msg.gpu_row(gpu)[-1] == "12 (0/h over 1h)"
+    assert health_msg.ecc_cell(gpu) == "not reported/3 (SBE 1.5/h over 1h)"
 
 
 def test_a_bad_signals_section_stops_with_the_key_and_the_reason(tmp_path):

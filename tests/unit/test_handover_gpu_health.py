@@ -16,6 +16,7 @@ from workflows.fleet.findings import sort_findings
 from workflows.handover.checklist import build_checklist, checklist_to_json
 from workflows.handover.rotations import RotationConfig
 from workflows.handover.service import HandoverService
+from workflows.prometheus.client import Endpoint
 from workflows.prometheus.samples import from_exposition
 from workflows.signals.findings import Thresholds
 from workflows.signals.health import node_health
@@ -48,7 +49,7 @@ class Canned(SignalsService):
     """The real service, answering with a reading made from captures instead of asking."""
 
     def __init__(self, answer: Reading) -> None:
-        super().__init__(endpoint=None, thresholds=Thresholds())  # type: ignore[arg-type]
+        super().__init__(endpoint=Endpoint(url="http://prometheus.invalid"), thresholds=Thresholds())
         self.answer = answer
 
     def read(self, node: str | None = None) -> Reading:

@@ -154,7 +154,8 @@ def test_a_database_from_a_newer_gpuops_is_refused_and_left_byte_for_byte_unchan
     with open_database(db_path) as db:
         new_request(db, id="req-000001")
     raw = sqlite3.connect(db_path, isolation_level=None)
-    raw.execute("PRAGMA user_version = 7")
+    newer = latest_version() + 1
+    raw.execute(f"PRAGMA user_version = {newer}")
     raw.close()
     before = db_path.read_bytes()
 
@@ -162,7 +163,7 @@ def test_a_database_from_a_newer_gpuops_is_refused_and_left_byte_for_byte_unchan
         open_database(db_path)
 
     assert str(refused.value) == (
-        f"database {db_path} has schema version 7, this gpuops knows up to {latest_version()}; "
+        f"database {db_path} has schema version {newer}, this gpuops knows up to {latest_version()}; "
         "upgrade gpuops or point it at another database"
     )
     assert db_path.read_bytes() == before
@@ -990,7 +991,7 @@ def test_the_migration_that_widens_request_kinds_keeps_every_request_its_approva
                             reason="x", requester="U0OTTO", requester_name="Otto", plan={"format": 1},
                             plan_hash="b" * 64, approvals_required=1, expires_at=at, at=at)
 
-    with open_database(db_path) as db:
+    with open_database(db_path, migrations=MIGRATIONS[:6]) as db:
         assert db.schema_version == 6
         kept = requests.get(db, id=request.id)
         assert kept is not None and (kept.kind, kept.pool) == ("mig", "inf")

@@ -37,6 +37,12 @@ What it does, as a runbook:
   about to end): it is posted to the request's thread once (per step, or per run).
 - Pause lets steps in flight finish and starts nothing new; abort (workflows.engine.runs) ends
   the run at once.
+- A change freeze on the run's pool (or the cluster) stops it at the next node boundary:
+  nodes under way finish every step (their uncordon too), no further node or wave starts,
+  the thread hears why once; when the freeze ends or is lifted the run goes on by itself
+  from there (nothing was left half-done), and if its window ended meanwhile it halts
+  instead (workflows.pools.freezes). A freeze that lets running runs finish holds only
+  runs that have not started a step.
 - Only the replica holding the engine lease acts: `lease.held()` is checked before every
   transaction and every side effect; a replica that loses it forgets what it was doing
   and waits, and whoever holds the lease next resumes from the database.
@@ -94,9 +100,11 @@ from workflows.fleet.assessment import NodeInventory
 from workflows.kube.errors import Forbidden, Invalid, KubeError, NotFound
 from workflows.kube.gateway import KubeGateway
 from workflows.plans import Plan, plan_from_json
+from workflows.pools import freezes
 from workflows.pools import messages as gate_say
 from workflows.pools.capacity import HOLDING_STATES, ConcurrentWork, WaveGate, check_wave, pool_nodes
 from workflows.pools.config import PoolConfig
+from workflows.pools.freezes import Freeze
 
 log = logging.getLogger("gpuops.engine")
 
@@ -189,6 +197,8 @@ class Engine:
         self._pools = pools
         # What each run's next wave waits for, as last told (one line per change).
         self._gated: dict[RunId, str] = {}
+        # The freeze each run was last told it is stopped by (its id).
+        self._frozen: dict[RunId, Freeze] = {}
         # Steps whose start the API did not answer (logged once, not per try).
         self._cannot_start: set[StepId] = set()
         self._queue: queue.SimpleQueue[str] = queue.SimpleQueue()
@@ -265,6 +275,7 @@ class Engine:
         self._timers.clear()
         self._info.clear()
         self._gated.clear()
+        self._frozen.clear()
         self._cannot_start.clear()
 
     def run_pass(self, woken: set[str] = frozenset()) -> bool:  # type: ignore[assignment]
@@ -303,6 +314,8 @@ class Engine:
               evaluated: set[StepId]) -> bool:
         """One decision about the run; True if it committed something (look again)."""
         if run.state == "pending":
+            if self._frozen_now(run, info, ()) is not None:
+                return False  # a change freeze: the run starts when it ends
             self._start_run(run, info)
             return True
         steps = stored_steps.for_run(self._db, run_id=run.id)
@@ -317,6 +330,10 @@ class Engine:
             if run.state == "paused":
                 return False
             first = min(s.wave for s in steps)
+            freeze = self._frozen_now(run, info, steps)
+            if freeze is not None:
+                self._halt_if_window_ended(run, info, freeze, steps, wave=first)
+                return False
             if not self._wave_may_start(run, info, steps, first):
                 return False
             self._enter_wave(run, info, steps, None, first)
@@ -358,9 +375,16 @@ class Engine:
 
         if run.state == "paused":
             return False  # steps in flight were looked at above; nothing new starts
-        if self._start_next(run, info, wave_steps, steps):
+        # A change freeze: the nodes under way finish every step; no node or wave starts.
+        freeze = self._frozen_now(run, info, steps)
+        if self._start_next(run, info, wave_steps, steps, frozen=freeze is not None):
             return True
 
+        last_done = (all(s.state in ("done", "skipped") for s in wave_steps)
+                     and not any(s.wave > run.current_wave for s in steps))
+        if freeze is not None and not last_done:  # a run whose last node is done still finishes
+            self._halt_if_window_ended(run, info, freeze, steps, wave=run.current_wave)
+            return False
         if all(s.state in ("done", "skipped") for s in wave_steps):
             later = sorted({s.wave for s in steps if s.wave > run.current_wave})
             if later:
@@ -371,10 +395,12 @@ class Engine:
             self._finish_run(run, info, steps)
         return False
 
-    def _start_next(self, run: Run, info: _RunInfo, wave_steps: list[Step], steps: list[Step]) -> bool:
+    def _start_next(self, run: Run, info: _RunInfo, wave_steps: list[Step], steps: list[Step], *,
+                    frozen: bool = False) -> bool:
         """Start the next step of every node that may take one now (each its own commit;
         reading the run's steps again between them would cost a read per node); True if
-        any started, or one failed to (the run halted: nothing more starts)."""
+        any started, or one failed to (the run halted: nothing more starts). `frozen`: a
+        change freeze holds the run, so only nodes already under way go on."""
         by_node: dict[str, list[Step]] = {}
         for step in sorted(wave_steps, key=lambda s: s.seq):
             by_node.setdefault(step.node, []).append(step)
@@ -399,6 +425,8 @@ class Engine:
                     and all(s.state in ("done", "skipped") for s in earlier)):
                 continue  # fail closed: only after every earlier step of the node is done
             if not any(s.state != "pending" for s in node_steps):
+                if frozen:
+                    continue  # the node boundary: a freeze starts no new node
                 if free <= 0:
                     continue
                 free -= 1
@@ -435,6 +463,60 @@ class Engine:
             self._notify(run, info, event="run.started", state="running", text=text, kind="post",
                          dedupe=f"{run.id}/started")
         log.info("%s: %s", self.replica, text)
+
+    def _frozen_now(self, run: Run, info: _RunInfo, steps: Sequence[Step]) -> Freeze | None:
+        """The change freeze that keeps the run from starting its next node now, if any
+        (workflows.pools.freezes; a freeze that lets running runs finish holds only runs
+        with nothing under way or done). The thread hears it once per freeze, and again
+        when the freeze is over and the run goes on by itself."""
+        now = self._clock()
+        started = run.state != "pending" and any(s.state != "pending" for s in steps)
+        freeze = freezes.holding_run(self._db, pool=info.request.pool, started=started, now=now)
+        told = self._frozen.get(run.id)
+        if freeze is None:
+            if told is not None:
+                del self._frozen[run.id]
+                text = gate_say.run_unfrozen(run_id=run.id, target=told.target)
+                with self._commit():
+                    self._audit(run, info, action="run.unfrozen", target=info.request.pool, before=run.state,
+                                after=run.state, detail={"freeze": told.id, "text": text})
+                    self._notify(run, info, event="run.unfrozen", state=run.state, text=text, kind="post",
+                                 dedupe=f"{run.id}/unfrozen/{told.id}")
+                log.info("%s: %s", self.replica, text)
+            return None
+        if told is None or told.id != freeze.id:
+            touched = {s.node for s in steps if s.state != "pending"}
+            unfinished = {s.node for s in steps if s.state not in ("done", "skipped")}
+            under_way = sorted(touched & unfinished)
+            text = gate_say.run_frozen(run_id=run.id, target=freeze.target, by=freeze.set_by_name,
+                                       until=freeze.until, reason=freeze.reason, in_flight=under_way)
+            with self._commit():
+                self._audit(run, info, action="run.frozen", target=info.request.pool, before=run.state,
+                            after=run.state, detail={"freeze": freeze.id, "freeze_target": freeze.target,
+                                                     "until": freeze.until.isoformat(), "in_flight": under_way,
+                                                     "text": text})
+                self._notify(run, info, event="run.frozen", state=run.state, text=text, kind="post",
+                             dedupe=f"{run.id}/frozen/{freeze.id}")
+            self._frozen[run.id] = freeze
+            log.info("%s: %s", self.replica, text)
+        return freeze
+
+    def _halt_if_window_ended(self, run: Run, info: _RunInfo, freeze: Freeze, steps: Sequence[Step], *,
+                              wave: int) -> None:
+        """A run a freeze holds past its window's end halts once no node is under way: it
+        must not start nodes outside the window it was approved for."""
+        end = info.request.window_end
+        if end is None or self._clock() < end or run.state != "running":
+            return
+        by_node: dict[str, list[Step]] = {}
+        for step in steps:
+            by_node.setdefault(step.node, []).append(step)
+        if any(any(s.state != "pending" for s in node) and not all(s.state in ("done", "skipped") for s in node)
+               for node in by_node.values()):
+            return  # a node under way finishes first
+        self._halt_run(run, info, gate_say.run_window_ended_while_frozen(run_id=run.id, target=freeze.target,
+                                                                         window_end=end), wave=wave)
+        self._frozen.pop(run.id, None)
 
     def _wave_may_start(self, run: Run, info: _RunInfo, steps: Sequence[Step], wave: int) -> bool:
         """Check the pool again before a wave (the first one too): windows, other runs on

@@ -9,7 +9,8 @@ thread. The engine notices a change on its next look at the database (within its
 
 - `start`: an approved (or scheduled) request becomes `running` and gets a `pending` run
   whose steps are the plan's (`Plan.new_steps()`), each stored with detail
-  `{"params": ...}`. The engine adds `intent` when a step starts and `note`/`result` when
+  `{"params": ...}`. Refused while a change freeze covers the pool
+  (workflows.pools.freezes); the request stays approved. The engine adds `intent` when a step starts and `note`/`result` when
   it ends.
 - `pause`: the engine lets steps in flight finish and starts nothing new.
 - `resume`: back to running.
@@ -47,6 +48,8 @@ from workflows.access import Actor, Role, public_name, require
 from workflows.engine import messages as say
 from workflows.plans import plan_from_json
 from workflows.plans import plan_hash as compute_plan_hash
+from workflows.pools import freezes
+from workflows.pools import messages as pool_say
 from workflows.requests.policy import counted_approvers
 
 # Steps that wait for a person at the node (`confirm_host_driver` ends them).
@@ -164,6 +167,12 @@ class RunService:
                 require(actor, Role.OPERATOR, action="Starting a run", pool=request.pool)
             if request.state not in RUNNABLE_STATES:
                 raise RunRefused(say.request_not_runnable(request.id, request.state))
+            # No run starts while a change freeze covers the pool, whoever asks.
+            freeze = freezes.holding_run(self._db, pool=request.pool, started=False, now=now)
+            if freeze is not None:
+                raise RunRefused(pool_say.frozen_refuses_run(
+                    request_id=request.id, pool=request.pool, target=freeze.target, by=freeze.set_by_name,
+                    until=freeze.until, reason=freeze.reason))
             if plan_hash is not None and plan_hash != request.plan_hash:
                 raise RunRefused(say.plan_changed_since(request.id, seen=plan_hash, now=request.plan_hash))
             plan = plan_from_json(request.plan)  # type: ignore[arg-type]

@@ -73,6 +73,7 @@ FindingCode: TypeAlias = Literal[
     "gpu-memory-hot",
     "gpu-throttled",
     "gpu-pcie-replays",
+    "gpu-health-unknown",
 ]
 
 CLUSTER_SUBJECT = "cluster"

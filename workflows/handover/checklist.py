@@ -36,15 +36,17 @@ from workflows.fleet.assessment import UNPOOLED
 from workflows.fleet.findings import SEVERITY_ORDER, Finding, Severity, format_age
 from workflows.fleet.summary import Fleet
 from workflows.handover import messages as say
+from workflows.pools.freezes import Freeze, freeze_sentence
 from workflows.requests.service import RequestView
 from workflows.signals.findings import SIGNAL_CODES
 from workflows.signals.service import Reading
 from workflows.wording import when
 
 CHECKLIST_FORMAT = 1
-ItemKind: TypeAlias = Literal["finding", "approval", "run", "cordon", "window"]
-# Within one severity: the cluster's own problems first, then what people must decide.
-_KIND_ORDER: dict[str, int] = {"finding": 0, "approval": 1, "run": 2, "cordon": 3, "window": 4}
+ItemKind: TypeAlias = Literal["freeze", "finding", "approval", "run", "cordon", "window"]
+# Within one severity: a change freeze first (it changes what anyone may do this shift),
+# the cluster's own problems, then what people must decide.
+_KIND_ORDER: dict[str, int] = {"freeze": 0, "finding": 1, "approval": 2, "run": 3, "cordon": 4, "window": 5}
 _WINDOW_STATES = frozenset({"approved", "scheduled"})
 
 
@@ -236,6 +238,7 @@ def build_checklist(
     late: bool = False,
     missed: int = 0,
     signals: Reading | None = None,
+    freezes: Sequence[Freeze] = (),
 ) -> Checklist:
     """The checklist for `shift` of `rotation`, from what is known at `now`.
 
@@ -245,6 +248,7 @@ def build_checklist(
     `signals` is the DCGM reading whose findings `fleet.findings` already holds (None:
     not configured): where it could not be read, for the cluster or one node, the last
     handover's DCGM findings there are carried forward as unknown, never as resolved.
+    `freezes` are the change freezes in force: each is an item the shift must know.
     """
     zone = rotation.zone
     before = _Previous.read(previous)
@@ -252,6 +256,9 @@ def build_checklist(
     needs: list[ChecklistItem] = []
     in_flight: list[ChecklistItem] = []
     info: list[ChecklistItem] = []
+
+    for freeze in freezes:
+        needs.append(_item("freeze", "warning", freeze.target, freeze_sentence(freeze), "/gpu freezes"))
 
     finding_items = [_finding_item(f) for f in fleet.findings]
     for item in finding_items:

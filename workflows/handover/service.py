@@ -62,6 +62,7 @@ from workflows.handover.rotations import (
     is_member,
     split_members,
 )
+from workflows.pools import freezes
 from workflows.requests.service import RequestService, RequestSettings
 from workflows.signals.service import SignalsService
 
@@ -225,6 +226,7 @@ class HandoverService:
             shift=shift,
             now=now,
             last_drains=self.last_drains(),
+            freezes=freezes.in_force(self._db, now=now),
             late=late,
             missed=missed,
         )

@@ -54,6 +54,8 @@ ANNOTATION_VALIDATION_START = "nvidia.com/gpu-driver-upgrade-validation-start-ti
 POD_SELECTOR_DRIVER = ("app.kubernetes.io/component", "nvidia-driver")
 POD_SELECTOR_DEVICE_PLUGIN = ("app", "nvidia-device-plugin-daemonset")
 POD_SELECTOR_VALIDATOR = ("app", "nvidia-operator-validator")
+# The operator's dcgm-exporter DaemonSet labels its pods app=<its name>.
+POD_SELECTOR_DCGM_EXPORTER = ("app", "nvidia-dcgm-exporter")
 # Set by the DaemonSet controller: the template generation on the DaemonSet and on its pods.
 ANNOTATION_TEMPLATE_GENERATION = "deprecated.daemonset.template.generation"
 LABEL_POD_TEMPLATE_GENERATION = "pod-template-generation"

@@ -160,6 +160,8 @@ class PodObject:
     status_message: str | None = None
     # Kept for GPU-requesting pods only (ANYWHERE for the rest): where they may land.
     placement: Placement = ANYWHERE
+    # The pod's IP (status.podIP), where an exporter on it answers; None until it has one.
+    ip: str | None = None
 
     @property
     def controller(self) -> OwnerRef | None:

@@ -202,6 +202,8 @@ class PodStatusWire(_Wire):
     # Why the kubelet failed the pod as a whole (e.g. OutOfnvidia.com/gpu, DeadlineExceeded).
     reason: str | None = None
     message: str | None = None
+    # The pod's address on the cluster network (status.podIP); absent until the pod has one.
+    podIP: str | None = None
     conditions: list[ConditionWire] | None = None
     containerStatuses: list[ContainerStatusWire] | None = None
     initContainerStatuses: list[ContainerStatusWire] | None = None
@@ -481,6 +483,7 @@ def pod_view(wire: PodWire) -> PodObject:
         created_at=meta.creationTimestamp or EPOCH,
         resource_version=meta.resourceVersion or "",
         placement=placement_of(spec) if requests else ANYWHERE,
+        ip=status.podIP or None,
     )
 
 

@@ -1,4 +1,5 @@
 """Pool policy: the configured `PoolConfig`, maintenance windows, `max_unavailable`,
 `min_ready_gpus` and the capacity checks that apply them to a drain or a wave, label
-selectors, and the sentences that explain a refusal. Imports `fleet`, `plans`, `kube` and
-the bottom modules."""
+selectors, change freezes of a pool or the cluster (`freezes`: stored, audited, read by
+the request service and the engine), and the sentences that explain a refusal. Imports
+`fleet`, `plans`, `kube`, the bottom modules and `storage`."""

@@ -10,7 +10,7 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from workflows.wording import closest_hint, local_time, names, plural
+from workflows.wording import closest_hint, local_time, names, plural, when
 
 
 def unknown_day(text: str, *, closest: Sequence[str]) -> str:
@@ -226,3 +226,73 @@ def unknown_target(word: str, closest: Sequence[str]) -> str:
 
 def several_pools(pools: Sequence[str], what: str) -> str:
     return f"the nodes named are in {names(pools)}: {_a(what)} moves nodes of one pool (ask once per pool)"
+
+
+# ------------------------------------------------------------------ change freezes
+
+
+def _frozen_what(target: str) -> str:
+    return "the cluster" if target == "cluster" else f"pool {target}"
+
+
+def freeze_line(*, target: str, by: str, until: dt.datetime, reason: str, let_running_finish: bool) -> str:
+    """One freeze as status, the handover and App Home show it."""
+    why = f": {reason}" if reason else " (no reason given)"
+    runs = ("runs already going finish" if let_running_finish
+            else "runs stop at their next node boundary")
+    return (f"{_frozen_what(target).capitalize()} is frozen by {by} until {when(until)}{why}; "
+            f"no new requests, no run starts, {runs}")
+
+
+def frozen_refuses_request(*, kind: str, pool: str, target: str, by: str, until: dt.datetime, reason: str) -> str:
+    why = f" ({reason})" if reason else ""
+    scope = "" if target == pool else " (the whole cluster is frozen)"
+    return (f"No new {kind} request for {pool}: {_frozen_what(target)} is frozen by {by} until {when(until)}{why}"
+            f"{scope}. Ask again after that, or ask an admin to lift it with `/gpu unfreeze {target}`.")
+
+
+def frozen_refuses_run(*, request_id: str, pool: str, target: str, by: str, until: dt.datetime,
+                       reason: str) -> str:
+    why = f" ({reason})" if reason else ""
+    return (f"The run of {request_id} does not start: {_frozen_what(target)} is frozen by {by} until "
+            f"{when(until)}{why}. The request stays approved; it can start when the freeze ends or is lifted "
+            f"(`/gpu unfreeze {target}`).")
+
+
+def freeze_unknown_target(target: str, *, closest: Sequence[str], pools: Sequence[str]) -> str:
+    known = f"; pools: {names(pools)}" if pools else ""
+    return f"{target!r} is neither `cluster` nor a configured pool{known}{closest_hint(closest)}"
+
+
+def freeze_until_past(until: dt.datetime, *, now: dt.datetime) -> str:
+    return (f"{when(until)} is not in the future (it is {when(now)} now); a freeze needs an end after now, "
+            "e.g. until tomorrow 09:00.")
+
+
+def freeze_nothing_to_lift(target: str, *, cluster_freeze: str | None, frozen_pools: Sequence[str]) -> str:
+    if target != "cluster" and cluster_freeze is not None:
+        return (f"Pool {target} has no freeze of its own; it is covered by the cluster's: {cluster_freeze}. "
+                "Lift that one with `/gpu unfreeze cluster`.")
+    if target == "cluster" and frozen_pools:
+        return (f"The cluster is not frozen; pools with a freeze of their own: {names(frozen_pools)} "
+                f"(lift each with `/gpu unfreeze <pool>`).")
+    return f"{_frozen_what(target).capitalize()} is not frozen; nothing to lift (`/gpu freezes` lists them)."
+
+
+def run_frozen(*, run_id: str, target: str, by: str, until: dt.datetime, reason: str,
+               in_flight: Sequence[str]) -> str:
+    why = f" ({reason})" if reason else ""
+    finishing = (f"{names(in_flight)} finish{'es' if len(in_flight) == 1 else ''} the steps under way; "
+                 if in_flight else "")
+    return (f"Run {run_id} stops at the next node boundary: {_frozen_what(target)} is frozen by {by} until "
+            f"{when(until)}{why}. {finishing}no further node or wave starts. It goes on by itself from there "
+            f"when the freeze ends or is lifted (`/gpu unfreeze {target}`), or abort it (`/gpu abort {run_id}`).")
+
+
+def run_unfrozen(*, run_id: str, target: str) -> str:
+    return f"The freeze of {_frozen_what(target)} is over: run {run_id} goes on from the node where it stopped."
+
+
+def run_window_ended_while_frozen(*, run_id: str, target: str, window_end: dt.datetime) -> str:
+    return (f"Run {run_id} halted: its window ended at {when(window_end)} while {_frozen_what(target)} was frozen; "
+            "the nodes it finished are given back, the rest were never touched. Ask again for a new window.")

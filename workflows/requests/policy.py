@@ -66,6 +66,7 @@ class RefusalCode(enum.StrEnum):
     FINISHED = "finished"
     CHANGED_MEANWHILE = "changed-meanwhile"
     UNKNOWN_REQUEST = "unknown-request"
+    FROZEN = "frozen"  # a change freeze covers the pool (workflows.pools.freezes)
 
 
 # Refusals about who the actor is (rather than the request's state).

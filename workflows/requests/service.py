@@ -19,6 +19,9 @@ approval racing a deny finds the request already decided. The compare-and-set on
 transition is a second, independent guard: if it ever loses, the whole transaction is
 rolled back and the caller is told the request changed meanwhile.
 
+A change freeze on the pool (or the cluster) refuses `submit`, read under the same write
+lock (workflows.pools.freezes); requests filed before it are left as they are.
+
 Expiry is applied by `expire_due(now)` (the scheduler's sweep) and lazily whenever an
 action touches a pending request whose deadline has passed: the expiry is committed,
 then the action is refused saying when it expired.
@@ -52,6 +55,8 @@ from storage.ids import RequestId
 from storage.requests import Request, RequestKind, RequestState
 from workflows.access import AccessDenied, Actor, Role, public_name
 from workflows.plans import Plan, PlanSummary, plan_from_json, plan_hash, plan_to_json, short_hash
+from workflows.pools import freezes
+from workflows.pools import messages as pool_say
 from workflows.pools.config import PoolConfig
 from workflows.requests import messages as say
 from workflows.requests import policy
@@ -239,6 +244,13 @@ class RequestService:
         digest = plan_hash(plan)
         expires_at = now + pool_policy.request_ttl
         with self._db.transaction():
+            # A change freeze refuses new requests; read under the write lock, so a freeze
+            # committed a moment before is seen (workflows.pools.freezes).
+            freeze = freezes.holding_requests(self._db, pool=pool, now=now)
+            if freeze is not None:
+                raise RequestRefused(pool_say.frozen_refuses_request(
+                    kind=kind, pool=pool, target=freeze.target, by=freeze.set_by_name, until=freeze.until,
+                    reason=freeze.reason), code=RefusalCode.FROZEN)
             row = stored_requests.create(
                 self._db,
                 kind=kind,

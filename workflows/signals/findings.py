@@ -29,8 +29,10 @@ class Thresholds:
     gpu_temp_critical_c: float = 92.0
     memory_temp_warning_c: float = 95.0
     memory_temp_critical_c: float = 105.0
-    # Volatile counts, since the driver last loaded.
+    # A count since the driver last loaded (one double-bit error is one too many).
     ecc_dbe_critical: int = 1
+    # Per hour: how fast the counters grow, not their totals (a GPU up for months gathers
+    # a few now and then); no finding while the rate is not known yet.
     ecc_sbe_warning: int = 100
     pcie_replays_warning: int = 100
     # Clock-throttle reasons worth a look (power capping under load is normal and not listed).
@@ -57,7 +59,7 @@ def signal_findings(health: NodeHealth, *, pool: str | None, thresholds: Thresho
     dbe = [g for g in gpus if g.ecc_dbe is not None and g.ecc_dbe >= thresholds.ecc_dbe_critical]
     if dbe:
         add("critical", "gpu-ecc-uncorrectable", msg.ecc_dbe_finding(health.node, dbe))
-    sbe = [g for g in gpus if g.ecc_sbe is not None and g.ecc_sbe >= thresholds.ecc_sbe_warning]
+    sbe = [g for g in gpus if g.ecc_sbe_rate is not None and g.ecc_sbe_rate.per_hour >= thresholds.ecc_sbe_warning]
     if sbe:
         add("warning", "gpu-ecc-correctable", msg.ecc_sbe_finding(health.node, sbe, thresholds.ecc_sbe_warning))
     remap = [g for g in gpus if g.row_remap_failed]
@@ -74,7 +76,8 @@ def signal_findings(health: NodeHealth, *, pool: str | None, thresholds: Thresho
     throttled = [(g, reasons) for g, reasons in throttled if reasons]
     if throttled:
         add("warning", "gpu-throttled", msg.throttled_finding(health.node, throttled))
-    replays = [g for g in gpus if g.pcie_replays is not None and g.pcie_replays >= thresholds.pcie_replays_warning]
+    replays = [g for g in gpus
+               if g.pcie_replays_rate is not None and g.pcie_replays_rate.per_hour >= thresholds.pcie_replays_warning]
     if replays:
         add("warning", "gpu-pcie-replays",
             msg.pcie_replays_finding(health.node, replays, thresholds.pcie_replays_warning))

@@ -9,10 +9,16 @@ remapping, but leaves ECC counts and clock-throttle reasons commented out.
 
 The node a series belongs to is read from one label, `Hostname` by default: the GPU
 Operator's exporter sets it to the Kubernetes node's name; where it does not (a pod's
-hostname), another label that Prometheus adds, such as `node`, can be configured."""
+hostname), another label that Prometheus adds, such as `node`, can be configured. Read
+straight from the exporters, the node is the exporter pod's node instead.
+
+Correctable ECC errors and PCIe replays are judged by how fast they grow (`Rate`: the
+increase per hour, over the span it was measured on), not by their totals since the driver
+loaded; a rate that cannot be had yet is None beside a known total."""
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias, TypeVar
@@ -59,6 +65,27 @@ def throttle_reasons(mask: int) -> tuple[ThrottleReason, ...]:
     return tuple(name for bit, name in THROTTLE_BITS if mask & bit)
 
 
+# The counters whose growth per hour raises findings (not their totals).
+RATED: tuple[str, ...] = (ECC_SBE, PCIE_REPLAYS)
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """How fast a counter grew: its increase per hour, measured over `over`."""
+
+    per_hour: float
+    over: dt.timedelta
+
+
+# (the GPU's key on its node, see `gpu_key`; the counter's series name) -> its rate
+GpuRates = Mapping[tuple[str, str], Rate]
+
+
+def gpu_key(labels: Mapping[str, str]) -> str:
+    """Which GPU of its node a series is about: its UUID, else its index."""
+    return labels.get("UUID") or labels.get("gpu") or "?"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GpuHealth:
     gpu: str  # the exporter's `gpu` label, the index on the node
@@ -74,6 +101,9 @@ class GpuHealth:
     row_remap_failed: bool | None
     uncorrectable_remapped_rows: int | None
     pcie_replays: int | None  # since the driver last loaded
+    # Per hour; None where not known (yet) although the total may be.
+    ecc_sbe_rate: Rate | None = None
+    pcie_replays_rate: Rate | None = None
 
     @property
     def reported(self) -> tuple[str, ...]:
@@ -111,29 +141,45 @@ def _temperature(value: float) -> float | None:
     return reading if reading else None
 
 
-def node_health(samples: Iterable[Sample], *, node_label: str = "Hostname") -> dict[NodeName, NodeHealth]:
+def node_health(samples: Iterable[Sample], *, node_label: str = "Hostname",
+                rates: Mapping[NodeName, GpuRates] | None = None) -> dict[NodeName, NodeHealth]:
     """The health of every GPU the samples describe, per node (series without the node
-    label are left out: gpuops cannot say whose GPU they are)."""
-    per_gpu: dict[tuple[str, str], dict[str, Sample]] = {}
+    label are left out: gpuops cannot say whose GPU they are). `rates`: per node, the
+    rates of its counters where they are known."""
+    per_node: dict[str, list[Sample]] = {}
     for sample in samples:
         if sample.name not in SERIES:
             continue
         node = sample.labels.get(node_label)
         if not node:
             continue
-        gpu = sample.labels.get("UUID") or sample.labels.get("gpu") or "?"
-        per_gpu.setdefault((node, gpu), {})[sample.name] = sample
-    nodes: dict[NodeName, list[GpuHealth]] = {}
-    for (node, _), series in per_gpu.items():
-        nodes.setdefault(NodeName(node), []).append(_gpu(series))
-    return {name: NodeHealth(name, tuple(sorted(gpus, key=_gpu_order))) for name, gpus in sorted(nodes.items())}
+        per_node.setdefault(node, []).append(sample)
+    return {NodeName(node): node_health_of(NodeName(node), found, rates=(rates or {}).get(NodeName(node), {}))
+            for node, found in sorted(per_node.items())}
+
+
+def node_health_of(node: NodeName, samples: Iterable[Sample], *, rates: GpuRates | None = None) -> NodeHealth:
+    """The health of one node's GPUs from samples known to be that node's (an exporter's
+    page read from the pod on it), whatever node label they carry."""
+    per_gpu: dict[str, dict[str, Sample]] = {}
+    for sample in samples:
+        if sample.name in SERIES:
+            per_gpu.setdefault(gpu_key(sample.labels), {})[sample.name] = sample
+    gpus = (_gpu(series, rates={name: rate for (key, name), rate in (rates or {}).items() if key == gpu})
+            for gpu, series in per_gpu.items())
+    return NodeHealth(node, tuple(sorted(gpus, key=_gpu_order)))
+
+
+def counter_value(sample: Sample) -> int | None:
+    """A counter sample's value, or None for one of DCGM's blanks."""
+    return _counter(sample.value)
 
 
 def _gpu_order(gpu: GpuHealth) -> tuple[int, str]:
     return (int(gpu.gpu), "") if gpu.gpu.isdigit() else (1 << 30, gpu.gpu)
 
 
-def _gpu(series: Mapping[str, Sample]) -> GpuHealth:
+def _gpu(series: Mapping[str, Sample], *, rates: Mapping[str, Rate]) -> GpuHealth:
     any_sample = next(iter(series.values()))
     labels = any_sample.labels
 
@@ -163,6 +209,8 @@ def _gpu(series: Mapping[str, Sample]) -> GpuHealth:
         row_remap_failed=bool(remap_failed_flag) if remap_failed_flag is not None else None,
         uncorrectable_remapped_rows=_opt(value(UNCORRECTABLE_REMAPPED_ROWS), _counter),
         pcie_replays=_opt(value(PCIE_REPLAYS), _counter),
+        ecc_sbe_rate=rates.get(ECC_SBE),
+        pcie_replays_rate=rates.get(PCIE_REPLAYS),
     )
 
 

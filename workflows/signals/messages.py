@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from workflows.signals.health import GpuHealth, ThrottleReason
+from workflows.signals.health import GpuHealth, Rate, ThrottleReason
 from workflows.signals.xids import Xid, xid
-from workflows.wording import names, plural
+from workflows.wording import duration_text, names, plural
 
 
 def gpu_name(gpu: GpuHealth) -> str:
@@ -31,9 +31,9 @@ def ecc_dbe_finding(node: str, gpus: Sequence[GpuHealth]) -> str:
 
 
 def ecc_sbe_finding(node: str, gpus: Sequence[GpuHealth], threshold: int) -> str:
-    counts = names(f"{gpu_name(g)}: {g.ecc_sbe}" for g in gpus)
-    return (f"Correctable (single-bit) ECC errors on {node} at or over {threshold} since the driver loaded "
-            f"({counts}). Watch for row-remap failures or double-bit errors; reset the GPU at the next drain.")
+    counts = names(f"{gpu_name(g)}: {rate_text(g.ecc_sbe_rate)}, {g.ecc_sbe} since the driver loaded" for g in gpus)
+    return (f"Correctable (single-bit) ECC errors on {node} at or over {threshold} an hour ({counts}). Watch for "
+            "row-remap failures or double-bit errors; reset the GPU at the next drain.")
 
 
 def row_remap_failed_finding(node: str, gpus: Sequence[GpuHealth]) -> str:
@@ -56,9 +56,74 @@ def throttled_finding(node: str, throttled: Sequence[tuple[GpuHealth, tuple[Thro
 
 
 def pcie_replays_finding(node: str, gpus: Sequence[GpuHealth], threshold: int) -> str:
-    counts = names(f"{gpu_name(g)}: {g.pcie_replays}" for g in gpus)
-    return (f"PCIe replays on {node} at or over {threshold} since the driver loaded ({counts}): the link "
-            "to the GPU is retrying. Check the riser, slot and cabling at the next drain.")
+    counts = names(f"{gpu_name(g)}: {rate_text(g.pcie_replays_rate)}, {g.pcie_replays} since the driver loaded"
+                   for g in gpus)
+    return (f"PCIe replays on {node} at or over {threshold} an hour ({counts}): the link to the GPU is retrying. "
+            "Check the riser, slot and cabling at the next drain.")
+
+
+def rate_text(rate: Rate | None) -> str:
+    """Such as "12/h over 1h"; "rate not known yet" before a second reading."""
+    if rate is None:
+        return RATE_NOT_KNOWN
+    per_hour = f"{rate.per_hour:.0f}" if rate.per_hour >= 100 else f"{rate.per_hour:.3g}"
+    return f"{per_hour}/h over {duration_text(rate.over)}"
+
+
+RATE_NOT_KNOWN = "rate not known yet"
+
+
+def health_unknown_finding(node: str, source: str, reason: str) -> str:
+    return f"GPU health on {node} unknown: {source} {reason}. No DCGM finding can be raised there until it is read."
+
+
+# --------------------------------------------------------------------------------------
+# Reading straight from the exporters: the source and why a node's health is unknown
+
+
+def exporters_source(port: int) -> str:
+    return f"dcgm-exporter pods (port {port})"
+
+
+def selector_text(namespace: str, labels: Mapping[str, str]) -> str:
+    return f"pods labelled {','.join(f'{k}={v}' for k, v in sorted(labels.items()))} in namespace {namespace}"
+
+
+def outside_the_watched_namespace(selector: str, watched: str) -> str:
+    return f"{selector}; gpuops sees the pods of {watched}, the GPU Operator's namespace, and GPU pods only"
+
+
+def no_cluster() -> str:
+    return "cannot be found: gpuops reads no pods here (it runs without the Kubernetes API)"
+
+
+def no_namespace() -> str:
+    return ("cannot be found: the GPU Operator's namespace is not known (set signals.exporters.namespace or "
+            "cluster.operator_namespace)")
+
+
+def none_found(selector: str) -> str:
+    return f"found none (looked for {selector})"
+
+
+def none_on(node: str, selector: str) -> str:
+    return f"have none on {node} (looked for {selector})"
+
+
+def not_running(node: str, pod: str, phase: str) -> str:
+    return f"on {node}: {pod} is {phase} and has no pod IP yet"
+
+
+def being_deleted(node: str, pod: str) -> str:
+    return f"on {node}: {pod} is being deleted"
+
+
+def did_not_answer(node: str, pod: str, address: str, reason: str) -> str:
+    return f"on {node}: {pod} at {address} {reason}"
+
+
+def no_health_series(node: str, pod: str, address: str) -> str:
+    return f"on {node}: {pod} at {address} answered without any DCGM health series"
 
 
 # --------------------------------------------------------------------------------------
@@ -92,7 +157,8 @@ def throttle_cell(reasons: tuple[ThrottleReason, ...] | None) -> str:
 def ecc_cell(gpu: GpuHealth) -> str:
     if gpu.ecc_dbe is None and gpu.ecc_sbe is None:
         return "not reported (ECC off or not collected)"
-    return f"{_count(gpu.ecc_dbe)}/{_count(gpu.ecc_sbe)}"
+    sbe_rate = f" (SBE {rate_text(gpu.ecc_sbe_rate)})" if gpu.ecc_sbe is not None else ""
+    return f"{_count(gpu.ecc_dbe)}/{_count(gpu.ecc_sbe)}{sbe_rate}"
 
 
 def remap_cell(gpu: GpuHealth) -> str:
@@ -104,8 +170,9 @@ def remap_cell(gpu: GpuHealth) -> str:
     return failed
 
 
-def count_cell(value: int | None) -> str:
-    return _count(value)
+def count_cell(value: int | None, rate: Rate | None = None) -> str:
+    """A counter's total since the driver loaded and, beside a total, its rate."""
+    return _count(value) if value is None else f"{value} ({rate_text(rate)})"
 
 
 def _count(value: int | None) -> str:
@@ -115,7 +182,7 @@ def _count(value: int | None) -> str:
 def gpu_row(gpu: GpuHealth) -> tuple[str, ...]:
     return (gpu.gpu + (f" {gpu.model}" if gpu.model else ""), xid_cell(gpu), temp_cell(gpu.gpu_temp_c),
             temp_cell(gpu.memory_temp_c), throttle_cell(gpu.throttle), ecc_cell(gpu), remap_cell(gpu),
-            count_cell(gpu.pcie_replays))
+            count_cell(gpu.pcie_replays, gpu.pcie_replays_rate))
 
 
 def health_title(source: str) -> str:

@@ -1,32 +1,35 @@
-"""Reads the DCGM series when a command asks: an instant query to Prometheus for one
-node's GPUs (or every node's), through `workflows.prometheus`. An unreachable or refusing
-Prometheus is not an error for the caller: the reading says why in one sentence, and the
-health it carries is empty (unknown, never healthy)."""
+"""Reads the DCGM series when a command asks, one of two ways: an instant query to
+Prometheus for one node's GPUs (or every node's), through `workflows.prometheus`, or
+straight from the dcgm-exporter pods' pages (`exporters`). An unreachable or refusing
+source is not an error for the caller: the reading says why in one sentence, and the
+health it carries is empty (unknown, never healthy).
+
+Through Prometheus the rates of correctable ECC errors and PCIe replays are one more
+query, `increase(...[1h])` of each counter; where Prometheus has too few points for it
+(a new series), the rate is not known yet."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import datetime as dt
+from collections.abc import Iterable, Mapping
 
-from workflows.fleet.findings import Finding
+from workflows.fleet.findings import Finding, node_command
 from workflows.kube.objects import NodeName
 from workflows.prometheus.client import Endpoint, PrometheusUnavailable, instant_query
+from workflows.prometheus.samples import Sample
+from workflows.signals import messages as msg
+from workflows.signals.exporters import ExporterPages
 from workflows.signals.findings import Thresholds, signal_findings
-from workflows.signals.health import SERIES, NodeHealth, node_health
+from workflows.signals.health import RATED, SERIES, GpuRates, Rate, gpu_key, node_health
+from workflows.signals.reading import Reading
 
+__all__ = ["Reading", "SignalsService", "rates_query", "series_query"]
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Reading:
-    source: str  # "Prometheus at http://…", for the view
-    nodes: Mapping[NodeName, NodeHealth] = field(default_factory=dict)
-    unavailable: str | None = None  # why nothing could be read, in words
-
-    def node(self, name: str) -> NodeHealth | None:
-        return self.nodes.get(NodeName(name))
-
-    def known(self, node: str) -> bool:
-        """Whether `node`'s GPU health was read (else its DCGM findings are unknown, not gone)."""
-        return self.unavailable is None and NodeName(node) in self.nodes
+# The window of Prometheus's increase(): the rate is per hour, over the last hour.
+RATE_WINDOW = dt.timedelta(hours=1)
+# The label the rate query puts on each answer, naming the counter it is the increase of
+# (increase() drops the series name).
+COUNTER_LABEL = "gpuops_counter"
 
 
 def _label_value(text: str) -> str:
@@ -42,10 +45,30 @@ def series_query(*, node_label: str, node: str | None = None) -> str:
     return "{" + ", ".join(matchers) + "}"
 
 
-class SignalsService:
-    def __init__(self, *, endpoint: Endpoint, thresholds: Thresholds, node_label: str = "Hostname") -> None:
+def rates_query(*, node_label: str, node: str | None = None) -> str:
+    """One instant query for the last hour's increase of each rated counter, each answer
+    labelled with its counter's name."""
+    selector = f'{{{node_label}="{_label_value(node)}"}}' if node is not None else ""
+    return " or ".join(
+        f'label_replace(increase({name}{selector}[1h]), "{COUNTER_LABEL}", "{name}", "", "")' for name in RATED)
+
+
+def rates_from(samples: Iterable[Sample], *, node_label: str) -> dict[NodeName, GpuRates]:
+    """The rates query's answers, per node and (GPU, counter)."""
+    found: dict[NodeName, dict[tuple[str, str], Rate]] = {}
+    for sample in samples:
+        node, counter = sample.labels.get(node_label), sample.labels.get(COUNTER_LABEL)
+        if node and counter in RATED and sample.value == sample.value and sample.value >= 0:
+            found.setdefault(NodeName(node), {})[(gpu_key(sample.labels), counter)] = Rate(
+                per_hour=sample.value * (dt.timedelta(hours=1) / RATE_WINDOW), over=RATE_WINDOW)
+    return dict(found)
+
+
+class PrometheusSeries:
+    """The reader of `SignalsService` when `signals.prometheus` is configured."""
+
+    def __init__(self, *, endpoint: Endpoint, node_label: str) -> None:
         self.endpoint = endpoint
-        self.thresholds = thresholds
         self.node_label = node_label
 
     @property
@@ -53,18 +76,53 @@ class SignalsService:
         return f"Prometheus at {self.endpoint.shown_url}"
 
     def read(self, node: str | None = None) -> Reading:
-        """The health of `node`'s GPUs (every node's without one), or why it is unknown."""
         try:
             samples = instant_query(self.endpoint, series_query(node_label=self.node_label, node=node))
         except PrometheusUnavailable as err:
             return Reading(source=self.source, unavailable=err.reason)
-        return Reading(source=self.source, nodes=node_health(samples, node_label=self.node_label))
+        try:
+            rates = rates_from(instant_query(self.endpoint, rates_query(node_label=self.node_label, node=node)),
+                               node_label=self.node_label)
+        except PrometheusUnavailable:
+            rates = {}  # the totals were read: their rates are not known, the rest stands
+        return Reading(source=self.source, nodes=node_health(samples, node_label=self.node_label, rates=rates))
+
+
+class SignalsService:
+    """DCGM health for the views: `endpoint` reads through Prometheus, `exporters` (an
+    `ExporterPages`) straight from the exporter pods; exactly one of them."""
+
+    def __init__(self, *, thresholds: Thresholds, endpoint: Endpoint | None = None,
+                 exporters: ExporterPages | None = None, node_label: str = "Hostname") -> None:
+        if (endpoint is None) == (exporters is None):
+            raise ValueError("SignalsService reads through Prometheus or from the exporters: give one")
+        self.thresholds = thresholds
+        self.node_label = node_label
+        self.reader: PrometheusSeries | ExporterPages = (
+            PrometheusSeries(endpoint=endpoint, node_label=node_label) if endpoint is not None
+            else exporters)  # type: ignore[assignment]
+
+    @property
+    def source(self) -> str:
+        return self.reader.source
+
+    def read(self, node: str | None = None) -> Reading:
+        """The health of `node`'s GPUs (every node's without one), or why it is unknown."""
+        return self.reader.read(node)
 
     def findings(self, reading: Reading, *, pools: Mapping[str, str | None]) -> tuple[Finding, ...]:
         """The findings of every node in `reading` that `pools` names (node -> pool):
-        series of nodes gpuops does not list as GPU nodes are left out."""
+        series of nodes gpuops does not list as GPU nodes are left out. A node whose
+        health could not be read while others' could is a finding of its own: a warning
+        where its exporter did not answer, a note where it has none."""
         found: list[Finding] = []
         for name, health in reading.nodes.items():
             if name in pools:
                 found.extend(signal_findings(health, pool=pools[name], thresholds=self.thresholds))
+        for name, reason in reading.unknown.items():
+            if name in pools:
+                found.append(Finding(severity="warning" if name in reading.failed else "info",
+                                     code="gpu-health-unknown", subject=name, pool=pools[name],
+                                     message=msg.health_unknown_finding(name, reading.source, reason),
+                                     command=node_command(name)))
         return tuple(found)
