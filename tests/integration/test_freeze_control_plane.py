@@ -202,3 +202,21 @@ def test_a_run_held_by_a_freeze_past_its_windows_end_halts_and_touches_no_furthe
     assert not h.unschedulable(frz, f"{POOL}-01")
     assert not any(e.target == f"{POOL}-02" for e in audit.for_run(db, run.id) if e.action == "step.running")
     assert not h.unschedulable(frz, f"{POOL}-02")
+
+
+def test_an_engine_restarted_during_a_freeze_neither_tells_it_again_nor_forgets_to_say_the_run_goes_on(
+        frz, cluster, db):
+    request = submit(db, [[f"{POOL}-01"]], steps=(("cordon", {}), ("uncordon", {})))
+    run = start(db, request)
+    freeze(db, "DC maintenance")
+    with h.EngineThread(cluster.kubeconfig, db.path):
+        wait_until(lambda: "run.frozen" in actions(db, run.id), timeout=60, what="the run to be told of the freeze")
+    with h.EngineThread(cluster.kubeconfig, db.path) as engine:  # a new process, nothing remembered
+        engine.passes_after(10)
+        assert actions(db, run.id) == ["run.created", "run.frozen"]
+        assert gpu(db, "U0ERIN", f"/gpu unfreeze {POOL}").ok
+        finished = h.wait_run(db, run.id)
+
+    assert finished.state == "succeeded", finished.halted_reason
+    assert actions(db, run.id)[:4] == ["run.created", "run.frozen", "run.unfrozen", "run.started"]
+    assert len([t for t in thread(db) if t.startswith(f"The freeze of pool {POOL} is over: run {run.id}")]) == 1

@@ -73,6 +73,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from storage import audit, outbox
+from storage import freezes as stored_freezes
 from storage import requests as stored_requests
 from storage import runs as stored_runs
 from storage import steps as stored_steps
@@ -199,6 +200,8 @@ class Engine:
         self._gated: dict[RunId, str] = {}
         # The freeze each run was last told it is stopped by (its id).
         self._frozen: dict[RunId, Freeze] = {}
+        # Runs whose last freeze notice was read back from the audit (after a start).
+        self._frozen_read: set[RunId] = set()
         # Steps whose start the API did not answer (logged once, not per try).
         self._cannot_start: set[StepId] = set()
         self._queue: queue.SimpleQueue[str] = queue.SimpleQueue()
@@ -276,6 +279,7 @@ class Engine:
         self._info.clear()
         self._gated.clear()
         self._frozen.clear()
+        self._frozen_read.clear()
         self._cannot_start.clear()
 
     def run_pass(self, woken: set[str] = frozenset()) -> bool:  # type: ignore[assignment]
@@ -472,7 +476,7 @@ class Engine:
         now = self._clock()
         started = run.state != "pending" and any(s.state != "pending" for s in steps)
         freeze = freezes.holding_run(self._db, pool=info.request.pool, started=started, now=now)
-        told = self._frozen.get(run.id)
+        told = self._told_frozen(run)
         if freeze is None:
             if told is not None:
                 del self._frozen[run.id]
@@ -500,6 +504,21 @@ class Engine:
             self._frozen[run.id] = freeze
             log.info("%s: %s", self.replica, text)
         return freeze
+
+    def _told_frozen(self, run: Run) -> Freeze | None:
+        """The freeze the run's thread was last told holds it: remembered, or, the first
+        time a (re)started engine looks at the run, read back from the audit (its last
+        `run.frozen` not followed by `run.unfrozen`). So a restart neither tells (and
+        audits) the freeze again nor forgets to say that the run goes on."""
+        if run.id not in self._frozen and run.id not in self._frozen_read:
+            self._frozen_read.add(run.id)
+            last = next((e for e in reversed(audit.for_run(self._db, run.id))
+                         if e.action in ("run.frozen", "run.unfrozen")), None)
+            if last is not None and last.action == "run.frozen" and isinstance(last.detail, dict):
+                told = stored_freezes.get(self._db, id=last.detail.get("freeze"))
+                if told is not None:
+                    self._frozen[run.id] = told
+        return self._frozen.get(run.id)
 
     def _halt_if_window_ended(self, run: Run, info: _RunInfo, freeze: Freeze, steps: Sequence[Step], *,
                               wave: int) -> None:
