@@ -182,8 +182,10 @@ class ExportersConfig(_Model):
     # for https (the exporters' certificates must name their pod IPs).
     bearer_token_file: Path | None = None
     ca_file: Path | None = None
-    # Pages read at once when every node is asked for (`/gpu findings`, a handover).
+    # Pages read at once when every node is asked for (`/gpu findings`, a handover), and
+    # how long reading them all may take: pages not in by then leave their nodes unknown.
     parallel: int = Field(default=16, ge=1, le=256)
+    deadline: Duration = dt.timedelta(seconds=20)
 
     @field_validator("path")
     @classmethod
@@ -200,6 +202,12 @@ class ExportersConfig(_Model):
         return value
 
     @model_validator(mode="after")
+    def _deadline(self) -> ExportersConfig:
+        if not self.timeout <= self.deadline <= dt.timedelta(minutes=2):
+            raise ValueError("the deadline must be at least the timeout and at most 2m (a command waits for it)")
+        return self
+
+    @model_validator(mode="after")
     def _secrets_need_https(self) -> ExportersConfig:
         if self.scheme != "https" and self.ca_file is not None:
             raise ValueError("ca_file is for scheme https")
@@ -211,7 +219,8 @@ class ExportersConfig(_Model):
         return ExporterSettings(port=self.port, path=self.path, scheme=self.scheme,
                                 timeout_seconds=self.timeout.total_seconds(), namespace=self.namespace,
                                 pod_labels=dict(self.pod_labels), bearer_token_file=self.bearer_token_file,
-                                ca_file=self.ca_file, parallel=self.parallel)
+                                ca_file=self.ca_file, parallel=self.parallel,
+                                deadline_seconds=self.deadline.total_seconds())
 
 
 class SignalThresholdsConfig(_Model):

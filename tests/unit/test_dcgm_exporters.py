@@ -49,6 +49,8 @@ NS = "gpu-operator"
     ("signals:\n  exporters: {port: 0}\n", "signals.exporters.port: Input should be greater than or equal to 1"),
     ("signals:\n  exporters: {timeout: 2m}\n", "signals.exporters.timeout: the timeout must be more than 0 and at most"),
     ("signals:\n  exporters: {scheme: ftp}\n", "signals.exporters.scheme: Input should be 'http' or 'https'"),
+    ("signals:\n  exporters: {timeout: 10s, deadline: 5s}\n",
+     "signals.exporters: the deadline must be at least the timeout and at most 2m"),
     ("signals:\n  exporters: {pod_labels: {}}\n", "signals.exporters.pod_labels"),
     ("signals:\n  exporters: {token: s3cret}\n", "signals.exporters.token: Extra inputs are not permitted"),
 ])
@@ -269,6 +271,19 @@ def test_a_stalled_exporter_is_unknown_after_the_timeout_and_a_wrong_path_is_sai
         "answer within 1 s")
     assert _service(stand_ins, path="/stats").read(REMAP).unavailable.endswith(  # type: ignore[union-attr]
         "answered HTTP 404 Not Found")
+
+
+def test_reading_every_node_stops_at_its_deadline_and_the_pages_not_in_leave_their_nodes_unknown(stand_ins):
+    stand_ins.stall(HEALTHY)
+    stand_ins.stall(REMAP)
+    # One page at a time, each stalled for its whole 1 s: the second cannot be in before
+    # 2 s, past the 1.5 s deadline.
+    first, second = sorted((HEALTHY, REMAP))
+    reading = _service(stand_ins, parallel=1, deadline_seconds=1.5).read()
+    assert reading.nodes == {} and reading.failed == {HEALTHY, REMAP}
+    assert reading.unknown[second] == (f"on {second}: its exporter's page was not read within the 1.5 s that reading "
+                                       "every node may take (signals.exporters.deadline)")
+    assert first in reading.unknown
 
 
 def test_without_exporter_pods_or_a_cluster_the_whole_reading_is_unavailable(stand_ins, tmp_path):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol, runtime_checkable
@@ -52,8 +52,10 @@ class ExporterSettings:
     pod_labels: Mapping[str, str] = field(default_factory=_default_labels)
     bearer_token_file: Path | None = None
     ca_file: Path | None = None
-    # Pages read at once when every node is asked for.
+    # Pages read at once when every node is asked for, and how long reading them all may
+    # take (a node whose page is not in by then is unknown).
     parallel: int = 16
+    deadline_seconds: float = 20.0
 
     def address(self, ip: str) -> str:
         return f"[{ip}]:{self.port}" if ":" in ip else f"{ip}:{self.port}"
@@ -141,15 +143,27 @@ class ExporterPages:
         unknown: dict[NodeName, str] = {}
         failed: set[NodeName] = set()
         targets = sorted(pods.items())
-        with ThreadPoolExecutor(max_workers=max(1, min(self.settings.parallel, len(targets))),
-                                thread_name_prefix="dcgm-scrape") as pool:
-            for (name, _), result in zip(targets, pool.map(lambda item: self._read_one(item[1]), targets)):
-                if isinstance(result, _Unknown):
-                    unknown[name] = result.reason
-                    if result.failed:
-                        failed.add(name)
-                else:
-                    nodes[name] = result
+        pool = ThreadPoolExecutor(max_workers=max(1, min(self.settings.parallel, len(targets))),
+                                  thread_name_prefix="dcgm-scrape")
+        asked = {pool.submit(self._read_one, pod): name for name, pod in targets}
+        # A command waits for this reading: pages not read by the deadline (many exporters
+        # that do not answer, each taking its whole timeout) are unknown, not waited for.
+        _, late = wait(asked, timeout=self.settings.deadline_seconds)
+        for future in late:
+            future.cancel()
+        pool.shutdown(wait=False, cancel_futures=True)
+        for future, name in asked.items():
+            if future in late:
+                unknown[name] = msg.past_deadline(name, self.settings.deadline_seconds)
+                failed.add(name)
+                continue
+            result = future.result()
+            if isinstance(result, _Unknown):
+                unknown[name] = result.reason
+                if result.failed:
+                    failed.add(name)
+            else:
+                nodes[name] = result
         for name, seen in sorted(snapshot.nodes.items()):
             # A node an admin took the exporter (or every operand) off is no finding.
             if name not in pods and is_gpu_node(seen) and not _opted_out(seen):

@@ -122,6 +122,11 @@ def did_not_answer(node: str, pod: str, address: str, reason: str) -> str:
     return f"on {node}: {pod} at {address} {reason}"
 
 
+def past_deadline(node: str, seconds: float) -> str:
+    return (f"on {node}: its exporter's page was not read within the {seconds:g} s that reading every node "
+            "may take (signals.exporters.deadline)")
+
+
 def no_health_series(node: str, pod: str, address: str) -> str:
     return f"on {node}: {pod} at {address} answered without any DCGM health series"
 
