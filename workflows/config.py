@@ -125,6 +125,13 @@ class PrometheusBasicAuth(_Model):
     password_file: Path
 
 
+def _command_timeout(value: dt.timedelta) -> dt.timedelta:
+    """A timeout a command waits out (reading Prometheus or an exporter)."""
+    if not dt.timedelta(0) < value <= dt.timedelta(minutes=1):
+        raise ValueError("the timeout must be more than 0 and at most 1m (a command waits for it)")
+    return value
+
+
 class PrometheusConfig(_Model):
     # Prometheus's address, e.g. http://prometheus-operated.monitoring:9090 (a path prefix is kept).
     url: str
@@ -146,9 +153,7 @@ class PrometheusConfig(_Model):
     @field_validator("timeout")
     @classmethod
     def _timeout(cls, value: dt.timedelta) -> dt.timedelta:
-        if not dt.timedelta(0) < value <= dt.timedelta(minutes=1):
-            raise ValueError("the timeout must be more than 0 and at most 1m (a command waits for it)")
-        return value
+        return _command_timeout(value)
 
     @model_validator(mode="after")
     def _one_auth(self) -> PrometheusConfig:
@@ -197,9 +202,7 @@ class ExportersConfig(_Model):
     @field_validator("timeout")
     @classmethod
     def _timeout(cls, value: dt.timedelta) -> dt.timedelta:
-        if not dt.timedelta(0) < value <= dt.timedelta(minutes=1):
-            raise ValueError("the timeout must be more than 0 and at most 1m (a command waits for it)")
-        return value
+        return _command_timeout(value)
 
     @model_validator(mode="after")
     def _deadline(self) -> ExportersConfig:

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +18,7 @@ from commands.catalog import dispatch
 from commands.reply import Reply
 from commands.services import Services
 from storage import audit
-from storage.database import Database, open_database
+from storage.database import Database
 from testenv import fleet as fl
 from testenv.install import wait_until
 from testenv.summary import advertised
@@ -47,13 +45,6 @@ ALICE = CONFIG.actor("U0ALICE")
 class NoFleet:
     def fleet(self, now: dt.datetime) -> Any:
         raise AssertionError("freezes and runs do not read the fleet")
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Database]:
-    database = open_database(tmp_path / "gpuops.db")
-    yield database
-    database.close()
 
 
 @pytest.fixture

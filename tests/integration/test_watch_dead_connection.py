@@ -12,13 +12,14 @@ connection behind a proxy or NAT would."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 
 from testenv.install import wait_until
-from testenv.toxiproxy import Toxiproxy, kubeconfig_via
+from testenv.toxiproxy import Proxy, Toxiproxy, kubeconfig_via
 from workflows.kube.errors import Unavailable
 from workflows.kube.gateway import KubeGateway
 
@@ -57,46 +58,51 @@ class _Watcher(threading.Thread):
             self.ended.set()
 
 
-def test_a_watch_whose_answer_never_comes_fails_at_the_answer_timeout(cluster, tmp_path):
+@pytest.fixture
+def proxied(cluster, tmp_path) -> Iterator[tuple[Toxiproxy, Proxy, KubeGateway]]:
+    """Toxiproxy in front of the API server, and a gateway (admin) through it."""
     with Toxiproxy(folder=tmp_path / "toxiproxy") as toxiproxy:
         proxy = toxiproxy.create_proxy("apiserver", _api_address(cluster.kubeconfig))
         gateway = KubeGateway.connect(kubeconfig=kubeconfig_via(cluster.kubeconfig, proxy.server,
                                                                 tmp_path / "kubeconfig"), context="admin")
-        # The list leaves its connection in the pool, open: the watch is sent on it.
-        version = gateway.list(QUIET, label_selector=QUIET_SELECTOR).resource_version
-        # From now on everything the server sends is held back, and no connection closes.
-        toxiproxy.add_toxic(proxy, "hold", "timeout", {"timeout": 0})
-        watcher = _Watcher(gateway, version, answer_timeout=3)
-        watcher.start()
-        # Without the answer timeout the watch waits 255 s (its 240 s and 15 more).
-        wait_until(watcher.ended.is_set, timeout=60, what="the held watch to give up")
-        toxiproxy.remove_toxic(proxy, "hold")
-        gateway.close()
+        try:
+            yield toxiproxy, proxy, gateway
+        finally:
+            gateway.close()
+
+
+def test_a_watch_whose_answer_never_comes_fails_at_the_answer_timeout(proxied):
+    toxiproxy, proxy, gateway = proxied
+    # The list leaves its connection in the pool, open: the watch is sent on it.
+    version = gateway.list(QUIET, label_selector=QUIET_SELECTOR).resource_version
+    # From now on everything the server sends is held back, and no connection closes.
+    toxiproxy.add_toxic(proxy, "hold", "timeout", {"timeout": 0})
+    watcher = _Watcher(gateway, version, answer_timeout=3)
+    watcher.start()
+    # Without the answer timeout the watch waits 255 s (its 240 s and 15 more).
+    wait_until(watcher.ended.is_set, timeout=60, what="the held watch to give up")
+    toxiproxy.remove_toxic(proxy, "hold")
 
     assert not watcher.opened.is_set()
     assert isinstance(watcher.error, Unavailable), watcher.error
 
 
-def test_a_silent_watch_stream_ends_at_the_idle_timeout_and_the_next_one_opens(cluster, tmp_path):
-    with Toxiproxy(folder=tmp_path / "toxiproxy") as toxiproxy:
-        proxy = toxiproxy.create_proxy("apiserver", _api_address(cluster.kubeconfig))
-        gateway = KubeGateway.connect(kubeconfig=kubeconfig_via(cluster.kubeconfig, proxy.server,
-                                                                tmp_path / "kubeconfig"), context="admin")
-        version = gateway.list(QUIET, label_selector=QUIET_SELECTOR).resource_version
-        watcher = _Watcher(gateway, version, idle_timeout=3)
-        watcher.start()
-        wait_until(watcher.opened.is_set, timeout=30, what="the watch to open")
-        # From now on the stream says nothing, as on a connection that died quietly.
-        toxiproxy.add_toxic(proxy, "hold", "timeout", {"timeout": 0})
-        wait_until(watcher.ended.is_set, timeout=60, what="the silent watch to end")
-        toxiproxy.remove_toxic(proxy, "hold")
-        gateway.close_idle_connections()
-        # The caller resumes from its version: the next watch opens and hears on.
-        again = _Watcher(gateway, version, idle_timeout=3)
-        again.start()
-        wait_until(again.opened.is_set, timeout=30, what="the next watch to open")
-        wait_until(again.ended.is_set, timeout=60, what="the next watch to end")
-        gateway.close()
+def test_a_silent_watch_stream_ends_at_the_idle_timeout_and_the_next_one_opens(proxied):
+    toxiproxy, proxy, gateway = proxied
+    version = gateway.list(QUIET, label_selector=QUIET_SELECTOR).resource_version
+    watcher = _Watcher(gateway, version, idle_timeout=3)
+    watcher.start()
+    wait_until(watcher.opened.is_set, timeout=30, what="the watch to open")
+    # From now on the stream says nothing, as on a connection that died quietly.
+    toxiproxy.add_toxic(proxy, "hold", "timeout", {"timeout": 0})
+    wait_until(watcher.ended.is_set, timeout=60, what="the silent watch to end")
+    toxiproxy.remove_toxic(proxy, "hold")
+    gateway.close_idle_connections()
+    # The caller resumes from its version: the next watch opens and hears on.
+    again = _Watcher(gateway, version, idle_timeout=3)
+    again.start()
+    wait_until(again.opened.is_set, timeout=30, what="the next watch to open")
+    wait_until(again.ended.is_set, timeout=60, what="the next watch to end")
 
     assert watcher.error is None and again.error is None, (watcher.error, again.error)
     assert watcher.events == [] and set(again.events) <= {"BOOKMARK"}
