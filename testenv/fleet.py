@@ -54,6 +54,9 @@ FAULT_CRASHLOOP_VERSIONS = "crashloop-driver-versions"
 # Driver versions that load and advertise every GPU, but fail gpuops's check pod
 # (nvidia-smi: "Driver/library version mismatch").
 FAULT_CHECK_FAILING_VERSIONS = "check-failing-driver-versions"
+# Kernels NVIDIA built no precompiled driver image for: a driver pod whose image tag names
+# one cannot pull its image (ImagePullBackOff).
+FAULT_NO_PRECOMPILED_KERNELS = "no-precompiled-kernels"
 # gpuops's check pods (workflows.engine.check_pod), which the simulator runs to an end.
 CHECK_POD_LABEL = "gpuops.io/gpu-check"
 
@@ -180,6 +183,9 @@ class OperatorSpec(_Model):
     # operator does; False (stand-in only) selects every GPU node, so a stale
     # pre-installed label can sit next to a running operator driver pod.
     driver_follows_deploy_label: bool = True
+    # driver.usePrecompiled: one driver DaemonSet per kernel (the NFD kernel label), image
+    # tag `<branch>-<kernel>-<os>`; the ClusterPolicy names the branch of driver_version.
+    use_precompiled: bool = False
 
     @property
     def real(self) -> bool:
@@ -191,6 +197,9 @@ class OperatorSpec(_Model):
         if not self.driver_follows_deploy_label and self.stand_in is None:
             raise ValueError("driver_follows_deploy_label=False is something only the stand-in can do: "
                              "say why in operator.stand_in")
+        if self.use_precompiled and self.stand_in is not None:
+            raise ValueError("use_precompiled needs the real operator: it makes one driver DaemonSet per kernel, "
+                             "which the stand-in does not")
         return self
 
 
@@ -210,6 +219,12 @@ class PoolSpec(_Model):
     auto_upgrade: bool | None = None
     # The label key that names the pool (cloud node-group labels work too).
     label_key: str = POOL_LABEL
+    # What the kubelet reports of the host (status.nodeInfo), when given: the container
+    # runtime ("containerd://1.7.20", "cri-o://1.30.4"), the kernel (also NFD's kernel
+    # label) and the kubelet's version ("v1.33.4").
+    container_runtime: str | None = None
+    kernel: str | None = None
+    kubelet_version: str | None = None
 
 
 class SpecialNode(_Model):
@@ -223,6 +238,13 @@ class SpecialNode(_Model):
     mig_stuck: bool = False
     driver_ready_seconds: float | None = None
     validator_ready_seconds: float | None = None
+    # The node's own host, over its pool's (PoolSpec.container_runtime and friends).
+    container_runtime: str | None = None
+    kernel: str | None = None
+    kubelet_version: str | None = None
+    # NFD's kernel label when it lags the kernel the kubelet reports (the node rebooted
+    # into a new kernel before NFD's next pass).
+    nfd_kernel: str | None = None
 
 
 class WorkloadSpec(_Model):
@@ -243,6 +265,7 @@ class FleetSpec(_Model):
     workloads: tuple[WorkloadSpec, ...] = ()
     crashloop_driver_versions: tuple[str, ...] = ()
     check_failing_driver_versions: tuple[str, ...] = ()
+    no_precompiled_kernels: tuple[str, ...] = ()
     # The simulator's default delays, seconds.
     driver_ready_seconds: float = 1.0
     validator_ready_seconds: float = 0.5
@@ -337,6 +360,7 @@ def node_object(spec: FleetSpec, pool: PoolSpec, name: str, *, advertise: bool =
         FLEET_LABEL: spec.name,
         pool.label_key: pool.name,
         **NFD_LABELS,
+        **_kernel_label(special.nfd_kernel or special.kernel or pool.kernel),
         # With renameByDefault the device plugin advertises nvidia.com/gpu.shared and GFD
         # appends -SHARED to the product name.
         "nvidia.com/gpu.product": pool.product + ("-SHARED" if pool.rename_shared else ""),
@@ -396,7 +420,16 @@ def node_object(spec: FleetSpec, pool: PoolSpec, name: str, *, advertise: bool =
         "spec": {"unschedulable": True} if special.cordoned else {},
         "status": {"capacity": dict(resources), "allocatable": dict(resources)},
     }
+    info = {"containerRuntimeVersion": special.container_runtime or pool.container_runtime,
+            "kernelVersion": special.kernel or pool.kernel,
+            "kubeletVersion": special.kubelet_version or pool.kubelet_version}
+    if any(info.values()):
+        node["status"]["nodeInfo"] = {key: value for key, value in info.items() if value}
     return node
+
+
+def _kernel_label(kernel: str | None) -> dict[str, str]:
+    return {"feature.node.kubernetes.io/kernel-version.full": kernel} if kernel else {}
 
 
 def advertised_resources(
@@ -458,6 +491,9 @@ def cluster_policy_object(spec: FleetSpec) -> dict[str, Any]:
     policy["spec"]["driver"]["useNvidiaDriverCRD"] = op.use_nvidia_driver_crd
     policy["spec"]["driver"]["upgradePolicy"].setdefault("maxParallelUpgrades", 1)
     policy["spec"]["mig"] = {"strategy": op.mig_strategy if op.mig_strategy != "none" else "single"}
+    if op.use_precompiled:
+        policy["spec"]["driver"]["usePrecompiled"] = True
+        policy["spec"]["driver"]["version"] = op.driver_version.split(".")[0]
     return policy
 
 

@@ -213,7 +213,8 @@ def _install_operator(installer: Installer, spec: fl.FleetSpec) -> None:
     installer.create({"apiVersion": "v1", "kind": "ConfigMap",
                       "metadata": {"name": fl.FAULTS_CONFIGMAP, "namespace": op.namespace},
                       "data": {fl.FAULT_CRASHLOOP_VERSIONS: ",".join(spec.crashloop_driver_versions),
-                               fl.FAULT_CHECK_FAILING_VERSIONS: ",".join(spec.check_failing_driver_versions)}},
+                               fl.FAULT_CHECK_FAILING_VERSIONS: ",".join(spec.check_failing_driver_versions),
+                               fl.FAULT_NO_PRECOMPILED_KERNELS: ",".join(spec.no_precompiled_kernels)}},
                      exist_ok=True)
     drivers = [installer.create(fl.nvidia_driver_object(spec, pool), exist_ok=True)
                for pool in spec.pools] if op.use_nvidia_driver_crd else []

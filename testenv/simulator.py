@@ -7,7 +7,8 @@ the operator's manifests give them) and its ConfigMaps, and per node:
 - a driver pod becomes Running and Ready after a delay and then sets the node's
   `nvidia.com/cuda.driver-version.*` labels from its image tag; a driver version listed
   in the faults ConfigMap crash-loops, and so does every driver pod on a node that also
-  has a host driver (two driver sources);
+  has a host driver (two driver sources); a driver image whose tag names a kernel the
+  faults ConfigMap lists as without a precompiled image cannot be pulled;
 - while a node has no ready driver (pod or host driver) it advertises 0 GPUs, and once the
   device plugin is ready again it re-advertises the full count (or the count a fault
   annotation says);
@@ -93,6 +94,7 @@ class OperandSimulator:
         self._pods_by_node: dict[str, set[str]] = defaultdict(set)
         self._crashloop_versions: frozenset[str] = frozenset()
         self._check_failing_versions: frozenset[str] = frozenset()
+        self._no_precompiled_kernels: frozenset[str] = frozenset()
         self._check_pods: dict[str, dict[str, Any]] = {}  # uid -> gpuops check pod
         self._mig_configs: dict[str, list[dict[str, Any]]] | None = None  # until its ConfigMap is seen
         self._first_seen: dict[str, float] = {}
@@ -237,6 +239,7 @@ class OperandSimulator:
             if name == fl.FAULTS_CONFIGMAP:
                 self._crashloop_versions = _versions(data.get(fl.FAULT_CRASHLOOP_VERSIONS))
                 self._check_failing_versions = _versions(data.get(fl.FAULT_CHECK_FAILING_VERSIONS))
+                self._no_precompiled_kernels = _versions(data.get(fl.FAULT_NO_PRECOMPILED_KERNELS))
             elif name == fl.MIG_PARTED_CONFIGMAP:
                 self._mig_configs = fl.mig_parted_configs(data["config.yaml"]) if "config.yaml" in data else None
             else:
@@ -291,6 +294,7 @@ class OperandSimulator:
             pods = [self._pods[uid] for uid in self._pods_by_node.get(name, ()) if uid in self._pods]
             crash_versions = self._crashloop_versions
             check_failing = self._check_failing_versions
+            no_image_kernels = self._no_precompiled_kernels
             mig_configs = self._mig_configs
             checks = [p for p in self._check_pods.values() if p["spec"].get("nodeName") == name]
         if node is None or node["metadata"].get("deletionTimestamp"):
@@ -310,8 +314,11 @@ class OperandSimulator:
         driver_delay = float(ann.get(fl.ANN_DRIVER_DELAY, self.timing.driver_ready_seconds))
         driver_version: str | None = None
         for pod in by_operand["driver"]:
-            version = image_version(_driver_container(pod)["image"])
-            if host_driver:
+            image = _driver_container(pod)["image"]
+            version = image_version(image)
+            if any(f"-{kernel}" in image.rsplit(":", 1)[-1] for kernel in no_image_kernels):
+                self._set_pod(pod, _pull_failing_status(pod, image))
+            elif host_driver:
                 self._set_pod(pod, _crashloop_status(pod, init=True,
                                                      message="driver is pre-installed on host"))
             elif version in crash_versions:
@@ -642,6 +649,22 @@ def _refused_status(pod: dict[str, Any], resource: str, wanted: int, available: 
 
 def _versions(listed: str | None) -> frozenset[str]:
     return frozenset(v.strip() for v in (listed or "").split(",") if v.strip())
+
+
+def _pull_failing_status(pod: dict[str, Any], image: str) -> dict[str, Any]:
+    """The driver manager ran; the driver's own image is not in the registry."""
+    now = _now_iso()
+    status = _base(pod, "Pending")
+    status["conditions"] = _conditions(ready=False)
+    status["initContainerStatuses"] = [
+        _container(c, state={"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": now,
+                                            "startedAt": now}}, ready=True)
+        for c in pod["spec"].get("initContainers") or []]
+    status["containerStatuses"] = [
+        _container(c, state={"waiting": {"reason": "ImagePullBackOff",
+                                         "message": f'Back-off pulling image "{image}"'}}, ready=False)
+        for c in pod["spec"]["containers"]]
+    return status
 
 
 def _crashloop_status(pod: dict[str, Any], *, init: bool, message: str) -> dict[str, Any]:

@@ -20,6 +20,7 @@ import threading
 
 import pytest
 
+from bot.render_text import render_text
 from commands.services import Services
 from storage import audit
 from workflows.config import GpuopsConfig
@@ -31,6 +32,8 @@ from testenv.summary import advertised
 from tests.integration import engine_harness as h
 from tests.integration import observe
 from tests.integration.desk import ACCESS, Desk, grant_bot_rbac
+from tests.integration.inventory_helpers import _codes, wait_fleet
+from workflows.fleet.canaries import LastCanaries
 from workflows.kube.objects import NodeName
 from workflows.plans import NodeStep, Plan, PlanSummary, Wave
 
@@ -135,8 +138,8 @@ CHECKED_CONFIG = UPG_CONFIG.model_copy(update={"upgrades": UPG_CONFIG.upgrades.m
     "gpu_check": GpuCheck(timeout=dt.timedelta(seconds=60))})})
 
 
-def _Desk(cluster, db, fleet_cache, as_bot: str, config: GpuopsConfig = UPG_CONFIG) -> Desk:
-    services = Services.on_database(config=config, fleet=fleet_cache(user=as_bot), database=db)
+def _Desk(cluster, db, fleet_cache, as_bot: str, config: GpuopsConfig = UPG_CONFIG, **cache) -> Desk:
+    services = Services.on_database(config=config, fleet=fleet_cache(user=as_bot, **cache), database=db)
     return Desk(cluster, db, services, config, user=as_bot)
 
 
@@ -234,7 +237,8 @@ def test_a_driver_that_loads_but_fails_the_check_pod_halts_on_the_canary_and_a_r
     fleet(_fleet(check_failing_driver_versions=(NEW,)))
     installer = cluster.installer()
     _converged(installer, ["upg-01", "upg-02"])
-    desk = _Desk(cluster, db, fleet_cache, as_bot, CHECKED_CONFIG)
+    # The fleet reads each node's last check-pod verdict from gpuops' records, as the bot does.
+    desk = _Desk(cluster, db, fleet_cache, as_bot, CHECKED_CONFIG, canaries=LastCanaries(lambda: db))
     services, say = desk.services, desk.say
 
     assert say("U0ALICE", f"upgrade upg to {NEW} driver CVE").ok
@@ -250,6 +254,17 @@ def test_a_driver_that_loads_but_fails_the_check_pod_halts_on_the_canary_and_a_r
     assert not h.unschedulable(installer, "upg-02") and _gfd_version(installer, "upg-02") == OLD
     (kept,) = _check_pods(installer)  # kept for its logs
     assert kept["spec"]["nodeName"] == "upg-01" and kept["status"]["phase"] == "Failed"
+    # Its device plugin is Ready and advertises every GPU: only the canary's verdict says
+    # a container cannot use them, and `/gpu findings` and `/gpu node` say so.
+    view = wait_fleet(services.fleet, lambda v: "canary-failed" in _codes(v, "upg-01"), "the canary finding")
+    (found,) = [f for f in view.findings_about("upg-01") if f.code == "canary-failed"]
+    assert found.severity == "warning"  # cordoned: no new pod lands there
+    assert "device plugin on upg-01 is Ready and advertises 8 GPUs" in found.message, found.message
+    assert f"run {halted.id}: exited 18" in found.message and "Driver/library version mismatch" in found.message
+    assert "canary-failed" not in _codes(view, "upg-02")  # never checked
+    assert "check pod there failed" in render_text(say("U0ALICE", "findings upg"))
+    node = render_text(say("U0ALICE", "node upg-01"))
+    assert "check pod there failed" in node and "Last GPU check" in node, node
 
     asked = say("U0ALICE", f"rollback {halted.id}")
     assert asked.ok, asked.summary
@@ -258,6 +273,11 @@ def test_a_driver_that_loads_but_fails_the_check_pod_halts_on_the_canary_and_a_r
     assert back.state == "succeeded", back.halted_reason
     assert _gfd_version(installer, "upg-01") == OLD and not h.unschedulable(installer, "upg-01")
     assert [r.detail["node"] for r in audit.for_run(db, back.id) if r.action == "gpu-check.passed"] == ["upg-01"]
+    # A check pod passed since: the finding is gone.
+    view = wait_fleet(services.fleet, lambda v: "canary-failed" not in _codes(v, "upg-01"),
+                      "the canary finding to clear")
+    assert view.canaries["upg-01"].passed
+    assert "check pod there failed" not in render_text(say("U0ALICE", "node upg-01"))
 
 
 # ---- gpuops gates the operator (autoUpgrade on)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 
@@ -689,6 +690,19 @@ def test_the_cluster_policy_decides_auto_upgrade_and_defaults_to_off(
     assert pool.auto_upgrade.state == state
     assert pool.auto_upgrade.defaulted is defaulted
     assert pool.auto_upgrade.source == "ClusterPolicy cluster-policy"
+
+
+def test_with_sandbox_workloads_on_the_operator_upgrades_no_driver_whatever_auto_upgrade_says(make):
+    # Its upgrade controller removes every upgrade-state label and returns (v26.7).
+    policy = make.cluster_policy(driver={"upgradePolicy": {"autoUpgrade": True}})
+    sandboxed = dataclasses.replace(policy, spec={**policy.spec, "sandboxWorkloads": {"enabled": True}})
+    off = dataclasses.replace(policy, spec={**policy.spec, "sandboxWorkloads": {"enabled": False}})
+
+    (pool,) = make.fleet([make.node()], policies=[sandboxed]).pools
+    assert pool.auto_upgrade.state == "off"
+    assert "sandboxWorkloads.enabled" in pool.auto_upgrade.source
+    (pool,) = make.fleet([make.node()], policies=[off]).pools
+    assert (pool.auto_upgrade.state, pool.auto_upgrade.source) == ("on", "ClusterPolicy cluster-policy")
 
 
 def test_with_nvidia_driver_crs_each_pool_gets_the_auto_upgrade_of_its_own_driver(make):

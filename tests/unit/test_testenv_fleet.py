@@ -77,3 +77,31 @@ def test_kwok_leaves_exactly_the_simulated_operand_pods_to_the_simulator():
     assert fl.operand_of({"app": "nvidia-gpu-driver-ubuntu22.04-1a2b", "app.kubernetes.io/component": "nvidia-driver"}) \
         == "driver"
     assert fl.operand_of({"app": "gpu-feature-discovery"}) is None
+
+
+def test_a_nodes_host_is_what_its_kubelet_reports_with_the_node_over_its_pool():
+    pool = fl.PoolSpec(name="p", nodes=2, container_runtime="containerd://1.7.20", kernel="5.15.0-125-generic",
+                       kubelet_version="v1.33.4")
+    spec = fl.FleetSpec(name="f", pools=(pool,), special_nodes=(
+        fl.SpecialNode(node="p-02", container_runtime="cri-o://1.30.4", kernel="5.15.0-130-generic",
+                       nfd_kernel="5.15.0-125-generic"),))
+    first, second = (fl.node_object(spec, pool, name) for name in ("p-01", "p-02"))
+    assert first["status"]["nodeInfo"] == {"containerRuntimeVersion": "containerd://1.7.20",
+                                           "kernelVersion": "5.15.0-125-generic", "kubeletVersion": "v1.33.4"}
+    assert second["status"]["nodeInfo"] == {"containerRuntimeVersion": "cri-o://1.30.4",
+                                            "kernelVersion": "5.15.0-130-generic", "kubeletVersion": "v1.33.4"}
+    # NFD's label lags the kernel the kubelet reports only where the node says so.
+    assert first["metadata"]["labels"]["feature.node.kubernetes.io/kernel-version.full"] == "5.15.0-125-generic"
+    assert second["metadata"]["labels"]["feature.node.kubernetes.io/kernel-version.full"] == "5.15.0-125-generic"
+    # A pool that declares no host reports none, as before.
+    assert "nodeInfo" not in fl.node_object(fl.FleetSpec(name="f", pools=(POOL,)), POOL, "p-01")["status"]
+
+
+def test_a_precompiled_fleet_asks_the_operator_for_its_drivers_branch():
+    spec = fl.FleetSpec(name="f", pools=(POOL,), operator=fl.OperatorSpec(use_precompiled=True,
+                                                                           driver_version="580.95.05"))
+    driver = fl.cluster_policy_object(spec)["spec"]["driver"]
+    assert (driver["usePrecompiled"], driver["version"]) == (True, "580")
+    assert "usePrecompiled" not in fl.cluster_policy_object(fl.FleetSpec(name="f", pools=(POOL,)))["spec"]["driver"]
+    with pytest.raises(ValidationError, match="use_precompiled needs the real operator"):
+        fl.OperatorSpec(use_precompiled=True, stand_in="because")

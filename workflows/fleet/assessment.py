@@ -589,6 +589,10 @@ def fleet_context(snapshot: ClusterSnapshot, *, settings: InventorySettings) -> 
             source=f"ClusterPolicy {policy.name}",
             crd_default=False,
         )
+        if cp_auto.state == "on" and _mapping(policy.spec.get("sandboxWorkloads")).get("enabled") is True:
+            # NB: with sandbox workloads the operator's upgrade controller removes every
+            # upgrade-state label and upgrades no driver, whatever autoUpgrade says.
+            cp_auto = AutoUpgradeSetting(state="off", source=_say_sandbox_workloads(policy.name))
         # The operator treats an unset `enabled` as enabled.
         driver_enabled = driver_spec.get("enabled") is not False
         mig_strategy = _str_or_none(_mapping(policy.spec.get("mig")).get("strategy"))
@@ -1226,6 +1230,11 @@ def _say_operands_removed() -> str:
 
 def _say_driver_disabled(policy: str | None) -> str:
     return f"ClusterPolicy {policy} spec.driver.enabled=false"
+
+
+def _say_sandbox_workloads(policy: str) -> str:
+    return (f"ClusterPolicy {policy}: autoUpgrade is on, but with sandboxWorkloads.enabled the operator "
+            "upgrades no driver")
 
 
 def _say_upgrade_state(state: str | None) -> str:
