@@ -589,14 +589,17 @@ def _base(pod: dict[str, Any], phase: str) -> dict[str, Any]:
             "startTime": (pod.get("status") or {}).get("startTime") or _now_iso()}
 
 
+def _init_containers_done(pod: dict[str, Any], now: str) -> list[dict[str, Any]]:
+    return [_container(c, state={"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": now,
+                                                "startedAt": now}}, ready=True)
+            for c in pod["spec"].get("initContainers") or []]
+
+
 def _running_status(pod: dict[str, Any]) -> dict[str, Any]:
     now = _now_iso()
     status = _base(pod, "Running")
     status["conditions"] = _conditions(ready=True)
-    status["initContainerStatuses"] = [
-        _container(c, state={"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": now,
-                                            "startedAt": now}}, ready=True)
-        for c in pod["spec"].get("initContainers") or []]
+    status["initContainerStatuses"] = _init_containers_done(pod, now)
     status["containerStatuses"] = [
         _container(c, state={"running": {"startedAt": now}}, ready=True) for c in pod["spec"]["containers"]]
     return status
@@ -656,10 +659,7 @@ def _pull_failing_status(pod: dict[str, Any], image: str) -> dict[str, Any]:
     now = _now_iso()
     status = _base(pod, "Pending")
     status["conditions"] = _conditions(ready=False)
-    status["initContainerStatuses"] = [
-        _container(c, state={"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": now,
-                                            "startedAt": now}}, ready=True)
-        for c in pod["spec"].get("initContainers") or []]
+    status["initContainerStatuses"] = _init_containers_done(pod, now)
     status["containerStatuses"] = [
         _container(c, state={"waiting": {"reason": "ImagePullBackOff",
                                          "message": f'Back-off pulling image "{image}"'}}, ready=False)

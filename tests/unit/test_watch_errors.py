@@ -15,12 +15,12 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
-import time
 from typing import Any
 
 import msgspec
 import pytest
 
+from testenv.install import wait_until
 from workflows.fleet.assessment import InventorySettings
 from workflows.fleet.watchcache import FleetCache
 from workflows.kube import wire
@@ -86,9 +86,7 @@ def test_a_watch_ended_by_an_error_event_lists_again_and_drops_what_was_deleted(
     caplog.set_level(logging.INFO, logger="gpuops")
     cache = FleetCache(gateway, settings=InventorySettings()).start()  # type: ignore[arg-type]
     try:
-        deadline = time.monotonic() + 10
-        while gateway.watched_from[-1:] != ["20"] and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: gateway.watched_from[-1:] == ["20"], timeout=10, what="the watch from the new list")
         names = [d.name for d in cache.snapshot(dt.datetime.now(dt.timezone.utc)).nvidia_drivers]
     finally:
         gateway.stopped.set()
