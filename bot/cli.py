@@ -315,7 +315,9 @@ def _config_check(path: str | None) -> int:
     except ConfigError as err:
         print(str(err), file=sys.stderr)
         return EXIT_FAILED
-    print(msg.config_check_ok(path, pools=sorted(config.pools), rotations=len(config.rotations),
+    pools = sorted(config.pools) if not config.clusters else sorted(
+        f"{cluster}/{pool}" for cluster, entry in config.clusters.items() for pool in entry.pools)
+    print(msg.config_check_ok(path, pools=pools, rotations=len(config.rotations),
                               users=len(config.access.users)))
     return 0
 

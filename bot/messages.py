@@ -569,3 +569,7 @@ def health_serving(url: str) -> str:
 
 def health_port_unavailable(port: int, error: str) -> str:
     return f"cannot serve /healthz, /readyz and /metrics on port {port} ({error}): free it or pass --health-port"
+
+
+def cluster_kubeconfig_unusable(cluster: str, why: str) -> str:
+    return f"clusters.{cluster}: its kubeconfig cannot be used: {why}"

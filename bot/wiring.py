@@ -21,6 +21,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,7 @@ from slack_sdk import WebClient
 from bot import messages as msg
 from bot.notifier import Notifier, OutboxSlack
 from bot.scheduler import WINDOW_STARTS, LeaderScheduler, leader_jobs
+from commands.clusters import Clusters
 from commands.services import FleetSource, Services
 from storage import idempotency
 from storage.database import PerThreadDatabase, default_database_path
@@ -39,8 +41,10 @@ from workflows.engine.cordons import Cordons
 from workflows.engine.lease import EngineLease, LeaseSettings
 from workflows.engine.loop import EngineSettings, run_engine
 from workflows.fleet.canaries import LastCanaries
+from workflows.fleet.clusters import ClusterFleet, WatchedCluster
 from workflows.fleet.first_seen import FirstSeen
 from workflows.fleet.watchcache import FleetCache
+from workflows.kube.errors import KubeError
 from workflows.kube.gateway import KubeGateway
 from workflows.quotas.service import QuotaService
 from workflows.requests.service import RoleLookup
@@ -80,6 +84,9 @@ class Runtime:
     # GPU health from DCGM: one reader for the process, as it remembers the exporters'
     # counters between readings for their rates (made from the configuration).
     signals: SignalsService | None = None
+    # With several clusters: every one by name (this runtime's `config` is the home
+    # cluster's view of the configuration). None: one cluster.
+    clusters: Clusters | None = None
     _closers: list[Callable[[], None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -100,6 +107,8 @@ class Runtime:
                 # Quotas are listed when asked; nodes and GPU pods come from the cache.
                 services.quotas = QuotaService(reader=self.gateway, cluster=self.fleet,
                                                settings=self.config.inventory_settings())
+        if self.clusters is not None:
+            services.cluster, services.clusters = self.clusters.home, self.clusters
         return services
 
     def first_delivery(self, key: str, *, scope: str, now: dt.datetime) -> bool:
@@ -177,7 +186,16 @@ def build_runtime(config: GpuopsConfig, *, kubeconfig: str | None, context: str 
                   database: str | Path, watch: bool = True) -> Runtime:
     """Connect to the cluster (kubeconfig or in-cluster), check the identity may do what
     the configuration asks, list the fleet, start the watches (unless `watch` is False: a
-    one-shot command), open the database."""
+    one-shot command), open the database. With several clusters, the home cluster is the
+    one connected to first and the runtime's own; the others are watched in the
+    background, each on its own, and a cluster that does not answer holds up nothing."""
+    whole = config
+    home = config.home_cluster
+    if home is not None:
+        entry = config.clusters[home]
+        config = config.for_cluster(home)
+        if entry.kubeconfig is not None or entry.context is not None:
+            kubeconfig, context = (str(entry.kubeconfig) if entry.kubeconfig else kubeconfig), entry.context
     gateway = KubeGateway.connect(kubeconfig=kubeconfig, context=context)
     check_permissions(config, gateway)
     per_thread = PerThreadDatabase(database)
@@ -189,7 +207,36 @@ def build_runtime(config: GpuopsConfig, *, kubeconfig: str | None, context: str 
     runtime = Runtime(config=config, fleet=cache, database=per_thread)
     runtime._closers.append(cache.stop)
     runtime.gateway = gateway
+    if home is not None:
+        others = {name: _other_cluster(whole, name) for name in whole.clusters if name != home}
+        for other in others.values():
+            runtime._closers.append(other.stop)
+            other.start()
+        if not watch:  # a one-shot command: give the others a moment to answer
+            deadline = time.monotonic() + ONE_SHOT_CLUSTER_WAIT
+            for other in others.values():
+                other.wait(max(deadline - time.monotonic(), 0.0))
+        runtime.clusters = Clusters(config=whole, sources={home: WatchedCluster(home, cache), **others})
     return runtime
+
+
+# Seconds a one-shot command waits for the clusters other than the home one to be listed.
+ONE_SHOT_CLUSTER_WAIT = 15.0
+
+
+def _other_cluster(config: GpuopsConfig, name: str) -> ClusterFleet:
+    """A cluster gpuops reads but does not change. Its kubeconfig is read now (a missing
+    file or context stops the start: the configuration is wrong); the cluster itself
+    is reached in the background. No first-seen or canary records: those are the home
+    cluster's, by node name, and names may repeat across clusters."""
+    entry = config.clusters[name]
+    try:
+        gateway = KubeGateway.connect(kubeconfig=entry.kubeconfig, context=entry.context)
+    except KubeError as err:
+        raise ConfigError(msg.cluster_kubeconfig_unusable(name, str(err))) from None
+    slice_ = config.for_cluster(name)
+    return ClusterFleet(name, lambda: FleetCache(gateway, settings=slice_.inventory_settings(),
+                                                 operator_namespace=slice_.cluster.operator_namespace))
 
 
 # ------------------------------------------------------------------ leadership

@@ -7,6 +7,7 @@ import datetime as dt
 import difflib
 
 from commands import messages as msg
+from commands.clusters import clusters_section
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
 from commands.reply import REQUEST_DRAIN, REQUEST_MIG, REQUEST_UPGRADE, Fact, Intent, Notice, Reply, Section, Table, error_reply
 from workflows.access import Role
@@ -14,6 +15,7 @@ from workflows.drain.history import drain_history
 from workflows.engine.cordons import UncordonRefused
 from workflows.engine.runs import RunView
 from workflows.fleet.assessment import NodeInventory, PoolInventory
+from workflows.fleet.clusters import ClusterUnreachable
 from workflows.fleet.findings import Finding, cordons_left_behind, format_age, sort_findings
 from workflows.fleet.summary import Fleet
 from workflows.pools.config import Workloads
@@ -156,11 +158,18 @@ def _find_pool(fleet: Fleet, name: str) -> PoolInventory:
 
 @REGISTRY.command("status", usage="status [pool]", role=Role.VIEWER,
                   summary="Every pool at a glance, findings first; or one pool's nodes",
-                  examples=("/gpu status", "/gpu status serving-a"))
+                  examples=("/gpu status", "/gpu status serving-a"), any_cluster=True)
 def status(call: Call, args: list[str]) -> Reply:
     if len(args) > 1:
         raise UsageError(f"status takes at most one pool name, got {len(args)} words")
-    fleet = _fleet(call)
+    clusters = None if args else clusters_section(call.services, now=call.now)
+    try:
+        fleet = _fleet(call)
+    except ClusterUnreachable as err:
+        if clusters is None:
+            raise
+        # Every other cluster's line still answers; this one has nothing to show yet.
+        return Reply(title=msg.status_title(), summary=str(err), sections=(clusters,))
     if args:
         pool = _find_pool(fleet, args[0])
         runs = tuple(call.services.runs.unfinished()) if call.services.runs is not None else ()
@@ -186,6 +195,8 @@ def status(call: Call, args: list[str]) -> Reply:
     frozen = _freezes_section(call)
     if frozen is not None:
         sections.insert(0, frozen)  # first: a freeze changes what anyone may do now
+    if clusters is not None:
+        sections.insert(0, clusters)  # every cluster's line before this one's detail
     if fleet.findings:
         sections.append(_findings_section(fleet.findings, limit=FINDINGS_IN_STATUS))
     if fleet.pools:
@@ -261,7 +272,7 @@ def _pool_status(fleet: Fleet, pool: PoolInventory, *, intents: tuple[Intent, ..
 
 @REGISTRY.command("node", usage="node <name>", role=Role.VIEWER,
                   summary="One GPU node in full: driver owner with evidence, GPUs, operands, state",
-                  examples=("/gpu node serving-a-05",))
+                  examples=("/gpu node serving-a-05",), any_cluster=True)
 def node(call: Call, args: list[str]) -> Reply:
     if len(args) != 1:
         raise UsageError("name one node, e.g. `/gpu node serving-a-05`")
@@ -386,7 +397,7 @@ def uncordon(call: Call, args: list[str]) -> Reply:
 
 @REGISTRY.command("findings", usage="findings [pool|node]", role=Role.VIEWER,
                   summary="Every problem found, most severe first",
-                  examples=("/gpu findings", "/gpu findings training-a"))
+                  examples=("/gpu findings", "/gpu findings training-a"), any_cluster=True)
 def findings(call: Call, args: list[str]) -> Reply:
     if len(args) > 1:
         raise UsageError("findings takes at most one pool or node name")

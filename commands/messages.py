@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
 
 from workflows.access import Actor, Role, effective_roles
 from workflows.fleet.assessment import PoolInventory
+from workflows.fleet.findings import format_age
 
 HELP_COLUMNS = ("command", "what it does", "role")
 
@@ -622,3 +624,64 @@ def freeze_runs_cell(runs: list[str], *, let_running_finish: bool) -> str:
 def run_held_by_freeze(line: str) -> str:
     return ("A change freeze holds this run: nodes under way finish, no new node starts, and it goes on by itself "
             f"when the freeze ends. {line}")
+
+
+# --- several clusters (commands/clusters.py) ----------------------------------------------
+
+CLUSTER_COLUMNS = ("cluster", "API", "nodes ready", "GPUs adv/physical", "problems")
+
+
+def clusters_title() -> str:
+    return "Clusters"
+
+
+def in_cluster(title: str, cluster: str) -> str:
+    return f"{title} · {cluster}"
+
+
+def cluster_reach(state: str, *, since: dt.datetime | None, now: dt.datetime, reason: str | None) -> str:
+    """A cluster's API in a table cell: up, or down/not reached yet with since when."""
+    if state == "up":
+        return "up"
+    age = f" for {format_age(now - since)}" if since is not None else ""
+    why = f" ({reason})" if reason else ""
+    if state == "connecting":
+        return f"not reached yet{age}{why}"
+    return f"DOWN{age}{why}; figures as last seen"
+
+
+def problem_counts(*, critical: int, warning: int) -> str:
+    parts = [f"{critical} critical"] if critical else []
+    if warning:
+        parts.append(f"{warning} warning")
+    return ", ".join(parts) or "none"
+
+
+def cluster_flag_without_name() -> str:
+    return "--cluster needs a cluster name, e.g. `--cluster west`"
+
+
+def one_cluster_only() -> str:
+    return ("this gpuops serves one cluster; --cluster and cluster/ names need `clusters:` in its "
+            "configuration")
+
+
+def unknown_cluster(name: str, known: Sequence[str]) -> str:
+    return f"there is no cluster {name!r}; gpuops serves {', '.join(known)}"
+
+
+def two_clusters(named: Sequence[str]) -> str:
+    return f"the command names two clusters ({' and '.join(named)}); one command addresses one cluster"
+
+
+def changes_in_home_only(command: str, *, cluster: str, home: str) -> str:
+    return (f"`/gpu {command}` changes things, and gpuops runs changes in {home}, its home cluster, only: "
+            f"changes in {cluster} are not built yet. Its fleet can be read: `/gpu status --cluster {cluster}`.")
+
+
+def not_in_this_cluster_title() -> str:
+    return "Not in this cluster"
+
+
+def cluster_unreachable_title() -> str:
+    return "Cluster not reached"

@@ -16,9 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from commands import messages as msg
+from commands.clusters import ClusterChoiceError, choose_cluster, name_cluster, refuse_outside_home
 from commands.reply import Reply, Section, Table, error_reply
 from commands.services import Services
 from workflows.access import AccessDenied, Actor, Role
+from workflows.fleet.clusters import ClusterUnreachable
 
 
 class UsageError(Exception):
@@ -54,6 +56,9 @@ class CommandSpec:
     role: Role
     examples: tuple[str, ...] = ()
     confirm: bool = False
+    # Reads only, so it may address any cluster (commands.clusters); the others run in
+    # the home cluster only.
+    any_cluster: bool = False
 
     @property
     def name(self) -> str:
@@ -65,13 +70,15 @@ class Registry:
     commands: dict[tuple[str, ...], CommandSpec] = field(default_factory=dict)
 
     def command(self, words: str, *, usage: str, summary: str, role: Role,
-                examples: tuple[str, ...] = (), confirm: bool = False) -> Callable[[Handler], Handler]:
+                examples: tuple[str, ...] = (), confirm: bool = False,
+                any_cluster: bool = False) -> Callable[[Handler], Handler]:
         def tag(handler: Handler) -> Handler:
             key = tuple(words.split())
             if key in self.commands:
                 raise ValueError(f"command {words!r} registered twice")
             self.commands[key] = CommandSpec(words=key, handler=handler, usage=usage, summary=summary,
-                                             role=role, examples=examples, confirm=confirm)
+                                             role=role, examples=examples, confirm=confirm,
+                                             any_cluster=any_cluster)
             return handler
         return tag
 
@@ -154,8 +161,15 @@ def dispatch(text: str, *, actor: Actor, services: Services, now: dt.datetime,
     if spec is None:
         return error_reply(msg.unknown_command(" ".join(tokens[:2])), msg.did_you_mean(REGISTRY.closest(tokens)),
                            hint=msg.see_help())
-    return invoke(spec, lambda call: spec.handler(call, args), actor=actor, services=services, now=now,
-                  text=text, channel=channel)
+    try:
+        args, services = choose_cluster(args, services, channel=channel)
+    except ClusterChoiceError as err:
+        return usage_reply(spec, str(err), services=services, now=now)
+    refusal = None if spec.any_cluster else refuse_outside_home(services, spec.name)
+    if refusal is not None:
+        return name_cluster(error_reply(msg.not_in_this_cluster_title(), refusal), services)
+    return name_cluster(invoke(spec, lambda call: spec.handler(call, args), actor=actor, services=services,
+                               now=now, text=text, channel=channel), services)
 
 
 def invoke(spec: CommandSpec, run: Callable[[Call], Reply], *, actor: Actor, services: Services,
@@ -175,6 +189,8 @@ def invoke(spec: CommandSpec, run: Callable[[Call], Reply], *, actor: Actor, ser
         return error_reply(msg.not_found_title(), str(err))
     except AccessDenied as err:
         return error_reply(msg.not_allowed_title(), str(err))
+    except ClusterUnreachable as err:
+        return error_reply(msg.cluster_unreachable_title(), str(err))
 
 
 def help_reply(actor: Actor, args: list[str], *, services: Services | None = None,
@@ -196,6 +212,6 @@ def help_reply(actor: Actor, args: list[str], *, services: Services | None = Non
 
 
 @REGISTRY.command("help", usage="help [command]", summary="What gpuops can do, and how", role=Role.VIEWER,
-                  examples=("/gpu help", "/gpu help drain"))
+                  examples=("/gpu help", "/gpu help drain"), any_cluster=True)
 def help_command(call: Call, args: list[str]) -> Reply:
     return help_reply(call.actor, args, services=call.services, now=call.now)

@@ -7,7 +7,7 @@ that it is not available here."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -16,6 +16,7 @@ from workflows.config import GpuopsConfig
 from workflows.drain.service import DrainService, Workloads
 from workflows.engine.cordons import Cordons
 from workflows.engine.runs import RunService
+from workflows.fleet.clusters import Reach
 from workflows.fleet.summary import Fleet
 from workflows.requests.service import RequestService, RoleLookup
 from workflows.mig.service import MigReader, MigService
@@ -28,6 +29,28 @@ from workflows.upgrade.service import UpgradeService
 
 class FleetSource(Protocol):
     def fleet(self, now: dt.datetime) -> Fleet: ...
+
+
+class ClusterSource(FleetSource, Protocol):
+    """One cluster of several: its fleet and whether its API answers."""
+
+    def reach(self, now: dt.datetime) -> Reach: ...
+
+
+class ClusterDirectory(Protocol):
+    """Every cluster one gpuops serves, by name (commands.clusters.Clusters)."""
+
+    @property
+    def home(self) -> str: ...
+
+    @property
+    def sources(self) -> Mapping[str, ClusterSource]: ...
+
+    def names(self) -> list[str]: ...
+
+    def default_for(self, channel: str | None) -> str: ...
+
+    def services_for(self, name: str, home: Services) -> Services: ...
 
 
 @dataclass
@@ -56,6 +79,10 @@ class Services:
     signals: SignalsService | None = None
     # Change freezes of a pool or the cluster (workflows.pools.freezes); needs the database.
     freezes: FreezeService | None = None
+    # With several clusters (`clusters:` in the configuration): the one these services
+    # address, and every cluster by name (commands.clusters). None: one cluster.
+    cluster: str | None = None
+    clusters: ClusterDirectory | None = None
 
     @classmethod
     def on_database(cls, *, config: GpuopsConfig, fleet: FleetSource, database: Database,

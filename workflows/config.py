@@ -6,6 +6,7 @@ Durations are written as "90s", "30m", "1h", "2d" (or combinations like "1h30m")
 from __future__ import annotations
 
 import datetime as dt
+import re
 import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
@@ -287,6 +288,50 @@ class SignalsConfig(_Model):
         return SignalsService(exporters=pages, thresholds=self.thresholds.thresholds())
 
 
+CLUSTER_NAME = r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$"
+
+
+class ClusterEntry(_Model):
+    """One cluster of several (`clusters:`): how to reach it and what is in it. Pools,
+    policies and operator settings are per cluster; access, rotations, the engine and the
+    database are gpuops-wide."""
+
+    # The cluster whose API holds the engine's Lease and where runs change nodes.
+    home: bool = False
+    # Where its credentials are: a kubeconfig file (and context), or the pod's own
+    # service account (in_cluster, the home cluster only). Neither: the kubeconfig and
+    # context gpuops was started with (the home cluster only).
+    kubeconfig: Path | None = None
+    context: str | None = None
+    in_cluster: bool = False
+    # Slack channel ids where commands address this cluster unless they name another.
+    channels: tuple[str, ...] = ()
+    cluster: ClusterConfig = ClusterConfig()
+    inventory: InventoryConfig = InventoryConfig()
+    pools: dict[str, PoolConfig] = Field(default_factory=dict)
+    upgrades: UpgradesConfig = UpgradesConfig()
+
+    @field_validator("pools")
+    @classmethod
+    def _pool_names(cls, pools: dict[str, PoolConfig]) -> dict[str, PoolConfig]:
+        return _check_pool_names(pools)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ClusterEntry:
+        if self.in_cluster and (self.kubeconfig is not None or self.context is not None):
+            raise ValueError("give in_cluster or a kubeconfig/context, not both")
+        return self
+
+
+def _check_pool_names(pools: dict[str, PoolConfig]) -> dict[str, PoolConfig]:
+    for name in pools:
+        if name == "unpooled":
+            raise ValueError("'unpooled' is reserved for GPU nodes that match no pool")
+        if "/" in name:
+            raise ValueError(f"pool name {name!r} has a '/', which separates a cluster from a pool")
+    return pools
+
+
 class GpuopsConfig(_Model):
     cluster: ClusterConfig = ClusterConfig()
     inventory: InventoryConfig = InventoryConfig()
@@ -299,13 +344,65 @@ class GpuopsConfig(_Model):
     # GPU health from DCGM (unset: gpuops says nothing about it).
     signals: SignalsConfig | None = None
 
+    # Several clusters served by one gpuops (unset: one cluster, described by the keys
+    # above). Set, `cluster`, `inventory`, `pools` and `upgrades` go under each cluster.
+    clusters: dict[str, ClusterEntry] = Field(default_factory=dict)
+
     @field_validator("pools")
     @classmethod
     def _pool_names(cls, pools: dict[str, PoolConfig]) -> dict[str, PoolConfig]:
-        for name in pools:
-            if name == "unpooled":
-                raise ValueError("'unpooled' is reserved for GPU nodes that match no pool")
-        return pools
+        return _check_pool_names(pools)
+
+    @field_validator("clusters")
+    @classmethod
+    def _cluster_names(cls, clusters: dict[str, ClusterEntry]) -> dict[str, ClusterEntry]:
+        channels: dict[str, str] = {}
+        for name, entry in clusters.items():
+            if not re.match(CLUSTER_NAME, name):
+                raise ValueError(f"cluster name {name!r}: lower-case letters, digits and '-', at most 32")
+            if entry.in_cluster and not entry.home:
+                raise ValueError(f"{name}: in_cluster is for the home cluster (where gpuops runs)")
+            for channel in entry.channels:
+                if channel in channels:
+                    raise ValueError(f"channel {channel} defaults to both {channels[channel]} and {name}")
+                channels[channel] = name
+        homes = [name for name, entry in clusters.items() if entry.home]
+        if clusters and len(homes) != 1:
+            raise ValueError("exactly one cluster must be the home cluster (home: true), where the engine runs; "
+                             f"found {len(homes)}" + (f": {', '.join(homes)}" if homes else ""))
+        for name, entry in clusters.items():
+            if not entry.home and entry.kubeconfig is None:
+                raise ValueError(f"{name}: a cluster other than the home cluster needs its kubeconfig")
+        return clusters
+
+    @model_validator(mode="after")
+    def _per_cluster_keys(self) -> GpuopsConfig:
+        if self.clusters:
+            flat = [key for key in ("cluster", "inventory", "pools", "upgrades") if key in self.model_fields_set]
+            if flat:
+                raise ValueError(f"with clusters: set, {', '.join(flat)} go under each cluster "
+                                 f"(clusters.<name>.{flat[0]}), not at the top")
+        return self
+
+    @property
+    def home_cluster(self) -> str | None:
+        """The home cluster's name (None: one cluster, unnamed)."""
+        return next((name for name, entry in self.clusters.items() if entry.home), None)
+
+    def for_cluster(self, name: str) -> GpuopsConfig:
+        """The configuration as one cluster sees it: its own cluster, inventory, pools and
+        upgrades keys, and the gpuops-wide rest. Without `clusters:`, this one."""
+        if not self.clusters:
+            return self
+        entry = self.clusters[name]
+        return self.model_copy(update={"cluster": entry.cluster, "inventory": entry.inventory,
+                                       "pools": entry.pools, "upgrades": entry.upgrades, "clusters": {}})
+
+    def cluster_of_channel(self, channel: str | None) -> str | None:
+        """The cluster commands in `channel` address unless they name one."""
+        if channel is None:
+            return None
+        return next((name for name, entry in self.clusters.items() if channel in entry.channels), None)
 
     @property
     def names(self) -> dict[str, str]:

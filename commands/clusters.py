@@ -1,0 +1,148 @@
+"""Several clusters behind one `/gpu`: which cluster a command addresses, and every
+cluster's line at the top of `/gpu status`.
+
+A command names its cluster with `--cluster <name>` or a `<cluster>/<pool>` (or
+`<cluster>/<node>`) argument; otherwise the channel's cluster (`clusters.<name>.channels`),
+otherwise the home cluster. Reading commands work on any cluster; commands that change
+nodes or requests run in the home cluster only, where the engine and its Lease are, and
+are refused for another with the reason (changes in other clusters are not built yet).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from commands import messages as msg
+from commands.reply import Reply, Section, Table
+from commands.services import ClusterDirectory, ClusterSource, Services
+from workflows.config import GpuopsConfig
+from workflows.fleet.clusters import ClusterUnreachable, Reach
+
+CLUSTER_FLAG = "--cluster"
+
+
+class ClusterChoiceError(Exception):
+    """The command names a cluster that does not exist, or two different ones."""
+
+
+@dataclass(frozen=True)
+class Clusters:
+    """Every cluster gpuops serves: the whole configuration and each cluster's source."""
+
+    config: GpuopsConfig
+    sources: Mapping[str, ClusterSource]
+
+    @property
+    def home(self) -> str:
+        home = self.config.home_cluster
+        assert home is not None  # a directory exists only with clusters: set
+        return home
+
+    def names(self) -> list[str]:
+        """The home cluster first, then the others by name."""
+        return sorted(self.sources, key=lambda name: (name != self.home, name))
+
+    def default_for(self, channel: str | None) -> str:
+        return self.config.cluster_of_channel(channel) or self.home
+
+    def services_for(self, name: str, home: Services) -> Services:
+        """Services addressing cluster `name`: the home cluster's own, or for another, its
+        configuration and fleet (reading only: no requests, runs or cordons there)."""
+        if name == self.home:
+            return home
+        return Services(config=self.config.for_cluster(name), fleet=self.sources[name], signals=None,
+                        cluster=name, clusters=self)
+
+
+def choose_cluster(args: list[str], services: Services, *, channel: str | None) -> tuple[list[str], Services]:
+    """The cluster a command's arguments address and the arguments without the choice:
+    `--cluster x` (or `--cluster=x`) anywhere, or an `x/` prefix on a name."""
+    directory = services.clusters
+    rest: list[str] = []
+    named: set[str] = set()
+    words = iter(args)
+    for word in words:
+        if word == CLUSTER_FLAG:
+            value = next(words, None)
+            if value is None:
+                raise ClusterChoiceError(msg.cluster_flag_without_name())
+            named.add(value)
+        elif word.startswith(CLUSTER_FLAG + "="):
+            named.add(word.removeprefix(CLUSTER_FLAG + "="))
+        elif directory is not None and (split := _cluster_prefix(word, directory)) is not None:
+            named.add(split[0])
+            rest.append(split[1])
+        else:
+            rest.append(word)
+    if directory is None:
+        if named:
+            raise ClusterChoiceError(msg.one_cluster_only())
+        return rest, services
+    unknown = sorted(name for name in named if name not in directory.sources)
+    if unknown:
+        raise ClusterChoiceError(msg.unknown_cluster(unknown[0], directory.names()))
+    if len(named) > 1:
+        raise ClusterChoiceError(msg.two_clusters(sorted(named)))
+    chosen = next(iter(named)) if named else directory.default_for(channel)
+    return rest, directory.services_for(chosen, services)
+
+
+def _cluster_prefix(word: str, directory: ClusterDirectory) -> tuple[str, str] | None:
+    """("west", "serving-a") for "west/serving-a", ("west", "pool=serving-a") for
+    "pool=west/serving-a"; None when the word names no cluster."""
+    key, equals, value = word.rpartition("=") if "=" in word else ("", "", word)
+    prefix, slash, name = value.partition("/")
+    if not slash or prefix not in directory.sources:
+        return None
+    return prefix, f"{key}{equals}{name}"
+
+
+def refuse_outside_home(services: Services, command: str) -> str | None:
+    """Why `command`, which changes things, cannot run for the cluster `services`
+    address (None: it can: the home cluster, or one cluster only)."""
+    directory = services.clusters
+    if directory is None or services.cluster is None or services.cluster == directory.home:
+        return None
+    return msg.changes_in_home_only(command, cluster=services.cluster, home=directory.home)
+
+
+def clusters_section(services: Services, *, now: dt.datetime) -> Section | None:
+    """One line a cluster, the home cluster first, for the top of `/gpu status` (None with
+    one cluster). A cluster that does not answer says so and since when; its figures are
+    the last seen."""
+    directory = services.clusters
+    if directory is None:
+        return None
+    rows = []
+    for name in directory.names():
+        source = directory.sources[name]
+        reach = source.reach(now)
+        label = name + (" (home)" if name == directory.home else "")
+        try:
+            fleet = source.fleet(now)
+        except ClusterUnreachable:
+            rows.append((label, _reach_text(reach, now=now), "-", "-", "-"))
+            continue
+        pools = fleet.pools
+        nodes = sum(p.nodes_total for p in pools)
+        critical = sum(f.severity == "critical" for f in fleet.findings)
+        warning = sum(f.severity == "warning" for f in fleet.findings)
+        rows.append((label, _reach_text(reach, now=now), f"{sum(p.nodes_ready for p in pools)}/{nodes}",
+                     f"{sum(p.gpus_advertised for p in pools)}/{sum(p.gpus_physical for p in pools)}",
+                     msg.problem_counts(critical=critical, warning=warning)))
+    return Section(title=msg.clusters_title(), table=Table(columns=msg.CLUSTER_COLUMNS, rows=tuple(rows)))
+
+
+def _reach_text(reach: Reach, *, now: dt.datetime) -> str:
+    return msg.cluster_reach(reach.state, since=reach.since, now=now, reason=reach.reason)
+
+
+def name_cluster(reply: Reply, services: Services) -> Reply:
+    """With several clusters, every reply's title names the cluster it is about."""
+    if services.clusters is None or services.cluster is None:
+        return reply
+    return dataclasses.replace(reply, title=msg.in_cluster(reply.title, services.cluster))
+

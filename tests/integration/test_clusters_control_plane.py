@@ -1,0 +1,166 @@
+"""One gpuops, two real clusters: the session's control plane is east, the home cluster
+(the engine's Lease, the runs), and a second control plane of its own (its own ports and
+process group, its own fleet) is west, reached through Toxiproxy so the test can take it
+off the network and give it back.
+
+`/gpu status` shows both clusters first; west going away is reported as down, with its
+last seen figures, and holds nothing up: a drain in east asks, is approved, runs under the
+Lease in east, is held and given back while west does not answer. A west that was never
+reached when gpuops started joins as soon as it answers."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bot.wiring import Runtime, build_runtime
+from commands.catalog import dispatch
+from commands.reply import Reply
+from testenv import fleet as fl
+from testenv.environment import Environment
+from testenv.install import wait_until
+from testenv.toxiproxy import Proxy, Toxiproxy, kubeconfig_via
+from tests.integration import engine_harness as h
+from workflows.config import GpuopsConfig
+
+pytestmark = pytest.mark.controlplane
+
+CHANNEL = "C0GPUOPS"
+EAST = fl.FleetSpec(name="east", system_nodes=0, pools=(fl.PoolSpec(name="serve", kind="serving", nodes=2),))
+WEST = fl.FleetSpec(name="west", system_nodes=0, pools=(fl.PoolSpec(name="train", kind="training", nodes=3),))
+
+
+@pytest.fixture(scope="module")
+def west(tmp_path_factory, gpu_operator_crds) -> Iterator[Environment]:
+    """A second control plane with a fleet of its own."""
+    env = Environment(folder=tmp_path_factory.mktemp("west"))
+    env.start()
+    try:
+        env.install_crds()
+        env.apply_fleet(WEST)
+        yield env
+    finally:
+        env.stop()
+
+
+@pytest.fixture
+def west_proxy(west: Environment, tmp_path: Path) -> Iterator[tuple[Toxiproxy, Proxy, Path]]:
+    """Toxiproxy in front of west's API server, and a kubeconfig that goes through it."""
+    server = yaml.safe_load(west.kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+    with Toxiproxy(folder=tmp_path / "toxiproxy") as toxiproxy:
+        proxy = toxiproxy.create_proxy("west", server.removeprefix("https://"))
+        yield toxiproxy, proxy, kubeconfig_via(west.kubeconfig, proxy.server, tmp_path / "west.kubeconfig")
+
+
+def config(east_kubeconfig: Path, west_kubeconfig: Path) -> GpuopsConfig:
+    pool = {"approvers": ["U0BOB"], "windows": "always", "max_unavailable": 1, "min_ready_gpus": 0,
+            "drain_timeout": "20s", "validate_timeout": "5s"}
+    return GpuopsConfig.model_validate({
+        "clusters": {
+            "east": {"home": True, "kubeconfig": str(east_kubeconfig), "context": "admin",
+                     "pools": {"serve": {"kind": "serving", **pool}}},
+            "west": {"kubeconfig": str(west_kubeconfig), "context": "admin", "channels": ["C0WEST"],
+                     "pools": {"train": {"kind": "training", **pool}}},
+        },
+        "access": {"users": {"U0ALICE": ["operator"], "U0BOB": ["approver"]},
+                   "names": {"U0ALICE": "alice", "U0BOB": "bob"}},
+    })
+
+
+@pytest.fixture
+def start(cluster, tmp_path: Path, monkeypatch) -> Iterator:
+    monkeypatch.setenv("POD_NAMESPACE", "default")  # where the engine's Lease is kept
+    runtimes: list[Runtime] = []
+
+    def build(west_kubeconfig: Path) -> Runtime:
+        runtime = build_runtime(config(cluster.kubeconfig, west_kubeconfig), kubeconfig=None, context=None,
+                                database=tmp_path / "gpuops.db")
+        runtimes.append(runtime)
+        return runtime
+
+    yield build
+    for runtime in runtimes:
+        runtime.close()
+
+
+def gpu(runtime: Runtime, who: str, text: str, *, channel: str = CHANNEL) -> Reply:
+    return dispatch(text, actor=runtime.config.actor(who), services=runtime.services(), now=h.now(),
+                    channel=channel)
+
+
+def cluster_row(runtime: Runtime, name: str) -> tuple[str, ...]:
+    reply = gpu(runtime, "U0ALICE", "/gpu status")
+    assert reply.ok and reply.sections[0].title == "Clusters"
+    table = reply.sections[0].table
+    assert table is not None
+    return next(tuple(row) for row in table.rows if row[0].split()[0] == name)
+
+
+def test_both_clusters_are_read_and_a_drain_runs_at_home_while_the_other_is_unreachable(
+        fleet, cluster, west_proxy, start):
+    toxiproxy, proxy, west_kubeconfig = west_proxy
+    fleet(EAST)
+    runtime = start(west_kubeconfig)
+    installer = cluster.installer()
+
+    wait_until(lambda: cluster_row(runtime, "west")[1:3] == ("up", "3/3"), timeout=90,
+               what="west's three nodes Ready in /gpu status")
+    wait_until(lambda: cluster_row(runtime, "east")[2] == "2/2", timeout=90, what="east's two nodes Ready")
+    west_pool = gpu(runtime, "U0ALICE", "/gpu status west/train")
+    assert west_pool.ok and west_pool.title == "GPU pool train · west"
+
+    toxiproxy.set_enabled(proxy, False)  # west is off the network
+    wait_until(lambda: cluster_row(runtime, "west")[1].startswith("DOWN"), timeout=60,
+               what="west to be reported down")
+    assert cluster_row(runtime, "west")[2] == "3/3"  # as last seen
+    refused = gpu(runtime, "U0ALICE", '/gpu drain train-01 "disk swap"', channel="C0WEST")
+    assert not refused.ok and refused.title == "Not in this cluster · west"
+
+    # A drain in east, end to end, under the Lease in east, while west does not answer.
+    runtime.start_background("replica-east", slack=None)
+    wait_until(runtime.leading, timeout=30, what="the engine's Lease in east")
+    asked = gpu(runtime, "U0ALICE", '/gpu drain serve-01 "disk swap"')
+    assert asked.ok and asked.title.endswith("· east"), asked
+    request_id = asked.title.split()[1]
+    services = runtime.services()
+    assert services.requests is not None and services.runs is not None
+    request = services.requests.get(request_id)
+    approved = gpu(runtime, "U0BOB", f"/gpu approve {request.id} {request.short_hash}")
+    assert approved.ok, approved
+    wait_until(lambda: services.runs.for_request(request_id), timeout=30, what="the run to start at once")
+    run_id = services.runs.for_request(request_id)[0].id
+    wait_until(lambda: h.unschedulable(installer, "serve-01"), timeout=60, what="serve-01 cordoned")
+    wait_until(lambda: any(s.kind == "hold" and s.state == "running" for s in services.runs.get(run_id).steps),
+               timeout=60, what="serve-01 held")
+    assert gpu(runtime, "U0ALICE", f"/gpu drain done {request_id}").ok
+    finished = h.wait_run(runtime.database.get(), run_id)
+
+    assert finished.state == "succeeded", finished.halted_reason
+    assert not h.unschedulable(installer, "serve-01")
+    assert cluster_row(runtime, "west")[1].startswith("DOWN")  # still away all along
+    leases = installer.call("GET", "/apis/coordination.k8s.io/v1/namespaces/default/leases")["items"]
+    assert any(lease["spec"].get("holderIdentity") == "replica-east" for lease in leases)
+
+    toxiproxy.set_enabled(proxy, True)
+    wait_until(lambda: cluster_row(runtime, "west")[1] == "up", timeout=90, what="west to answer again")
+
+
+def test_a_cluster_down_when_gpuops_starts_joins_once_it_answers(fleet, west_proxy, start):
+    toxiproxy, proxy, west_kubeconfig = west_proxy
+    fleet(EAST)
+    toxiproxy.set_enabled(proxy, False)
+    runtime = start(west_kubeconfig)  # does not wait for west
+
+    row = cluster_row(runtime, "west")
+    assert row[1].startswith("not reached yet") and row[2:] == ("-", "-", "-")
+    node = gpu(runtime, "U0ALICE", "/gpu node west/train-01")
+    assert not node.ok and node.title == "Cluster not reached · west"
+    east = gpu(runtime, "U0ALICE", "/gpu status serve")
+    assert east.ok and east.title == "GPU pool serve · east"
+
+    toxiproxy.set_enabled(proxy, True)
+    wait_until(lambda: cluster_row(runtime, "west")[1:3] == ("up", "3/3"), timeout=90, what="west to join")
+    assert gpu(runtime, "U0ALICE", "/gpu node west/train-01").ok

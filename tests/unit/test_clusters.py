@@ -1,0 +1,244 @@
+"""Several clusters behind one `/gpu`: the `clusters:` configuration, which cluster a
+command addresses (`--cluster`, `cluster/name`, the channel's cluster, the home cluster),
+every cluster's line first in `/gpu status`, a cluster that does not answer reported as
+such without holding up the others, and changes refused outside the home cluster. The
+real clusters, one of them unreachable, are in tests/integration/test_clusters_control_plane.py."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from bot.render_text import render_text
+from commands.catalog import dispatch
+from commands.clusters import Clusters
+from commands.reply import Reply
+from commands.services import Services
+from storage.database import open_database
+from tests.unit.static_fleet import StaticFleet
+from workflows.config import ConfigError, GpuopsConfig, load_config
+from workflows.fleet.clusters import ClusterUnreachable, Reach
+from workflows.fleet.summary import Fleet
+
+UTC = dt.timezone.utc
+NOW = dt.datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
+POOL = {"kind": "training", "windows": "always", "approvals": {"drain": 0}}
+WHOLE = {
+    "clusters": {
+        "east": {"home": True, "channels": ["C0EAST"], "pools": {"train-e": POOL}},
+        "west": {"kubeconfig": "/etc/gpuops/west.kubeconfig", "context": "west-admin", "channels": ["C0WEST"],
+                 "cluster": {"pool_label": "node-group"}, "pools": {"train-w": POOL}},
+    },
+    "access": {"users": {"U0ALICE": ["operator"], "U0ERIN": ["admin"]}, "names": {"U0ALICE": "alice"}},
+}
+CONFIG = GpuopsConfig.model_validate(WHOLE)
+
+
+@dataclass
+class Source:
+    """A cluster as the directory reads it: a fleet (or why there is none yet) and its reach."""
+
+    name: str
+    value: Fleet | None
+    state: str = "up"
+    since: dt.datetime | None = None
+    reason: str | None = None
+
+    def reach(self, now: dt.datetime) -> Reach:
+        return Reach(cluster=self.name, state=self.state, since=self.since, reason=self.reason)  # type: ignore[arg-type]
+
+    def fleet(self, now: dt.datetime) -> Fleet:
+        if self.value is None:
+            raise ClusterUnreachable(f"cluster {self.name} has not answered: {self.reason}")
+        return self.value
+
+
+@pytest.fixture
+def fleets(make):
+    east = [make.node(f"gpu-e-{n:02d}", pool="train-e") for n in (1, 2)]
+    west = [make.node(f"gpu-w-{n:02d}", pool="train-w", ready=n != 3) for n in (1, 2, 3)]
+    return (make.fleet(east, [p for n in east for p in make.operands(n.name)]),
+            make.fleet(west, [p for n in west for p in make.operands(n.name)]))
+
+
+@pytest.fixture
+def world(fleets, tmp_path: Path):
+    """The home services as the bot builds them (Runtime.services), and west's source to
+    turn down or away."""
+    east, west = fleets
+    west_source = Source("west", west)
+    directory = Clusters(config=CONFIG, sources={"east": Source("east", east), "west": west_source})
+    db = open_database(tmp_path / "gpuops.db")
+    services = Services.on_database(config=CONFIG.for_cluster("east"), fleet=StaticFleet(east), database=db)
+    services.cluster, services.clusters = "east", directory
+    yield services, west_source
+    db.close()
+
+
+def gpu(services: Services, text: str, *, who: str = "U0ALICE", channel: str | None = "C0OPS") -> Reply:
+    return dispatch(text, actor=CONFIG.actor(who), services=services, now=NOW, channel=channel)
+
+
+def table_of(reply: Reply, title: str) -> list[tuple[str, ...]]:
+    return [tuple(row) for s in reply.sections if s.title == title and s.table for row in s.table.rows]
+
+
+# ------------------------------------------------------------------ configuration
+
+
+def test_each_cluster_has_its_own_pools_and_settings_and_the_rest_is_shared():
+    east, west = CONFIG.for_cluster("east"), CONFIG.for_cluster("west")
+
+    assert CONFIG.home_cluster == "east"
+    assert list(east.pools) == ["train-e"] and list(west.pools) == ["train-w"]
+    assert west.inventory_settings().pool_label_key == "node-group"
+    assert east.inventory_settings().pool_label_key == "gpuops.io/pool"
+    assert west.access == east.access == CONFIG.access
+    assert CONFIG.cluster_of_channel("C0WEST") == "west" and CONFIG.cluster_of_channel("C0OPS") is None
+
+
+@pytest.mark.parametrize(("change", "says"), [
+    ({"clusters": {"east": {"home": True}, "west": {"home": True, "kubeconfig": "/k"}}},
+     "exactly one cluster must be the home cluster"),
+    ({"clusters": {"east": {}, "west": {"kubeconfig": "/k"}}}, "exactly one cluster must be the home cluster"),
+    ({"clusters": {"east": {"home": True}, "west": {}}}, "west: a cluster other than the home cluster needs its "
+                                                          "kubeconfig"),
+    ({"clusters": {"East_1": {"home": True}}}, "cluster name 'East_1'"),
+    ({"clusters": {"east": {"home": True, "channels": ["C1"]}, "west": {"kubeconfig": "/k", "channels": ["C1"]}}},
+     "channel C1 defaults to both east and west"),
+    ({"clusters": {"east": {"home": True}, "west": {"in_cluster": True}}}, "in_cluster is for the home cluster"),
+    ({"clusters": {"east": {"home": True, "in_cluster": True, "kubeconfig": "/k"}}},
+     "give in_cluster or a kubeconfig/context, not both"),
+    ({"clusters": {"east": {"home": True}}, "pools": {"train-a": POOL}},
+     "with clusters: set, pools go under each cluster (clusters.<name>.pools)"),
+    ({"clusters": {"east": {"home": True, "pools": {"a/b": POOL}}}}, "has a '/'"),
+])
+def test_a_bad_clusters_configuration_stops_the_start_naming_the_key_and_why(tmp_path, change, says):
+    import yaml
+
+    path = tmp_path / "gpuops.yaml"
+    path.write_text(yaml.safe_dump(change))
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert says in str(err.value)
+
+
+# ------------------------------------------------------------------ reading any cluster
+
+
+def test_status_shows_every_cluster_first_home_first_then_the_home_clusters_detail(world):
+    services, _ = world
+
+    reply = gpu(services, "/gpu status")
+
+    assert reply.ok and reply.title == "GPU fleet status · east"
+    assert reply.sections[0].title == "Clusters"
+    rows = table_of(reply, "Clusters")
+    assert [row[0] for row in rows] == ["east (home)", "west"]
+    assert rows[1][1:4] == ("up", "2/3", "24/24")  # west: one node not Ready
+    assert "train-e" in render_text(reply) and "train-w" not in render_text(reply)
+
+
+@pytest.mark.parametrize("text", ["/gpu status --cluster west", "/gpu status --cluster=west", "/gpu status west/train-w"])
+def test_a_command_names_its_cluster_with_the_flag_or_a_prefix(world, text):
+    services, _ = world
+
+    reply = gpu(services, text)
+
+    assert reply.ok and reply.title.endswith("· west")
+    assert "train-w" in render_text(reply) and "train-e" not in render_text(reply)
+
+
+def test_a_node_of_another_cluster_is_read_by_its_prefixed_name_and_the_channel_picks_the_cluster(world):
+    services, _ = world
+
+    assert gpu(services, "/gpu node west/gpu-w-03").title == "GPU node gpu-w-03 · west"
+    assert gpu(services, "/gpu node gpu-w-03", channel="C0WEST").title == "GPU node gpu-w-03 · west"
+    # In the home cluster's channel (or any other) the same name is not a node there.
+    refused = gpu(services, "/gpu node gpu-w-03", channel="C0EAST")
+    assert not refused.ok and "gpu-w-03" in render_text(refused)
+    # A named cluster wins over the channel's.
+    assert gpu(services, "/gpu status --cluster east", channel="C0WEST").title.endswith("· east")
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("/gpu status --cluster north", "there is no cluster 'north'; gpuops serves east, west"),
+    ("/gpu status --cluster", "--cluster needs a cluster name"),
+    ("/gpu node --cluster east west/gpu-w-01", "names two clusters (east and west)"),
+])
+def test_a_bad_cluster_name_is_refused_with_the_clusters_there_are(world, text, says):
+    services, _ = world
+
+    reply = gpu(services, text)
+
+    assert not reply.ok and says in render_text(reply)
+
+
+def test_one_cluster_gpuops_refuses_a_cluster_flag_and_leaves_slashes_alone(make, tmp_path):
+    fleet = make.fleet([make.node("gpu-a-01", pool="train-a")], [])
+    services = Services(config=GpuopsConfig(), fleet=StaticFleet(fleet))
+
+    refused = dispatch("/gpu status --cluster west", actor=CONFIG.actor("U0ALICE"), services=services, now=NOW)
+    missing = dispatch("/gpu node west/gpu-a-01", actor=CONFIG.actor("U0ALICE"), services=services, now=NOW)
+
+    assert not refused.ok and "serves one cluster" in render_text(refused)
+    assert not missing.ok and "west/gpu-a-01" in render_text(missing)
+
+
+# ------------------------------------------------------------------ a cluster that does not answer
+
+
+def test_a_cluster_never_reached_is_said_so_and_the_others_answer(world):
+    services, west = world
+    west.value, west.state = None, "connecting"
+    west.since, west.reason = NOW - dt.timedelta(minutes=5), "connection refused"
+
+    status = gpu(services, "/gpu status")
+    direct = gpu(services, "/gpu status --cluster west")
+    node = gpu(services, "/gpu node west/gpu-w-01")
+
+    assert status.ok and table_of(status, "Clusters")[1][1:] == (
+        "not reached yet for 5m (connection refused)", "-", "-", "-")
+    assert "train-e" in render_text(status)
+    # Asked for that cluster: the clusters' lines, and why there is nothing more.
+    assert direct.summary == "cluster west has not answered: connection refused"
+    assert [row[0] for row in table_of(direct, "Clusters")] == ["east (home)", "west"]
+    assert not node.ok and node.title == "Cluster not reached · west"
+    assert "connection refused" in render_text(node)
+
+
+def test_a_cluster_that_went_down_shows_its_last_seen_fleet_marked_as_such(world):
+    services, west = world
+    west.state, west.since = "down", NOW - dt.timedelta(minutes=2)
+
+    row = table_of(gpu(services, "/gpu status"), "Clusters")[1]
+
+    assert row[1] == "DOWN for 2m; figures as last seen" and row[2] == "2/3"
+
+
+# ------------------------------------------------------------------ changes: the home cluster only
+
+
+@pytest.mark.parametrize("text", ["/gpu drain west/gpu-w-01 at sat 03:00 for 1h swap",
+                                  "/gpu drain gpu-w-01 at sat 03:00 for 1h swap --cluster west",
+                                  "/gpu uncordon west/gpu-w-01"])
+def test_a_change_in_another_cluster_is_refused_saying_why_and_stores_nothing(world, text):
+    services, _ = world
+
+    reply = gpu(services, text)
+
+    assert not reply.ok and reply.title == "Not in this cluster · west"
+    assert "runs changes in east, its home cluster, only" in render_text(reply)
+    assert services.database is not None
+    assert services.database.sqlite["requests"].count == 0
+
+
+def test_a_change_typed_in_another_clusters_channel_is_refused_rather_than_run_at_home(world):
+    services, _ = world
+
+    reply = gpu(services, "/gpu drain gpu-w-01 at sat 03:00 for 1h swap", channel="C0WEST")
+
+    assert not reply.ok and "changes in west are not built yet" in render_text(reply)

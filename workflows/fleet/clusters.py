@@ -1,0 +1,145 @@
+"""Several clusters, one gpuops: whether each cluster's API answers, and the fleet of a
+cluster gpuops reads but does not change (not its home cluster).
+
+A cluster's watch cache is its own: a cluster that does not answer is reported as down
+with what was last seen of it, and never holds up a command about another. A cluster
+that was down when gpuops started is connected to in the background, with backoff, and
+joins as soon as it answers.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from workflows.fleet.summary import Fleet
+from workflows.fleet.watchcache import FleetCache, utc_now
+from workflows.kube.errors import KubeError
+
+log = logging.getLogger("gpuops.clusters")
+
+ReachState = Literal["up", "down", "connecting"]
+# What the cache must hear to call a cluster up: its nodes and pods.
+_VITAL = ("nodes", "pods")
+# Seconds between attempts to reach a cluster never reached yet (doubling up to the last).
+_CONNECT_BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0)
+
+
+class ClusterUnreachable(Exception):
+    """A cluster gpuops has not been able to list yet; the message says since when and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reach:
+    """Whether a cluster's API answers: `up`, `down` (it answered once, not now; its fleet
+    is what was last seen) or `connecting` (never answered yet). `since`: when it went
+    down or since when gpuops has been trying; `reason`: the API's or the network's last
+    word."""
+
+    cluster: str
+    state: ReachState
+    since: dt.datetime | None = None
+    reason: str | None = None
+
+
+def cache_reach(cluster: str, cache: FleetCache, *, now: dt.datetime) -> Reach:
+    """A started cache's cluster: down while its nodes' or pods' list or watch fails."""
+    lost = [state.lost_for for state in cache.states() if state.resource in _VITAL and state.lost_for is not None]
+    if not lost:
+        return Reach(cluster=cluster, state="up")
+    return Reach(cluster=cluster, state="down", since=now - dt.timedelta(seconds=max(lost)))
+
+
+class ClusterFleet:
+    """The fleet of a cluster other than the home one: its watch cache, started in the
+    background (retried until the cluster answers), then kept current by its watches."""
+
+    def __init__(self, name: str, make_cache: Callable[[], FleetCache], *,
+                 clock: Callable[[], dt.datetime] = utc_now) -> None:
+        self.name = name
+        self._make_cache = make_cache
+        self._clock = clock
+        self._cache: FleetCache | None = None
+        self._trying_since: dt.datetime | None = None
+        self._error: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> ClusterFleet:
+        self._trying_since = self._clock()
+        self._thread = threading.Thread(target=self._connect, name=f"cluster-{self.name}", daemon=True)
+        self._thread.start()
+        return self
+
+    def _connect(self) -> None:
+        attempt = 0
+        while not self._stop.is_set():
+            cache = self._make_cache()
+            try:
+                cache.start(watch=True)
+            except KubeError as err:
+                cache.stop()
+                if self._error is None:
+                    log.warning("cluster %s does not answer: %s; trying again in the background", self.name, err)
+                self._error = str(err)
+                self._stop.wait(_CONNECT_BACKOFF[min(attempt, len(_CONNECT_BACKOFF) - 1)])
+                attempt += 1
+                continue
+            if self._stop.is_set():
+                cache.stop()
+                return
+            if self._error is not None:
+                log.info("cluster %s answers; its fleet is listed", self.name)
+            self._cache = cache
+            return
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for the first list; whether it is in."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return self._cache is not None
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._cache is not None:
+            self._cache.stop()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    @property
+    def cache(self) -> FleetCache | None:
+        """The cluster's cache once it has been listed (None before)."""
+        return self._cache
+
+    def reach(self, now: dt.datetime) -> Reach:
+        if self._cache is None:
+            return Reach(cluster=self.name, state="connecting", since=self._trying_since, reason=self._error)
+        return cache_reach(self.name, self._cache, now=now)
+
+    def fleet(self, now: dt.datetime) -> Fleet:
+        """What is known of the cluster's fleet (the last seen while it is down); raises
+        ClusterUnreachable before it was ever listed."""
+        if self._cache is None:
+            since = f" since {self._trying_since:%Y-%m-%d %H:%M} UTC" if self._trying_since else ""
+            why = f": {self._error}" if self._error else ""
+            raise ClusterUnreachable(f"cluster {self.name} has not answered{since}{why}")
+        return self._cache.fleet(now)
+
+
+class WatchedCluster:
+    """The home cluster's cache seen as one cluster of several (the bot starts it
+    itself, before anything else: the engine needs it)."""
+
+    def __init__(self, name: str, cache: FleetCache) -> None:
+        self.name = name
+        self.cache = cache
+
+    def reach(self, now: dt.datetime) -> Reach:
+        return cache_reach(self.name, self.cache, now=now)
+
+    def fleet(self, now: dt.datetime) -> Fleet:
+        return self.cache.fleet(now)
