@@ -37,6 +37,7 @@ def request_card(view: RequestView, *, now: dt.datetime) -> Reply:
         Fact("State", say.state_phrase(state, denied_by=denial.approver_name if denial else None,
                                        deny_reason=denial.reason if denial else None)),
         Fact("Requested by", view.requester_name),
+        *((Fact("Cluster", view.cluster),) if view.cluster else ()),
         Fact("Targets", _targets(view)),
         Fact("Window", _window(view)),
         Fact("Plan", msg.plan_line(view.short_hash, len(view.plan.nodes), len(view.plan.waves))),

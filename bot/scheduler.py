@@ -48,7 +48,7 @@ from apscheduler.triggers.date import DateTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from bot import messages as msg
-from commands.services import FleetSource
+from commands.services import ClusterDirectory, FleetSource
 from storage import idempotency, outbox
 from storage.database import PerThreadDatabase
 from workflows.config import GpuopsConfig
@@ -244,6 +244,7 @@ class LeaderHost(Protocol):
     database: PerThreadDatabase
     gateway: KubeGateway | None
     signals: SignalsService | None
+    clusters: ClusterDirectory | None  # the other clusters, for the handover (None: one)
 
     def notify(self) -> None: ...
 
@@ -252,7 +253,8 @@ def post_handovers(host: LeaderHost, now: dt.datetime) -> None:
     """Post each rotation's due handover, then remind or escalate unacknowledged ones."""
     if not host.config.rotations:
         return
-    service = HandoverService(host.database.get(), host.config, signals=host.signals)
+    service = HandoverService(host.database.get(), host.config, signals=host.signals,
+                              others=host.clusters.others if host.clusters is not None else None)
     posted = service.post_due(host.fleet, now=now)
     fired = service.send_reminders(now)
     for view in posted:

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 from commands import messages as msg
 from commands.reply import Reply, Section, Table
-from commands.services import ClusterDirectory, ClusterSource, Services
+from commands.services import ClusterDirectory, Services
 from workflows.config import GpuopsConfig
-from workflows.fleet.clusters import ClusterUnreachable, Reach
+from workflows.fleet.clusters import ClusterGlance, ClusterSource, Reach, glance
 
 CLUSTER_FLAG = "--cluster"
 
@@ -47,6 +47,10 @@ class Clusters:
 
     def default_for(self, channel: str | None) -> str:
         return self.config.cluster_of_channel(channel) or self.home
+
+    def others(self, now: dt.datetime) -> list[ClusterGlance]:
+        """Every cluster but the home one, at a glance (for the handover)."""
+        return [glance(self.sources[name], now=now) for name in self.names() if name != self.home]
 
     def services_for(self, name: str, home: Services) -> Services:
         """Services addressing cluster `name`: the home cluster's own, or for another, its
@@ -118,21 +122,14 @@ def clusters_section(services: Services, *, now: dt.datetime) -> Section | None:
         return None
     rows = []
     for name in directory.names():
-        source = directory.sources[name]
-        reach = source.reach(now)
+        seen = glance(directory.sources[name], now=now)
         label = name + (" (home)" if name == directory.home else "")
-        try:
-            fleet = source.fleet(now)
-        except ClusterUnreachable:
-            rows.append((label, _reach_text(reach, now=now), "-", "-", "-"))
+        reach = _reach_text(seen.reach, now=now)
+        if seen.nodes is None:
+            rows.append((label, reach, "-", "-", "-"))
             continue
-        pools = fleet.pools
-        nodes = sum(p.nodes_total for p in pools)
-        critical = sum(f.severity == "critical" for f in fleet.findings)
-        warning = sum(f.severity == "warning" for f in fleet.findings)
-        rows.append((label, _reach_text(reach, now=now), f"{sum(p.nodes_ready for p in pools)}/{nodes}",
-                     f"{sum(p.gpus_advertised for p in pools)}/{sum(p.gpus_physical for p in pools)}",
-                     msg.problem_counts(critical=critical, warning=warning)))
+        rows.append((label, reach, f"{seen.ready}/{seen.nodes}", f"{seen.advertised}/{seen.physical}",
+                     msg.problem_counts(critical=seen.critical, warning=seen.warning)))
     return Section(title=msg.clusters_title(), table=Table(columns=msg.CLUSTER_COLUMNS, rows=tuple(rows)))
 
 

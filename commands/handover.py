@@ -181,7 +181,8 @@ def _service(call: Call) -> HandoverService:
     database = getattr(services, "database", None)
     if database is None:
         raise NotFoundError(msg.not_available("Handovers"))
-    return HandoverService(database, services.config, signals=services.signals)
+    return HandoverService(database, services.config, signals=services.signals,
+                           others=services.clusters.others if services.clusters is not None else None)
 
 
 def _rotation(service: HandoverService, name: str | None) -> RotationConfig:

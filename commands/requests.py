@@ -148,6 +148,7 @@ def _run_section(run: RunView, *, held_by: Freeze | None = None) -> Section:
 def _request_reply(call: Call, view: RequestView, *, title: str | None = None) -> Reply:
     facts = (
         Fact("Requested by", view.requester_name),
+        *((Fact("Cluster", view.cluster),) if view.cluster else ()),
         Fact("Reason", view.reason),
         Fact("Window", f"{when(view.window_start, style='table')} - {when(view.window_end, style='table')}"
              if view.window_start and view.window_end else "none"),

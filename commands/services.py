@@ -16,7 +16,7 @@ from workflows.config import GpuopsConfig
 from workflows.drain.service import DrainService, Workloads
 from workflows.engine.cordons import Cordons
 from workflows.engine.runs import RunService
-from workflows.fleet.clusters import Reach
+from workflows.fleet.clusters import ClusterGlance, ClusterSource
 from workflows.fleet.summary import Fleet
 from workflows.requests.service import RequestService, RoleLookup
 from workflows.mig.service import MigReader, MigService
@@ -31,12 +31,6 @@ class FleetSource(Protocol):
     def fleet(self, now: dt.datetime) -> Fleet: ...
 
 
-class ClusterSource(FleetSource, Protocol):
-    """One cluster of several: its fleet and whether its API answers."""
-
-    def reach(self, now: dt.datetime) -> Reach: ...
-
-
 class ClusterDirectory(Protocol):
     """Every cluster one gpuops serves, by name (commands.clusters.Clusters)."""
 
@@ -49,6 +43,8 @@ class ClusterDirectory(Protocol):
     def names(self) -> list[str]: ...
 
     def default_for(self, channel: str | None) -> str: ...
+
+    def others(self, now: dt.datetime) -> list[ClusterGlance]: ...
 
     def services_for(self, name: str, home: Services) -> Services: ...
 

@@ -319,6 +319,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "requests may move nodes from host drivers to the operator (migrate) with its steps", MIGRATE_KIND,
               rebuilds_referenced=True),
     Migration(7, "change freezes of a pool or the cluster (freezes)", FREEZES),
+    Migration(8, "requests say which cluster they change (cluster), with several clusters",
+              "ALTER TABLE requests ADD COLUMN cluster TEXT CHECK (cluster IS NULL OR length(cluster) > 0);"),
 )
 
 _SCHEMA_MIGRATIONS = """

@@ -54,6 +54,8 @@ class Request:
     updated_at: dt.datetime
     channel: str | None
     thread_ts: str | None
+    # The cluster whose nodes it changes, with several clusters (None: one cluster).
+    cluster: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -79,6 +81,7 @@ def create(
     channel: str | None = None,
     thread_ts: str | None = None,
     id: RequestId | None = None,
+    cluster: str | None = None,
 ) -> Request:
     """A new `pending` request. Without `id`, a fresh `req-xxxxxx` is chosen."""
     row = {
@@ -99,6 +102,8 @@ def create(
         "updated_at": codec.time_to_text(at),
         "channel": channel,
         "thread_ts": thread_ts,
+        # NB: only when there is one: the column is migration 8's (older files lack it).
+        **({"cluster": cluster} if cluster is not None else {}),
     }
     with db.transaction():
         row["id"] = id if id is not None else _free_id(db)
@@ -244,4 +249,5 @@ def _from_row(row: dict[str, Any]) -> Request:
         updated_at=codec.time_from_text(row["updated_at"]),
         channel=row["channel"],
         thread_ts=row["thread_ts"],
+        cluster=row.get("cluster"),
     )

@@ -36,6 +36,9 @@ class _Model(BaseModel):
 
 
 class ClusterConfig(_Model):
+    # What people call the cluster; with `clusters:`, each cluster's key (set here by
+    # gpuops). Requests keep it, so a request says which cluster it changes.
+    name: str | None = None
     # The node label whose value names a node's pool (e.g. a cloud node-group label).
     pool_label: str = "gpuops.io/pool"
     # Where the GPU Operator runs; found from the ClusterPolicy when not set.
@@ -395,7 +398,8 @@ class GpuopsConfig(_Model):
         if not self.clusters:
             return self
         entry = self.clusters[name]
-        return self.model_copy(update={"cluster": entry.cluster, "inventory": entry.inventory,
+        return self.model_copy(update={"cluster": entry.cluster.model_copy(update={"name": name}),
+                                       "inventory": entry.inventory,
                                        "pools": entry.pools, "upgrades": entry.upgrades, "clusters": {}})
 
     def cluster_of_channel(self, channel: str | None) -> str | None:
@@ -403,6 +407,11 @@ class GpuopsConfig(_Model):
         if channel is None:
             return None
         return next((name for name, entry in self.clusters.items() if channel in entry.channels), None)
+
+    @property
+    def cluster_name(self) -> str | None:
+        """The name of the cluster this configuration is about (None: one unnamed cluster)."""
+        return self.cluster.name
 
     @property
     def names(self) -> dict[str, str]:

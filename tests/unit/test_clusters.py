@@ -7,6 +7,7 @@ real clusters, one of them unreachable, are in tests/integration/test_clusters_c
 from __future__ import annotations
 
 import datetime as dt
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -242,3 +243,50 @@ def test_a_change_typed_in_another_clusters_channel_is_refused_rather_than_run_a
     reply = gpu(services, "/gpu drain gpu-w-01 at sat 03:00 for 1h swap", channel="C0WEST")
 
     assert not reply.ok and "changes in west are not built yet" in render_text(reply)
+
+
+# ------------------------------------------------------------------ the handover and requests
+
+
+def test_the_handover_names_a_cluster_that_does_not_answer_first_and_the_others_in_a_line(world, make):
+    from workflows.handover.checklist import build_checklist
+    from workflows.handover.rotations import RotationConfig
+
+    services, west = world
+    rotation = RotationConfig.model_validate({
+        "name": "gpu-oncall", "team": "GPU platform", "channel": "C0GPU", "timezone": "UTC",
+        "shifts": [{"name": "day", "starts": "0 8 * * *", "members": ["U0ALICE"]}]})
+    assert services.clusters is not None
+
+    def checklist():
+        return build_checklist(fleet=services.fleet.fleet(NOW), requests=[], runs_in_flight=[], previous=None,
+                               rotation=rotation, shift=rotation.current_shift(NOW), now=NOW,
+                               clusters=services.clusters.others(NOW))  # type: ignore[union-attr]
+
+    up = [i for i in checklist().for_information if i.kind == "cluster"]
+    assert [(i.subject, i.text, i.command) for i in up] == [(
+        "west", "cluster west: 2/3 GPU nodes Ready, 24/24 GPUs advertised; findings: 1 warning",
+        "/gpu status --cluster west")]
+
+    west.state, west.since = "down", NOW - dt.timedelta(minutes=42)
+    first = checklist().needs_action[0]
+    assert (first.kind, first.severity, first.subject) == ("cluster", "warning", "west")
+    assert first.text == ("cluster west does not answer for 42m; when last seen, 2/3 GPU nodes were Ready. "
+                          "Its findings are not checked while it is away")
+
+
+def test_a_request_keeps_the_cluster_it_changes_and_its_card_says_so(world):
+    services, _ = world
+
+    asked = gpu(services, '/gpu drain gpu-e-01 "disk swap"')
+
+    assert asked.ok, render_text(asked)
+    assert services.requests is not None
+    request = services.requests.get(asked.title.split()[1])
+    assert request.cluster == "east"
+    shown = gpu(services, f"/gpu request {request.id}")
+    assert ("Cluster", "east") in [(f.label, f.value) for s in shown.sections for f in s.facts]
+    assert services.database is not None
+    created = services.database.sqlite.execute(
+        "SELECT detail FROM audit WHERE action = 'request.created'").fetchone()[0]
+    assert json.loads(created)["cluster"] == "east"

@@ -14,7 +14,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Protocol
 
 from workflows.fleet.summary import Fleet
 from workflows.fleet.watchcache import FleetCache, utc_now
@@ -143,3 +143,43 @@ class WatchedCluster:
 
     def fleet(self, now: dt.datetime) -> Fleet:
         return self.cache.fleet(now)
+
+
+class ClusterSource(Protocol):
+    """A cluster as gpuops reads it (ClusterFleet, WatchedCluster)."""
+
+    def reach(self, now: dt.datetime) -> Reach: ...
+
+    def fleet(self, now: dt.datetime) -> Fleet: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterGlance:
+    """One cluster at a glance, for a line in status or the handover: whether it answers
+    and, once it was ever listed, its totals (the last seen while it is down)."""
+
+    reach: Reach
+    nodes: int | None = None  # None: never listed
+    ready: int = 0
+    advertised: int = 0
+    physical: int = 0
+    critical: int = 0
+    warning: int = 0
+
+    @property
+    def cluster(self) -> str:
+        return self.reach.cluster
+
+
+def glance(source: ClusterSource, *, now: dt.datetime) -> ClusterGlance:
+    reach = source.reach(now)
+    try:
+        fleet = source.fleet(now)
+    except ClusterUnreachable:
+        return ClusterGlance(reach=reach)
+    pools = fleet.pools
+    return ClusterGlance(reach=reach, nodes=sum(p.nodes_total for p in pools), ready=sum(p.nodes_ready for p in pools),
+                         advertised=sum(p.gpus_advertised for p in pools),
+                         physical=sum(p.gpus_physical for p in pools),
+                         critical=sum(f.severity == "critical" for f in fleet.findings),
+                         warning=sum(f.severity == "warning" for f in fleet.findings))

@@ -32,6 +32,7 @@ import jinja2.sandbox
 from storage import codec
 from storage.steps import Step
 from workflows.drain.history import NodesDrained
+from workflows.fleet.clusters import ClusterGlance
 from workflows.fleet.assessment import UNPOOLED
 from workflows.fleet.findings import SEVERITY_ORDER, Finding, Severity, format_age
 from workflows.fleet.summary import Fleet
@@ -43,10 +44,12 @@ from workflows.signals.service import Reading
 from workflows.wording import when
 
 CHECKLIST_FORMAT = 1
-ItemKind: TypeAlias = Literal["freeze", "finding", "approval", "run", "cordon", "window"]
+ItemKind: TypeAlias = Literal["freeze", "cluster", "finding", "approval", "run", "cordon", "window"]
 # Within one severity: a change freeze first (it changes what anyone may do this shift),
-# the cluster's own problems, then what people must decide.
-_KIND_ORDER: dict[str, int] = {"freeze": 0, "finding": 1, "approval": 2, "run": 3, "cordon": 4, "window": 5}
+# the other clusters (one that does not answer hides all of its problems), the cluster's
+# own problems, then what people must decide.
+_KIND_ORDER: dict[str, int] = {"freeze": 0, "cluster": 1, "finding": 2, "approval": 3, "run": 4, "cordon": 5,
+                               "window": 6}
 _WINDOW_STATES = frozenset({"approved", "scheduled"})
 
 
@@ -239,6 +242,7 @@ def build_checklist(
     missed: int = 0,
     signals: Reading | None = None,
     freezes: Sequence[Freeze] = (),
+    clusters: Sequence[ClusterGlance] = (),
 ) -> Checklist:
     """The checklist for `shift` of `rotation`, from what is known at `now`.
 
@@ -249,6 +253,8 @@ def build_checklist(
     not configured): where it could not be read, for the cluster or one node, the last
     handover's DCGM findings there are carried forward as unknown, never as resolved.
     `freezes` are the change freezes in force: each is an item the shift must know.
+    `clusters` are the other clusters gpuops serves (not the one `fleet` is): one that
+    does not answer, or has critical findings, needs the shift; the others are a line each.
     """
     zone = rotation.zone
     before = _Previous.read(previous)
@@ -259,6 +265,17 @@ def build_checklist(
 
     for freeze in freezes:
         needs.append(_item("freeze", "warning", freeze.target, freeze_sentence(freeze), "/gpu freezes"))
+
+    for other in clusters:
+        command = say.cluster_command(other.cluster)
+        if other.reach.state != "up":
+            needs.append(_item("cluster", "warning", other.cluster, say.cluster_not_answering(
+                other.cluster, state=other.reach.state, since=other.reach.since, now=now, nodes=other.nodes,
+                ready=other.ready), command))
+        elif other.critical:
+            needs.append(_item("cluster", "critical", other.cluster, say.cluster_glance(other), command))
+        else:
+            info.append(_item("cluster", "info", other.cluster, say.cluster_glance(other), command))
 
     finding_items = [_finding_item(f) for f in fleet.findings]
     for item in finding_items:

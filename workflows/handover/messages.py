@@ -11,6 +11,7 @@ import datetime as dt
 import zoneinfo
 from collections.abc import Sequence
 
+from workflows.fleet.clusters import ClusterGlance
 from workflows.fleet.findings import format_age
 from workflows.wording import plural, when
 
@@ -282,3 +283,23 @@ def history_acks(*, counted: int, not_counted: int) -> str:
 
 def nobody_yet() -> str:
     return "nobody yet"
+
+
+def cluster_command(cluster: str) -> str:
+    return f"/gpu status --cluster {cluster}"
+
+
+def cluster_not_answering(cluster: str, *, state: str, since: dt.datetime | None, now: dt.datetime,
+                          nodes: int | None, ready: int) -> str:
+    age = f" for {format_age(now - since)}" if since is not None else ""
+    if state == "connecting" or nodes is None:
+        return f"cluster {cluster} has not answered gpuops{age}: nothing of its fleet is known"
+    return (f"cluster {cluster} does not answer{age}; when last seen, {ready}/{nodes} GPU nodes were Ready. "
+            "Its findings are not checked while it is away")
+
+
+def cluster_glance(glance: ClusterGlance) -> str:
+    problems = ", ".join(part for part in (f"{glance.critical} critical" if glance.critical else "",
+                                           f"{glance.warning} warning" if glance.warning else "") if part)
+    return (f"cluster {glance.cluster}: {glance.ready}/{glance.nodes} GPU nodes Ready, "
+            f"{glance.advertised}/{glance.physical} GPUs advertised; findings: {problems or 'none'}")

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -43,6 +43,7 @@ from storage.handovers import Handover
 from storage.ids import HandoverId
 from workflows.access import Actor
 from workflows.drain.history import NodesDrained, last_drains
+from workflows.fleet.clusters import ClusterGlance
 from workflows.fleet.findings import sort_findings
 from workflows.fleet.summary import Fleet
 from workflows.handover import messages as say
@@ -147,7 +148,8 @@ class HandoverSettings(RequestSettings, Protocol):
 class HandoverService:
     """Handovers on one database connection (one per thread, see `storage.database`)."""
 
-    def __init__(self, db: Database, config: HandoverSettings, *, signals: SignalsService | None = None) -> None:
+    def __init__(self, db: Database, config: HandoverSettings, *, signals: SignalsService | None = None,
+                 others: Callable[[dt.datetime], Sequence[ClusterGlance]] | None = None) -> None:
         names = [r.name for r in config.rotations]
         repeated = sorted({n for n in names if names.count(n) > 1})
         if repeated:
@@ -156,6 +158,8 @@ class HandoverService:
         self._config = config
         # GPU health from DCGM, read once per checklist (None: not configured).
         self._signals = signals
+        # The other clusters gpuops serves, at a glance (None: one cluster).
+        self._others = others
 
     # -------------------------------------------------------------- reading
 
@@ -227,6 +231,7 @@ class HandoverService:
             now=now,
             last_drains=self.last_drains(),
             freezes=freezes.in_force(self._db, now=now),
+            clusters=self._others(now) if self._others is not None else (),
             late=late,
             missed=missed,
         )

@@ -146,6 +146,8 @@ class RequestView:
     updated_at: dt.datetime
     channel: str | None
     thread_ts: str | None
+    # The cluster whose nodes it changes, with several clusters (None: one cluster).
+    cluster: str | None = None
 
     @property
     def summary(self) -> PlanSummary:
@@ -199,6 +201,9 @@ class RequestSettings(Protocol):
 
     @property
     def names(self) -> Mapping[str, str]: ...
+
+    @property
+    def cluster_name(self) -> str | None: ...
 
     def actor(self, user_id: str) -> Actor: ...
 
@@ -267,10 +272,12 @@ class RequestService:
                 expires_at=expires_at,
                 at=now,
                 channel=channel,
+                cluster=self._config.cluster_name,
             )
             self._audit(row, actor=actor.user_id, action="request.created", before=None,
                         after="pending", now=now,
                         detail={"kind": kind, "plan_hash": digest, "approvals_required": required,
+                                **({"cluster": row.cluster} if row.cluster else {}),
                                 "targets": list(targets), "reason": row.reason,
                                 "window_start": _time(window_start),
                                 "window_end": _time(window_end), "expires_at": _time(expires_at)})
@@ -683,6 +690,7 @@ class RequestService:
             expires_at=request.expires_at,
             created_at=request.created_at,
             updated_at=request.updated_at,
+            cluster=request.cluster,
             channel=request.channel,
             thread_ts=request.thread_ts,
         )
