@@ -24,11 +24,13 @@ from testenv.environment import Environment
 from testenv.install import wait_until
 from testenv.toxiproxy import Proxy, Toxiproxy, kubeconfig_via
 from tests.integration import engine_harness as h
+from tests.integration.desk import RBAC, bot_rbac_granted
 from workflows.config import GpuopsConfig
 
 pytestmark = pytest.mark.controlplane
 
 CHANNEL = "C0GPUOPS"
+BOT_NAMESPACE = "gpuops"  # the bot's own namespace in deploy/rbac.yaml
 EAST = fl.FleetSpec(name="east", system_nodes=0, pools=(fl.PoolSpec(name="serve", kind="serving", nodes=2),))
 WEST = fl.FleetSpec(name="west", system_nodes=0, pools=(fl.PoolSpec(name="train", kind="training", nodes=3),))
 
@@ -41,6 +43,11 @@ def west(tmp_path_factory, gpu_operator_crds) -> Iterator[Environment]:
     try:
         env.install_crds()
         env.apply_fleet(WEST)
+        # gpuops only reads west: its identity there holds the fleet reader's grant alone.
+        installer = env.installer()
+        for doc in yaml.safe_load_all(RBAC.read_text()):
+            if doc["metadata"]["name"] == "gpuops-fleet-reader":
+                installer.create(doc, exist_ok=True)
         yield env
     finally:
         env.stop()
@@ -60,9 +67,9 @@ def config(east_kubeconfig: Path, west_kubeconfig: Path) -> GpuopsConfig:
             "drain_timeout": "20s", "validate_timeout": "5s"}
     return GpuopsConfig.model_validate({
         "clusters": {
-            "east": {"home": True, "kubeconfig": str(east_kubeconfig), "context": "admin",
+            "east": {"home": True, "kubeconfig": str(east_kubeconfig), "context": "bot",
                      "pools": {"serve": {"kind": "serving", **pool}}},
-            "west": {"kubeconfig": str(west_kubeconfig), "context": "admin", "channels": ["C0WEST"],
+            "west": {"kubeconfig": str(west_kubeconfig), "context": "bot", "channels": ["C0WEST"],
                      "pools": {"train": {"kind": "training", **pool}}},
         },
         "access": {"users": {"U0ALICE": ["operator"], "U0BOB": ["approver"]},
@@ -72,18 +79,23 @@ def config(east_kubeconfig: Path, west_kubeconfig: Path) -> GpuopsConfig:
 
 @pytest.fixture
 def start(cluster, tmp_path: Path, monkeypatch) -> Iterator:
-    monkeypatch.setenv("POD_NAMESPACE", "default")  # where the engine's Lease is kept
+    """gpuops as the bot's ServiceAccount in both clusters: in east with every grant of
+    deploy/rbac.yaml (its Lease in its own namespace), in west with the reader's alone."""
     runtimes: list[Runtime] = []
+    with bot_rbac_granted(cluster.installer()):
+        monkeypatch.setenv("POD_NAMESPACE", BOT_NAMESPACE)
 
-    def build(west_kubeconfig: Path) -> Runtime:
-        runtime = build_runtime(config(cluster.kubeconfig, west_kubeconfig), kubeconfig=None, context=None,
-                                database=tmp_path / "gpuops.db")
-        runtimes.append(runtime)
-        return runtime
+        def build(west_kubeconfig: Path) -> Runtime:
+            runtime = build_runtime(config(cluster.kubeconfig, west_kubeconfig), kubeconfig=None, context=None,
+                                    database=tmp_path / "gpuops.db")
+            runtimes.append(runtime)
+            return runtime
 
-    yield build
-    for runtime in runtimes:
-        runtime.close()
+        try:
+            yield build
+        finally:
+            for runtime in runtimes:
+                runtime.close()
 
 
 def gpu(runtime: Runtime, who: str, text: str, *, channel: str = CHANNEL) -> Reply:
@@ -141,7 +153,7 @@ def test_both_clusters_are_read_and_a_drain_runs_at_home_while_the_other_is_unre
     assert finished.state == "succeeded", finished.halted_reason
     assert not h.unschedulable(installer, "serve-01")
     assert cluster_row(runtime, "west")[1].startswith("DOWN")  # still away all along
-    leases = installer.call("GET", "/apis/coordination.k8s.io/v1/namespaces/default/leases")["items"]
+    leases = installer.call("GET", f"/apis/coordination.k8s.io/v1/namespaces/{BOT_NAMESPACE}/leases")["items"]
     assert any(lease["spec"].get("holderIdentity") == "replica-east" for lease in leases)
 
     toxiproxy.set_enabled(proxy, True)

@@ -56,6 +56,12 @@ def test_config_check_exits_1_with_the_errors_and_0_with_a_summary(tmp_path, cap
     assert capsys.readouterr().out.startswith(f"{example}: ok: 3 pools (inference-mig, serving-a, training-a)")
 
 
+def test_the_several_clusters_example_is_valid_and_names_each_pool_with_its_cluster(capsys):
+    example = ROOT / "deploy" / "config.clusters.example.yaml"
+    assert main(["config", "check", str(example)]) == 0
+    assert capsys.readouterr().out.startswith(f"{example}: ok: 2 pools (east/serving-a, west/training-a)")
+
+
 def test_yaml_that_does_not_parse_is_named_where_it_breaks(tmp_path, capsys):
     path = tmp_path / "gpuops.yaml"
     path.write_text("pools:\n  serving-a: {kind: serving\n")
