@@ -10,6 +10,8 @@ reason; "Request a drain" opens the drain form, whose submission is `/gpu drain`
 
 from __future__ import annotations
 
+import dataclasses
+
 import datetime as dt
 import logging
 from dataclasses import dataclass
@@ -23,6 +25,7 @@ from bot.request_card import request_card
 from commands.catalog import dispatch
 from commands.handover import handover_message
 from commands.reply import HOST_DRIVER_REMOVED, REQUEST_DRAIN, REQUEST_MIG, REQUEST_UPGRADE, Reply, error_reply
+from commands.clusters import actor_in, services_for_subject
 from commands.services import Services
 from workflows.access import AccessDenied, Actor
 from workflows.engine.runs import RunRefused
@@ -153,6 +156,9 @@ def press(click: Click, services: Services) -> Outcome:
     value = decode_value(click.value)
     if click.action not in KNOWN_ACTIONS or value is None:
         return Outcome(notice=_refused(msg.not_a_gpuops_button()))
+    # With several clusters: the request's or run's own cluster (its pools' rules decide).
+    services = services_for_subject(services, value.subject)
+    click = dataclasses.replace(click, actor=actor_in(services, click.actor))
     if click.action == "abort":
         return _abort(click, value.subject, services)
     if click.action == "handover-ack":

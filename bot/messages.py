@@ -573,3 +573,8 @@ def health_port_unavailable(port: int, error: str) -> str:
 
 def cluster_kubeconfig_unusable(cluster: str, why: str) -> str:
     return f"clusters.{cluster}: its kubeconfig cannot be used: {why}"
+
+
+def unnamed_rows_named(count: int, home: str) -> str:
+    return (f"{count} requests and freezes from before clusters: was configured now name {home}, the home "
+            "cluster, whose nodes they are about")

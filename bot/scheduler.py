@@ -264,8 +264,16 @@ def post_handovers(host: LeaderHost, now: dt.datetime) -> None:
         host.notify()
 
 
+def _each_cluster(host: LeaderHost) -> list[GpuopsConfig]:
+    """The configuration as each cluster sees it (its pools' rules decide its requests)."""
+    if host.clusters is None:
+        return [host.config]
+    return [host.clusters.config.for_cluster(name) for name in host.clusters.names()]
+
+
 def expire_requests(host: LeaderHost, now: dt.datetime) -> None:
-    expired = RequestService(host.database.get(), host.config).expire_due(now)
+    expired = [view for config in _each_cluster(host)
+               for view in RequestService(host.database.get(), config).expire_due(now)]
     for view in expired:
         log.info("request %s expired (deadline %s)", view.id, view.expires_at.isoformat())
     if expired:
@@ -281,7 +289,8 @@ def start_window_runs(host: LeaderHost, now: dt.datetime) -> dt.datetime | None:
     db = host.database.get()
     changed = 0  # runs started and windows marked missed: messages to send
     upcoming: list[dt.datetime] = []
-    for view in RequestService(db, host.config).open_requests():
+    for config, view in ((config, view) for config in _each_cluster(host)
+                         for view in RequestService(db, config).open_requests()):
         if view.state not in RUNNABLE_STATES:
             continue
         if view.window_start is not None and now < view.window_start:
@@ -289,7 +298,7 @@ def start_window_runs(host: LeaderHost, now: dt.datetime) -> dt.datetime | None:
             continue
         if _window_missed(view.window_start, view.window_end, view.updated_at, now=now):
             try:
-                RequestService(db, host.config).mark_missed(view.id, now=now)
+                RequestService(db, config).mark_missed(view.id, now=now)
             except RequestRefused as err:  # e.g. cancelled or started meanwhile
                 log.info("request %s not marked missed: %s", view.id, err)
                 continue
@@ -297,7 +306,7 @@ def start_window_runs(host: LeaderHost, now: dt.datetime) -> dt.datetime | None:
                         view.window_end)
             changed += 1
             continue
-        if freezes.holding_run(db, pool=view.pool, started=False, now=now) is not None:
+        if freezes.holding_run(db, pool=view.pool, started=False, now=now, cluster=view.cluster) is not None:
             # A change freeze (RunService.start refuses it too): looked at again every tick,
             # so not logged above debug; `/gpu freeze` named the requests it holds.
             log.debug("run of %s waits: a change freeze covers pool %s", view.id, view.pool)

@@ -160,7 +160,10 @@ class SlackBot:
                  deliveries: Deliveries | None = None, clock: Callable[[], dt.datetime] = utc_now) -> None:
         self.runtime = runtime
         self.api = api
-        self.directory = directory or SlackDirectory(api, runtime.config)
+        # NB: the whole configuration: with several clusters, each cluster's pools name
+        # approver groups; a command's cluster then gives the person its pools' rights.
+        self.directory = directory or SlackDirectory(
+            api, runtime.clusters.config if runtime.clusters is not None else runtime.config)
         self.deliveries = deliveries or Deliveries()
         self.clock = clock
 

@@ -35,7 +35,9 @@ from bot.scheduler import WINDOW_STARTS, LeaderScheduler, leader_jobs
 from commands.clusters import Clusters
 from commands.services import FleetSource, Services
 from storage import idempotency
+from storage import requests as stored_requests
 from storage.database import PerThreadDatabase, default_database_path
+from workflows.access import Actor
 from workflows.config import ConfigError, GpuopsConfig
 from workflows.engine.cordons import Cordons
 from workflows.engine.lease import EngineLease, LeaseSettings
@@ -98,7 +100,7 @@ class Runtime:
         # Drains read the pods and PDBs they would move straight from the API (the watch
         # cache keeps only operator and GPU pods; a preview names every pod it would evict).
         services = Services.on_database(config=self.config, fleet=self.fleet, database=self.database.get(),
-                                        roles=self.roles, on_approved=self.request_approved,
+                                        roles=self._roles_in(self.config), on_approved=self.request_approved,
                                         workloads=self.gateway, mig_reader=self.gateway,
                                         node_labels=self.gateway, signals=self.signals)
         if self.gateway is not None:
@@ -109,6 +111,39 @@ class Runtime:
                                                settings=self.config.inventory_settings())
         if self.clusters is not None:
             services.cluster, services.clusters = self.clusters.home, self.clusters
+        return services
+
+    def _roles_in(self, config: GpuopsConfig) -> RoleLookup | None:
+        """Who holds which role now, in the cluster `config` is about: with several
+        clusters, the person's user groups (Slack's) read against that cluster's pools."""
+        lookup = self.roles
+        if lookup is None or self.clusters is None:
+            return lookup
+
+        def in_cluster(user_id: str) -> Actor:
+            base = lookup(user_id)
+            return config.actor(user_id, groups=base.groups, via=base.via, name=base.name)
+
+        return in_cluster
+
+    def cluster_services(self, name: str) -> Services:
+        """Services for cluster `name` (not the home one), on the calling thread's
+        connection: its pools and policies, its API for drains, cordons, quotas and the
+        plans that read pods; requests stamped with its name. No DCGM reading there: the
+        exporters' pod IPs are that cluster's network."""
+        assert self.clusters is not None
+        source = self.clusters.sources[name]
+        assert isinstance(source, ClusterFleet)
+        config = self.clusters.config.for_cluster(name)
+        gateway = source.gateway
+        services = Services.on_database(config=config, fleet=source, database=self.database.get(),
+                                        roles=self._roles_in(config), on_approved=self.request_approved,
+                                        workloads=gateway, mig_reader=gateway, node_labels=gateway)
+        services.signals = None
+        services.cordons = Cordons(services.database, gateway)  # type: ignore[arg-type]
+        if source.cache is not None:
+            services.quotas = QuotaService(reader=gateway, cluster=source.cache, settings=config.inventory_settings())
+        services.cluster, services.clusters = name, self.clusters
         return services
 
     def first_delivery(self, key: str, *, scope: str, now: dt.datetime) -> bool:
@@ -208,6 +243,9 @@ def build_runtime(config: GpuopsConfig, *, kubeconfig: str | None, context: str 
     runtime._closers.append(cache.stop)
     runtime.gateway = gateway
     if home is not None:
+        named = stored_requests.name_unnamed_cluster(per_thread.get(), cluster=home)
+        if named:
+            log.info(msg.unnamed_rows_named(named, home))
         others = {name: _other_cluster(whole, name) for name in whole.clusters if name != home}
         for other in others.values():
             runtime._closers.append(other.stop)
@@ -216,7 +254,8 @@ def build_runtime(config: GpuopsConfig, *, kubeconfig: str | None, context: str 
             deadline = time.monotonic() + ONE_SHOT_CLUSTER_WAIT
             for other in others.values():
                 other.wait(max(deadline - time.monotonic(), 0.0))
-        runtime.clusters = Clusters(config=whole, sources={home: WatchedCluster(home, cache), **others})
+        runtime.clusters = Clusters(config=whole, sources={home: WatchedCluster(home, cache), **others},
+                                    make_services=runtime.cluster_services)
     return runtime
 
 
@@ -235,8 +274,8 @@ def _other_cluster(config: GpuopsConfig, name: str) -> ClusterFleet:
     except KubeError as err:
         raise ConfigError(msg.cluster_kubeconfig_unusable(name, str(err))) from None
     slice_ = config.for_cluster(name)
-    return ClusterFleet(name, lambda: FleetCache(gateway, settings=slice_.inventory_settings(),
-                                                 operator_namespace=slice_.cluster.operator_namespace))
+    return ClusterFleet(name, gateway, lambda api: FleetCache(api, settings=slice_.inventory_settings(),
+                                                              operator_namespace=slice_.cluster.operator_namespace))
 
 
 # ------------------------------------------------------------------ leadership
@@ -355,6 +394,40 @@ class SchedulerWorker:
         self.scheduler.stop()
 
 
+def cluster_engine_workers(runtime: Runtime, *, lease: Lease, identity: str) -> list[Worker]:
+    """With several clusters, an engine for each cluster but the home one, under the
+    same Lease (the home cluster's), on its own thread and database connection: it
+    drives that cluster's runs through that cluster's API. A cluster not reached yet
+    has its engine wait for it (the cluster's own log line says it does not answer)."""
+    if runtime.clusters is None:
+        return []
+    workers: list[Worker] = []
+    for name, source in runtime.clusters.sources.items():
+        if not isinstance(source, ClusterFleet):
+            continue  # the home cluster's engine is `engine_worker`'s
+
+        def body(stop: threading.Event, name: str = name, source: ClusterFleet = source) -> None:
+            while (cache := source.cache) is None:  # the cluster has not been listed yet
+                if stop.wait(ENGINE_WAITS_FOR_CLUSTER):
+                    return
+            db = runtime.database.get()
+            try:
+                slice_ = runtime.clusters.config.for_cluster(name)  # type: ignore[union-attr]
+                settings = EngineSettings(max_parallel_nodes=slice_.engine.max_parallel_nodes)
+                run_engine(settings, source.gateway, cache, db, identity, stop,  # type: ignore[arg-type]
+                           lease=lease, on_commit=lambda _commits: runtime.notify(), pools=slice_.pools,
+                           cluster=name, home=False)
+            finally:
+                runtime.database.close()
+
+        workers.append(ThreadWorker(f"engine-{name}", body))
+    return workers
+
+
+# Seconds an engine of a cluster not reached yet waits before it looks again.
+ENGINE_WAITS_FOR_CLUSTER = 5.0
+
+
 def engine_worker(runtime: Runtime, *, lease: Lease, identity: str) -> Worker | None:
     """The engine on this replica, or None where it cannot run (no Kubernetes API, or a
     fleet source without watch events). The one function that knows `workflows.engine.loop`:
@@ -372,7 +445,8 @@ def engine_worker(runtime: Runtime, *, lease: Lease, identity: str) -> Worker | 
         try:
             settings = EngineSettings(max_parallel_nodes=runtime.config.engine.max_parallel_nodes)
             run_engine(settings, gateway, runtime.fleet, db, identity, stop,  # type: ignore[arg-type]
-                       lease=lease, on_commit=lambda _commits: runtime.notify(), pools=runtime.config.pools)
+                       lease=lease, on_commit=lambda _commits: runtime.notify(), pools=runtime.config.pools,
+                       cluster=runtime.config.cluster_name)
         finally:
             runtime.database.close()
 
@@ -390,6 +464,7 @@ def leader_workers(runtime: Runtime, *, lease: Lease, identity: str, slack: WebC
     engine = engine_worker(runtime, lease=lease, identity=identity)
     if engine is not None:
         workers.append(engine)
+        workers.extend(cluster_engine_workers(runtime, lease=lease, identity=identity))
     return workers
 
 

@@ -2,24 +2,29 @@
 cluster's line at the top of `/gpu status`.
 
 A command names its cluster with `--cluster <name>` or a `<cluster>/<pool>` (or
-`<cluster>/<node>`) argument; otherwise the channel's cluster (`clusters.<name>.channels`),
-otherwise the home cluster. Reading commands work on any cluster; commands that change
-nodes or requests run in the home cluster only, where the engine and its Lease are, and
-are refused for another with the reason (changes in other clusters are not built yet).
+`<cluster>/<node>`) argument; a command about a request or run (`approve req-…`,
+`abort run-…`, a button on a request's card) is about that request's cluster; otherwise
+the channel's cluster (`clusters.<name>.channels`), otherwise the home cluster. Every
+cluster has its own services (its pools' policies, its API for drains and cordons) on
+the one database; an engine per cluster, all under the home cluster's Lease, runs them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from commands import messages as msg
 from commands.reply import Reply, Section, Table
 from commands.services import ClusterDirectory, Services
+from workflows.access import Actor
 from workflows.config import GpuopsConfig
+from workflows.engine.runs import UnknownRun
 from workflows.fleet.clusters import ClusterGlance, ClusterSource, Reach, glance
+from workflows.requests.service import UnknownRequest
 
 CLUSTER_FLAG = "--cluster"
 
@@ -34,6 +39,9 @@ class Clusters:
 
     config: GpuopsConfig
     sources: Mapping[str, ClusterSource]
+    # Services for a cluster other than the home one, on the calling thread's database
+    # connection (the bot's runtime makes them).
+    make_services: Callable[[str], Services]
 
     @property
     def home(self) -> str:
@@ -53,12 +61,8 @@ class Clusters:
         return [glance(self.sources[name], now=now) for name in self.names() if name != self.home]
 
     def services_for(self, name: str, home: Services) -> Services:
-        """Services addressing cluster `name`: the home cluster's own, or for another, its
-        configuration and fleet (reading only: no requests, runs or cordons there)."""
-        if name == self.home:
-            return home
-        return Services(config=self.config.for_cluster(name), fleet=self.sources[name], signals=None,
-                        cluster=name, clusters=self)
+        """Services addressing cluster `name`: the home cluster's own, or another's."""
+        return home if name == self.home else self.make_services(name)
 
 
 def choose_cluster(args: list[str], services: Services, *, channel: str | None) -> tuple[list[str], Services]:
@@ -90,8 +94,52 @@ def choose_cluster(args: list[str], services: Services, *, channel: str | None) 
         raise ClusterChoiceError(msg.unknown_cluster(unknown[0], directory.names()))
     if len(named) > 1:
         raise ClusterChoiceError(msg.two_clusters(sorted(named)))
-    chosen = next(iter(named)) if named else directory.default_for(channel)
+    stored = _cluster_of_ids(services, rest, home=directory.home)
+    if stored is not None and named and stored[1] not in named:
+        raise ClusterChoiceError(msg.id_of_other_cluster(stored[0], stored[1], next(iter(named))))
+    chosen = next(iter(named)) if named else stored[1] if stored is not None else directory.default_for(channel)
     return rest, directory.services_for(chosen, services)
+
+
+_STORED_ID = re.compile(r"^(req|run)-[0-9a-f]{6}$")
+
+
+def actor_in(services: Services, actor: Actor) -> Actor:
+    """`actor` as the cluster `services` address sees them: the same person, user groups
+    and gpuops-wide roles, with the approver rights that cluster's pools give."""
+    if services.clusters is None:
+        return actor
+    return services.config.actor(str(actor.user_id), groups=actor.groups, via=actor.via, name=actor.name)
+
+
+def services_for_subject(services: Services, subject: str) -> Services:
+    """The services of the cluster a request or run (`subject`, a button's) is about."""
+    directory = services.clusters
+    if directory is None:
+        return services
+    stored = _cluster_of_ids(services, [subject], home=directory.home)
+    return directory.services_for(stored[1], services) if stored is not None else services
+
+
+def _cluster_of_ids(services: Services, words: list[str], *, home: str) -> tuple[str, str] | None:
+    """(id, cluster) for the first request or run id among `words` that is stored; a
+    request made before `clusters:` was configured is the home cluster's."""
+    for word in words:
+        if not _STORED_ID.match(word):
+            continue
+        try:
+            if word.startswith("run-"):
+                if services.runs is None:
+                    continue
+                request_id: str = services.runs.get(word).run.request_id
+            else:
+                request_id = word
+            if services.requests is None:
+                continue
+            return word, services.requests.get(request_id).cluster or home
+        except (UnknownRequest, UnknownRun):
+            continue
+    return None
 
 
 def _cluster_prefix(word: str, directory: ClusterDirectory) -> tuple[str, str] | None:
@@ -102,15 +150,6 @@ def _cluster_prefix(word: str, directory: ClusterDirectory) -> tuple[str, str] |
     if not slash or prefix not in directory.sources:
         return None
     return prefix, f"{key}{equals}{name}"
-
-
-def refuse_outside_home(services: Services, command: str) -> str | None:
-    """Why `command`, which changes things, cannot run for the cluster `services`
-    address (None: it can: the home cluster, or one cluster only)."""
-    directory = services.clusters
-    if directory is None or services.cluster is None or services.cluster == directory.home:
-        return None
-    return msg.changes_in_home_only(command, cluster=services.cluster, home=directory.home)
 
 
 def clusters_section(services: Services, *, now: dt.datetime) -> Section | None:

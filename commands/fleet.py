@@ -158,7 +158,7 @@ def _find_pool(fleet: Fleet, name: str) -> PoolInventory:
 
 @REGISTRY.command("status", usage="status [pool]", role=Role.VIEWER,
                   summary="Every pool at a glance, findings first; or one pool's nodes",
-                  examples=("/gpu status", "/gpu status serving-a"), any_cluster=True)
+                  examples=("/gpu status", "/gpu status serving-a"))
 def status(call: Call, args: list[str]) -> Reply:
     if len(args) > 1:
         raise UsageError(f"status takes at most one pool name, got {len(args)} words")
@@ -272,7 +272,7 @@ def _pool_status(fleet: Fleet, pool: PoolInventory, *, intents: tuple[Intent, ..
 
 @REGISTRY.command("node", usage="node <name>", role=Role.VIEWER,
                   summary="One GPU node in full: driver owner with evidence, GPUs, operands, state",
-                  examples=("/gpu node serving-a-05",), any_cluster=True)
+                  examples=("/gpu node serving-a-05",))
 def node(call: Call, args: list[str]) -> Reply:
     if len(args) != 1:
         raise UsageError("name one node, e.g. `/gpu node serving-a-05`")
@@ -397,7 +397,7 @@ def uncordon(call: Call, args: list[str]) -> Reply:
 
 @REGISTRY.command("findings", usage="findings [pool|node]", role=Role.VIEWER,
                   summary="Every problem found, most severe first",
-                  examples=("/gpu findings", "/gpu findings training-a"), any_cluster=True)
+                  examples=("/gpu findings", "/gpu findings training-a"))
 def findings(call: Call, args: list[str]) -> Reply:
     if len(args) > 1:
         raise UsageError("findings takes at most one pool or node name")

@@ -674,14 +674,9 @@ def two_clusters(named: Sequence[str]) -> str:
     return f"the command names two clusters ({' and '.join(named)}); one command addresses one cluster"
 
 
-def changes_in_home_only(command: str, *, cluster: str, home: str) -> str:
-    return (f"`/gpu {command}` changes things, and gpuops runs changes in {home}, its home cluster, only: "
-            f"changes in {cluster} are not built yet. Its fleet can be read: `/gpu status --cluster {cluster}`.")
-
-
-def not_in_this_cluster_title() -> str:
-    return "Not in this cluster"
-
-
 def cluster_unreachable_title() -> str:
     return "Cluster not reached"
+
+
+def id_of_other_cluster(stored_id: str, cluster: str, named: str) -> str:
+    return f"{stored_id} is about cluster {cluster}, not {named}; leave --cluster out, or name {cluster}"

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from commands import messages as msg
-from commands.clusters import ClusterChoiceError, choose_cluster, name_cluster, refuse_outside_home
+from commands.clusters import ClusterChoiceError, actor_in, choose_cluster, name_cluster
 from commands.reply import Reply, Section, Table, error_reply
 from commands.services import Services
 from workflows.access import AccessDenied, Actor, Role
@@ -56,9 +56,6 @@ class CommandSpec:
     role: Role
     examples: tuple[str, ...] = ()
     confirm: bool = False
-    # Reads only, so it may address any cluster (commands.clusters); the others run in
-    # the home cluster only.
-    any_cluster: bool = False
 
     @property
     def name(self) -> str:
@@ -70,15 +67,13 @@ class Registry:
     commands: dict[tuple[str, ...], CommandSpec] = field(default_factory=dict)
 
     def command(self, words: str, *, usage: str, summary: str, role: Role,
-                examples: tuple[str, ...] = (), confirm: bool = False,
-                any_cluster: bool = False) -> Callable[[Handler], Handler]:
+                examples: tuple[str, ...] = (), confirm: bool = False) -> Callable[[Handler], Handler]:
         def tag(handler: Handler) -> Handler:
             key = tuple(words.split())
             if key in self.commands:
                 raise ValueError(f"command {words!r} registered twice")
             self.commands[key] = CommandSpec(words=key, handler=handler, usage=usage, summary=summary,
-                                             role=role, examples=examples, confirm=confirm,
-                                             any_cluster=any_cluster)
+                                             role=role, examples=examples, confirm=confirm)
             return handler
         return tag
 
@@ -165,9 +160,7 @@ def dispatch(text: str, *, actor: Actor, services: Services, now: dt.datetime,
         args, services = choose_cluster(args, services, channel=channel)
     except ClusterChoiceError as err:
         return usage_reply(spec, str(err), services=services, now=now)
-    refusal = None if spec.any_cluster else refuse_outside_home(services, spec.name)
-    if refusal is not None:
-        return name_cluster(error_reply(msg.not_in_this_cluster_title(), refusal), services)
+    actor = actor_in(services, actor)
     return name_cluster(invoke(spec, lambda call: spec.handler(call, args), actor=actor, services=services,
                                now=now, text=text, channel=channel), services)
 
@@ -212,6 +205,6 @@ def help_reply(actor: Actor, args: list[str], *, services: Services | None = Non
 
 
 @REGISTRY.command("help", usage="help [command]", summary="What gpuops can do, and how", role=Role.VIEWER,
-                  examples=("/gpu help", "/gpu help drain"), any_cluster=True)
+                  examples=("/gpu help", "/gpu help drain"))
 def help_command(call: Call, args: list[str]) -> Reply:
     return help_reply(call.actor, args, services=call.services, now=call.now)

@@ -120,7 +120,8 @@ def _freeze_over(call: Call, pool: str, *, started: bool) -> Freeze | None:
     under way or done), if any."""
     if call.services.freezes is None:
         return None
-    held = [f for f in covering(call.services.freezes.in_force(call.now), pool) if holds_run(f, started=started)]
+    held = [f for f in covering(call.services.freezes.in_force(call.now), pool,
+                                cluster=call.services.config.cluster_name) if holds_run(f, started=started)]
     return max(held, key=lambda f: f.until) if held else None
 
 

@@ -38,6 +38,9 @@ class ClusterDirectory(Protocol):
     def home(self) -> str: ...
 
     @property
+    def config(self) -> GpuopsConfig: ...
+
+    @property
     def sources(self) -> Mapping[str, ClusterSource]: ...
 
     def names(self) -> list[str]: ...
@@ -108,6 +111,7 @@ class Services:
                    migrations=MigrateService(requests, pools=config.pools, gpu_check=config.upgrades.gpu_check,
                                              pods=mig_reader, labels=node_labels),
                    runs=RunService(database, wake=wake_engine, names=config.names), database=database,
-                   freezes=FreezeService(database, pools=config.pools, names=config.names, wake=wake_engine),
+                   freezes=FreezeService(database, pools=config.pools, names=config.names, wake=wake_engine,
+                                         cluster=config.cluster_name),
                    signals=signals if signals is not None else (
                        config.signals.service(cluster=fleet) if config.signals is not None else None))

@@ -39,22 +39,25 @@ class StoredFreeze:
     lifted_by_name: str | None
     lift_reason: str | None
     replaced_by: FreezeId | None
+    # The cluster it freezes (its pool, or all of it), with several clusters; None: one cluster.
+    cluster: str | None = None
 
     def in_force(self, now: dt.datetime) -> bool:
         return self.lifted_at is None and now < self.until
 
 
 def create(db: Database, *, target: str, until: dt.datetime, reason: str, let_running_finish: bool,
-           set_by: str, set_by_name: str, at: dt.datetime) -> tuple[StoredFreeze, StoredFreeze | None]:
-    """A new freeze on `target`, and the one in force there that it replaces (lifted now,
-    by the same person), if any."""
+           set_by: str, set_by_name: str, at: dt.datetime,
+           cluster: str | None = None) -> tuple[StoredFreeze, StoredFreeze | None]:
+    """A new freeze on `target` (of `cluster`), and the one in force there that it
+    replaces (lifted now, by the same person), if any."""
     with db.transaction():
-        replaced = in_force_on(db, target=target, now=at)
+        replaced = in_force_on(db, target=target, now=at, cluster=cluster)
         cursor = db.execute(
-            "INSERT INTO freezes (target, until, reason, let_running_finish, set_by, set_by_name, created_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO freezes (target, until, reason, let_running_finish, set_by, set_by_name, created_at,"
+            " cluster) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (target, codec.time_to_text(until), reason, int(let_running_finish), set_by, set_by_name,
-             codec.time_to_text(at)),
+             codec.time_to_text(at), cluster),
         )
         new_id = FreezeId(int(cursor.lastrowid or 0))
         if replaced is not None:
@@ -87,17 +90,18 @@ def in_force(db: Database, *, now: dt.datetime) -> list[StoredFreeze]:
     """Every freeze in force at `now`, the cluster's first, then by target."""
     rows = db.query(
         "SELECT * FROM freezes WHERE lifted_at IS NULL AND until > ?"
-        " ORDER BY target != 'cluster', target, id",
+        " ORDER BY target != 'cluster', cluster, target, id",
         (codec.time_to_text(now),),
     )
     return [_from_row(r) for r in rows]
 
 
-def in_force_on(db: Database, *, target: str, now: dt.datetime) -> StoredFreeze | None:
-    """The freeze in force on exactly `target` ("cluster" or a pool), if any."""
+def in_force_on(db: Database, *, target: str, now: dt.datetime, cluster: str | None = None) -> StoredFreeze | None:
+    """The freeze in force on exactly `target` ("cluster" or a pool) of `cluster`, if any."""
     row = db.query_one(
-        "SELECT * FROM freezes WHERE target = ? AND lifted_at IS NULL AND until > ? ORDER BY id DESC LIMIT 1",
-        (target, codec.time_to_text(now)),
+        "SELECT * FROM freezes WHERE target = ? AND cluster IS ? AND lifted_at IS NULL AND until > ?"
+        " ORDER BY id DESC LIMIT 1",
+        (target, cluster, codec.time_to_text(now)),
     )
     return None if row is None else _from_row(row)
 
@@ -106,6 +110,7 @@ def _from_row(row: dict[str, Any]) -> StoredFreeze:
     return StoredFreeze(
         id=FreezeId(row["id"]),
         target=row["target"],
+        cluster=row.get("cluster"),
         until=codec.time_from_text(row["until"]),
         reason=row["reason"],
         let_running_finish=bool(row["let_running_finish"]),

@@ -305,6 +305,12 @@ CREATE TABLE freezes (
 CREATE INDEX freezes_in_force ON freezes (target, until) WHERE lifted_at IS NULL;
 """
 
+CLUSTER_COLUMNS = """
+ALTER TABLE requests ADD COLUMN cluster TEXT CHECK (cluster IS NULL OR length(cluster) > 0);
+ALTER TABLE freezes ADD COLUMN cluster TEXT CHECK (cluster IS NULL OR length(cluster) > 0);
+CREATE INDEX freezes_by_cluster ON freezes (cluster, target) WHERE lifted_at IS NULL;
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -319,8 +325,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "requests may move nodes from host drivers to the operator (migrate) with its steps", MIGRATE_KIND,
               rebuilds_referenced=True),
     Migration(7, "change freezes of a pool or the cluster (freezes)", FREEZES),
-    Migration(8, "requests say which cluster they change (cluster), with several clusters",
-              "ALTER TABLE requests ADD COLUMN cluster TEXT CHECK (cluster IS NULL OR length(cluster) > 0);"),
+    Migration(8, "requests and freezes say which cluster they are about (cluster), with several clusters",
+              CLUSTER_COLUMNS),
 )
 
 _SCHEMA_MIGRATIONS = """

@@ -192,14 +192,19 @@ def in_states(
     states: Collection[RequestState],
     pool: str | None = None,
     limit: int = 100,
+    cluster: tuple[str | None] | None = None,
 ) -> list[Request]:
-    """Requests in any of `states` (optionally one pool), newest first."""
+    """Requests in any of `states` (optionally one pool; with `cluster`, `(name,)`, one
+    cluster's, `(None,)` those that name none), newest first."""
     wanted = codec.state_set(states)
     sql = f"SELECT * FROM requests WHERE state IN ({codec.placeholders(wanted)})"
     params: list[Any] = list(wanted)
     if pool is not None:
         sql += " AND pool = ?"
         params.append(pool)
+    if cluster is not None:
+        sql += " AND cluster IS ?"
+        params.append(cluster[0])
     sql += " ORDER BY created_at DESC, id LIMIT ?"
     params.append(limit)
     return [_from_row(r) for r in db.query(sql, params)]
@@ -211,14 +216,23 @@ def known_ids(db: Database, *, limit: int = 1000) -> list[RequestId]:
     return [RequestId(r["id"]) for r in rows]
 
 
-def pending_expired(db: Database, *, now: dt.datetime) -> list[Request]:
-    """Pending requests whose approval deadline has passed, oldest deadline first."""
+def pending_expired(db: Database, *, now: dt.datetime, cluster: str | None = None) -> list[Request]:
+    """Pending requests of `cluster` whose approval deadline has passed, oldest deadline first."""
     rows = db.query(
-        "SELECT * FROM requests WHERE state = 'pending' AND expires_at <= ?"
+        "SELECT * FROM requests WHERE state = 'pending' AND expires_at <= ? AND cluster IS ?"
         " ORDER BY expires_at, id",
-        (codec.time_to_text(now),),
+        (codec.time_to_text(now), cluster),
     )
     return [_from_row(r) for r in rows]
+
+
+def name_unnamed_cluster(db: Database, *, cluster: str) -> int:
+    """Give requests and freezes that name no cluster (made while gpuops served one) the
+    home cluster's name, once `clusters:` is configured; how many rows changed."""
+    with db.transaction():
+        changed = db.execute("UPDATE requests SET cluster = ? WHERE cluster IS NULL", (cluster,)).rowcount
+        changed += db.execute("UPDATE freezes SET cluster = ? WHERE cluster IS NULL", (cluster,)).rowcount
+    return changed
 
 
 def _free_id(db: Database) -> RequestId:

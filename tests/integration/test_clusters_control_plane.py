@@ -1,12 +1,14 @@
 """One gpuops, two real clusters: the session's control plane is east, the home cluster
-(the engine's Lease, the runs), and a second control plane of its own (its own ports and
-process group, its own fleet) is west, reached through Toxiproxy so the test can take it
-off the network and give it back.
+(the engine's Lease), and a second control plane of its own (its own ports and process
+group, its own fleet) is west, reached through Toxiproxy so the test can take it off the
+network and give it back.
 
 `/gpu status` shows both clusters first; west going away is reported as down, with its
 last seen figures, and holds nothing up: a drain in east asks, is approved, runs under the
-Lease in east, is held and given back while west does not answer. A west that was never
-reached when gpuops started joins as soon as it answers."""
+Lease in east, is held and given back while west does not answer. A drain in west is
+west's request, approved by west's pool's approver and run in west by west's engine under
+the same Lease, touching nothing in east. A west that was never reached when gpuops
+started joins as soon as it answers."""
 
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ from testenv.environment import Environment
 from testenv.install import wait_until
 from testenv.toxiproxy import Proxy, Toxiproxy, kubeconfig_via
 from tests.integration import engine_harness as h
-from tests.integration.desk import RBAC, bot_rbac_granted
+from tests.integration.desk import bot_rbac_granted, grant_bot_rbac
 from workflows.config import GpuopsConfig
 
 pytestmark = pytest.mark.controlplane
@@ -43,11 +45,7 @@ def west(tmp_path_factory, gpu_operator_crds) -> Iterator[Environment]:
     try:
         env.install_crds()
         env.apply_fleet(WEST)
-        # gpuops only reads west: its identity there holds the fleet reader's grant alone.
-        installer = env.installer()
-        for doc in yaml.safe_load_all(RBAC.read_text()):
-            if doc["metadata"]["name"] == "gpuops-fleet-reader":
-                installer.create(doc, exist_ok=True)
+        grant_bot_rbac(env.installer())  # gpuops' identity there: the grants of an install
         yield env
     finally:
         env.stop()
@@ -63,7 +61,8 @@ def west_proxy(west: Environment, tmp_path: Path) -> Iterator[tuple[Toxiproxy, P
 
 
 def config(east_kubeconfig: Path, west_kubeconfig: Path) -> GpuopsConfig:
-    pool = {"approvers": ["U0BOB"], "windows": "always", "max_unavailable": 1, "min_ready_gpus": 0,
+    pool = {"approvers": ["U0BOB"], "approvals": {"drain": 1}, "windows": "always", "max_unavailable": 1,
+            "min_ready_gpus": 0,
             "drain_timeout": "20s", "validate_timeout": "5s"}
     return GpuopsConfig.model_validate({
         "clusters": {
@@ -79,8 +78,8 @@ def config(east_kubeconfig: Path, west_kubeconfig: Path) -> GpuopsConfig:
 
 @pytest.fixture
 def start(cluster, tmp_path: Path, monkeypatch) -> Iterator:
-    """gpuops as the bot's ServiceAccount in both clusters: in east with every grant of
-    deploy/rbac.yaml (its Lease in its own namespace), in west with the reader's alone."""
+    """gpuops as the bot's ServiceAccount in both clusters, with the grants of
+    deploy/rbac.yaml; its Lease in its own namespace in east, the home cluster."""
     runtimes: list[Runtime] = []
     with bot_rbac_granted(cluster.installer()):
         monkeypatch.setenv("POD_NAMESPACE", BOT_NAMESPACE)
@@ -128,26 +127,11 @@ def test_both_clusters_are_read_and_a_drain_runs_at_home_while_the_other_is_unre
     wait_until(lambda: cluster_row(runtime, "west")[1].startswith("DOWN"), timeout=60,
                what="west to be reported down")
     assert cluster_row(runtime, "west")[2] == "3/3"  # as last seen
-    refused = gpu(runtime, "U0ALICE", '/gpu drain train-01 "disk swap"', channel="C0WEST")
-    assert not refused.ok and refused.title == "Not in this cluster · west"
 
     # A drain in east, end to end, under the Lease in east, while west does not answer.
     runtime.start_background("replica-east", slack=None)
     wait_until(runtime.leading, timeout=30, what="the engine's Lease in east")
-    asked = gpu(runtime, "U0ALICE", '/gpu drain serve-01 "disk swap"')
-    assert asked.ok and asked.title.endswith("· east"), asked
-    request_id = asked.title.split()[1]
-    services = runtime.services()
-    assert services.requests is not None and services.runs is not None
-    request = services.requests.get(request_id)
-    approved = gpu(runtime, "U0BOB", f"/gpu approve {request.id} {request.short_hash}")
-    assert approved.ok, approved
-    wait_until(lambda: services.runs.for_request(request_id), timeout=30, what="the run to start at once")
-    run_id = services.runs.for_request(request_id)[0].id
-    wait_until(lambda: h.unschedulable(installer, "serve-01"), timeout=60, what="serve-01 cordoned")
-    wait_until(lambda: any(s.kind == "hold" and s.state == "running" for s in services.runs.get(run_id).steps),
-               timeout=60, what="serve-01 held")
-    assert gpu(runtime, "U0ALICE", f"/gpu drain done {request_id}").ok
+    run_id = drain(runtime, installer, '/gpu drain serve-01 "disk swap"', "serve-01")
     finished = h.wait_run(runtime.database.get(), run_id)
 
     assert finished.state == "succeeded", finished.halted_reason
@@ -176,3 +160,45 @@ def test_a_cluster_down_when_gpuops_starts_joins_once_it_answers(fleet, west_pro
     toxiproxy.set_enabled(proxy, True)
     wait_until(lambda: cluster_row(runtime, "west")[1:3] == ("up", "3/3"), timeout=90, what="west to join")
     assert gpu(runtime, "U0ALICE", "/gpu node west/train-01").ok
+
+
+def drain(runtime: Runtime, installer, text: str, node: str, *, approver: str = "U0BOB") -> str:
+    """Ask for a drain, approve it, wait until its node is held, end the hold and wait for
+    the run to finish; the run's id."""
+    asked = gpu(runtime, "U0ALICE", text)
+    assert asked.ok, asked
+    request_id = asked.title.split()[1]
+    services = runtime.services()
+    assert services.requests is not None and services.runs is not None
+    request = services.requests.get(request_id)
+    approved = gpu(runtime, approver, f"/gpu approve {request.id} {request.short_hash}")
+    assert approved.ok, approved
+    wait_until(lambda: services.runs.for_request(request_id), timeout=30, what="the run to start at once")
+    run_id = services.runs.for_request(request_id)[0].id
+    wait_until(lambda: h.unschedulable(installer, node), timeout=60, what=f"{node} cordoned")
+    wait_until(lambda: any(s.kind == "hold" and s.state == "running" for s in services.runs.get(run_id).steps),
+               timeout=60, what=f"{node} held")
+    assert gpu(runtime, "U0ALICE", f"/gpu drain done {request_id}").ok
+    return run_id
+
+
+def test_a_drain_in_the_other_cluster_runs_there_by_its_own_engine_under_the_home_lease(
+        fleet, cluster, west, west_proxy, start):
+    _, _, west_kubeconfig = west_proxy
+    fleet(EAST)
+    runtime = start(west_kubeconfig)
+    wait_until(lambda: cluster_row(runtime, "west")[1:3] == ("up", "3/3"), timeout=90, what="west's nodes Ready")
+    runtime.start_background("replica-east", slack=None)
+    wait_until(runtime.leading, timeout=30, what="the engine's Lease in east")
+    assert runtime.leadership is not None
+    assert {w.name for w in runtime.leadership.workers} >= {"engine", "engine-west"}
+
+    run_id = drain(runtime, west.installer(), '/gpu drain west/train-01 "disk swap"', "train-01")
+    finished = h.wait_run(runtime.database.get(), run_id)
+
+    assert finished.state == "succeeded", finished.halted_reason
+    assert not h.unschedulable(west.installer(), "train-01")
+    request = runtime.services().requests.get(finished.request_id)  # type: ignore[union-attr]
+    assert (request.cluster, request.pool) == ("west", "train")
+    east = cluster.installer()
+    assert not h.unschedulable(east, "serve-01") and not h.unschedulable(east, "serve-02")

@@ -314,6 +314,7 @@ class _Host:
 
     def __init__(self, db: Database) -> None:
         self.config, self.fleet, self.db, self.notified = CONFIG, None, db, 0
+        self.clusters = None  # one cluster
 
     @property
     def database(self) -> _Host:

@@ -183,8 +183,15 @@ class Engine:
                  clock: Callable[[], dt.datetime] = _utc_now,
                  monotonic: Callable[[], float] = time.monotonic,
                  on_commit: Callable[[int], None] | None = None,
-                 pools: Mapping[str, PoolConfig] | None = None) -> None:
+                 pools: Mapping[str, PoolConfig] | None = None,
+                 cluster: str | None = None, home: bool = True) -> None:
         self._db = db
+        # With several clusters, each has its engine (one database, one Lease in the home
+        # cluster): this one drives the runs of requests for `cluster`, and the home
+        # cluster's also those that name none (made before `clusters:` was configured).
+        # NB: never another cluster's run: its node names mean other machines here.
+        self._cluster = cluster
+        self._home = home
         self._gateway = gateway
         self._cache = cache
         self._lease = lease
@@ -289,14 +296,22 @@ class Engine:
         due: set[StepId] = set()
         while self._timers and self._timers[0][0] <= now_mono:
             due.add(heapq.heappop(self._timers)[2])
-        runs = stored_runs.unfinished(self._db)
+        runs = self._unfinished()
         seen: set[StepId] = set()
         evaluated: set[StepId] = set()  # a waiting step is looked at once per pass
         for run in runs:
             self._drive(run, woken, due, seen, evaluated)
         for step_id in set(self._live) - seen:
             self._live.pop(step_id, None)
-        return bool(stored_runs.unfinished(self._db))
+        return bool(self._unfinished())
+
+    def _ours(self, request: Request) -> bool:
+        """Whether `request` changes this engine's cluster."""
+        return request.cluster == self._cluster or (self._home and request.cluster is None)
+
+    def _unfinished(self) -> list[Run]:
+        """This cluster's unfinished runs."""
+        return [run for run in stored_runs.unfinished(self._db) if self._ours(self._run_info(run).request)]
 
     # --- one run -----------------------------------------------------------------------
     def _drive(self, run: Run, woken: set[str], due: set[StepId], seen: set[StepId],
@@ -475,7 +490,8 @@ class Engine:
         when the freeze is over and the run goes on by itself."""
         now = self._clock()
         started = run.state != "pending" and any(s.state != "pending" for s in steps)
-        freeze = freezes.holding_run(self._db, pool=info.request.pool, started=started, now=now)
+        freeze = freezes.holding_run(self._db, pool=info.request.pool, started=started, now=now,
+                                     cluster=info.request.cluster)
         told = self._told_frozen(run)
         if freeze is None:
             if told is not None:
@@ -574,13 +590,13 @@ class Engine:
         nodes = sorted({s.node for s in steps if s.wave == wave})
         concurrent: list[ConcurrentWork] = []
         for other in stored_requests.in_states(self._db, states=HOLDING_STATES):
-            if other.pool != request.pool or other.id == request.id:
+            if other.pool != request.pool or other.id == request.id or not self._ours(other):
                 continue
             other_plan = plan_from_json(other.plan)  # type: ignore[arg-type]
             concurrent.append(ConcurrentWork(label=str(other.id), start=other.window_start, end=other.window_end,
                                              waves=tuple(tuple(w.nodes) for w in other_plan.waves)))
         busy: dict[str, str] = {}
-        for other_run in stored_runs.unfinished(self._db):
+        for other_run in self._unfinished():
             if other_run.id == run.id or other_run.current_wave is None:
                 continue  # NB: a run's later waves touch nothing yet (two queued runs never deadlock)
             for step in stored_steps.for_run(self._db, run_id=other_run.id, wave=other_run.current_wave):
@@ -949,14 +965,16 @@ class _StepContext:
 def run_engine(config: EngineSettings, gateway: KubeGateway, cache: NodeSource, db: Database, identity: str,
                stop_event: threading.Event, *, lease: Any | None = None,
                on_commit: Callable[[int], None] | None = None, exit_when_idle: bool = False,
-               pools: Mapping[str, PoolConfig] | None = None) -> Engine:
+               pools: Mapping[str, PoolConfig] | None = None, cluster: str | None = None,
+               home: bool = True) -> Engine:
     """Run the engine in the calling thread until `stop_event` is set.
 
     `cache` must be started (FleetCache.start()); `db` belongs to the calling thread;
     `identity` names this replica in the lease and the audit log (unique per replica,
     e.g. the pod name). Without `lease`, one is created from `config.lease` and given back
     when the engine stops. `pools` (the configuration's) are checked before every wave;
-    without them nothing is. Returns the engine (its `commits` count, for tests)."""
+    without them nothing is. `cluster` and `home`: which cluster's runs it drives, with
+    several (see Engine). Returns the engine (its `commits` count, for tests)."""
     engine_ref: list[Engine] = []
     own_lease = lease is None
     if lease is None:
@@ -967,7 +985,7 @@ def run_engine(config: EngineSettings, gateway: KubeGateway, cache: NodeSource, 
         log.warning("%s: no pool policies given: waves are not checked against the pools before they start",
                     identity)
     engine = Engine(db=db, gateway=gateway, cache=cache, lease=lease, replica=identity, settings=config,
-                    on_commit=on_commit, pools=pools)
+                    on_commit=on_commit, pools=pools, cluster=cluster, home=home)
     engine_ref.append(engine)
     try:
         engine.run(stop_event, exit_when_idle=exit_when_idle)

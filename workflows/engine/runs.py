@@ -168,7 +168,7 @@ class RunService:
             if request.state not in RUNNABLE_STATES:
                 raise RunRefused(say.request_not_runnable(request.id, request.state))
             # No run starts while a change freeze covers the pool, whoever asks.
-            freeze = freezes.holding_run(self._db, pool=request.pool, started=False, now=now)
+            freeze = freezes.holding_run(self._db, pool=request.pool, started=False, now=now, cluster=request.cluster)
             if freeze is not None:
                 raise RunRefused(pool_say.frozen_refuses_run(
                     request_id=request.id, pool=request.pool, target=freeze.target, by=freeze.set_by_name,

@@ -19,6 +19,7 @@ from typing import Literal, Protocol
 from workflows.fleet.summary import Fleet
 from workflows.fleet.watchcache import FleetCache, utc_now
 from workflows.kube.errors import KubeError
+from workflows.kube.gateway import KubeGateway
 
 log = logging.getLogger("gpuops.clusters")
 
@@ -58,9 +59,11 @@ class ClusterFleet:
     """The fleet of a cluster other than the home one: its watch cache, started in the
     background (retried until the cluster answers), then kept current by its watches."""
 
-    def __init__(self, name: str, make_cache: Callable[[], FleetCache], *,
+    def __init__(self, name: str, gateway: KubeGateway, make_cache: Callable[[KubeGateway], FleetCache], *,
                  clock: Callable[[], dt.datetime] = utc_now) -> None:
         self.name = name
+        # The cluster's API as gpuops' identity there (the engine acts through it too).
+        self.gateway = gateway
         self._make_cache = make_cache
         self._clock = clock
         self._cache: FleetCache | None = None
@@ -78,7 +81,7 @@ class ClusterFleet:
     def _connect(self) -> None:
         attempt = 0
         while not self._stop.is_set():
-            cache = self._make_cache()
+            cache = self._make_cache(self.gateway)
             try:
                 cache.start(watch=True)
             except KubeError as err:

@@ -305,7 +305,7 @@ def build_checklist(
         in_shift = request.window_start is not None and shift.contains(request.window_start)
         if request.state == "pending":
             text = say.approval_waiting(
-                request_id=request.id, kind=request.kind, pool=request.pool,
+                request_id=request.id, kind=request.kind, pool=_pool_of(request, qualified=bool(clusters)),
                 counted=request.approvals_counted, required=request.approvals_required,
                 expires_at=request.expires_at, window_start=request.window_start,
                 in_shift=in_shift, now=now, zone=zone)
@@ -314,7 +314,7 @@ def build_checklist(
             assert request.window_start is not None
             approvers = [a.approver_name for a in request.approvals if a.counts]
             text = say.window_coming(
-                request_id=request.id, kind=request.kind, pool=request.pool, state=request.state,
+                request_id=request.id, kind=request.kind, pool=_pool_of(request, qualified=bool(clusters)), state=request.state,
                 start=request.window_start, end=request.window_end, approvers=approvers, zone=zone)
             windows.append((request.window_start,
                             _item("window", "info", request.id, text, say.request_command(request.id))))
@@ -370,6 +370,11 @@ def build_checklist(
         cordons=tuple(cordons),
         history_command=say.history_command(rotation.name),
     )
+
+
+def _pool_of(request: RequestView, *, qualified: bool) -> str:
+    """The request's pool, as `cluster/pool` where gpuops serves several clusters."""
+    return f"{request.cluster}/{request.pool}" if qualified and request.cluster else request.pool
 
 
 def _item(kind: ItemKind, severity: Severity, subject: str, text: str, command: str) -> ChecklistItem:

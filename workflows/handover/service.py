@@ -223,7 +223,7 @@ class HandoverService:
         return build_checklist(
             fleet=fleet,
             signals=reading,
-            requests=RequestService(self._db, self._config).open_requests(),
+            requests=RequestService(self._db, self._config).open_requests(every_cluster=True),
             runs_in_flight=self.runs_in_flight(),
             previous=earlier[0] if earlier else None,
             rotation=rotation,

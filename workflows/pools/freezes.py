@@ -48,9 +48,10 @@ class FreezeSet:
     replaced: Freeze | None
 
 
-def covering(freezes: Iterable[Freeze], pool: str) -> list[Freeze]:
-    """The freezes among `freezes` that cover `pool`: its own and the cluster's."""
-    return [f for f in freezes if f.target in (CLUSTER, pool)]
+def covering(freezes: Iterable[Freeze], pool: str, *, cluster: str | None = None) -> list[Freeze]:
+    """The freezes among `freezes` that cover `pool` of `cluster`: its own and its
+    cluster's (None: one cluster)."""
+    return [f for f in freezes if f.cluster == cluster and f.target in (CLUSTER, pool)]
 
 
 def holds_run(freeze: Freeze, *, started: bool) -> bool:
@@ -64,24 +65,26 @@ def in_force(db: Database, *, now: dt.datetime) -> list[Freeze]:
     return stored_freezes.in_force(db, now=now)
 
 
-def holding_requests(db: Database, *, pool: str, now: dt.datetime) -> Freeze | None:
-    """The freeze that refuses new requests for `pool` at `now`, if any (the one that
-    ends last, so the sentence says when the pool is open again)."""
-    found = covering(stored_freezes.in_force(db, now=now), pool)
+def holding_requests(db: Database, *, pool: str, now: dt.datetime, cluster: str | None = None) -> Freeze | None:
+    """The freeze that refuses new requests for `pool` (of `cluster`) at `now`, if any
+    (the one that ends last, so the sentence says when the pool is open again)."""
+    found = covering(stored_freezes.in_force(db, now=now), pool, cluster=cluster)
     return max(found, key=lambda f: f.until) if found else None
 
 
-def holding_run(db: Database, *, pool: str, started: bool, now: dt.datetime) -> Freeze | None:
-    """The freeze that keeps a run of `pool` from starting its next node at `now`, if
-    any; `started`: the run had started (it has steps under way or done)."""
-    found = [f for f in covering(stored_freezes.in_force(db, now=now), pool) if holds_run(f, started=started)]
+def holding_run(db: Database, *, pool: str, started: bool, now: dt.datetime,
+                cluster: str | None = None) -> Freeze | None:
+    """The freeze that keeps a run of `pool` (of `cluster`) from starting its next node
+    at `now`, if any; `started`: the run had started (it has steps under way or done)."""
+    found = [f for f in covering(stored_freezes.in_force(db, now=now), pool, cluster=cluster)
+             if holds_run(f, started=started)]
     return max(found, key=lambda f: f.until) if found else None
 
 
 def freeze_sentence(freeze: Freeze) -> str:
     """"serving-a frozen by erin until 2026-12-05 09:00 UTC: incident 4711"."""
     return say.freeze_line(target=freeze.target, by=freeze.set_by_name, until=freeze.until, reason=freeze.reason,
-                           let_running_finish=freeze.let_running_finish)
+                           let_running_finish=freeze.let_running_finish, cluster=freeze.cluster)
 
 
 class FreezeService:
@@ -90,8 +93,10 @@ class FreezeService:
     tells an engine in this process to look at once (a lifted freeze lets runs go on)."""
 
     def __init__(self, db: Database, *, pools: Collection[str], names: Mapping[str, str] | None = None,
-                 wake: Callable[[], None] | None = None) -> None:
+                 wake: Callable[[], None] | None = None, cluster: str | None = None) -> None:
         self._db = db
+        # The cluster whose pools (or all of it) these freezes name (None: one cluster).
+        self._cluster = cluster
         self._pools = frozenset(pools)
         self._names: Mapping[str, str] = names or {}
         self._wake = wake or (lambda: None)
@@ -117,7 +122,7 @@ class FreezeService:
         with self._db.transaction():
             freeze, replaced = stored_freezes.create(self._db, target=target, until=until, reason=reason.strip(),
                                                      let_running_finish=let_running_finish, set_by=actor.user_id,
-                                                     set_by_name=who, at=now)
+                                                     set_by_name=who, at=now, cluster=self._cluster)
             if replaced is not None:
                 audit.append(self._db, actor=actor.user_id, k8s_identity=None, action="freeze.lifted",
                              target=target, at=now, before=_freeze_json(replaced), after=None,
@@ -136,9 +141,9 @@ class FreezeService:
         target = self.check_target(target)
         who = public_name(actor.user_id, names=self._names, fallback=actor.name)
         with self._db.transaction():
-            freeze = stored_freezes.in_force_on(self._db, target=target, now=now)
+            freeze = stored_freezes.in_force_on(self._db, target=target, now=now, cluster=self._cluster)
             if freeze is None:
-                others = stored_freezes.in_force(self._db, now=now)
+                others = self.in_force(now)
                 cluster = next((f for f in others if f.target == CLUSTER), None)
                 raise FreezeRefused(say.freeze_nothing_to_lift(
                     target, cluster_freeze=freeze_sentence(cluster) if cluster is not None else None,
@@ -155,8 +160,8 @@ class FreezeService:
         return lifted
 
     def in_force(self, now: dt.datetime) -> list[Freeze]:
-        """Every freeze in force at `now`, the cluster's first."""
-        return stored_freezes.in_force(self._db, now=now)
+        """Every freeze of this cluster in force at `now`, the cluster's first."""
+        return [f for f in stored_freezes.in_force(self._db, now=now) if f.cluster == self._cluster]
 
 
 def _freeze_json(freeze: Freeze) -> dict[str, object]:

@@ -231,24 +231,31 @@ def several_pools(pools: Sequence[str], what: str) -> str:
 # ------------------------------------------------------------------ change freezes
 
 
-def _frozen_what(target: str) -> str:
-    return "the cluster" if target == "cluster" else f"pool {target}"
+def _frozen_what(target: str, cluster: str | None = None) -> str:
+    if target == "cluster":
+        return f"cluster {cluster}" if cluster else "the cluster"
+    return f"pool {target}" + (f" of cluster {cluster}" if cluster else "")
 
 
-def freeze_line(*, target: str, by: str, until: dt.datetime, reason: str, let_running_finish: bool) -> str:
+def freeze_line(*, target: str, by: str, until: dt.datetime, reason: str, let_running_finish: bool,
+                cluster: str | None = None) -> str:
     """One freeze as status, the handover and App Home show it."""
     why = f": {reason}" if reason else " (no reason given)"
     runs = ("runs already going finish" if let_running_finish
             else "runs stop at their next node boundary")
-    return (f"{_frozen_what(target).capitalize()} is frozen by {by} until {when(until)}{why}; "
+    what = _frozen_what(target, cluster)
+    return (f"{what[0].upper()}{what[1:]} is frozen by {by} until {when(until)}{why}; "
             f"no new requests, no run starts, {runs}")
 
 
-def frozen_refuses_request(*, kind: str, pool: str, target: str, by: str, until: dt.datetime, reason: str) -> str:
+def frozen_refuses_request(*, kind: str, pool: str, target: str, by: str, until: dt.datetime, reason: str,
+                           cluster: str | None = None) -> str:
     why = f" ({reason})" if reason else ""
     scope = "" if target == pool else " (the whole cluster is frozen)"
-    return (f"No new {kind} request for {pool}: {_frozen_what(target)} is frozen by {by} until {when(until)}{why}"
-            f"{scope}. Ask again after that, or ask an admin to lift it with `/gpu unfreeze {target}`.")
+    flag = f" --cluster {cluster}" if cluster else ""
+    return (f"No new {kind} request for {pool}: {_frozen_what(target, cluster)} is frozen by {by} until "
+            f"{when(until)}{why}{scope}. Ask again after that, or ask an admin to lift it with "
+            f"`/gpu unfreeze {target}{flag}`.")
 
 
 def frozen_refuses_run(*, request_id: str, pool: str, target: str, by: str, until: dt.datetime,

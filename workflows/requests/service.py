@@ -251,11 +251,11 @@ class RequestService:
         with self._db.transaction():
             # A change freeze refuses new requests; read under the write lock, so a freeze
             # committed a moment before is seen (workflows.pools.freezes).
-            freeze = freezes.holding_requests(self._db, pool=pool, now=now)
+            freeze = freezes.holding_requests(self._db, pool=pool, now=now, cluster=self._config.cluster_name)
             if freeze is not None:
                 raise RequestRefused(pool_say.frozen_refuses_request(
                     kind=kind, pool=pool, target=freeze.target, by=freeze.set_by_name, until=freeze.until,
-                    reason=freeze.reason), code=RefusalCode.FROZEN)
+                    reason=freeze.reason, cluster=freeze.cluster), code=RefusalCode.FROZEN)
             row = stored_requests.create(
                 self._db,
                 kind=kind,
@@ -510,7 +510,7 @@ class RequestService:
         """Expire every pending request whose approval deadline has come; the expired
         ones, oldest deadline first. Each expiry is its own transaction."""
         expired: list[RequestView] = []
-        for due in stored_requests.pending_expired(self._db, now=now):
+        for due in stored_requests.pending_expired(self._db, now=now, cluster=self._config.cluster_name):
             with self._db.transaction():
                 request = self._load(due.id)
                 if request.state == "pending" and policy.is_expired(request, now=now):
@@ -524,10 +524,11 @@ class RequestService:
         `pending` until it is touched or swept; `RequestView.is_expired(now)` tells)."""
         return self._view(self._load(request_id))
 
-    def open_requests(self, pool: str | None = None) -> list[RequestView]:
-        """Requests not finished yet (pending, approved, scheduled, running), newest first."""
+    def open_requests(self, pool: str | None = None, *, every_cluster: bool = False) -> list[RequestView]:
+        """This cluster's requests not finished yet (pending, approved, scheduled,
+        running), newest first; with `every_cluster`, every cluster's (several clusters)."""
         rows = stored_requests.in_states(self._db, states=policy.OPEN_STATES, pool=pool,
-                                         limit=LIST_LIMIT)
+                                         limit=LIST_LIMIT, cluster=None if every_cluster else self._cluster())
         return [self._view(r) for r in rows]
 
     def rollback_asked(self, run_id: str, *, pool: str) -> RequestView | None:
@@ -550,7 +551,8 @@ class RequestService:
         """Pending requests `actor` could approve now (their approval would count),
         soonest deadline first."""
         waiting: list[RequestView] = []
-        for request in stored_requests.in_states(self._db, states=("pending",), limit=LIST_LIMIT):
+        for request in stored_requests.in_states(self._db, states=("pending",), limit=LIST_LIMIT,
+                                                 cluster=self._cluster()):
             decision = policy.check_approval(
                 request=request, approvals_so_far=self._decisions(request), approver=actor,
                 plan_hash=request.plan_hash, pool_policy=self._pool(request), now=now,
@@ -593,6 +595,10 @@ class RequestService:
 
     def _pool(self, request: Request) -> PoolConfig | None:
         return self._config.pools.get(request.pool)
+
+    def _cluster(self) -> tuple[str | None]:
+        """The cluster whose requests this service lists (its configuration's)."""
+        return (self._config.cluster_name,)
 
     def _load(self, request_id: str) -> Request:
         request = stored_requests.get(self._db, id=RequestId(request_id))
