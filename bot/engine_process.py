@@ -89,9 +89,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                             duration=dt.timedelta(seconds=args.lease_seconds)),
         max_parallel_nodes=args.max_parallel_nodes)
     try:
+        # NB: the home cluster's engine (runtime.config is its view of a several-cluster
+        # configuration); the other clusters' engines run in `gpuops run`.
         run_engine(settings, runtime.gateway, runtime.fleet, db, args.identity, stop,  # type: ignore[arg-type]
                    on_commit=_crash_hook(db), exit_when_idle=args.exit_when_idle,
-                   pools=config.pools if args.config else None)
+                   pools=runtime.config.pools if args.config else None, cluster=runtime.config.cluster_name)
     finally:
         runtime.close()
     return 0

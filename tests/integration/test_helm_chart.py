@@ -119,6 +119,7 @@ def test_the_default_render_is_one_locked_down_replica_with_its_tokens_as_files(
     assert bot["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert bot["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
     assert volumes[mounts_of(bot)["/var/lib/gpuops"]] == {"persistentVolumeClaim": {"claimName": "gpuops-data"}}
+    assert "clusters" not in volumes  # one cluster: no other kubeconfigs
 
     env = env_of(bot)
     assert env == {
@@ -179,6 +180,9 @@ def test_every_option_renders(tmp_path):
     assert "marker" not in yaml.safe_dump(deployment)
 
     assert volumes["data"] == {"persistentVolumeClaim": {"claimName": "gpuops-data"}}
+    # The other clusters' kubeconfigs, read only, where `clusters.<name>.kubeconfig` names them.
+    assert volumes["clusters"] == {"secret": {"secretName": "gpuops-cluster-kubeconfigs", "defaultMode": 0o400}}
+    assert {"name": "clusters", "mountPath": "/etc/gpuops/clusters", "readOnly": True} in bot["volumeMounts"]
     assert not [o for o in objects if o["kind"] == "PersistentVolumeClaim"]  # an existing claim
     service = one(objects, "Service")["spec"]
     assert service["type"] == "NodePort"
