@@ -99,6 +99,15 @@ def sort_findings(findings: Iterable[Finding]) -> tuple[Finding, ...]:
 # Node checks
 
 
+def node_findings_depend_on_time(inv: NodeInventory) -> bool:
+    """Whether `node_findings` of `inv` may say something else at another time: a node
+    not Ready (its age), an upgrade failed or under way (its age, stuck after a while),
+    a MIG change the operands pause for (stuck after a while). Every other finding of a
+    node reads only its inventory, so a cache may keep them until the node changes."""
+    return (inv.ready is not True or inv.upgrade.failed or inv.upgrade.in_progress
+            or inv.paused_for_mig_change)
+
+
 def node_findings(
     inv: NodeInventory, *, settings: InventorySettings, now: dt.datetime
 ) -> tuple[Finding, ...]:

@@ -7,7 +7,7 @@ for callers that hold a whole snapshot. No clock: time is the `now` argument."""
 from __future__ import annotations
 
 import datetime as dt
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -16,6 +16,7 @@ from workflows.fleet import findings as findings_mod
 from workflows.fleet.assessment import (
     UNPOOLED,
     ClusterInfo,
+    ConfiguredRuntime,
     DriverManager,
     FleetContext,
     InventorySettings,
@@ -52,20 +53,62 @@ class Fleet:
 
 @dataclass(slots=True)
 class _PoolTally:
-    nodes: list[NodeName] = field(default_factory=list)
+    """One pool's sums over its GPU nodes, kept up to date node by node: each node's
+    contribution is added when it comes and taken away when it changes or goes."""
+
+    nodes: set[NodeName] = field(default_factory=set)
     ready: int = 0
     physical: int = 0
     expected: int = 0
     advertised: int = 0
     allocatable: int = 0
     requested: int = 0
-    versions: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    owners: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
-    nvidia_drivers: set[str] = field(default_factory=set)
-    behind: dict[str, list[NodeName]] = field(default_factory=lambda: defaultdict(list))
+    versions: Counter[str] = field(default_factory=Counter)
+    owners: Counter[tuple[str, str]] = field(default_factory=Counter)  # (version, owner)
+    nvidia_drivers: Counter[str] = field(default_factory=Counter)
+    behind: dict[str, set[NodeName]] = field(default_factory=dict)
     operator_driven: int = 0  # nodes with nvidia.com/gpu.deploy.driver=true
-    runtimes: dict[str, list[NodeName]] = field(default_factory=lambda: defaultdict(list))
-    precompiled_kernels: dict[str, list[NodeName]] = field(default_factory=lambda: defaultdict(list))
+    runtimes: dict[str, set[NodeName]] = field(default_factory=dict)
+    precompiled_kernels: dict[str, set[NodeName]] = field(default_factory=dict)
+
+    def count(self, inventory: NodeInventory, sign: int) -> None:
+        """Add (`sign` 1) or take away (-1) one node's contribution."""
+        name = inventory.name
+        (self.nodes.add if sign > 0 else self.nodes.discard)(name)
+        self.ready += sign * (inventory.ready is True)
+        self.physical += sign * (inventory.physical_gpus or 0)
+        self.expected += sign * (inventory.expected_advertised or 0)
+        self.advertised += sign * inventory.advertised_gpus
+        self.allocatable += sign * inventory.allocatable_gpus
+        self.requested += sign * inventory.requested_gpus
+        version = inventory.effective_driver_version
+        if version:
+            self.versions[version] += sign
+            self.owners[(version, inventory.driver.owner)] += sign
+        if inventory.driver.nvidia_driver:
+            self.nvidia_drivers[inventory.driver.nvidia_driver] += sign
+        if inventory.driver_pod.template_version:
+            _member(self.behind, inventory.driver_pod.template_version, name, sign)
+        self.operator_driven += sign * (inventory.deploy_driver == "true")
+        info = inventory.node_info
+        if info.container_runtime_version:
+            _member(self.runtimes, info.container_runtime_version, name, sign)
+        if inventory.precompiled and info.kernel_version:
+            _member(self.precompiled_kernels, info.kernel_version, name, sign)
+
+    def driver_crs(self) -> set[str]:
+        return {name for name, count in self.nvidia_drivers.items() if count > 0}
+
+
+def _member(groups: dict[str, set[NodeName]], key: str, name: NodeName, sign: int) -> None:
+    if sign > 0:
+        groups.setdefault(key, set()).add(name)
+        return
+    members = groups.get(key)
+    if members is not None:
+        members.discard(name)
+        if not members:
+            del groups[key]
 
 
 def _driver_managers(tallies: Mapping[PoolName, _PoolTally], *,
@@ -75,12 +118,12 @@ def _driver_managers(tallies: Mapping[PoolName, _PoolTally], *,
     if cluster.uses_nvidia_driver_crds:
         driven: dict[str, set[PoolName]] = defaultdict(set)
         for pool, tally in tallies.items():
-            for name in tally.nvidia_drivers:
+            for name in tally.driver_crs():
                 driven[name].add(pool)
         managers = {name: DriverManager(kind="NVIDIADriver", name=name, version=ref.version,
                                         auto_upgrade=ref.auto_upgrade, pools=tuple(sorted(pools)))
                     for name, pools in driven.items() if (ref := context.nvidia_driver_named(name))}
-        return {pool: tuple(managers[n] for n in sorted(tally.nvidia_drivers) if n in managers)
+        return {pool: tuple(managers[n] for n in sorted(tally.driver_crs()) if n in managers)
                 for pool, tally in tallies.items()}
     if cluster.cluster_policy is None:
         return {}
@@ -91,100 +134,194 @@ def _driver_managers(tallies: Mapping[PoolName, _PoolTally], *,
     return {pool: (policy,) for pool in pools}
 
 
+def _pool_inventory(pool: PoolName, tally: _PoolTally, *, managers: tuple[DriverManager, ...],
+                    context: FleetContext, settings: InventorySettings) -> PoolInventory:
+    owners: dict[str, list[str]] = defaultdict(list)
+    for (version, owner), count in tally.owners.items():
+        if count > 0:
+            owners[version].append(owner)
+    return PoolInventory(
+        name=pool,
+        kind=None if pool == UNPOOLED else settings.kind_of(pool),
+        nodes=tuple(sorted(tally.nodes)),
+        nodes_ready=tally.ready,
+        gpus_physical=tally.physical,
+        gpus_expected=tally.expected,
+        gpus_advertised=tally.advertised,
+        gpus_allocatable=tally.allocatable,
+        gpus_requested=tally.requested,
+        driver_versions=MappingProxyType({v: n for v, n in sorted(tally.versions.items()) if n > 0}),
+        auto_upgrade=pool_auto_upgrade(tally.driver_crs(), context=context),
+        driver_version_owners=MappingProxyType({v: tuple(sorted(o)) for v, o in sorted(owners.items())}),
+        driver_pods_behind=MappingProxyType({v: tuple(sorted(n)) for v, n in sorted(tally.behind.items())}),
+        driver_managers=managers,
+        runtimes=MappingProxyType({r: tuple(sorted(n)) for r, n in sorted(tally.runtimes.items())}),
+        precompiled_kernels=MappingProxyType({k: tuple(sorted(n)) for k, n in sorted(tally.precompiled_kernels.items())}),
+    )
+
+
+class FleetIndex:
+    """The fleet summary kept up to date one node at a time, so that after one change the
+    summary costs what that change touched, not the fleet's size.
+
+    `update(name, inventory)` adds, replaces or (with None) removes one node's
+    contribution: its pool's sums change by the difference, and its findings are checked
+    again (memoized while they do not depend on the time: a node Ready and not upgrading
+    or changing MIG layout says the same at any time). `fleet(now, context=...)` rebuilds
+    only the pools that changed (all of them when the cluster-level context or the
+    container runtimes the toolkit is read against change), and sorts the findings again
+    only when one changed or one depends on the time. The result is what `summarize`
+    of the same inventories gives (a test holds them equal); a `Fleet` handed out never
+    changes afterwards. Not thread-safe: its owner (the watch cache) holds its lock."""
+
+    def __init__(self, settings: InventorySettings) -> None:
+        self._settings = settings
+        self._nodes: dict[NodeName, NodeInventory] = {}  # GPU nodes, by name
+        self._ordered: dict[NodeName, NodeInventory] | None = None  # the same, in name order
+        self._tallies: dict[PoolName, _PoolTally] = {}
+        self._node_findings: dict[NodeName, tuple[Finding, ...]] = {}
+        self._unchecked: set[NodeName] = set()  # nodes whose findings are to be checked again
+        self._timed: set[NodeName] = set()  # nodes whose findings depend on the time
+        self._runtime_kinds: Counter[str] = Counter()  # GPU nodes' container runtimes, by kind
+        self._kubelets: dict[str, set[NodeName]] = {}
+        self._dirty_pools: set[PoolName] = set()
+        self._findings_changed = True
+        self._support_changed = True
+        self._context: FleetContext | None = None
+        self._toolkit: ConfiguredRuntime | None = None
+        self._pools: dict[PoolName, PoolInventory] = {}
+        self._pool_findings: dict[PoolName, tuple[Finding, ...]] = {}
+        self._cluster_findings: tuple[Finding, ...] = ()
+        self._support_findings: tuple[Finding, ...] = ()
+        self._sorted: tuple[Finding, ...] = ()
+
+    def update(self, name: NodeName, inventory: NodeInventory | None) -> None:
+        old = self._nodes.get(name)
+        if inventory is not None and not inventory.gpu_node:
+            inventory = None
+        if old is inventory:
+            return
+        if old is not None:
+            self._count(old, -1)
+        if inventory is None:
+            self._nodes.pop(name, None)
+            self._node_findings.pop(name, None)
+            self._timed.discard(name)
+            self._unchecked.discard(name)
+            self._ordered = None
+            self._findings_changed = True
+        else:
+            if old is None:
+                self._ordered = None
+            elif self._ordered is not None:
+                self._ordered[name] = inventory  # a new value keeps its place
+            self._nodes[name] = inventory
+            self._count(inventory, 1)
+            self._unchecked.add(name)
+        if (old.node_info.kubelet_version if old else None) != (
+                inventory.node_info.kubelet_version if inventory else None):
+            self._support_changed = True
+
+    def _count(self, inventory: NodeInventory, sign: int) -> None:
+        tally = self._tallies.get(inventory.pool)
+        if tally is None:
+            tally = self._tallies[inventory.pool] = _PoolTally()
+        tally.count(inventory, sign)
+        self._dirty_pools.add(inventory.pool)
+        info = inventory.node_info
+        if info.container_runtime_version and (kind := runtime_of(info.container_runtime_version)):
+            self._runtime_kinds[kind] += sign
+        if info.kubelet_version:
+            _member(self._kubelets, info.kubelet_version, inventory.name, sign)
+
+    def _check(self, name: NodeName, now: dt.datetime) -> None:
+        """The node's findings, checked again; kept for later builds unless they depend on
+        the time."""
+        inventory = self._nodes[name]
+        (self._timed.add if findings_mod.node_findings_depend_on_time(inventory) else self._timed.discard)(name)
+        found = findings_mod.node_findings(inventory, settings=self._settings, now=now)
+        if self._node_findings.get(name) != found:
+            self._node_findings[name] = found
+            self._findings_changed = True
+
+    def fleet(self, now: dt.datetime, *, context: FleetContext,
+              canaries: Mapping[NodeName, CanaryVerdict] | None = None) -> Fleet:
+        settings = self._settings
+        if context is not self._context:
+            self._context = context
+            self._dirty_pools.update(self._tallies)
+            self._cluster_findings = findings_mod.cluster_findings(context.cluster)
+            self._support_changed = self._findings_changed = True
+        for name in self._unchecked | self._timed:
+            self._check(name, now)
+        self._unchecked.clear()
+        for pool in [p for p, tally in self._tallies.items() if not tally.nodes]:
+            del self._tallies[pool]
+            self._pools.pop(pool, None)
+            self._pool_findings.pop(pool, None)
+            self._findings_changed = True
+        toolkit = configured_runtime(context.cluster.toolkit, {k for k, n in self._runtime_kinds.items() if n > 0})
+        if toolkit != self._toolkit:
+            self._toolkit = toolkit
+            self._dirty_pools.update(self._tallies)
+        managers = _driver_managers(self._tallies, context=context)
+        for pool, tally in self._tallies.items():
+            cached = self._pools.get(pool)
+            if pool in self._dirty_pools or cached is None or cached.driver_managers != managers.get(pool, ()):
+                self._pools[pool] = inventory = _pool_inventory(pool, tally, managers=managers.get(pool, ()),
+                                                                context=context, settings=settings)
+                found = findings_mod.pool_findings(inventory, settings=settings, toolkit=toolkit)
+                if found != self._pool_findings.get(pool):
+                    self._pool_findings[pool] = found
+                    self._findings_changed = True
+        self._dirty_pools.clear()
+        if self._support_changed:
+            self._support_changed = False
+            # NB: versions in the order of their first node by name, as a pass over the nodes finds them.
+            kubelets = {version: sorted(nodes)
+                        for version, nodes in sorted(self._kubelets.items(), key=lambda item: min(item[1]))}
+            support = findings_mod.support_findings(context.cluster, kubelets=kubelets, settings=settings)
+            if support != self._support_findings:
+                self._support_findings = support
+                self._findings_changed = True
+        if self._ordered is None:
+            self._ordered = {name: self._nodes[name] for name in sorted(self._nodes)}
+        verdicts = {n: v for n, v in (canaries or {}).items() if n in self._nodes}
+        if self._findings_changed or verdicts:
+            self._findings_changed = False
+            found = [f for name in self._ordered for f in self._node_findings.get(name, ())]
+            found.extend(f for name in self._ordered if (v := verdicts.get(name)) is not None
+                         for f in findings_mod.canary_findings(self._nodes[name], v, now=now))
+            found.extend(f for pool in self._pools for f in self._pool_findings.get(pool, ()))
+            found.extend(self._cluster_findings)
+            found.extend(self._support_findings)
+            self._sorted = findings_mod.sort_findings(found)
+            if verdicts:
+                self._findings_changed = True  # canary findings age: sort again next time
+        return Fleet(
+            cluster=context.cluster,
+            pools=tuple(self._pools[pool] for pool in sorted(self._pools, key=lambda p: (p == UNPOOLED, p))),
+            nodes=MappingProxyType(dict(self._ordered)),
+            findings=self._sorted,
+            canaries=MappingProxyType(verdicts),
+        )
+
+
 def summarize(
     nodes: Mapping[NodeName, NodeInventory],
     *,
     context: FleetContext,
     settings: InventorySettings,
     now: dt.datetime,
-    node_findings: Mapping[NodeName, tuple[Finding, ...]] | None = None,
     canaries: Mapping[NodeName, CanaryVerdict] | None = None,
 ) -> Fleet:
-    """Pools, cluster info and findings from node inventories, in one pass.
-
-    `node_findings` lets a cache pass findings it memoized per node; nodes missing from
-    it are checked here. `canaries` is each node's last check-pod verdict from gpuops'
-    records (`workflows.fleet.canaries`); without it, no canary findings.
-    """
-    tallies: dict[PoolName, _PoolTally] = defaultdict(_PoolTally)
-    found: list[Finding] = []
-    gpu_nodes: dict[NodeName, NodeInventory] = {}
-    kubelets: dict[str, list[NodeName]] = defaultdict(list)
-    for name in sorted(nodes):
-        inventory = nodes[name]
-        if not inventory.gpu_node:
-            continue
-        gpu_nodes[name] = inventory
-        tally = tallies[inventory.pool]
-        tally.nodes.append(name)
-        tally.ready += inventory.ready is True
-        tally.physical += inventory.physical_gpus or 0
-        tally.expected += inventory.expected_advertised or 0
-        tally.advertised += inventory.advertised_gpus
-        tally.allocatable += inventory.allocatable_gpus
-        tally.requested += inventory.requested_gpus
-        version = inventory.effective_driver_version
-        if version:
-            tally.versions[version] += 1
-            tally.owners[version].add(inventory.driver.owner)
-        if inventory.driver.nvidia_driver:
-            tally.nvidia_drivers.add(inventory.driver.nvidia_driver)
-        if inventory.driver_pod.template_version:
-            tally.behind[inventory.driver_pod.template_version].append(name)
-        tally.operator_driven += inventory.deploy_driver == "true"
-        info = inventory.node_info
-        if info.container_runtime_version:
-            tally.runtimes[info.container_runtime_version].append(name)
-        if inventory.precompiled and info.kernel_version:
-            tally.precompiled_kernels[info.kernel_version].append(name)
-        if info.kubelet_version:
-            kubelets[info.kubelet_version].append(name)
-        verdict = canaries.get(name) if canaries is not None else None
-        if verdict is not None:
-            found.extend(findings_mod.canary_findings(inventory, verdict, now=now))
-        memo = node_findings.get(name) if node_findings is not None else None
-        found.extend(
-            memo
-            if memo is not None
-            else findings_mod.node_findings(inventory, settings=settings, now=now)
-        )
-
-    managers = _driver_managers(tallies, context=context)
-    pools = tuple(
-        PoolInventory(
-            name=pool,
-            kind=None if pool == UNPOOLED else settings.kind_of(pool),
-            nodes=tuple(tally.nodes),
-            nodes_ready=tally.ready,
-            gpus_physical=tally.physical,
-            gpus_expected=tally.expected,
-            gpus_advertised=tally.advertised,
-            gpus_allocatable=tally.allocatable,
-            gpus_requested=tally.requested,
-            driver_versions=MappingProxyType(dict(sorted(tally.versions.items()))),
-            auto_upgrade=pool_auto_upgrade(tally.nvidia_drivers, context=context),
-            driver_version_owners=MappingProxyType({v: tuple(sorted(o)) for v, o in sorted(tally.owners.items())}),
-            driver_pods_behind=MappingProxyType({v: tuple(n) for v, n in sorted(tally.behind.items())}),
-            driver_managers=managers.get(pool, ()),
-            runtimes=MappingProxyType({r: tuple(n) for r, n in sorted(tally.runtimes.items())}),
-            precompiled_kernels=MappingProxyType({k: tuple(n) for k, n in sorted(tally.precompiled_kernels.items())}),
-        )
-        for pool, tally in sorted(tallies.items(), key=lambda item: (item[0] == UNPOOLED, item[0]))
-    )
-    toolkit = configured_runtime(
-        context.cluster.toolkit,
-        {kind for tally in tallies.values() for version in tally.runtimes if (kind := runtime_of(version))})
-    for pool_inventory in pools:
-        found.extend(findings_mod.pool_findings(pool_inventory, settings=settings, toolkit=toolkit))
-    found.extend(findings_mod.cluster_findings(context.cluster))
-    found.extend(findings_mod.support_findings(context.cluster, kubelets=kubelets, settings=settings))
-    return Fleet(
-        cluster=context.cluster,
-        pools=pools,
-        nodes=MappingProxyType(gpu_nodes),
-        findings=findings_mod.sort_findings(found),
-        canaries=MappingProxyType({n: v for n, v in (canaries or {}).items() if n in gpu_nodes}),
-    )
+    """Pools, cluster info and findings from node inventories, in one pass (a
+    `FleetIndex` filled at once). `canaries` is each node's last check-pod verdict from
+    gpuops' records (`workflows.fleet.canaries`); without it, no canary findings."""
+    index = FleetIndex(settings)
+    for name, inventory in nodes.items():
+        index.update(name, inventory)
+    return index.fleet(now, context=context, canaries=canaries)
 
 
 def build_fleet(

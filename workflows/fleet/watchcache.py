@@ -26,7 +26,7 @@ from typing import Any
 from workflows.fleet import assessment as inv
 from workflows.fleet.canaries import LastCanaries
 from workflows.fleet.first_seen import FirstSeen
-from workflows.fleet.summary import Fleet, summarize
+from workflows.fleet.summary import Fleet, FleetIndex
 from workflows.kube import wire
 from workflows.kube.errors import Gone, KubeError, NotFound, WatchError
 from workflows.kube.gateway import (
@@ -152,6 +152,8 @@ class FleetCache:
         self._context_dirty = True
         self._context: inv.FleetContext | None = None
         self._assessed: dict[NodeName, inv.NodeInventory] = {}
+        # The summary of `_assessed`, kept up to date node by node (see FleetIndex).
+        self._index = FleetIndex(settings)
         self._fleet: Fleet | None = None
         self._fleet_at: dt.datetime | None = None
         self._generation = 0
@@ -334,7 +336,9 @@ class FleetCache:
             self._replace(resource, fresh)
             resource.resource_version = result.resource_version
             if early and not self._context_dirty:
-                self._assessed.update(early)
+                for name, assessed in early.items():
+                    self._assessed[name] = assessed
+                    self._index.update(name, assessed)
                 self._dirty.difference_update(early)
         resource.synced.set()
         return True
@@ -455,6 +459,7 @@ class FleetCache:
             self._dirty.add(NodeName(key))
             if new is None:
                 self._assessed.pop(NodeName(key), None)
+                self._index.update(NodeName(key), None)
         elif resource.name == "pods":
             for pod in (old, new):
                 if pod is not None and pod.node_name:
@@ -556,15 +561,16 @@ class FleetCache:
             for name in self._dirty:
                 node = nodes.get(name)
                 if node is None:
+                    self._index.update(name, None)
                     if self._assessed.pop(name, None) is not None and self._first_seen is not None:
                         self._first_seen.forget(name, now)
                     continue
                 on_node = [pods[k] for k in self._pods_by_node.get(name, ()) if k in pods]
-                self._assessed[name] = self._assess(node, on_node, now)
+                self._assessed[name] = assessed = self._assess(node, on_node, now)
+                self._index.update(name, assessed)
             self._dirty.clear()
             canaries = self._canaries.verdicts(now) if self._canaries is not None else None
-            self._fleet = summarize(self._assessed, context=self._context, settings=self._settings, now=now,
-                                    canaries=canaries)
+            self._fleet = self._index.fleet(now, context=self._context, canaries=canaries)
             self._fleet_at = now
             self._fleet_generation = self._generation
             return self._fleet
