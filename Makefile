@@ -12,7 +12,7 @@ FLEET ?= demo
 DEMO_USER ?= U0ALICE
 DEMO_ARGS := --config deploy/config.example.yaml --kubeconfig .gpuops/testenv/kubeconfig --database .gpuops/demo.db
 
-.PHONY: fuzz reliability venv demo test bench mutation testenv-build testenv-up testenv-down clean
+.PHONY: fuzz reliability venv demo test bench bench-scaling mutation testenv-build testenv-up testenv-down clean
 
 venv: $(VENV)/.installed
 
@@ -41,7 +41,12 @@ test: testenv-build
 	$(PY) -m pytest
 
 bench: testenv-build
-	$(PY) -m pytest tests/bench -p no:cacheprovider -o addopts= -q -s
+	$(PY) -m pytest tests/bench --ignore=tests/bench/test_scaling_curve.py -p no:cacheprovider -o addopts= -q -s
+
+# The read path's scaling curve: about 30 minutes and up to ~20 GB; GPUOPS_SCALING_SIZES,
+# GPUOPS_SCALING_CLUSTERS and GPUOPS_SCALING_REPEAT make it smaller.
+bench-scaling: testenv-build
+	$(PY) -m pytest tests/bench/test_scaling_curve.py -p no:cacheprovider -o addopts= -q -s
 
 # Fuzzing (hypothesis, 10,000 cases a target, seeded; not part of `make test`, which runs a
 # few hundred): the figures go to tests/reliability/results/fuzz.json. FUZZ_SEED=n to vary.

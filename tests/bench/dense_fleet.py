@@ -5,14 +5,26 @@ Pods are created bound (spec.nodeName) and their status then written as a kubele
 would (Running, Ready, one status a container): there is no kubelet on these nodes. They
 carry no ownerReferences: the control plane's garbage collector would delete pods whose
 DaemonSet does not exist.
+
+`grow` creates such a fleet (8 pools of 8 GPUs a node) in a control plane, or adds nodes
+to the one already there: the inventory bench creates it at once, the scaling curve grows
+it step by step.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
+import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from kubernetes import config
+
 from testenv import fleet as fl
+from testenv.controlplane import KWOK_ANNOTATION
+from testenv.install import Installer
 
 WORKLOAD_LABEL = "bench.gpuops.io/workload"
 # The operator's operands, in the order a node gets them (the driver first: with one pod
@@ -51,6 +63,13 @@ def composition(pods_per_node: int) -> tuple[int, int, int]:
     operands = min(len(OPERAND_APPS), pods_per_node)
     system = min(len(SYSTEM_APPS), pods_per_node - operands)
     return operands, system, pods_per_node - operands - system
+
+
+def describe(pods_per_node: int) -> dict[str, int]:
+    """A node's pods by kind, for a results file."""
+    operands, system, workloads = composition(pods_per_node)
+    return {"operands": operands, "system": system, "workloads": workloads,
+            "workloads_holding_gpus": sum(1 for i in range(workloads) if WORKLOADS[i % len(WORKLOADS)][2])}
 
 
 def _suffix(node: str, app: str) -> str:
@@ -125,3 +144,89 @@ def running_status(pod: dict[str, Any], *, seed: int) -> dict[str, Any]:
                                "state": {"running": {"startedAt": at}}}
                               for c in pod["spec"]["containers"]],
     }
+
+
+POOLS = 8
+PRODUCTS = ("NVIDIA-H100-80GB-HBM3", "NVIDIA-H200", "NVIDIA-A100-SXM4-80GB", "NVIDIA-L40S")
+
+
+def bench_fleet(nodes: int) -> fl.FleetSpec:
+    """The bench fleet of `nodes` GPU nodes: 8 pools, 8 GPUs a node, no system nodes."""
+    return fl.FleetSpec(name="bench", system_nodes=0, operator=fl.OperatorSpec(stand_in=(
+        f"{nodes} nodes created straight through the API, Ready and advertising, with no kwok and no operator: "
+        "their heartbeats and reconciles would be the load, not the inventory")), pools=tuple(
+        fl.PoolSpec(name=f"pool-{i}", kind="serving" if i < 4 else "training",
+                    nodes=nodes // POOLS + (i < nodes % POOLS), product=PRODUCTS[i % 4], gpus_per_node=8)
+        for i in range(POOLS)))
+
+
+def name_width(nodes: int) -> int:
+    """Digits of a node's number in the names of the largest pool of a `nodes`-node fleet,
+    as `fl.pool_node_names` counts them."""
+    return max(2, len(str(bench_fleet(nodes).pools[0].nodes)))
+
+
+def gpu_node(spec: fl.FleetSpec, pool: fl.PoolSpec, name: str) -> dict[str, Any]:
+    node = fl.node_object(spec, pool, name, advertise=True)
+    # No kwok for thousands of nodes (its lease heartbeats would be the load): the node
+    # is created Ready, with its GPUs advertised and GFD's driver labels.
+    node["metadata"]["annotations"].pop(KWOK_ANNOTATION)
+    node["metadata"]["labels"].update(fl.driver_version_labels(spec.operator.driver_version))
+    node["status"]["conditions"] = [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                     "message": "bench", "lastHeartbeatTime": "2026-01-01T00:00:00Z",
+                                     "lastTransitionTime": "2026-01-01T00:00:00Z"}]
+    return node
+
+
+@dataclass(frozen=True)
+class Growth:
+    """What one `grow` call created, and how long it took."""
+
+    spec: fl.FleetSpec
+    nodes_created: int
+    pods_created: int
+    create_s: float  # the objects
+    create_and_status_s: float  # and the pods' Running status
+
+
+def grow(kubeconfig: Path, *, nodes: int, pods_per_node: int, have: int = 0, width: int | None = None,
+         workers: int = 12) -> Growth:
+    """Bring the bench fleet in the control plane of `kubeconfig` from `have` nodes (0: none
+    yet; its ClusterPolicy, operator Deployment and namespaces are created too) to `nodes`.
+    Node names have `width` digits (default: as `fl.pool_node_names` names them, by the
+    pool's size): a fleet that grows keeps its names when given the width of its largest
+    size from the start (see `name_width`)."""
+    spec = bench_fleet(nodes)
+    earlier = bench_fleet(have)
+    api = config.new_client_from_config(config_file=str(kubeconfig))
+    api.configuration.connection_pool_maxsize = workers + 4
+    installer = Installer(api)
+    namespaces = (spec.operator.namespace, *WORKLOAD_NAMESPACES)
+    for namespace in namespaces:
+        installer.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}, exist_ok=True)
+    installer.create(fl.cluster_policy_object(spec), exist_ok=True)
+    installer.create(fl.operator_deployment(spec), exist_ok=True)
+    new = [gpu_node(spec, pool, f"{pool.name}-{i:0{width or max(2, len(str(pool.nodes)))}d}")
+           for pool, before in zip(spec.pools, earlier.pools, strict=True)
+           for i in range(before.nodes + 1, pool.nodes + 1)]
+    pods = [pod for node in new for pod in node_pods(spec, node["metadata"]["name"], pods_per_node)]
+    first_seed = have * pods_per_node  # pod IPs go on from the pods created before
+    started = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        # The answers are dropped as they come: kept, 75,000 parsed pods would be the
+        # bench's largest memory.
+        for _ in pool.map(lambda obj: installer.create(obj, exist_ok=True), new + pods):
+            pass
+        created_s = time.perf_counter() - started
+        # As a kubelet would: the pods' containers run (no kubelet here to say so).
+        for _ in pool.map(lambda item: installer.patch_status(item[1], running_status(item[1], seed=item[0])),
+                          enumerate(pods, start=first_seed)):
+            pass
+    return Growth(spec=spec, nodes_created=len(new), pods_created=len(pods), create_s=created_s,
+                  create_and_status_s=time.perf_counter() - started)
+
+
+def count_nodes(kubeconfig: Path) -> int:
+    """The bench fleet's nodes as the API lists them."""
+    installer = Installer(config.new_client_from_config(config_file=str(kubeconfig)))
+    return len(installer.list("Node", selector=f"{fl.FLEET_LABEL}=bench"))

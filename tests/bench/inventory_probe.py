@@ -4,12 +4,21 @@ tests.bench.pod_churn churns pods in a process of its own), `/gpu status` right 
 single node or pod change, and report its RSS.
 
     python -m tests.bench.inventory_probe --kubeconfig PATH --renders 100 --churn-rate 300
+
+With `--kubeconfig` given several times, one process reads every cluster as gpuops
+does with several clusters: one cache each, started side by side; a baseline lists every
+cluster side by side, a cold start ends when every cache has its fleet, a render is
+`/gpu status` of each cluster in turn (their sum is timed), and each change is one change
+in every cluster. `--quick` (the scaling curve) leaves out the churn, the typed baseline
+and the forced re-summaries, and takes one (baseline, cold start) pair unless `--repeat`
+says otherwise.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import gc
 import json
 import statistics
 import subprocess
@@ -17,6 +26,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 from bot.render_text import render_text
 from commands.catalog import dispatch
@@ -26,6 +36,12 @@ from workflows.config import GpuopsConfig
 from workflows.fleet.watchcache import FleetCache
 from workflows.kube import wire
 from workflows.kube.gateway import NODES, PODS, KubeGateway
+
+ACTOR = Actor(user_id=UserId("bench"), name="bench", roles=frozenset({Role.VIEWER}), via="cli")
+# How long a cache may take to open its watches, or to apply a change the probe made.
+SETTLE_TIMEOUT_S = 60.0
+# What the probe's changes write (the churn writes labels of its own).
+CHANGE_KEY = "bench.gpuops.io/probe-step"
 
 
 def _status_mib(field: str) -> float:
@@ -42,37 +58,132 @@ def _median_p99(seconds: list[float]) -> tuple[float, float]:
     return statistics.median(ordered) * 1000, ordered[max(0, int(len(ordered) * 0.99) - 1)] * 1000
 
 
-def _list_both(gateway: KubeGateway, lists: ThreadPoolExecutor, **schemas: object) -> tuple[int, int]:
-    """Nodes and pods listed side by side, as the cache lists them (each paged)."""
-    nodes = lists.submit(gateway.list, NODES, schema=schemas.get("nodes"))
-    pods = lists.submit(gateway.list, PODS, schema=schemas.get("pods"))
-    return len(nodes.result().items), len(pods.result().items)
+@dataclass
+class Cluster:
+    """One cluster the probe reads: its API, its cache, and the change it waits to see."""
+
+    kubeconfig: str
+    config: GpuopsConfig
+    gateway: KubeGateway = field(init=False)
+    cache: FleetCache | None = None
+    services: Services | None = None
+    awaited: tuple[str, str, str] | None = None  # resource, name, value of CHANGE_KEY
+    seen: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self.gateway = KubeGateway.connect(kubeconfig=self.kubeconfig)
+
+    def start(self, *, watch: bool) -> FleetCache:
+        """A new cache (the last one stopped), listed and, with `watch`, watching."""
+        self.stop()
+        self.cache = FleetCache(self.gateway, settings=self.config.inventory_settings()).start(watch=watch)
+        self.cache.add_listener(self._heard)
+        self.services = Services(config=self.config, fleet=self.cache)
+        return self.cache
+
+    def stop(self) -> None:
+        if self.cache is not None:
+            self.cache.stop()
+
+    def _heard(self, resource: str, kind: str, view: object) -> None:
+        if self.awaited is None or self.awaited[:2] != (resource, getattr(view, "name", "")):
+            return
+        marks = {**getattr(view, "labels", {}), **getattr(view, "annotations", {})}
+        if marks.get(CHANGE_KEY) == self.awaited[2]:
+            self.seen.set()
+
+    def watching(self) -> bool:
+        """Every resource there is (an optional CRD may not be installed) has a watch open:
+        from then on a change reaches the cache."""
+        assert self.cache is not None
+        return all(self.cache.watches(state.resource) >= 1 for state in self.cache.states() if state.available)
+
+    def change(self, resource: str, path: str, name: str, value: str) -> None:
+        """One real change (a merge patch of a node's annotation or a pod's label); `applied`
+        waits until the cache holds it."""
+        self.seen.clear()
+        self.awaited = (resource, name, value)
+        where = "annotations" if resource == "nodes" else "labels"
+        self.gateway.request("PATCH", path, body={"metadata": {where: {CHANGE_KEY: value}}},
+                             content_type="application/merge-patch+json")
+
+    def applied(self, what: str) -> None:
+        assert self.seen.wait(SETTLE_TIMEOUT_S), f"{self.kubeconfig}: the cache did not see {what}"
+
+
+def _wait_watching(clusters: list[Cluster]) -> None:
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    while not all(cluster.watching() for cluster in clusters):
+        assert time.monotonic() < deadline, "the caches' watches did not open"
+        time.sleep(0.02)
+
+
+def _start_all(clusters: list[Cluster], *, watch: bool) -> None:
+    """Every cluster's cache started side by side, each with its first fleet view."""
+    def start(cluster: Cluster) -> None:
+        cluster.start(watch=watch).fleet(dt.datetime.now(dt.timezone.utc))
+
+    if len(clusters) == 1:
+        start(clusters[0])
+        return
+    with ThreadPoolExecutor(max_workers=len(clusters)) as starts:
+        list(starts.map(start, clusters))
+
+
+def _list_all(clusters: list[Cluster], lists: ThreadPoolExecutor, **schemas: object) -> list[tuple[int, int]]:
+    """Each cluster's nodes and pods listed side by side, as its cache lists them (each
+    paged), one cluster after another; (nodes, pods) a cluster.
+
+    NB: one cluster at a time, as three clusters' parsed lists held at once would take
+    some 5 GB at 3 x 75,000 pods, beside three control planes on a 24 GiB machine."""
+    counts = []
+    for cluster in clusters:
+        nodes = lists.submit(cluster.gateway.list, NODES, schema=schemas.get("nodes"))
+        pods = lists.submit(cluster.gateway.list, PODS, schema=schemas.get("pods"))
+        counts.append((len(nodes.result().items), len(pods.result().items)))
+        del nodes, pods  # freed before the next cluster's lists
+    return counts
+
+
+def _rss_only(clusters: list[Cluster]) -> None:
+    """The bot's memory, apart from the baseline's: freed JSON lists stay in the probe's
+    heap (CPython keeps its arenas), so the probe's own RSS overstates it."""
+    _start_all(clusters, watch=True)
+    for cluster in clusters:
+        reply = dispatch("status", actor=ACTOR, services=cluster.services, now=dt.datetime.now(dt.timezone.utc))
+        assert reply.ok
+    # Read once the watches are open, the cache's whole state as the bot holds it.
+    _wait_watching(clusters)
+    now = dt.datetime.now(dt.timezone.utc)
+    json.dump({"rss_mib": _status_mib("VmRSS"), "rss_peak_mib": _status_mib("VmHWM"),
+               "gpu_nodes_in_fleet": [len(c.cache.fleet(now).nodes) for c in clusters if c.cache]}, sys.stdout)
+    for cluster in clusters:
+        cluster.stop()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument("--kubeconfig", action="append", required=True,
+                        help="a cluster to read; several: one process, one cache each")
     parser.add_argument("--renders", type=int, default=100)
-    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--repeat", type=int, default=None,
+                        help="(baseline, cold start) pairs; default 7, 1 with --quick")
     parser.add_argument("--churn-rate", type=float, default=300.0)
     parser.add_argument("--changes", type=int, default=40)
+    parser.add_argument("--quick", action="store_true",
+                        help="no churn, typed baseline or forced re-summaries; one pair unless --repeat")
     parser.add_argument("--rss-only", action="store_true",
-                        help="only start a watching cache, render /gpu status once and report the RSS")
+                        help="only start watching caches, render /gpu status once and report the RSS")
     args = parser.parse_args()
-    gateway = KubeGateway.connect(kubeconfig=args.kubeconfig)
     config = GpuopsConfig()
-    actor = Actor(user_id=UserId("bench"), name="bench", roles=frozenset({Role.VIEWER}), via="cli")
+    clusters = [Cluster(kubeconfig, config) for kubeconfig in args.kubeconfig]
     if args.rss_only:
-        # The bot's memory, apart from the baseline's: freed JSON lists stay in this
-        # process's heap (CPython keeps its arenas), so the probe's own RSS overstates it.
-        cache = FleetCache(gateway, settings=config.inventory_settings()).start(watch=True)
-        reply = dispatch("status", actor=actor, services=Services(config=config, fleet=cache),
-                         now=dt.datetime.now(dt.timezone.utc))
-        assert reply.ok
-        time.sleep(2)
-        json.dump({"rss_mib": _status_mib("VmRSS"), "rss_peak_mib": _status_mib("VmHWM")}, sys.stdout)
-        cache.stop()
+        _rss_only(clusters)
         return
+    repeat = args.repeat or (1 if args.quick else 7)
+    churn_rate = 0.0 if args.quick else args.churn_rate
+    if churn_rate > 0 and len(clusters) > 1:
+        parser.error("churn is for one cluster: give --quick or --churn-rate 0 with several")
 
     # Baseline: the raw list of every node and every pod, as bytes off the wire parsed into JSON
     # objects, paged as the cache pages it. Each cold start is timed right after its own
@@ -80,139 +191,144 @@ def main() -> None:
     # of a shared machine (CPU steal on a VM), which best-of-N taken minutes apart does
     # not.
     pairs = []
-    cache = None
+    listed: list[tuple[int, int]] = []
     lists = ThreadPoolExecutor(max_workers=2)
-    for _ in range(args.repeat):
-        if cache is not None:
-            cache.stop()
-            cache = None
+    for _ in range(repeat):
+        for cluster in clusters:
+            cluster.stop()
         started = time.perf_counter()
-        nodes, pods_listed = _list_both(gateway, lists)
+        listed = _list_all(clusters, lists)
         baseline = time.perf_counter() - started
         started = time.perf_counter()
-        cache = FleetCache(gateway, settings=config.inventory_settings()).start(watch=False)
-        fleet = cache.fleet(dt.datetime.now(dt.timezone.utc))
+        _start_all(clusters, watch=False)
         pairs.append((baseline, time.perf_counter() - started))
-    assert cache is not None
     ratios = sorted(cold / baseline for baseline, cold in pairs)
     # The cache decodes nodes into only the fields it reads (workflows.kube.wire), cheaper
     # than a whole parse. A stricter baseline is reported beside the one above: the same
     # list decoded with the cache's own node schema, timed after the pairs so as not to
     # disturb them.
     typed = []
-    for _ in range(args.repeat):
+    for _ in range(0 if args.quick else repeat):
         started = time.perf_counter()
-        _list_both(gateway, lists, nodes=wire.NodeWire, pods=wire.PodWire)
+        _list_all(clusters, lists, nodes=wire.NodeWire, pods=wire.PodWire)
         typed.append(time.perf_counter() - started)
     rss_after_cold = _status_mib("VmRSS")
 
-    # Warm: the cache now watches, as the bot's does, so churn lands in this process.
-    cache.stop()
-    cache = FleetCache(gateway, settings=config.inventory_settings()).start(watch=True)
-    seen = threading.Event()
-    awaited: list[tuple[str, str]] = []
-
-    def heard(resource: str, kind: str, view: object) -> None:
-        if awaited and (resource, getattr(view, "name", "")) == awaited[0]:
-            seen.set()
-
-    cache.add_listener(heard)
-    time.sleep(2)  # the watches open
-    services = Services(config=config, fleet=cache)
+    # Warm: the caches now watch, as the bot's do, so churn lands in this process.
+    _start_all(clusters, watch=True)
+    _wait_watching(clusters)
 
     def render() -> tuple[float, str]:
+        """`/gpu status` of every cluster in turn: the time of them all, the last text."""
         now = dt.datetime.now(dt.timezone.utc)
-        started = time.perf_counter()
-        reply = dispatch("status", actor=actor, services=services, now=now)
-        text = render_text(reply)
-        assert reply.ok, text
-        return time.perf_counter() - started, text
+        elapsed, text = 0.0, ""
+        for cluster in clusters:
+            started = time.perf_counter()
+            reply = dispatch("status", actor=ACTOR, services=cluster.services, now=now)
+            text = render_text(reply)
+            elapsed += time.perf_counter() - started
+            assert reply.ok, text
+        return elapsed, text
 
     quiet = [render()[0] for _ in range(args.renders)]
     text = render()[1]
+    # What the collector walks when renders allocate: the caches' contents should be
+    # frozen out of its sight (workflows.kube.gateway.gc_paused).
+    collector = {"frozen": gc.get_freeze_count(), "tracked": len(gc.get_objects())}
+    first = clusters[0]
+    assert first.cache is not None
+    snapshots = [c.cache.snapshot(dt.datetime.now(dt.timezone.utc)) for c in clusters if c.cache]
+    gpu_pods = [next(p for p in snapshot.pods if p.gpu_requests and p.namespace != "batch") for snapshot in snapshots]
+    node_names = [next(iter(snapshot.nodes)) for snapshot in snapshots]
 
     # Under churn: renders spread over ~10 s (a user asks now and then, not in a loop).
     churned: list[float] = []
     churn_report: dict[str, object] = {"target_per_s": 0}
-    if args.churn_rate > 0:
-        churn = subprocess.Popen([sys.executable, "-m", "tests.bench.pod_churn", "--kubeconfig", args.kubeconfig,
-                                  "--rate", str(args.churn_rate)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    if churn_rate > 0:
+        churn = subprocess.Popen([sys.executable, "-m", "tests.bench.pod_churn", "--kubeconfig", first.kubeconfig,
+                                  "--rate", str(churn_rate)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                  text=True)
         try:
             assert churn.stdout is not None and churn.stdin is not None
             assert churn.stdout.readline().strip() == "ready"
-            time.sleep(3)  # up to speed
+            warmup = json.loads(churn.stdout.readline())  # once it churns at its rate (or gave up trying)
             for _ in range(args.renders):
                 churned.append(render()[0])
                 time.sleep(0.1)
             churn.stdin.close()
-            churn_report = json.loads(churn.stdout.read().strip().splitlines()[-1])
+            churn_report = {**json.loads(churn.stdout.read().strip().splitlines()[-1]), "warmup": warmup}
         finally:
             if churn.poll() is None:
                 churn.kill()
             churn.wait()
-        time.sleep(3)  # the cache catches up
+        # The cache has caught up once it applied a change made after the churn's last
+        # one: the same pods' watch delivers events in order.
+        pod = gpu_pods[0]
+        first.change("pods", f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}", pod.name, "after-churn")
+        first.applied("the change after the churn")
     rss_warm = _status_mib("VmRSS")
 
-    # One change, then a render: alternately a node's annotation and a GPU pod's label,
-    # each rendered as soon as the cache has applied it (the summary is then stale).
-    snapshot = cache.snapshot(dt.datetime.now(dt.timezone.utc))
-    gpu_pod = next(p for p in snapshot.pods if p.gpu_requests and p.namespace != "batch")
-    node_name = next(iter(snapshot.nodes))
+    # One change, then a render: alternately a node's annotation and a GPU pod's label
+    # (one in every cluster), rendered as soon as the caches have applied them (the
+    # summaries are then stale).
     after_node: list[float] = []
     after_pod: list[float] = []
     render()
     for step in range(args.changes):
-        seen.clear()
-        if step % 2 == 0:
-            awaited[:] = [("nodes", node_name)]
-            gateway.request("PATCH", f"/api/v1/nodes/{node_name}",
-                            body={"metadata": {"annotations": {"bench.gpuops.io/step": str(step)}}},
-                            content_type="application/merge-patch+json")
-        else:
-            awaited[:] = [("pods", gpu_pod.name)]
-            gateway.request("PATCH", f"/api/v1/namespaces/{gpu_pod.namespace}/pods/{gpu_pod.name}",
-                            body={"metadata": {"labels": {"bench.gpuops.io/step": str(step)}}},
-                            content_type="application/merge-patch+json")
-        assert seen.wait(30), f"the cache did not see change {step}"
+        for cluster, node_name, pod in zip(clusters, node_names, gpu_pods, strict=True):
+            if step % 2 == 0:
+                cluster.change("nodes", f"/api/v1/nodes/{node_name}", node_name, str(step))
+            else:
+                cluster.change("pods", f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}", pod.name, str(step))
+        for cluster in clusters:
+            cluster.applied(f"change {step}")
         (after_node if step % 2 == 0 else after_pod).append(render()[0])
 
     # For continuity with earlier runs: the whole summary forced again (max_age=0).
     class Resummarized:
-        def fleet(self, now: dt.datetime):  # noqa: ANN201
-            return cache.fleet(now, max_age=dt.timedelta(0))
+        def __init__(self, cache: FleetCache) -> None:
+            self._cache = cache
 
-    services = Services(config=config, fleet=Resummarized())
-    forced = [render()[0] for _ in range(args.renders)]
-    cache.stop()
+        def fleet(self, now: dt.datetime):  # noqa: ANN201
+            return self._cache.fleet(now, max_age=dt.timedelta(0))
+
+    for cluster in clusters:
+        assert cluster.cache is not None
+        cluster.services = Services(config=config, fleet=Resummarized(cluster.cache))
+    forced = [render()[0] for _ in range(0 if args.quick else args.renders)]
+    for cluster in clusters:
+        cluster.stop()
     lists.shutdown()
-    own = subprocess.run([sys.executable, "-m", "tests.bench.inventory_probe", "--kubeconfig", args.kubeconfig,
-                          "--rss-only"], capture_output=True, text=True, timeout=600, check=True)
+    own = subprocess.run([sys.executable, "-m", "tests.bench.inventory_probe", "--rss-only",
+                          *(f"--kubeconfig={c.kubeconfig}" for c in clusters)],
+                         capture_output=True, text=True, timeout=1800, check=True)
     bot_memory = json.loads(own.stdout)
 
     quiet_median, quiet_p99 = _median_p99(quiet)
     churn_median, churn_p99 = _median_p99(churned) if churned else (quiet_median, quiet_p99)
     change_median, change_p99 = _median_p99(after_node + after_pod)
-    forced_median, forced_p99 = _median_p99(forced)
-    fleet = cache.fleet(dt.datetime.now(dt.timezone.utc))
-    json.dump({
-        "nodes_listed": nodes,
-        "pods_listed": pods_listed,
-        "gpu_nodes_in_fleet": len(fleet.nodes),
-        "gpus_advertised": sum(p.gpus_advertised for p in fleet.pools),
-        "pools": len(fleet.pools),
-        "pods_cached": len(cache.snapshot(dt.datetime.now(dt.timezone.utc)).pods),
+    now = dt.datetime.now(dt.timezone.utc)
+    per_cluster = [{"nodes_listed": nodes, "pods_listed": pods_listed,
+                    "gpu_nodes_in_fleet": len(c.cache.fleet(now).nodes),
+                    "gpus_advertised": sum(p.gpus_advertised for p in c.cache.fleet(now).pools),
+                    "pools": len(c.cache.fleet(now).pools),
+                    "pods_cached": len(c.cache.snapshot(now).pods)}
+                   for c, (nodes, pods_listed) in zip(clusters, listed, strict=True) if c.cache]
+    totals = {key: sum(int(one[key]) for one in per_cluster) for key in per_cluster[0]}
+    report: dict[str, object] = {
+        **totals,
+        "clusters": len(clusters),
+        "per_cluster": per_cluster,
         "baseline_list_s": statistics.median(b for b, _ in pairs),
-        "baseline_method": "nodes and pods listed side by side (two threads, 500 a page), parsed into JSON objects",
+        "baseline_method": ("every node and pod listed side by side (two threads, 500 a page), parsed into JSON "
+                            "objects" + (", one cluster after another" if len(clusters) > 1 else "")),
         "cold_start_s": statistics.median(c for _, c in pairs),
+        "cold_start_method": ("one cache a cluster, started side by side; until each has its first fleet view"
+                              if len(clusters) > 1 else "a cache started, until its first fleet view"),
         "cold_over_baseline": statistics.median(ratios),
         "cold_over_baseline_method": f"median of {len(pairs)} back-to-back (baseline, cold start) pairs",
         "cold_over_baseline_range": [ratios[0], ratios[-1]],
         "pairs_s": [[round(b, 4), round(c, 4)] for b, c in pairs],
-        "typed_baseline_list_s": statistics.median(typed),
-        "cold_over_typed_baseline": statistics.median(c for _, c in pairs) / statistics.median(typed),
-        "cold_over_typed_baseline_method": "median cold start over the median of as many typed lists "
-                                           "(NodeWire, PodWire)",
         "status_median_ms": churn_median,
         "status_p99_ms": churn_p99,
         "status_method": (f"{len(churned)} renders 0.1 s apart while pods churn (see churn)" if churned
@@ -223,21 +339,35 @@ def main() -> None:
         "status_after_one_change_median_ms": change_median,
         "status_after_one_change_p99_ms": change_p99,
         "status_after_one_change_method": (f"{len(after_node)} node annotation and {len(after_pod)} GPU pod label "
-                                           "changes, each rendered once the cache applied it"),
-        "status_after_node_change_median_ms": _median_p99(after_node)[0],
-        "status_after_pod_change_median_ms": _median_p99(after_pod)[0],
-        "status_forced_resummary_median_ms": forced_median,
-        "status_forced_resummary_p99_ms": forced_p99,
+                                           "changes, each rendered once the cache applied it"
+                                           + (" (one change in every cluster, every cluster rendered)"
+                                              if len(clusters) > 1 else "")),
+        "status_after_node_change_median_ms": _median_p99(after_node)[0] if after_node else None,
+        "status_after_pod_change_median_ms": _median_p99(after_pod)[0] if after_pod else None,
+        "status_render_note": ("a render is /gpu status of every cluster in turn, timed together"
+                               if len(clusters) > 1 else "a render is one /gpu status"),
         "renders": len(quiet),
+        "gc_objects_after_warm_start": collector,
         "rss_mib": bot_memory["rss_mib"],
         "rss_peak_mib": bot_memory["rss_peak_mib"],
-        "rss_method": "a fresh process: watching cache started, /gpu status rendered once, VmRSS 2 s later",
+        "rss_gpu_nodes_in_fleet": bot_memory["gpu_nodes_in_fleet"],
+        "rss_method": ("a fresh process: watching " + ("caches" if len(clusters) > 1 else "cache")
+                       + " started, /gpu status rendered once, VmRSS once every watch is open"),
         "rss_probe_after_cold_start_mib": rss_after_cold,
         "rss_probe_after_churn_mib": rss_warm,
         "rss_probe_peak_mib": _status_mib("VmHWM"),
         "rss_probe_note": "this process also held the baseline's parsed lists: an upper bound",
         "status_first_line": text.splitlines()[2] if len(text.splitlines()) > 2 else "",
-    }, sys.stdout)
+    }
+    if typed:
+        report["typed_baseline_list_s"] = statistics.median(typed)
+        report["cold_over_typed_baseline"] = statistics.median(c for _, c in pairs) / statistics.median(typed)
+        report["cold_over_typed_baseline_method"] = ("median cold start over the median of as many typed lists "
+                                                     "(NodeWire, PodWire)")
+    if forced:
+        report["status_forced_resummary_median_ms"], report["status_forced_resummary_p99_ms"] = _median_p99(forced)
+    json.dump(report, sys.stdout)
+
 
 if __name__ == "__main__":
     main()

@@ -3,10 +3,12 @@ busy GPU cluster has it (workloads start, move through their phases and end).
 
     python -m tests.bench.pod_churn --kubeconfig PATH --rate 300
 
-Prints `ready` once it knows the fleet, churns until its stdin closes, then prints one
-JSON line: the API calls made by kind, the seconds and the rate achieved. Each call is
-one watch event for the cache (a pod created, its status or labels changed, a pod
-deleted at once, with no grace period, as no kubelet is there to confirm it).
+Prints `ready` once it knows the fleet, then one JSON line once it churns at 90% of its
+rate over the last second (`up_to_speed` true) or has not got there in WARMUP_LIMIT_S
+seconds (false), churns until its stdin closes, then prints one JSON line: the API calls
+made by kind, the seconds and the rate achieved. Each call is one watch event for the
+cache (a pod created, its status or labels changed, a pod deleted at once, with no grace
+period, as no kubelet is there to confirm it).
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from tests.bench import dense_fleet as dense
 # One cycle of operations, in proportions: a quarter of them new pods, as many ended,
 # and the rest changes to pods that run (a workload's labels, a new pod reaching Running).
 CYCLE = ("create", "patch", "running", "patch", "delete")
+# Seconds the churn may take to reach its rate before it says it did not.
+WARMUP_LIMIT_S = 15.0
 
 
 def main() -> None:
@@ -128,8 +132,27 @@ def main() -> None:
                 tokens.append(due)
                 token_ready.release()
 
+    def announce_speed() -> None:
+        # The probe times renders once the churn runs at its rate: events done over the
+        # last second, sampled every 0.1 s.
+        samples: collections.deque[tuple[float, int]] = collections.deque()
+        while not stop.wait(0.1):
+            now = time.perf_counter()
+            with lock:
+                samples.append((now, sum(counts.values())))
+            while now - samples[0][0] > 1.0:
+                samples.popleft()
+            span = now - samples[0][0]
+            per_s = (samples[-1][1] - samples[0][1]) / span if span >= 0.9 else 0.0
+            fast = per_s >= 0.9 * args.rate
+            if fast or now - began > WARMUP_LIMIT_S:
+                print(json.dumps({"up_to_speed": fast, "per_s": round(per_s, 1),
+                                  "after_s": round(now - began, 2)}), flush=True)
+                return
+
     pacer = threading.Thread(target=pace, daemon=True)
     pacer.start()
+    threading.Thread(target=announce_speed, daemon=True).start()
     sys.stdin.read()  # until the probe closes it
     stop.set()
     elapsed = time.perf_counter() - began
