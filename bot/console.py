@@ -91,7 +91,7 @@ class Console:
 
     def _say_runs_in_flight(self) -> None:
         runs = self.runtime.services().runs
-        unfinished = [str(view.id) for view in runs.unfinished()] if runs is not None else []
+        unfinished = [str(view.id) for view in runs.unfinished(every_cluster=True)] if runs is not None else []
         if unfinished:
             self.say(msg.console_exit_runs_in_flight(unfinished))
 

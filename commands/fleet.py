@@ -225,7 +225,7 @@ def _drains_section(call: Call) -> Section | None:
     section at all) before the first drain, or where there is no database."""
     if call.services.database is None:
         return None
-    history = drain_history(call.services.database)
+    history = drain_history(call.services.database, cluster=call.services.config.cluster_name)
     if not history:
         return None
     rows = []

@@ -110,7 +110,8 @@ class Services:
                    migs=MigService(requests, pools=config.pools, reader=mig_reader),
                    migrations=MigrateService(requests, pools=config.pools, gpu_check=config.upgrades.gpu_check,
                                              pods=mig_reader, labels=node_labels),
-                   runs=RunService(database, wake=wake_engine, names=config.names), database=database,
+                   runs=RunService(database, wake=wake_engine, names=config.names, cluster=config.cluster_name),
+                   database=database,
                    freezes=FreezeService(database, pools=config.pools, names=config.names, wake=wake_engine,
                                          cluster=config.cluster_name),
                    signals=signals if signals is not None else (

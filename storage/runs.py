@@ -110,11 +110,21 @@ def for_request(db: Database, *, request_id: RequestId) -> list[Run]:
     return [_from_row(r) for r in rows]
 
 
-def unfinished(db: Database) -> list[Run]:
-    """Runs the engine must resume or start (pending, running, paused), oldest first."""
-    rows = db.query(
-        "SELECT * FROM runs WHERE state IN ('pending', 'running', 'paused') ORDER BY created_at, id"
-    )
+def unfinished(db: Database, *, cluster: tuple[str | None] | None = None) -> list[Run]:
+    """Runs the engine must resume or start (pending, running, paused), oldest first; with
+    `cluster`, `(name,)`, only those of that cluster's requests (`(None,)`: of requests
+    that name none)."""
+    if cluster is None:
+        rows = db.query(
+            "SELECT * FROM runs WHERE state IN ('pending', 'running', 'paused') ORDER BY created_at, id"
+        )
+    else:
+        rows = db.query(
+            "SELECT runs.* FROM runs JOIN requests ON requests.id = runs.request_id"
+            " WHERE runs.state IN ('pending', 'running', 'paused') AND requests.cluster IS ?"
+            " ORDER BY runs.created_at, runs.id",
+            (cluster[0],),
+        )
     return [_from_row(r) for r in rows]
 
 

@@ -372,3 +372,64 @@ def test_the_scheduler_starts_each_clusters_runs_by_its_own_rules(everywhere):
     assert everywhere.database is not None
     started = [r for r in stored_runs.unfinished(everywhere.database) if r.request_id == request_id]
     assert len(started) == 1
+
+
+# ------------------------------------------------------------------ pools of the same name
+
+TWINS = GpuopsConfig.model_validate({
+    "clusters": {
+        "east": {"home": True, "pools": {"train": POOL}},
+        "west": {"kubeconfig": "/k", "channels": ["C0WEST"], "pools": {"train": POOL}},
+    },
+    "access": {"users": {"U0ALICE": ["operator"], "U0ERIN": ["admin"]}, "names": {"U0ALICE": "alice"}},
+})
+
+
+@pytest.fixture
+def twins(make, tmp_path: Path):
+    """Two clusters that both call a pool `train` (node names differ), on one database."""
+    def fleet(prefix: str) -> Fleet:
+        nodes = [make.node(f"gpu-{prefix}-{n:02d}", pool="train") for n in (1, 2)]
+        return make.fleet(nodes, [p for n in nodes for p in make.operands(n.name)])
+
+    db = open_database(tmp_path / "gpuops.db")
+    yield home_services(TWINS, {"east": Source("east", fleet("e")), "west": Source("west", fleet("w"))}, db)
+    db.close()
+
+
+def test_a_pool_name_two_clusters_share_shows_each_clusters_runs_and_drains_only(twins):
+    def started(text: str, channel: str) -> tuple[str, str]:
+        asked = dispatch(text, actor=TWINS.actor("U0ALICE"), services=twins, now=NOW, channel=channel)
+        assert asked.ok, render_text(asked)
+        request_id = asked.title.split()[1]
+        assert twins.runs is not None
+        return request_id, str(twins.runs.start(request_id, dry_run=False, now=NOW).id)
+
+    east_request, east_run = started('/gpu drain gpu-e-01 "east disk"', "C0OPS")
+    west_request, west_run = started('/gpu drain gpu-w-01 "west disk"', "C0WEST")
+
+    def say(text: str, who: str = "U0ALICE") -> str:
+        reply = dispatch(text, actor=TWINS.actor(who), services=twins, now=NOW, channel="C0OPS")
+        assert reply.ok, render_text(reply)
+        return render_text(reply)
+
+    # The pool's status names its own cluster's run, not the other's of the same pool name.
+    east_pool, west_pool = say("/gpu status train"), say("/gpu status west/train")
+    assert east_run in east_pool and west_run not in east_pool
+    assert west_run in west_pool and east_run not in west_pool
+    # The drains table of the status: each cluster's drain requests.
+    east_status, west_status = say("/gpu status"), say("/gpu status --cluster west")
+    assert east_request in east_status and west_request not in east_status
+    assert west_request in west_status and east_request not in west_status
+    # A freeze of east's pool holds east's run in flight, and names no run of west's.
+    frozen = say("/gpu freeze train until 18:00 incident 9", who="U0ERIN")
+    assert east_run in frozen and west_run not in frozen
+    # `/gpu runs`-wide readers still see both: the console's exit warning and the handover.
+    assert twins.runs is not None
+    assert {str(v.id) for v in twins.runs.unfinished(every_cluster=True)} == {east_run, west_run}
+    from workflows.handover.service import HandoverService
+
+    assert twins.database is not None and twins.clusters is not None
+    handover = HandoverService(twins.database, TWINS.for_cluster("east"), others=twins.clusters.others)
+    assert sorted((r.run_id, r.pool) for r in handover.runs_in_flight()) == sorted(
+        [(east_run, "east/train"), (west_run, "west/train")])

@@ -47,10 +47,12 @@ _ACTIVE_DRAIN_STATES = ("approved", "scheduled", "running")
 _HISTORY_LIMIT = 500
 
 
-def drain_history(db: Database) -> dict[str, PoolDrains]:
+def drain_history(db: Database, *, cluster: str | None = None) -> dict[str, PoolDrains]:
     """Per pool that has had a drain: the last one that finished (done or failed), with
     when and which nodes, and the drains active or waiting for their window. Pools
-    without any drain are absent."""
+    without any drain are absent. With several clusters, `cluster`'s pools only (two
+    clusters may each have a pool of the same name)."""
+    only = None if cluster is None else (cluster,)
 
     def record(row: Request) -> DrainRecord:
         targets = row.targets if isinstance(row.targets, list) else []
@@ -58,9 +60,9 @@ def drain_history(db: Database) -> dict[str, PoolDrains]:
                            nodes=tuple(str(t) for t in targets), window_start=row.window_start,
                            window_end=row.window_end, updated_at=row.updated_at)
 
-    finished = [record(r) for r in stored_requests.in_states(db, states=_FINISHED_DRAIN_STATES,
+    finished = [record(r) for r in stored_requests.in_states(db, states=_FINISHED_DRAIN_STATES, cluster=only,
                                                              limit=_HISTORY_LIMIT) if r.kind == "drain"]
-    active = [record(r) for r in stored_requests.in_states(db, states=_ACTIVE_DRAIN_STATES,
+    active = [record(r) for r in stored_requests.in_states(db, states=_ACTIVE_DRAIN_STATES, cluster=only,
                                                            limit=_HISTORY_LIMIT) if r.kind == "drain"]
     pools = sorted({d.pool for d in finished} | {d.pool for d in active})
     history: dict[str, PoolDrains] = {}
@@ -92,10 +94,12 @@ _DRAIN_STEPS = frozenset({"drain", "evict"})
 _DRAINED_REQUEST_STATES = ("running", "done", "failed")
 
 
-def last_drains(db: Database) -> list[NodesDrained]:
-    """Per pool, the latest finished drain or evict step of a real (not dry) run."""
+def last_drains(db: Database, *, cluster: str | None = None) -> list[NodesDrained]:
+    """Per pool, the latest finished drain or evict step of a real (not dry) run; with
+    several clusters, of `cluster`'s pools only."""
     latest: dict[str, NodesDrained] = {}
-    requests = stored_requests.in_states(db, states=_DRAINED_REQUEST_STATES, limit=DRAIN_SCAN_LIMIT)
+    requests = stored_requests.in_states(db, states=_DRAINED_REQUEST_STATES, limit=DRAIN_SCAN_LIMIT,
+                                         cluster=None if cluster is None else (cluster,))
     for request in requests:
         for run in stored_runs.for_request(db, request_id=request.id):
             if run.dry_run:

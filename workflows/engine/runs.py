@@ -144,8 +144,11 @@ class RunService:
     """Runs on one database connection (one per thread, see `storage.database`)."""
 
     def __init__(self, db: Database, *, wake: Callable[[], None] | None = None,
-                 names: Mapping[str, str] | None = None) -> None:
+                 names: Mapping[str, str] | None = None, cluster: str | None = None) -> None:
         self._db = db
+        # With several clusters, the cluster whose runs `unfinished` lists (a run is its
+        # request's cluster's); None with one cluster.
+        self._cluster = cluster
         self._wake = wake or (lambda: None)
         # `access.names`: how the request's thread names who paused, resumed, aborted.
         self._names: Mapping[str, str] = names or {}
@@ -300,8 +303,11 @@ class RunService:
     def for_request(self, request_id: str) -> list[RunView]:
         return [self._view(r) for r in stored_runs.for_request(self._db, request_id=RequestId(request_id))]
 
-    def unfinished(self) -> list[RunView]:
-        return [self._view(r) for r in stored_runs.unfinished(self._db)]
+    def unfinished(self, *, every_cluster: bool = False) -> list[RunView]:
+        """This cluster's runs not finished (pending, running, paused), oldest first; with
+        `every_cluster`, every cluster's (one database serves them all)."""
+        return [self._view(r) for r in stored_runs.unfinished(
+            self._db, cluster=None if every_cluster or self._cluster is None else (self._cluster,))]
 
     def recent_audit(self, n: int) -> list[AuditEntry]:
         """The newest `n` audit rows, newest first."""

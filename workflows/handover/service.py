@@ -238,13 +238,16 @@ class HandoverService:
 
     def runs_in_flight(self) -> list[RunInFlight]:
         found = []
-        for run in stored_runs.unfinished(self._db):
+        for run in stored_runs.unfinished(self._db):  # every cluster's
             request = stored_requests.get(self._db, id=run.request_id)
+            pool = request.pool if request else "?"
+            if request is not None and request.cluster and self._others is not None:
+                pool = f"{request.cluster}/{pool}"  # several clusters: which one's pool
             found.append(RunInFlight(
                 run_id=run.id,
                 request_id=run.request_id,
                 kind=request.kind if request else "?",
-                pool=request.pool if request else "?",
+                pool=pool,
                 state=run.state,
                 dry_run=run.dry_run,
                 halted_reason=run.halted_reason,
@@ -253,8 +256,9 @@ class HandoverService:
         return found
 
     def last_drains(self) -> list[NodesDrained]:
-        """Per pool, the latest finished drain or evict step of a real (not dry) run."""
-        return last_drains(self._db)
+        """Per pool, the latest finished drain or evict step of a real (not dry) run; the
+        pools of the cluster the checklist is about (the home one, with several)."""
+        return last_drains(self._db, cluster=self._config.cluster_name)
 
     # -------------------------------------------------------------- posting
 
