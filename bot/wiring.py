@@ -235,18 +235,19 @@ def build_runtime(config: GpuopsConfig, *, kubeconfig: str | None, context: str 
     check_permissions(config, gateway)
     per_thread = PerThreadDatabase(database)
     per_thread.get()  # open and migrate now, so a bad file stops the start
+    if home is not None:  # before the cache reads canary verdicts by their requests' cluster
+        named = stored_requests.name_unnamed_cluster(per_thread.get(), cluster=home)
+        if named:
+            log.info(msg.unnamed_rows_named(named, home))
     cache = FleetCache(gateway, settings=config.inventory_settings(),
                        operator_namespace=config.cluster.operator_namespace,
                        first_seen=FirstSeen(per_thread.get),
-                       canaries=LastCanaries(per_thread.get)).start(watch=watch)
+                       canaries=LastCanaries(per_thread.get, cluster=home)).start(watch=watch)
     runtime = Runtime(config=config, fleet=cache, database=per_thread)
     runtime._closers.append(cache.stop)
     runtime.gateway = gateway
     if home is not None:
-        named = stored_requests.name_unnamed_cluster(per_thread.get(), cluster=home)
-        if named:
-            log.info(msg.unnamed_rows_named(named, home))
-        others = {name: _other_cluster(whole, name) for name in whole.clusters if name != home}
+        others = {name: _other_cluster(whole, name, per_thread) for name in whole.clusters if name != home}
         for other in others.values():
             runtime._closers.append(other.stop)
             other.start()
@@ -263,11 +264,11 @@ def build_runtime(config: GpuopsConfig, *, kubeconfig: str | None, context: str 
 ONE_SHOT_CLUSTER_WAIT = 15.0
 
 
-def _other_cluster(config: GpuopsConfig, name: str) -> ClusterFleet:
-    """A cluster gpuops reads but does not change. Its kubeconfig is read now (a missing
-    file or context stops the start: the configuration is wrong); the cluster itself
-    is reached in the background. No first-seen or canary records: those are the home
-    cluster's, by node name, and names may repeat across clusters."""
+def _other_cluster(config: GpuopsConfig, name: str, database: PerThreadDatabase) -> ClusterFleet:
+    """A cluster other than the home one. Its kubeconfig is read now (a missing file or
+    context stops the start: the configuration is wrong); the cluster itself is reached
+    in the background. Its first-seen records and canary verdicts are its own (node names
+    may repeat across clusters)."""
     entry = config.clusters[name]
     try:
         gateway = KubeGateway.connect(kubeconfig=entry.kubeconfig, context=entry.context)
@@ -275,7 +276,9 @@ def _other_cluster(config: GpuopsConfig, name: str) -> ClusterFleet:
         raise ConfigError(msg.cluster_kubeconfig_unusable(name, str(err))) from None
     slice_ = config.for_cluster(name)
     return ClusterFleet(name, gateway, lambda api: FleetCache(api, settings=slice_.inventory_settings(),
-                                                              operator_namespace=slice_.cluster.operator_namespace))
+                                                              operator_namespace=slice_.cluster.operator_namespace,
+                                                              first_seen=FirstSeen(database.get, cluster=name),
+                                                              canaries=LastCanaries(database.get, cluster=name)))
 
 
 # ------------------------------------------------------------------ leadership

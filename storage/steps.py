@@ -105,13 +105,19 @@ def for_run(db: Database, *, run_id: RunId, wave: int | None = None) -> list[Ste
     return [_from_row(r) for r in db.query(sql + " ORDER BY wave, node, seq", params)]
 
 
-def finished_of_kind(db: Database, *, kind: StepKind) -> list[Step]:
+def finished_of_kind(db: Database, *, kind: StepKind, cluster: tuple[str | None] | None = None) -> list[Step]:
     """Every step of `kind` that ended done or failed, in every run that was not a dry
-    run: the newest end first (ties: the later step first)."""
-    return [_from_row(r) for r in db.query(
-        "SELECT steps.* FROM steps JOIN runs ON runs.id = steps.run_id"
-        " WHERE steps.kind = ? AND steps.state IN ('done', 'failed') AND steps.ended_at IS NOT NULL"
-        " AND runs.dry_run = 0 ORDER BY steps.ended_at DESC, steps.id DESC", (kind,))]
+    run (with `cluster`, `(name,)`, only runs of that cluster's requests): the newest end
+    first (ties: the later step first)."""
+    sql = "SELECT steps.* FROM steps JOIN runs ON runs.id = steps.run_id"
+    params: list[object] = []
+    if cluster is not None:
+        sql += " JOIN requests ON requests.id = runs.request_id AND requests.cluster IS ?"
+        params.append(cluster[0])
+    sql += (" WHERE steps.kind = ? AND steps.state IN ('done', 'failed') AND steps.ended_at IS NOT NULL"
+            " AND runs.dry_run = 0")
+    params.append(kind)
+    return [_from_row(r) for r in db.query(sql + " ORDER BY steps.ended_at DESC, steps.id DESC", params)]
 
 
 def transition(

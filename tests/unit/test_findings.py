@@ -315,6 +315,26 @@ def test_a_node_waiting_in_upgrade_required_gets_a_finding_once_it_has_waited_to
     db.close()
 
 
+def test_each_cluster_ages_its_own_nodes_states_though_two_clusters_name_a_node_alike(make, tmp_path):
+    db = open_database(tmp_path / "gpuops.db")
+    home, west = FirstSeen(lambda: db), FirstSeen(lambda: db, cluster="west")
+    required = make.assess(make.node("gpu-1", labels={"nvidia.com/gpu-driver-upgrade-state": "upgrade-required"}))
+
+    assert home.stamp(required, make.now).upgrade.since == make.now
+    # West's gpu-1 is another machine: its upgrade is aged from when gpuops saw it there.
+    assert west.stamp(required, make.now + dt.timedelta(hours=2)).upgrade.since == make.now + dt.timedelta(hours=2)
+    done = make.assess(make.node("gpu-1", labels={"nvidia.com/gpu-driver-upgrade-state": "upgrade-done"}))
+    west.stamp(done, make.now + dt.timedelta(hours=3))  # west's is done: forgotten there only
+
+    # Across a restart each reads its own records back, and the home cluster's stay where
+    # a gpuops of one cluster kept them (the plain node name).
+    home_again, west_again = FirstSeen(lambda: db), FirstSeen(lambda: db, cluster="west")
+    assert home_again.stamp(required, make.now + dt.timedelta(hours=4)).upgrade.since == make.now
+    assert west_again.stamp(required, make.now + dt.timedelta(hours=4)).upgrade.since == (
+        make.now + dt.timedelta(hours=4))
+    db.close()
+
+
 def test_a_failed_mig_change_is_critical(make):
     node = make.node(labels={"nvidia.com/mig.config.state": "failed", "nvidia.com/mig.config": "all-3g.40gb"})
 

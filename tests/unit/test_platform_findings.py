@@ -350,10 +350,26 @@ def _with_canaries(make, nodes, canaries, *, pods=None):
     return summarize(assessed, context=context, settings=settings, now=NOW, canaries=canaries)
 
 
+def test_with_several_clusters_each_reads_the_checks_of_its_own_runs(tmp_path: Path):
+    """Two clusters may each have a node called gpu-1: a failed check in one is not the
+    other's."""
+    db = open_database(tmp_path / "gpuops.db")
+    _check_step(db, "req-1", "gpu-1", at=NOW - dt.timedelta(hours=1), passed=False, cluster="east")
+    _check_step(db, "req-2", "gpu-1", at=NOW - dt.timedelta(minutes=5), passed=True, cluster="west")
+
+    east = LastCanaries(lambda: db, cluster="east").verdicts(NOW)
+    west = LastCanaries(lambda: db, cluster="west").verdicts(NOW)
+
+    assert not east[NodeName("gpu-1")].passed and west[NodeName("gpu-1")].passed
+    assert LastCanaries(lambda: db, cluster="north").verdicts(NOW) == {}
+    assert LastCanaries(lambda: db).verdicts(NOW)[NodeName("gpu-1")].passed  # one cluster: every run's
+    db.close()
+
+
 def _check_step(db, request: str, node: str, *, at: dt.datetime, passed: bool, dry_run: bool = False,
-                stopped: bool = False) -> str:
+                stopped: bool = False, cluster: str | None = None) -> str:
     """A run with one gpu-check step on `node`, ended at `at` as the engine ends it."""
-    stored_requests.create(db, id=RequestId(request), kind="upgrade", pool="train-a",
+    stored_requests.create(db, id=RequestId(request), kind="upgrade", pool="train-a", cluster=cluster,
                            targets=[node], window_start=None, window_end=None, reason="r", requester="U0REQ",
                            requester_name="Ada", plan={}, plan_hash="h", approvals_required=0,
                            expires_at=at + dt.timedelta(days=1), at=at - dt.timedelta(hours=1))

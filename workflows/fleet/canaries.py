@@ -79,8 +79,11 @@ class LastCanaries:
     """Thread-safe; `database` gives the calling thread's connection. The steps table is
     read at most once per `REREAD_AFTER` of the callers' own time."""
 
-    def __init__(self, database: Callable[[], Database]) -> None:
+    def __init__(self, database: Callable[[], Database], *, cluster: str | None = None) -> None:
         self._database = database
+        # With several clusters, the cluster whose runs' checks count (a node name is its
+        # cluster's own); None with one cluster: every run's.
+        self._cluster = cluster
         self._lock = threading.Lock()
         self._read_at: dt.datetime | None = None
         self._verdicts: Mapping[NodeName, CanaryVerdict] = MappingProxyType({})
@@ -89,6 +92,7 @@ class LastCanaries:
         with self._lock:
             if self._read_at is not None and dt.timedelta(0) <= now - self._read_at < REREAD_AFTER:
                 return self._verdicts
-            found = last_verdicts(stored_steps.finished_of_kind(self._database(), kind="gpu-check"))
+            found = last_verdicts(stored_steps.finished_of_kind(
+                self._database(), kind="gpu-check", cluster=None if self._cluster is None else (self._cluster,)))
             self._verdicts, self._read_at = MappingProxyType(found), now
             return self._verdicts

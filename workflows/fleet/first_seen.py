@@ -32,14 +32,21 @@ MIG = "mig"
 class FirstSeen:
     """Thread-safe; `database` gives the calling thread's connection."""
 
-    def __init__(self, database: Callable[[], Database]) -> None:
+    def __init__(self, database: Callable[[], Database], *, cluster: str | None = None) -> None:
         self._database = database
         self._lock = threading.Lock()
         self._known: dict[tuple[str, str], tuple[str, dt.datetime]] | None = None
+        # With several clusters on one database, a cluster other than the home one keeps
+        # its records as `<cluster>/<node>` (a node name is its cluster's own, and has no
+        # `/`); the home cluster's stay under the plain name, as before `clusters:`.
+        self._prefix = f"{cluster}/" if cluster else ""
 
     def _memory(self) -> dict[tuple[str, str], tuple[str, dt.datetime]]:
         if self._known is None:
-            self._known = stored.load_all(self._database())
+            prefix = self._prefix
+            self._known = {(aspect, node.removeprefix(prefix)): seen
+                           for (aspect, node), seen in stored.load_all(self._database()).items()
+                           if (node.startswith(prefix) if prefix else "/" not in node)}
         return self._known
 
     def since(self, aspect: str, node: str, state: str | None, now: dt.datetime) -> dt.datetime | None:
@@ -52,12 +59,12 @@ class FirstSeen:
             if state is None:
                 if seen is not None:
                     del known[key]
-                    stored.forget(self._database(), aspect=aspect, node=node)
+                    stored.forget(self._database(), aspect=aspect, node=self._prefix + node)
                 return None
             if seen is not None and seen[0] == state:
                 return seen[1]
             known[key] = (state, now)
-            stored.put(self._database(), aspect=aspect, node=node, state=state, since=now)
+            stored.put(self._database(), aspect=aspect, node=self._prefix + node, state=state, since=now)
             return now
 
     def forget(self, node: str, now: dt.datetime) -> None:
