@@ -176,6 +176,7 @@ def _point(measured: dict, nodes: int, growth: dense.Growth | None) -> dict:
             "probe": measured}
 
 
+@pytest.mark.timeout(3 * 3600)  # about 30 minutes at the default sizes; the suite's 600 s is per test
 def test_scaling_curve_in_one_run(tmp_path_factory):
     started = dt.datetime.now(dt.timezone.utc)
     sizes = sorted(set(SIZES) | ({CLUSTER_NODES} if CLUSTER_COUNT > 1 else set()))
