@@ -170,8 +170,12 @@ def _serve_health(runtime: Runtime, metrics: Metrics, port: int) -> HealthServer
     cache = runtime.fleet if isinstance(runtime.fleet, FleetCache) else None
     metrics.sources.database, metrics.sources.fleet, metrics.sources.leader = (runtime.database.get, cache,
                                                                                runtime.leading)
-    server = HealthServer(Readiness(database=runtime.database.get, cache=cache, leader=runtime.leading),
-                          metrics, port=port).start()
+    others = None
+    if runtime.clusters is not None:  # several clusters: each one's metrics, the others' lines in /readyz
+        metrics.sources.clusters = runtime.clusters.sources  # type: ignore[assignment] - each has its cache
+        others = {name: c for name, c in runtime.clusters.sources.items() if name != runtime.clusters.home}
+    server = HealthServer(Readiness(database=runtime.database.get, cache=cache, leader=runtime.leading,
+                                    others=others), metrics, port=port).start()
     log.info(msg.health_serving(server.base_url))
     return server
 

@@ -3,7 +3,8 @@
 - `/healthz`: the process answers (a liveness probe: restart it if not);
 - `/readyz`: the database opens and answers, and the watch cache has listed every
   resource (a readiness probe). A standby replica (another holds the engine's Lease) is
-  ready, it answers Slack, and says it is a standby;
+  ready, it answers Slack, and says it is a standby. With several clusters, a line says
+  whether each other cluster answers; one that does not leaves the replica ready;
 - `/metrics`: Prometheus's text format (`bot.metrics`).
 
 Served by waitress (as HTTP mode is), apart from Slack's port, so probes and scrapes never
@@ -12,16 +13,19 @@ queue behind Slack's requests and the Slack port can stay the only one exposed o
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
+from bot import messages as msg
 from bot.http_server import HEALTH_PATH, HttpSettings, WaitressServer
 from bot.metrics import Metrics
 from storage.database import Database
+from workflows.fleet.clusters import Reach
 
 log = logging.getLogger("gpuops.bot.health")
 
@@ -37,6 +41,10 @@ class Synced(Protocol):
     def synced(self) -> bool: ...
 
 
+class Reachable(Protocol):
+    def reach(self, now: dt.datetime) -> Reach: ...
+
+
 @dataclass
 class Readiness:
     """What /readyz asks: each may be missing (nothing to check)."""
@@ -44,6 +52,11 @@ class Readiness:
     database: Callable[[], Database] | None = None
     cache: Synced | None = None
     leader: Callable[[], bool] | None = None
+    # With several clusters, the others (name -> cluster): a line each, never unready for
+    # them (a replica restarted or taken out of service would not bring them back, and
+    # would stop answering about the clusters that do answer).
+    others: Mapping[str, Reachable] | None = None
+    clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.timezone.utc)
 
     def check(self) -> tuple[bool, list[str]]:
         """Ready or not, with one line per check."""
@@ -59,6 +72,10 @@ class Readiness:
             synced = self.cache.synced
             ready = ready and synced
             lines.append("watch cache: synced" if synced else "watch cache: still listing the fleet")
+        now = self.clock()
+        for name, other in sorted((self.others or {}).items()):
+            reach = other.reach(now)
+            lines.append(msg.cluster_readiness(name, state=reach.state, since=reach.since, now=now, reason=reach.reason))
         if self.leader is not None:
             lines.append("engine: this replica holds the Lease" if self.leader() else
                          "engine: standby (another replica holds the Lease); answering Slack")

@@ -4,9 +4,11 @@ reading its logs and errors), in one place. The commands' own text lives in
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
 
 from commands.reply import Confirm
+from workflows.fleet.findings import format_age
 
 # ------------------------------------------------------------------ credentials
 
@@ -565,6 +567,16 @@ def pod_delete_not_granted(pools: Sequence[str], identity: str) -> str:
 
 def health_serving(url: str) -> str:
     return f"health: {url}/healthz, /readyz and /metrics"
+
+
+def cluster_readiness(name: str, *, state: str, since: dt.datetime | None, now: dt.datetime,
+                      reason: str | None) -> str:
+    """/readyz's line for a cluster other than the home one (it never makes the replica unready)."""
+    if state == "up":
+        return f"cluster {name}: answering"
+    age = f" for {format_age(now - since)}" if since is not None else ""
+    what = f"not reached yet, trying{age}" if state == "connecting" else f"not answering{age}"
+    return f"cluster {name}: {what}{f' ({reason})' if reason else ''}; this replica stays ready"
 
 
 def health_port_unavailable(port: int, error: str) -> str:

@@ -7,7 +7,9 @@ scrape, so it is never stale and survives a restart: requests by kind and state,
 pending, runs by state, steps in flight and the durations of steps finished in the last
 day (`storage.gauges`), findings by severity (the watch cache's fleet), each watched
 resource's silence and relists, the Slack outbox's depth, handovers acknowledged late, and
-whether this replica holds the engine's Lease.
+whether this replica holds the engine's Lease. With several clusters, whether each answers
+(`gpuops_cluster_up`, `gpuops_cluster_down_seconds`), and the findings and watch-cache
+metrics carry a `cluster` label (findings only of clusters that answer now).
 
 One registry per process (not prometheus-client's global one), so tests build their own.
 """
@@ -15,7 +17,7 @@ One registry per process (not prometheus-client's global one), so tests build th
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -25,6 +27,7 @@ from prometheus_client.registry import Collector
 
 from storage import gauges
 from storage.database import Database
+from workflows.fleet.clusters import Reach
 from workflows.fleet.watchcache import CacheState
 
 # Step durations range from a cordon (a second) to a drain waiting on jobs (hours).
@@ -41,14 +44,28 @@ class FleetState(Protocol):
     def states(self) -> list[CacheState]: ...
 
 
+class ClusterState(Protocol):
+    """A cluster of several as the metrics read it (`workflows.fleet.clusters.ClusterFleet`,
+    `WatchedCluster`): whether it answers, and its cache once it was listed."""
+
+    @property
+    def cache(self) -> FleetState | None: ...
+
+    def reach(self, now: dt.datetime) -> Reach: ...
+
+
 @dataclass
 class Sources:
-    """Where the scrape-time metrics come from; each may be missing (a test, a console)."""
+    """Where the scrape-time metrics come from; each may be missing (a test, a console).
+    With several clusters, `clusters` (name -> cluster, the home one among them) replaces
+    `fleet`: every fleet metric then carries a `cluster` label, and whether each cluster
+    answers is a metric of its own."""
 
     database: Callable[[], Database] | None = None
     fleet: FleetState | None = None
     leader: Callable[[], bool] | None = None
     clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.timezone.utc)
+    clusters: Mapping[str, ClusterState] | None = None
 
 
 class Metrics:
@@ -80,8 +97,10 @@ class _StateCollector(Collector):
         sources, now = self._sources, self._sources.clock()
         if sources.database is not None:
             yield from _database_metrics(gauges.read(sources.database(), since=now - STEP_WINDOW))
-        if sources.fleet is not None:
-            yield from _fleet_metrics(sources.fleet, now)
+        if sources.clusters:
+            yield from _cluster_metrics(sources.clusters, now)
+        elif sources.fleet is not None:
+            yield from _fleet_metrics([((), sources.fleet)], now)
         if sources.leader is not None:
             lease = GaugeMetricFamily("gpuops_engine_lease_held", "1 when this replica holds the engine's Lease "
                                       "(runs the engine, scheduler and notifier)")
@@ -122,26 +141,57 @@ def _database_metrics(read: gauges.Gauges) -> Iterable[Metric]:
     yield late
 
 
-def _fleet_metrics(fleet: FleetState, now: dt.datetime) -> Iterable[Metric]:
+def _cluster_metrics(clusters: Mapping[str, ClusterState], now: dt.datetime) -> Iterable[Metric]:
+    """Several clusters: whether each answers, and the fleet metrics of each that was
+    listed (findings only of those that answer now: a cluster away is not checked)."""
+    up = GaugeMetricFamily("gpuops_cluster_up", "1 while the cluster's API answers (nodes and pods listed and "
+                           "watched), 0 while it does not or was never reached", labels=["cluster"])
+    down = GaugeMetricFamily("gpuops_cluster_down_seconds", "Seconds since the cluster's API stopped answering "
+                             "(or since gpuops began trying, for one never reached); 0 while it answers",
+                             labels=["cluster"])
+    fleets: list[tuple[tuple[str, ...], FleetState]] = []
+    answering: set[tuple[str, ...]] = set()
+    for name, cluster in sorted(clusters.items()):
+        reach = cluster.reach(now)
+        up.add_metric([name], 1.0 if reach.state == "up" else 0.0)
+        away = (now - reach.since).total_seconds() if reach.state != "up" and reach.since is not None else 0.0
+        down.add_metric([name], max(away, 0.0))
+        if cluster.cache is not None:
+            fleets.append(((name,), cluster.cache))
+            if reach.state == "up":
+                answering.add((name,))
+    yield up
+    yield down
+    yield from _fleet_metrics(fleets, now, label="cluster", findings_of=answering)
+
+
+def _fleet_metrics(fleets: Sequence[tuple[tuple[str, ...], FleetState]], now: dt.datetime, *,
+                   label: str | None = None, findings_of: Collection[tuple[str, ...]] | None = None) -> Iterable[Metric]:
+    """The findings and watch-cache metrics of each fleet, labelled by `label` (with several
+    clusters) before their own labels; findings only of `findings_of` when given."""
+    first = [label] if label else []
     findings = GaugeMetricFamily("gpuops_findings", "Problems found in the fleet, by severity",
-                                 labels=["severity"])
-    counts: dict[str, int] = {}
-    for finding in fleet.fleet(now).findings:
-        counts[finding.severity] = counts.get(finding.severity, 0) + 1
-    for severity, n in sorted(counts.items()):
-        findings.add_metric([severity], n)
-    yield findings
+                                 labels=[*first, "severity"])
     silent = GaugeMetricFamily("gpuops_watch_cache_silent_seconds", "Seconds since the API last said anything "
                                "about a watched resource (a list, an event or a bookmark, about one a minute)",
-                               labels=["resource"])
+                               labels=[*first, "resource"])
     relists = CounterMetricFamily("gpuops_watch_cache_relists", "Lists again after a watch expired (410)",
-                                  labels=["resource"])
-    synced = GaugeMetricFamily("gpuops_watch_cache_synced", "1 once the resource was listed", labels=["resource"])
-    for state in fleet.states():
-        if state.silent_for is not None:
-            silent.add_metric([state.resource], state.silent_for)
-        relists.add_metric([state.resource], state.relists)
-        synced.add_metric([state.resource], 1.0 if state.synced else 0.0)
+                                  labels=[*first, "resource"])
+    synced = GaugeMetricFamily("gpuops_watch_cache_synced", "1 once the resource was listed",
+                               labels=[*first, "resource"])
+    for key, fleet in fleets:
+        if findings_of is None or key in findings_of:
+            counts: dict[str, int] = {}
+            for finding in fleet.fleet(now).findings:
+                counts[finding.severity] = counts.get(finding.severity, 0) + 1
+            for severity, n in sorted(counts.items()):
+                findings.add_metric([*key, severity], n)
+        for state in fleet.states():
+            if state.silent_for is not None:
+                silent.add_metric([*key, state.resource], state.silent_for)
+            relists.add_metric([*key, state.resource], state.relists)
+            synced.add_metric([*key, state.resource], 1.0 if state.synced else 0.0)
+    yield findings
     yield silent
     yield relists
     yield synced

@@ -54,6 +54,7 @@ from storage.database import PerThreadDatabase
 from workflows.config import GpuopsConfig
 from workflows.engine.cordons import Cordons
 from workflows.engine.runs import RUNNABLE_STATES, RunRefused, RunService
+from workflows.fleet.clusters import ClusterUnreachable
 from workflows.handover.service import HandoverService
 from workflows.kube.gateway import KubeGateway
 from workflows.pools import freezes
@@ -336,12 +337,19 @@ def _window_missed(start: dt.datetime | None, end: dt.datetime | None, approved_
 
 def clear_stale_marks(host: LeaderHost, now: dt.datetime) -> None:
     """Remove gpuops' cordon mark from each node a person uncordoned by hand after its run
-    finished (workflows.engine.cordons), so a later cordon is not shown as gpuops'."""
-    if host.gateway is None:
-        return
-    candidates = [n.name for n in host.fleet.fleet(now).nodes.values() if n.stale_mark_run]
-    if candidates:
-        Cordons(host.database.get(), host.gateway).clear_stale_marks(candidates, now=now)
+    finished (workflows.engine.cordons), so a later cordon is not shown as gpuops'; in
+    every cluster gpuops serves that answers."""
+    apis: list[tuple[FleetSource, KubeGateway]] = [(host.fleet, host.gateway)] if host.gateway is not None else []
+    if host.clusters is not None:  # every other cluster, through its own API (node names are its own)
+        apis += [(source, gateway) for name, source in host.clusters.sources.items()
+                 if name != host.clusters.home and (gateway := getattr(source, "gateway", None)) is not None]
+    for fleet, gateway in apis:
+        try:
+            candidates = [n.name for n in fleet.fleet(now).nodes.values() if n.stale_mark_run]
+        except ClusterUnreachable:
+            continue  # the cluster says so itself; its marks wait for it to answer
+        if candidates:
+            Cordons(host.database.get(), gateway).clear_stale_marks(candidates, now=now)
 
 
 def prune_idempotency(host: LeaderHost, now: dt.datetime) -> None:

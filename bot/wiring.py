@@ -129,8 +129,9 @@ class Runtime:
     def cluster_services(self, name: str) -> Services:
         """Services for cluster `name` (not the home one), on the calling thread's
         connection: its pools and policies, its API for drains, cordons, quotas and the
-        plans that read pods; requests stamped with its name. No DCGM reading there: the
-        exporters' pod IPs are that cluster's network."""
+        plans that read pods; requests stamped with its name. DCGM health only where the
+        cluster has its own `signals` (through Prometheus: its exporters' pod IPs are on
+        its network)."""
         assert self.clusters is not None
         source = self.clusters.sources[name]
         assert isinstance(source, ClusterFleet)
@@ -139,7 +140,6 @@ class Runtime:
         services = Services.on_database(config=config, fleet=source, database=self.database.get(),
                                         roles=self._roles_in(config), on_approved=self.request_approved,
                                         workloads=gateway, mig_reader=gateway, node_labels=gateway)
-        services.signals = None
         services.cordons = Cordons(services.database, gateway)  # type: ignore[arg-type]
         if source.cache is not None:
             services.quotas = QuotaService(reader=gateway, cluster=source.cache, settings=config.inventory_settings())

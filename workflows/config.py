@@ -266,6 +266,9 @@ class SignalsConfig(_Model):
     # to it; a scrape that relabels, e.g. to `node`, names its own). Through Prometheus
     # only: read from the exporters, a node's series are its exporter pod's.
     node_label: str = Field(default="Hostname", min_length=1)
+    # Label matchers every query carries, where one Prometheus (or Thanos) holds several
+    # clusters' series, e.g. {cluster: west}. Through Prometheus only.
+    matchers: dict[str, str] = Field(default_factory=dict)
     thresholds: SignalThresholdsConfig = SignalThresholdsConfig()
 
     @model_validator(mode="after")
@@ -275,6 +278,11 @@ class SignalsConfig(_Model):
                              "dcgm-exporter pod read directly), exactly one")
         if self.exporters is not None and "node_label" in self.model_fields_set:
             raise ValueError("node_label is for prometheus: read from the exporters, the node is the pod's")
+        if self.exporters is not None and self.matchers:
+            raise ValueError("matchers are for prometheus: read from the exporters, the series are the pods'")
+        for label in self.matchers:
+            if not re.match(r"^[a-zA-Z_][a-zA-Z0-9_]*$", label):
+                raise ValueError(f"matchers: {label!r} is not a Prometheus label name")
         return self
 
     def service(self, *, cluster: object | None = None, memory: CounterMemory | None = None) -> SignalsService:
@@ -283,7 +291,7 @@ class SignalsConfig(_Model):
         readings for their rates, so give the same one to every service of a process."""
         if self.prometheus is not None:
             return SignalsService(endpoint=self.prometheus.endpoint(), thresholds=self.thresholds.thresholds(),
-                                  node_label=self.node_label)
+                                  node_label=self.node_label, matchers=self.matchers)
         assert self.exporters is not None  # _one_source
         pages = ExporterPages(settings=self.exporters.settings(),
                               cluster=cluster if isinstance(cluster, ClusterPods) else None,
@@ -313,6 +321,10 @@ class ClusterEntry(_Model):
     inventory: InventoryConfig = InventoryConfig()
     pools: dict[str, PoolConfig] = Field(default_factory=dict)
     upgrades: UpgradesConfig = UpgradesConfig()
+    # Its GPU health from DCGM (unset: the top-level `signals` for the home cluster,
+    # nothing for the others). Another cluster's reads through Prometheus: its exporter
+    # pods' IPs are on its own network.
+    signals: SignalsConfig | None = None
 
     @field_validator("pools")
     @classmethod
@@ -323,6 +335,9 @@ class ClusterEntry(_Model):
     def _one_source(self) -> ClusterEntry:
         if self.in_cluster and (self.kubeconfig is not None or self.context is not None):
             raise ValueError("give in_cluster or a kubeconfig/context, not both")
+        if not self.home and self.signals is not None and self.signals.exporters is not None:
+            raise ValueError("signals.exporters is for the home cluster (its exporter pods' IPs are on its network); "
+                             "read another cluster's DCGM series through signals.prometheus")
         return self
 
 
@@ -398,8 +413,9 @@ class GpuopsConfig(_Model):
         if not self.clusters:
             return self
         entry = self.clusters[name]
+        signals = entry.signals if entry.signals is not None else (self.signals if entry.home else None)
         return self.model_copy(update={"cluster": entry.cluster.model_copy(update={"name": name}),
-                                       "inventory": entry.inventory,
+                                       "inventory": entry.inventory, "signals": signals,
                                        "pools": entry.pools, "upgrades": entry.upgrades, "clusters": {}})
 
     def cluster_of_channel(self, channel: str | None) -> str | None:

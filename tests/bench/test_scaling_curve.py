@@ -58,7 +58,7 @@ REPEAT = int(os.environ.get("GPUOPS_SCALING_REPEAT", "3"))
 # b <= this is linear or better: a little above 1 for the noise of a shared VM.
 LINEAR = 1.1
 # Each cost of a point: the probe's key, its unit.
-COSTS = {"baseline_list_s": "s", "cold_start_s": "s", "status_quiet_median_ms": "ms",
+COSTS = {"baseline_list_s": "s", "cold_start_s": "s", "cold_start_cpu_s": "s", "status_quiet_median_ms": "ms",
          "status_after_one_change_median_ms": "ms", "rss_mib": "MiB"}
 
 
@@ -136,7 +136,10 @@ def exponent(points: list[tuple[int, float]]) -> float | None:
 
 def _curve(single: dict[int, dict]) -> dict[str, dict]:
     """Per cost: its exponent and verdict, its cost per node at each size, and what each
-    node added between two sizes (the marginal cost, free of the fixed part)."""
+    node added between two sizes (the marginal cost, free of the fixed part). The baseline
+    is the API server's list, the reference rather than a cost of gpuops'; the cold start
+    also has the exponent of its ratio to the baseline of the same point (how much faster
+    or slower than the API's own list it grows)."""
     curve = {}
     sizes = sorted(single)
     for key, unit in COSTS.items():
@@ -145,13 +148,27 @@ def _curve(single: dict[int, dict]) -> dict[str, dict]:
         curve[key] = {
             "unit": unit,
             "exponent": None if b is None else round(b, 3),
-            "verdict": ("one size only" if b is None else
-                        ("linear or better" if b <= LINEAR else "WORSE than linear") + f" (b {b:.2f}, limit {LINEAR})"),
+            "verdict": _verdict(b, reference=key == "baseline_list_s"),
             "per_node": {str(n): cost / n for n, cost in points},
             "per_added_node": {f"{n0}-{n1}": (c1 - c0) / (n1 - n0)
                                for (n0, c0), (n1, c1) in zip(points, points[1:], strict=False)},
         }
+    ratios = [(n, float(single[n]["cold_over_baseline"])) for n in sizes]
+    b = exponent(ratios)
+    curve["cold_over_baseline"] = {
+        "unit": "ratio", "exponent": None if b is None else round(b, 3), "by_size": {str(n): r for n, r in ratios},
+        "verdict": "one size only" if b is None else (
+            ("no faster than the API's own list" if b <= LINEAR - 1 else "FASTER than the API's own list")
+            + f" (b {b:.2f} relative to the baseline, limit {LINEAR - 1:.1f})")}
     return curve
+
+
+def _verdict(b: float | None, *, reference: bool = False) -> str:
+    if b is None:
+        return "one size only"
+    if reference:
+        return f"the API server's list, the reference (b {b:.2f})"
+    return ("linear or better" if b <= LINEAR else "WORSE than linear") + f" (b {b:.2f}, limit {LINEAR})"
 
 
 def _against_apart(together: dict, single: dict, count: int) -> dict[str, dict]:
@@ -221,6 +238,8 @@ def test_scaling_curve_in_one_run(tmp_path_factory):
             "baseline_list_s": "raw list of every node and pod (side by side, paged, parsed into JSON); with "
                                "several clusters one cluster after another (memory), so it is their sum",
             "cold_start_s": f"median of {REPEAT} cold starts, each right after its own baseline",
+            "cold_start_cpu_s": "the probe's own CPU time in those cold starts (median): gpuops' work without "
+                                "the wait for the API server's list",
             "status_quiet_median_ms": "100 renders of /gpu status from a warm cache, nothing changing (no churn)",
             "status_after_one_change_median_ms": "20 node and 20 pod changes, each rendered once the cache applied it",
             "rss_mib": "a fresh process holding the watching cache(s), after one /gpu status each",

@@ -6,6 +6,7 @@ remap: `tests.dcgm_pages`), and gpuops reads it through its own reader, as `/gpu
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import functools
 import http.server
@@ -14,6 +15,7 @@ import subprocess
 import threading
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 
 import pytest
 import yaml
@@ -34,7 +36,15 @@ from workflows.prometheus.client import Endpoint, PrometheusUnavailable, instant
 @pytest.fixture(scope="module")
 def prometheus(tmp_path_factory):
     """A real Prometheus scraping one stand-in exporter page per node every second."""
-    tmp_path = tmp_path_factory.mktemp("dcgm")
+    with _prometheus(tmp_path_factory.mktemp("dcgm"), {None: NODES}) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def _prometheus(tmp_path, clusters: dict[str | None, tuple[str, ...]]) -> Iterator[str]:
+    """A real Prometheus scraping stand-in exporter pages every second: per cluster (its
+    series labelled `cluster=<name>`, as one Prometheus or Thanos over several clusters
+    labels them; None: no label) the pages of its nodes."""
     served = tmp_path / "exporters"
     served.mkdir()
     for node, text in pages().items():
@@ -46,8 +56,10 @@ def prometheus(tmp_path_factory):
         web = probe.server_address[1]
     config = tmp_path / "prometheus.yml"
     config.write_text(yaml.safe_dump({"global": {"scrape_interval": "1s"}, "scrape_configs": [
-        {"job_name": f"dcgm-{node}", "metrics_path": f"/{node}.txt", "static_configs": [{"targets": [target]}]}
-        for node in NODES]}))
+        {"job_name": f"dcgm-{cluster or 'all'}-{node}", "metrics_path": f"/{node}.txt",
+         "static_configs": [{"targets": [target], **({"labels": {"cluster": cluster}} if cluster else {})}]}
+        for cluster, nodes in clusters.items() for node in nodes]}))
+    jobs = sum(len(nodes) for nodes in clusters.values())
     process = subprocess.Popen([str(prometheus_binary()), f"--config.file={config}",
                                 f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{web}"],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -55,7 +67,7 @@ def prometheus(tmp_path_factory):
 
     def scraped() -> bool:
         try:
-            return len(instant_query(Endpoint(url=url), "up == 1")) == len(NODES)
+            return len(instant_query(Endpoint(url=url), "up == 1")) == jobs
         except PrometheusUnavailable:
             return False  # still starting
 
@@ -149,3 +161,38 @@ def test_prometheus_refusing_a_query_is_said_in_words(prometheus):
         instant_query(Endpoint(url=prometheus), "{")
     query = urllib.parse.urlencode({"query": "up"})
     assert json.loads(urllib.request.urlopen(f"{prometheus}/api/v1/query?{query}").read())["status"] == "success"
+
+
+def test_each_cluster_reads_its_own_series_from_one_prometheus_over_several(tmp_path):
+    """One Prometheus (or Thanos) holding two clusters' series, told apart by a `cluster`
+    label: each cluster's `signals.matchers` picks its own, so east's XID 79, double-bit
+    error and failed remap are not west's, though west's nodes carry the same names."""
+    west_nodes = (HEALTHY, VGPU_NODE)
+    with _prometheus(tmp_path, {"east": NODES, "west": west_nodes}) as url:
+        def signals(cluster: str) -> dict:
+            return {"prometheus": {"url": url}, "matchers": {"cluster": cluster}}
+
+        config = GpuopsConfig.model_validate({
+            "clusters": {"east": {"home": True, "signals": signals("east")},
+                         "west": {"kubeconfig": "/k", "signals": signals("west")}},
+            "signals": {"prometheus": {"url": "http://unused.example:9090"}}})  # east's own wins
+        east, west = (config.for_cluster(name).signals.service() for name in ("east", "west"))  # type: ignore[union-attr]
+        pools = {node: "pool" for node in NODES}
+
+        east_reading, west_reading = east.read(), west.read()
+        assert sorted(east_reading.nodes) == sorted(NODES) and sorted(west_reading.nodes) == sorted(west_nodes)
+        assert {f.subject for f in east.findings(east_reading, pools=pools)} == {XID79, DBE, REMAP}
+        assert west.findings(west_reading, pools=pools) == ()
+        assert list(west.read(HEALTHY).nodes) == [HEALTHY]
+
+
+def test_another_cluster_cannot_read_its_exporters_directly():
+    with pytest.raises(ValueError, match="signals.exporters is for the home cluster"):
+        GpuopsConfig.model_validate({"clusters": {
+            "east": {"home": True}, "west": {"kubeconfig": "/k", "signals": {"exporters": {}}}}})
+    with pytest.raises(ValueError, match="'cluster-name' is not a Prometheus label name"):
+        GpuopsConfig.model_validate({"signals": {"prometheus": {"url": "http://p.example:9090"},
+                                                 "matchers": {"cluster-name": "west"}}})
+    without = GpuopsConfig.model_validate({"clusters": {"east": {"home": True}, "west": {"kubeconfig": "/k"}},
+                                           "signals": {"prometheus": {"url": "http://p.example:9090"}}})
+    assert without.for_cluster("east").signals is not None and without.for_cluster("west").signals is None

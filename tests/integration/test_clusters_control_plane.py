@@ -12,12 +12,19 @@ started joins as soon as it answers."""
 
 from __future__ import annotations
 
+import json
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
+from bot.cli import _serve_health
+from bot.health import Readiness
+from bot.metrics import Metrics
+from bot.scheduler import clear_stale_marks
 from bot.wiring import Runtime, build_runtime
 from commands.catalog import dispatch
 from commands.reply import Reply
@@ -28,6 +35,7 @@ from testenv.toxiproxy import Proxy, Toxiproxy, kubeconfig_via
 from tests.integration import engine_harness as h
 from tests.integration.desk import bot_rbac_granted, grant_bot_rbac
 from workflows.config import GpuopsConfig
+from workflows.kube.labels import ANNOTATION_CORDONED_BY
 
 pytestmark = pytest.mark.controlplane
 
@@ -102,6 +110,13 @@ def gpu(runtime: Runtime, who: str, text: str, *, channel: str = CHANNEL) -> Rep
                     channel=channel)
 
 
+def scrape(health) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    with urllib.request.urlopen(health.base_url + "/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
 def cluster_row(runtime: Runtime, name: str) -> tuple[str, ...]:
     reply = gpu(runtime, "U0ALICE", "/gpu status")
     assert reply.ok and reply.sections[0].title == "Clusters"
@@ -123,10 +138,25 @@ def test_both_clusters_are_read_and_a_drain_runs_at_home_while_the_other_is_unre
     west_pool = gpu(runtime, "U0ALICE", "/gpu status west/train")
     assert west_pool.ok and west_pool.title == "GPU pool train · west"
 
-    toxiproxy.set_enabled(proxy, False)  # west is off the network
-    wait_until(lambda: cluster_row(runtime, "west")[1].startswith("DOWN"), timeout=60,
-               what="west to be reported down")
-    assert cluster_row(runtime, "west")[2] == "3/3"  # as last seen
+    health = _serve_health(runtime, Metrics(), 0)
+    try:
+        assert scrape(health)[("gpuops_cluster_up", (("cluster", "west"),))] == 1
+        toxiproxy.set_enabled(proxy, False)  # west is off the network
+        wait_until(lambda: cluster_row(runtime, "west")[1].startswith("DOWN"), timeout=60,
+                   what="west to be reported down")
+        assert cluster_row(runtime, "west")[2] == "3/3"  # as last seen
+        # The health port says so, and stays ready: east answers.
+        with urllib.request.urlopen(health.base_url + "/readyz", timeout=5) as ready:
+            assert ready.status == 200
+            assert "cluster west: not answering for" in ready.read().decode()
+        samples = scrape(health)
+        assert samples[("gpuops_cluster_up", (("cluster", "west"),))] == 0
+        assert samples[("gpuops_cluster_up", (("cluster", "east"),))] == 1
+        assert samples[("gpuops_cluster_down_seconds", (("cluster", "west"),))] > 0
+        assert samples[("gpuops_watch_cache_synced", (("cluster", "east"), ("resource", "nodes")))] == 1
+        assert not [k for k in samples if k[0] == "gpuops_findings" and ("cluster", "west") in k[1]]
+    finally:
+        health.stop()
 
     # A drain in east, end to end, under the Lease in east, while west does not answer.
     runtime.start_background("replica-east", slack=None)
@@ -156,6 +186,9 @@ def test_a_cluster_down_when_gpuops_starts_joins_once_it_answers(fleet, west_pro
     assert not node.ok and node.title == "Cluster not reached · west"
     east = gpu(runtime, "U0ALICE", "/gpu status serve")
     assert east.ok and east.title == "GPU pool serve · east"
+    assert runtime.clusters is not None
+    ready, lines = Readiness(others={"west": runtime.clusters.sources["west"]}).check()
+    assert ready and lines[0].startswith("cluster west: not reached yet, trying for"), lines
 
     toxiproxy.set_enabled(proxy, True)
     wait_until(lambda: cluster_row(runtime, "west")[1:3] == ("up", "3/3"), timeout=90, what="west to join")
@@ -202,3 +235,14 @@ def test_a_drain_in_the_other_cluster_runs_there_by_its_own_engine_under_the_hom
     assert (request.cluster, request.pool) == ("west", "train")
     east = cluster.installer()
     assert not h.unschedulable(east, "serve-01") and not h.unschedulable(east, "serve-02")
+
+    # A node of west left cordoned by a run that finished, then uncordoned by a person:
+    # the mark gpuops left is stale and goes, through west's API (east has no train-02).
+    mark = json.dumps({"run": run_id, "by": "gpuops", "prior_unschedulable": False, "at": h.now().isoformat()})
+    west.installer().call("PATCH", "/api/v1/nodes/train-02", body={"metadata": {"annotations": {
+        ANNOTATION_CORDONED_BY: mark}}}, content_type="application/merge-patch+json")
+    west_fleet = runtime.clusters.sources["west"]  # type: ignore[union-attr]
+    wait_until(lambda: west_fleet.fleet(h.now()).nodes["train-02"].stale_mark_run == run_id,
+               timeout=30, what="the bot to see train-02's stale mark in west")
+    clear_stale_marks(runtime, h.now())  # type: ignore[arg-type]
+    assert h.cordon_mark(west.installer(), "train-02") is None

@@ -37,18 +37,25 @@ def _label_value(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def series_query(*, node_label: str, node: str | None = None) -> str:
-    """One instant query for every health series (of one node, if given)."""
-    matchers = ['__name__=~"' + "|".join(SERIES) + '"']
+def _matchers(node_label: str, node: str | None, matchers: Mapping[str, str]) -> list[str]:
+    """The label matchers of every query: `matchers` (one cluster's series where a
+    Prometheus holds several), then the node's."""
+    found = [f'{label}="{_label_value(value)}"' for label, value in sorted(matchers.items())]
     if node is not None:
-        matchers.append(f'{node_label}="{_label_value(node)}"')
-    return "{" + ", ".join(matchers) + "}"
+        found.append(f'{node_label}="{_label_value(node)}"')
+    return found
 
 
-def rates_query(*, node_label: str, node: str | None = None) -> str:
+def series_query(*, node_label: str, node: str | None = None, matchers: Mapping[str, str] | None = None) -> str:
+    """One instant query for every health series (of one node, if given)."""
+    return "{" + ", ".join(['__name__=~"' + "|".join(SERIES) + '"', *_matchers(node_label, node, matchers or {})]) + "}"
+
+
+def rates_query(*, node_label: str, node: str | None = None, matchers: Mapping[str, str] | None = None) -> str:
     """One instant query for the last hour's increase of each rated counter, each answer
     labelled with its counter's name."""
-    selector = f'{{{node_label}="{_label_value(node)}"}}' if node is not None else ""
+    found = _matchers(node_label, node, matchers or {})
+    selector = "{" + ", ".join(found) + "}" if found else ""
     return " or ".join(
         f'label_replace(increase({name}{selector}[1h]), "{COUNTER_LABEL}", "{name}", "", "")' for name in RATED)
 
@@ -67,9 +74,10 @@ def rates_from(samples: Iterable[Sample], *, node_label: str) -> dict[NodeName, 
 class PrometheusSeries:
     """The reader of `SignalsService` when `signals.prometheus` is configured."""
 
-    def __init__(self, *, endpoint: Endpoint, node_label: str) -> None:
+    def __init__(self, *, endpoint: Endpoint, node_label: str, matchers: Mapping[str, str] | None = None) -> None:
         self.endpoint = endpoint
         self.node_label = node_label
+        self.matchers = dict(matchers or {})
 
     @property
     def source(self) -> str:
@@ -77,11 +85,13 @@ class PrometheusSeries:
 
     def read(self, node: str | None = None) -> Reading:
         try:
-            samples = instant_query(self.endpoint, series_query(node_label=self.node_label, node=node))
+            samples = instant_query(self.endpoint, series_query(node_label=self.node_label, node=node,
+                                                                matchers=self.matchers))
         except PrometheusUnavailable as err:
             return Reading(source=self.source, unavailable=err.reason)
         try:
-            rates = rates_from(instant_query(self.endpoint, rates_query(node_label=self.node_label, node=node)),
+            rates = rates_from(instant_query(self.endpoint, rates_query(node_label=self.node_label, node=node,
+                                                                        matchers=self.matchers)),
                                node_label=self.node_label)
         except PrometheusUnavailable:
             rates = {}  # the totals were read: their rates are not known, the rest stands
@@ -93,13 +103,14 @@ class SignalsService:
     `ExporterPages`) straight from the exporter pods; exactly one of them."""
 
     def __init__(self, *, thresholds: Thresholds, endpoint: Endpoint | None = None,
-                 exporters: ExporterPages | None = None, node_label: str = "Hostname") -> None:
+                 exporters: ExporterPages | None = None, node_label: str = "Hostname",
+                 matchers: Mapping[str, str] | None = None) -> None:
         if (endpoint is None) == (exporters is None):
             raise ValueError("SignalsService reads through Prometheus or from the exporters: give one")
         self.thresholds = thresholds
         self.node_label = node_label
         self.reader: PrometheusSeries | ExporterPages = (
-            PrometheusSeries(endpoint=endpoint, node_label=node_label) if endpoint is not None
+            PrometheusSeries(endpoint=endpoint, node_label=node_label, matchers=matchers) if endpoint is not None
             else exporters)  # type: ignore[assignment]
 
     @property
