@@ -47,9 +47,14 @@ def test_a_job_that_raises_does_not_stop_the_others_and_runs_again_at_its_next_t
         finally:
             scheduler.stop()
 
-    failed = scheduler.runs.all("handovers")
+    def while_running(job: str) -> list:
+        # NB: a run that fires while stop() is under way is skipped ("the scheduler is
+        # stopped"), a race on a loaded machine that says nothing about the job.
+        return [r for r in scheduler.runs.all(job) if r.error != "the scheduler is stopped"]
+
+    failed = while_running("handovers")
     assert {r.outcome for r in failed} == {"failed"} and "database is locked" in (failed[0].error or "")
-    assert {r.outcome for r in scheduler.runs.all("expiry")} == {"done"} and len(seen) >= 3
+    assert {r.outcome for r in while_running("expiry")} == {"done"} and len(seen) >= 3
     assert any("handovers failed" in r.getMessage() for r in caplog.records)
 
 
