@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
+from kubernetes.client.rest import ApiException
 
 from bot.clicks import Click, press
 from commands.catalog import dispatch
@@ -31,7 +32,9 @@ def grant_bot_rbac(installer) -> str:
     context that acts as its ServiceAccount."""
     docs = list(yaml.safe_load_all(RBAC.read_text()))
     for namespace in sorted({d["metadata"]["namespace"] for d in docs if d["metadata"].get("namespace")}):
-        installer.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}, exist_ok=True)
+        obj = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+        _wait_terminated(installer, obj)  # a namespace on its way out takes nothing new
+        installer.create(obj, exist_ok=True)
     for doc in docs:
         installer.create(doc, exist_ok=True)
     return "bot"
@@ -51,6 +54,22 @@ def bot_rbac_granted(installer) -> Iterator[str]:
         for doc in made:
             if installer.exists(doc):
                 installer.delete(doc)
+        for doc in made:  # the next test's grant must find its namespace gone, not going
+            if doc["kind"] == "Namespace":
+                wait_until(lambda doc=doc: not installer.exists(doc), timeout=60,
+                           what=f"namespace {doc['metadata']['name']} made for this test to go")
+
+
+def _wait_terminated(installer, namespace: dict) -> None:
+    """Wait out a namespace being deleted: the API server refuses new objects in it."""
+    def settled() -> bool:
+        try:
+            return not installer.get(namespace)["metadata"].get("deletionTimestamp")
+        except ApiException as err:
+            if err.status == 404:
+                return True
+            raise
+    wait_until(settled, timeout=60, what=f"namespace {namespace['metadata']['name']} to finish terminating")
 
 
 @contextmanager
