@@ -20,6 +20,7 @@ import argparse
 import datetime as dt
 import gc
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -56,6 +57,26 @@ def _status_mib(field: str) -> float:
 def _median_p99(seconds: list[float]) -> tuple[float, float]:
     ordered = sorted(seconds)
     return statistics.median(ordered) * 1000, ordered[max(0, int(len(ordered) * 0.99) - 1)] * 1000
+
+
+class MachineBusy:
+    """How many cores everything but this process kept busy since it was made (from
+    /proc/stat and this process's own CPU time): the load a render competes with."""
+
+    def __init__(self) -> None:
+        self._busy, self._own, self._wall = self._machine_busy_s(), time.process_time(), time.perf_counter()
+
+    @staticmethod
+    def _machine_busy_s() -> float:
+        with open("/proc/stat") as stat:
+            fields = [int(v) for v in stat.readline().split()[1:]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle, iowait
+        return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+    def others_cores(self) -> float:
+        wall = time.perf_counter() - self._wall
+        busy = self._machine_busy_s() - self._busy - (time.process_time() - self._own)
+        return round(max(0.0, busy) / wall, 2) if wall > 0 else 0.0
 
 
 @dataclass
@@ -220,19 +241,25 @@ def main() -> None:
     _start_all(clusters, watch=True)
     _wait_watching(clusters)
 
-    def render() -> tuple[float, str]:
-        """`/gpu status` of every cluster in turn: the time of them all, the last text."""
+    def render(cpu: list[float] | None = None) -> tuple[float, str]:
+        """`/gpu status` of every cluster in turn: the time of them all, the last text;
+        with `cpu`, the CPU time this thread spent on them is appended to it (the wall
+        time less what other threads and processes took from it)."""
         now = dt.datetime.now(dt.timezone.utc)
-        elapsed, text = 0.0, ""
+        elapsed, spent, text = 0.0, 0.0, ""
         for cluster in clusters:
-            started = time.perf_counter()
+            started, thread = time.perf_counter(), time.thread_time()
             reply = dispatch("status", actor=ACTOR, services=cluster.services, now=now)
             text = render_text(reply)
             elapsed += time.perf_counter() - started
+            spent += time.thread_time() - thread
             assert reply.ok, text
+        if cpu is not None:
+            cpu.append(spent)
         return elapsed, text
 
-    quiet = [render()[0] for _ in range(args.renders)]
+    quiet_cpu: list[float] = []
+    quiet = [render(quiet_cpu)[0] for _ in range(args.renders)]
     text = render()[1]
     # What the collector walks when renders allocate: the caches' contents should be
     # frozen out of its sight (workflows.kube.gateway.gc_paused).
@@ -275,7 +302,9 @@ def main() -> None:
     # summaries are then stale).
     after_node: list[float] = []
     after_pod: list[float] = []
+    change_cpu: list[float] = []
     render()
+    machine = MachineBusy()
     for step in range(args.changes):
         for cluster, node_name, pod in zip(clusters, node_names, gpu_pods, strict=True):
             if step % 2 == 0:
@@ -284,7 +313,8 @@ def main() -> None:
                 cluster.change("pods", f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}", pod.name, str(step))
         for cluster in clusters:
             cluster.applied(f"change {step}")
-        (after_node if step % 2 == 0 else after_pod).append(render()[0])
+        (after_node if step % 2 == 0 else after_pod).append(render(change_cpu)[0])
+    others_busy = machine.others_cores()
 
     # For continuity with earlier runs: the whole summary forced again (max_age=0).
     class Resummarized:
@@ -348,6 +378,15 @@ def main() -> None:
                                            "changes, each rendered once the cache applied it"
                                            + (" (one change in every cluster, every cluster rendered)"
                                               if len(clusters) > 1 else "")),
+        "status_quiet_cpu_median_ms": _median_p99(quiet_cpu)[0],
+        "status_after_one_change_cpu_median_ms": _median_p99(change_cpu)[0],
+        "status_cpu_method": ("CPU time of the rendering thread (time.thread_time) in the same renders: what "
+                              "the render itself costs, without time lost to other threads or processes"),
+        "status_after_one_change_others_busy_cores": others_busy,
+        "status_after_one_change_others_busy_method": ("cores kept busy by everything but this process (the "
+                                                       "control plane(s) and kwok among them) while the changes "
+                                                       f"were made and rendered, of {os.cpu_count()}, from "
+                                                       "/proc/stat"),
         "status_after_node_change_median_ms": _median_p99(after_node)[0] if after_node else None,
         "status_after_pod_change_median_ms": _median_p99(after_pod)[0] if after_pod else None,
         "status_render_note": ("a render is /gpu status of every cluster in turn, timed together"

@@ -59,7 +59,8 @@ REPEAT = int(os.environ.get("GPUOPS_SCALING_REPEAT", "3"))
 LINEAR = 1.1
 # Each cost of a point: the probe's key, its unit.
 COSTS = {"baseline_list_s": "s", "cold_start_s": "s", "cold_start_cpu_s": "s", "status_quiet_median_ms": "ms",
-         "status_after_one_change_median_ms": "ms", "rss_mib": "MiB"}
+         "status_after_one_change_median_ms": "ms", "status_quiet_cpu_median_ms": "ms",
+         "status_after_one_change_cpu_median_ms": "ms", "rss_mib": "MiB"}
 
 
 # Components a bench control plane stops once it runs: their informers would hold every
@@ -242,6 +243,10 @@ def test_scaling_curve_in_one_run(tmp_path_factory):
                                 "the wait for the API server's list",
             "status_quiet_median_ms": "100 renders of /gpu status from a warm cache, nothing changing (no churn)",
             "status_after_one_change_median_ms": "20 node and 20 pod changes, each rendered once the cache applied it",
+            "status_quiet_cpu_median_ms": "the CPU time of the rendering thread in those quiet renders",
+            "status_after_one_change_cpu_median_ms": ("the CPU time of the rendering thread in those renders "
+                                                      "after one change: the render's own cost, without what "
+                                                      "other processes (the control planes) took from it"),
             "rss_mib": "a fresh process holding the watching cache(s), after one /gpu status each",
             "control_plane_rss_mib": "VmRSS of each control plane component right after the point's probe",
             "exponent": f"least squares of log(cost) on log(nodes) over the one-cluster points; "
