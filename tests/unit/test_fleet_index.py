@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import json
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -39,6 +40,15 @@ SHAPES = [
     dict(pool="train-a", labels={"nvidia.com/gpu.deploy.driver": "pre-installed"}),
     dict(pool="train-a", labels={"nvidia.com/gpu.present": None, "nvidia.com/gpu.count": None},
          capacity={"nvidia.com/gpu": None}, allocatable={"nvidia.com/gpu": None}),  # no GPU node
+    # Cordoned by gpuops (its mark) and by hand; MIG slices under the mixed and the single strategy.
+    dict(pool="serve-a", unschedulable=True, annotations={"gpuops.io/cordoned-by": json.dumps(
+        {"by": "alice", "run": "run-7", "at": "2026-12-04T11:00:00Z"})}),
+    dict(pool="train-a", unschedulable=True),
+    dict(pool="serve-a", labels={"nvidia.com/mig.config": "all-1g.10gb", "nvidia.com/mig.strategy": "mixed"},
+         capacity={"nvidia.com/gpu": "0", "nvidia.com/mig-1g.10gb": "56"},
+         allocatable={"nvidia.com/gpu": "0", "nvidia.com/mig-1g.10gb": "56"}),
+    dict(pool="train-a", labels={"nvidia.com/mig.config": "all-1g.10gb"},
+         capacity={"nvidia.com/gpu": "56"}, allocatable={"nvidia.com/gpu": "56"}),
 ]
 # Kubelets inside and outside the operator's supported range, the runtimes the toolkit is
 # read against, and kernels a precompiled driver is or is not built for.
@@ -150,8 +160,13 @@ def test_kept_up_to_date_it_says_what_a_summary_from_scratch_says(candidates, st
         # Time goes on between looks; each look is also taken again an hour later.
         for later in (dt.timedelta(hours=hours_later), dt.timedelta(hours=1)):
             now += later
-            assert index.fleet(now, context=context, canaries=canaries) == summarize(
-                current, context=context, settings=SETTINGS, now=now, canaries=canaries)
+            fleet = index.fleet(now, context=context, canaries=canaries)
+            assert fleet == summarize(current, context=context, settings=SETTINGS, now=now, canaries=canaries)
+            # What /gpu status reads from the pools' sums is what a walk of every node says.
+            assert sorted(n.name for n in fleet.cordoned_nodes()) == sorted(
+                n.name for n in fleet.nodes.values() if n.cordoned)
+            assert sum(p.mig_slices_advertised for p in fleet.pools) == sum(
+                n.mig_slices_advertised for n in fleet.nodes.values())
 
 
 def test_a_node_not_ready_ages_between_two_looks_with_nothing_else_changed(candidates):

@@ -1175,6 +1175,11 @@ class PoolInventory:
     runtimes: Mapping[str, tuple[NodeName, ...]] = field(default_factory=lambda: MappingProxyType({}))
     # kernel version -> the nodes on it whose operator driver uses precompiled modules.
     precompiled_kernels: Mapping[str, tuple[NodeName, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    # How many of gpus_advertised are MIG slices (NodeInventory.mig_slices_advertised summed).
+    mig_slices_advertised: int = 0
+    # The pool's cordoned nodes, by name (kept with the sums: `/gpu status` reads them
+    # without walking every node).
+    cordoned: tuple[NodeName, ...] = ()
 
     def shares_driver_with(self) -> tuple[PoolName, ...]:
         """Other pools whose driver version changes with this one's."""

@@ -50,6 +50,11 @@ class Fleet:
     def findings_about(self, subject: str) -> tuple[Finding, ...]:
         return tuple(f for f in self.findings if f.subject == subject)
 
+    def cordoned_nodes(self) -> list[NodeInventory]:
+        """Every cordoned GPU node, pool by pool (from the pools' sums, not a walk of
+        every node)."""
+        return [self.nodes[name] for pool in self.pools for name in pool.cordoned]
+
 
 @dataclass(slots=True)
 class _PoolTally:
@@ -70,6 +75,8 @@ class _PoolTally:
     operator_driven: int = 0  # nodes with nvidia.com/gpu.deploy.driver=true
     runtimes: dict[str, set[NodeName]] = field(default_factory=dict)
     precompiled_kernels: dict[str, set[NodeName]] = field(default_factory=dict)
+    slices: int = 0
+    cordoned: set[NodeName] = field(default_factory=set)
 
     def count(self, inventory: NodeInventory, sign: int) -> None:
         """Add (`sign` 1) or take away (-1) one node's contribution."""
@@ -90,6 +97,9 @@ class _PoolTally:
         if inventory.driver_pod.template_version:
             _member(self.behind, inventory.driver_pod.template_version, name, sign)
         self.operator_driven += sign * (inventory.deploy_driver == "true")
+        self.slices += sign * inventory.mig_slices_advertised
+        if inventory.cordoned:
+            (self.cordoned.add if sign > 0 else self.cordoned.discard)(name)
         info = inventory.node_info
         if info.container_runtime_version:
             _member(self.runtimes, info.container_runtime_version, name, sign)
@@ -157,6 +167,8 @@ def _pool_inventory(pool: PoolName, tally: _PoolTally, *, managers: tuple[Driver
         driver_managers=managers,
         runtimes=MappingProxyType({r: tuple(sorted(n)) for r, n in sorted(tally.runtimes.items())}),
         precompiled_kernels=MappingProxyType({k: tuple(sorted(n)) for k, n in sorted(tally.precompiled_kernels.items())}),
+        mig_slices_advertised=tally.slices,
+        cordoned=tuple(sorted(tally.cordoned)),
     )
 
 
