@@ -24,6 +24,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from kubernetes import client, config
 
 from tests.bench import dense_fleet as dense
@@ -53,6 +55,7 @@ def _machine() -> dict[str, object]:
             "kernel": platform.release()}
 
 
+@pytest.mark.timeout(2 * 3600)  # about 10 minutes at 5,000 nodes, more on a slower machine; the suite's 600 s is per test
 def test_inventory_at_5000_nodes(gpu_operator_crds):
     env = gpu_operator_crds
     started = dt.datetime.now(dt.timezone.utc)
