@@ -25,7 +25,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from kubernetes import client, config
 
 from tests.bench import dense_fleet as dense
