@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import Counter, defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -56,12 +56,54 @@ class Fleet:
         return [self.nodes[name] for pool in self.pools for name in pool.cordoned]
 
 
+class _Members:
+    """A set of node names that also gives them in name order, sorted again only after
+    its membership changed: a changed node is taken away and counted again, which leaves
+    the set, and the names in order, as they were (sorting a pool's names on every change
+    cost 0.4 ms at 1,250 nodes)."""
+
+    __slots__ = ("_names", "_in_order", "_toggled")
+
+    def __init__(self) -> None:
+        self._names: set[NodeName] = set()
+        self._in_order: tuple[NodeName, ...] = ()
+        self._toggled: set[NodeName] = set()  # names in or out since the last sort, net
+
+    def _toggle(self, name: NodeName) -> None:
+        (self._toggled.remove if name in self._toggled else self._toggled.add)(name)
+
+    def add(self, name: NodeName) -> None:
+        if name not in self._names:
+            self._names.add(name)
+            self._toggle(name)
+
+    def discard(self, name: NodeName) -> None:
+        if name in self._names:
+            self._names.remove(name)
+            self._toggle(name)
+
+    def in_order(self) -> tuple[NodeName, ...]:
+        if self._toggled:
+            self._in_order = tuple(sorted(self._names))
+            self._toggled.clear()
+        return self._in_order
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._names
+
+    def __iter__(self) -> Iterator[NodeName]:
+        return iter(self._names)
+
+
 @dataclass(slots=True)
 class _PoolTally:
     """One pool's sums over its GPU nodes, kept up to date node by node: each node's
     contribution is added when it comes and taken away when it changes or goes."""
 
-    nodes: set[NodeName] = field(default_factory=set)
+    nodes: _Members = field(default_factory=_Members)
     ready: int = 0
     physical: int = 0
     expected: int = 0
@@ -71,12 +113,12 @@ class _PoolTally:
     versions: Counter[str] = field(default_factory=Counter)
     owners: Counter[tuple[str, str]] = field(default_factory=Counter)  # (version, owner)
     nvidia_drivers: Counter[str] = field(default_factory=Counter)
-    behind: dict[str, set[NodeName]] = field(default_factory=dict)
+    behind: dict[str, _Members] = field(default_factory=dict)
     operator_driven: int = 0  # nodes with nvidia.com/gpu.deploy.driver=true
-    runtimes: dict[str, set[NodeName]] = field(default_factory=dict)
-    precompiled_kernels: dict[str, set[NodeName]] = field(default_factory=dict)
+    runtimes: dict[str, _Members] = field(default_factory=dict)
+    precompiled_kernels: dict[str, _Members] = field(default_factory=dict)
     slices: int = 0
-    cordoned: set[NodeName] = field(default_factory=set)
+    cordoned: _Members = field(default_factory=_Members)
 
     def count(self, inventory: NodeInventory, sign: int) -> None:
         """Add (`sign` 1) or take away (-1) one node's contribution."""
@@ -110,9 +152,9 @@ class _PoolTally:
         return {name for name, count in self.nvidia_drivers.items() if count > 0}
 
 
-def _member(groups: dict[str, set[NodeName]], key: str, name: NodeName, sign: int) -> None:
+def _member(groups: dict[str, _Members], key: str, name: NodeName, sign: int) -> None:
     if sign > 0:
-        groups.setdefault(key, set()).add(name)
+        groups.setdefault(key, _Members()).add(name)
         return
     members = groups.get(key)
     if members is not None:
@@ -153,7 +195,7 @@ def _pool_inventory(pool: PoolName, tally: _PoolTally, *, managers: tuple[Driver
     return PoolInventory(
         name=pool,
         kind=None if pool == UNPOOLED else settings.kind_of(pool),
-        nodes=tuple(sorted(tally.nodes)),
+        nodes=tally.nodes.in_order(),
         nodes_ready=tally.ready,
         gpus_physical=tally.physical,
         gpus_expected=tally.expected,
@@ -163,12 +205,12 @@ def _pool_inventory(pool: PoolName, tally: _PoolTally, *, managers: tuple[Driver
         driver_versions=MappingProxyType({v: n for v, n in sorted(tally.versions.items()) if n > 0}),
         auto_upgrade=pool_auto_upgrade(tally.driver_crs(), context=context),
         driver_version_owners=MappingProxyType({v: tuple(sorted(o)) for v, o in sorted(owners.items())}),
-        driver_pods_behind=MappingProxyType({v: tuple(sorted(n)) for v, n in sorted(tally.behind.items())}),
+        driver_pods_behind=MappingProxyType({v: n.in_order() for v, n in sorted(tally.behind.items())}),
         driver_managers=managers,
-        runtimes=MappingProxyType({r: tuple(sorted(n)) for r, n in sorted(tally.runtimes.items())}),
-        precompiled_kernels=MappingProxyType({k: tuple(sorted(n)) for k, n in sorted(tally.precompiled_kernels.items())}),
+        runtimes=MappingProxyType({r: n.in_order() for r, n in sorted(tally.runtimes.items())}),
+        precompiled_kernels=MappingProxyType({k: n.in_order() for k, n in sorted(tally.precompiled_kernels.items())}),
         mig_slices_advertised=tally.slices,
-        cordoned=tuple(sorted(tally.cordoned)),
+        cordoned=tally.cordoned.in_order(),
     )
 
 
@@ -195,7 +237,7 @@ class FleetIndex:
         self._unchecked: set[NodeName] = set()  # nodes whose findings are to be checked again
         self._timed: set[NodeName] = set()  # nodes whose findings depend on the time
         self._runtime_kinds: Counter[str] = Counter()  # GPU nodes' container runtimes, by kind
-        self._kubelets: dict[str, set[NodeName]] = {}
+        self._kubelets: dict[str, _Members] = {}
         self._dirty_pools: set[PoolName] = set()
         self._findings_changed = True
         self._support_changed = True
@@ -290,8 +332,8 @@ class FleetIndex:
         if self._support_changed:
             self._support_changed = False
             # NB: versions in the order of their first node by name, as a pass over the nodes finds them.
-            kubelets = {version: sorted(nodes)
-                        for version, nodes in sorted(self._kubelets.items(), key=lambda item: min(item[1]))}
+            kubelets = {version: nodes.in_order()
+                        for version, nodes in sorted(self._kubelets.items(), key=lambda item: item[1].in_order()[0])}
             support = findings_mod.support_findings(context.cluster, kubelets=kubelets, settings=settings)
             if support != self._support_findings:
                 self._support_findings = support
