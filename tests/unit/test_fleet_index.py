@@ -141,8 +141,9 @@ CRDS = CONTEXTS.index("nvidia-driver-crds")  # no pool finding lists the nodes
                 ("gpu-00", option("nvidia-driver-crds", 0), 0, CRDS, False)])
 def test_kept_up_to_date_it_says_what_a_summary_from_scratch_says(candidates, steps):
     contexts, assessed = candidates
-    index = FleetIndex(SETTINGS)
+    index = FleetIndex(SETTINGS, piece_size=2)  # several pieces of nodes, each shared and copied
     current = {}
+    handed_out = []
     canaries: dict[NodeName, CanaryVerdict] = {}
     now = NOW
     for name, choice, hours_later, context_choice, canary_failed in steps:
@@ -162,11 +163,15 @@ def test_kept_up_to_date_it_says_what_a_summary_from_scratch_says(candidates, st
             now += later
             fleet = index.fleet(now, context=context, canaries=canaries)
             assert fleet == summarize(current, context=context, settings=SETTINGS, now=now, canaries=canaries)
+            assert list(fleet.nodes) == sorted(n for n, inv in current.items() if inv.gpu_node)
+            handed_out.append((fleet, dict(fleet.nodes)))
             # What /gpu status reads from the pools' sums is what a walk of every node says.
             assert sorted(n.name for n in fleet.cordoned_nodes()) == sorted(
                 n.name for n in fleet.nodes.values() if n.cordoned)
             assert sum(p.mig_slices_advertised for p in fleet.pools) == sum(
                 n.mig_slices_advertised for n in fleet.nodes.values())
+    # Views handed out earlier still say what they said when they were handed out.
+    assert all(dict(fleet.nodes) == seen for fleet, seen in handed_out)
 
 
 def test_a_node_not_ready_ages_between_two_looks_with_nothing_else_changed(candidates):
@@ -192,6 +197,27 @@ def test_a_fleet_handed_out_does_not_change_when_the_index_does(candidates):
     index.fleet(NOW, context=context)
 
     assert (dict(before.nodes), before.pools, before.findings) == seen
+
+
+@pytest.mark.parametrize("piece_size", [1, 2, 64])
+def test_a_node_changed_in_place_leaves_the_views_handed_out_before_as_they_were(candidates, piece_size):
+    (context, *_), assessed = candidates
+    index = FleetIndex(SETTINGS, piece_size=piece_size)
+    for name in ("gpu-00", "gpu-01", "gpu-02"):
+        index.update(name, assessed[name][0])
+    first = index.fleet(NOW, context=context)
+
+    index.update("gpu-01", assessed["gpu-01"][8])  # the same node, another state: its place kept
+    second = index.fleet(NOW, context=context)
+    index.update("gpu-01", assessed["gpu-01"][0])
+    index.update("gpu-02", assessed["gpu-02"][8])
+    third = index.fleet(NOW, context=context)
+
+    assert [v is assessed[n][0] for n, v in first.nodes.items()] == [True, True, True]
+    assert second.nodes["gpu-01"] is assessed["gpu-01"][8] and second.nodes["gpu-02"] is assessed["gpu-02"][0]
+    assert third.nodes["gpu-01"] is assessed["gpu-01"][0] and third.nodes["gpu-02"] is assessed["gpu-02"][8]
+    assert list(third.nodes) == ["gpu-00", "gpu-01", "gpu-02"] and len(third.nodes) == 3
+    assert "gpu-03" not in third.nodes and third.nodes.get("gpu-03") is None
 
 
 def test_findings_said_not_to_depend_on_time_do_not(candidates):
