@@ -58,7 +58,7 @@ from workflows.fleet.clusters import ClusterUnreachable
 from workflows.handover.service import HandoverService
 from workflows.kube.gateway import KubeGateway
 from workflows.pools import freezes
-from workflows.requests.service import RequestRefused, RequestService
+from workflows.requests.service import RequestRefused, RequestService, RoleLookup
 from workflows.signals.service import SignalsService
 
 log = logging.getLogger("gpuops.bot.scheduler")
@@ -249,6 +249,10 @@ class LeaderHost(Protocol):
 
     def notify(self) -> None: ...
 
+    def roles_in(self, config: GpuopsConfig) -> RoleLookup | None:
+        """Who holds which role now in the cluster `config` is about (None: the
+        configuration alone)."""
+
 
 def post_handovers(host: LeaderHost, now: dt.datetime) -> None:
     """Post each rotation's due handover, then remind or escalate unacknowledged ones."""
@@ -315,7 +319,8 @@ def start_window_runs(host: LeaderHost, now: dt.datetime) -> dt.datetime | None:
         try:
             # NB: the plan hash read above: a re-plan (`drain extend`) committed since
             # refuses the start, and the next tick decides on the new plan.
-            run = RunService(db).start(view.id, dry_run=False, now=now, plan_hash=view.plan_hash)
+            run = RunService(db, requests=RequestService(db, config, roles=host.roles_in(config))).start(
+                view.id, dry_run=False, now=now, plan_hash=view.plan_hash)
         except RunRefused as err:  # e.g. cancelled or started meanwhile
             log.info("run of %s not started: %s", view.id, err)
             continue

@@ -100,7 +100,7 @@ class Runtime:
         # Drains read the pods and PDBs they would move straight from the API (the watch
         # cache keeps only operator and GPU pods; a preview names every pod it would evict).
         services = Services.on_database(config=self.config, fleet=self.fleet, database=self.database.get(),
-                                        roles=self._roles_in(self.config), on_approved=self.request_approved,
+                                        roles=self.roles_in(self.config), on_approved=self.request_approved,
                                         workloads=self.gateway, mig_reader=self.gateway,
                                         node_labels=self.gateway, signals=self.signals)
         if self.gateway is not None:
@@ -113,7 +113,7 @@ class Runtime:
             services.cluster, services.clusters = self.clusters.home, self.clusters
         return services
 
-    def _roles_in(self, config: GpuopsConfig) -> RoleLookup | None:
+    def roles_in(self, config: GpuopsConfig) -> RoleLookup | None:
         """Who holds which role now, in the cluster `config` is about: with several
         clusters, the person's user groups (Slack's) read against that cluster's pools."""
         lookup = self.roles
@@ -138,7 +138,7 @@ class Runtime:
         config = self.clusters.config.for_cluster(name)
         gateway = source.gateway
         services = Services.on_database(config=config, fleet=source, database=self.database.get(),
-                                        roles=self._roles_in(config), on_approved=self.request_approved,
+                                        roles=self.roles_in(config), on_approved=self.request_approved,
                                         workloads=gateway, mig_reader=gateway, node_labels=gateway)
         services.cordons = Cordons(services.database, gateway)  # type: ignore[arg-type]
         if source.cache is not None:

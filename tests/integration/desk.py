@@ -110,6 +110,7 @@ class Desk:
         for approver in ("U0BOB", "U0CAROL"):
             answer = self.say(approver, f"approve {view.id} {view.short_hash}")
             assert answer.ok, answer.summary
-        run = RunService(self.db).start(view.id, dry_run=False, now=h.now(), plan_hash=view.plan_hash)
+        run = RunService(self.db, requests=self.services.requests).start(view.id, dry_run=False, now=h.now(),
+                                                                         plan_hash=view.plan_hash)
         with h.EngineThread(self.cluster.kubeconfig, self.db.path, user=self.user):
             return h.wait_run(self.db, run.id, timeout=timeout)

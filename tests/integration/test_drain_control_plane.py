@@ -18,12 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from bot.scheduler import clear_stale_marks
+from bot.scheduler import clear_stale_marks, start_window_runs
 from bot.wiring import Runtime, build_runtime
 from commands.catalog import dispatch
 from commands.reply import Reply
 from storage import audit
 from storage import requests as stored_requests
+from storage import runs as stored_runs
 from testenv import fleet as fl
 from testenv.install import wait_until
 from testenv.summary import advertised
@@ -35,7 +36,8 @@ from workflows.requests.service import RequestView
 pytestmark = pytest.mark.controlplane
 
 CHANNEL = "C0GPUOPS"
-POOLS = ("serve", "short", "restart", "budget", "skip", "gates", "floor", "open", "recheck", "wait", "delete")
+POOLS = ("serve", "short", "restart", "budget", "skip", "gates", "floor", "open", "recheck", "wait", "delete",
+         "later")
 WEEKENDS = [{"days": ["sat", "sun"], "start": "02:00", "end": "06:00", "timezone": "Europe/Berlin"}]
 # The skip pool gives a blocked eviction 4 seconds, then leaves the node out; gates and
 # floor drain only at weekends, one node at a time (gates), never below 16 GPUs (floor).
@@ -44,16 +46,19 @@ POLICY_CHANGES = {"skip": {"drain_timeout": "4s", "pdb_timeout_action": "skip"},
                   "delete": {"drain_timeout": "4s", "allow_delete": True, "pdb_timeout_action": "delete"},
                   "budget": {"drain_timeout": "120s"},
                   "gates": {"windows": WEEKENDS, "max_unavailable": 1},
-                  "floor": {"windows": WEEKENDS, "min_ready_gpus": 16}}
+                  "floor": {"windows": WEEKENDS, "min_ready_gpus": 16},
+                  "later": {"max_unavailable": 1}}
 
 
-def drain_config() -> GpuopsConfig:
+def drain_config(*, bob: str = "approver") -> GpuopsConfig:
+    """Every pool serving, bob its approver (unless `bob` says he is something else now)."""
     return GpuopsConfig.model_validate({
-        "pools": {name: {"kind": "serving", "approvers": ["U0BOB"], "windows": "always", "max_unavailable": 2,
+        "pools": {name: {"kind": "serving", "approvers": ["U0BOB"] if bob == "approver" else [], "windows": "always",
+                         "max_unavailable": 2,
                          "min_ready_gpus": 0, "drain_timeout": "20s", "validate_timeout": "5s",
                          **POLICY_CHANGES.get(name, {})}
                   for name in POOLS},
-        "access": {"users": {"U0ALICE": ["operator"], "U0BOB": ["approver"]},
+        "access": {"users": {"U0ALICE": ["operator"], "U0BOB": [bob]},
                    "names": {"U0ALICE": "alice", "U0BOB": "bob"}},
     })
 
@@ -184,6 +189,58 @@ def test_a_drain_without_an_end_holds_its_node_until_drain_done(fleet, cluster, 
 
     assert finished.state == "succeeded", finished.halted_reason
     assert not h.unschedulable(installer, "open-01") and h.cordon_mark(installer, "open-01") is None
+
+
+def test_a_drain_asked_for_after_a_running_drain_ends_is_not_refused_for_that_drains_cordon(fleet, cluster, runtime):
+    fleet(fl.FleetSpec(name="later", system_nodes=0, pools=(fl.PoolSpec(name="later", kind="serving", nodes=2),)))
+    installer = cluster.installer()
+    _ready_fleet(runtime, installer, ["later-01", "later-02"])
+    _, first, run = ask_approve_start(runtime, '/gpu drain later-01 for 30m "fan swap"')  # max_unavailable 1
+    assert first.window_end is not None
+    with h.EngineThread(cluster.kubeconfig, runtime.database.get().path, pools=runtime.config.pools):
+        wait_until(lambda: _step_state(runtime, run.id, "later-01", "hold") == "running", timeout=60,
+                   what="later-01 to be held")
+        wait_until(lambda: runtime.fleet.fleet(h.now()).nodes["later-01"].cordon_run == run.id,  # type: ignore[attr-defined]
+                   timeout=30, what="the bot to see later-01 cordoned by the run")
+
+        # While the first drain holds later-01, the pool has no room for a second node...
+        now = gpu(runtime, "U0ALICE", '/gpu drain later-02 for 20m "bios"')
+        assert not now.ok and "max_unavailable" in _texts(now), _texts(now)
+        # ...but after its window ends it does: later-01's cordon is gone by then.
+        after = (first.window_end + dt.timedelta(hours=1)).strftime("%Y-%m-%d %H:%M")
+        later = gpu(runtime, "U0ALICE", f'/gpu drain later-02 at {after} UTC for 20m "bios"')
+        assert later.ok, _texts(later)
+        # One that would start while the first still holds its node is refused as before.
+        during = (h.now() + dt.timedelta(minutes=5)).strftime("%Y-%m-%d %H:%M")
+        overlap = gpu(runtime, "U0ALICE", f'/gpu drain later-02 at {during} UTC for 10m "bios"')
+        assert not overlap.ok and "max_unavailable" in _texts(overlap), _texts(overlap)
+
+        assert gpu(runtime, "U0ALICE", f"/gpu drain done {first.id}").ok
+        finished = h.wait_run(runtime.database.get(), run.id)
+    assert finished.state == "succeeded", finished.halted_reason
+
+
+def test_an_approved_drain_whose_approver_lost_the_role_does_not_start_and_goes_back_to_pending(
+        fleet, cluster, runtime, tmp_path):
+    fleet(fl.FleetSpec(name="serve", system_nodes=0, pools=(fl.PoolSpec(name="serve", kind="serving", nodes=1),)))
+    installer = cluster.installer()
+    _ready_fleet(runtime, installer, ["serve-01"])
+    _, request = ask_and_approve(runtime, '/gpu drain serve-01 for 10m "psu swap"')
+    # Bob leaves the approvers before the scheduler starts the run (the bot restarted
+    # with the new configuration, on the same database).
+    later = build_runtime(drain_config(bob="viewer"), kubeconfig=str(cluster.kubeconfig), context="admin",
+                          database=runtime.database.get().path)
+    try:
+        start_window_runs(later, h.now())
+        view = later.services().requests.get(request.id)  # type: ignore[union-attr]
+    finally:
+        later.close()
+
+    assert view.state == "pending" and view.approvals_counted == 0
+    assert stored_runs.for_request(runtime.database.get(), request_id=request.id) == []
+    assert not h.unschedulable(installer, "serve-01")
+    (said,) = [r for r in audit.recent(runtime.database.get(), 50) if r.action == "request.reopened"]
+    assert said.detail["no_longer_approvers"] == ["U0BOB"]
 
 
 def test_a_node_that_comes_back_with_fewer_gpus_fails_validation_and_stays_cordoned_with_the_reason_in_the_thread(

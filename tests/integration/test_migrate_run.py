@@ -62,7 +62,8 @@ class _Desk(Desk):
         (view,) = self.services.requests.open_requests("mv")  # type: ignore[union-attr]
         for approver in ("U0BOB", "U0CAROL"):
             assert self.say(approver, f"approve {view.id} {view.short_hash}").ok
-        return RunService(self.db).start(view.id, dry_run=False, now=h.now(), plan_hash=view.plan_hash).id
+        return RunService(self.db, requests=self.services.requests).start(
+            view.id, dry_run=False, now=h.now(), plan_hash=view.plan_hash).id
 
     def waiting_on(self, run_id: str) -> str | None:
         run = RunService(self.db).get(run_id)

@@ -159,7 +159,8 @@ def test_an_upgrade_asked_for_and_approved_by_two_people_moves_the_pool_canary_f
     for approver in ("U0BOB", "U0CAROL"):
         answer = say(approver, f"approve {request.id} {request.short_hash}")
         assert answer.ok, answer.summary
-    run = RunService(db).start(request.id, dry_run=False, now=h.now(), plan_hash=request.plan_hash)
+    run = RunService(db, requests=services.requests).start(request.id, dry_run=False, now=h.now(),
+                                                           plan_hash=request.plan_hash)
 
     with h.EngineThread(cluster.kubeconfig, db.path, user=as_bot):
         finished = h.wait_run(db, run.id, timeout=240)
@@ -206,6 +207,40 @@ def test_a_halted_upgrade_rolled_back_puts_the_old_version_back_and_gives_the_ca
     # A request for a new upgrade is still refused while a node shows two driver sources;
     # none does now.
     assert fleet_cache(user=as_bot).fleet(h.now()).nodes["upg-01"].driver.owner == "operator"
+
+
+def test_a_rollback_starts_with_the_node_that_halted_in_its_check_and_never_waits_on_that_cordon(
+        fleet, cluster, db, as_bot, fleet_cache):
+    # The canary upgraded and was given back; the node of the next wave loaded the new
+    # driver, then failed its check pod and halted the run, cordoned. With
+    # max_unavailable 1, a rollback that took the canary first would wait on that cordon
+    # for ever (windows: always), its two approvals spent.
+    fleet(_fleet(check_failing_driver_versions=(NEW,)))
+    installer = cluster.installer()
+    _converged(installer, ["upg-01", "upg-02"])
+    check = ("gpu-check", {"namespace": "gpuops", "image": GpuCheck().image, "command": ["nvidia-smi"],
+                           "resource": "nvidia.com/gpu", "timeout_s": 60})
+    set_version = ("driver-version", {"object": "NVIDIADriver", "name": "upg-driver", "version": NEW})
+    waves = [(["upg-01"], [set_version, *NODE_STEPS]), (["upg-02"], [*NODE_STEPS[:-1], check, NODE_STEPS[-1]])]
+    plan = Plan(kind="upgrade", pool="upg", created_for=h.ALICE.user_id, summary=PlanSummary(), waves=tuple(
+        Wave(i, tuple(NodeName(n) for n in nodes), tuple(NodeStep(k, NodeName(n), p) for n in nodes for k, p in steps))
+        for i, (nodes, steps) in enumerate(waves)))
+    run = h.start_run(db, plan)
+    with h.EngineThread(cluster.kubeconfig, db.path, user=as_bot):
+        halted = h.wait_run(db, run.id, timeout=240)
+    assert halted.state == "failed" and "the check pod on upg-02 failed" in (halted.halted_reason or "")
+    assert h.unschedulable(installer, "upg-02") and not h.unschedulable(installer, "upg-01")
+    desk = _Desk(cluster, db, fleet_cache, as_bot)
+
+    asked = desk.say("U0ALICE", f"rollback {halted.id}")
+
+    assert asked.ok, asked.summary
+    assert [row[1] for row in asked.sections[1].table.rows] == ["upg-02", "upg-01"]  # the halted node first
+    back = desk.approve_and_run(desk.rollback_request(halted.id, "upg"))
+    assert back.state == "succeeded", back.halted_reason
+    for node in ("upg-01", "upg-02"):
+        assert _gfd_version(installer, node) == OLD and not h.unschedulable(installer, node)
+    assert not [r for r in audit.for_run(db, back.id) if r.action == "run.waiting"]  # never waited on a cordon
 
 
 def test_each_upgraded_node_runs_the_check_pod_and_only_a_passing_node_is_given_back(

@@ -253,10 +253,26 @@ def test_only_approved_scheduled_and_running_requests_on_the_pool_count():
 
 
 def wave_check(members, nodes, *, now=SAT_0200, end=SAT_0600, allowed_now=True, busy=None, max_unavailable="2",
-               min_ready_gpus=0, concurrent=()):
+               min_ready_gpus=0, concurrent=(), taken_over=frozenset()):
     return check_wave(pool="train-a", wave=1, nodes=nodes, pool_nodes=members, now=now, window_end=end,
                       allowed_now=allowed_now, max_unavailable=MaxUnavailable.parse(max_unavailable),
-                      min_ready_gpus=min_ready_gpus, concurrent=concurrent, busy=busy)
+                      min_ready_gpus=min_ready_gpus, concurrent=concurrent, busy=busy, taken_over=taken_over)
+
+
+def test_a_rollbacks_wave_never_waits_on_the_cordons_it_takes_over_from_the_run_it_undoes(make):
+    # The halted run left gpu-a-03 and gpu-a-04 cordoned; the rollback takes both over.
+    members = pool_of(make, n3={"unschedulable": True}, n4={"unschedulable": True})
+    assert wave_check(members, names(1), max_unavailable="1").rule == "max_unavailable"
+
+    gate = wave_check(members, names(1), max_unavailable="1", min_ready_gpus=24,
+                      taken_over={NodeName("gpu-a-03"), NodeName("gpu-a-04")})
+
+    assert gate.fits, gate.reason
+    # Another cordon (a person's) still counts, taken over or not for the others.
+    members = pool_of(make, n2={"unschedulable": True}, n4={"unschedulable": True})
+    held = wave_check(members, names(1), max_unavailable="1", taken_over={NodeName("gpu-a-04")})
+    assert held.rule == "max_unavailable" and "gpu-a-02" in (held.reason or "")
+    assert "gpu-a-04" not in (held.reason or "")
 
 
 def test_a_wave_that_fitted_when_approved_waits_once_a_person_cordons_another_node(make):

@@ -367,6 +367,9 @@ def test_the_scheduler_starts_each_clusters_runs_by_its_own_rules(everywhere):
         def notify(self) -> None:
             pass
 
+        def roles_in(self, config):
+            return None  # the configuration alone
+
     start_window_runs(Host(), NOW)  # type: ignore[arg-type]
 
     assert everywhere.database is not None

@@ -355,6 +355,9 @@ class _Host:
     def notify(self) -> None:
         self.notified += 1
 
+    def roles_in(self, config):
+        return None  # the configuration alone
+
 
 def test_the_scheduler_starts_no_run_while_frozen_and_starts_it_at_the_first_tick_after(services):
     from bot.scheduler import start_window_runs

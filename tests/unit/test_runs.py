@@ -29,13 +29,18 @@ UTC = dt.timezone.utc
 NOW = dt.datetime(2025, 6, 7, 12, 0, tzinfo=UTC)
 MINUTE = dt.timedelta(minutes=1)
 
-CONFIG = GpuopsConfig.model_validate({
-    # train-a drains need no approval; serving-a drains need one, from bob.
-    "pools": {"train-a": {"kind": "training", "windows": "always"},
-              "serving-a": {"kind": "serving", "windows": "always", "approvers": ["U0BOB"]}},
-    "access": {"users": {"U0ADA": ["operator"], "U0BOB": ["approver"], "U0DAN": ["admin"], "U0EVE": ["viewer"]},
-               "names": {"U0ADA": "Ada", "U0BOB": "Bob", "U0DAN": "Dan", "U0EVE": "Eve"}},
-})
+def _config(serving_a: dict | None = None, *, bob: str = "approver") -> GpuopsConfig:
+    return GpuopsConfig.model_validate({
+        # train-a drains need no approval; serving-a drains need one, from bob.
+        "pools": {"train-a": {"kind": "training", "windows": "always"},
+                  "serving-a": {"kind": "serving", "windows": "always", "approvers": ["U0BOB"], **(serving_a or {})}},
+        "access": {"users": {"U0ADA": ["operator"], "U0BOB": [bob], "U0CAT": ["approver"], "U0DAN": ["admin"],
+                             "U0EVE": ["viewer"]},
+                   "names": {"U0ADA": "Ada", "U0BOB": "Bob", "U0CAT": "Cat", "U0DAN": "Dan", "U0EVE": "Eve"}},
+    })
+
+
+CONFIG = _config()
 ada, bob, dan, eve = (CONFIG.actor(u) for u in ("U0ADA", "U0BOB", "U0DAN", "U0EVE"))
 
 
@@ -65,6 +70,11 @@ def submit(db: Database, pool: str, plan: Plan | None = None) -> RequestView:
                                              channel="C0OPS", now=NOW)
 
 
+def runs_of(db: Database) -> RunService:
+    """Runs as the bot makes them: approvals counted with roles and rules as they are now."""
+    return RunService(db, requests=RequestService(db, CONFIG))
+
+
 def run_rows(db: Database, request_id: str) -> list[stored_runs.Run]:
     return stored_runs.for_request(db, request_id=RequestId(request_id))
 
@@ -79,7 +89,7 @@ def created_rows(db: Database) -> list[audit.AuditEntry]:
 def test_an_approved_request_starts_a_pending_run_of_exactly_its_plans_steps(db):
     request = submit(db, "train-a", drain_plan("train-a", nodes=("gpu-01", "gpu-02")))
 
-    view = RunService(db).start(request.id, dry_run=False, now=NOW, actor=ada)
+    view = runs_of(db).start(request.id, dry_run=False, now=NOW, actor=ada)
 
     assert view.state == "pending" and RequestService(db, CONFIG).get(request.id).state == "running"
     assert [(s.node, s.seq, s.kind, s.detail) for s in view.steps] == [
@@ -93,7 +103,7 @@ def test_an_approved_request_starts_a_pending_run_of_exactly_its_plans_steps(db)
 def test_a_start_records_who_started_which_plan_and_tells_the_requests_thread(db):
     request = submit(db, "train-a", drain_plan("train-a", nodes=("gpu-01", "gpu-02")))
 
-    view = RunService(db).start(request.id, dry_run=True, now=NOW + MINUTE, actor=ada)
+    view = runs_of(db).start(request.id, dry_run=True, now=NOW + MINUTE, actor=ada)
 
     (created,) = created_rows(db)
     assert (created.actor, created.action, created.target, created.request_id, created.run_id,
@@ -109,7 +119,7 @@ def test_a_start_records_who_started_which_plan_and_tells_the_requests_thread(db
                                   "people": []}  # the text names nobody gpuops should mention
     # The scheduler starts runs as gpuops.
     other = submit(db, "train-a")
-    RunService(db).start(other.id, dry_run=False, now=NOW, plan_hash=other.plan_hash)
+    runs_of(db).start(other.id, dry_run=False, now=NOW, plan_hash=other.plan_hash)
     assert [e.actor for e in created_rows(db)] == ["gpuops", "U0ADA"]
 
 
@@ -121,9 +131,9 @@ def test_the_start_refusals_name_the_request(db):
     pending, approved = submit(db, "serving-a"), submit(db, "train-a")
 
     with pytest.raises(RunRefused) as not_approved:
-        RunService(db).start(pending.id, dry_run=False, now=NOW)
+        runs_of(db).start(pending.id, dry_run=False, now=NOW)
     with pytest.raises(RunRefused) as stale:
-        RunService(db).start(approved.id, dry_run=False, now=NOW, plan_hash="0" * 64)
+        runs_of(db).start(approved.id, dry_run=False, now=NOW, plan_hash="0" * 64)
 
     assert str(not_approved.value) == f"{pending.id} is pending: only an approved or scheduled request can start a run"
     assert str(stale.value) == (f"{approved.id}'s plan changed (hash 00000000 is now {approved.short_hash}) since the "
@@ -135,7 +145,7 @@ def test_an_approved_request_that_already_has_an_unfinished_run_gets_no_second_o
     assert stored_runs.create(db, request_id=RequestId(request.id), dry_run=False, at=NOW) is not None
 
     with pytest.raises(RunRefused) as refused:
-        RunService(db).start(request.id, dry_run=False, now=NOW)
+        runs_of(db).start(request.id, dry_run=False, now=NOW)
 
     assert str(refused.value) == f"{request.id} already has a run in progress"
     assert len(run_rows(db, request.id)) == 1 and created_rows(db) == []
@@ -150,7 +160,7 @@ def test_a_request_that_changes_inside_the_starting_transaction_starts_nothing(d
                "UPDATE requests SET state = 'cancelled' WHERE id = NEW.request_id; END")
 
     with pytest.raises(RunRefused) as refused:
-        RunService(db).start(request.id, dry_run=False, now=NOW)
+        runs_of(db).start(request.id, dry_run=False, now=NOW)
 
     assert str(refused.value) == f"{request.id} is changing: only an approved or scheduled request can start a run"
     db.execute("DROP TRIGGER meanwhile")
@@ -164,7 +174,7 @@ def test_a_request_that_is_not_approved_or_scheduled_starts_no_run_and_stays_as_
         assert stored_requests.transition(db, id=request.id, expected="pending", new=state, at=NOW)  # type: ignore[arg-type]
 
     with pytest.raises(RunRefused, match=f"^{request.id} is {state}: only an approved or scheduled request can start a run$"):
-        RunService(db).start(request.id, dry_run=False, now=NOW)
+        runs_of(db).start(request.id, dry_run=False, now=NOW)
 
     assert run_rows(db, request.id) == [] and created_rows(db) == []
     assert RequestService(db, CONFIG).get(request.id).state == state
@@ -174,7 +184,7 @@ def test_a_scheduled_request_starts_like_an_approved_one(db):
     request = submit(db, "train-a")
     assert stored_requests.transition(db, id=request.id, expected="approved", new="scheduled", at=NOW)
 
-    assert RunService(db).start(request.id, dry_run=True, now=NOW).state == "pending"
+    assert runs_of(db).start(request.id, dry_run=True, now=NOW).state == "pending"
 
 
 def test_an_approved_request_whose_approvals_do_not_reach_the_number_it_needs_is_not_started(db):
@@ -183,9 +193,58 @@ def test_an_approved_request_whose_approvals_do_not_reach_the_number_it_needs_is
     assert stored_requests.transition(db, id=request.id, expected="pending", new="approved", at=NOW)
 
     with pytest.raises(RunRefused, match=f"^{request.id}'s plan {request.short_hash} has 0 of the 1 approvals it needs: not started$"):
-        RunService(db).start(request.id, dry_run=False, now=NOW)
+        runs_of(db).start(request.id, dry_run=False, now=NOW)
 
     assert run_rows(db, request.id) == []
+
+
+def test_an_approver_removed_after_approving_no_longer_counts_when_the_run_starts(db):
+    request = submit(db, "serving-a")
+    RequestService(db, CONFIG).approve(bob, request.id, plan_hash=request.plan_hash, now=NOW)
+    # Bob is no longer an approver when the run starts (the configuration reloaded).
+    now_config = _config({"approvers": ["U0CAT"]}, bob="viewer")
+    runs = RunService(db, requests=RequestService(db, now_config))
+
+    with pytest.raises(RunRefused, match="has 0 of the 1 approvals it needs: not started$"):
+        runs.start(request.id, dry_run=False, now=NOW + MINUTE)
+
+    assert run_rows(db, request.id) == []
+    view = RequestService(db, now_config).get(request.id)
+    assert view.state == "pending" and view.approvals_counted == 0  # back to the approvers
+    (reopened,) = [e for e in audit.recent(db, 100) if e.action == "request.reopened"]
+    assert reopened.detail["no_longer_approvers"] == ["U0BOB"] and reopened.detail["approvals_required"] == 1
+    (said,) = [m["payload"]["text"] for m in outbox_rows(db) if m["payload"]["event"] == "request.reopened"]
+    assert said.startswith(f"The run of {request.id} did not start: Bob no longer holds the approver role") and \
+        "0 of 1 count" in said, said
+
+
+def test_a_rule_made_stricter_after_approval_holds_back_the_run_until_it_is_met(db):
+    one = _config({"approvers": ["U0BOB", "U0CAT"]})
+    request = submit(db, "serving-a")
+    RequestService(db, one).approve(bob, request.id, plan_hash=request.plan_hash, now=NOW)
+    assert RequestService(db, one).get(request.id).state == "approved"
+    # The pool now asks for two approvals of a drain.
+    two = _config({"approvers": ["U0BOB", "U0CAT"], "approvals": {"drain": 2}})
+    runs = RunService(db, requests=RequestService(db, two))
+
+    with pytest.raises(RunRefused, match="has 1 of the 2 approvals it needs: not started$"):
+        runs.start(request.id, dry_run=False, now=NOW + MINUTE)
+    assert RequestService(db, two).get(request.id).state == "pending"
+
+    cat = two.actor("U0CAT")
+    RequestService(db, two).approve(cat, request.id, plan_hash=request.plan_hash, now=NOW + 2 * MINUTE)
+    assert runs.start(request.id, dry_run=False, now=NOW + 3 * MINUTE).state == "pending"  # the run is queued
+
+
+def test_a_run_service_that_cannot_read_roles_starts_no_run_that_needs_approvals(db):
+    request = submit(db, "serving-a")
+    RequestService(db, CONFIG).approve(bob, request.id, plan_hash=request.plan_hash, now=NOW)
+
+    with pytest.raises(RunRefused, match="cannot read who holds the approver role now"):
+        RunService(db).start(request.id, dry_run=False, now=NOW + MINUTE)
+    assert run_rows(db, request.id) == []
+    # One that needs none starts as before.
+    assert RunService(db).start(submit(db, "train-a").id, dry_run=False, now=NOW).state == "pending"
 
 
 def test_a_stored_plan_that_no_longer_hashes_to_its_approved_hash_is_not_started(db):
@@ -196,7 +255,7 @@ def test_a_stored_plan_that_no_longer_hashes_to_its_approved_hash_is_not_started
         db.execute("UPDATE requests SET plan = ? WHERE id = ?", (codec.json_to_text(plan_to_json(other)), request.id))
 
     with pytest.raises(RunRefused, match=f"^{request.id}'s stored plan no longer hashes to {request.short_hash}, the plan its approvals name"):
-        RunService(db).start(request.id, dry_run=False, now=NOW)
+        runs_of(db).start(request.id, dry_run=False, now=NOW)
 
     assert run_rows(db, request.id) == []
 
@@ -209,11 +268,11 @@ def test_a_re_plan_after_the_scheduler_read_the_request_refuses_the_start_of_the
 
     with pytest.raises(RunRefused, match=f"plan changed \\(hash {seen.short_hash} is now "
                                          f"{plan_hash(longer)[:8]}\\)"):
-        RunService(db).start(request.id, dry_run=False, now=NOW + MINUTE, plan_hash=seen.plan_hash)
+        runs_of(db).start(request.id, dry_run=False, now=NOW + MINUTE, plan_hash=seen.plan_hash)
 
     assert run_rows(db, request.id) == []
     # The next tick reads the request again and starts the plan that is approved now.
-    view = RunService(db).start(request.id, dry_run=False, now=NOW + 2 * MINUTE, plan_hash=plan_hash(longer))
+    view = runs_of(db).start(request.id, dry_run=False, now=NOW + 2 * MINUTE, plan_hash=plan_hash(longer))
     assert view.steps[2].detail == {"params": {"seconds": 3 * 3600}}
 
 
@@ -267,10 +326,10 @@ def test_only_an_operator_of_the_pool_may_start_a_run_by_hand(db, who):
     request = submit(db, "train-a")
 
     with pytest.raises(AccessDenied, match="Starting a run needs the operator role for pool train-a"):
-        RunService(db).start(request.id, dry_run=False, now=NOW, actor=who)
+        runs_of(db).start(request.id, dry_run=False, now=NOW, actor=who)
 
     assert run_rows(db, request.id) == []
-    assert RunService(db).start(request.id, dry_run=False, now=NOW, actor=pool_operator("train-a")).state == "pending"
+    assert runs_of(db).start(request.id, dry_run=False, now=NOW, actor=pool_operator("train-a")).state == "pending"
 
 
 # ------------------------------------------------------------------ pause, resume, abort
@@ -289,9 +348,9 @@ def _controls(service: RunService, who: Actor, run_id: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("who", [ada, dan, pool_operator("train-a")], ids=["operator", "admin", "pool-operator"])
 def test_an_operator_of_the_runs_pool_or_an_admin_pauses_resumes_and_aborts_it(db, who):
-    run = RunService(db).start(submit(db, "train-a").id, dry_run=False, now=NOW)
+    run = runs_of(db).start(submit(db, "train-a").id, dry_run=False, now=NOW)
 
-    assert _controls(RunService(db), who, run.id) == {"pause": "paused", "resume": "running", "abort": "aborted"}
+    assert _controls(runs_of(db), who, run.id) == {"pause": "paused", "resume": "running", "abort": "aborted"}
     assert [e.action for e in audit.for_run(db, run.id)] == ["run.created", "run.paused", "run.resumed",
                                                             "run.aborted"]
 
@@ -299,9 +358,9 @@ def test_an_operator_of_the_runs_pool_or_an_admin_pauses_resumes_and_aborts_it(d
 @pytest.mark.parametrize("who, held", [(bob, "approver, viewer"), (eve, "viewer"), (pool_operator("serving-a"), "no role")],
                          ids=["approver", "viewer", "other-pool"])
 def test_anyone_else_is_refused_every_control_and_the_run_is_left_as_it_was(db, who, held):
-    run = RunService(db).start(submit(db, "train-a").id, dry_run=False, now=NOW)
+    run = runs_of(db).start(submit(db, "train-a").id, dry_run=False, now=NOW)
 
-    refused = _controls(RunService(db), who, run.id)
+    refused = _controls(runs_of(db), who, run.id)
 
     assert refused == {name: f"A run being {done} needs the operator role for pool train-a; {who.name} has {held}"
                        for name, done in (("pause", "paused"), ("resume", "resumed"), ("abort", "aborted"))}
@@ -326,6 +385,9 @@ class _Host:
     def notify(self) -> None:
         self.notified += 1
 
+    def roles_in(self, config):
+        return None  # the configuration alone
+
 
 def test_the_scheduler_starts_only_the_plan_it_read_and_a_re_plan_meanwhile_waits_for_the_next_tick(db):
     from bot.scheduler import start_window_runs
@@ -346,9 +408,9 @@ def test_the_scheduler_starts_only_the_plan_it_read_and_a_re_plan_meanwhile_wait
 
 
 def test_a_paused_run_can_be_aborted_and_a_finished_one_cannot_be_controlled(db):
-    run = RunService(db).start(submit(db, "train-a").id, dry_run=False, now=NOW)
-    RunService(db).pause(ada, run.id, now=NOW)
+    run = runs_of(db).start(submit(db, "train-a").id, dry_run=False, now=NOW)
+    runs_of(db).pause(ada, run.id, now=NOW)
 
-    assert RunService(db).abort(ada, run.id, now=NOW).state == "aborted"
+    assert runs_of(db).abort(ada, run.id, now=NOW).state == "aborted"
     with pytest.raises(RunRefused):
-        RunService(db).resume(ada, run.id, now=NOW)
+        runs_of(db).resume(ada, run.id, now=NOW)

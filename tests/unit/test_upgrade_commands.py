@@ -228,8 +228,8 @@ def test_a_pools_status_names_its_unfinished_run_and_where_it_is(services, now):
     (request,) = services.requests.open_requests("serve-a")  # type: ignore[union-attr]
     for approver in ("U0BOB", "U0CAROL"):
         assert run(services, approver, f"approve {request.id} {request.short_hash}", now).ok
-    started = RunService(services.database).start(request.id, dry_run=False, now=now,  # type: ignore[arg-type]
-                                                  plan_hash=request.plan_hash)
+    started = RunService(services.database, requests=services.requests).start(  # type: ignore[arg-type]
+        request.id, dry_run=False, now=now, plan_hash=request.plan_hash)
 
     status = run(services, "U0DAVE", "status serve-a", now)
     facts = {f.label: f.value for f in status.sections[0].facts}

@@ -380,20 +380,33 @@ def plan_drain(
     requested_by: str,
     pdbs: Sequence[DisruptionBudget] = (),
     replacing: str | None = None,
+    runs_ending: Mapping[str, dt.datetime | None] | None = None,
 ) -> DrainPlan:
     """Check `spec` against the pool's policy and plan it in waves. Raises
     `DrainRefused` naming the rule that fails and what would fit. `replacing` is the id
-    of a request this plan replaces (it does not count against itself)."""
+    of a request this plan replaces (it does not count against itself). `runs_ending`:
+    the pool's running runs and when their windows end (None: not before `drain done`);
+    a node one of them cordoned counts as back in service from its run's end on, so a
+    drain asked for later is not refused for a cordon that will be gone by then (the
+    engine checks the pool again when the drain starts, and waits if it is not)."""
     now = as_utc(now, asker="drains")
     windows = policy.window_set
     members = pool_nodes(fleet, spec.pool)
     concurrent = concurrent_work(open_requests, pool=spec.pool, exclude=replacing)
     budget = policy.unavailable_budget
+    ending = runs_ending or {}
+
+    def back_by(start: dt.datetime) -> frozenset[NodeName]:
+        """Nodes out now only because a run holds them that will have ended by `start`."""
+        return frozenset(
+            n.name for n in members
+            if n.cordoned and n.ready is True and n.cordon_run is not None and not n.cordoned_before_run
+            and (end := ending.get(n.cordon_run)) is not None and end <= start)
 
     def capacity(nodes: Sequence[NodeName], start: dt.datetime, end: dt.datetime | None) -> CapacityCheck:
         return check_drain(pool=spec.pool, pool_nodes=members, nodes=nodes, start=start, end=end,
                            max_unavailable=budget, min_ready_gpus=policy.min_ready_gpus,
-                           concurrent=concurrent)
+                           concurrent=concurrent, back_in_service=back_by(start))
 
     def first_fit() -> dt.datetime | None:
         return _first_fit(spec, windows=windows, concurrent=concurrent, capacity=capacity)

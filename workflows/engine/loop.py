@@ -602,11 +602,16 @@ class Engine:
             for step in stored_steps.for_run(self._db, run_id=other_run.id, wave=other_run.current_wave):
                 if step.node in nodes and step.state in ("pending", "running"):
                     busy[step.node] = str(other_run.id)
-        return check_wave(pool=request.pool, wave=wave, nodes=nodes,
-                          pool_nodes=pool_nodes(self._cache.fleet(now), request.pool), now=now,
+        members = pool_nodes(self._cache.fleet(now), request.pool)
+        # The cordons this run takes over (a rollback's, a continuation's) are its own.
+        undone = {str(step_params(s)["takes_over"]) for s in steps
+                  if s.kind == "cordon" and step_params(s).get("takes_over")}
+        mine = {s.node for s in steps}
+        taken_over = frozenset(n.name for n in members if n.cordon_run in undone and n.name in mine)
+        return check_wave(pool=request.pool, wave=wave, nodes=nodes, pool_nodes=members, now=now,
                           window_end=request.window_end, allowed_now=policy.window_set.contains(now),
                           max_unavailable=policy.unavailable_budget, min_ready_gpus=policy.min_ready_gpus,
-                          concurrent=concurrent, busy=busy)
+                          concurrent=concurrent, busy=busy, taken_over=taken_over)
 
     def _enter_wave(self, run: Run, info: _RunInfo, steps: Sequence[Step], old: int | None, new: int) -> None:
         nodes = sorted({s.node for s in steps if s.wave == new})

@@ -490,6 +490,11 @@ def plan_not_approved(request_id: str, plan_hash: str, *, counted: int, required
             f"not started")
 
 
+def cannot_check_approvals(request_id: str) -> str:
+    return (f"{request_id} needs approvals, and this run service cannot read who holds the approver role now: "
+            f"not started")
+
+
 def already_running(request_id: str) -> str:
     return f"{request_id} already has a run in progress"
 

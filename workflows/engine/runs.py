@@ -50,7 +50,8 @@ from workflows.plans import plan_from_json
 from workflows.plans import plan_hash as compute_plan_hash
 from workflows.pools import freezes
 from workflows.pools import messages as pool_say
-from workflows.requests.policy import counted_approvers
+from workflows.requests.policy import ApproverNow, counted_approvers
+from workflows.requests.service import RequestService
 
 # Steps that wait for a person at the node (`confirm_host_driver` ends them).
 PERSON_STEPS = ("host-driver-removed", "host-driver-installed")
@@ -61,6 +62,13 @@ RUNNABLE_STATES = ("approved", "scheduled")
 
 class RunRefused(Exception):
     """The action was refused; the message is one sentence for the person who tried."""
+
+
+@dataclass(frozen=True, slots=True)
+class _NotStarted:
+    """A start that changed something (the request went back to pending) and refused."""
+
+    reason: str
 
 
 class UnknownRun(RunRefused):
@@ -87,6 +95,13 @@ class RunView:
     @property
     def state(self) -> RunState:
         return self.run.state
+
+    @property
+    def halted_on(self) -> tuple[str, ...]:
+        """The nodes of the step that halted the run, whatever kind of step it was (a
+        driver that did not come up, a validation or a check pod that failed after it
+        did): a rollback or a continuation starts with them."""
+        return tuple(dict.fromkeys(s.node for s in self.steps if s.state == "failed"))
 
 
 def step_note(step: Step) -> str | None:
@@ -144,8 +159,12 @@ class RunService:
     """Runs on one database connection (one per thread, see `storage.database`)."""
 
     def __init__(self, db: Database, *, wake: Callable[[], None] | None = None,
-                 names: Mapping[str, str] | None = None, cluster: str | None = None) -> None:
+                 names: Mapping[str, str] | None = None, cluster: str | None = None,
+                 requests: RequestService | None = None) -> None:
         self._db = db
+        # Where a run's start reads who holds the approver role and the pool's approval
+        # rule as they are now; without it only requests that need no approval start.
+        self._requests = requests
         # With several clusters, the cluster whose runs `unfinished` lists (a run is its
         # request's cluster's); None with one cluster.
         self._cluster = cluster
@@ -163,49 +182,69 @@ class RunService:
         `drain extend` or a cancel committed a moment before is seen): the request must be
         approved or scheduled, its stored plan must still hash to the hash its approvals
         name, and, with `plan_hash` (what the caller decided on, e.g. the scheduler's
-        read of the request), that hash must still be the request's."""
+        read of the request), that hash must still be the request's. Approvals are counted
+        as they are now: an approver who lost the role no longer counts, and a pool rule
+        made stricter since applies; a request they no longer suffice for goes back to
+        pending (its thread says why) and the start is refused."""
+        approver_now = self._requests.approvers_looked_up(request_id) if self._requests is not None else None
         with self._db.transaction():
-            request = self._request(RequestId(request_id))
-            if actor is not None:
-                require(actor, Role.OPERATOR, action="Starting a run", pool=request.pool)
-            if request.state not in RUNNABLE_STATES:
-                raise RunRefused(say.request_not_runnable(request.id, request.state))
-            # No run starts while a change freeze covers the pool, whoever asks.
-            freeze = freezes.holding_run(self._db, pool=request.pool, started=False, now=now, cluster=request.cluster)
-            if freeze is not None:
-                raise RunRefused(pool_say.frozen_refuses_run(
-                    request_id=request.id, pool=request.pool, target=freeze.target, by=freeze.set_by_name,
-                    until=freeze.until, reason=freeze.reason))
-            if plan_hash is not None and plan_hash != request.plan_hash:
-                raise RunRefused(say.plan_changed_since(request.id, seen=plan_hash, now=request.plan_hash))
-            plan = plan_from_json(request.plan)  # type: ignore[arg-type]
-            if compute_plan_hash(plan) != request.plan_hash:
-                raise RunRefused(say.plan_does_not_match_its_hash(request.id, request.plan_hash))
-            # NB: roles were re-checked when these approvals were counted (RequestService);
-            # here the question is only whether they name this plan, and are enough.
-            approvers = counted_approvers(request, stored_approvals.for_request(self._db, request_id=request.id),
-                                          approver_now=lambda _user_id: True)
-            if len(approvers) < request.approvals_required:
-                raise RunRefused(say.plan_not_approved(request.id, request.plan_hash, counted=len(approvers),
-                                                       required=request.approvals_required))
-            run = stored_runs.create(self._db, request_id=request.id, dry_run=dry_run, at=now)
-            if run is None:
-                raise RunRefused(say.already_running(request.id))
-            if not stored_requests.transition(self._db, id=request.id, expected=request.state,
-                                              new="running", at=now):
-                raise RunRefused(say.request_not_runnable(request.id, "changing"))
-            stored_steps.add(self._db, run_id=run.id, steps=[
-                NewStep(wave=s.wave, node=s.node, seq=s.seq, kind=s.kind, detail={"params": s.detail})
-                for s in plan.new_steps()])
-            who = actor.user_id if actor else audit.GPUOPS_ACTOR
-            audit.append(self._db, actor=who, k8s_identity=None, action="run.created", target=request.pool,
-                         at=now, request_id=request.id, run_id=run.id, before=request.state, after="running",
-                         detail={"dry_run": dry_run, "plan_hash": request.plan_hash,
-                                 "nodes": list(plan.nodes), "waves": len(plan.waves)})
-            self._notify(request, run.id, event="run.created", state="pending", now=now,
-                         dedupe=f"{run.id}/created", text=say.run_created(run.id, request.id, dry_run=dry_run))
+            started = self._start_in_transaction(request_id, dry_run=dry_run, now=now, actor=actor,
+                                                 plan_hash=plan_hash, approver_now=approver_now)
+        # A request reopened for approval is committed with it; only then is the start refused.
+        if isinstance(started, _NotStarted):
+            raise RunRefused(started.reason)
         self._wake()
-        return self.get(run.id)
+        return self.get(started)
+
+    def _start_in_transaction(self, request_id: str, *, dry_run: bool, now: dt.datetime, actor: Actor | None,
+                              plan_hash: str | None, approver_now: ApproverNow | None) -> RunId | _NotStarted:
+        """`start`'s reads and writes: the new run's id, or why it did not start after the
+        request went back to pending (committed: the caller raises it afterwards)."""
+        request = self._request(RequestId(request_id))
+        if actor is not None:
+            require(actor, Role.OPERATOR, action="Starting a run", pool=request.pool)
+        if request.state not in RUNNABLE_STATES:
+            raise RunRefused(say.request_not_runnable(request.id, request.state))
+        # No run starts while a change freeze covers the pool, whoever asks.
+        freeze = freezes.holding_run(self._db, pool=request.pool, started=False, now=now, cluster=request.cluster)
+        if freeze is not None:
+            raise RunRefused(pool_say.frozen_refuses_run(
+                request_id=request.id, pool=request.pool, target=freeze.target, by=freeze.set_by_name,
+                until=freeze.until, reason=freeze.reason))
+        if plan_hash is not None and plan_hash != request.plan_hash:
+            raise RunRefused(say.plan_changed_since(request.id, seen=plan_hash, now=request.plan_hash))
+        plan = plan_from_json(request.plan)  # type: ignore[arg-type]
+        if compute_plan_hash(plan) != request.plan_hash:
+            raise RunRefused(say.plan_does_not_match_its_hash(request.id, request.plan_hash))
+        # Approvals as they are now: roles read now, the pool's rule as configured now.
+        if self._requests is None or approver_now is None:
+            if request.approvals_required > 0:  # fail closed: nothing to re-check roles with
+                raise RunRefused(say.cannot_check_approvals(request.id))
+        else:
+            approvers = counted_approvers(request, stored_approvals.for_request(self._db, request_id=request.id),
+                                          approver_now=approver_now)
+            required = self._requests.approvals_required_now(request)
+            if len(approvers) < required:
+                self._requests.reopen_for_approval(request, counted=approvers, required=required, now=now)
+                return _NotStarted(say.plan_not_approved(request.id, request.plan_hash, counted=len(approvers),
+                                                         required=required))
+        run = stored_runs.create(self._db, request_id=request.id, dry_run=dry_run, at=now)
+        if run is None:
+            raise RunRefused(say.already_running(request.id))
+        if not stored_requests.transition(self._db, id=request.id, expected=request.state,
+                                          new="running", at=now):
+            raise RunRefused(say.request_not_runnable(request.id, "changing"))
+        stored_steps.add(self._db, run_id=run.id, steps=[
+            NewStep(wave=s.wave, node=s.node, seq=s.seq, kind=s.kind, detail={"params": s.detail})
+            for s in plan.new_steps()])
+        who = actor.user_id if actor else audit.GPUOPS_ACTOR
+        audit.append(self._db, actor=who, k8s_identity=None, action="run.created", target=request.pool,
+                     at=now, request_id=request.id, run_id=run.id, before=request.state, after="running",
+                     detail={"dry_run": dry_run, "plan_hash": request.plan_hash,
+                             "nodes": list(plan.nodes), "waves": len(plan.waves)})
+        self._notify(request, run.id, event="run.created", state="pending", now=now,
+                     dedupe=f"{run.id}/created", text=say.run_created(run.id, request.id, dry_run=dry_run))
+        return run.id
 
     def pause(self, actor: Actor, run_id: str, *, now: dt.datetime) -> RunView:
         return self._control(actor, run_id, now=now, action="paused", expected=("pending", "running"),

@@ -769,6 +769,9 @@ class NodeInventory:
     stale_mark_run: str | None = None
     # When gpuops cordoned it, from its mark (None when gpuops did not).
     cordoned_at: dt.datetime | None = None
+    # The mark says the node was cordoned before the run (a person's cordon, which the
+    # run leaves in place when it ends).
+    cordoned_before_run: bool = False
     # GPU pods here that the pool's documented placement does not allow: (namespace/name,
     # "mig" for MIG slices | "full_gpu" for whole GPUs).
     misplaced: tuple[tuple[str, str], ...] = ()
@@ -921,10 +924,10 @@ def assess_node(
         config_state=labels.get(LABEL_MIG_CONFIG_STATE),
         since=_parse_time(node.annotations.get(ANNOTATION_MIG_STATE_SINCE)),
     )
-    cordoned_by, cordon_run, cordoned_at = _cordon_mark(node.annotations.get(ANNOTATION_CORDONED_BY))
+    cordoned_by, cordon_run, cordoned_at, before_run = _cordon_mark(node.annotations.get(ANNOTATION_CORDONED_BY))
     stale_mark_run = None
     if not node.unschedulable:
-        stale_mark_run, cordoned_by, cordon_run, cordoned_at = cordon_run, None, None, None
+        stale_mark_run, cordoned_by, cordon_run, cordoned_at, before_run = cordon_run, None, None, None, False
     driver = judge_driver_owner(
         labels=labels,
         driver_pods=driver_states,
@@ -950,6 +953,7 @@ def assess_node(
         stale_mark_run=stale_mark_run,
         cordoned_at=cordoned_at,
         cordon_run=cordon_run,
+        cordoned_before_run=before_run,
         driver_version=gfd_version,
         driver_image_tag=driver_pod.image_tag,
         deploy_driver=labels.get(LABEL_DEPLOY_DRIVER),
@@ -1010,17 +1014,18 @@ def _upgrade_since(node: NodeObject, state: str | None) -> dt.datetime | None:
     return None
 
 
-def _cordon_mark(raw: str | None) -> tuple[str | None, str | None, dt.datetime | None]:
+def _cordon_mark(raw: str | None) -> tuple[str | None, str | None, dt.datetime | None, bool]:
     if not raw:
-        return None, None, None
+        return None, None, None, False
     try:
         mark = json.loads(raw)
     except ValueError:
-        return None, None, None
+        return None, None, None, False
     if not isinstance(mark, dict):
-        return None, None, None
+        return None, None, None, False
     at = mark.get("at")
-    return _str_or_none(mark.get("by")), _str_or_none(mark.get("run")), _parse_time(at if isinstance(at, str) else None)
+    return (_str_or_none(mark.get("by")), _str_or_none(mark.get("run")), _parse_time(at if isinstance(at, str) else None),
+            mark.get("prior_unschedulable") is True)
 
 
 # --------------------------------------------------------------------------------------

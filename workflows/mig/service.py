@@ -81,7 +81,8 @@ class MigService:
         touched = [s for s in run.steps if s.kind == "mig" and s.state in ("done", "failed", "running")]
         if not touched:
             raise MigRefused(say.rollback_nothing_changed(run.id), code="nothing-to-roll-back")
-        touched.sort(key=lambda s: s.state != "failed")
+        # The node that halted the run first, whatever step it halted in (see RunView.halted_on).
+        touched.sort(key=lambda s: s.node not in run.halted_on)
         layouts = tuple((s.node, str(step_intent(s).get("prior_config") or DEFAULT_LAYOUT)) for s in touched)
         ask = MigAsk(targets=tuple(n for n, _ in layouts), layout="", reason=f"rollback of {run.id}")
         planned = self.preview(actor, ask, fleet=fleet, now=now, rollback=MigRollbackOf(run=run.id, layouts=layouts))

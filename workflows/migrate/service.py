@@ -75,7 +75,8 @@ class MigrateService:
         taken = {s.node: step_intent(s) for s in run.steps if s.kind == "snapshot" and s.state == "done"}
         changed = [s for s in run.steps if s.node in taken and s.state in ("done", "failed", "running")
                    and s.kind not in ("snapshot", "wait-for-jobs")]
-        nodes = list(dict.fromkeys([*(s.node for s in changed if s.state == "failed"), *(s.node for s in changed)]))
+        moved = {s.node for s in changed}
+        nodes = list(dict.fromkeys([*(n for n in run.halted_on if n in moved), *(s.node for s in changed)]))
         if not nodes:
             raise MigrateRefused(say.rollback_nothing_changed(run.id), code="nothing-to-roll-back")
         keys = sorted({str(k) for s in run.steps if s.kind == "node-labels"

@@ -29,7 +29,7 @@ from __future__ import annotations
 import datetime as dt
 import difflib
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -218,13 +218,21 @@ class _Tally:
 class _Pool:
     """The pool's facts, computed once for many questions about subsets of nodes."""
 
-    def __init__(self, pool_nodes: Sequence[NodeInventory]) -> None:
+    def __init__(self, pool_nodes: Sequence[NodeInventory], *,
+                 back_in_service: Collection[NodeName] = frozenset()) -> None:
         self.by_name: Mapping[NodeName, NodeInventory] = {n.name: n for n in pool_nodes}
-        self.unavailable = frozenset(n.name for n in pool_nodes if is_unavailable(n))
-        self.ready_gpus = sum(ready_gpus(n) for n in pool_nodes)
+        # Out only for a cordon that is not this check's to count (see check_drain): in
+        # service, with the GPUs the node advertises. A node not Ready still counts.
+        self._own = frozenset(n.name for n in pool_nodes
+                              if n.name in back_in_service and n.cordoned and n.ready is True)
+        self.unavailable = frozenset(n.name for n in pool_nodes if is_unavailable(n) and n.name not in self._own)
+        self.ready_gpus = sum(self._ready(n) for n in pool_nodes)
+
+    def _ready(self, node: NodeInventory) -> int:
+        return node.advertised_gpus if node.name in self._own else ready_gpus(node)
 
     def gpus(self, names: Iterable[NodeName]) -> int:
-        return sum(ready_gpus(self.by_name[n]) for n in names if n in self.by_name)
+        return sum(self._ready(self.by_name[n]) for n in names if n in self.by_name)
 
     def tally(self, nodes: Iterable[NodeName], stretches: Sequence[tuple[dt.datetime, Sequence[ConcurrentWork]]]) -> _Tally:
         counted = self.unavailable | frozenset(nodes)
@@ -265,10 +273,15 @@ def check_drain(
     max_unavailable: MaxUnavailable,
     min_ready_gpus: int,
     concurrent: Sequence[ConcurrentWork] = (),
+    back_in_service: Collection[NodeName] = frozenset(),
 ) -> CapacityCheck:
     """May `nodes` of `pool` be out together during [start, end) (end None: until
-    released)? See the module docstring for the rules."""
-    facts = _Pool(pool_nodes)
+    released)? See the module docstring for the rules. `back_in_service`: nodes out now
+    that count as in service for this check, with the GPUs they advertise: cordons the
+    change takes over from the run it undoes or continues (a rollback must not wait on
+    the cordons of the very run it puts right), or cordons of a run that will have ended
+    by `start`."""
+    facts = _Pool(pool_nodes, back_in_service=back_in_service)
     span_end = end or END_OF_TIME
     overlapping = tuple(w for w in concurrent if w.overlaps(start, span_end))
     stretches = _stretches(start, span_end, overlapping)
@@ -351,12 +364,14 @@ def check_wave(
     min_ready_gpus: int,
     concurrent: Sequence[ConcurrentWork] = (),
     busy: Mapping[NodeName, str] | None = None,
+    taken_over: Collection[NodeName] = frozenset(),
 ) -> WaveGate:
     """Whether wave `wave` (its `nodes`) may be taken out of `pool` at `now`, until
     `window_end` (None: until released): inside the request's window and one of the
     pool's (`allowed_now`), none of its nodes in another unfinished run (`busy`: node ->
     run id), and both capacity rules as `check_drain` reads them, on the pool as it is
-    now."""
+    now; the cordons it `taken_over` from the run it undoes or continues count as in
+    service (`check_drain`'s `back_in_service`)."""
     if window_end is not None and now >= window_end:
         return WaveGate("window", say.wave_window_over(wave, window_end), over=True)
     if not allowed_now:
@@ -366,7 +381,7 @@ def check_wave(
         return WaveGate("busy", say.wave_nodes_busy(wave, taken))
     verdict = check_drain(pool=pool, pool_nodes=pool_nodes, nodes=nodes, start=now, end=window_end,
                           max_unavailable=max_unavailable, min_ready_gpus=min_ready_gpus,
-                          concurrent=concurrent)
+                          concurrent=concurrent, back_in_service=taken_over)
     if not verdict.ok:
         first = verdict.refusals[0]
         return WaveGate(first.rule, say.wave_does_not_fit(wave, first.reason))

@@ -13,7 +13,7 @@ import datetime as dt
 from collections.abc import Iterable, Sequence
 
 from workflows.plans import short_hash
-from workflows.wording import when
+from workflows.wording import names, when
 
 # ------------------------------------------------------------------ small wording pieces
 
@@ -242,6 +242,16 @@ def thread_replanned(*, request_id: str, actor: str, plan_hash: str, voided: int
         f"{actor} changed the plan of {request_id} (now {plan_ref(plan_hash)}); "
         f"{voided_text} — approvers, please review the new plan."
     )
+
+
+def thread_reopened(*, request_id: str, counted: int, required: int, lost: Sequence[str], plan_hash: str) -> str:
+    """An approved request whose run did not start: its approvals no longer suffice."""
+    why = []
+    if lost:
+        why.append(f"{names(lost)} no longer {'holds' if len(lost) == 1 else 'hold'} the approver role for its pool")
+    why.append(f"the pool's rule asks for {required} {approvals_word(required)} now")
+    return (f"The run of {request_id} did not start: {' and '.join(why)}, and {counted} of {required} count. "
+            f"It is pending again — approvers, please review {plan_ref(plan_hash)}.")
 
 
 def thread_missed(*, request_id: str, requester_name: str, window_start: dt.datetime | None,

@@ -49,6 +49,7 @@ from typing import Any, Protocol
 from storage import approvals as stored_approvals
 from storage import audit, codec, outbox
 from storage import requests as stored_requests
+from storage import runs as stored_runs
 from storage.approvals import Approval, Decision
 from storage.database import Database
 from storage.ids import RequestId
@@ -531,6 +532,17 @@ class RequestService:
                                          limit=LIST_LIMIT, cluster=None if every_cluster else self._cluster())
         return [self._view(r) for r in rows]
 
+    def runs_ending(self, pool: str) -> dict[str, dt.datetime | None]:
+        """The pool's running requests' runs, each with when its window ends (None: held
+        until `drain done` or with no end): when the nodes they hold come back."""
+        ends: dict[str, dt.datetime | None] = {}
+        for request in stored_requests.in_states(self._db, states=("running",), pool=pool, limit=LIST_LIMIT,
+                                                 cluster=self._cluster()):
+            for run in stored_runs.for_request(self._db, request_id=request.id):
+                if not run.finished:
+                    ends[str(run.id)] = request.window_end
+        return ends
+
     def rollback_asked(self, run_id: str, *, pool: str) -> RequestView | None:
         """The open request that rolls back `run_id` (its cordons take over that run's), if any."""
         return next((view for view in self.open_requests(pool) if any(
@@ -581,6 +593,36 @@ class RequestService:
             return known[user_id]
 
         return approver_now
+
+    def approvers_looked_up(self, request_id: str) -> ApproverNow:
+        """Who holds the approver role for the request's pool now, everyone who decided on
+        it looked up already (call it before a transaction: a lookup may ask Slack)."""
+        return self._approvers_looked_up(request_id)
+
+    def approvals_required_now(self, request: Request) -> int:
+        """What `request` needs now: the stricter of its recorded number and its pool's
+        rule as configured now (a tightened rule applies to requests in flight)."""
+        return policy.approvals_required(request, self._pool(request))
+
+    def reopen_for_approval(self, request: Request, *, counted: Sequence[str], required: int,
+                            now: dt.datetime) -> None:
+        """An approved request whose approvals no longer suffice (an approver lost the
+        role, the pool's rule asks for more) goes back to pending, inside the caller's
+        transaction: audited, and the thread says why and who must approve."""
+        if not stored_requests.transition(self._db, id=request.id, expected=request.state, new="pending", at=now):
+            raise _ChangedMeanwhile(request.id)
+        lost = [d.approver for d in self._decisions(request)
+                if d.decision == "approve" and d.plan_hash == request.plan_hash and d.approver not in counted]
+        lost = list(dict.fromkeys(lost))
+        lost_names = [public_name(u, names=self._names) for u in lost]
+        self._audit(request, actor=audit.GPUOPS_ACTOR, action="request.reopened", before=request.state,
+                    after="pending", now=now,
+                    detail={"plan_hash": request.plan_hash, "approvals_counted": len(counted),
+                            "approvals_required": required, "no_longer_approvers": lost})
+        self._notify(request, event="request.reopened", state="pending", now=now, people=lost,
+                     dedupe=f"reopened/{request.plan_hash}/{len(counted)}/{required}",
+                     text=say.thread_reopened(request_id=request.id, counted=len(counted), required=required,
+                                              lost=lost_names, plan_hash=request.plan_hash))
 
     def _approvers_looked_up(self, request_id: str) -> ApproverNow:
         """`_approver_now` with everyone who decided so far already looked up, before the

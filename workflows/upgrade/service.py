@@ -75,8 +75,11 @@ class UpgradeService:
                    and s.state in ("done", "failed", "running")]
         if not prior or not touched:
             raise UpgradeRefused(say.rollback_nothing_changed(run.id), code="nothing-to-roll-back")
-        failed = [s.node for s in touched if s.state == "failed"]
-        nodes = tuple(dict.fromkeys([*failed, *(s.node for s in touched)]))
+        # The node that halted the run goes first, whatever step it halted in (a driver
+        # that never came up, a validation or a canary pod that failed after it did): it is
+        # out already, cordoned by the run, and the rollback takes that cordon over.
+        changed = {s.node for s in touched}
+        nodes = tuple(dict.fromkeys([*(n for n in run.halted_on if n in changed), *(s.node for s in touched)]))
         # Nodes the run held back from the operator's upgrade and never let go of.
         held = [n for s in run.steps if s.kind == "operator-hold" and s.state == "done"
                 for n in step_intent(s).get("targets") or ()]
