@@ -37,8 +37,9 @@ demo: testenv-build
 		$(VENV)/bin/gpuops console --as $(DEMO_USER) $(DEMO_ARGS); \
 	fi
 
+# The slowest 25 tests and the time per suite are printed at the end (CI's log shows them).
 test: testenv-build
-	$(PY) -m pytest
+	$(PY) -m pytest --durations=25
 
 bench: testenv-build
 	$(PY) -m pytest tests/bench --ignore=tests/bench/test_scaling_curve.py -p no:cacheprovider -o addopts= -q -s

@@ -81,3 +81,23 @@ def demo_fleet(gpu_operator_crds):
         yield env
     finally:
         env.delete_fleet()
+
+
+# Where the suite's time goes, printed at its end (with `--durations=25` in `make test`, the
+# slowest tests): each suite folder's total of setup, call and teardown, so a slowdown is
+# seen the day it lands.
+_SUITE_SECONDS: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    parts = report.nodeid.split("/")
+    suite = "/".join(parts[:2]) if len(parts) > 2 and parts[0] == "tests" else parts[0].split("::")[0]
+    _SUITE_SECONDS[suite] = _SUITE_SECONDS.get(suite, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    if not _SUITE_SECONDS:
+        return
+    terminalreporter.section("time per suite")
+    for suite, seconds in sorted(_SUITE_SECONDS.items(), key=lambda item: -item[1]):
+        terminalreporter.write_line(f"{seconds:8.1f} s  {suite}")
