@@ -93,6 +93,15 @@ def rollback_intent(view: RequestView, runs: list[RunView]) -> tuple[Intent, ...
     return (Intent(action="rollback", label="Roll back", value=halted[-1].id),)
 
 
+def continue_intent(view: RequestView, runs: list[RunView]) -> tuple[Intent, ...]:
+    """A Continue button on a request whose run halted (it asks for what the run did not
+    finish, `/gpu continue`; that waits for the pool's approvals like any request)."""
+    halted = [r for r in runs if r.state == "failed" and not r.run.dry_run]
+    if not runs or runs[-1] not in halted:
+        return ()
+    return (Intent(action="continue", label="Continue", value=halted[-1].id),)
+
+
 def host_driver_intent(view: RequestView, runs: list[RunView]) -> tuple[Intent, ...]:
     """A Host driver removed (or installed) button per node a move waits on for a person
     at its host driver (each names its node: pressing one confirms that node only)."""
@@ -170,7 +179,8 @@ def _request_reply(call: Call, view: RequestView, *, title: str | None = None) -
                  summary=msg.request_summary(view.state, view.approvals_counted, view.approvals_required,
                                              view.short_hash),
                  sections=tuple(sections),
-                 intents=card_intents(view) + rollback_intent(view, runs) + host_driver_intent(view, runs))
+                 intents=card_intents(view) + rollback_intent(view, runs) + continue_intent(view, runs)
+                 + host_driver_intent(view, runs))
 
 
 @REGISTRY.command("requests", usage="requests [pool]", role=Role.VIEWER,

@@ -263,3 +263,26 @@ def test_continue_needs_the_operator_role_a_run_and_at_most_one_skip(services, p
     assert services.requests.continuation_of(run_id, pool="serve-a") is None  # type: ignore[union-attr]
     rows = say(services, "U0ALICE", "help", now).sections[0].table.rows
     assert any("continue <run> [--skip <node>]" in " ".join(row) for row in rows)
+
+
+def test_the_halted_requests_card_offers_continue_and_the_click_asks_as_the_command_would(services, pool, now):
+    from bot.clicks import Click, press
+
+    run_id = halted_upgrade(services, pool, now)
+    halted = services.runs.get(run_id).request_id  # type: ignore[union-attr]
+    card = say(services, "U0ALICE", f"request {halted}", now)
+    (button,) = [i for i in card.intents if i.action == "continue"]
+
+    asked = press(Click(action=button.action, value=button.value, actor=services.config.actor("U0ALICE"), now=now),
+                  services).notice
+
+    assert asked.ok, asked.summary
+    view = continuation(services, run_id)
+    assert view.channel == "C0OPS" and view.plan.nodes == ("s1", "s2", "s4")  # in the halted request's channel
+    again = press(Click(action=button.action, value=button.value, actor=services.config.actor("U0ALICE"), now=now),
+                  services).notice
+    assert not again.ok and f"run {run_id} is being continued already by {view.id}" in again.summary
+    # A viewer's click is refused like the command.
+    viewer = press(Click(action=button.action, value=button.value, actor=services.config.actor("U0DAVE"), now=now),
+                   services).notice
+    assert not viewer.ok
