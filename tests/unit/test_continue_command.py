@@ -165,6 +165,12 @@ def test_a_skipped_node_is_left_out_and_left_cordoned_for_a_person(services, poo
     plan = continuation(services, run_id).plan
     assert plan.nodes == ("s2", "s4")
     assert f"s1 is left out (--skip) and left cordoned for a person (run {run_id}'s cordon)" in plan.summary.notes
+    # The thread hears it too: the request's first message gives its reason.
+    view = continuation(services, run_id)
+    assert view.reason == f"continuation of {run_id} without s1 (left cordoned for a person): CVE fix"
+    (created,) = [r for r in services.database.query(  # type: ignore[union-attr]
+        "SELECT payload FROM outbox WHERE dedupe_key = ?", [f"{view.id}/created"])]
+    assert "without s1 (left cordoned for a person)" in created["payload"]
 
 
 @pytest.mark.parametrize(("words", "code", "says"), [

@@ -118,6 +118,7 @@ class ContinueService:
         waves = _waves(left, run_id=run.id)
         self._check_capacity(run, waves, fleet=fleet, policy=policy, start=start, end=end)
         skipped = fleet.nodes.get(NodeName(skip)) if skip is not None else None
+        skipped_cordoned = skipped is not None and skipped.cordoned and skipped.cordon_run == run.id
         plan = Plan(kind=halted.plan.kind, pool=run.pool, waves=waves, created_for=actor.user_id,
                     summary=PlanSummary(
                         target_driver_version=halted.summary.target_driver_version,
@@ -127,11 +128,11 @@ class ContinueService:
                                                and fleet.nodes.get(r.node) is not None
                                                and fleet.nodes[r.node].requested_gpus),
                         max_gpus_unavailable=max(sum(_gpus(fleet, n) for n in w.nodes) for w in waves),
-                        notes=_notes(run.id, remains, left, skip,
-                                     skipped_cordoned=skipped is not None and skipped.cordon_run == run.id)))
+                        notes=_notes(run.id, remains, left, skip, skipped_cordoned=skipped_cordoned)))
         view = self._requests.submit(actor, kind=halted.kind, pool=run.pool, targets=list(plan.nodes), plan=plan,
                                      window_start=start, window_end=end,
-                                     reason=say.continue_reason(run.id, halted.reason), channel=channel, now=now)
+                                     reason=say.continue_reason(run.id, halted.reason, skipped=skip,
+                                                                 cordoned=skipped_cordoned), channel=channel, now=now)
         return Continued(plan=plan, view=view, run=run.id,
                          done=tuple(r.node for r in remains if r.progress == "done"),
                          retried=tuple(r.node for r in left if r.progress in ("held", "started")), skipped=skip)
@@ -226,7 +227,9 @@ def _waves(left: Sequence[NodeRemains], *, run_id: str) -> tuple[Wave, ...]:
     waves: list[Wave] = []
     for index in sorted({r.wave for r in left}):
         nodes = sorted((r for r in left if r.wave == index), key=lambda r: not r.halted_here)
-        steps = [NodeStep(s.kind, s.node, {**s.params, CONTINUES: run_id}) if i == 0 else s
+        # A continuation of a continuation names only the run it continues.
+        steps = [NodeStep(s.kind, s.node, {**{k: v for k, v in s.params.items() if k != CONTINUES},
+                                           **({CONTINUES: run_id} if i == 0 else {})})
                  for r in nodes for i, s in enumerate(r.steps)]
         waves.append(Wave(len(waves), tuple(r.node for r in nodes), tuple(steps)))
     return tuple(waves)

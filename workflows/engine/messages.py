@@ -530,8 +530,9 @@ def continue_does_not_fit(run_id: str, wave: int, nodes: Sequence[str], reason: 
     return (f"continuing run {run_id}: wave {wave + 1} ({names(nodes)}) does not fit the pool now: {reason}")
 
 
-def continue_reason(run_id: str, reason: str) -> str:
-    return f"continuation of {run_id}" + (f": {reason}" if reason else "")
+def continue_reason(run_id: str, reason: str, *, skipped: str | None, cordoned: bool) -> str:
+    without = (f" without {skipped}" + (" (left cordoned for a person)" if cordoned else "")) if skipped else ""
+    return f"continuation of {run_id}{without}" + (f": {reason}" if reason else "")
 
 
 def continue_plan_note(run_id: str, nodes: Sequence[str]) -> str:
