@@ -1,5 +1,6 @@
 """Requests, their runs and the audit log: /gpu requests, request, approve, deny, cancel,
-pause, resume, abort and audit.
+pause, resume, continue (a halted run, as a new request: workflows.engine.continuing),
+abort and audit.
 
 Each command checks the role the registry names at the door; the services check the
 rest (the two-person rule, pool-scoped approvers, requester-or-admin) and their refusals

@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from storage.steps import Step
 from workflows.access import Actor, Role, require
 from workflows.engine import messages as say
 from workflows.engine.loop import LEFT_OUT
@@ -44,7 +45,6 @@ from workflows.pools.capacity import check_drain, concurrent_work, pool_nodes
 from workflows.pools.config import PoolConfig
 from workflows.pools.starts import WindowRefused, start_window
 from workflows.pools.windows import WindowSet
-from storage.steps import Step
 from workflows.requests.service import CONTINUES, RequestService, RequestView
 
 Progress = Literal["done", "left-out", "held", "started", "untouched"]
