@@ -95,16 +95,17 @@ def _abort(click: Click, run_id: str, services: Services) -> Outcome:
     return Outcome(notice=_done(msg.aborted_by_you(view.id)))
 
 
-def _rollback(click: Click, run_id: str, services: Services) -> Outcome:
+def _rollback(click: Click, run_id: str, services: Services, *, command: str = "rollback") -> Outcome:
     """Ask for the rollback of a halted upgrade or MIG run, as `/gpu rollback <run>` typed in the
-    halted request's channel would: the new request gets its own card and thread there."""
+    halted request's channel would: the new request gets its own card and thread there. With
+    `command` "continue", its continuation (`/gpu continue <run>`), the same way."""
     channel = None
     if services.runs is not None and services.requests is not None:
         try:
             channel = services.requests.get(services.runs.get(run_id).run.request_id).channel
         except (RunRefused, UnknownRequest):
             pass  # the command says what is wrong with the run
-    reply = dispatch(f"rollback {run_id}", actor=click.actor, services=services, now=click.now, channel=channel)
+    reply = dispatch(f"{command} {run_id}", actor=click.actor, services=services, now=click.now, channel=channel)
     return Outcome(notice=reply)
 
 
@@ -165,6 +166,8 @@ def press(click: Click, services: Services) -> Outcome:
         return _acknowledge(click, value.subject, services)
     if click.action == "rollback":
         return _rollback(click, value.subject, services)
+    if click.action == "continue":
+        return _rollback(click, value.subject, services, command="continue")
     requests = services.requests
     if requests is None:
         return Outcome(notice=_refused(msg.requests_unavailable()))

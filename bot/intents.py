@@ -18,7 +18,7 @@ from commands.reply import HOST_DRIVER_REMOVED, REQUEST_DRAIN, REQUEST_MIG, REQU
 ACTION_PREFIX = "gpuops."
 # Clicking these cannot be undone, so Slack (and the console) ask first.
 DESTRUCTIVE = frozenset({"deny", "abort", "cancel"})
-KNOWN_ACTIONS = frozenset({"approve", "deny", "cancel", "abort", "handover-ack", "rollback", REQUEST_DRAIN,
+KNOWN_ACTIONS = frozenset({"approve", "deny", "cancel", "abort", "handover-ack", "rollback", "continue", REQUEST_DRAIN,
                            REQUEST_UPGRADE, REQUEST_MIG, HOST_DRIVER_REMOVED})
 
 _ACTION_ID = re.compile(r"^gpuops\.([a-z]+(?:-[a-z]+)*)\.\d+$", re.ASCII)

@@ -451,6 +451,29 @@ def upgrade_needs_words() -> str:
     return f"Say which pool and which driver version: /gpu {UPGRADE_USAGE}"
 
 
+CONTINUE_USAGE = "continue <run> [--skip <node>]"
+
+
+def continue_title(request_id: str, pool: str, kind: str) -> str:
+    return f"Continuation {request_id} · {kind} · {pool}"
+
+
+def continue_of(run_id: str, request_id: str) -> str:
+    return f"halted run {run_id} (of {request_id})"
+
+
+def continue_refused_title(code: str) -> str:
+    return f"Continue refused ({code})"
+
+
+def continue_skip_one_node() -> str:
+    return "`--skip` names one node to leave out, e.g. `/gpu continue run-4b1d9e --skip gpu-07`"
+
+
+def continue_usage_words(word: str) -> str:
+    return f"`{word}` is not something `continue` takes: name the halted run, and at most one `--skip <node>`"
+
+
 def upgrade_title(request_id: str, pool: str) -> str:
     return f"Driver upgrade {request_id} · {pool}"
 

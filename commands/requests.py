@@ -1,5 +1,6 @@
 """Requests, their runs and the audit log: /gpu requests, request, approve, deny, cancel,
-pause, resume, abort and audit.
+pause, resume, continue (a halted run, as a new request: workflows.engine.continuing),
+abort and audit.
 
 Each command checks the role the registry names at the door; the services check the
 rest (the two-person rule, pool-scoped approvers, requester-or-admin) and their refusals
@@ -17,6 +18,7 @@ from commands.registry import REGISTRY, Call, NotFoundError, UsageError
 from commands.reply import HOST_DRIVER_REMOVED, Fact, Intent, Notice, Reply, Section, Table, error_reply
 from storage.audit import AuditEntry
 from workflows.access import AccessDenied, Actor, Role
+from workflows.engine.continuing import ContinueRefused, ContinueService
 from workflows.engine.runs import PERSON_STEPS, RunRefused, RunService, RunView, UnknownRun, step_note
 from workflows.pools.freezes import Freeze, covering, freeze_sentence, holds_run
 from workflows.requests.service import RequestRefused, RequestService, RequestView, UnknownRequest
@@ -90,6 +92,15 @@ def rollback_intent(view: RequestView, runs: list[RunView]) -> tuple[Intent, ...
     if view.kind not in ("upgrade", "mig", "migrate") or not halted:
         return ()
     return (Intent(action="rollback", label="Roll back", value=halted[-1].id),)
+
+
+def continue_intent(view: RequestView, runs: list[RunView]) -> tuple[Intent, ...]:
+    """A Continue button on a request whose run halted (it asks for what the run did not
+    finish, `/gpu continue`; that waits for the pool's approvals like any request)."""
+    halted = [r for r in runs if r.state == "failed" and not r.run.dry_run]
+    if not runs or runs[-1] not in halted:
+        return ()
+    return (Intent(action="continue", label="Continue", value=halted[-1].id),)
 
 
 def host_driver_intent(view: RequestView, runs: list[RunView]) -> tuple[Intent, ...]:
@@ -169,7 +180,8 @@ def _request_reply(call: Call, view: RequestView, *, title: str | None = None) -
                  summary=msg.request_summary(view.state, view.approvals_counted, view.approvals_required,
                                              view.short_hash),
                  sections=tuple(sections),
-                 intents=card_intents(view) + rollback_intent(view, runs) + host_driver_intent(view, runs))
+                 intents=card_intents(view) + rollback_intent(view, runs) + continue_intent(view, runs)
+                 + host_driver_intent(view, runs))
 
 
 @REGISTRY.command("requests", usage="requests [pool]", role=Role.VIEWER,
@@ -276,6 +288,61 @@ def pause(call: Call, args: list[str]) -> Reply:
                   summary="Resume a paused run", examples=("/gpu resume run-9b01de",))
 def resume(call: Call, args: list[str]) -> Reply:
     return _control(call, args, "resumed")
+
+
+def read_continue_words(args: list[str]) -> tuple[str, str | None]:
+    """`<run> [--skip <node>]` (or `--skip=<node>`): the run and the node to leave out."""
+    words = [w for arg in args for w in arg.split()]
+    run_id: str | None = None
+    skip: str | None = None
+    index = 0
+    while index < len(words):
+        word = words[index]
+        if word == "--skip" or word.startswith("--skip="):
+            named = word.partition("=")[2]
+            if not named:
+                index += 1
+                named = words[index] if index < len(words) else ""
+            if not named or named.startswith("--") or skip is not None:
+                raise UsageError(msg.continue_skip_one_node())
+            skip = named
+        elif run_id is None and not word.startswith("--"):
+            run_id = word
+        else:
+            raise UsageError(msg.continue_usage_words(word))
+        index += 1
+    if run_id is None:
+        raise UsageError(msg.name_one("halted run, e.g. `/gpu continue run-4b1d9e`"))
+    return run_id, skip
+
+
+@REGISTRY.command("continue", usage=msg.CONTINUE_USAGE, role=Role.OPERATOR,
+                  summary="Ask to finish a halted run after its cause is fixed: nodes done stay done",
+                  examples=("/gpu continue run-4b1d9e", "/gpu continue run-4b1d9e --skip gpu-07"))
+def continue_run(call: Call, args: list[str]) -> Reply:
+    run_id, skip = read_continue_words(args)
+    requests = _requests(call)
+    try:
+        run = _runs(call).get(run_id)
+    except UnknownRun as err:
+        raise NotFoundError(str(err)) from None
+    fleet = call.services.fleet.fleet(call.now)
+    try:
+        done = ContinueService(requests, pools=call.services.config.pools).request(
+            call.actor, run, fleet=fleet, now=call.now, skip=skip, channel=call.channel)
+    except ContinueRefused as err:
+        return error_reply(msg.continue_refused_title(err.code), err.reason)
+    except AccessDenied:
+        raise
+    except RequestRefused as err:
+        return _refused(err)
+    view = done.view
+    facts = (Fact("Request", view.id), Fact("Continues", msg.continue_of(done.run, run.request_id)),
+             Fact("Requested by", view.requester_name), Fact("Plan hash", view.plan_hash))
+    return Reply(title=msg.continue_title(view.id, view.pool, view.kind),
+                 summary=msg.drain_summary(view.state, view.approvals_counted, view.approvals_required,
+                                           view.short_hash),
+                 sections=(Section(facts=facts), _plan_section(view)), intents=approval_intents(view, call.actor))
 
 
 @REGISTRY.command("abort", usage="abort <run>", role=Role.OPERATOR, confirm=True,

@@ -281,3 +281,8 @@ def rollback_unfinished(run: str, state: str) -> str:
 
 def rollback_already_asked(run: str, request: str) -> str:
     return f"a rollback of run {run} is already asked for: {request} (approve it, or cancel it and ask again)"
+
+
+def rollback_while_continued(run: str, request: str) -> str:
+    return (f"run {run} is being continued by {request}: cancel that request (or let its run finish and "
+            f"roll that run back) before rolling run {run} back")
