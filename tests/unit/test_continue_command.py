@@ -95,7 +95,8 @@ def halted_upgrade(services: Services, pool: Pool, now: dt.datetime, *, halt: bo
     (request,) = services.requests.open_requests("serve-a")  # type: ignore[union-attr]
     approve(services, request.id, now)
     db = services.database
-    run = RunService(db).start(request.id, dry_run=False, now=now, plan_hash=request.plan_hash)  # type: ignore[arg-type]
+    run = RunService(db, requests=services.requests).start(  # type: ignore[arg-type]
+        request.id, dry_run=False, now=now, plan_hash=request.plan_hash)
     assert stored_runs.transition(db, id=run.id, expected="pending", new="running", at=now)  # type: ignore[arg-type]
     moved = {("s1", "validate"): "failed", ("s2", "driver"): "failed"}
     for step in stored_steps.for_run(db, run_id=run.id):  # type: ignore[arg-type]
