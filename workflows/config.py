@@ -1,5 +1,7 @@
 """gpuops configuration: one YAML file, parsed and validated once at start. A bad value
-stops the process with the file, the key and the reason (`ConfigError`).
+stops the process with the file, the key and the reason (`ConfigError`). The file is read
+within bounds (`CONFIG_MAX_BYTES`, `CONFIG_MAX_DEPTH`, `CONFIG_MAX_VALUES`), so a hostile
+one is refused where it crosses them, in a second, whatever it holds.
 
 Durations are written as "90s", "30m", "1h", "2d" (or combinations like "1h30m")."""
 
@@ -37,7 +39,7 @@ from workflows.signals.health import ThrottleReason
 from workflows.signals.rates import CounterMemory
 from workflows.signals.service import SignalsService
 from workflows.upgrade.scope import ClusterPolicyScope, DriverVersion, UpgradeRefused
-from workflows.wording import plural, quoted, shown
+from workflows.wording import quoted, shown
 
 
 class _Model(BaseModel):
@@ -615,9 +617,6 @@ class _PythonLoader(Reader, Scanner, Parser, _Bounded, SafeConstructor, Resolver
         Resolver.__init__(self)
         _Bounded.__init__(self)
 
-    def dispose(self) -> None:
-        Parser.dispose(self)
-
 
 _Loader: type[_Bounded] = _PythonLoader
 if yaml.__with_libyaml__:  # as PyYAML's wheels are built: events at C speed
@@ -651,7 +650,7 @@ def _key(loc: tuple[Any, ...]) -> str:
     """The dotted key of a problem, each part cut short and printable ("[key]", pydantic's
     mark of a mapping key's own problem, left out: the position says it)."""
     parts = [str(part) for part in loc if part != "[key]"]
-    return ".".join(_cut(shown(part), 40) for part in parts) or "(top)"
+    return ".".join(shown(_cut(part, 40)) for part in parts) or "(top)"
 
 
 def _reason(error: Mapping[str, Any]) -> str:
@@ -748,4 +747,4 @@ def _say_cannot_build(value: object, tag: str, err: Exception) -> str:
 
 
 def _say_more_problems(count: int) -> str:
-    return f"and {plural(count, 'more problem')} (fix these and check again)"
+    return f"and {count:,} more problem{'s' if count != 1 else ''} (fix these and check again)"

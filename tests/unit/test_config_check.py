@@ -197,6 +197,16 @@ def test_a_pool_name_no_label_value_can_carry_is_refused_at_its_key(tmp_path, ca
     assert len(line) < len(str(path)) + 400 and line.isprintable()
 
 
+@pytest.mark.parametrize("name, says", [
+    ("unpooled", "'unpooled' is reserved for GPU nodes that match no pool"),
+    ("east/serving", "pool name 'east/serving' has a '/', which separates a cluster from a pool"),
+])
+def test_a_pool_name_gpuops_gives_a_meaning_of_its_own_is_refused_with_it(tmp_path, capsys, name, says):
+    path = tmp_path / "gpuops.yaml"
+    path.write_text(f"pools:\n  {name}: {{kind: serving}}\n")
+    assert refusal(path, capsys) == f"{path}:2:3: pools.{name}: {says}"
+
+
 def test_a_pool_name_of_each_cluster_is_checked_too_and_a_label_value_is_accepted(tmp_path, capsys):
     path = tmp_path / "gpuops.yaml"
     path.write_text("clusters:\n  east:\n    home: true\n    pools:\n      '<!here>': {kind: serving}\n")
