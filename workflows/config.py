@@ -1,11 +1,14 @@
 """gpuops configuration: one YAML file, parsed and validated once at start. A bad value
-stops the process with the file, the key and the reason (`ConfigError`).
+stops the process with the file, the key and the reason (`ConfigError`). The file is read
+within bounds (`CONFIG_MAX_BYTES`, `CONFIG_MAX_DEPTH`, `CONFIG_MAX_VALUES`), so a hostile
+one is refused where it crosses them, in a second, whatever it holds.
 
 Durations are written as "90s", "30m", "1h", "2d" (or combinations like "1h30m")."""
 
 from __future__ import annotations
 
 import datetime as dt
+import os
 import re
 import urllib.parse
 from collections.abc import Mapping
@@ -14,13 +17,20 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from yaml.composer import Composer
+from yaml.constructor import SafeConstructor
+from yaml.events import AliasEvent
+from yaml.parser import Parser
+from yaml.reader import Reader
+from yaml.resolver import Resolver
+from yaml.scanner import Scanner
 
 from workflows.access import Actor, Role, UserId
 from workflows.durations import Duration
 from workflows.fleet.assessment import InventorySettings
 from workflows.fleet.platform import KubernetesRange, release_line, shipped_operator_support
 from workflows.handover.rotations import RotationConfig
-from workflows.pools.config import GpuCheck, PoolConfig
+from workflows.pools.config import GpuCheck, PoolConfig, PoolKey
 from workflows.kube.labels import POD_SELECTOR_DCGM_EXPORTER
 from workflows.prometheus.client import BasicAuth, Endpoint
 from workflows.signals.exporters import ClusterPods, ExporterPages, ExporterSettings
@@ -29,6 +39,7 @@ from workflows.signals.health import ThrottleReason
 from workflows.signals.rates import CounterMemory
 from workflows.signals.service import SignalsService
 from workflows.upgrade.scope import ClusterPolicyScope, DriverVersion, UpgradeRefused
+from workflows.wording import quoted, shown
 
 
 class _Model(BaseModel):
@@ -319,17 +330,12 @@ class ClusterEntry(_Model):
     channels: tuple[str, ...] = ()
     cluster: ClusterConfig = ClusterConfig()
     inventory: InventoryConfig = InventoryConfig()
-    pools: dict[str, PoolConfig] = Field(default_factory=dict)
+    pools: dict[PoolKey, PoolConfig] = Field(default_factory=dict)
     upgrades: UpgradesConfig = UpgradesConfig()
     # Its GPU health from DCGM (unset: the top-level `signals` for the home cluster,
     # nothing for the others). Another cluster's reads through Prometheus: its exporter
     # pods' IPs are on its own network.
     signals: SignalsConfig | None = None
-
-    @field_validator("pools")
-    @classmethod
-    def _pool_names(cls, pools: dict[str, PoolConfig]) -> dict[str, PoolConfig]:
-        return _check_pool_names(pools)
 
     @model_validator(mode="after")
     def _one_source(self) -> ClusterEntry:
@@ -341,19 +347,10 @@ class ClusterEntry(_Model):
         return self
 
 
-def _check_pool_names(pools: dict[str, PoolConfig]) -> dict[str, PoolConfig]:
-    for name in pools:
-        if name == "unpooled":
-            raise ValueError("'unpooled' is reserved for GPU nodes that match no pool")
-        if "/" in name:
-            raise ValueError(f"pool name {name!r} has a '/', which separates a cluster from a pool")
-    return pools
-
-
 class GpuopsConfig(_Model):
     cluster: ClusterConfig = ClusterConfig()
     inventory: InventoryConfig = InventoryConfig()
-    pools: dict[str, PoolConfig] = Field(default_factory=dict)
+    pools: dict[PoolKey, PoolConfig] = Field(default_factory=dict)
     access: AccessConfig = AccessConfig()
     upgrades: UpgradesConfig = UpgradesConfig()
     engine: EngineConfig = EngineConfig()
@@ -365,11 +362,6 @@ class GpuopsConfig(_Model):
     # Several clusters served by one gpuops (unset: one cluster, described by the keys
     # above). Set, `cluster`, `inventory`, `pools` and `upgrades` go under each cluster.
     clusters: dict[str, ClusterEntry] = Field(default_factory=dict)
-
-    @field_validator("pools")
-    @classmethod
-    def _pool_names(cls, pools: dict[str, PoolConfig]) -> dict[str, PoolConfig]:
-        return _check_pool_names(pools)
 
     @field_validator("clusters")
     @classmethod
@@ -464,60 +456,295 @@ class ConfigError(Exception):
     """The configuration cannot be used; the message names the file, key and reason."""
 
 
-def load_config(path: str | Path | None) -> GpuopsConfig:
+# How much gpuops reads as its configuration. A configuration is a few kilobytes nested
+# about ten levels deep, whose aliases repeat a few windows or pools; YAML lets a kilobyte
+# stand for a billion values (aliases of aliases) and nesting exhaust the stack, so a file
+# past these bounds is refused where it crosses them, before it costs memory or time.
+CONFIG_MAX_BYTES = 1024 * 1024
+CONFIG_MAX_DEPTH = 32
+# Values (mappings, lists and scalars) the document stands for, each alias counting all
+# its anchor holds again: what validating it walks (a megabyte of one-character values
+# would be half a million).
+CONFIG_MAX_VALUES = 50_000
+# Problems a refusal lists (the rest are counted), and how long a reason may run.
+_PROBLEMS_LISTED = 20
+_REASON_AT_MOST = 300
+
+
+def load_config(path: str | Path | None, *, max_bytes: int = CONFIG_MAX_BYTES) -> GpuopsConfig:
     """The configuration in `path` (defaults without one), or ConfigError naming every
-    problem as `file:line:column: key: reason` (`gpuops config check` prints the same)."""
+    problem as `file:line:column: key: reason` (`gpuops config check` prints the same).
+    The YAML is parsed once, into nodes that keep their positions for the messages, and
+    every value a message quotes is cut short with its control characters escaped."""
     if path is None:
         return GpuopsConfig()
     path = Path(path)
+    data = _read(path, max_bytes)
     try:
-        text = path.read_text()
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot read the configuration: {err.strerror}") from None
-    try:
-        raw = yaml.safe_load(text) or {}
-        tree = yaml.compose(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
-        problem = getattr(err, "problem", None) or str(err)
-        raise ConfigError(f"{where}: not valid YAML: {problem}") from None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line, column = _byte_position(data, err.start)
+        raise ConfigError(f"{path}:{line}:{column}: {_say_not_utf8(data[err.start], err.reason)}") from None
+    tree, raw = _parse(path, data, text)
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}:1:1: the configuration must be a mapping of keys, not {type(raw).__name__}")
     try:
         return GpuopsConfig.model_validate(raw)
     except ValidationError as err:
+        errors = err.errors()
         problems = []
-        for error in err.errors():
+        for error in errors[:_PROBLEMS_LISTED]:
             loc = tuple(error["loc"])
             line, column = _position(tree, loc)
-            key = ".".join(str(part) for part in loc) or "(top)"
-            problems.append(f"{path}:{line}:{column}: {key}: {_reason(error)}")
+            problems.append(f"{path}:{line}:{column}: {_key(loc)}: {_reason(error)}")
+        if len(errors) > _PROBLEMS_LISTED:
+            problems.append(f"{path}: {_say_more_problems(len(errors) - _PROBLEMS_LISTED)}")
         raise ConfigError("\n".join(problems)) from None
 
 
+def _read(path: Path, max_bytes: int) -> bytes:
+    """The file's bytes, never more than `max_bytes` of them read (a FIFO or /dev/zero too)."""
+    try:
+        with path.open("rb") as stream:
+            data = stream.read(max_bytes + 1)
+            size = os.fstat(stream.fileno()).st_size
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read the configuration: {err.strerror}") from None
+    if len(data) > max_bytes:
+        raise ConfigError(f"{path}:1:1: {_say_too_large(size if size > max_bytes else None, max_bytes)}")
+    return data
+
+
+def _parse(path: Path, data: bytes, text: str) -> tuple[yaml.Node | None, Any]:
+    """The document's node tree and the values built from it, or ConfigError at the place
+    the YAML breaks or crosses a bound."""
+    loader = None
+    try:
+        loader = _Loader(text)
+        tree = loader.get_single_node()
+        raw = loader.construct_document(tree) if tree is not None else None
+    except _Refused as err:
+        raise ConfigError(f"{path}:{err.mark.line + 1}:{err.mark.column + 1}: {err.reason}") from None
+    except yaml.reader.ReaderError as err:  # a character YAML does not allow in a file
+        line, column = (_byte_position(data, err.position) if _Loader.counts_bytes
+                        else _char_position(text, err.position))
+        raise ConfigError(f"{path}:{line}:{column}: not valid YAML: {_say_character(err.character)}") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+        problem = getattr(err, "problem", None) or str(err)
+        raise ConfigError(f"{where}: not valid YAML: {_cut(shown(problem))}") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+    return tree, raw or {}
+
+
+class _Refused(Exception):
+    """The YAML crosses a bound, or holds a value it cannot be built into, at `mark`."""
+
+    def __init__(self, mark: yaml.Mark, reason: str) -> None:
+        super().__init__(reason)
+        self.mark, self.reason = mark, reason
+
+
+class _Bounded(Composer):
+    """PyYAML's composer and constructor, counting as they go: the values composed so far
+    with every alias expanded, and how deep they nest. Each node's reach (its values with
+    aliases expanded, and their depth) is known once it is composed, so an alias is refused
+    where it would take the count past the bound or nest too deep, or where it names the
+    anchor it is inside of (a value holding itself), before anything walks the expansion."""
+
+    counts_bytes = False  # where the parser says a bad character is: in characters (PyYAML's) or bytes
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._depth = 0  # the levels above the node being composed
+        self._values = 0  # so far, aliases expanded
+        self._reach: dict[int, tuple[int, int]] = {}  # id(node) -> (values, depth)
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
+        event = self.peek_event()  # type: ignore[attr-defined] - the parser's
+        if isinstance(event, AliasEvent):
+            target = self.anchors.get(event.anchor)
+            if target is not None:  # an undefined one PyYAML refuses
+                self._repeat(target, event)
+            return super().compose_node(parent, index)
+        if self._depth >= CONFIG_MAX_DEPTH:
+            raise _Refused(event.start_mark, _say_too_deep(CONFIG_MAX_DEPTH))
+        self._values += 1
+        if self._values > CONFIG_MAX_VALUES:
+            raise _Refused(event.start_mark, _say_too_many_values(CONFIG_MAX_VALUES))
+        self._depth += 1
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        if isinstance(node, yaml.ScalarNode):
+            self._reach[id(node)] = (1, 1)
+        else:
+            children = node.value if isinstance(node, yaml.SequenceNode) else [n for pair in node.value for n in pair]
+            reach = [self._reach[id(child)] for child in children]
+            self._reach[id(node)] = (1 + sum(values for values, _ in reach), 1 + max((d for _, d in reach), default=0))
+        return node
+
+    def _repeat(self, target: yaml.Node, event: AliasEvent) -> None:
+        reach = self._reach.get(id(target))
+        if reach is None:  # still being composed: the alias is inside its own anchor
+            raise _Refused(event.start_mark, _say_alias_inside_itself(event.anchor))
+        values, depth = reach
+        if self._depth + depth > CONFIG_MAX_DEPTH:
+            raise _Refused(event.start_mark, _say_alias_too_deep(event.anchor, CONFIG_MAX_DEPTH))
+        self._values += values
+        if self._values > CONFIG_MAX_VALUES:
+            raise _Refused(event.start_mark, _say_alias_repeats_too_much(event.anchor, values, CONFIG_MAX_VALUES))
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep)  # type: ignore[misc] - SafeConstructor's
+        except (ValueError, OverflowError) as err:  # "2025-13-45", an int of 5,000 digits
+            raise _Refused(node.start_mark, _say_cannot_build(node.value, node.tag, err)) from None
+
+
+class _PythonLoader(Reader, Scanner, Parser, _Bounded, SafeConstructor, Resolver):
+    """PyYAML's parser in Python, our composer, PyYAML's safe constructor."""
+
+    def __init__(self, text: str) -> None:
+        Reader.__init__(self, text)
+        Scanner.__init__(self)
+        Parser.__init__(self)
+        SafeConstructor.__init__(self)
+        Resolver.__init__(self)
+        _Bounded.__init__(self)
+
+
+_Loader: type[_Bounded] = _PythonLoader
+if yaml.__with_libyaml__:  # as PyYAML's wheels are built: events at C speed
+    from yaml.cyaml import CParser
+
+    class _LibyamlLoader(_Bounded, CParser, SafeConstructor, Resolver):
+        """libyaml's parser, our composer, PyYAML's safe constructor."""
+
+        counts_bytes = True
+
+        def __init__(self, text: str) -> None:
+            CParser.__init__(self, text)
+            SafeConstructor.__init__(self)
+            Resolver.__init__(self)
+            _Bounded.__init__(self)
+
+    _Loader = _LibyamlLoader
+
+
+def _byte_position(data: bytes, offset: int) -> tuple[int, int]:
+    """1-based line and column (in characters) of the byte at `offset`."""
+    start = data.rfind(b"\n", 0, offset) + 1
+    return data.count(b"\n", 0, offset) + 1, len(data[start:offset].decode("utf-8", "replace")) + 1
+
+
+def _char_position(text: str, index: int) -> tuple[int, int]:
+    return text.count("\n", 0, index) + 1, index - (text.rfind("\n", 0, index) + 1) + 1
+
+
+def _key(loc: tuple[Any, ...]) -> str:
+    """The dotted key of a problem, each part cut short and printable ("[key]", pydantic's
+    mark of a mapping key's own problem, left out: the position says it)."""
+    parts = [str(part) for part in loc if part != "[key]"]
+    return ".".join(shown(_cut(part, 40)) for part in parts) or "(top)"
+
+
 def _reason(error: Mapping[str, Any]) -> str:
-    """pydantic's message without its "Value error, " prefix (our validators' own words)."""
-    return str(error["msg"]).removeprefix("Value error, ")
+    """pydantic's message without its "Value error, " prefix (our validators' own words),
+    the value it quotes cut short, and printable."""
+    text = str(error["msg"]).removeprefix("Value error, ")
+    value = error.get("input")
+    if isinstance(value, str):
+        text = text.replace(repr(value), quoted(value))
+    return _cut(shown(text), _REASON_AT_MOST)
+
+
+def _cut(text: str, at_most: int = _REASON_AT_MOST) -> str:
+    return text if len(text) <= at_most else text[:at_most] + "…"
 
 
 def _position(tree: yaml.Node | None, loc: tuple[Any, ...]) -> tuple[int, int]:
     """Where in the file the value at `loc` is (1-based line and column): the deepest
-    node that exists along the path (a missing key points at the map it belongs in)."""
+    node that exists along the path (a missing key points at the map it belongs in, a
+    key's own problem at the key)."""
     node = tree
     if node is None:
         return 1, 1
+    key_node = None
     for part in loc:
+        if part == "[key]" and key_node is not None:
+            node = key_node
+            break
         found = None
         if isinstance(node, yaml.MappingNode):
             for key, value in node.value:
                 if isinstance(key, yaml.ScalarNode) and key.value == str(part):
                     # An unknown key is the key's own fault; a bad value the value's.
-                    found = value if value.start_mark is not None else key
+                    found, key_node = (value if value.start_mark is not None else key), key
                     break
         elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
-            found = node.value[part]
+            found, key_node = node.value[part], None
         if found is None:
             break
         node = found
     return node.start_mark.line + 1, node.start_mark.column + 1
+
+
+# ------------------------------------------------------------------ what a refused file is told
+
+
+def _size_text(size: int) -> str:
+    mib = size / (1024 * 1024)
+    return f"{mib:g} MiB" if mib == int(mib) else f"{mib:.1f} MiB"
+
+
+def _say_too_large(size: int | None, at_most: int) -> str:
+    what = f"the file is {_size_text(size)}" if size is not None else "the file goes on"
+    return (f"{what}, past the {_size_text(at_most)} gpuops reads as its configuration (a configuration is "
+            "a few kilobytes: is this the right file?)")
+
+
+def _say_not_utf8(byte: int, reason: str) -> str:
+    return f"not UTF-8 (byte 0x{byte:02x}: {reason}); gpuops reads its configuration as UTF-8: save the file as UTF-8"
+
+
+def _say_character(character: int | str) -> str:
+    char = chr(character) if isinstance(character, int) else character
+    return (f"the character {quoted(char)} may not be written in a YAML file "
+            "(inside double quotes, an escape such as \"\\t\" or \"\\x1b\" can stand for it)")
+
+
+def _say_too_deep(at_most: int) -> str:
+    return (f"values nested more than {at_most} levels deep; a gpuops configuration nests about ten "
+            "(is this the right file?)")
+
+
+def _say_alias_too_deep(anchor: str, at_most: int) -> str:
+    return f"the alias *{_cut(anchor, 40)} would nest values more than {at_most} levels deep"
+
+
+def _say_alias_inside_itself(anchor: str) -> str:
+    return f"the alias *{_cut(anchor, 40)} is inside the value its anchor names (a value cannot hold itself)"
+
+
+def _say_too_many_values(at_most: int) -> str:
+    return (f"more than {at_most:,} values; a gpuops configuration has a few thousand "
+            "(is this the right file?)")
+
+
+def _say_alias_repeats_too_much(anchor: str, values: int, at_most: int) -> str:
+    return (f"the alias *{_cut(anchor, 40)} takes the configuration past {at_most:,} values (it repeats "
+            f"{values:,}: an alias stands for all its anchor holds, so aliases of aliases multiply)")
+
+
+def _say_cannot_build(value: object, tag: str, err: Exception) -> str:
+    kind = tag.rsplit(":", 1)[-1]
+    return f"not valid YAML: {quoted(value)} cannot be read as {kind} ({_cut(shown(str(err)), 80)}); quote it to keep it text"
+
+
+def _say_more_problems(count: int) -> str:
+    return f"and {count:,} more problem{'s' if count != 1 else ''} (fix these and check again)"

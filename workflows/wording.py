@@ -5,6 +5,7 @@ imports nothing from gpuops, so every package may use it."""
 from __future__ import annotations
 
 import datetime as dt
+import reprlib
 from collections.abc import Iterable
 from typing import Literal
 
@@ -83,3 +84,32 @@ def closest_hint(closest: Iterable[str]) -> str:
     """"; did you mean a or b?" after a name that is not known, or nothing."""
     listed = list(closest)
     return f"; did you mean {' or '.join(listed)}?" if listed else ""
+
+
+def shown(text: str) -> str:
+    """`text` safe to print: each character a terminal would act on or hide (control
+    characters and the escapes that start with one, bidirectional overrides, zero-width
+    characters, lone surrogates) written as its Python escape, "\\x1b[2J" for ESC [2J."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+_QUOTE_AT_MOST = 40
+_QUOTED = reprlib.Repr()
+_QUOTED.maxlevel, _QUOTED.maxdict, _QUOTED.maxlist, _QUOTED.maxtuple = 2, 4, 4, 4
+_QUOTED.maxset = _QUOTED.maxfrozenset = _QUOTED.maxdeque = _QUOTED.maxarray = 4
+_QUOTED.maxstring = _QUOTED.maxother = _QUOTED.maxlong = _QUOTE_AT_MOST
+
+
+def quoted(value: object, *, at_most: int = _QUOTE_AT_MOST) -> str:
+    """A value as a message quotes something a person wrote: repr()'s quotes and escapes,
+    cut short after `at_most` characters with its length said ("'AAAA…' (10,000
+    characters)"); a list or mapping shows its first few items, a level or two deep. The
+    cost is bounded whatever the value holds."""
+    if isinstance(value, str):
+        if len(value) <= at_most:
+            return repr(value)
+        cut = repr(value[:at_most])
+        return f"{cut[:-1]}…{cut[-1]} ({len(value):,} characters)"
+    return shown(_QUOTED.repr(value))

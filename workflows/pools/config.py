@@ -9,11 +9,11 @@ import datetime as dt
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
 from storage.requests import RequestKind
 from workflows.durations import Duration
-from workflows.fleet.assessment import Placement, PodMatch
+from workflows.fleet.assessment import UNPOOLED, Placement, PodMatch
 from workflows.kube.objects import is_gpu_resource
 from workflows.pools import messages as say
 from workflows.pools.capacity import MaxUnavailable
@@ -23,6 +23,25 @@ from workflows.pools.windows import DAY_NAMES, MaintenanceWindow, WindowSet, par
 
 # A namespace name (RFC 1123 label).
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+# A Kubernetes label value (not empty: an empty pool label is no pool).
+_LABEL_VALUE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+
+
+def _pool_name(name: str) -> str:
+    # A node's pool is the value of its pool label (cluster.pool_label), and a run, a
+    # request or a freeze names a pool as `cluster/pool`: a name that is no label value
+    # would be a pool no node is ever in.
+    if name == UNPOOLED:
+        raise ValueError(say.pool_name_reserved(name))
+    if "/" in name:
+        raise ValueError(say.pool_name_has_slash(name))
+    if not _LABEL_VALUE.fullmatch(name):
+        raise ValueError(say.pool_name_not_a_label_value(name))
+    return name
+
+
+# A key of `pools`: a pool's name, checked where it is written.
+PoolKey = Annotated[str, AfterValidator(_pool_name)]
 
 
 class _Model(BaseModel):

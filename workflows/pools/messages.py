@@ -10,7 +10,7 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from workflows.wording import closest_hint, local_time, names, plural, when
+from workflows.wording import closest_hint, local_time, names, plural, quoted, when
 
 
 def unknown_day(text: str, *, closest: Sequence[str]) -> str:
@@ -98,6 +98,22 @@ def empty_selector() -> str:
 def bad_selector_part(part: str) -> str:
     return (f"cannot read {part.strip()!r} in the label selector; write key=value, key!=value, "
             "key in (a,b), key notin (a,b), key or !key, separated by commas")
+
+
+def pool_name_reserved(name: str) -> str:
+    return f"{quoted(name)} is reserved for GPU nodes that match no pool"
+
+
+def pool_name_has_slash(name: str) -> str:
+    return f"pool name {quoted(name)} has a '/', which separates a cluster from a pool"
+
+
+def pool_name_not_a_label_value(name: str) -> str:
+    # A node's pool is the value of its pool label: a name no label value can be names a
+    # pool no node is ever in.
+    return (f"pool name {quoted(name)} could never have a node: a node's pool is the value of its node label "
+            "(cluster.pool_label), and a label value is at most 63 letters, digits, '-', '_' and '.', "
+            "beginning and ending with a letter or digit")
 
 
 def _held_by(concurrent: Sequence[str], count: int) -> str:
