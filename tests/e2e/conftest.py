@@ -255,6 +255,7 @@ def http_bot(slack: FakeSlackWebApi, runtime: Runtime, http_settings: HttpSettin
         yield BotUnderTest(app=app, bot=bot, slack=slack, runtime=runtime, url=server.url)
     finally:
         server.stop()
+        _finish_work(app)
 
 
 @pytest.fixture
@@ -268,6 +269,13 @@ def socket_bot(slack: FakeSlackWebApi, fake_socket_mode: FakeSocketModeServer,  
         yield BotUnderTest(app=app, bot=bot, slack=slack, runtime=runtime)
     finally:
         fake_socket_mode.close_client(handler.client)
+        _finish_work(app)
+
+
+def _finish_work(app: App) -> None:
+    """Wait for the work the app's requests started (answers to response_urls, posts):
+    on a loaded machine it can outlast the test and log into the next one."""
+    app.listener_runner.listener_executor.shutdown(wait=True)  # type: ignore[attr-defined]
 
 
 # ------------------------------------------------------------------ sending what Slack sends

@@ -1,5 +1,6 @@
-"""The health port: /healthz, /readyz and /metrics. First on a runtime in this process (what
-each answers, and when readiness fails), then `gpuops run` itself, a real process in Socket
+"""The health port (/healthz, /readyz) and the metrics port (/metrics). First on a runtime
+in this process (what each answers, when readiness fails, and the probes answering while
+slow clients take every connection), then `gpuops run` itself, a real process in Socket
 Mode against the local control plane, scraped by a real Prometheus and queried through
 Prometheus's HTTP API; its JSON log lines carry no token."""
 
@@ -10,6 +11,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -19,7 +21,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from bot.health import HealthServer, Readiness
+from bot.health import PROBE_SETTINGS, HealthServer, MetricsServer, Readiness
 from bot.metrics import Metrics, Sources
 from testenv import fleet as fl
 from testenv.install import wait_until
@@ -50,8 +52,9 @@ def test_each_path_answers_what_a_probe_or_a_scrape_expects(runtime):
     submit_upgrade(runtime)
     cache = _Cache()
     metrics = Metrics(Sources(database=runtime.database.get, leader=lambda: False))
-    server = HealthServer(Readiness(database=runtime.database.get, cache=cache, leader=lambda: False), metrics,
+    server = HealthServer(Readiness(database=runtime.database.get, cache=cache, leader=lambda: False),
                           host="127.0.0.1", port=0).start()
+    scrapes = MetricsServer(metrics, host="127.0.0.1", port=0).start()
     try:
         assert _get(server.base_url + "/healthz")[::2] == (200, "ok\n")
         status, _, body = _get(server.base_url + "/readyz")
@@ -60,7 +63,7 @@ def test_each_path_answers_what_a_probe_or_a_scrape_expects(runtime):
         cache.synced = True
         assert _get(server.base_url + "/readyz")[0] == 200  # a standby is ready: it answers Slack
         metrics.observe_kube("GET", "200", 0.02)
-        status, kind, body = _get(server.base_url + "/metrics")
+        status, kind, body = _get(scrapes.base_url + "/metrics")
         assert status == 200 and kind.startswith("text/plain; version=")
         samples = _samples(body)
         assert samples[("gpuops_requests", (("kind", "upgrade"), ("state", "pending")))] == 1
@@ -69,19 +72,70 @@ def test_each_path_answers_what_a_probe_or_a_scrape_expects(runtime):
         assert samples[("gpuops_engine_lease_held", ())] == 0
         assert samples[("gpuops_slack_outbox", (("state", "pending"),))] >= 0
         assert _get(server.base_url + "/nothing")[0] == 404
+        # Each port serves its own paths only: the health port is not for scrapes.
+        assert _get(server.base_url + "/metrics")[0] == 404
+        assert _get(scrapes.base_url + "/healthz")[0] == 404
     finally:
         server.stop()
+        scrapes.stop()
 
 
 def test_a_database_that_cannot_answer_is_not_ready(runtime, tmp_path):
     def broken():
         raise OSError("disk I/O error")
 
-    server = HealthServer(Readiness(database=broken), Metrics(), host="127.0.0.1", port=0).start()
+    server = HealthServer(Readiness(database=broken), host="127.0.0.1", port=0).start()
     try:
         assert _get(server.base_url + "/readyz")[::2] == (503, "database: OSError: disk I/O error\n")
         assert _get(server.base_url + "/healthz")[0] == 200  # alive all the same: no restart would help
     finally:
+        server.stop()
+
+
+class _Drips:
+    """`count` clients that each send a request's headers one byte every `every` seconds
+    and never end them (so none is ever idle), reconnecting when the server closes one,
+    until `stop()`."""
+
+    def __init__(self, address: tuple[str, int], *, count: int, every: float) -> None:
+        self._address, self._every = address, every
+        self._done = threading.Event()
+        self.connections = 0
+        self._socks = [self._connect() for _ in range(count)]
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _connect(self) -> socket.socket:
+        self.connections += 1
+        sock = socket.create_connection(self._address, timeout=10)
+        sock.sendall(b"G")
+        return sock
+
+    def _run(self) -> None:
+        while not self._done.wait(self._every):
+            for i, sock in enumerate(self._socks):
+                try:
+                    sock.send(b"E")
+                except OSError:
+                    sock.close()
+                    self._socks[i] = self._connect()
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join(10)
+        for sock in self._socks:
+            sock.close()
+
+
+def test_probes_answer_while_more_slow_clients_than_the_health_port_takes_drip_at_it(runtime):
+    server = HealthServer(Readiness(database=runtime.database.get), host="127.0.0.1", port=0).start()
+    address = ("127.0.0.1", int(server.base_url.rsplit(":", 1)[1]))
+    drips = _Drips(address, count=PROBE_SETTINGS.max_connections + 5, every=0.5)
+    try:
+        answers = [_get(server.base_url + path)[0] for _ in range(5) for path in ("/healthz", "/readyz")]
+        assert answers == [200] * 10
+    finally:
+        drips.stop()
         server.stop()
 
 
