@@ -153,7 +153,7 @@ def test_a_running_bot_is_scraped_by_prometheus_and_logs_json_lines_without_its_
         cluster, fleet, slack, fake_socket_mode, tmp_path):
     fleet(fl.FleetSpec(name="prom", system_nodes=0, pools=(fl.PoolSpec(name="prom", kind="training", nodes=2),)),
           simulate=False)
-    health, web = _free_port(), _free_port()
+    health, scrapes, web = _free_port(), _free_port(), _free_port()
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump({"pools": {"prom": {"kind": "training", "windows": "always"}}}))
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("SLACK_")},
@@ -163,11 +163,12 @@ def test_a_running_bot_is_scraped_by_prometheus_and_logs_json_lines_without_its_
     with open(log_path, "w") as log:
         bot = subprocess.Popen([str(Path(sys.executable).with_name("gpuops")), "run", "--kubeconfig",
                                 str(cluster.kubeconfig), "--context", "admin", "--config", str(config), "--database",
-                                str(tmp_path / "gpuops.db"), "--health-port", str(health)],
+                                str(tmp_path / "gpuops.db"), "--health-port", str(health),
+                                "--metrics-port", str(scrapes)],
                                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     scrape = tmp_path / "prometheus.yml"
     scrape.write_text(yaml.safe_dump({"global": {"scrape_interval": "1s"}, "scrape_configs": [
-        {"job_name": "gpuops", "static_configs": [{"targets": [f"127.0.0.1:{health}"]}]}]}))
+        {"job_name": "gpuops", "static_configs": [{"targets": [f"127.0.0.1:{scrapes}"]}]}]}))
     prometheus = subprocess.Popen([str(prometheus_binary()), f"--config.file={scrape}",
                                    f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{web}"],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
