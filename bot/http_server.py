@@ -85,7 +85,7 @@ class HttpSettings:
     request_deadline: float = 5.0
     # With every connection taken and another waiting to be accepted, the connection that
     # has waited longest for a whole request is closed once it has waited this long.
-    make_room_after: float = 1.0
+    make_room_after: float = 0.5
     # Seconds between two log lines about the slow clients closed (none while there are none).
     report_every: float = 60.0
 
@@ -295,6 +295,10 @@ class WaitressServer:
     @property
     def base_url(self) -> str:
         return f"http://{self._server.effective_host}:{self._server.effective_port}"
+
+    @property
+    def open_connections(self) -> int:
+        return len(self._server.active_channels)
 
     @property
     def health_url(self) -> str:

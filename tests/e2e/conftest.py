@@ -222,6 +222,7 @@ class BotUnderTest:
     slack: FakeSlackWebApi
     runtime: Runtime
     url: str | None = None
+    server: SlackHttpServer | None = None
 
     @property
     def deliveries(self):
@@ -252,7 +253,7 @@ def http_bot(slack: FakeSlackWebApi, runtime: Runtime, http_settings: HttpSettin
     app, bot = build_app(runtime, client=web_client(slack.bot_token, base_url=slack.base_url), signing_secret=SECRET)
     server = SlackHttpServer(app, signing_secret=SECRET, host="127.0.0.1", port=0, settings=http_settings).start()
     try:
-        yield BotUnderTest(app=app, bot=bot, slack=slack, runtime=runtime, url=server.url)
+        yield BotUnderTest(app=app, bot=bot, slack=slack, runtime=runtime, url=server.url, server=server)
     finally:
         server.stop()
         _finish_work(app)
