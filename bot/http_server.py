@@ -230,17 +230,18 @@ class _SlowClientGuard:
 
     def turn(self, now: float) -> float:
         """Close what must be closed; the seconds the loop may then wait."""
-        channels: list[_TimedChannel] = list(self._server.active_channels.values())
+        channels: dict[int, _TimedChannel] = self._server.active_channels
         if now >= self._next_sweep:
             self._next_sweep = now + _SWEEP_EVERY
-            for channel in channels:
+            for channel in list(channels.values()):
                 if channel.reading and now - channel.waiting_since > self._settings.request_deadline \
                         and channel.may_close():
                     channel.will_close = True  # the loop's next turn closes it
                     self.closed_late += 1
         full = len(channels) >= self._settings.max_connections
         if full and self._waiting.poll(0):
-            longest = min((c for c in channels if c.may_close()), key=lambda c: c.waiting_since, default=None)
+            longest = min((c for c in list(channels.values()) if c.may_close()), key=lambda c: c.waiting_since,
+                          default=None)
             if longest is not None and now - longest.waiting_since >= self._settings.make_room_after:
                 longest.will_close = True
                 self.closed_for_room += 1

@@ -109,7 +109,7 @@ class Timings:
         return {"count": len(self.statuses), "ok": sum(s == 200 for s in self.statuses),
                 f"over_{limit:g}s": sum(t > limit for t in ordered),
                 "p50_ms": round(statistics.median(ordered) * 1000, 1),
-                "p99_ms": round(ordered[max(0, int(len(ordered) * 0.99) - 1)] * 1000, 1) if ordered else 0,
+                "p99_ms": round(statistics.quantiles(ordered, n=100, method="inclusive")[98] * 1000, 1),
                 "max_ms": round(ordered[-1] * 1000, 1)}
 
 
@@ -152,9 +152,11 @@ def test_slow_clients_on_both_ports_keep_neither_probes_nor_slack_out(http_bot, 
         drips.start()
     healthz, readyz, acks = Timings(), Timings(), Timings()
     try:
-        # Every connection of the health port is taken before the first probe.
+        # Every connection of both ports is taken before the first probe and request.
         wait_until(lambda: health.open_connections >= PROBE_SETTINGS.max_connections, timeout=30,
                    what="the slow clients to take every connection of the health port")
+        wait_until(lambda: slack_port.open_connections >= SLACK_CAP, timeout=30,
+                   what="the slow clients to take every connection of the Slack port")
         until = time.monotonic() + ATTACK_SECONDS * 0.8
 
         def probe() -> None:
@@ -176,7 +178,6 @@ def test_slow_clients_on_both_ports_keep_neither_probes_nor_slack_out(http_bot, 
         pacers = [_every(PROBE_EVERY, until, probe), _every(SLACK_EVERY, until, command)]
         for pacer in pacers:
             pacer.join(ATTACK_SECONDS * 3)
-        held = {"slack": slack_port.open_connections, "health": health.open_connections}
     finally:
         for drips in attack:
             drips.stop()
@@ -186,7 +187,6 @@ def test_slow_clients_on_both_ports_keep_neither_probes_nor_slack_out(http_bot, 
         "attackers": {"slack_port": DRIPS_SLACK, "health_port": DRIPS_HEALTH, "byte_every_s": DRIP_EVERY,
                       "seconds": ATTACK_SECONDS, "connections_opened": sum(d.opened for d in attack)},
         "caps": {"slack_port": SLACK_CAP, "health_port": PROBE_SETTINGS.max_connections},
-        "open_at_the_end": held,
         "healthz": healthz.figure(1.0), "readyz": readyz.figure(1.0), "slack_acks": acks.figure(ACK_LIMIT),
         "closed": {"slack_port": {"late": slack_port.guard.closed_late, "for_room": slack_port.guard.closed_for_room},
                    "health_port": {"late": health.guard.closed_late, "for_room": health.guard.closed_for_room}},
@@ -197,6 +197,5 @@ def test_slow_clients_on_both_ports_keep_neither_probes_nor_slack_out(http_bot, 
     assert readyz.statuses and set(readyz.statuses) == {200}, readyz.statuses
     assert acks.statuses and set(acks.statuses) == {200}, acks.statuses
     http_bot.deliveries.wait_for(lambda ds: len(ds) == len(acks.statuses), timeout=60)
-    # The attack was one: the slow clients held the connections and were closed and came back.
-    assert held["health"] >= PROBE_SETTINGS.max_connections - 2
+    # The slow clients were closed and came back: the attack went on all along.
     assert sum(d.opened for d in attack) > DRIPS_SLACK + DRIPS_HEALTH
