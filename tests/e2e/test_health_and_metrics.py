@@ -11,7 +11,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -26,6 +25,7 @@ from bot.metrics import Metrics, Sources
 from testenv import fleet as fl
 from testenv.install import wait_until
 from testenv.prometheus import prometheus_binary
+from tests.drips import Drips
 from tests.e2e.conftest import ROOT, submit_upgrade
 
 
@@ -92,45 +92,11 @@ def test_a_database_that_cannot_answer_is_not_ready(runtime, tmp_path):
         server.stop()
 
 
-class _Drips:
-    """`count` clients that each send a request's headers one byte every `every` seconds
-    and never end them (so none is ever idle), reconnecting when the server closes one,
-    until `stop()`."""
-
-    def __init__(self, address: tuple[str, int], *, count: int, every: float) -> None:
-        self._address, self._every = address, every
-        self._done = threading.Event()
-        self.connections = 0
-        self._socks = [self._connect() for _ in range(count)]
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _connect(self) -> socket.socket:
-        self.connections += 1
-        sock = socket.create_connection(self._address, timeout=10)
-        sock.sendall(b"G")
-        return sock
-
-    def _run(self) -> None:
-        while not self._done.wait(self._every):
-            for i, sock in enumerate(self._socks):
-                try:
-                    sock.send(b"E")
-                except OSError:
-                    sock.close()
-                    self._socks[i] = self._connect()
-
-    def stop(self) -> None:
-        self._done.set()
-        self._thread.join(10)
-        for sock in self._socks:
-            sock.close()
-
-
 def test_probes_answer_while_more_slow_clients_than_the_health_port_takes_drip_at_it(runtime):
     server = HealthServer(Readiness(database=runtime.database.get), host="127.0.0.1", port=0).start()
     address = ("127.0.0.1", int(server.base_url.rsplit(":", 1)[1]))
-    drips = _Drips(address, count=PROBE_SETTINGS.max_connections + 5, every=0.5)
+    drips = Drips(address, count=PROBE_SETTINGS.max_connections + 5, every=0.5, seconds=60)
+    drips.start()
     try:
         answers = [_get(server.base_url + path)[0] for _ in range(5) for path in ("/healthz", "/readyz")]
         assert answers == [200] * 10
