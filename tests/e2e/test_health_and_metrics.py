@@ -20,6 +20,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from bot import cli
 from bot.health import PROBE_SETTINGS, HealthServer, MetricsServer, Readiness
 from bot.metrics import Metrics, Sources
 from testenv import fleet as fl
@@ -103,6 +104,20 @@ def test_probes_answer_while_more_slow_clients_than_the_health_port_takes_drip_a
     finally:
         drips.stop()
         server.stop()
+
+
+def test_a_taken_metrics_port_stops_the_start_with_the_flag_to_change_and_frees_the_health_port(runtime):
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        health_port = _free_port()
+        with pytest.raises(cli._PortUnavailable) as refused:
+            cli._serve_health(runtime, Metrics(), health_port=health_port, metrics_port=port)
+    assert str(refused.value).startswith(f"cannot serve /metrics on port {port} (")
+    assert str(refused.value).endswith("): free it or pass --metrics-port")
+    with socket.socket() as again:  # the health port it had opened is closed again
+        again.bind(("0.0.0.0", health_port))
 
 
 # ------------------------------------------------------------------ the real process
