@@ -67,7 +67,7 @@ StartResponse = Callable[..., Any]
 
 @dataclass(frozen=True)
 class HttpSettings:
-    """How the HTTP server protects itself; every number is a waitress setting."""
+    """How the HTTP server protects itself: waitress's settings, then the slow-client guard's."""
 
     # Connections the kernel queues while every slot is taken (Linux caps it at
     # net.core.somaxconn); Python's http.server default of 5 reset bursts.
