@@ -145,7 +145,8 @@ def test_a_client_that_drips_its_headers_is_cut_off_at_the_request_deadline_thou
 
 
 @pytest.mark.parametrize("http_settings", [HttpSettings(max_connections=2, read_timeout=30, request_deadline=30)])
-def test_past_the_connection_cap_the_connection_waiting_longest_for_a_request_makes_room(http_bot):
+def test_past_the_connection_cap_the_connection_waiting_longest_for_a_request_makes_room(http_bot, caplog):
+    caplog.set_level(logging.INFO)
     oldest = _silent_client(http_bot)
     newer = _silent_client(http_bot)
     waiting = socket.create_connection(_address(http_bot), timeout=10)
@@ -155,9 +156,18 @@ def test_past_the_connection_cap_the_connection_waiting_longest_for_a_request_ma
         assert waiting.recv(1024).startswith(b"HTTP/1.1 200")  # long before the 30 s timeouts
         assert _closed_by_server(oldest, within=CLOSED_WITHIN)
         assert not _closed_by_server(newer, within=0.2)  # one was enough
+        # Quiet: not waitress's line each time the connections are all taken (many a second
+        # under slow clients); the guard's own comes once a minute at most.
+        assert _records(caplog, logging.WARNING) == []
     finally:
         for s in (oldest, newer, waiting):
             s.close()
+
+
+@pytest.mark.parametrize("setting", ["request_deadline", "make_room_after", "report_every"])
+def test_a_guard_setting_of_zero_is_refused_with_its_name(setting):
+    with pytest.raises(ValueError, match=f"HttpSettings.{setting} must be more than 0, not 0"):
+        HttpSettings(**{setting: 0})
 
 
 # ------------------------------------------------------------------ verified before parsed
