@@ -27,7 +27,7 @@ RUN pip install --no-cache-dir --no-index --find-links=/wheels gpuops && rm -rf 
 USER 10001:10001
 # The database's default place in a pod (the chart mounts its volume here).
 WORKDIR /var/lib/gpuops
-# 8080: /healthz, /readyz, /metrics; 3000: Slack's requests in HTTP mode.
-EXPOSE 8080 3000
+# 8080: /healthz, /readyz (the kubelet's); 8081: /metrics; 3000: Slack's requests in HTTP mode.
+EXPOSE 8080 8081 3000
 ENTRYPOINT ["gpuops"]
 CMD ["run"]

@@ -35,8 +35,9 @@ from pathlib import Path
 
 from bot import messages as msg
 from bot.credentials import CredentialsError, Mode, load_credentials
+from bot.health import DEFAULT_METRICS_PORT
 from bot.health import DEFAULT_PORT as DEFAULT_HEALTH_PORT
-from bot.health import HealthServer, Readiness
+from bot.health import HealthServer, MetricsServer, Readiness
 from bot.logs import configure_logging, protect
 from bot.metrics import Metrics
 from bot.render_text import render_text
@@ -142,9 +143,9 @@ def _run(args: argparse.Namespace) -> int:
         # Every replica answers Slack; the one holding the engine Lease also runs the
         # engine, the scheduler and the notifier (stopped by runtime.close()).
         try:
-            health = _serve_health(runtime, metrics, args.health_port)
-        except OSError as err:  # the port is taken, or not ours to bind
-            print(f"gpuops run: {msg.health_port_unavailable(args.health_port, str(err))}", file=sys.stderr)
+            health = _serve_health(runtime, metrics, health_port=args.health_port, metrics_port=args.metrics_port)
+        except _PortUnavailable as err:
+            print(f"gpuops run: {err}", file=sys.stderr)
             return EXIT_CONFIG
         runtime.start_background(replica_identity(), slack=client)
         if mode == "socket":
@@ -159,14 +160,21 @@ def _run(args: argparse.Namespace) -> int:
             log.info(msg.started("HTTP", server.url))
             stop.wait()
             server.stop()
-        health.stop()
+        for server in health:
+            server.stop()
     finally:
         runtime.close()
     return 0
 
 
-def _serve_health(runtime: Runtime, metrics: Metrics, port: int) -> HealthServer:
-    """/healthz, /readyz and /metrics on `port`, reading the runtime's state."""
+class _PortUnavailable(Exception):
+    pass
+
+
+def _serve_health(runtime: Runtime, metrics: Metrics, *, health_port: int,
+                  metrics_port: int) -> tuple[HealthServer, MetricsServer]:
+    """/healthz and /readyz on `health_port`, /metrics on `metrics_port`, each its own
+    server (bot.health), reading the runtime's state."""
     cache = runtime.fleet if isinstance(runtime.fleet, FleetCache) else None
     metrics.sources.database, metrics.sources.fleet, metrics.sources.leader = (runtime.database.get, cache,
                                                                                runtime.leading)
@@ -174,10 +182,19 @@ def _serve_health(runtime: Runtime, metrics: Metrics, port: int) -> HealthServer
     if runtime.clusters is not None:  # several clusters: each one's metrics, the others' lines in /readyz
         metrics.sources.clusters = runtime.clusters.sources  # type: ignore[assignment] - each has its cache
         others = {name: c for name, c in runtime.clusters.sources.items() if name != runtime.clusters.home}
-    server = HealthServer(Readiness(database=runtime.database.get, cache=cache, leader=runtime.leading,
-                                    others=others), metrics, port=port).start()
-    log.info(msg.health_serving(server.base_url))
-    return server
+    readiness = Readiness(database=runtime.database.get, cache=cache, leader=runtime.leading, others=others)
+    try:
+        probes = HealthServer(readiness, port=health_port)
+    except OSError as err:  # the port is taken, or not ours to bind
+        raise _PortUnavailable(msg.health_port_unavailable(health_port, str(err))) from None
+    try:
+        scrapes = MetricsServer(metrics, port=metrics_port)
+    except OSError as err:
+        probes.stop()
+        raise _PortUnavailable(msg.metrics_port_unavailable(metrics_port, str(err))) from None
+    probes.start(), scrapes.start()
+    log.info(msg.health_serving(probes.base_url, scrapes.base_url))
+    return probes, scrapes
 
 
 # ------------------------------------------------------------------ console
@@ -284,7 +301,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="0.0.0.0", help="HTTP mode: address to listen on (default 0.0.0.0)")
     p.add_argument("--port", type=int, default=3000, help="HTTP mode: port to listen on (default 3000)")
     p.add_argument("--health-port", type=int, default=DEFAULT_HEALTH_PORT,
-                   help=f"/healthz, /readyz and /metrics, in both modes (default {DEFAULT_HEALTH_PORT})")
+                   help=f"/healthz and /readyz (the kubelet's probes), in both modes (default {DEFAULT_HEALTH_PORT})")
+    p.add_argument("--metrics-port", type=int, default=DEFAULT_METRICS_PORT,
+                   help=f"/metrics (Prometheus), in both modes (default {DEFAULT_METRICS_PORT})")
     p = sub.add_parser("console", parents=shared, help="the bot's logic in a terminal, as a given Slack user",
                        description="Type /gpu commands and read the replies as text; type a button's number "
                                    "to click it; ':as USER' switches identity. Reads a script from stdin "

@@ -1,14 +1,22 @@
-"""The health port (default 8080, `gpuops run --health-port`), in both Slack modes:
+"""The health port (default 8080, `gpuops run --health-port`) and the metrics port
+(default 8081, `--metrics-port`), in both Slack modes:
 
-- `/healthz`: the process answers (a liveness probe: restart it if not);
-- `/readyz`: the database opens and answers, and the watch cache has listed every
-  resource (a readiness probe). A standby replica (another holds the engine's Lease) is
-  ready, it answers Slack, and says it is a standby. With several clusters, a line says
-  whether each other cluster answers; one that does not leaves the replica ready;
-- `/metrics`: Prometheus's text format (`bot.metrics`).
+- `/healthz` (health port): the process answers (a liveness probe: restart it if not);
+- `/readyz` (health port): the database opens and answers, and the watch cache has listed
+  every resource (a readiness probe). A standby replica (another holds the engine's
+  Lease) is ready, it answers Slack, and says it is a standby. With several clusters, a
+  line says whether each other cluster answers; one that does not leaves the replica ready;
+- `/metrics` (metrics port): Prometheus's text format (`bot.metrics`).
 
-Served by waitress (as HTTP mode is), apart from Slack's port, so probes and scrapes never
-queue behind Slack's requests and the Slack port can stay the only one exposed outside.
+Each port is its own waitress server (its listener, event loop and worker threads), apart
+from Slack's port and from each other, so the kubelet's probes never queue behind Slack's
+requests, scrapes or whoever else is connected. The kubelet probes the pod's IP, so the
+health port listens on every interface like the others; it keeps answering under slow
+clients because its requests must arrive whole within 2 s and, when its 20 connections
+are all taken, the one that has waited longest for a whole request makes room
+(`bot.http_server`). The chart's NetworkPolicy lets only `metricsFrom` reach the metrics
+port and nobody but the node (the kubelet, which NetworkPolicy always lets through) reach
+the health port.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ log = logging.getLogger("gpuops.bot.health")
 READY_PATH = "/readyz"
 METRICS_PATH = "/metrics"
 DEFAULT_PORT = 8080
+DEFAULT_METRICS_PORT = 8081
 
 StartResponse = Callable[..., Any]
 
@@ -82,10 +91,9 @@ class Readiness:
         return ready, lines
 
 
-class _Routes:
-    def __init__(self, readiness: Readiness, metrics: Metrics) -> None:
+class _ProbeRoutes:
+    def __init__(self, readiness: Readiness) -> None:
         self._readiness = readiness
-        self._metrics = metrics
 
     def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         path, method = environ.get("PATH_INFO"), environ.get("REQUEST_METHOD")
@@ -97,14 +105,25 @@ class _Routes:
             ready, lines = self._readiness.check()
             body = ("\n".join(lines) + "\n").encode()
             return _answer(start_response, "200 OK" if ready else "503 Service Unavailable", body, "text/plain")
-        if path == METRICS_PATH:
-            try:
-                body = generate_latest(self._metrics.registry)
-            except Exception:  # noqa: BLE001 - a scrape that fails says so, the bot goes on
-                log.exception("collecting metrics failed")
-                return _answer(start_response, "500 Internal Server Error", b"", "text/plain")
-            return _answer(start_response, "200 OK", body, CONTENT_TYPE_LATEST)
         return _answer(start_response, "404 Not Found", b"", "text/plain")
+
+
+class _MetricsRoutes:
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        path, method = environ.get("PATH_INFO"), environ.get("REQUEST_METHOD")
+        if method not in ("GET", "HEAD"):
+            return _answer(start_response, "405 Method Not Allowed", b"", "text/plain")
+        if path != METRICS_PATH:
+            return _answer(start_response, "404 Not Found", b"", "text/plain")
+        try:
+            body = generate_latest(self._metrics.registry)
+        except Exception:  # noqa: BLE001 - a scrape that fails says so, the bot goes on
+            log.exception("collecting metrics failed")
+            return _answer(start_response, "500 Internal Server Error", b"", "text/plain")
+        return _answer(start_response, "200 OK", body, CONTENT_TYPE_LATEST)
 
 
 def _answer(start_response: StartResponse, status: str, body: bytes, content_type: str) -> list[bytes]:
@@ -112,8 +131,25 @@ def _answer(start_response: StartResponse, status: str, body: bytes, content_typ
     return [body]
 
 
+# The probes' server: the kubelet sends a probe whole in one packet and gives up after its
+# timeoutSeconds (1 s by default), so a request gets 2 s, and a connection that has waited
+# 0.2 s for a whole one makes room when all are taken.
+PROBE_SETTINGS = HttpSettings(threads=2, max_connections=20, max_body=1024, read_timeout=2, request_deadline=2.0,
+                              make_room_after=0.2)
+METRICS_SETTINGS = HttpSettings(threads=2, max_connections=20, max_body=1024)
+
+
 class HealthServer(WaitressServer):
-    def __init__(self, readiness: Readiness, metrics: Metrics, *, host: str = "0.0.0.0",
-                 port: int = DEFAULT_PORT) -> None:
-        super().__init__(_Routes(readiness, metrics), host=host, port=port, name="health",
-                         settings=HttpSettings(threads=2, max_connections=20, max_body=1024))
+    """/healthz and /readyz on host:port, for the kubelet."""
+
+    def __init__(self, readiness: Readiness, *, host: str = "0.0.0.0", port: int = DEFAULT_PORT,
+                 settings: HttpSettings = PROBE_SETTINGS) -> None:
+        super().__init__(_ProbeRoutes(readiness), host=host, port=port, name="health", settings=settings)
+
+
+class MetricsServer(WaitressServer):
+    """/metrics on host:port, for Prometheus."""
+
+    def __init__(self, metrics: Metrics, *, host: str = "0.0.0.0", port: int = DEFAULT_METRICS_PORT,
+                 settings: HttpSettings = METRICS_SETTINGS) -> None:
+        super().__init__(_MetricsRoutes(metrics), host=host, port=port, name="metrics", settings=settings)

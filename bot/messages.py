@@ -98,6 +98,12 @@ def http_unparsable(error: str) -> str:
     return f"the signed body is not a Slack payload ({error})"
 
 
+def http_slow_clients(server: str, *, late: int, room: int, deadline: float, seconds: float) -> str:
+    return (f"slow clients on the {server} port in the last {seconds:g} s: closed {late} connection(s) whose "
+            f"request was not in whole within {deadline:g} s of its first byte and {room} waiting longest for a "
+            f"whole request to make room for new ones")
+
+
 def http_failed(path: str) -> str:
     return f"answering a request to {path} failed"
 
@@ -565,8 +571,8 @@ def pod_delete_not_granted(pools: Sequence[str], identity: str) -> str:
             "the pool's pdb_timeout_action")
 
 
-def health_serving(url: str) -> str:
-    return f"health: {url}/healthz, /readyz and /metrics"
+def health_serving(health_url: str, metrics_url: str) -> str:
+    return f"health: {health_url}/healthz and /readyz; metrics: {metrics_url}/metrics"
 
 
 def cluster_readiness(name: str, *, state: str, since: dt.datetime | None, now: dt.datetime,
@@ -580,7 +586,11 @@ def cluster_readiness(name: str, *, state: str, since: dt.datetime | None, now: 
 
 
 def health_port_unavailable(port: int, error: str) -> str:
-    return f"cannot serve /healthz, /readyz and /metrics on port {port} ({error}): free it or pass --health-port"
+    return f"cannot serve /healthz and /readyz on port {port} ({error}): free it or pass --health-port"
+
+
+def metrics_port_unavailable(port: int, error: str) -> str:
+    return f"cannot serve /metrics on port {port} ({error}): free it or pass --metrics-port"
 
 
 def cluster_kubeconfig_unusable(cluster: str, why: str) -> str:

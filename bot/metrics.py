@@ -1,4 +1,4 @@
-"""The bot's Prometheus metrics (prometheus-client), served on the health port's /metrics.
+"""The bot's Prometheus metrics (prometheus-client), served on the metrics port's /metrics.
 
 Two kinds. What happens is counted as it happens: Kubernetes API calls by verb and status
 code with their latency (`workflows.kube.gateway.observe_calls`), Slack Web API calls by

@@ -222,6 +222,7 @@ class BotUnderTest:
     slack: FakeSlackWebApi
     runtime: Runtime
     url: str | None = None
+    server: SlackHttpServer | None = None
 
     @property
     def deliveries(self):
@@ -252,9 +253,10 @@ def http_bot(slack: FakeSlackWebApi, runtime: Runtime, http_settings: HttpSettin
     app, bot = build_app(runtime, client=web_client(slack.bot_token, base_url=slack.base_url), signing_secret=SECRET)
     server = SlackHttpServer(app, signing_secret=SECRET, host="127.0.0.1", port=0, settings=http_settings).start()
     try:
-        yield BotUnderTest(app=app, bot=bot, slack=slack, runtime=runtime, url=server.url)
+        yield BotUnderTest(app=app, bot=bot, slack=slack, runtime=runtime, url=server.url, server=server)
     finally:
         server.stop()
+        _finish_work(app)
 
 
 @pytest.fixture
@@ -268,6 +270,13 @@ def socket_bot(slack: FakeSlackWebApi, fake_socket_mode: FakeSocketModeServer,  
         yield BotUnderTest(app=app, bot=bot, slack=slack, runtime=runtime)
     finally:
         fake_socket_mode.close_client(handler.client)
+        _finish_work(app)
+
+
+def _finish_work(app: App) -> None:
+    """Wait for the work the app's requests started (answers to response_urls, posts):
+    on a loaded machine it can outlast the test and log into the next one."""
+    app.listener_runner.listener_executor.shutdown(wait=True)  # type: ignore[attr-defined]
 
 
 # ------------------------------------------------------------------ sending what Slack sends

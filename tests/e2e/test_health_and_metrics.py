@@ -1,5 +1,6 @@
-"""The health port: /healthz, /readyz and /metrics. First on a runtime in this process (what
-each answers, and when readiness fails), then `gpuops run` itself, a real process in Socket
+"""The health port (/healthz, /readyz) and the metrics port (/metrics). First on a runtime
+in this process (what each answers, when readiness fails, and the probes answering while
+slow clients take every connection), then `gpuops run` itself, a real process in Socket
 Mode against the local control plane, scraped by a real Prometheus and queried through
 Prometheus's HTTP API; its JSON log lines carry no token."""
 
@@ -19,11 +20,13 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from bot.health import HealthServer, Readiness
+from bot import cli
+from bot.health import PROBE_SETTINGS, HealthServer, MetricsServer, Readiness
 from bot.metrics import Metrics, Sources
 from testenv import fleet as fl
 from testenv.install import wait_until
 from testenv.prometheus import prometheus_binary
+from tests.drips import Drips
 from tests.e2e.conftest import ROOT, submit_upgrade
 
 
@@ -50,8 +53,9 @@ def test_each_path_answers_what_a_probe_or_a_scrape_expects(runtime):
     submit_upgrade(runtime)
     cache = _Cache()
     metrics = Metrics(Sources(database=runtime.database.get, leader=lambda: False))
-    server = HealthServer(Readiness(database=runtime.database.get, cache=cache, leader=lambda: False), metrics,
+    server = HealthServer(Readiness(database=runtime.database.get, cache=cache, leader=lambda: False),
                           host="127.0.0.1", port=0).start()
+    scrapes = MetricsServer(metrics, host="127.0.0.1", port=0).start()
     try:
         assert _get(server.base_url + "/healthz")[::2] == (200, "ok\n")
         status, _, body = _get(server.base_url + "/readyz")
@@ -60,7 +64,7 @@ def test_each_path_answers_what_a_probe_or_a_scrape_expects(runtime):
         cache.synced = True
         assert _get(server.base_url + "/readyz")[0] == 200  # a standby is ready: it answers Slack
         metrics.observe_kube("GET", "200", 0.02)
-        status, kind, body = _get(server.base_url + "/metrics")
+        status, kind, body = _get(scrapes.base_url + "/metrics")
         assert status == 200 and kind.startswith("text/plain; version=")
         samples = _samples(body)
         assert samples[("gpuops_requests", (("kind", "upgrade"), ("state", "pending")))] == 1
@@ -69,20 +73,51 @@ def test_each_path_answers_what_a_probe_or_a_scrape_expects(runtime):
         assert samples[("gpuops_engine_lease_held", ())] == 0
         assert samples[("gpuops_slack_outbox", (("state", "pending"),))] >= 0
         assert _get(server.base_url + "/nothing")[0] == 404
+        # Each port serves its own paths only: the health port is not for scrapes.
+        assert _get(server.base_url + "/metrics")[0] == 404
+        assert _get(scrapes.base_url + "/healthz")[0] == 404
     finally:
         server.stop()
+        scrapes.stop()
 
 
 def test_a_database_that_cannot_answer_is_not_ready(runtime, tmp_path):
     def broken():
         raise OSError("disk I/O error")
 
-    server = HealthServer(Readiness(database=broken), Metrics(), host="127.0.0.1", port=0).start()
+    server = HealthServer(Readiness(database=broken), host="127.0.0.1", port=0).start()
     try:
         assert _get(server.base_url + "/readyz")[::2] == (503, "database: OSError: disk I/O error\n")
         assert _get(server.base_url + "/healthz")[0] == 200  # alive all the same: no restart would help
     finally:
         server.stop()
+
+
+def test_probes_answer_while_more_slow_clients_than_the_health_port_takes_drip_at_it(runtime):
+    server = HealthServer(Readiness(database=runtime.database.get), host="127.0.0.1", port=0).start()
+    address = ("127.0.0.1", int(server.base_url.rsplit(":", 1)[1]))
+    drips = Drips(address, count=PROBE_SETTINGS.max_connections + 5, every=0.5, seconds=60)
+    drips.start()
+    try:
+        answers = [_get(server.base_url + path)[0] for _ in range(5) for path in ("/healthz", "/readyz")]
+        assert answers == [200] * 10
+    finally:
+        drips.stop()
+        server.stop()
+
+
+def test_a_taken_metrics_port_stops_the_start_with_the_flag_to_change_and_frees_the_health_port(runtime):
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        health_port = _free_port()
+        with pytest.raises(cli._PortUnavailable) as refused:
+            cli._serve_health(runtime, Metrics(), health_port=health_port, metrics_port=port)
+    assert str(refused.value).startswith(f"cannot serve /metrics on port {port} (")
+    assert str(refused.value).endswith("): free it or pass --metrics-port")
+    with socket.socket() as again:  # the health port it had opened is closed again
+        again.bind(("0.0.0.0", health_port))
 
 
 # ------------------------------------------------------------------ the real process
@@ -99,7 +134,7 @@ def test_a_running_bot_is_scraped_by_prometheus_and_logs_json_lines_without_its_
         cluster, fleet, slack, fake_socket_mode, tmp_path):
     fleet(fl.FleetSpec(name="prom", system_nodes=0, pools=(fl.PoolSpec(name="prom", kind="training", nodes=2),)),
           simulate=False)
-    health, web = _free_port(), _free_port()
+    health, scrapes, web = _free_port(), _free_port(), _free_port()
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump({"pools": {"prom": {"kind": "training", "windows": "always"}}}))
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("SLACK_")},
@@ -109,11 +144,12 @@ def test_a_running_bot_is_scraped_by_prometheus_and_logs_json_lines_without_its_
     with open(log_path, "w") as log:
         bot = subprocess.Popen([str(Path(sys.executable).with_name("gpuops")), "run", "--kubeconfig",
                                 str(cluster.kubeconfig), "--context", "admin", "--config", str(config), "--database",
-                                str(tmp_path / "gpuops.db"), "--health-port", str(health)],
+                                str(tmp_path / "gpuops.db"), "--health-port", str(health),
+                                "--metrics-port", str(scrapes)],
                                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     scrape = tmp_path / "prometheus.yml"
     scrape.write_text(yaml.safe_dump({"global": {"scrape_interval": "1s"}, "scrape_configs": [
-        {"job_name": "gpuops", "static_configs": [{"targets": [f"127.0.0.1:{health}"]}]}]}))
+        {"job_name": "gpuops", "static_configs": [{"targets": [f"127.0.0.1:{scrapes}"]}]}]}))
     prometheus = subprocess.Popen([str(prometheus_binary()), f"--config.file={scrape}",
                                    f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{web}"],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -110,8 +110,8 @@ def gpu(runtime: Runtime, who: str, text: str, *, channel: str = CHANNEL) -> Rep
                     channel=channel)
 
 
-def scrape(health) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    with urllib.request.urlopen(health.base_url + "/metrics", timeout=5) as answer:
+def scrape(metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    with urllib.request.urlopen(metrics.base_url + "/metrics", timeout=5) as answer:
         text = answer.read().decode()
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
@@ -138,9 +138,9 @@ def test_both_clusters_are_read_and_a_drain_runs_at_home_while_the_other_is_unre
     west_pool = gpu(runtime, "U0ALICE", "/gpu status west/train")
     assert west_pool.ok and west_pool.title == "GPU pool train · west"
 
-    health = _serve_health(runtime, Metrics(), 0)
+    health, metrics = _serve_health(runtime, Metrics(), health_port=0, metrics_port=0)
     try:
-        assert scrape(health)[("gpuops_cluster_up", (("cluster", "west"),))] == 1
+        assert scrape(metrics)[("gpuops_cluster_up", (("cluster", "west"),))] == 1
         toxiproxy.set_enabled(proxy, False)  # west is off the network
         wait_until(lambda: cluster_row(runtime, "west")[1].startswith("DOWN"), timeout=60,
                    what="west to be reported down")
@@ -149,7 +149,7 @@ def test_both_clusters_are_read_and_a_drain_runs_at_home_while_the_other_is_unre
         with urllib.request.urlopen(health.base_url + "/readyz", timeout=5) as ready:
             assert ready.status == 200
             assert "cluster west: not answering for" in ready.read().decode()
-        samples = scrape(health)
+        samples = scrape(metrics)
         assert samples[("gpuops_cluster_up", (("cluster", "west"),))] == 0
         assert samples[("gpuops_cluster_up", (("cluster", "east"),))] == 1
         assert samples[("gpuops_cluster_down_seconds", (("cluster", "west"),))] > 0
@@ -157,6 +157,7 @@ def test_both_clusters_are_read_and_a_drain_runs_at_home_while_the_other_is_unre
         assert not [k for k in samples if k[0] == "gpuops_findings" and ("cluster", "west") in k[1]]
     finally:
         health.stop()
+        metrics.stop()
 
     # A drain in east, end to end, under the Lease in east, while west does not answer.
     runtime.start_background("replica-east", slack=None)

@@ -114,8 +114,9 @@ def test_the_default_render_is_one_locked_down_replica_with_its_tokens_as_files(
                                           "limits": {"memory": "1Gi"}}
     # A configuration the bot would refuse stops the pod before the bot starts.
     assert check["args"] == ["config", "check", "/etc/gpuops/config.yaml"]
-    assert bot["args"] == ["run", "--database=/var/lib/gpuops/gpuops.db", "--health-port=8080"]
-    assert bot["ports"] == [{"name": "health", "containerPort": 8080, "protocol": "TCP"}]
+    assert bot["args"] == ["run", "--database=/var/lib/gpuops/gpuops.db", "--health-port=8080", "--metrics-port=8081"]
+    assert bot["ports"] == [{"name": "health", "containerPort": 8080, "protocol": "TCP"},
+                            {"name": "metrics", "containerPort": 8081, "protocol": "TCP"}]
     assert bot["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert bot["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
     assert volumes[mounts_of(bot)["/var/lib/gpuops"]] == {"persistentVolumeClaim": {"claimName": "gpuops-data"}}
@@ -142,11 +143,12 @@ def test_the_default_render_is_one_locked_down_replica_with_its_tokens_as_files(
     assert pvc["metadata"]["name"] == "gpuops-data" and pvc["spec"]["resources"]["requests"]["storage"] == "1Gi"
     assert pvc["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"  # the audit chain outlives the chart
     assert "storageClassName" not in pvc["spec"]  # the cluster's default class
+    # The health port is the kubelet's alone: in no Service, opened by no NetworkPolicy rule.
     assert one(objects, "Service")["spec"]["ports"] == [
-        {"name": "health", "port": 8080, "targetPort": "health", "protocol": "TCP"}]
+        {"name": "metrics", "port": 8081, "targetPort": "metrics", "protocol": "TCP"}]
     policy = one(objects, "NetworkPolicy")["spec"]
     assert policy["policyTypes"] == ["Ingress", "Egress"]
-    assert policy["ingress"] == [{"ports": [{"protocol": "TCP", "port": 8080}]}]
+    assert policy["ingress"] == [{"ports": [{"protocol": "TCP", "port": 8081}]}]
     assert policy["egress"] == [
         {"ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
         {"ports": [{"protocol": "TCP", "port": 443}, {"protocol": "TCP", "port": 6443}]},
@@ -171,8 +173,10 @@ def test_every_option_renders(tmp_path):
     assert bot["image"] == "registry.example/gpuops:9.9.9" and bot["imagePullPolicy"] == "Always"
     assert pod["imagePullSecrets"] == [{"name": "registry-pull"}]
     assert [o for o in objects if is_hook(o)][0]["spec"]["imagePullSecrets"] == [{"name": "registry-pull"}]
-    assert bot["args"] == ["run", "--database=/var/lib/gpuops/gpuops.db", "--health-port=9090", "--http", "--port=3000"]
-    assert [(p["name"], p["containerPort"]) for p in bot["ports"]] == [("health", 9090), ("http", 3000)]
+    assert bot["args"] == ["run", "--database=/var/lib/gpuops/gpuops.db", "--health-port=9090", "--metrics-port=9091",
+                           "--http", "--port=3000"]
+    assert [(p["name"], p["containerPort"]) for p in bot["ports"]] == [("health", 9090), ("metrics", 9091),
+                                                                       ("http", 3000)]
     env = env_of(bot)
     assert (env["SLACK_BOT_TOKEN_FILE"], env["SLACK_SIGNING_SECRET_FILE"]) == (f"{SECRETS}/bot", f"{SECRETS}/signing")
     assert "SLACK_APP_TOKEN_FILE" not in env
@@ -186,16 +190,16 @@ def test_every_option_renders(tmp_path):
     assert not [o for o in objects if o["kind"] == "PersistentVolumeClaim"]  # an existing claim
     service = one(objects, "Service")["spec"]
     assert service["type"] == "NodePort"
-    assert [(p["name"], p["port"]) for p in service["ports"]] == [("health", 9090), ("http", 3000)]
+    assert [(p["name"], p["port"]) for p in service["ports"]] == [("metrics", 9091), ("http", 3000)]
     monitor = one(objects, "ServiceMonitor")
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
-    assert monitor["spec"]["endpoints"] == [{"port": "health", "path": "/metrics", "interval": "15s"}]
+    assert monitor["spec"]["endpoints"] == [{"port": "metrics", "path": "/metrics", "interval": "15s"}]
     assert monitor["metadata"]["labels"]["release"] == "prometheus"
     assert monitor["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
 
     policy = one(objects, "NetworkPolicy")["spec"]
     assert policy["ingress"] == [
-        {"ports": [{"protocol": "TCP", "port": 9090}],
+        {"ports": [{"protocol": "TCP", "port": 9091}],
          "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]},
         {"ports": [{"protocol": "TCP", "port": 3000}]},
     ]
