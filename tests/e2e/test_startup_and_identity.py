@@ -11,7 +11,7 @@ import urllib.parse
 import pytest
 
 from bot.credentials import CredentialsError, load_credentials
-from bot.identity import SlackDirectory
+from bot.identity import FRESH_AGE, SlackDirectory
 from bot.logs import RedactSecrets
 from bot.slack_api import SlackApi, web_client
 from tests.e2e.conftest import demo_config
@@ -130,3 +130,51 @@ def test_names_come_from_the_configuration_else_slack(directory, slack):
     assert directory.actor("U0BOB").name == "bob"
     assert directory.actor("U0GRACE").name == "Grace H."
     assert directory.actor("U0NOBODY", fallback_name="nobody").name == "nobody"
+
+
+def test_a_fresh_read_takes_members_read_a_few_seconds_ago_and_reads_again_after(directory, slack):
+    directory, clock = directory
+    assert directory.actor("U0FRANK", fresh=True).has(Role.APPROVER)
+    slack.workspace.set_usergroup("S0SRE", [])
+
+    clock.now += FRESH_AGE  # a burst of clicks: one read per group
+    assert directory.actor("U0FRANK", fresh=True).has(Role.APPROVER)
+    assert len(slack.calls("usergroups.users.list")) == 2
+    clock.now += 1
+    assert not directory.actor("U0FRANK", fresh=True).has(Role.APPROVER)
+    assert len(slack.calls("usergroups.users.list")) == 4
+
+
+def test_group_reads_are_paced_to_slacks_tier_2_and_a_fresh_read_waits_for_room(slack):
+    clock = Clock()
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        clock.now += seconds
+
+    api = SlackApi(web_client(slack.bot_token, base_url=slack.base_url))
+    # One group (S0SRE), two reads a minute.
+    directory = SlackDirectory(api, demo_config(), reads_per_minute=2, fresh_wait=60, clock=clock, sleep=sleep)
+    directory.actor("U0FRANK", fresh=True)
+    clock.now += 10
+    directory.actor("U0FRANK", fresh=True)
+    slack.workspace.set_usergroup("S0SRE", [])
+    clock.now += 10
+
+    assert not directory.actor("U0FRANK", fresh=True).has(Role.APPROVER)  # waited for the first read's minute
+    assert slept == [40.0]
+    assert len(slack.calls("usergroups.users.list")) == 3
+
+
+def test_a_fresh_read_with_no_room_in_the_minute_grants_nothing_and_leaves_the_cache_to_what_only_reads(slack):
+    clock = Clock()
+    api = SlackApi(web_client(slack.bot_token, base_url=slack.base_url))
+    directory = SlackDirectory(api, demo_config(), reads_per_minute=1, fresh_wait=5, clock=clock,
+                               sleep=lambda seconds: None)
+    assert directory.actor("U0FRANK").has(Role.APPROVER)
+    clock.now += FRESH_AGE + 1
+
+    assert not directory.actor("U0FRANK", fresh=True).has(Role.APPROVER)
+    assert directory.actor("U0FRANK").has(Role.APPROVER)
+    assert len(slack.calls("usergroups.users.list")) == 1
