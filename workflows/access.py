@@ -75,6 +75,13 @@ def require(actor: Actor, role: Role, *, action: str, pool: str | None = None) -
 
 
 _SLACK_USER_ID = re.compile(r"[UW][A-Z0-9]{2,31}", re.ASCII)
+MENTION = re.compile(r"<@[UW][A-Z0-9]{2,31}>", re.ASCII)
+
+
+class Mention(str):
+    """`<@U…>`, a Slack user named by a mention gpuops wrote: Slack shows it as that very
+    user. A renderer shows an untouched `Mention` (one matching `MENTION`) as a mention;
+    text built from it is plain text again, escaped like any other."""
 
 
 def public_name(user_id: str, *, names: Mapping[str, str], fallback: str | None = None) -> str:
@@ -86,5 +93,5 @@ def public_name(user_id: str, *, names: Mapping[str, str], fallback: str | None 
     if user_id in names:
         return names[user_id]
     if _SLACK_USER_ID.fullmatch(user_id):
-        return f"<@{user_id}>"
+        return Mention(f"<@{user_id}>")
     return fallback or user_id
