@@ -77,7 +77,7 @@ COMMAND_SCOPE = "slack-retry"
 EVENT_SCOPE = "slack-retry"
 BUTTON_SCOPE = "button"
 WORKERS = 8
-_ACTION_IDS = re.compile(r"^gpuops\.[a-z]+(?:-[a-z]+)*\.\d+$", re.ASCII)
+_ACTION_IDS = re.compile(r"^gpuops\.[a-z]+(?:-[a-z]+)*\.\d+\Z", re.ASCII)  # \Z: no trailing newline
 
 
 

@@ -125,7 +125,7 @@ def _cluster_of_ids(services: Services, words: list[str], *, home: str) -> tuple
     """(id, cluster) for the first request or run id among `words` that is stored; a
     request made before `clusters:` was configured is the home cluster's."""
     for word in words:
-        if not _STORED_ID.match(word):
+        if not _STORED_ID.fullmatch(word):
             continue
         try:
             if word.startswith("run-"):

@@ -91,6 +91,21 @@ def test_url_encoded_secrets_tokens_and_response_urls_are_redacted_too(caplog):
     assert caplog.messages[3] == "posting to https://hooks.slack.com/[redacted] failed"
 
 
+@pytest.mark.parametrize("quote", [lambda text: urllib.parse.quote(text, safe=""), urllib.parse.quote_plus],
+                         ids=["%20", "+"])
+def test_a_token_in_url_encoded_json_with_a_space_after_the_colon_is_redacted(caplog, quote):
+    logger = logging.getLogger("gpuops.test.redaction")
+    caplog.set_level(logging.INFO, logger="gpuops.test.redaction")
+    caplog.handler.addFilter(RedactSecrets())
+    payload = json.dumps({"type": "block_actions", "token": "legacy-verification",
+                          "response_url": "https://example.com/actions/T0/1/AbCdEf"})  # ": " after each key
+
+    logger.info("body: payload=%s", quote(payload))
+
+    assert "legacy-verification" not in caplog.messages[0] and "AbCdEf" not in caplog.messages[0]
+    assert "block_actions" in caplog.messages[0]
+
+
 def test_roles_come_from_the_user_id_and_from_slack_user_groups(directory):
     directory, _ = directory
 
