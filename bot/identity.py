@@ -89,33 +89,44 @@ class SlackDirectory:
         """The user with their roles; `fresh` (an action that changes something) reads
         the groups the cache says they are in from Slack again, unless read within
         `fresh_age` seconds."""
-        groups = self._groups_of(user_id, fresh=fresh)
+        groups, unread = self._groups_of(user_id, fresh=fresh)
         name = self._config.access.names.get(user_id) or self._name(user_id) or fallback_name or user_id
-        return self._config.actor(user_id, groups=groups, via="slack", name=name)
+        return self._config.actor(user_id, groups=groups, via="slack", name=name, unread_groups=unread)
 
     def roles_of(self, user_id: str) -> Actor:
         """The user's roles as the cache knows them, without asking Slack for a name
         (`workflows.requests.RoleLookup`)."""
-        return self._config.actor(user_id, groups=self._groups_of(user_id), via="slack")
+        groups, unread = self._groups_of(user_id)
+        return self._config.actor(user_id, groups=groups, via="slack", unread_groups=unread)
 
-    def _groups_of(self, user_id: str, *, fresh: bool = False) -> tuple[str, ...]:
-        return tuple(g for g in configured_groups(self._config) if user_id in self._members(g, fresh=fresh))
+    def _groups_of(self, user_id: str, *, fresh: bool = False) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The configured groups the user is in, and those that could not be read."""
+        groups: list[str] = []
+        unread: list[str] = []
+        for group in configured_groups(self._config):
+            members = self._members(group, fresh=fresh)
+            if members is None:
+                unread.append(group)
+            elif user_id in members:
+                groups.append(group)
+        return tuple(groups), tuple(unread)
 
-    def _members(self, group: str, *, fresh: bool = False) -> frozenset[str]:
+    def _members(self, group: str, *, fresh: bool = False) -> frozenset[str] | None:
+        """The group's members; None when they could not be read (no role from it)."""
         cached = self._usable(group, fresh=fresh)
         if cached is not None:
-            return cached.members or frozenset()
+            return cached.members
         with self._lock:
             reading = self._reading.setdefault(group, threading.Lock())
         with reading:
             # Another thread may have read it while this one waited.
             cached = self._usable(group, fresh=fresh)
             if cached is not None:
-                return cached.members or frozenset()
+                return cached.members
             if not self._room(wait=fresh):
                 log.warning(msg.group_lookup_paced_log(group, self._reads_per_minute))
                 # NB: the cached list is kept for what only reads; this action gets nothing.
-                return frozenset() if fresh else self._stale(group)
+                return None if fresh else self._stale(group)
             now = self._clock()
             try:
                 cached = _Cached(self._api.usergroup_members(group), now + self._ttl, now)
@@ -125,7 +136,7 @@ class SlackDirectory:
                 cached = _Cached(None, now + self._failure_ttl, now)
             with self._lock:
                 self._groups[group] = cached
-        return cached.members or frozenset()
+        return cached.members
 
     def _usable(self, group: str, *, fresh: bool) -> _Cached | None:
         """The cached answer when it serves this read, else None (read it again)."""
@@ -136,10 +147,10 @@ class SlackDirectory:
             return None
         return cached if not fresh or now - cached.read_at <= self._fresh_age else None
 
-    def _stale(self, group: str) -> frozenset[str]:
+    def _stale(self, group: str) -> frozenset[str] | None:
         with self._lock:
             cached = self._groups.get(group)
-        return (cached.members if cached is not None else None) or frozenset()
+        return cached.members if cached is not None else None
 
     def _room(self, *, wait: bool) -> bool:
         """Take a place among this minute's reads; `wait` up to `fresh_wait` for one."""

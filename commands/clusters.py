@@ -109,7 +109,8 @@ def actor_in(services: Services, actor: Actor) -> Actor:
     and gpuops-wide roles, with the approver rights that cluster's pools give."""
     if services.clusters is None:
         return actor
-    return services.config.actor(str(actor.user_id), groups=actor.groups, via=actor.via, name=actor.name)
+    return services.config.actor(str(actor.user_id), groups=actor.groups, via=actor.via, name=actor.name,
+                                 unread_groups=actor.unread_groups)
 
 
 def services_for_subject(services: Services, subject: str) -> Services:

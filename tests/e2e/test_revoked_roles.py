@@ -15,6 +15,7 @@ import json
 
 import pytest
 
+from bot.identity import FRESH_AGE
 from commands.catalog import REGISTRY
 from testenv.fakeslack import signing
 from tests.e2e.conftest import CHANNEL, demo_config, send, submit_upgrade, text_of
@@ -152,3 +153,16 @@ def test_an_operator_just_taken_out_of_the_operators_group_cannot_submit_the_dra
     assert form_deliveries(grace, 1) == ["refused"]
     assert "`/gpu drain` needs the operator role" in text_of(grace.slack.last("chat.postEphemeral").args["blocks"])
     assert stored_requests(grace) == []
+
+
+def test_when_slack_cannot_list_the_groups_just_now_the_refusal_says_so(grace):
+    grace.set_usergroup("S0OPS", ["U0GRACE"])
+    assert "needs the" not in _command(grace, "freezes")
+    grace.clock.skip(FRESH_AGE + 1)
+    grace.slack.fail_next("usergroups.users.list", "internal_error", status=200, times=3)  # each group
+
+    refused = _command(grace, "pause run-0a1b2c")
+
+    assert "`/gpu pause` needs the operator role; grace has no role (gpuops could not read the Slack user " \
+           "groups S0ADMINS, S0OPS, S0SRE just now, so the roles they give are not counted; try again in a minute)" \
+           in refused
