@@ -87,8 +87,7 @@ class SlackDirectory:
 
     def actor(self, user_id: str, *, fallback_name: str | None = None, fresh: bool = False) -> Actor:
         """The user with their roles; `fresh` (an action that changes something) reads
-        the groups the cache says they are in from Slack again, unless read within
-        `fresh_age` seconds."""
+        each group from Slack again unless it was read within `fresh_age` seconds."""
         groups, unread = self._groups_of(user_id, fresh=fresh)
         name = self._config.access.names.get(user_id) or self._name(user_id) or fallback_name or user_id
         return self._config.actor(user_id, groups=groups, via="slack", name=name, unread_groups=unread)
