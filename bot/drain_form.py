@@ -164,7 +164,7 @@ def read_drain_form(view: dict[str, Any], *, now: dt.datetime) -> FormReading[Dr
         if word.lower() in KEYWORDS:
             errors[TARGETS] = msg.drain_form_clause_in_targets(word)
             break
-        if not _TARGET_WORD.match(word):
+        if not _TARGET_WORD.fullmatch(word):
             errors[TARGETS] = msg.drain_form_bad_target(word)
             break
 

@@ -80,7 +80,7 @@ class FormContext:
 
 
 def checked_channel(channel: object) -> str | None:
-    return channel if isinstance(channel, str) and _CHANNEL_ID.match(channel) else None
+    return channel if isinstance(channel, str) and _CHANNEL_ID.fullmatch(channel) else None
 
 
 def form_metadata(context: FormContext) -> tuple[str | None, str]:

@@ -21,6 +21,7 @@ from bot.render_blocks import (
     context_block,
     escape,
     header_text,
+    mrkdwn_value,
     reply_blocks,
 )
 from bot.request_card import request_card
@@ -38,7 +39,7 @@ def _waiting_blocks(waiting: list[RequestView], *, now: dt.datetime) -> list[Blo
     for index, view in enumerate(waiting[:WAITING_SHOWN]):
         approvals = msg.approvals_line(view.approvals_counted, view.approvals_required,
                                        [a.approver_name for a in view.approvals if a.counts])
-        line = msg.waiting_line(escape(view.id), view.kind, escape(view.pool), escape(view.requester_name),
+        line = msg.waiting_line(escape(view.id), view.kind, escape(view.pool), mrkdwn_value(view.requester_name),
                                 escape(view.reason[:500]), escape(approvals), when(view.expires_at))
         blocks.append(SectionBlock(text=line))
         card = request_card(view, now=now)

@@ -42,7 +42,7 @@ def action_id(intent: Intent, index: int) -> str:
 
 
 def action_of(action_id_text: str) -> str | None:
-    match = _ACTION_ID.match(action_id_text)
+    match = _ACTION_ID.fullmatch(action_id_text)
     return match.group(1) if match else None
 
 
@@ -54,14 +54,14 @@ class ButtonValue:
 
 def encode_value(subject: str, plan_hash: str | None = None) -> str:
     value = f"{subject}/{plan_hash}" if plan_hash else subject
-    if not _VALUE.match(value):
+    if not _VALUE.fullmatch(value):
         raise ValueError(f"not a button value: {value!r}")
     return value
 
 
 def decode_value(value: str | None) -> ButtonValue | None:
     """None for anything that is not what gpuops puts in a button (never trust it)."""
-    match = _VALUE.match(value or "")
+    match = _VALUE.fullmatch(value or "")
     if match is None:
         return None
     return ButtonValue(subject=match.group("subject"), plan_hash=match.group("hash"))
@@ -73,7 +73,7 @@ _RUN_AT_NODE = re.compile(rf"^(?P<run>[A-Za-z0-9][A-Za-z0-9._-]{{0,63}})(?:@(?P<
 def decode_run_at_node(value: str | None) -> tuple[str, str | None] | None:
     """The run and node a "Host driver removed" button names ("run-4b1d9e@gpu-07"; a
     card from before buttons named the node carries the run alone); None for anything else."""
-    match = _RUN_AT_NODE.match(value or "")
+    match = _RUN_AT_NODE.fullmatch(value or "")
     return (match.group("run"), match.group("node")) if match else None
 
 
@@ -82,4 +82,4 @@ def decode_target(value: str | None) -> str | None:
     "" when it names none (the Home tab's), None for anything that is not a name."""
     if not value:
         return ""
-    return value if _TARGET.match(value) else None
+    return value if _TARGET.fullmatch(value) else None

@@ -28,9 +28,11 @@ _TOKEN_SHAPED = re.compile(r"\bx(?:ox[abposre]|app)-[A-Za-z0-9-]+")
 # logs a request's body in some of its lines. The field may be JSON (`"token": "x"`), a
 # form (`token=x`) or JSON URL-encoded in a form (`%22token%22%3A%22x%22`).
 _QUOTE = r"""(?:["']|%22|%27)"""
+# Spaces around the colon, as they read URL-encoded too (`%20`, or `+` in a form).
+_SPACE = r"""(?:\s|%20|\+)*"""
 _FIELD_VALUE = r"""(?:(?!%22|%27|%26|%2C|%7D)[^&"'\s,}])+"""
 _SECRET_FIELD = re.compile(
-    rf"""((?:\b|(?<=%22)|(?<=%27))(?:token|response_url){_QUOTE}?\s*(?:[:=]|%3A|%3D)\s*{_QUOTE}?)"""
+    rf"""((?:\b|(?<=%22)|(?<=%27))(?:token|response_url){_QUOTE}?{_SPACE}(?:[:=]|%3A|%3D){_SPACE}{_QUOTE}?)"""
     + _FIELD_VALUE, re.IGNORECASE)
 # A hook URL (response_url, incoming webhook, workflow trigger) wherever it stands.
 _HOOK_URL = re.compile(rf"""hooks\.slack\.com(?:/|%2F){_FIELD_VALUE}""", re.IGNORECASE)

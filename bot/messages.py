@@ -477,6 +477,11 @@ def group_lookup_failed_log(group: str, error: str) -> str:
     return f"could not read the members of user group {group} ({error}); its roles are not granted"
 
 
+def group_lookup_paced_log(group: str, per_minute: int) -> str:
+    return (f"did not read the members of user group {group}: {per_minute} reads of user groups in the last "
+            f"minute already (Slack's rate limit); its roles are not granted to this action")
+
+
 # ------------------------------------------------------------------ the console
 
 

@@ -124,10 +124,10 @@ def read_mig_form(view: dict[str, Any], *, now: dt.datetime) -> FormReading[MigF
     errors: dict[str, str] = {}
 
     targets = tuple(dict.fromkeys(text(values, TARGETS).replace(",", " ").split()))
-    if not targets or not all(_NAME.match(t) for t in targets):
+    if not targets or not all(_NAME.fullmatch(t) for t in targets):
         errors[TARGETS] = msg.mig_form_bad_targets(" ".join(targets))
     layout = text(values, LAYOUT)
-    if not _LAYOUT.match(layout):
+    if not _LAYOUT.fullmatch(layout):
         errors[LAYOUT] = msg.mig_form_bad_layout(layout)
     when, at = read_when(values, now=now, errors=errors, no_time=msg.mig_form_no_time())
     reason = " ".join(text(values, REASON).split())

@@ -537,7 +537,7 @@ def mention_markup(mentions: Any) -> str:
     for key, prefixes, form in (("users", ("U", "W"), "<@{}>"), ("groups", ("S",), "<!subteam^{}>")):
         for raw in mentions.get(key) or ():
             value = str(raw)
-            if _SLACK_ID.match(value) and value.startswith(prefixes):
+            if _SLACK_ID.fullmatch(value) and value.startswith(prefixes):
                 parts.append(form.format(value))
             else:
                 log.warning("left out mention %r: not a Slack %s id", value, key[:-1])
@@ -548,7 +548,7 @@ def _with_people(people: Any, escaped: str) -> str:
     """The escaped text with `<@U…>` restored for each Slack user id in `people`."""
     for raw in people if isinstance(people, list) else ():
         user = str(raw)
-        if _SLACK_ID.match(user) and user.startswith(("U", "W")):
+        if _SLACK_ID.fullmatch(user) and user.startswith(("U", "W")):
             escaped = escaped.replace(f"&lt;@{user}&gt;", f"<@{user}>")
     return escaped
 

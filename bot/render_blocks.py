@@ -41,6 +41,7 @@ from slack_sdk.models.blocks import (
 from bot import intents as buttons
 from bot.render_text import table_lines
 from commands.reply import Intent, Notice, Reply, Section, Table
+from workflows.access import MENTION, Mention
 
 MESSAGE_BLOCKS = 50
 VIEW_BLOCKS = 100
@@ -80,10 +81,17 @@ def escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def _finalize(value: Any) -> str:
+def mrkdwn_value(value: Any) -> str:
+    """A value as mrkdwn: escaped, but for text already mrkdwn and for a `Mention`
+    gpuops wrote (a person named as Slack shows that very user, never by a display name)."""
     if isinstance(value, Mrkdwn):
         return value
+    if isinstance(value, Mention) and MENTION.fullmatch(value):
+        return str(value)
     return escape("" if value is None else str(value))
+
+
+_finalize = mrkdwn_value
 
 
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(_TEMPLATES), autoescape=False,

@@ -10,7 +10,10 @@ answer within milliseconds however slow the cluster or Slack itself is. The work
    retry_attempt in Socket Mode) or a redelivery after a restart runs nothing twice. A
    form submission the ack refused with field errors is not remembered: the form stays
    open under the same view id, and its corrected submission must still run;
-2. resolves the Slack user to an `Actor` (`bot.identity`);
+2. resolves the Slack user to an `Actor` (`bot.identity`): for anything that changes
+   something (every click and form, and a command the registry marks `changes`) with
+   their user groups read afresh, so someone just taken out of a group cannot act on
+   the cached list; the Home tab and commands that only read use the cache;
 3. runs the same dispatcher (`commands.dispatch`) or click handler (`bot.clicks`) the
    console uses, so role checks and the two-person rule are the domain's, not Slack's
    (the drain form's structured request runs as `/gpu drain` through the same door);
@@ -26,7 +29,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import re
-import shlex
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -63,7 +65,7 @@ from commands.mig import request_mig
 from commands.upgrade import request_upgrade
 from commands.registry import REGISTRY, Call, CommandSpec, invoke
 from commands.reply import Reply, error_reply
-from workflows.access import Actor, Role
+from workflows.access import Actor
 
 DRAIN_COMMAND = REGISTRY.commands[("drain",)]
 UPGRADE_COMMAND = REGISTRY.commands[("upgrade",)]
@@ -75,10 +77,7 @@ COMMAND_SCOPE = "slack-retry"
 EVENT_SCOPE = "slack-retry"
 BUTTON_SCOPE = "button"
 WORKERS = 8
-# Clicks that decide a request: the clicker's user groups are read from Slack afresh, not
-# from the 5-minute cache, so someone just taken out of an approver group cannot decide.
-APPROVER_DECISIONS = frozenset({"approve", "deny"})
-_ACTION_IDS = re.compile(r"^gpuops\.[a-z]+(?:-[a-z]+)*\.\d+$", re.ASCII)
+_ACTION_IDS = re.compile(r"^gpuops\.[a-z]+(?:-[a-z]+)*\.\d+\Z", re.ASCII)  # \Z: no trailing newline
 
 
 
@@ -104,18 +103,6 @@ def _wanted_form(outcome: Outcome, context: FormContext) -> tuple[dict[str, Any]
     if outcome.wants_mig_form is not None:
         return mig_form(outcome.wants_mig_form, context), msg.MIG_FORM_FORM, msg.MIG_FORM_TITLE
     return None
-
-
-def _decides(text: str) -> bool:
-    """Is `text` a command only approvers run (`/gpu approve`, `/gpu deny`)? Then, as for
-    the buttons, the user's groups are read from Slack afresh. Split as `dispatch` splits,
-    so a quoted `"approve"` is seen too."""
-    try:
-        tokens = shlex.split(text)
-    except ValueError:
-        return False  # dispatch refuses it unread
-    spec, _ = REGISTRY.resolve(tokens[1:] if tokens[:1] == ["/gpu"] else tokens)
-    return spec is not None and spec.role == Role.APPROVER
 
 
 class SlackRejectedToken(Exception):
@@ -235,7 +222,7 @@ class SlackBot:
         outcome = "answered"
         try:
             actor = self.directory.actor(user, fallback_name=command.get("user_name"),
-                                         fresh=_decides(str(command.get("text") or "")))
+                                         fresh=REGISTRY.changes(str(command.get("text") or "")))
             reply = dispatch(str(command.get("text") or ""), actor=actor, services=self.runtime.services(),
                              now=self.clock(), channel=command.get("channel_id"))
         except Exception:  # noqa: BLE001 - answer something rather than nothing
@@ -259,8 +246,9 @@ class SlackBot:
         )
         try:
             clicked = action_of(str(action.get("action_id") or "")) or ""
-            actor = self.directory.actor(user, fallback_name=(body.get("user") or {}).get("username"),
-                                         fresh=clicked in APPROVER_DECISIONS)
+            # NB: every button changes something or opens a form that does (and says
+            # at once whether the clicker may), so every click reads the groups afresh.
+            actor = self.directory.actor(user, fallback_name=(body.get("user") or {}).get("username"), fresh=True)
             click = Click(action=clicked, value=action.get("value"), actor=actor, now=self.clock())
             outcome = press(click, self.runtime.services())
             wanted = _wanted_form(outcome, FormContext(channel=None if place.from_home else place.channel))
@@ -352,7 +340,8 @@ class SlackBot:
         channel = form.channel or form_context(str(view.get("private_metadata") or "")).channel
         outcome = "answered"
         try:
-            actor = self.directory.actor(user, fallback_name=(body.get("user") or {}).get("username"))
+            actor = self.directory.actor(user, fallback_name=(body.get("user") or {}).get("username"),
+                                         fresh=form.spec.changes)
             reply = invoke(form.spec, form.run, actor=actor, services=self.runtime.services(), now=self.clock(),
                            text=form.command, channel=channel)
             reply = replace(reply, footer=form.footer(form.command, reply.footer))

@@ -144,7 +144,7 @@ def read_upgrade_form(view: dict[str, Any], *, now: dt.datetime) -> FormReading[
     errors: dict[str, str] = {}
 
     pool = text(values, POOL)
-    if not _POOL_WORD.match(pool):
+    if not _POOL_WORD.fullmatch(pool):
         errors[POOL] = msg.upgrade_form_bad_pool(pool)
     version = text(values, VERSION)
     try:

@@ -109,7 +109,8 @@ def actor_in(services: Services, actor: Actor) -> Actor:
     and gpuops-wide roles, with the approver rights that cluster's pools give."""
     if services.clusters is None:
         return actor
-    return services.config.actor(str(actor.user_id), groups=actor.groups, via=actor.via, name=actor.name)
+    return services.config.actor(str(actor.user_id), groups=actor.groups, via=actor.via, name=actor.name,
+                                 unread_groups=actor.unread_groups)
 
 
 def services_for_subject(services: Services, subject: str) -> Services:
@@ -125,7 +126,7 @@ def _cluster_of_ids(services: Services, words: list[str], *, home: str) -> tuple
     """(id, cluster) for the first request or run id among `words` that is stored; a
     request made before `clusters:` was configured is the home cluster's."""
     for word in words:
-        if not _STORED_ID.match(word):
+        if not _STORED_ID.fullmatch(word):
             continue
         try:
             if word.startswith("run-"):

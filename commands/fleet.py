@@ -156,7 +156,7 @@ def _find_pool(fleet: Fleet, name: str) -> PoolInventory:
     return pool
 
 
-@REGISTRY.command("status", usage="status [pool]", role=Role.VIEWER,
+@REGISTRY.command("status", usage="status [pool]", role=Role.VIEWER, changes=False,
                   summary="Every pool at a glance, findings first; or one pool's nodes",
                   examples=("/gpu status", "/gpu status serving-a"))
 def status(call: Call, args: list[str]) -> Reply:
@@ -272,7 +272,7 @@ def _pool_status(fleet: Fleet, pool: PoolInventory, *, intents: tuple[Intent, ..
                  intents=intents)
 
 
-@REGISTRY.command("node", usage="node <name>", role=Role.VIEWER,
+@REGISTRY.command("node", usage="node <name>", role=Role.VIEWER, changes=False,
                   summary="One GPU node in full: driver owner with evidence, GPUs, operands, state",
                   examples=("/gpu node serving-a-05",))
 def node(call: Call, args: list[str]) -> Reply:
@@ -397,7 +397,7 @@ def uncordon(call: Call, args: list[str]) -> Reply:
     return Reply(title=msg.uncordoned_title(inv.name), summary=text, visibility="in_channel")
 
 
-@REGISTRY.command("findings", usage="findings [pool|node]", role=Role.VIEWER,
+@REGISTRY.command("findings", usage="findings [pool|node]", role=Role.VIEWER, changes=False,
                   summary="Every problem found, most severe first",
                   examples=("/gpu findings", "/gpu findings training-a"))
 def findings(call: Call, args: list[str]) -> Reply:

@@ -125,7 +125,7 @@ def unfreeze(call: Call, args: list[str]) -> Reply:
                                               until=when(lifted.until), reason=lifted.lift_reason or ""))
 
 
-@REGISTRY.command("freezes", usage="freezes", role=Role.VIEWER,
+@REGISTRY.command("freezes", usage="freezes", role=Role.VIEWER, changes=False,
                   summary="The change freezes in force: what, until when, by whom, why",
                   examples=("/gpu freezes",))
 def freezes(call: Call, args: list[str]) -> Reply:

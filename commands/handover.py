@@ -119,7 +119,7 @@ def handover_message(view: HandoverView, config: GpuopsConfig) -> Reply:
 # Commands
 
 
-@REGISTRY.command("handover", usage="handover [rotation]", role=Role.VIEWER,
+@REGISTRY.command("handover", usage="handover [rotation]", role=Role.VIEWER, changes=False,
                   summary="The shift handover checklist now: what needs action, what is in flight",
                   examples=("/gpu handover", "/gpu handover gpu-oncall"))
 def handover(call: Call, args: list[str]) -> Reply:
@@ -134,7 +134,7 @@ def handover(call: Call, args: list[str]) -> Reply:
                             handover=service.for_shift(rotation.name, shift.start))
 
 
-@REGISTRY.command("handover history", usage="handover history [rotation] [n]", role=Role.VIEWER,
+@REGISTRY.command("handover history", usage="handover history [rotation] [n]", role=Role.VIEWER, changes=False,
                   summary="Past handovers: when, late or not, who acknowledged",
                   examples=("/gpu handover history", "/gpu handover history gpu-oncall 20"))
 def history(call: Call, args: list[str]) -> Reply:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 
-from workflows.access import Actor, Role, effective_roles
+from workflows.access import Actor, Role, effective_roles, unread_note
 from workflows.fleet.assessment import PoolInventory
 from workflows.fleet.findings import format_age
 
@@ -59,7 +59,7 @@ def held_roles(actor: Actor) -> str:
 
 
 def needs_role(command: str, role: Role, actor: Actor) -> str:
-    return f"`/gpu {command}` needs the {role} role; {actor.name} has {held_roles(actor)}."
+    return f"`/gpu {command}` needs the {role} role; {actor.name} has {held_roles(actor)}{unread_note(actor)}."
 
 
 def no_role(actor: Actor) -> str:

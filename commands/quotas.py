@@ -53,7 +53,7 @@ def _report(call: Call) -> QuotaReport:
     return call.services.quotas.report(call.now)
 
 
-@REGISTRY.command("quotas", usage="quotas [namespace|pool]", role=Role.VIEWER,
+@REGISTRY.command("quotas", usage="quotas [namespace|pool]", role=Role.VIEWER, changes=False,
                   summary="GPU quotas per namespace against what the pools it can land on advertise",
                   examples=("/gpu quotas", "/gpu quotas serving-a", "/gpu quotas ml-team"))
 def quotas(call: Call, args: list[str]) -> Reply:

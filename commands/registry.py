@@ -1,7 +1,10 @@
 """The command registry and the one dispatcher every entry point uses.
 
 A command is a plain function `(call, args) -> Reply` registered with its words, usage,
-the role it needs and whether it asks for confirmation. The dispatcher splits the text,
+the role it needs, whether it asks for confirmation and whether it changes something
+(`changes`: True unless registered `changes=False`, so a new command is taken to change
+something until it says it only reads; entry points read the user's roles afresh for
+one that changes something). The dispatcher splits the text,
 finds the command (longest match of words), checks the role (failing closed), and turns
 bad input into that command's usage with the closest match. Help comes from here too,
 and hides what the asking user cannot run.
@@ -56,6 +59,9 @@ class CommandSpec:
     role: Role
     examples: tuple[str, ...] = ()
     confirm: bool = False
+    # Does running it change anything (a request, a run, a freeze, a node)? Then the
+    # user's roles are read afresh, not from a cache (`bot.identity`).
+    changes: bool = True
 
     @property
     def name(self) -> str:
@@ -67,13 +73,14 @@ class Registry:
     commands: dict[tuple[str, ...], CommandSpec] = field(default_factory=dict)
 
     def command(self, words: str, *, usage: str, summary: str, role: Role,
-                examples: tuple[str, ...] = (), confirm: bool = False) -> Callable[[Handler], Handler]:
+                examples: tuple[str, ...] = (), confirm: bool = False,
+                changes: bool = True) -> Callable[[Handler], Handler]:
         def tag(handler: Handler) -> Handler:
             key = tuple(words.split())
             if key in self.commands:
                 raise ValueError(f"command {words!r} registered twice")
             self.commands[key] = CommandSpec(words=key, handler=handler, usage=usage, summary=summary,
-                                             role=role, examples=examples, confirm=confirm)
+                                             role=role, examples=examples, confirm=confirm, changes=changes)
             return handler
         return tag
 
@@ -92,6 +99,17 @@ class Registry:
         if not found and tokens:
             found = difflib.get_close_matches(tokens[0].lower(), names, n=3, cutoff=0.5)
         return found
+
+    def changes(self, text: str) -> bool:
+        """Does the `/gpu ...` line `text` run a command that changes something? Split as
+        `dispatch` splits (a quoted `"approve"` is seen too); False for a line dispatch
+        refuses unread."""
+        try:
+            tokens = shlex.split(text)
+        except ValueError:
+            return False
+        spec, _ = self.resolve(tokens[1:] if tokens[:1] == ["/gpu"] else tokens)
+        return spec is not None and spec.changes
 
     def visible_to(self, actor: Actor) -> list[CommandSpec]:
         return sorted((s for s in self.commands.values() if actor.has_anywhere(s.role)), key=lambda s: s.name)
@@ -205,6 +223,6 @@ def help_reply(actor: Actor, args: list[str], *, services: Services | None = Non
 
 
 @REGISTRY.command("help", usage="help [command]", summary="What gpuops can do, and how", role=Role.VIEWER,
-                  examples=("/gpu help", "/gpu help drain"))
+                  examples=("/gpu help", "/gpu help drain"), changes=False)
 def help_command(call: Call, args: list[str]) -> Reply:
     return help_reply(call.actor, args, services=call.services, now=call.now)

@@ -184,7 +184,7 @@ def _request_reply(call: Call, view: RequestView, *, title: str | None = None) -
                  + host_driver_intent(view, runs))
 
 
-@REGISTRY.command("requests", usage="requests [pool]", role=Role.VIEWER,
+@REGISTRY.command("requests", usage="requests [pool]", role=Role.VIEWER, changes=False,
                   summary="Open requests (pending, approved, scheduled, running)",
                   examples=("/gpu requests", "/gpu requests serving-a"))
 def list_requests(call: Call, args: list[str]) -> Reply:
@@ -201,7 +201,7 @@ def list_requests(call: Call, args: list[str]) -> Reply:
                  sections=(Section(table=Table(columns=msg.REQUEST_COLUMNS, rows=tuple(_row(v) for v in views))),))
 
 
-@REGISTRY.command("request", usage="request <id>", role=Role.VIEWER,
+@REGISTRY.command("request", usage="request <id>", role=Role.VIEWER, changes=False,
                   summary="One request: its plan, decisions and runs step by step",
                   examples=("/gpu request req-7f3a2c",))
 def show_request(call: Call, args: list[str]) -> Reply:
@@ -361,7 +361,7 @@ def _audit_row(entry: AuditEntry, names: dict[str, str]) -> tuple[str, ...]:
     return (str(entry.seq), when(entry.at, style="table"), who, entry.action, entry.target, str(what))
 
 
-@REGISTRY.command("audit", usage="audit [n | request-id]", role=Role.VIEWER,
+@REGISTRY.command("audit", usage="audit [n | request-id]", role=Role.VIEWER, changes=False,
                   summary="The audit log: the newest n entries, or everything about one request",
                   examples=("/gpu audit", "/gpu audit 50", "/gpu audit req-7f3a2c"))
 def audit_log(call: Call, args: list[str]) -> Reply:

@@ -17,6 +17,11 @@ Three defences, each catching what the previous cannot:
    file as the rows; against someone who can rewrite the whole file, publish `head()`
    somewhere else (the handover post, the logs) and pass it back as `verify(expected=...)`.
 
+Beside those, what the log records must be in it: a request, a decision on one or a run
+that no row mentions is a break (its rows were wiped, chain and anchor with them), and
+an empty log beside tables only ever written with audit rows is not the genesis of a
+new log, so `verify` never passes it as one.
+
 Appends are serialised by the write lock (`BEGIN IMMEDIATE`), so concurrent writers
 cannot fork the chain.
 """
@@ -217,18 +222,35 @@ def verify(db: Database, *, expected: AuditHead | None = None) -> VerifyResult:
     return VerifyResult(ok=True, checked=checked, first_bad_seq=None, problem=None)
 
 
+# Tables whose every row is written with an audit row: an empty log beside any of them
+# was wiped (it is never the genesis of a log that has not started yet).
+_AUDITED_TABLES = ("requests", "approvals", "runs", "steps", "freezes", "handovers", "handover_acks")
+
+
 def _unaudited(db: Database) -> str | None:
-    """A decided request or a run that no audit row mentions, if there is one."""
+    """A request, a decision on one or a run that no audit row mentions, if there is one;
+    else, with no audit row at all, a table that was written with audit rows."""
     request = db.query_one(
-        "SELECT id, state FROM requests WHERE state != 'pending' AND NOT EXISTS "
+        "SELECT id, state FROM requests WHERE NOT EXISTS "
         "(SELECT 1 FROM audit WHERE audit.request_id = requests.id) ORDER BY created_at LIMIT 1")
     if request is not None:
         return _unaudited_row("request", request["id"], request["state"])
+    decision = db.query_one(
+        "SELECT request_id, approver, decision FROM approvals WHERE NOT EXISTS "
+        "(SELECT 1 FROM audit WHERE audit.request_id = approvals.request_id AND audit.actor = approvals.approver) "
+        "ORDER BY created_at LIMIT 1")
+    if decision is not None:
+        return _unaudited_decision(decision["request_id"], decision["approver"], decision["decision"])
     run = db.query_one(
         "SELECT id, state FROM runs WHERE NOT EXISTS "
         "(SELECT 1 FROM audit WHERE audit.run_id = runs.id) ORDER BY created_at LIMIT 1")
     if run is not None:
         return _unaudited_row("run", run["id"], run["state"])
+    if db.query_one("SELECT 1 FROM audit LIMIT 1") is None:
+        for table in _AUDITED_TABLES:
+            found = db.query_one(f"SELECT count(*) AS n FROM {table}")  # noqa: S608 - names from the tuple above
+            if found is not None and found["n"]:
+                return _empty_log_beside(table, found["n"])
     return None
 
 
@@ -360,6 +382,15 @@ def _anchor_unreadable(why: str) -> str:
 
 def _unaudited_row(what: str, id: str, state: str) -> str:
     return f"{what} {id} is {state} but no audit row mentions it: its rows were wiped"
+
+
+def _unaudited_decision(request_id: str, approver: str, decision: str) -> str:
+    verb = "approval" if decision == "approve" else "denial"
+    return f"the {verb} of request {request_id} by {approver} is stored but no audit row mentions it: its rows were wiped"
+
+
+def _empty_log_beside(table: str, rows: int) -> str:
+    return f"the audit log is empty but the {table} table holds {rows} row{'s' if rows != 1 else ''}: its rows were wiped"
 
 
 def _changed_row(seq: int) -> str:

@@ -51,6 +51,9 @@ class Actor:
     via: str = "slack"
     # The Slack user groups the user is in (as far as gpuops looked them up).
     groups: tuple[str, ...] = ()
+    # Groups gpuops could not read just now (Slack failed, or its rate limit): the roles
+    # they give are not granted, and a refusal says why.
+    unread_groups: tuple[str, ...] = ()
 
     def has(self, role: Role, *, pool: str | None = None) -> bool:
         if role in effective_roles(self.roles):
@@ -71,10 +74,26 @@ def require(actor: Actor, role: Role, *, action: str, pool: str | None = None) -
         return
     where = f" for pool {pool}" if pool else ""
     held = ", ".join(sorted(effective_roles(actor.roles))) or "no role"
-    raise AccessDenied(f"{action} needs the {role} role{where}; {actor.name} has {held}")
+    raise AccessDenied(f"{action} needs the {role} role{where}; {actor.name} has {held}{unread_note(actor)}")
+
+
+def unread_note(actor: Actor) -> str:
+    """What a refusal adds when some of the actor's user groups could not be read."""
+    if not actor.unread_groups:
+        return ""
+    return (f" (gpuops could not read the Slack user group{'s' if len(actor.unread_groups) > 1 else ''} "
+            f"{', '.join(actor.unread_groups)} just now, so the roles they give are not counted; "
+            "try again in a minute)")
 
 
 _SLACK_USER_ID = re.compile(r"[UW][A-Z0-9]{2,31}", re.ASCII)
+MENTION = re.compile(r"<@[UW][A-Z0-9]{2,31}>", re.ASCII)
+
+
+class Mention(str):
+    """`<@U…>`, a Slack user named by a mention gpuops wrote: Slack shows it as that very
+    user. A renderer shows an untouched `Mention` (one matching `MENTION`) as a mention;
+    text built from it is plain text again, escaped like any other."""
 
 
 def public_name(user_id: str, *, names: Mapping[str, str], fallback: str | None = None) -> str:
@@ -86,5 +105,5 @@ def public_name(user_id: str, *, names: Mapping[str, str], fallback: str | None 
     if user_id in names:
         return names[user_id]
     if _SLACK_USER_ID.fullmatch(user_id):
-        return f"<@{user_id}>"
+        return Mention(f"<@{user_id}>")
     return fallback or user_id

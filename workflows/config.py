@@ -438,7 +438,7 @@ class GpuopsConfig(_Model):
         )
 
     def actor(self, user_id: str, *, groups: tuple[str, ...] = (), via: str = "slack",
-              name: str | None = None) -> Actor:
+              name: str | None = None, unread_groups: tuple[str, ...] = ()) -> Actor:
         """The Actor for a user: roles by user id and by the user groups they are in;
         pool-scoped approver rights from each pool's `approvers`."""
         roles: set[Role] = set(self.access.users.get(user_id, ()))
@@ -449,7 +449,8 @@ class GpuopsConfig(_Model):
             if user_id in policy.approvers or any(f"group:{g}" in policy.approvers for g in groups):
                 pool_roles[pool] = frozenset({Role.APPROVER})
         return Actor(user_id=UserId(user_id), name=name or self.access.names.get(user_id, user_id),
-                     roles=frozenset(roles), pool_roles=pool_roles, via=via, groups=tuple(groups))
+                     roles=frozenset(roles), pool_roles=pool_roles, via=via, groups=tuple(groups),
+                     unread_groups=tuple(unread_groups))
 
 
 class ConfigError(Exception):

@@ -25,9 +25,11 @@ import pytest
 import yaml
 from slack_bolt import App
 from slack_bolt.adapter.socket_mode import SocketModeHandler
+from slack_sdk import WebClient
 
 from bot.clicks import current_card
 from bot.http_server import HttpSettings, SlackHttpServer
+from bot.identity import FRESH_AGE, SlackDirectory
 from bot.render_blocks import render_blocks
 from bot.slack_api import SlackApi, web_client
 from bot.slack_app import SlackBot, build_app
@@ -58,9 +60,10 @@ PEOPLE = {"U0ALICE": "alice", "U0BOB": "bob", "U0CAROL": "carol", "U0DAVE": "dav
           "U0FRANK": "frank"}
 
 
-def demo_config(**changes: Any) -> GpuopsConfig:
+def demo_config(*, usergroups: dict[str, list[str]] | None = None, **changes: Any) -> GpuopsConfig:
+    """The example configuration, S0SRE giving approver rights (and `usergroups` more)."""
     raw = yaml.safe_load((ROOT / "deploy" / "config.example.yaml").read_text())
-    raw["access"]["usergroups"] = {"S0SRE": ["approver"]}
+    raw["access"]["usergroups"] = {"S0SRE": ["approver"], **(usergroups or {})}
     raw["access"]["names"]["U0FRANK"] = "frank"
     for key, value in changes.items():
         raw[key] = value
@@ -215,6 +218,20 @@ def slack(fake_slack: FakeSlackWebApi) -> FakeSlackWebApi:  # noqa: F811 - the f
     return fake_slack
 
 
+class DirectoryClock:
+    """The user directory's clock: monotonic time, moved on by `skip` (a test that
+    changes a user group lets a fresh read's allowance pass rather than sleep)."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.monotonic() + self.offset
+
+    def skip(self, seconds: float) -> None:
+        self.offset += seconds
+
+
 @dataclass
 class BotUnderTest:
     app: App
@@ -223,6 +240,14 @@ class BotUnderTest:
     runtime: Runtime
     url: str | None = None
     server: SlackHttpServer | None = None
+    clock: DirectoryClock | None = None
+
+    def set_usergroup(self, group: str, members: list[str]) -> None:
+        """Change a Slack user group's members, then let the few seconds pass in which
+        an action that changes something may still take the members read before."""
+        self.slack.workspace.set_usergroup(group, members)
+        assert self.clock is not None, "a bot built without the directory's clock"
+        self.clock.skip(FRESH_AGE + 1)
 
     @property
     def deliveries(self):
@@ -248,12 +273,19 @@ def http_settings() -> HttpSettings:
     return HttpSettings()
 
 
+def _bot(runtime: Runtime, client: WebClient, clock: DirectoryClock) -> SlackBot:
+    config = runtime.clusters.config if runtime.clusters is not None else runtime.config
+    return SlackBot(runtime, SlackApi(client), directory=SlackDirectory(SlackApi(client), config, clock=clock))
+
+
 @pytest.fixture
 def http_bot(slack: FakeSlackWebApi, runtime: Runtime, http_settings: HttpSettings) -> Iterator[BotUnderTest]:
-    app, bot = build_app(runtime, client=web_client(slack.bot_token, base_url=slack.base_url), signing_secret=SECRET)
+    client, clock = web_client(slack.bot_token, base_url=slack.base_url), DirectoryClock()
+    app, bot = build_app(runtime, client=client, signing_secret=SECRET, bot=_bot(runtime, client, clock))
     server = SlackHttpServer(app, signing_secret=SECRET, host="127.0.0.1", port=0, settings=http_settings).start()
     try:
-        yield BotUnderTest(app=app, bot=bot, slack=slack, runtime=runtime, url=server.url, server=server)
+        yield BotUnderTest(app=app, bot=bot, slack=slack, runtime=runtime, url=server.url, server=server,
+                           clock=clock)
     finally:
         server.stop()
         _finish_work(app)
@@ -262,12 +294,13 @@ def http_bot(slack: FakeSlackWebApi, runtime: Runtime, http_settings: HttpSettin
 @pytest.fixture
 def socket_bot(slack: FakeSlackWebApi, fake_socket_mode: FakeSocketModeServer,  # noqa: F811
                runtime: Runtime) -> Iterator[BotUnderTest]:
-    app, bot = build_app(runtime, client=web_client(slack.bot_token, base_url=slack.base_url))
+    client, clock = web_client(slack.bot_token, base_url=slack.base_url), DirectoryClock()
+    app, bot = build_app(runtime, client=client, bot=_bot(runtime, client, clock))
     handler = SocketModeHandler(app, slack.app_token, ping_interval=1)
     handler.connect()
     fake_socket_mode.wait_for_connections(1)
     try:
-        yield BotUnderTest(app=app, bot=bot, slack=slack, runtime=runtime)
+        yield BotUnderTest(app=app, bot=bot, slack=slack, runtime=runtime, clock=clock)
     finally:
         fake_socket_mode.close_client(handler.client)
         _finish_work(app)

@@ -25,7 +25,7 @@ def _frank_in_the_cache(bot) -> None:
 def test_someone_just_taken_out_of_an_approver_group_cannot_approve_by_command(http_bot):
     request = submit_upgrade(http_bot.runtime)
     _frank_in_the_cache(http_bot)
-    http_bot.slack.workspace.set_usergroup("S0SRE", [])  # well within the 5-minute cache
+    http_bot.set_usergroup("S0SRE", [])  # well within the 5-minute cache
 
     url = _command(http_bot, f"approve {request.id} {request.short_hash}", user="U0FRANK")
 
@@ -36,7 +36,7 @@ def test_someone_just_taken_out_of_an_approver_group_cannot_approve_by_command(h
 def test_someone_just_taken_out_of_an_approver_group_cannot_deny_by_command(http_bot):
     request = submit_upgrade(http_bot.runtime)
     _frank_in_the_cache(http_bot)
-    http_bot.slack.workspace.set_usergroup("S0SRE", [])
+    http_bot.set_usergroup("S0SRE", [])
 
     url = _command(http_bot, f'"deny" {request.id} "not today"', user="U0FRANK")  # quoted words too
 

@@ -206,7 +206,7 @@ def test_unicode_digits_get_usage_not_a_crash(runtime):
     assert runtime.services().requests.get(request.id).approvals_counted == 0
 
 
-def test_a_truncated_log_with_its_anchor_moved_is_caught_only_against_the_head_a_handover_published(
+def test_a_truncated_log_with_its_anchor_moved_is_caught_by_the_requests_it_no_longer_names_and_the_published_head(
         runtime, small_fleet):
     for _ in range(2):
         submit_upgrade(runtime)
@@ -237,9 +237,32 @@ def test_a_truncated_log_with_its_anchor_moved_is_caught_only_against_the_head_a
 
     assert intact.returncode == 0 and "It holds the published head 2:" in intact.stdout
     assert "Its head now: 4:" in intact.stdout
-    assert alone.returncode == 0  # nothing inside the file can tell
+    # The chain and the anchor agree; the requests whose rows went tell.
+    assert alone.returncode == 1 and "but no audit row mentions it: its rows were wiped" in alone.stdout
     assert against.returncode == 1 and "The audit log is BROKEN at entry 2" in against.stdout
     assert "the head published earlier is row 2, but the log ends at row 1" in against.stdout
+
+
+def test_a_log_wiped_with_its_anchor_beside_requests_and_approvals_is_broken_and_offers_no_head_to_keep(runtime):
+    request = submit_upgrade(runtime)
+    services = runtime.services()
+    services.requests.approve(services.config.actor("U0BOB"), request.id, plan_hash=request.plan_hash,
+                              now=dt.datetime.now(dt.timezone.utc))
+    database = str(runtime.database.path)
+    runtime.close()
+
+    # Someone with the file deletes every row and the anchor: what is left is an empty chain.
+    raw = sqlite3.connect(database)
+    raw.execute("DROP TRIGGER audit_no_delete")
+    raw.execute("DELETE FROM audit")
+    raw.execute("DELETE FROM kv WHERE key = 'audit.head'")
+    raw.commit()
+    raw.close()
+    result = _gpuops("audit", "verify", "--database", database)
+
+    assert result.returncode == 1 and "The audit log is BROKEN" in result.stdout
+    assert f"request {request.id} is pending but no audit row mentions it" in result.stdout
+    assert "0" * 64 not in result.stdout and "Its head now" not in result.stdout
 
 
 def test_gpuops_audit_verify_refuses_an_expected_head_it_cannot_read(runtime):

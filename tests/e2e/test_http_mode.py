@@ -326,7 +326,7 @@ def test_someone_just_taken_out_of_an_approver_group_cannot_approve_on_the_cache
     second = submit_upgrade(http_bot.runtime)
     second_ts = http_bot.post_card(second)
 
-    http_bot.slack.workspace.set_usergroup("S0SRE", [])  # well within the 5-minute cache
+    http_bot.set_usergroup("S0SRE", [])  # well within the 5-minute cache
     approve = button(http_bot.slack.workspace.message(CHANNEL, second_ts), "Approve")
     url, _ = click(http_bot, action_id=approve["action_id"], value=approve["value"], user="U0FRANK",
                    message_ts=second_ts)
@@ -339,7 +339,7 @@ def test_an_approval_stops_counting_once_its_approver_left_the_group_before_the_
     request, ts, approve = approved_by(http_bot, "U0FRANK")
     assert http_bot.runtime.services().requests.get(request.id).approvals_counted == 1
 
-    http_bot.slack.workspace.set_usergroup("S0SRE", [])
+    http_bot.set_usergroup("S0SRE", [])
     url, _ = click(http_bot, action_id=approve["action_id"], value=approve["value"], user="U0BOB", message_ts=ts)
 
     assert "You approved" in http_bot.slack.wait_for_response(url).body["text"]

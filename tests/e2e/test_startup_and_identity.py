@@ -11,7 +11,7 @@ import urllib.parse
 import pytest
 
 from bot.credentials import CredentialsError, load_credentials
-from bot.identity import SlackDirectory
+from bot.identity import FRESH_AGE, SlackDirectory
 from bot.logs import RedactSecrets
 from bot.slack_api import SlackApi, web_client
 from tests.e2e.conftest import demo_config
@@ -91,6 +91,21 @@ def test_url_encoded_secrets_tokens_and_response_urls_are_redacted_too(caplog):
     assert caplog.messages[3] == "posting to https://hooks.slack.com/[redacted] failed"
 
 
+@pytest.mark.parametrize("quote", [lambda text: urllib.parse.quote(text, safe=""), urllib.parse.quote_plus],
+                         ids=["%20", "+"])
+def test_a_token_in_url_encoded_json_with_a_space_after_the_colon_is_redacted(caplog, quote):
+    logger = logging.getLogger("gpuops.test.redaction")
+    caplog.set_level(logging.INFO, logger="gpuops.test.redaction")
+    caplog.handler.addFilter(RedactSecrets())
+    payload = json.dumps({"type": "block_actions", "token": "legacy-verification",
+                          "response_url": "https://example.com/actions/T0/1/AbCdEf"})  # ": " after each key
+
+    logger.info("body: payload=%s", quote(payload))
+
+    assert "legacy-verification" not in caplog.messages[0] and "AbCdEf" not in caplog.messages[0]
+    assert "block_actions" in caplog.messages[0]
+
+
 def test_roles_come_from_the_user_id_and_from_slack_user_groups(directory):
     directory, _ = directory
 
@@ -130,3 +145,52 @@ def test_names_come_from_the_configuration_else_slack(directory, slack):
     assert directory.actor("U0BOB").name == "bob"
     assert directory.actor("U0GRACE").name == "Grace H."
     assert directory.actor("U0NOBODY", fallback_name="nobody").name == "nobody"
+
+
+def test_a_fresh_read_takes_members_read_a_few_seconds_ago_and_reads_again_after(directory, slack):
+    directory, clock = directory
+    assert directory.actor("U0FRANK", fresh=True).has(Role.APPROVER)
+    slack.workspace.set_usergroup("S0SRE", [])
+
+    clock.now += FRESH_AGE  # a burst of clicks: one read per group
+    assert directory.actor("U0FRANK", fresh=True).has(Role.APPROVER)
+    assert len(slack.calls("usergroups.users.list")) == 2
+    clock.now += 1
+    assert not directory.actor("U0FRANK", fresh=True).has(Role.APPROVER)
+    assert len(slack.calls("usergroups.users.list")) == 4
+
+
+def test_group_reads_are_paced_to_slacks_tier_2_and_a_fresh_read_waits_for_room(slack):
+    clock = Clock()
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        clock.now += seconds
+
+    api = SlackApi(web_client(slack.bot_token, base_url=slack.base_url))
+    # One group (S0SRE), two reads a minute.
+    directory = SlackDirectory(api, demo_config(), reads_per_minute=2, fresh_wait=60, clock=clock, sleep=sleep)
+    directory.actor("U0FRANK", fresh=True)
+    clock.now += 10
+    directory.actor("U0FRANK", fresh=True)
+    slack.workspace.set_usergroup("S0SRE", [])
+    clock.now += 10
+
+    assert not directory.actor("U0FRANK", fresh=True).has(Role.APPROVER)  # waited for the first read's minute
+    assert slept == [40.0]
+    assert len(slack.calls("usergroups.users.list")) == 3
+
+
+def test_a_fresh_read_with_no_room_in_the_minute_grants_nothing_and_leaves_the_cache_to_what_only_reads(slack):
+    clock = Clock()
+    api = SlackApi(web_client(slack.bot_token, base_url=slack.base_url))
+    directory = SlackDirectory(api, demo_config(), reads_per_minute=1, fresh_wait=5, clock=clock,
+                               sleep=lambda seconds: None)
+    assert directory.actor("U0FRANK").has(Role.APPROVER)
+    clock.now += FRESH_AGE + 1
+
+    refused = directory.actor("U0FRANK", fresh=True)
+    assert not refused.has(Role.APPROVER) and refused.unread_groups == ("S0SRE",)
+    assert directory.actor("U0FRANK").has(Role.APPROVER)
+    assert len(slack.calls("usergroups.users.list")) == 1

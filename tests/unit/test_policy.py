@@ -310,7 +310,8 @@ def test_an_admin_may_cancel_someone_elses_request():
 def test_an_approver_cannot_cancel_someone_elses_request():
     refusal = check_cancel(request=request(), actor=bob, now=NOW).refusal
     assert refusal.code is RefusalCode.NOT_REQUESTER_OR_ADMIN
-    assert refusal.reason == "Only the requester (Ada) or an admin can cancel req-7f3a2c."
+    # Ada is not named in the configuration: a mention, never the name stored from Slack.
+    assert refusal.reason == "Only the requester (<@U0ADA>) or an admin can cancel req-7f3a2c."
 
 
 def test_a_running_request_needs_an_abort_not_a_cancel():
@@ -335,7 +336,7 @@ def test_only_the_requester_or_an_admin_may_change_the_plan_of_a_pending_request
     assert check_replan(request=request(), actor=ada, now=NOW).allowed
     assert check_replan(request=request(), actor=dan, now=NOW).allowed
     assert check_replan(request=request(), actor=otto, now=NOW).refusal.reason == (
-        "Only the requester (Ada) or an admin can change the plan of req-7f3a2c.")
+        "Only the requester (<@U0ADA>) or an admin can change the plan of req-7f3a2c.")
     assert check_replan(request=request(state="approved"), actor=ada, now=NOW).refusal.reason == (
         "req-7f3a2c is already approved; to change the plan, cancel it and submit a new request.")
 
@@ -420,11 +421,11 @@ def test_a_hash_with_anything_after_it_is_not_the_plan_shown():
     assert not matches_current_plan(request(), PLAN + "X")
 
 
-def test_someone_without_a_display_name_is_named_by_their_user_id():
+def test_someone_the_configuration_does_not_name_is_named_by_a_mention_of_their_user_id():
     denied = request(state="denied")
     so_far = [decision("U0ZED", kind="deny", reason="no capacity")]
     assert approve(carol, req=denied, so_far=so_far).refusal.reason.startswith(
-        "req-7f3a2c was denied by U0ZED (no capacity)")
+        "req-7f3a2c was denied by <@U0ZED> (no capacity)")
 
 
 def test_the_deny_that_ended_a_request_is_the_last_one_and_there_is_none_without_a_deny():

@@ -554,8 +554,8 @@ def test_a_request_reads_back_when_and_where_it_was_made_and_who_approved_it_whe
     assert (view.created_at, view.channel) == (START, CHANNEL)
     assert view.thread_ts is None  # no thread posted yet
     (approval,) = view.approvals
-    # Someone the configuration does not name is named by their Slack id, never nothing.
-    assert (approval.approver_name, approval.at) == ("U0ZED", later)
+    # Someone the configuration does not name is named by a mention of their Slack id, never nothing.
+    assert (approval.approver_name, approval.at) == ("<@U0ZED>", later)
 
 
 def test_a_pool_that_asks_for_more_approvals_after_a_request_was_made_counts_for_it(db):

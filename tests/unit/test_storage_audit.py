@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from storage import approvals as stored_approvals
 from storage import audit, kv
+from storage import freezes as stored_freezes
 from storage import requests as stored_requests
 from storage import runs as stored_runs
 from storage.database import Database, open_database
@@ -477,3 +479,53 @@ def test_export_writes_one_valid_json_object_per_row_that_re_verifies_offline(db
             == row.hash
         )
         previous = record["hash"]
+
+
+def _pending_request(db: Database) -> stored_requests.Request:
+    return stored_requests.create(
+        db, kind="drain", pool="serving-a", targets=["gpu-1"], window_start=None, window_end=None,
+        reason="kernel update", requester="U0ALICE", requester_name="alice", plan={}, plan_hash="0" * 64,
+        approvals_required=2, expires_at=NOW + 60 * MINUTE, at=NOW)
+
+
+def _wipe(tamper: sqlite3.Connection) -> None:
+    tamper.execute("DELETE FROM audit")
+    tamper.execute("DELETE FROM kv WHERE key = ?", (audit.ANCHOR_KEY,))
+
+
+def test_a_wiped_log_beside_a_pending_request_is_broken(db, tamper):
+    request = _pending_request(db)
+    audit.append(db, actor="U0ALICE", k8s_identity=None, action="request.created", target="serving-a",
+                 request_id=request.id, at=NOW)
+    _wipe(tamper)
+
+    result = audit.verify(db)
+
+    assert not result.ok
+    assert result.problem == f"request {request.id} is pending but no audit row mentions it: its rows were wiped"
+
+
+def test_an_approval_no_audit_row_mentions_is_broken_even_when_its_request_is_mentioned(db, tamper):
+    request = _pending_request(db)
+    for actor in ("U0ALICE", "U0BOB"):
+        audit.append(db, actor=actor, k8s_identity=None, action="request.approval" if actor == "U0BOB" else
+                     "request.created", target="serving-a", request_id=request.id, at=NOW)
+    for approver in ("U0BOB", "U0CAROL"):
+        stored_approvals.record(db, request_id=request.id, approver=approver, decision="approve",
+                                plan_hash=request.plan_hash, at=NOW)
+
+    result = audit.verify(db)
+
+    assert not result.ok
+    assert result.problem == (f"the approval of request {request.id} by U0CAROL is stored but no audit row "
+                              "mentions it: its rows were wiped")
+
+
+def test_an_empty_log_beside_a_freeze_is_broken(db, tamper):
+    stored_freezes.create(db, target="serving-a", until=NOW + 60 * MINUTE, reason="incident",
+                          let_running_finish=False, set_by="U0ERIN", set_by_name="erin", at=NOW)
+
+    result = audit.verify(db)
+
+    assert not result.ok and result.problem == (
+        "the audit log is empty but the freezes table holds 1 row: its rows were wiped")

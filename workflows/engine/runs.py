@@ -264,8 +264,8 @@ class RunService:
         with self._db.transaction():
             request = self._request(RequestId(request_id))
             if actor.user_id != request.requester and not actor.has(Role.OPERATOR, pool=request.pool):
-                raise RunRefused(say.not_allowed_to_release(request.id,
-                                                           requester_name=request.requester_name))
+                requester = public_name(request.requester, names=self._names, fallback=request.requester_name)
+                raise RunRefused(say.not_allowed_to_release(request.id, requester_name=requester))
             runs = [r for r in stored_runs.for_request(self._db, request_id=request.id)
                     if r.state in ("pending", "running", "paused")]
             if not runs:

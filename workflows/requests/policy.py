@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 from storage.approvals import Approval
 from storage.requests import FINISHED_STATES, Request, RequestKind, RequestState
-from workflows.access import Actor, Role, effective_roles
+from workflows.access import Actor, Role, effective_roles, public_name
 from workflows.plans import SHORT_HASH_LENGTH
 from workflows.pools.config import PoolConfig
 from workflows.requests import messages as say
@@ -179,8 +179,8 @@ def _held(actor: Actor, pool: str) -> frozenset[str]:
     return effective_roles(actor.roles) | effective_roles(actor.pool_roles.get(pool, frozenset()))
 
 
-def _name(user_id: str, names: Mapping[str, str]) -> str:
-    return names.get(user_id, user_id)
+def _name(user_id: str, names: Mapping[str, str], *, fallback: str | None = None) -> str:
+    return public_name(user_id, names=names, fallback=fallback)
 
 
 def _not_pending(
@@ -336,7 +336,8 @@ def check_cancel(
     if not may_act_for_requester(request, actor):
         return Verdict(Refusal(
             RefusalCode.NOT_REQUESTER_OR_ADMIN,
-            say.not_requester_or_admin(request.id, requester_name=request.requester_name,
+            say.not_requester_or_admin(request.id, requester_name=_name(request.requester, names,
+                                                                    fallback=request.requester_name),
                                        verb="cancel"),
         ))
     if request.state not in CANCELLABLE_STATES:
@@ -361,7 +362,8 @@ def check_replan(
     if not may_act_for_requester(request, actor):
         return Verdict(Refusal(
             RefusalCode.NOT_REQUESTER_OR_ADMIN,
-            say.not_requester_or_admin(request.id, requester_name=request.requester_name,
+            say.not_requester_or_admin(request.id, requester_name=_name(request.requester, names,
+                                                                    fallback=request.requester_name),
                                        verb="change the plan of"),
         ))
     return ALLOWED

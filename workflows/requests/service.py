@@ -277,7 +277,7 @@ class RequestService:
                 window_end=window_end,
                 reason=reason.strip(),
                 requester=actor.user_id,
-                requester_name=actor.name,
+                requester_name=self._public(actor),
                 plan=plan_to_json(plan),
                 plan_hash=digest,
                 approvals_required=required,
@@ -459,7 +459,7 @@ class RequestService:
                 raise RequestRefused(say.not_extendable(request.id, state=request.state))
             if not policy.may_act_for_requester(request, actor):
                 raise RequestAccessDenied(
-                    say.not_requester_or_admin(request.id, requester_name=request.requester_name,
+                    say.not_requester_or_admin(request.id, requester_name=self._requester(request),
                                                verb="extend"),
                     code=RefusalCode.NOT_REQUESTER_OR_ADMIN)
             _check_plan_fits(new_plan, kind=request.kind, pool=request.pool,
@@ -512,8 +512,7 @@ class RequestService:
                                 "plan_hash": request.plan_hash})
             self._notify(request, event="request.missed", state="missed", now=now, dedupe="missed",
                          text=say.thread_missed(request_id=request.id,
-                                                requester_name=public_name(request.requester, names=self._names,
-                                                                           fallback=request.requester_name),
+                                                requester_name=self._requester(request),
                                                 window_start=request.window_start,
                                                 window_end=request.window_end, now=now))
             return self._view(self._load(request.id))
@@ -604,6 +603,11 @@ class RequestService:
 
     def _public(self, actor: Actor) -> str:
         return public_name(actor.user_id, names=self._names, fallback=actor.name)
+
+    def _requester(self, request: Request) -> str:
+        """The requester as anyone else reads them: the configured name or a mention
+        (a row stored before names were kept this way holds a Slack display name)."""
+        return public_name(request.requester, names=self._names, fallback=request.requester_name)
 
     def _approver_now(self, request: Request) -> ApproverNow:
         """Whether a user holds the approver role for the request's pool now; each user
@@ -736,7 +740,7 @@ class RequestService:
             pool=request.pool,
             state=request.state,
             requester=request.requester,
-            requester_name=request.requester_name,
+            requester_name=self._requester(request),
             reason=request.reason,
             targets=request.targets,
             window_start=request.window_start,
@@ -746,7 +750,7 @@ class RequestService:
             approvals=tuple(
                 ApprovalView(
                     approver=d.approver,
-                    approver_name=self._names.get(d.approver, d.approver),
+                    approver_name=public_name(d.approver, names=self._names),
                     decision=d.decision,
                     plan_hash=d.plan_hash,
                     counts=d.decision == "approve" and d.approver in counting
