@@ -81,8 +81,8 @@ def transition(
     """Move the run to `new` only if it is in `expected` now; True if this call won.
 
     The first move to `running` stamps `started_at`; a move to a finished state stamps
-    `ended_at`. `halted_reason` (why it paused, aborted or failed) replaces the old one
-    when given.
+    `ended_at` and forgets what it waited for. `halted_reason` (why it paused, aborted or
+    failed) replaces the old one when given.
     """
     states = codec.state_set(expected)
     stamp = codec.time_to_text(at)
@@ -90,9 +90,10 @@ def transition(
         "UPDATE runs SET state = ?,"
         " started_at = CASE WHEN ? = 'running' THEN coalesce(started_at, ?) ELSE started_at END,"
         " ended_at = CASE WHEN ? IN ('aborted', 'failed', 'succeeded') THEN ? ELSE ended_at END,"
-        " halted_reason = coalesce(?, halted_reason)"
+        " halted_reason = coalesce(?, halted_reason),"
+        " waiting = CASE WHEN ? IN ('aborted', 'failed', 'succeeded') THEN NULL ELSE waiting END"
         f" WHERE id = ? AND state IN ({codec.placeholders(states)})",
-        (new, new, stamp, new, stamp, halted_reason, id, *states),
+        (new, new, stamp, new, stamp, halted_reason, new, id, *states),
     )
     return cursor.rowcount == 1
 
