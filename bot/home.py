@@ -2,7 +2,9 @@
 of up to 100 blocks) and the requests waiting for the viewer's approval, each with its
 Approve / Deny buttons; for those who may ask for drains, upgrades or MIG changes, a
 "Request a drain", "Request a driver upgrade" and "Request a MIG change" button that open
-those forms with nothing filled in. Published with views.publish when the
+those forms with nothing filled in; and the open requests that wait for something, each with
+why in the words `/gpu request` uses (approvals, the window, a freeze, the pool's capacity,
+a PodDisruptionBudget, a person). Published with views.publish when the
 user opens the tab, and again after they click one of its buttons."""
 
 from __future__ import annotations
@@ -32,6 +34,10 @@ from workflows.wording import when
 
 # Each waiting request takes a section and an actions block.
 WAITING_SHOWN = 10
+# Requests that wait, with why: one section block of at most this many lines, each cut
+# to WAIT_CHARS (a section's text holds 3000 characters).
+WAITS_SHOWN = 6
+WAIT_CHARS = 400
 
 
 def _waiting_blocks(waiting: list[RequestView], *, now: dt.datetime) -> list[Block]:
@@ -50,12 +56,26 @@ def _waiting_blocks(waiting: list[RequestView], *, now: dt.datetime) -> list[Blo
     return blocks
 
 
+def _waits_blocks(waits: list[tuple[RequestView, str]]) -> list[Block]:
+    if not waits:
+        return []
+    lines = [f"*{escape(msg.waits_title(len(waits)))}*"]
+    for view, why in waits[:WAITS_SHOWN]:
+        why = why if len(why) <= WAIT_CHARS else why[:WAIT_CHARS - 1] + "…"
+        lines.append(msg.waits_line(escape(view.id), view.kind, escape(view.pool), escape(why)))
+    blocks: list[Block] = [SectionBlock(text="\n".join(lines))]
+    if len(waits) > WAITS_SHOWN:
+        blocks.append(context_block(escape(msg.more_waits(len(waits) - WAITS_SHOWN))))
+    return blocks + [DividerBlock()]
+
+
 def home_view(fleet_reply: Reply, waiting: list[RequestView], *, now: dt.datetime,
               notice: Reply | None = None, drain_button: bool = False,
-              upgrade_button: bool = False, mig_button: bool = False) -> dict[str, Any]:
+              upgrade_button: bool = False, mig_button: bool = False,
+              waits: list[tuple[RequestView, str]] | None = None) -> dict[str, Any]:
     """The Home tab for one user; `notice` (the outcome of their last click) on top;
     `drain_button` for someone who may request drains, `upgrade_button` upgrades,
-    `mig_button` MIG changes."""
+    `mig_button` MIG changes; `waits`: the open requests that wait, with why."""
     top: list[Block] = [HeaderBlock(text=PlainTextObject(text=msg.home_title(), emoji=True))]
     if notice is not None and (notice.summary or notice.title):
         top.append(context_block(escape(f"{header_text(notice)}: {notice.summary or ''}")))
@@ -68,7 +88,7 @@ def home_view(fleet_reply: Reply, waiting: list[RequestView], *, now: dt.datetim
         requests.append(Intent(action=REQUEST_MIG, label=command_msg.request_mig_label(), value=""))
     if requests:
         top.extend(actions_blocks(requests, block_id="request-drain"))
-    pending = _waiting_blocks(waiting, now=now) + [DividerBlock()]
+    pending = _waiting_blocks(waiting, now=now) + [DividerBlock()] + _waits_blocks(waits or [])
     footer = [context_block(escape(msg.home_updated_at(when(now))))]
     status_title = SectionBlock(text=Mrkdwn(f"*{escape(fleet_reply.title)}*"))
     room = VIEW_BLOCKS - len(top) - len(pending) - len(footer) - 1

@@ -450,6 +450,18 @@ def more_waiting(count: int) -> str:
     return f"…and {count} more waiting; `/gpu help` lists the request commands."
 
 
+def waits_title(count: int) -> str:
+    return f"Requests waiting ({count})"
+
+
+def waits_line(request_id: str, kind: str, pool: str, why: str) -> str:
+    return f"*{request_id}* · {KIND_NOUNS.get(kind, kind)} on {pool}: {why}"
+
+
+def more_waits(count: int) -> str:
+    return f"…and {count} more; `/gpu requests` lists them and `/gpu request <id>` says why each waits."
+
+
 def home_updated_at(when: str) -> str:
     return f"Updated {when}. Reopen the tab to refresh."
 

@@ -64,6 +64,7 @@ from commands.drain import request_drain
 from commands.mig import request_mig
 from commands.upgrade import request_upgrade
 from commands.registry import REGISTRY, Call, CommandSpec, invoke
+from commands.requests import open_waits
 from commands.reply import Reply, error_reply
 from workflows.access import Actor
 
@@ -373,6 +374,7 @@ class SlackBot:
         fleet_reply = dispatch("status", actor=actor, services=services, now=now)
         waiting = services.requests.waiting_for(actor, now=now) if services.requests is not None else []
         return self.api.publish_home(user, home_view(fleet_reply, waiting, now=now, notice=notice,
+                                                     waits=open_waits(services, now=now),
                                                      drain_button=may_request_drain(actor),
                                                      upgrade_button=may_request_upgrade(actor),
                                                      mig_button=may_request_mig(actor)))

@@ -644,6 +644,14 @@ def freeze_runs_cell(runs: list[str], *, let_running_finish: bool) -> str:
     return ", ".join(runs) + (" (finish)" if let_running_finish else " (stop at the next node)")
 
 
+# The request view's fact saying why a request or its run waits (workflows.engine.waits).
+WAITS_LABEL = "Why it waits"
+
+
+def approver_group(name: str) -> str:
+    return f"a member of {name}"
+
+
 def run_held_by_freeze(line: str) -> str:
     return ("A change freeze holds this run: nodes under way finish, no new node starts, and it goes on by itself "
             f"when the freeze ends. {line}")

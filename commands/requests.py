@@ -10,16 +10,19 @@ plan and the exact command to approve it, so nobody approves a plan they have no
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
 from commands import messages as msg
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
 from commands.reply import HOST_DRIVER_REMOVED, Fact, Intent, Notice, Reply, Section, Table, error_reply
+from commands.services import Services
 from storage.audit import AuditEntry
-from workflows.access import AccessDenied, Actor, Role
+from workflows.access import AccessDenied, Actor, Role, effective_roles
 from workflows.engine.continuing import ContinueRefused, ContinueService
 from workflows.engine.runs import PERSON_STEPS, RunRefused, RunService, RunView, UnknownRun, step_note
+from workflows.engine.waits import why_waiting
 from workflows.pools.freezes import Freeze, covering, freeze_sentence, holds_run
 from workflows.requests.service import RequestRefused, RequestService, RequestView, UnknownRequest
 from workflows.wording import when
@@ -129,18 +132,64 @@ def _plan_section(view: RequestView) -> Section:
 def _freeze_over(call: Call, pool: str, *, started: bool) -> Freeze | None:
     """The change freeze that holds a run of `pool` now (`started`: the run has a step
     under way or done), if any."""
-    if call.services.freezes is None:
+    return _freeze_holding(call.services, pool, now=call.now, started=started)
+
+
+def _freeze_holding(services: Services, pool: str, *, now: dt.datetime, started: bool) -> Freeze | None:
+    if services.freezes is None:
         return None
-    held = [f for f in covering(call.services.freezes.in_force(call.now), pool,
-                                cluster=call.services.config.cluster_name) if holds_run(f, started=started)]
+    held = [f for f in covering(services.freezes.in_force(now), pool,
+                                cluster=services.config.cluster_name) if holds_run(f, started=started)]
     return max(held, key=lambda f: f.until) if held else None
+
+
+def _started(run: RunView) -> bool:
+    return run.state != "pending" and any(s.state != "pending" for s in run.steps)
 
 
 def _held_by(call: Call, run: RunView) -> Freeze | None:
     if run.state not in ("pending", "running"):
         return None
-    return _freeze_over(call, run.pool, started=run.state != "pending"
-                        and any(s.state != "pending" for s in run.steps))
+    return _freeze_over(call, run.pool, started=_started(run))
+
+
+def _approver_names(services: Services, view: RequestView) -> list[str]:
+    """Who could approve `view` now and has not: users with the approver role (for its
+    pool or everywhere), then user groups that give it; never its requester."""
+    config = services.config
+    policy = config.pools.get(view.pool)
+    pool_approvers = policy.approvers if policy is not None else ()
+    users = set(config.access.users) | {a for a in pool_approvers if not a.startswith("group:")}
+    done = set(view.approvers) | {view.requester}
+    names = sorted(config.access.names.get(u, u) for u in users - done
+                   if config.actor(u).has(Role.APPROVER, pool=view.pool))
+    groups = {g for g, roles in config.access.usergroups.items() if Role.APPROVER in effective_roles(roles)}
+    groups |= {a.removeprefix("group:") for a in pool_approvers if a.startswith("group:")}
+    return names + [msg.approver_group(config.access.names.get(g, g)) for g in sorted(groups)]
+
+
+def request_waits(services: Services, view: RequestView, *, now: dt.datetime,
+                  runs: list[RunView] | None = None) -> str | None:
+    """Why `view` waits now, in the one sentence `/gpu request`, the console and App Home
+    show (workflows.engine.waits); None when it waits for nothing."""
+    if runs is None:
+        runs = services.runs.for_request(view.id) if services.runs is not None else []
+    current = next((r for r in reversed(runs) if not r.run.finished), None)
+    freeze = _freeze_holding(services, view.pool, now=now, started=current is not None and _started(current))
+    return why_waiting(view, runs, now=now, freeze=freeze,
+                       approvers=_approver_names(services, view) if view.state == "pending" else ())
+
+
+def open_waits(services: Services, *, now: dt.datetime) -> list[tuple[RequestView, str]]:
+    """The open requests that wait for something, each with why (App Home lists them)."""
+    if services.requests is None:
+        return []
+    found = []
+    for view in services.requests.open_requests():
+        why = request_waits(services, view, now=now)
+        if why is not None:
+            found.append((view, why))
+    return found
 
 
 def _run_section(run: RunView, *, held_by: Freeze | None = None) -> Section:
@@ -166,12 +215,15 @@ def _request_reply(call: Call, view: RequestView, *, title: str | None = None) -
              if view.window_start and view.window_end else "none"),
         Fact("Plan hash", view.plan_hash),
     )
+    runs = call.services.runs.for_request(view.id) if call.services.runs is not None else []
+    waits = request_waits(call.services, view, now=call.now, runs=runs)
+    if waits is not None:
+        facts = (*facts, Fact(msg.WAITS_LABEL, waits))
     sections = [Section(facts=facts), _plan_section(view)]
     if view.approvals:
         sections.append(Section(title="Decisions", bullets=tuple(
             msg.approvals_line(a.approver_name, a.decision, a.plan_hash[:8], a.counts, a.reason)
             for a in view.approvals)))
-    runs = call.services.runs.for_request(view.id) if call.services.runs is not None else []
     sections.extend(_run_section(run, held_by=_held_by(call, run)) for run in runs)
     if view.state in ("approved", "scheduled") and (freeze := _freeze_over(call, view.pool, started=False)):
         sections.append(Section(notices=(Notice(severity="warning", text=freeze_sentence(freeze),

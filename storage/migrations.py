@@ -311,6 +311,13 @@ ALTER TABLE freezes ADD COLUMN cluster TEXT CHECK (cluster IS NULL OR length(clu
 CREATE INDEX freezes_by_cluster ON freezes (cluster, target) WHERE lifted_at IS NULL;
 """
 
+# What an unfinished run waits for before its next node or wave (a change freeze, the
+# pool's capacity or window), one sentence the engine keeps current; NULL: nothing. A
+# step's own wait (a PodDisruptionBudget, a person) is in the step's detail.
+RUN_WAITING = """
+ALTER TABLE runs ADD COLUMN waiting TEXT;
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -327,6 +334,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "change freezes of a pool or the cluster (freezes)", FREEZES),
     Migration(8, "requests and freezes say which cluster they are about (cluster), with several clusters",
               CLUSTER_COLUMNS),
+    Migration(9, "runs say what they wait for before their next node or wave (waiting)", RUN_WAITING),
 )
 
 _SCHEMA_MIGRATIONS = """

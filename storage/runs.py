@@ -31,6 +31,9 @@ class Run:
     started_at: dt.datetime | None
     ended_at: dt.datetime | None
     halted_reason: str | None
+    # What the run waits for before its next node or wave (a change freeze, the pool's
+    # capacity or window), as the engine last said it; None while nothing holds it.
+    waiting: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -78,8 +81,8 @@ def transition(
     """Move the run to `new` only if it is in `expected` now; True if this call won.
 
     The first move to `running` stamps `started_at`; a move to a finished state stamps
-    `ended_at`. `halted_reason` (why it paused, aborted or failed) replaces the old one
-    when given.
+    `ended_at` and forgets what it waited for. `halted_reason` (why it paused, aborted or
+    failed) replaces the old one when given.
     """
     states = codec.state_set(expected)
     stamp = codec.time_to_text(at)
@@ -87,9 +90,10 @@ def transition(
         "UPDATE runs SET state = ?,"
         " started_at = CASE WHEN ? = 'running' THEN coalesce(started_at, ?) ELSE started_at END,"
         " ended_at = CASE WHEN ? IN ('aborted', 'failed', 'succeeded') THEN ? ELSE ended_at END,"
-        " halted_reason = coalesce(?, halted_reason)"
+        " halted_reason = coalesce(?, halted_reason),"
+        " waiting = CASE WHEN ? IN ('aborted', 'failed', 'succeeded') THEN NULL ELSE waiting END"
         f" WHERE id = ? AND state IN ({codec.placeholders(states)})",
-        (new, new, stamp, new, stamp, halted_reason, id, *states),
+        (new, new, stamp, new, stamp, halted_reason, new, id, *states),
     )
     return cursor.rowcount == 1
 
@@ -101,6 +105,27 @@ def advance_wave(db: Database, *, id: RunId, expected_wave: int | None, wave: in
         (wave, id, expected_wave),
     )
     return cursor.rowcount == 1
+
+
+def set_waiting(db: Database, *, id: RunId, waiting: str | None) -> bool:
+    """Say what the unfinished run waits for now (None: nothing); True if it changed."""
+    cursor = db.execute(
+        "UPDATE runs SET waiting = ? WHERE id = ? AND waiting IS NOT ?"
+        " AND state IN ('pending', 'running', 'paused')",
+        (waiting, id, waiting),
+    )
+    return cursor.rowcount == 1
+
+
+def ended_since(db: Database, *, since: dt.datetime, states: Collection[RunState] = FINISHED_STATES) -> list[Run]:
+    """Runs that ended (in one of `states`) at or after `since`, oldest first."""
+    wanted = codec.state_set(states)
+    rows = db.query(
+        f"SELECT * FROM runs WHERE ended_at >= ? AND state IN ({codec.placeholders(wanted)})"
+        " ORDER BY ended_at, id",
+        (codec.time_to_text(since), *wanted),
+    )
+    return [_from_row(r) for r in rows]
 
 
 def for_request(db: Database, *, request_id: RequestId) -> list[Run]:
@@ -147,4 +172,5 @@ def _from_row(row: dict[str, Any]) -> Run:
         started_at=codec.optional_time_from_text(row["started_at"]),
         ended_at=codec.optional_time_from_text(row["ended_at"]),
         halted_reason=row["halted_reason"],
+        waiting=row.get("waiting"),
     )

@@ -3,6 +3,9 @@ once (an empty ack); answers arrive through the Web API and response_urls."""
 
 from __future__ import annotations
 
+import io
+
+from bot.console import run_console
 from testenv.fakeslack import signing
 from tests.e2e.conftest import CHANNEL, submit_upgrade, text_of
 
@@ -67,3 +70,18 @@ def test_opening_the_home_tab_over_socket_mode_publishes_it_once_per_event(socke
     socket_bot.deliveries.wait_for(lambda ds: len(ds) == 2)
     assert len(socket_bot.slack.calls("views.publish")) == 1
     assert "GPU fleet status" in text_of(socket_bot.slack.workspace.home_view("U0CAROL")["blocks"])
+
+
+def test_app_home_and_the_console_say_why_a_request_waits_in_the_same_words(socket_bot, fake_socket_mode):
+    request = submit_upgrade(socket_bot.runtime)
+    why = "Waits for 2 more approvals (0/2 so far) from bob, carol, erin or a member of S0SRE."
+
+    out = io.StringIO()
+    run_console([f"/gpu request {request.id}"], runtime=socket_bot.runtime, out=out, as_user="U0DAVE")
+    assert f"Why it waits: {why}" in out.getvalue(), out.getvalue()
+
+    event = signing.app_home_opened_event("U0DAVE", event_id="Ev0HOME2")
+    fake_socket_mode.wait_for_ack(fake_socket_mode.send_envelope("events_api", event))
+    socket_bot.deliveries.wait_for(lambda ds: len(ds) == 1)
+    home = text_of(socket_bot.slack.workspace.home_view("U0DAVE")["blocks"])
+    assert f"*{request.id}* · Driver upgrade on serving-a: {why}" in home, home

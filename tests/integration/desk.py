@@ -8,12 +8,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import html
+from typing import Any
+
 import yaml
 from kubernetes.client.rest import ApiException
 
 from bot.clicks import Click, press
+from bot.slack_api import SlackApi, web_client
+from bot.slack_app import SlackBot
+from bot.wiring import Runtime
 from commands.catalog import dispatch
 from commands.services import Services
+from testenv.fakeslack import FakeSlackWebApi
 from testenv.install import wait_until
 from testenv.operator import NAMESPACE as OPERATOR_NAMESPACE
 from tests.integration import engine_harness as h
@@ -114,3 +121,28 @@ class Desk:
                                                                          plan_hash=view.plan_hash)
         with h.EngineThread(self.cluster.kubeconfig, self.db.path, user=self.user):
             return h.wait_run(self.db, run.id, timeout=timeout)
+
+
+def app_home(runtime: Runtime, user: str, name: str) -> str:
+    """What `user` reads on App Home as the bot publishes it (views.publish to a fake
+    Slack), unescaped, one line per text."""
+    with FakeSlackWebApi() as slack:
+        slack.workspace.add_user(user, name=name)
+        bot = SlackBot(runtime, SlackApi(web_client(slack.bot_token, base_url=slack.base_url)))
+        assert bot.publish_home(user)
+        view = slack.workspace.home_view(user)
+    assert view is not None
+    parts: list[str] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            if value.get("type") in ("plain_text", "mrkdwn") and "text" in value:
+                parts.append(html.unescape(value["text"]))
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    walk(view["blocks"])
+    return "\n".join(parts)

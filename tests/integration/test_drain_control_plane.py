@@ -21,6 +21,7 @@ import pytest
 from bot.scheduler import clear_stale_marks, start_window_runs
 from bot.wiring import Runtime, build_runtime
 from commands.catalog import dispatch
+from commands.messages import WAITS_LABEL
 from commands.reply import Reply
 from storage import audit
 from storage import requests as stored_requests
@@ -28,6 +29,7 @@ from storage import runs as stored_runs
 from testenv import fleet as fl
 from testenv.install import wait_until
 from testenv.summary import advertised
+from tests.integration import desk
 from tests.integration import engine_harness as h
 from workflows.config import GpuopsConfig
 from workflows.engine.runs import RunView
@@ -60,6 +62,9 @@ def drain_config(*, bob: str = "approver") -> GpuopsConfig:
                   for name in POOLS},
         "access": {"users": {"U0ALICE": ["operator"], "U0BOB": [bob]},
                    "names": {"U0ALICE": "alice", "U0BOB": "bob"}},
+        "rotations": [{"name": "gpu-oncall", "team": "GPU platform", "channel": CHANNEL, "timezone": "UTC",
+                       "shifts": [{"name": "day", "starts": "0 8 * * *", "members": ["U0ALICE"]},
+                                  {"name": "night", "starts": "0 20 * * *", "members": ["U0BOB"]}]}],
     })
 
 
@@ -80,6 +85,7 @@ def _texts(reply: Reply) -> str:
     parts = [reply.title or "", reply.summary or ""]
     for section in reply.sections:
         parts += [section.title or "", section.text or "", *(section.bullets or ())]
+        parts += [notice.text for notice in section.notices or ()]
         parts += [f"{fact.label}: {fact.value}" for fact in section.facts or ()]
         if section.table is not None:
             parts += [" | ".join(row) for row in section.table.rows]
@@ -384,6 +390,13 @@ def test_a_pdb_that_allows_one_disruption_makes_the_second_eviction_wait_and_the
         shown = _texts(gpu(runtime, "U0ALICE", f"/gpu request {request.id}"))
         assert f"{waiting} | evict | running | eviction of llm/{pods[waiting]['metadata']['name']}" in shown, shown
         assert "is blocked by a PodDisruptionBudget" in shown
+        # Why the run waits, in one sentence: on the request view and on App Home alike.
+        (said,) = [line.split(f"{WAITS_LABEL}: ", 1)[1] for line in shown.splitlines() if line.startswith(WAITS_LABEL)]
+        assert said.startswith(f"Waits on {waiting} (evict)"), said  # the other node's hold waits as planned
+        assert (f": eviction of llm/{pods[waiting]['metadata']['name']} is blocked by a PodDisruptionBudget"
+                in said), said
+        home = desk.app_home(runtime, "U0BOB", "bob")
+        assert any(request.id in line and line.endswith(said) for line in home.splitlines()), home
         assert [p["metadata"]["uid"] for p in h.workload_pods(installer, "llm", f"llm-{waiting[-1]}")] == [
             pods[waiting]["metadata"]["uid"]]  # still running: the budget held
         # Someone does what the thread says: scales the service up on a node not drained.
@@ -486,6 +499,9 @@ def test_a_node_cordoned_by_hand_after_approval_makes_the_wave_wait_until_the_po
         engine.passes_after(10)
         (waits,) = thread.texts("run.waiting")  # said once, however often the engine looks
         assert "Wave 1 waits" in waits and "max_unavailable" in waits and "recheck-03" in waits, waits
+        # The request view says it too, not only the thread.
+        shown = _texts(gpu(runtime, "U0ALICE", f"/gpu request {request.id}"))
+        assert f"{WAITS_LABEL}: {waits}" in shown, shown
         assert not h.unschedulable(installer, "recheck-01") and not h.unschedulable(installer, "recheck-02")
         assert caplog.text.count("Wave 1 waits") == 1
 
@@ -603,6 +619,16 @@ def test_a_pool_that_waits_halts_the_run_at_the_timeout_with_the_blocked_node_co
     assert [m["text"] for m in messages if m["event"] == "run.failed"] == [reason]
     assert stored_requests.get(db, id=request.id).state == "failed"  # type: ignore[union-attr]
     assert audit.verify(db).ok
+    # The next shift hears of it: which run, node and why, what is still cordoned, who acts.
+    wait_until(lambda: runtime.fleet.fleet(h.now()).nodes["wait-01"].cordoned, timeout=30,  # type: ignore[attr-defined]
+               what="the bot to see wait-01 cordoned")
+    handover = gpu(runtime, "U0BOB", "/gpu handover")
+    (failed,) = [n for s in handover.sections if s.title == "Gone wrong since the last handover" for n in s.notices]
+    assert failed.text.startswith(f"{run.id}: drain of wait for {request.id} halted: a PodDisruptionBudget blocked "
+                                  "the drain of wait-01 ("), failed.text
+    assert f"eviction of solo/{solo['metadata']['name']} is blocked by a PodDisruptionBudget" in failed.text
+    assert "Still cordoned: wait-01. alice (who asked) or an operator of wait acts" in failed.text, failed.text
+    assert failed.severity == "warning" and failed.command == f"/gpu request {request.id}"
 
 
 @pytest.mark.parametrize("crash_after", ["pod.delete", "pod.evict"])

@@ -14,8 +14,11 @@ from typing import Any
 
 import pytest
 
+from bot.home import home_view
 from commands.catalog import dispatch
+from commands.messages import WAITS_LABEL
 from commands.reply import Reply
+from commands.requests import open_waits
 from commands.services import Services
 from storage import audit
 from storage.database import Database
@@ -115,6 +118,15 @@ def test_a_run_in_flight_stops_at_the_next_node_boundary_and_goes_on_when_the_fr
         assert not h.unschedulable(frz, f"{POOL}-01") and not h.unschedulable(frz, f"{POOL}-02")
         said = [t for t in thread(db) if t.startswith(f"Run {run.id} stops at the next node boundary")]
         assert len(said) == 1, thread(db)
+        # Why it waits, in one sentence: on the request view and on App Home alike.
+        shown = gpu(db, "U0ALICE", f"/gpu request {request.id}")
+        (why,) = [f.value for f in shown.sections[0].facts if f.label == WAITS_LABEL]
+        assert why.startswith(f"Waits for the freeze of pool {POOL} (by erin until "), why
+        assert why.endswith(": incident 4711) to end; it goes on by itself then."), why
+        services = Services.on_database(config=CONFIG, fleet=NoFleet(), database=db)
+        home = str(home_view(Reply(title="GPU fleet status"), [], now=h.now(),
+                             waits=open_waits(services, now=h.now())))
+        assert f"*{request.id}* · Drain on {POOL}: {why}" in home, home
         assert f"pool {POOL} is frozen by erin until" in said[0] and "(incident 4711)" in said[0]
         assert "goes on by itself" in said[0]
         # New requests are refused meanwhile, saying by whom and why.

@@ -18,6 +18,7 @@ from workflows.drain.history import NodesDrained
 from workflows.fleet.summary import Fleet
 from workflows.handover.checklist import (
     Checklist,
+    RunFailure,
     RunInFlight,
     build_checklist,
     checklist_from_json,
@@ -118,12 +119,12 @@ class StoredBefore:
 
 
 def checklist_for(make, *, fleet: Fleet | None = None, requests=(), runs=(), previous=None,
-                  drains=(), now: dt.datetime | None = None) -> Checklist:
+                  drains=(), now: dt.datetime | None = None, failures=()) -> Checklist:
     now = now or make.now
     return build_checklist(
         fleet=fleet or special_fleet(make), requests=list(requests), runs_in_flight=list(runs),
         previous=previous, rotation=ROTATION, shift=ROTATION.current_shift(now), now=now,
-        last_drains=list(drains))
+        last_drains=list(drains), failures=list(failures))
 
 
 def lines(items) -> list[tuple[str, str, str]]:
@@ -311,3 +312,62 @@ def test_a_quiet_fleet_says_nothing_needs_action(make, now_hour):
 
     assert checklist.all_clear
     assert reply.summary.startswith("Nothing needs action · 0 in flight")
+
+
+# ------------------------------------------------------------------ what went wrong
+
+
+def failure(make, what: str, *, node: str | None, step: str | None, left: tuple[str, ...] = (),
+            run: str = "run-bad001", kind: str = "drain", minutes: int = 30) -> RunFailure:
+    return RunFailure(what=what, run_id=run, request_id=run.replace("run", "req"), kind=kind,  # type: ignore[arg-type]
+                      pool="train-a", requester_name="Ada", at=make.now - dt.timedelta(minutes=minutes),
+                      reason="the reason.", node=node, step=step, left_cordoned=left)
+
+
+def test_the_shifts_failures_say_which_run_node_and_why_what_is_still_cordoned_and_who_acts(make):
+    checklist = checklist_for(make, failures=[
+        failure(make, "canary-failed", node="gpu-hand", step="gpu-check", left=("gpu-hand",), run="run-can001",
+                kind="upgrade", minutes=10),
+        failure(make, "pdb-blocked", node="gpu-ok", step="evict", left=("gpu-ok",), run="run-pdb001"),
+        failure(make, "left-out", node="gpu-short", step="evict", run="run-out001", minutes=50),
+        failure(make, "halted", node=None, step=None, run="run-wav001", minutes=40),
+    ])
+
+    texts = {i.subject: (i.severity, i.text, i.command) for i in checklist.failures}
+    assert [i.subject for i in checklist.failures] == ["run-out001", "run-wav001", "run-pdb001", "run-can001"]
+    severity, text, command = texts["run-can001"]
+    assert severity == "warning" and command == "/gpu request req-can001"
+    assert text == ("run-can001: upgrade of train-a for req-can001 halted: its canary failed on gpu-hand "
+                    "(Sat 07 Jun 13:50 CEST): the reason. Still cordoned: gpu-hand. Ada (who asked) or an operator "
+                    "of train-a acts: roll it back (`/gpu rollback run-can001`) or uncordon (`/gpu uncordon <node>`) "
+                    "or ask again.")
+    # gpu-ok was given back since: nobody's task any more.
+    severity, text, _ = texts["run-pdb001"]
+    assert severity == "info" and "a PodDisruptionBudget blocked the drain of gpu-ok" in text
+    assert text.endswith("The nodes it left cordoned (gpu-ok) are back in service.")
+    assert texts["run-out001"][0] == "info" and "left gpu-short out" in texts["run-out001"][1]
+    assert "halted before a wave" in texts["run-wav001"][1] and "It left no node cordoned." in texts["run-wav001"][1]
+    assert checklist_from_json(json.loads(json.dumps(checklist_to_json(checklist)))) == checklist
+
+
+def test_the_default_rendering_lists_the_failures_after_what_needs_action(make):
+    checklist = checklist_for(make, failures=[
+        failure(make, "halted", node="gpu-hand", step="validate", left=("gpu-hand",))])
+
+    reply = render_checklist(checklist, ROTATION.checklist_template)
+
+    assert " · 1 gone wrong · " in reply.summary
+    titles = [s.title for s in reply.sections]
+    assert titles[:2] == ["Needs action", "Gone wrong since the last handover"]
+    (notice,) = reply.sections[1].notices
+    assert notice.severity == "warning" and notice.command == "/gpu request req-bad001"
+    assert notice.text.startswith("run-bad001: drain of train-a for req-bad001 halted at validate on gpu-hand")
+    assert not checklist_for(make, fleet=make.fleet([make.node("gpu-ok")], make.operands("gpu-ok")),
+                             failures=[failure(make, "left-out", node="gpu-ok", step="evict")]).all_clear
+
+
+def test_a_checklist_stored_before_failures_were_listed_reads_back_with_none(make):
+    stored = checklist_to_json(checklist_for(make))
+    del stored["failures"]
+
+    assert checklist_from_json(stored).failures == ()

@@ -449,3 +449,44 @@ def test_the_handover_commands_need_the_viewer_role(db, source):
     reply = dispatch("/gpu handover history", actor=stranger, services=services, now=DAY_STARTS)
 
     assert not reply.ok and "needs the viewer role" in reply.summary
+
+
+def _failed_run(db: Database, *, kind: str, node: str, step_kind: str, at: dt.datetime, reason: str,
+                result: dict | None = None) -> tuple[str, str]:
+    """A request whose run halted at `step_kind` on `node` at `at`, as the engine stores it."""
+    request = stored_requests.create(db, kind=kind, pool="train-a", targets=[node], window_start=None,
+                                     window_end=None, reason="x", requester="U0OTTO", requester_name="Otto",
+                                     plan=a_plan(kind, node), plan_hash="c" * 64, approvals_required=0,
+                                     expires_at=at, at=at - HOUR)
+    stored_requests.transition(db, id=request.id, expected="pending", new="running", at=at - HOUR)
+    run = stored_runs.create(db, request_id=request.id, dry_run=False, at=at - HOUR)
+    stored_runs.transition(db, id=run.id, expected="pending", new="running", at=at - HOUR)
+    cordon, failing = stored_steps.add(db, run_id=run.id, steps=[NewStep(0, node, 0, "cordon"),
+                                                                  NewStep(0, node, 1, step_kind)])
+    stored_steps.transition(db, id=cordon.id, expected="pending", new="done", at=at - HOUR)
+    stored_steps.transition(db, id=failing.id, expected="pending", new="running", at=at - HOUR)
+    stored_steps.transition(db, id=failing.id, expected="running", new="failed", at=at, error=reason,
+                            detail={"result": result or {}})
+    stored_runs.transition(db, id=run.id, expected="running", new="failed", at=at, halted_reason=reason)
+    audit.append(db, actor=audit.GPUOPS_ACTOR, k8s_identity=None, action="run.failed", target="train-a", at=at,
+                 request_id=request.id, run_id=run.id, before="running", after="failed",
+                 detail={"node": node, "kind": step_kind, "reason": reason, "left_cordoned": [node]})
+    return run.id, request.id
+
+
+def test_the_handover_lists_the_runs_that_failed_since_the_previous_one_named_by_what_went_wrong(db, source):
+    canary, canary_request = _failed_run(db, kind="upgrade", node="gpu-02", step_kind="gpu-check",
+                                         at=DAY_STARTS - 2 * HOUR, reason="the check pod on gpu-02 failed")
+    blocked, _ = _failed_run(db, kind="drain", node="gpu-02", step_kind="evict", at=DAY_STARTS - HOUR,
+                             reason="gpu-02: eviction of a/b is blocked", result={"blocked": {"a/b": "no"}})
+    _failed_run(db, kind="drain", node="gpu-02", step_kind="validate", at=DAY_STARTS - 13 * HOUR,
+                reason="before the night shift's start")  # the shift before the outgoing one: not listed
+
+    (view,) = HandoverService(db, CONFIG).post_due(source, now=DAY_STARTS + MINUTE)
+
+    texts = [i.text for i in view.checklist.failures]
+    assert [i.subject for i in view.checklist.failures] == [canary, blocked]
+    assert texts[0].startswith(f"{canary}: upgrade of train-a for {canary_request} halted: its canary failed on "
+                               "gpu-02 (")
+    assert "Still cordoned: gpu-02. Otto (who asked) or an operator of train-a acts: roll it back" in texts[0]
+    assert "halted: a PodDisruptionBudget blocked the drain of gpu-02" in texts[1]

@@ -683,6 +683,23 @@ def test_run_transitions_stamp_the_first_start_the_end_and_why_it_halted(db):
     assert done.finished
 
 
+def test_what_a_run_waits_for_is_kept_while_it_is_unfinished_and_forgotten_when_it_ends(db):
+    run = runs.create(db, request_id=new_request(db).id, dry_run=False, at=NOW)
+    assert run is not None and run.waiting is None
+
+    assert runs.set_waiting(db, id=run.id, waiting="Wave 1 waits: max_unavailable")
+    assert not runs.set_waiting(db, id=run.id, waiting="Wave 1 waits: max_unavailable")  # no change
+    assert runs.get(db, id=run.id).waiting == "Wave 1 waits: max_unavailable"
+    assert runs.transition(db, id=run.id, expected="pending", new="running", at=NOW + HOUR)
+    assert runs.get(db, id=run.id).waiting == "Wave 1 waits: max_unavailable"
+    assert runs.transition(db, id=run.id, expected="running", new="failed", at=NOW + 2 * HOUR)
+    assert runs.get(db, id=run.id).waiting is None
+    assert not runs.set_waiting(db, id=run.id, waiting="anything")  # a finished run waits for nothing
+    assert [r.id for r in runs.ended_since(db, since=NOW + 2 * HOUR)] == [run.id]
+    assert runs.ended_since(db, since=NOW + 2 * HOUR, states=("succeeded",)) == []
+    assert runs.ended_since(db, since=NOW + 3 * HOUR) == []
+
+
 def test_the_current_wave_advances_only_from_the_wave_the_engine_saw(db):
     run = runs.create(db, request_id=new_request(db).id, dry_run=False, at=NOW)
     assert run is not None

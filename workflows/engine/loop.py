@@ -498,6 +498,7 @@ class Engine:
                 del self._frozen[run.id]
                 text = gate_say.run_unfrozen(run_id=run.id, target=told.target)
                 with self._commit():
+                    stored_runs.set_waiting(self._db, id=run.id, waiting=None)
                     self._audit(run, info, action="run.unfrozen", target=info.request.pool, before=run.state,
                                 after=run.state, detail={"freeze": told.id, "text": text})
                     self._notify(run, info, event="run.unfrozen", state=run.state, text=text, kind="post",
@@ -519,7 +520,17 @@ class Engine:
                              dedupe=f"{run.id}/frozen/{freeze.id}")
             self._frozen[run.id] = freeze
             log.info("%s: %s", self.replica, text)
+        self._say_waiting(run, gate_say.run_waits_for_freeze(target=freeze.target, by=freeze.set_by_name,
+                                                             until=freeze.until, reason=freeze.reason,
+                                                             cluster=freeze.cluster))
         return freeze
+
+    def _say_waiting(self, run: Run, text: str | None) -> None:
+        """Keep what the run waits for before its next node or wave (`runs.waiting`: the
+        request view and App Home show it), written when it changes, not at every look."""
+        if run.waiting != text:
+            with self._commit():
+                stored_runs.set_waiting(self._db, id=run.id, waiting=text)
 
     def _told_frozen(self, run: Run) -> Freeze | None:
         """The freeze the run's thread was last told holds it: remembered, or, the first
@@ -564,6 +575,7 @@ class Engine:
         if verdict.fits:
             if self._gated.pop(run.id, None) is not None:
                 log.info("%s: run %s: wave %d fits now", self.replica, run.id, wave + 1)
+            self._say_waiting(run, None)
             return True
         reason = verdict.reason or ""
         if verdict.over and not run.dry_run:
@@ -578,6 +590,8 @@ class Engine:
                              dedupe=f"{run.id}/wave/{wave}/waits/{verdict.rule}")
             self._gated[run.id] = reason
             log.info("%s: run %s: %s", self.replica, run.id, reason)
+        if not run.dry_run:
+            self._say_waiting(run, reason)
         return run.dry_run
 
     def _wave_gate(self, run: Run, info: _RunInfo, steps: Sequence[Step], wave: int) -> WaveGate:

@@ -44,12 +44,12 @@ from workflows.signals.service import Reading
 from workflows.wording import when
 
 CHECKLIST_FORMAT = 1
-ItemKind: TypeAlias = Literal["freeze", "cluster", "finding", "approval", "run", "cordon", "window"]
+ItemKind: TypeAlias = Literal["freeze", "cluster", "finding", "approval", "run", "cordon", "window", "failure"]
 # Within one severity: a change freeze first (it changes what anyone may do this shift),
 # the other clusters (one that does not answer hides all of its problems), the cluster's
 # own problems, then what people must decide.
 _KIND_ORDER: dict[str, int] = {"freeze": 0, "cluster": 1, "finding": 2, "approval": 3, "run": 4, "cordon": 5,
-                               "window": 6}
+                               "window": 6, "failure": 7}
 _WINDOW_STATES = frozenset({"approved", "scheduled"})
 
 
@@ -92,6 +92,28 @@ class RunInFlight:
             (s.ended_at for s in self.steps if s.node == node and s.kind == "cordon" and s.state == "done"),
             None,
         )
+
+
+FailureKind: TypeAlias = Literal["halted", "pdb-blocked", "canary-failed", "left-out"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunFailure:
+    """Something that went wrong in a run since the previous handover: the run halted
+    (at a step on a node, or before a wave), a PodDisruptionBudget blocked its drain (it
+    halted, or left the node out and gave it back), or its canary failed."""
+
+    what: FailureKind
+    run_id: str
+    request_id: str
+    kind: str
+    pool: str
+    requester_name: str
+    at: dt.datetime
+    reason: str
+    node: str | None = None  # None: the run halted before a wave, on no node
+    step: str | None = None
+    left_cordoned: tuple[str, ...] = ()  # as the run left them
 
 
 class Rotation(Protocol):
@@ -211,6 +233,9 @@ class Checklist:
     finding_keys: tuple[FindingKey, ...] = ()
     cordons: tuple[CordonSeen, ...] = ()
     history_command: str = ""
+    # What went wrong in runs since the previous handover, oldest first; those that left a
+    # node cordoned are warnings (someone must act), the others information.
+    failures: tuple[ChecklistItem, ...] = ()
 
     @property
     def zone(self) -> zoneinfo.ZoneInfo:
@@ -218,7 +243,7 @@ class Checklist:
 
     @property
     def all_clear(self) -> bool:
-        return not (self.needs_action or self.in_flight or self.coming_up)
+        return not (self.needs_action or self.in_flight or self.coming_up or self.failures)
 
     def items(self) -> tuple[ChecklistItem, ...]:
         return self.needs_action + self.in_flight + self.coming_up + self.for_information
@@ -243,6 +268,7 @@ def build_checklist(
     signals: Reading | None = None,
     freezes: Sequence[Freeze] = (),
     clusters: Sequence[ClusterGlance] = (),
+    failures: Sequence[RunFailure] = (),
 ) -> Checklist:
     """The checklist for `shift` of `rotation`, from what is known at `now`.
 
@@ -255,6 +281,8 @@ def build_checklist(
     `freezes` are the change freezes in force: each is an item the shift must know.
     `clusters` are the other clusters gpuops serves (not the one `fleet` is): one that
     does not answer, or has critical findings, needs the shift; the others are a line each.
+    `failures` are what went wrong in runs since the previous handover: each says which
+    run, step and node, why, which of the nodes it left cordoned still are, and who acts.
     """
     zone = rotation.zone
     before = _Previous.read(previous)
@@ -369,7 +397,21 @@ def build_checklist(
         finding_keys=keys,
         cordons=tuple(cordons),
         history_command=say.history_command(rotation.name),
+        failures=tuple(_failure_item(f, fleet=fleet, now=now, zone=zone)
+                       for f in sorted(failures, key=lambda f: (f.at, f.run_id))),
     )
+
+
+def _failure_item(failure: RunFailure, *, fleet: Fleet, now: dt.datetime, zone: zoneinfo.ZoneInfo) -> ChecklistItem:
+    # What the run left cordoned, as the fleet has it now: a node someone has given back
+    # since is nobody's task any more (one the fleet does not know is kept: fail closed).
+    still = tuple(n for n in failure.left_cordoned if (node := fleet.nodes.get(n)) is None or node.cordoned)
+    text = say.run_failure(what=failure.what, run_id=failure.run_id, request_id=failure.request_id,
+                           kind=failure.kind, pool=failure.pool, node=failure.node, step=failure.step,
+                           reason=failure.reason, at=failure.at, zone=zone, left_cordoned=failure.left_cordoned,
+                           still_cordoned=still, requester=failure.requester_name)
+    severity: Severity = "warning" if still else "info"
+    return _item("failure", severity, failure.run_id, text, say.request_command(failure.request_id))
 
 
 def _pool_of(request: RequestView, *, qualified: bool) -> str:
@@ -497,6 +539,7 @@ def checklist_to_json(checklist: Checklist) -> dict[str, Any]:
                           "command": k.command} for k in checklist.finding_keys],
         "cordons": [{"node": c.node, "since": t(c.since)} for c in checklist.cordons],
         "history_command": checklist.history_command,
+        "failures": [_item_json(i) for i in checklist.failures],
     }
 
 
@@ -527,6 +570,7 @@ def checklist_from_json(raw: Mapping[str, Any]) -> Checklist:
         finding_keys=tuple(FindingKey(**k) for k in raw["finding_keys"]),
         cordons=tuple(CordonSeen(node=c["node"], since=t(c["since"])) for c in raw["cordons"]),
         history_command=raw.get("history_command", ""),
+        failures=tuple(_item_from(i) for i in raw.get("failures", ())),
     )
 
 
@@ -665,4 +709,5 @@ def sample_checklist() -> Checklist:
         finding_keys=(FindingKey(code="driver-conflict", subject="gpu-01", severity="critical"),),
         cordons=(CordonSeen(node="gpu-02", since=start),),
         history_command="/gpu handover history sample",
+        failures=(item("failure", "warning", "run-000001"),),
     )

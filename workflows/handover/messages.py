@@ -121,6 +121,38 @@ def run_line(*, run_id: str, request_id: str, kind: str, pool: str, state: str, 
     return f"{head}: {step or 'between steps'}; {progress}"
 
 
+_FAILED_HOW = {
+    "halted": "halted at {step} on {node}",
+    "pdb-blocked": "halted: a PodDisruptionBudget blocked the drain of {node}",
+    "canary-failed": "halted: its canary failed on {node}",
+    "left-out": "left {node} out: a PodDisruptionBudget still blocked its drain, so it was given back",
+}
+
+
+def run_failure(*, what: str, run_id: str, request_id: str, kind: str, pool: str, node: str | None,
+                step: str | None, reason: str, at: dt.datetime, zone: zoneinfo.ZoneInfo,
+                left_cordoned: Sequence[str], still_cordoned: Sequence[str], requester: str) -> str:
+    """One run that went wrong since the last handover: what, where, why, what it left
+    cordoned and who acts."""
+    how = (_FAILED_HOW[what].format(step=step, node=node) if node is not None
+           else "halted before a wave")
+    text = f"{run_id}: {kind} of {pool} for {request_id} {how} ({when(at, zone, style='day')}): {reason.rstrip('.')}."
+    if what == "left-out":
+        return text + " Nothing for anyone to do unless that node still needs its drain."
+    gone = sorted(set(left_cordoned) - set(still_cordoned))
+    if still_cordoned:
+        text += f" Still cordoned: {', '.join(still_cordoned)}."
+    elif left_cordoned:
+        return text + f" The nodes it left cordoned ({', '.join(gone)}) are back in service."
+    else:
+        return text + " It left no node cordoned."
+    if gone:
+        text += f" Back in service since: {', '.join(gone)}."
+    undo = (f"roll it back (`/gpu rollback {run_id}`) or uncordon" if kind in ("upgrade", "mig", "migrate")
+            else "uncordon")
+    return text + f" {requester} (who asked) or an operator of {pool} acts: {undo} (`/gpu uncordon <node>`) or ask again."
+
+
 def step_line(*, kind: str, node: str, wave: int, state: str, attempt: int,
               started_at: dt.datetime | None, now: dt.datetime, more_running: int) -> str:
     since = f" for {format_age(now - started_at)}" if started_at and state == "running" else ""

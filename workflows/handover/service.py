@@ -41,6 +41,7 @@ from storage.codec import JsonValue
 from storage.database import Database
 from storage.handovers import Handover
 from storage.ids import HandoverId
+from storage.steps import Step
 from workflows.access import Actor
 from workflows.drain.history import NodesDrained, last_drains
 from workflows.fleet.clusters import ClusterGlance
@@ -49,6 +50,8 @@ from workflows.fleet.summary import Fleet
 from workflows.handover import messages as say
 from workflows.handover.checklist import (
     Checklist,
+    FailureKind,
+    RunFailure,
     RunInFlight,
     build_checklist,
     checklist_from_json,
@@ -220,8 +223,10 @@ class HandoverService:
             found = self._signals.findings(reading, pools={name: node.pool for name, node in fleet.nodes.items()})
             if found:
                 fleet = dataclasses.replace(fleet, findings=sort_findings((*fleet.findings, *found)))
+        since = earlier[0].shift_start if earlier else shift.start - (shift.end - shift.start)
         return build_checklist(
             fleet=fleet,
+            failures=self.failures(since=since),
             signals=reading,
             requests=RequestService(self._db, self._config).open_requests(every_cluster=True),
             runs_in_flight=self.runs_in_flight(),
@@ -253,6 +258,35 @@ class HandoverService:
                 halted_reason=run.halted_reason,
                 steps=tuple(stored_steps.for_run(self._db, run_id=run.id)),
             ))
+        return found
+
+    def failures(self, *, since: dt.datetime) -> list[RunFailure]:
+        """What went wrong in real (not dry) runs that ended at or after `since`, every
+        cluster's: each halt with its step, node and reason (a PodDisruptionBudget that
+        blocked an eviction and a failed canary named as such), and each node a run left
+        out because a budget still blocked it, from the runs' audit rows."""
+        found: list[RunFailure] = []
+        for run in stored_runs.ended_since(self._db, since=since, states=("failed", "succeeded")):
+            request = stored_requests.get(self._db, id=run.request_id)
+            if run.dry_run or request is None:
+                continue
+            pool = f"{request.cluster}/{request.pool}" if request.cluster and self._others is not None else request.pool
+            about = {"run_id": run.id, "request_id": request.id, "kind": request.kind, "pool": pool,
+                     "requester_name": request.requester_name}
+            steps = {s.id: s for s in stored_steps.for_run(self._db, run_id=run.id)}
+            for entry in audit.for_run(self._db, run.id):
+                detail = entry.detail if isinstance(entry.detail, dict) else {}
+                if entry.action == "node.left_out":
+                    found.append(RunFailure(what="left-out", at=entry.at, node=entry.target, step=detail.get("kind"),
+                                            reason=str(detail.get("reason") or ""), **about))
+                elif entry.action == "run.failed":
+                    node, kind = detail.get("node"), detail.get("kind")
+                    failed = next((s for s in steps.values() if s.node == node and s.kind == kind
+                                   and s.state == "failed"), None)
+                    found.append(RunFailure(
+                        what=_failure_kind(kind, failed), at=entry.at, node=node, step=kind,
+                        reason=str(detail.get("reason") or run.halted_reason or ""),
+                        left_cordoned=tuple(str(n) for n in detail.get("left_cordoned") or ()), **about))
         return found
 
     def last_drains(self) -> list[NodesDrained]:
@@ -532,6 +566,17 @@ class HandoverService:
             checklist=checklist_from_json(content),
             audit_head=content.get("audit_head"),
         )
+
+
+def _failure_kind(kind: str | None, failed: Step | None) -> FailureKind:
+    """A halted run's failure as the handover names it: an eviction a budget still
+    blocked at the timeout, a failed canary (the check pod), or any other halt."""
+    result = (failed.detail or {}).get("result") if failed is not None and isinstance(failed.detail, dict) else None
+    if kind == "evict" and isinstance(result, dict) and result.get("blocked"):
+        return "pdb-blocked"
+    if kind == "gpu-check":
+        return "canary-failed"
+    return "halted"
 
 
 def _content(stored: Handover) -> dict[str, Any]:

@@ -312,6 +312,13 @@ def run_frozen(*, run_id: str, target: str, by: str, until: dt.datetime, reason:
             f"when the freeze ends or is lifted (`/gpu unfreeze {target}`), or abort it (`/gpu abort {run_id}`).")
 
 
+def run_waits_for_freeze(*, target: str, by: str, until: dt.datetime, reason: str, cluster: str | None = None) -> str:
+    """What a run a freeze holds waits for, in one sentence (the request view, App Home)."""
+    why = f": {reason}" if reason else ""
+    return (f"Waits for the freeze of {_frozen_what(target, cluster)} (by {by} until {when(until)}{why}) to end; "
+            "it goes on by itself then.")
+
+
 def run_unfrozen(*, run_id: str, target: str) -> str:
     return f"The freeze of {_frozen_what(target)} is over: run {run_id} goes on from the node where it stopped."
 
