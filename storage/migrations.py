@@ -311,6 +311,19 @@ ALTER TABLE freezes ADD COLUMN cluster TEXT CHECK (cluster IS NULL OR length(clu
 CREATE INDEX freezes_by_cluster ON freezes (cluster, target) WHERE lifted_at IS NULL;
 """
 
+# A running drain's pending extension (storage/requests.py `PendingExtension`): the later
+# window end with the plan that carries it, waiting for the pool's approvals on its hash
+# until `extension_expires_at`; all NULL when none is asked for.
+EXTENSION_COLUMNS = """
+ALTER TABLE requests ADD COLUMN extension_window_end TEXT;
+ALTER TABLE requests ADD COLUMN extension_plan TEXT CHECK (extension_plan IS NULL OR json_valid(extension_plan));
+ALTER TABLE requests ADD COLUMN extension_plan_hash TEXT;
+ALTER TABLE requests ADD COLUMN extension_asked_by TEXT;
+ALTER TABLE requests ADD COLUMN extension_asked_at TEXT;
+ALTER TABLE requests ADD COLUMN extension_expires_at TEXT;
+CREATE INDEX requests_extension_due ON requests (extension_expires_at) WHERE extension_plan_hash IS NOT NULL;
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -327,6 +340,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "change freezes of a pool or the cluster (freezes)", FREEZES),
     Migration(8, "requests and freezes say which cluster they are about (cluster), with several clusters",
               CLUSTER_COLUMNS),
+    Migration(9, "a running drain may wait for approval of a later window end (extension_*)", EXTENSION_COLUMNS),
 )
 
 _SCHEMA_MIGRATIONS = """
