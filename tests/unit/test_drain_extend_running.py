@@ -342,7 +342,8 @@ def test_a_hold_extended_while_it_waits_ends_at_the_later_end_and_warns_once_mor
     assert held.retry_in == (dt.timedelta(hours=1) - WINDOW_ENDING_NOTICE).total_seconds()
     before_new_end = hold.advance(HoldContext(extended, intent, start + dt.timedelta(hours=3) - WINDOW_ENDING_NOTICE))
     assert isinstance(before_new_end, Waiting) and before_new_end.notice is not None
-    assert before_new_end.notice.key == "window-ending/2026-12-05T05:00:00.000000Z"
+    assert before_new_end.notice.key == "window-ending"
+    assert before_new_end.notice.again_for == "2026-12-05T05:00:00.000000Z" and warned.notice.again_for is None
     assert "ends at 2026-12-05 05:00:00 UTC" in before_new_end.notice.text
     assert isinstance(hold.advance(HoldContext(extended, intent, start + dt.timedelta(hours=3))), Done)
 

@@ -779,6 +779,8 @@ class Engine:
         """Post a waiting step's notice to the thread, once (the outbox dedupes by key,
         across restarts too; `live.noticed` spares the transaction)."""
         key = f"{run.id}/notice/{notice.key}" if notice.per_run else f"{run.id}/step/{step.id}/{notice.key}"
+        if notice.again_for is not None:
+            key += f"/{notice.again_for}"
         if key in live.noticed:
             return
         with self._commit():

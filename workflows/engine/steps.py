@@ -90,6 +90,8 @@ class Notice:
     text: str
     # One notice for the whole run rather than one per node's step.
     per_run: bool = False
+    # What makes it news again under the same key (a drain's extended end), if anything.
+    again_for: str | None = None
 
 
 @dataclass(frozen=True)
@@ -1295,12 +1297,12 @@ class Hold:
     def advance(self, ctx: StepContext) -> Outcome:
         until = codec.optional_time_from_text(ctx.intent.get("until"))
         warn_at = codec.optional_time_from_text(ctx.intent.get("warn_at"))
-        notice_key = "window-ending"
+        again_for = None
         extended = codec.optional_time_from_text(ctx.params.get("extended_until"))
         if extended is not None and until is not None and extended > until and not ctx.intent.get("open_ended"):
             # A later end, applied while it held: told again before it, once per new end.
             until, warn_at = extended, max(extended - WINDOW_ENDING_NOTICE, ctx.now)
-            notice_key = f"window-ending/{ctx.params['extended_until']}"
+            again_for = str(ctx.params["extended_until"])
         released = codec.optional_time_from_text(ctx.params.get("released_at"))
         if released is not None:
             until = released if until is None else min(until, released)
@@ -1315,7 +1317,7 @@ class Hold:
             # Every node of the run is held to the same window end: one notice for all.
             text = (say.open_drain_limit_ending(until) if ctx.intent.get("open_ended")
                     else say.window_ending(until, request_id=ctx.request_id))
-            notice = Notice(notice_key, text, per_run=True)
+            notice = Notice("window-ending", text, per_run=True, again_for=again_for)
             return Waiting(say.holding_until(until), retry_in=(until - ctx.now).total_seconds(), notice=notice)
         return Waiting(say.holding_until(until), retry_in=(warn_at - ctx.now).total_seconds())
 
