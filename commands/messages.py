@@ -347,6 +347,11 @@ def drain_extended_summary(*, was: str, window_end: str) -> str:
     return f"the window now ends {window_end} (was {was}); the nodes stay held until then"
 
 
+def request_extension(*, window_end: str, counted: int, required: int, short_hash: str, lapses: str) -> str:
+    return (f"to {window_end}, {counted} of {required} approvals (plan {short_hash}); "
+            f"lapses at {lapses} if not approved")
+
+
 def drain_extend_usage() -> str:
     return "Name the request and how much longer, e.g. `/gpu drain extend req-7f3a2c 2h`."
 

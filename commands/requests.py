@@ -166,6 +166,10 @@ def _request_reply(call: Call, view: RequestView, *, title: str | None = None) -
         Fact("Window", f"{when(view.window_start, style='table')} - {when(view.window_end, style='table')}"
              if view.window_start and view.window_end else "none"),
         Fact("Plan hash", view.plan_hash),
+        *((Fact("Extension", msg.request_extension(
+            window_end=when(view.extension.window_end, style="table"), counted=len(view.extension.approvers),
+            required=view.approvals_required, short_hash=view.extension.short_hash,
+            lapses=when(view.extension.expires_at, style="table"))),) if view.extension else ()),
     )
     sections = [Section(facts=facts), _plan_section(view)]
     if view.approvals:
