@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from bot.clicks import Click, press
 from commands.catalog import dispatch
 from commands.reply import Reply
 from commands.services import Services
@@ -282,6 +283,18 @@ def test_the_approve_button_of_a_pending_extension_is_bound_to_its_hash_and_not_
     assert [(i.action, i.value) for i in shown.intents if i.action == "approve"] == [
         ("approve", f"{request_id}/{extension.plan_hash}")]
     assert [i for i in gpu(services, "U0ALICE", f"drain extend {request_id} 30m", start).intents] == []
+
+    (button,) = [i for i in gpu(services, "U0BOB", f"request {request_id}", start).intents if i.action == "approve"]
+    first = press(Click(action=button.action, value=button.value, actor=services.config.actor("U0BOB"), now=start),
+                  services)
+    assert first.notice.ok and first.notice.summary == f"You approved {request_id} (1 of 2)."
+    decisions = next(s for s in gpu(services, "U0BOB", f"request {request_id}", start).sections
+                     if s.title == "Decisions")
+    assert decisions.bullets[-1] == f"bob approved plan {extension.short_hash}"  # it counts towards the extension
+    second = press(Click(action=button.action, value=button.value, actor=services.config.actor("U0CAROL"),
+                         now=start), services)
+    assert second.notice.ok and second.notice.summary == f"You approved {request_id}: it has all 2 approvals it needs."
+    assert services.requests.get(request_id).window_end == extension.window_end  # type: ignore[union-attr]
 
 
 def test_an_extension_not_approved_before_the_old_end_lapses_and_the_thread_hears_it(services):

@@ -834,6 +834,7 @@ class RequestService:
     def _view(self, request: Request) -> RequestView:
         decisions = self._decisions(request)
         counting = set(policy.counted_approvers(request, decisions, approver_now=self._approver_now(request)))
+        extension = self._extension_view(request, decisions)
         return RequestView(
             id=request.id,
             kind=request.kind,
@@ -853,8 +854,11 @@ class RequestService:
                     approver_name=self._names.get(d.approver, d.approver),
                     decision=d.decision,
                     plan_hash=d.plan_hash,
-                    counts=d.decision == "approve" and d.approver in counting
-                    and d.plan_hash == request.plan_hash,
+                    counts=d.decision == "approve" and (
+                        (d.approver in counting and d.plan_hash == request.plan_hash)
+                        # an approval of the pending extension counts towards it
+                        or (extension is not None and d.plan_hash == extension.plan_hash
+                            and d.approver in extension.approvers)),
                     reason=d.reason,
                     at=d.created_at,
                 )
@@ -868,7 +872,7 @@ class RequestService:
             cluster=request.cluster,
             channel=request.channel,
             thread_ts=request.thread_ts,
-            extension=self._extension_view(request, decisions),
+            extension=extension,
         )
 
     def _extension_view(self, request: Request, decisions: Sequence[Approval]) -> ExtensionView | None:
