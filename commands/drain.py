@@ -1,5 +1,7 @@
 """Drains: /gpu drain (request a drain window), /gpu drain done (end it early) and
-/gpu drain extend (ask for more time).
+/gpu drain extend (ask for more time: a drain not started yet is re-planned and approved
+again; a running drain whose run holds its nodes gets a later window end, at once on a
+pool that needs no approval for drains, else once the pool's approvers approve it).
 
 The words of a drain are read by `commands.drain_grammar` into a `DrainAsk` (the drain
 form submits one too, through `request_drain`); one call to the drain use case
@@ -142,7 +144,7 @@ def drain_done(call: Call, args: list[str]) -> Reply:
 
 
 @REGISTRY.command("drain extend", usage="drain extend <id> <duration>", role=Role.OPERATOR,
-                  summary="Ask for more time: the window end is re-planned and approved again",
+                  summary="Ask for more time: re-planned before the run; while it holds, a later end as the pool approves",
                   examples=("/gpu drain extend req-7f3a2c 2h",))
 def drain_extend(call: Call, args: list[str]) -> Reply:
     if len(args) != 2:
