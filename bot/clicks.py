@@ -175,7 +175,9 @@ def press(click: Click, services: Services) -> Outcome:
     try:
         if click.action == "approve":
             view = requests.approve(click.actor, request_id, plan_hash=value.plan_hash or "", now=click.now)
-            notice = _done(msg.approved_by_you(view.id, view.approvals_counted, view.approvals_required))
+            # A running drain's extension still waiting counts its own approvals.
+            counted = len(view.extension.approvers) if view.extension is not None else view.approvals_counted
+            notice = _done(msg.approved_by_you(view.id, counted, view.approvals_required))
         elif click.action == "deny":
             if not (click.reason or "").strip():
                 requests.check_may_deny(click.actor, request_id, now=click.now)  # refused before the form

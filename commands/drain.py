@@ -1,5 +1,7 @@
 """Drains: /gpu drain (request a drain window), /gpu drain done (end it early) and
-/gpu drain extend (ask for more time).
+/gpu drain extend (ask for more time: a drain not started yet is re-planned and approved
+again; a running drain whose run holds its nodes gets a later window end, at once on a
+pool that needs no approval for drains, else once the pool's approvers approve it).
 
 The words of a drain are read by `commands.drain_grammar` into a `DrainAsk` (the drain
 form submits one too, through `request_drain`); one call to the drain use case
@@ -24,10 +26,11 @@ from workflows.access import AccessDenied, Role
 from workflows.drain.plan import DrainAsk, DrainPlan, DrainRefused, DrainRequestError
 from workflows.drain.service import DrainRequested, DrainService
 from workflows.durations import parse_duration
+from workflows.fleet.summary import Fleet
 from workflows.engine.runs import RunRefused, RunService
 from workflows.requests import messages as request_say
 from workflows.requests.service import RequestRefused, RequestView, UnknownRequest
-from workflows.wording import local_time
+from workflows.wording import local_time, when
 
 
 def _drains(call: Call) -> DrainService:
@@ -141,13 +144,13 @@ def drain_done(call: Call, args: list[str]) -> Reply:
 
 
 @REGISTRY.command("drain extend", usage="drain extend <id> <duration>", role=Role.OPERATOR,
-                  summary="Ask for more time: the window end is re-planned and approved again",
+                  summary="Ask for more time: re-planned before the run; while it holds, a later end as the pool approves",
                   examples=("/gpu drain extend req-7f3a2c 2h",))
 def drain_extend(call: Call, args: list[str]) -> Reply:
     if len(args) != 2:
         raise UsageError(msg.drain_extend_usage())
     request = _drain_request(call, args[0])
-    if request.state not in ("pending", "approved", "scheduled"):
+    if request.state not in ("pending", "approved", "scheduled", "running"):
         return error_reply(msg.refused_title(), request_say.not_extendable(request.id, state=request.state))
     try:
         more = parse_duration(args[1])
@@ -158,8 +161,35 @@ def drain_extend(call: Call, args: list[str]) -> Reply:
     if request.window_end is None or request.window_start is None:
         return error_reply(msg.refused_title(), msg.drain_extend_open_ended(request.id))
     fleet = call.services.fleet.fleet(call.now)
+    if request.state == "running":
+        return _extend_running(call, request, more, fleet=fleet)
     return _answer(call, lambda: _drains(call).extend(call.actor, request, more, fleet=fleet, now=call.now),
                    title=msg.drain_extended_title(request.id))
+
+
+def _extend_running(call: Call, request: RequestView, more: dt.timedelta, *, fleet: Fleet) -> Reply:
+    """A running drain held longer: at once on a pool that needs no approval, else the
+    later end waits for approval (Approve buttons for approvers on its own plan hash)."""
+    try:
+        view = _drains(call).extend_running(call.actor, request, more, fleet=fleet, now=call.now)
+    except DrainRefused as err:
+        return _refused(err)
+    except AccessDenied:
+        raise
+    except RequestRefused as err:
+        return error_reply(msg.refused_title(), str(err))
+    assert request.window_end is not None and view.window_end is not None
+    if view.extension is None:
+        return Reply(title=msg.drain_held_longer_title(view.id), visibility="in_channel",
+                     summary=msg.drain_extended_summary(was=when(request.window_end, style="second"),
+                                                        window_end=when(view.window_end, style="second")))
+    extension = view.extension
+    return Reply(title=msg.drain_extended_title(view.id), visibility="in_channel",
+                 summary=msg.drain_extension_summary(
+                     window_end=when(view.window_end, style="second"),
+                     extended_to=when(extension.window_end, style="second"), counted=len(extension.approvers),
+                     required=view.approvals_required, short_hash=extension.short_hash),
+                 sections=(_request_facts(view),), intents=approval_intents(view, call.actor))
 
 
 def _drain_request(call: Call, request_id: str) -> RequestView:

@@ -333,6 +333,25 @@ def drain_extended_title(request_id: str) -> str:
     return f"Drain {request_id}: more time asked"
 
 
+def drain_held_longer_title(request_id: str) -> str:
+    return f"Drain {request_id}: its nodes are held longer"
+
+
+def drain_extension_summary(*, window_end: str, extended_to: str, counted: int, required: int,
+                            short_hash: str) -> str:
+    return (f"the window end {extended_to} waits for approval ({counted} of {required} approvals · plan "
+            f"{short_hash}); until then the nodes are held to {window_end}")
+
+
+def drain_extended_summary(*, was: str, window_end: str) -> str:
+    return f"the window now ends {window_end} (was {was}); the nodes stay held until then"
+
+
+def request_extension(*, window_end: str, counted: int, required: int, short_hash: str, lapses: str) -> str:
+    return (f"to {window_end}, {counted} of {required} approvals (plan {short_hash}); "
+            f"lapses at {lapses} if not approved")
+
+
 def drain_extend_usage() -> str:
     return "Name the request and how much longer, e.g. `/gpu drain extend req-7f3a2c 2h`."
 

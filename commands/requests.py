@@ -65,11 +65,21 @@ def approval_intents(view: RequestView, viewer: Actor) -> tuple[Intent, ...]:
     """The buttons of a pending request in a reply only `viewer` sees: Approve and Deny
     (bound to its current plan), or for its requester, who may not approve her own
     request, Cancel."""
+    if view.state == "running" and view.extension is not None:
+        return () if viewer.user_id == view.requester else _extension_intents(view)
     if view.state != "pending":
         return ()
     if viewer.user_id == view.requester:
         return (_cancel(view),)
     return _decide_intents(view)
+
+
+def _extension_intents(view: RequestView) -> tuple[Intent, ...]:
+    """Approve a running drain's later window end, bound to the extension's plan hash (not
+    approved by its deadline, it lapses: there is nothing to deny)."""
+    assert view.extension is not None
+    return (Intent(action="approve", label="Approve", value=f"{view.id}/{view.extension.plan_hash}",
+                   style="primary"),)
 
 
 def _decide_intents(view: RequestView) -> tuple[Intent, ...]:
@@ -85,6 +95,8 @@ def _cancel(view: RequestView) -> Intent:
 def card_intents(view: RequestView) -> tuple[Intent, ...]:
     """The buttons of a pending request's message everyone sees (`/gpu request`, which
     the channel card is): Approve and Deny for approvers, Cancel for the requester."""
+    if view.state == "running" and view.extension is not None:
+        return _extension_intents(view)
     return (*_decide_intents(view), _cancel(view)) if view.state == "pending" else ()
 
 
@@ -214,6 +226,10 @@ def _request_reply(call: Call, view: RequestView, *, title: str | None = None) -
         Fact("Window", f"{when(view.window_start, style='table')} - {when(view.window_end, style='table')}"
              if view.window_start and view.window_end else "none"),
         Fact("Plan hash", view.plan_hash),
+        *((Fact("Extension", msg.request_extension(
+            window_end=when(view.extension.window_end, style="table"), counted=len(view.extension.approvers),
+            required=view.approvals_required, short_hash=view.extension.short_hash,
+            lapses=when(view.extension.expires_at, style="table"))),) if view.extension else ()),
     )
     runs = call.services.runs.for_request(view.id) if call.services.runs is not None else []
     waits = request_waits(call.services, view, now=call.now, runs=runs)

@@ -318,6 +318,19 @@ RUN_WAITING = """
 ALTER TABLE runs ADD COLUMN waiting TEXT;
 """
 
+# A running drain's pending extension (storage/requests.py `PendingExtension`): the later
+# window end with the plan that carries it, waiting for the pool's approvals on its hash
+# until `extension_expires_at`; all NULL when none is asked for.
+EXTENSION_COLUMNS = """
+ALTER TABLE requests ADD COLUMN extension_window_end TEXT;
+ALTER TABLE requests ADD COLUMN extension_plan TEXT CHECK (extension_plan IS NULL OR json_valid(extension_plan));
+ALTER TABLE requests ADD COLUMN extension_plan_hash TEXT;
+ALTER TABLE requests ADD COLUMN extension_asked_by TEXT;
+ALTER TABLE requests ADD COLUMN extension_asked_at TEXT;
+ALTER TABLE requests ADD COLUMN extension_expires_at TEXT;
+CREATE INDEX requests_extension_due ON requests (extension_expires_at) WHERE extension_plan_hash IS NOT NULL;
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -335,6 +348,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(8, "requests and freezes say which cluster they are about (cluster), with several clusters",
               CLUSTER_COLUMNS),
     Migration(9, "runs say what they wait for before their next node or wave (waiting)", RUN_WAITING),
+    Migration(10, "a running drain may wait for approval of a later window end (extension_*)", EXTENSION_COLUMNS),
 )
 
 _SCHEMA_MIGRATIONS = """

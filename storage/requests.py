@@ -35,6 +35,19 @@ FINISHED_STATES: frozenset[RequestState] = frozenset(
 
 
 @dataclass(frozen=True, slots=True)
+class PendingExtension:
+    """A later window end asked for a running drain, bound to the plan that carries it
+    (`plan_hash`); it waits for approvals on that hash until `expires_at`."""
+
+    window_end: dt.datetime
+    plan: JsonValue
+    plan_hash: str
+    asked_by: str
+    asked_at: dt.datetime
+    expires_at: dt.datetime
+
+
+@dataclass(frozen=True, slots=True)
 class Request:
     id: RequestId
     kind: RequestKind
@@ -56,6 +69,8 @@ class Request:
     thread_ts: str | None
     # The cluster whose nodes it changes, with several clusters (None: one cluster).
     cluster: str | None = None
+    # A later window end waiting for approval while the request runs (a drain), if any.
+    extension: PendingExtension | None = None
 
     @property
     def finished(self) -> bool:
@@ -177,6 +192,66 @@ def replace_window_end(
     return cursor.rowcount == 1
 
 
+def ask_extension(
+    db: Database,
+    *,
+    id: RequestId,
+    expected_plan_hash: str,
+    window_end: dt.datetime,
+    plan: JsonValue,
+    plan_hash: str,
+    asked_by: str,
+    expires_at: dt.datetime,
+    at: dt.datetime,
+) -> bool:
+    """Store a later window end for a running request, waiting for approval (it replaces
+    one asked before). The request's own window end and plan stay as they are until
+    `apply_extension`. False if it is not running on `expected_plan_hash` any more."""
+    cursor = db.execute(
+        "UPDATE requests SET extension_window_end = ?, extension_plan = ?, extension_plan_hash = ?, "
+        "extension_asked_by = ?, extension_asked_at = ?, extension_expires_at = ?, updated_at = ? "
+        "WHERE id = ? AND state = 'running' AND plan_hash = ?",
+        (codec.time_to_text(window_end), codec.json_to_text(plan), plan_hash, asked_by, codec.time_to_text(at),
+         codec.time_to_text(expires_at), codec.time_to_text(at), id, expected_plan_hash),
+    )
+    return cursor.rowcount == 1
+
+
+def apply_extension(db: Database, *, id: RequestId, expected_extension_hash: str, at: dt.datetime) -> bool:
+    """The pending extension becomes the request's window end and plan (still `running`).
+    False if the request stopped running or its extension changed meanwhile."""
+    cursor = db.execute(
+        "UPDATE requests SET window_end = extension_window_end, plan = extension_plan, "
+        f"plan_hash = extension_plan_hash, {_NO_EXTENSION}, updated_at = ? "
+        "WHERE id = ? AND state = 'running' AND extension_plan_hash = ?",
+        (codec.time_to_text(at), id, expected_extension_hash),
+    )
+    return cursor.rowcount == 1
+
+
+def drop_extension(db: Database, *, id: RequestId, expected_extension_hash: str, at: dt.datetime) -> bool:
+    """Forget the pending extension (it lapsed). False if it changed meanwhile."""
+    cursor = db.execute(
+        f"UPDATE requests SET {_NO_EXTENSION}, updated_at = ? WHERE id = ? AND extension_plan_hash = ?",
+        (codec.time_to_text(at), id, expected_extension_hash),
+    )
+    return cursor.rowcount == 1
+
+
+def extensions_lapsed(db: Database, *, now: dt.datetime, cluster: str | None = None) -> list[Request]:
+    """Requests of `cluster` whose pending extension's deadline has come, oldest first."""
+    rows = db.query(
+        "SELECT * FROM requests WHERE extension_plan_hash IS NOT NULL AND extension_expires_at <= ? "
+        "AND cluster IS ? ORDER BY extension_expires_at, id",
+        (codec.time_to_text(now), cluster),
+    )
+    return [_from_row(r) for r in rows]
+
+
+_NO_EXTENSION = ("extension_window_end = NULL, extension_plan = NULL, extension_plan_hash = NULL, "
+                 "extension_asked_by = NULL, extension_asked_at = NULL, extension_expires_at = NULL")
+
+
 def set_thread(db: Database, *, id: RequestId, channel: str, thread_ts: str) -> bool:
     """Remember the Slack thread that tells this request's story (first one wins)."""
     cursor = db.execute(
@@ -264,4 +339,19 @@ def _from_row(row: dict[str, Any]) -> Request:
         channel=row["channel"],
         thread_ts=row["thread_ts"],
         cluster=row.get("cluster"),
+        extension=_extension_from_row(row),
+    )
+
+
+def _extension_from_row(row: dict[str, Any]) -> PendingExtension | None:
+    # NB: .get: the columns are migration 9's.
+    if row.get("extension_plan_hash") is None:
+        return None
+    return PendingExtension(
+        window_end=codec.time_from_text(row["extension_window_end"]),
+        plan=codec.json_from_text(row["extension_plan"]),
+        plan_hash=row["extension_plan_hash"],
+        asked_by=row["extension_asked_by"],
+        asked_at=codec.time_from_text(row["extension_asked_at"]),
+        expires_at=codec.time_from_text(row["extension_expires_at"]),
     )

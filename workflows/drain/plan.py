@@ -26,6 +26,7 @@ arguments.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import difflib
 from collections.abc import Callable, Mapping, Sequence
@@ -481,6 +482,13 @@ def plan_drain(
     plan = Plan(kind="drain", pool=spec.pool, waves=plan_waves, summary=summary,
                 created_for=requested_by)
     return DrainPlan(spec=spec, plan=plan, preview=preview)
+
+
+def extended_plan(plan: Plan, window_end: dt.datetime) -> Plan:
+    """`plan` with a later window end for a running drain: the same waves and steps (the
+    run's hold steps take the new end from their `extended_until` control), only the
+    summary's end changes, and with it the plan's hash that approvers approve."""
+    return dataclasses.replace(plan, summary=dataclasses.replace(plan.summary, window_end=window_end))
 
 
 def _first_fit(spec: DrainRequestSpec, *, windows: WindowSet, concurrent: Sequence[ConcurrentWork],

@@ -1,6 +1,8 @@
 """The drain use case: one call per verb. `request` turns what a person asked for (a
 `DrainAsk`, from `/gpu drain` or the drain form) into a checked plan and a stored
-request; `extend` re-plans an open drain with a later end and asks for approval again.
+request; `extend` re-plans a drain not started yet with a later end and asks for
+approval again; `extend_running` gives a running drain whose run holds its nodes a later
+window end (its waves are not re-planned), under the pool's approval rule.
 Each reads the workloads it will move straight from the cluster (`Workloads`: the
 Kubernetes gateway in the bot, plain values in tests), checks the pool's policy and
 the requester's role, and stores nothing when anything refuses."""
@@ -13,12 +15,16 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from workflows.access import Actor, Role, require
-from workflows.drain.plan import DrainAsk, DrainPlan, drain_spec, plan_drain
+from workflows.drain import messages as say
+from workflows.drain.plan import DrainAsk, DrainPlan, DrainRefused, drain_spec, extended_plan, plan_drain
 from workflows.fleet.summary import Fleet
 from workflows.kube.objects import DisruptionBudget, NodeName, PodObject
+from workflows.pools.capacity import check_drain, concurrent_work, pool_nodes
 from workflows.pools.config import PoolConfig
 from workflows.pools.windows import UTC
-from workflows.requests.service import RequestService, RequestView
+from workflows.requests import messages as request_say
+from workflows.requests.policy import RefusalCode
+from workflows.requests.service import RequestAccessDenied, RequestService, RequestView
 
 
 class Workloads(Protocol):
@@ -75,6 +81,48 @@ class DrainService:
         planned = self._plan(actor, ask, fleet=fleet, now=now, requested_by=request.requester, replacing=request.id)
         view = self._requests.extend_window(actor, request.id, planned.plan, window_end=planned.spec.end, now=now)
         return DrainRequested(planned, view)
+
+    def extend_running(self, actor: Actor, request: RequestView, more: dt.timedelta, *, fleet: Fleet,
+                       now: dt.datetime) -> RequestView:
+        """Ask for `request` (a running drain with a window end) to hold its nodes `more`
+        longer. The requester or an admin; the new end must lie in the pool's allowed
+        window from now, and the nodes the run holds now must fit the pool's capacity
+        rules from now to the new end beside the other open requests (its own nodes
+        counted once, itself excluded). The plan's waves stay as they are: only its
+        window end changes (`extended_plan`); later waves meet the engine's wave gate
+        with the new end. Stored by `RequestService.extend_running`: applied at once on a
+        pool that needs no approval for drains, else pending until approved. Raises
+        `DrainRefused`, `RequestAccessDenied` or `RequestRefused`; stores nothing then."""
+        if request.window_end is None:
+            raise ValueError("only a drain with a window end can be extended")
+        if actor.user_id != request.requester and not actor.has(Role.ADMIN):
+            raise RequestAccessDenied(
+                request_say.not_requester_or_admin(request.id, requester_name=request.requester_name, verb="extend"),
+                code=RefusalCode.NOT_REQUESTER_OR_ADMIN)
+        end = request.window_end + more
+        policy = self._pools[request.pool]
+        hold = self._requests.running_hold(request.id)
+        if hold.holding:  # else the request service refuses, saying why
+            windows = policy.window_set
+            start = max(now, request.window_start or now)
+            occurrence = windows.occurrence_containing(start)
+            if occurrence is None:
+                raise DrainRefused(say.extend_outside_window(request.id, pool=request.pool, windows=windows, now=now),
+                                   code="outside-window")
+            if not windows.fits(start, end - start):
+                raise DrainRefused(say.extend_past_window(request.id, end=end, pool=request.pool,
+                                                          window_end=occurrence.end, current_end=request.window_end),
+                                   code="window-too-short")
+            check = check_drain(pool=request.pool, pool_nodes=pool_nodes(fleet, request.pool), nodes=hold.nodes,
+                                start=now, end=end, max_unavailable=policy.unavailable_budget,
+                                min_ready_gpus=policy.min_ready_gpus,
+                                concurrent=concurrent_work(self._requests.open_requests(request.pool),
+                                                           pool=request.pool, exclude=request.id))
+            if not check.ok:
+                raise DrainRefused(say.extend_capacity_refused(request.id, end=end, check=check),
+                                   code=check.refusals[0].rule, check=check)
+        return self._requests.extend_running(actor, request.id, extended_plan(request.plan, end), window_end=end,
+                                             now=now)
 
     def _plan(self, actor: Actor, ask: DrainAsk, *, fleet: Fleet, now: dt.datetime, requested_by: str,
               replacing: str | None = None) -> DrainPlan:

@@ -173,6 +173,8 @@ class _Live:
     reason: str | None = None
     # Notices already posted for this step (their outbox dedupe keys).
     noticed: set[str] = field(default_factory=set)
+    # The `extended_until` control last evaluated (a new one is looked at at once).
+    extended_until: Any = None
 
 
 class Engine:
@@ -316,7 +318,7 @@ class Engine:
     # --- one run -----------------------------------------------------------------------
     def _drive(self, run: Run, woken: set[str], due: set[StepId], seen: set[StepId],
                evaluated: set[StepId]) -> None:
-        info = self._run_info(run)
+        info = self._current_info(run)
         with logfields.bound(request_id=info.request.id, run_id=run.id):
             for _ in range(10_000):  # each turn commits something or returns
                 current = stored_runs.get(self._db, id=run.id)
@@ -371,7 +373,9 @@ class Engine:
                     step.node in woken or step.id in due or (live.due is not None and live.due <= self._mono())
                     # NB: `drain done` (RunService.release_hold) is a control written to the
                     # step's params, maybe by another process: look at once, not at the old due.
-                    or step_params(step).get("released_at"))):
+                    # So is a drain's extension (workflows.requests.extension), once.
+                    or step_params(step).get("released_at")
+                    or step_params(step).get("extended_until") != live.extended_until)):
                 continue
             evaluated.add(step.id)
             with logfields.bound(step_id=step.id, step=step.kind, node=step.node):
@@ -663,6 +667,7 @@ class Engine:
         now = self._clock()
         detail = {"params": step_params(step), "intent": intent}
         with self._commit():
+            self._check_controls(step, live)
             if not stored_steps.transition(self._db, id=step.id, expected="pending", new="running", at=now,
                                            detail=detail):
                 raise _Changed()
@@ -695,6 +700,7 @@ class Engine:
         ctx = _StepContext(self, run, info, step, live, steps, intent=step_intent(step))
         logic = logic_for(step.kind)
         live.evaluate_now = False
+        live.extended_until = step_params(step).get("extended_until")
         outcome: Outcome
         try:
             ctx.timeout = logic.timeout(ctx)
@@ -726,6 +732,7 @@ class Engine:
         detail = {"params": step_params(step), "intent": step_intent(step), "note": outcome.note,
                   "result": dict(outcome.detail)}
         with self._commit():
+            self._check_controls(step, self._live.get(step.id))
             if not stored_steps.transition(self._db, id=step.id, expected="running", new="done", at=now,
                                            detail=detail):
                 raise _Changed()
@@ -737,6 +744,16 @@ class Engine:
                          dedupe=f"{run.id}/step/{step.id}/done", node=step.node)
         self._live.pop(step.id, None)
         log.info("%s: %s", self.replica, text)
+
+    def _check_controls(self, step: Step, live: _Live | None) -> None:
+        """Inside the transaction that moves `step`: a control written into its params
+        since it was read (`drain done`, a drain's extension, maybe by another process)
+        is looked at again before the step starts or ends, and is never written over."""
+        current = stored_steps.get(self._db, id=step.id)
+        if current is not None and step_params(current) != step_params(step):
+            if live is not None:
+                live.evaluate_now = True
+            raise _Changed()
 
     def _leave_out(self, run: Run, info: _RunInfo, step: Step, outcome: LeftOut) -> None:
         """Skip what is left of the step's node, except the uncordon that gives it back."""
@@ -781,6 +798,8 @@ class Engine:
         """Post a waiting step's notice to the thread, once (the outbox dedupes by key,
         across restarts too; `live.noticed` spares the transaction)."""
         key = f"{run.id}/notice/{notice.key}" if notice.per_run else f"{run.id}/step/{step.id}/{notice.key}"
+        if notice.again_for is not None:
+            key += f"/{notice.again_for}"
         if key in live.noticed:
             return
         with self._commit():
@@ -871,6 +890,17 @@ class Engine:
             payload["node"] = node
         outbox.enqueue(self._db, channel=request.channel, thread_ts=request.thread_ts, kind=kind,  # type: ignore[arg-type]
                        payload=payload, at=self._clock(), dedupe_key=dedupe)
+
+    def _current_info(self, run: Run) -> _RunInfo:
+        """`_run_info` with the request read again: a running drain's extension moves its
+        window end (and plan hash), which the wave gate and a frozen run's halt read."""
+        info = self._run_info(run)
+        request = stored_requests.get(self._db, id=run.request_id)
+        if request is not None and (request.window_end, request.plan_hash) != (info.request.window_end,
+                                                                                info.request.plan_hash):
+            info = _RunInfo(request=request, plan=plan_from_json(request.plan))  # type: ignore[arg-type]
+            self._info[run.id] = info
+        return info
 
     def _run_info(self, run: Run) -> _RunInfo:
         info = self._info.get(run.id)

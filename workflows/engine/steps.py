@@ -90,6 +90,8 @@ class Notice:
     text: str
     # One notice for the whole run rather than one per node's step.
     per_run: bool = False
+    # What makes it news again under the same key (a drain's extended end), if anything.
+    again_for: str | None = None
 
 
 @dataclass(frozen=True)
@@ -1260,8 +1262,11 @@ class Hold:
     """Keep the node as it is (drained, cordoned) until `until` (a UTC time), for
     `seconds`, or else until the request's window ends; no limit of its own. A
     `released_at` param (written by `RunService.release_hold`, i.e. `drain done`) ends
-    it at that time, whichever comes first. `WINDOW_ENDING_NOTICE` before the end, the
-    request's thread is told (once per run) so someone can ask for more time."""
+    it at that time, whichever comes first. An `extended_until` param (written when a
+    running drain's extension is applied, `workflows.requests.extension`) moves a timed
+    end later, never earlier. `WINDOW_ENDING_NOTICE` before the end, the request's thread
+    is told (once per run) so someone can ask for more time; an extended end is told
+    again, once per new end (at once when less than the lead is left)."""
 
     def timeout(self, ctx: StepContext) -> dt.timedelta | None:
         return None
@@ -1291,6 +1296,13 @@ class Hold:
 
     def advance(self, ctx: StepContext) -> Outcome:
         until = codec.optional_time_from_text(ctx.intent.get("until"))
+        warn_at = codec.optional_time_from_text(ctx.intent.get("warn_at"))
+        again_for = None
+        extended = codec.optional_time_from_text(ctx.params.get("extended_until"))
+        if extended is not None and until is not None and extended > until and not ctx.intent.get("open_ended"):
+            # A later end, applied while it held: told again before it, once per new end.
+            until, warn_at = extended, max(extended - WINDOW_ENDING_NOTICE, ctx.now)
+            again_for = str(ctx.params["extended_until"])
         released = codec.optional_time_from_text(ctx.params.get("released_at"))
         if released is not None:
             until = released if until is None else min(until, released)
@@ -1299,14 +1311,13 @@ class Hold:
             return Waiting(say.holding_until_released())
         if until is None or ctx.now >= until or ctx.dry_run:
             return Done(say.held_until(until, dry_run=ctx.dry_run, open_ended=bool(ctx.intent.get("open_ended"))))
-        warn_at = codec.optional_time_from_text(ctx.intent.get("warn_at"))
         if warn_at is None or released is not None:
             return Waiting(say.holding_until(until), retry_in=(until - ctx.now).total_seconds())
         if ctx.now >= warn_at:
             # Every node of the run is held to the same window end: one notice for all.
             text = (say.open_drain_limit_ending(until) if ctx.intent.get("open_ended")
                     else say.window_ending(until, request_id=ctx.request_id))
-            notice = Notice("window-ending", text, per_run=True)
+            notice = Notice("window-ending", text, per_run=True, again_for=again_for)
             return Waiting(say.holding_until(until), retry_in=(until - ctx.now).total_seconds(), notice=notice)
         return Waiting(say.holding_until(until), retry_in=(warn_at - ctx.now).total_seconds())
 

@@ -272,7 +272,63 @@ def thread_extended(*, request_id: str, actor: str, window_end: dt.datetime | No
 
 def not_extendable(request_id: str, *, state: str) -> str:
     return (f"{request_id} is {state}: only a request that has not started yet (pending, approved "
-            f"or scheduled) can get a later window end.")
+            f"or scheduled), or a drain whose run still holds its nodes, can get a later window end.")
+
+
+# ------------------------------------------------------------------ extending a running drain
+
+
+def _at(at: dt.datetime) -> str:
+    return when(at, style="second")
+
+
+def extend_open_ended(request_id: str) -> str:
+    return f"{request_id} has no window end: it lasts until `/gpu drain done {request_id}`."
+
+
+def extend_no_run(request_id: str) -> str:
+    return (f"{request_id} has no run holding its nodes any more; for more time, ask for a new drain "
+            f"with `/gpu drain`.")
+
+
+def extend_released(request_id: str) -> str:
+    return (f"The hold of {request_id} was already ended with `/gpu drain done`: its nodes are being "
+            f"validated and uncordoned; for more time, ask for a new drain with `/gpu drain`.")
+
+
+def extend_validating(request_id: str) -> str:
+    return (f"{request_id} no longer holds its nodes: its window has ended and they are being validated "
+            f"and uncordoned; for more time, ask for a new drain with `/gpu drain`.")
+
+
+def extend_not_later(request_id: str, *, window_end: dt.datetime) -> str:
+    return f"{request_id} already ends {_at(window_end)}; an extension must end later than that."
+
+
+def extension_lapsed(request_id: str, *, window_end: dt.datetime, extended_to: dt.datetime) -> str:
+    return (f"The extension of {request_id} to {_at(extended_to)} lapsed: it was not approved before its drain "
+            f"window ended ({_at(window_end)}), so the window ended then.")
+
+
+def thread_extension_asked(*, request_id: str, actor: str, window_end: dt.datetime, extended_to: dt.datetime,
+                           plan_hash: str, required: int) -> str:
+    return (f"{actor} asked to hold the nodes of {request_id} until {_at(extended_to)} instead of "
+            f"{_at(window_end)} (plan {plan_ref(plan_hash)}). It needs {required} {approvals_word(required)}: "
+            f"`/gpu approve {request_id} {short_hash(plan_hash)}`. Until then the nodes are held to "
+            f"{_at(window_end)}; not approved by then, the extension lapses.")
+
+
+def thread_extension_approval(*, request_id: str, approver: str, extended_to: dt.datetime, counted: int,
+                              required: int) -> str:
+    return f"{approver} approved holding {request_id} until {_at(extended_to)} ({counted} of {required})."
+
+
+def thread_extended_running(*, request_id: str, window_end: dt.datetime, extended_to: dt.datetime,
+                            approvers: Sequence[str]) -> str:
+    by = (f"approved by {' and '.join(approvers)}" if approvers
+          else "the pool needs no approval for drains")
+    return (f"The drain window of {request_id} now ends {_at(extended_to)} (was {_at(window_end)}; {by}): "
+            f"its nodes stay held until then, and are validated and uncordoned after.")
 
 
 def rollback_unfinished(run: str, state: str) -> str:

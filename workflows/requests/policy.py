@@ -31,6 +31,7 @@ the request and its decisions (`storage.requests.Request`, `storage.approvals.Ap
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import difflib
 import enum
@@ -67,6 +68,7 @@ class RefusalCode(enum.StrEnum):
     CHANGED_MEANWHILE = "changed-meanwhile"
     UNKNOWN_REQUEST = "unknown-request"
     FROZEN = "frozen"  # a change freeze covers the pool (workflows.pools.freezes)
+    NOT_HOLDING = "not-holding"  # a running drain whose nodes are no longer held cannot be extended
 
 
 # Refusals about who the actor is (rather than the request's state).
@@ -284,6 +286,44 @@ def check_approval(
                                         still_needed=max(0, required - len(counted))),
         )
     return ApprovalDecision(None, len(counted) + 1, required)
+
+
+def as_extension(request: Request) -> Request:
+    """A running drain with a pending extension, as its approvers decide on it: pending on
+    the extension's plan hash until the extension's deadline. Rules 1-5 apply to it
+    unchanged (`check_approval`, `counted_approvers`): distinct approvers holding the role
+    for the pool, never the requester, on the extension's hash, before it lapses."""
+    extension = request.extension
+    if extension is None:
+        raise ValueError(f"{request.id} has no extension waiting for approval")
+    return dataclasses.replace(request, state="pending", plan_hash=extension.plan_hash,
+                               expires_at=extension.expires_at)
+
+
+def check_extension_approval(
+    *,
+    request: Request,
+    approvals_so_far: Sequence[Approval],
+    approver: Actor,
+    plan_hash: str,
+    pool_policy: PoolConfig | None,
+    now: dt.datetime,
+    approver_now: ApproverNow,
+    names: Mapping[str, str] = _NO_NAMES,
+) -> ApprovalDecision:
+    """`check_approval` of a running drain's pending extension (see `as_extension`); past
+    its deadline the extension has lapsed, and the refusal says so."""
+    extension = as_extension(request)
+    decision = check_approval(request=extension, approvals_so_far=approvals_so_far, approver=approver,
+                              plan_hash=plan_hash, pool_policy=pool_policy, now=now,
+                              approver_now=approver_now, names=names)
+    if decision.refusal is not None and decision.refusal.code == RefusalCode.EXPIRED:
+        assert request.extension is not None and request.window_end is not None
+        return ApprovalDecision(
+            Refusal(RefusalCode.EXPIRED, say.extension_lapsed(request.id, window_end=request.window_end,
+                                                              extended_to=request.extension.window_end)),
+            decision.approvals_counted, decision.approvals_required)
+    return decision
 
 
 def check_deny(
