@@ -144,9 +144,9 @@ def test_a_failed_canary_of_a_git_kept_cluster_policy_says_what_to_set_back_in_g
 # ---- evicted pods that come straight back
 
 BACK = fl.FleetSpec(
-    name="back", system_nodes=0, pools=(fl.PoolSpec(name="back", nodes=1),),
+    name="back", system_nodes=0, pools=(fl.PoolSpec(name="upg", nodes=1),),
     # The demo's kind of workload: pinned to its node and tolerating the cordon.
-    workloads=(fl.WorkloadSpec(name="trainer", namespace="backjobs", node="back-01"),))
+    workloads=(fl.WorkloadSpec(name="trainer", namespace="backjobs", node="upg-01"),))
 
 
 def test_gpu_pods_that_come_straight_back_are_evicted_again_within_the_limit_and_then_halt_the_run(
@@ -154,18 +154,18 @@ def test_gpu_pods_that_come_straight_back_are_evicted_again_within_the_limit_and
     fleet(BACK)
     installer = cluster.installer()
     wait_until(lambda: any(h.running_ready(p) for p in h.workload_pods(installer, "backjobs", "trainer")),
-               timeout=60, what="the trainer to run on back-01")
+               timeout=60, what="the trainer to run on upg-01")
     steps = (("cordon", {}), ("evict", {"scope": "gpu", "evict_retries": 2, "timeout_s": 120}),
              ("wait-for", {"timeout_s": 60}), ("uncordon", {}))
-    run = h.start_run(db, h.plan("upgrade", "back", [["back-01"]], steps))
+    run = h.start_run(db, h.plan("upgrade", "upg", [["upg-01"]], steps))
     with h.EngineThread(cluster.kubeconfig, db.path):
         finished = h.wait_run(db, run.id, timeout=120)
 
     assert finished.state == "failed"
     reason = finished.halted_reason or ""
-    assert "kept coming back to back-01 after 2 more evictions" in reason, reason
+    assert "kept coming back to upg-01 after 2 more evictions" in reason, reason
     assert "(ReplicaSet trainer-" in reason and "node.kubernetes.io/unschedulable" in reason, reason
-    assert h.unschedulable(installer, "back-01")  # halted with the node cordoned, for a person
+    assert h.unschedulable(installer, "upg-01")  # halted with the node cordoned, for a person
     rows = audit.for_run(db, run.id)
     # The first eviction and one per round, each on record; two rounds, as the limit says.
     assert len([r for r in rows if r.action == "pod.evict"]) == 3
@@ -173,4 +173,4 @@ def test_gpu_pods_that_come_straight_back_are_evicted_again_within_the_limit_and
     assert audit.verify(db).ok
     # The thread heard once why the run went on evicting.
     returned = [m["text"] for m in h.thread_messages(db) if m["event"] == "step.pods-returned"]
-    assert len(returned) == 1 and "came back to back-01 right after eviction" in returned[0], returned
+    assert len(returned) == 1 and "came back to upg-01 right after eviction" in returned[0], returned

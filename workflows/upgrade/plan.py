@@ -157,7 +157,7 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
     notes = [say.plan_manager_note(scope.manager.ref, scope.current, scope.target.text),
              say.plan_canary_note(order.canary, policy.upgrade_soak)]
     if rollback is None:
-        notes.insert(1, say.plan_set_back_note(scope.manager.ref, scope.manager.version, scope.target.text,
+        notes.append(say.plan_set_back_note(scope.manager.ref, scope.manager.version, scope.target.text,
                                                order.canary))
     if gates:
         notes.insert(1, say.plan_gates_operator_note(scope.manager.ref))
