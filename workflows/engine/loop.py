@@ -33,6 +33,10 @@ What it does, as a runbook:
   still blocking at the timeout, when the pool says `skip`): that node's remaining steps
   are skipped except its `uncordon`, which gives back what this run cordoned, and the
   run goes on with the other nodes.
+- A step whose params say `on_failure: true` is none of its wave's normal work: it runs
+  only when a step of its wave fails, before the run halts (a paused run too), and its
+  note joins the halt's text (a failed canary's driver object set back); a wave that
+  ends well skips it.
 - A waiting step may have something to tell (a PDB holding up an eviction, a window
   about to end): it is posted to the request's thread once (per step, or per run).
 - Pause lets steps in flight finish and starts nothing new; abort (workflows.engine.runs) ends
