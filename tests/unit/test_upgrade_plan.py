@@ -74,6 +74,8 @@ def test_with_auto_upgrade_off_gpuops_drives_and_holds_nothing(make):
     assert "operator-hold" not in kinds and "operator-upgrade" not in kinds
     assert kinds[:5] == ["driver-version", "cordon", "evict", "driver", "validate"]
     assert any("their driver pods take" in n and "next restart" in n for n in planned.plan.summary.notes)
+    # Pods that come straight back are evicted again as often as the pool allows (3 unset).
+    assert {s.params["evict_retries"] for w in planned.plan.waves for s in w.steps if s.kind == "evict"} == {3}
 
 
 def test_the_cluster_policy_scope_pool_refuses_what_all_pools_accepts(make):
