@@ -5,6 +5,7 @@ the node cordoned and uncordoned once, every step started once, and the node end
 new version, schedulable. gpuops driving (autoUpgrade off) deletes the driver pod once
 and runs the canary pod once (created once, deleted once after it passed);
 gpuops gating the operator (autoUpgrade on) holds the node back once and lets go once.
+A canary that fails has its driver object set back: patched once each way, at any boundary.
 
 Each round moves the pool to the other of two versions (the previous round's run left it
 on its target), so every round is a real version change."""
@@ -121,3 +122,58 @@ def test_killing_the_engine_mid_upgrade_repeats_no_patch_cordon_or_restart_and_t
         pytest.fail("the first engine never finished the run by itself")
     print(f"{boundaries} crash points")
     assert boundaries >= 12  # every commit of the run was a crash point once (26 when gpuops drives)
+
+
+# ---- a failed canary's driver object set back (the `on_failure` driver-version step)
+
+ARMED = DRIVES.model_copy(update={"crashloop_driver_versions": (VERSIONS[1],)})
+SET_BACK_STEPS = (("driver-version", {"object": "NVIDIADriver", "name": "upg-driver", "version": VERSIONS[1]}),
+                  ("driver", {"version": VERSIONS[1], "timeout_s": 120}),
+                  ("driver-version", {"object": "NVIDIADriver", "name": "upg-driver", "version": VERSIONS[1],
+                                      "set_back": True, "on_failure": True}))
+
+
+def _one_failed_round(cluster, tmp_path: Path, crash_after: int) -> bool:
+    installer = cluster.installer()
+    db = open_database(tmp_path / f"armed-{crash_after}.db")
+    try:
+        run = h.start_run(db, h.plan("upgrade", "upg", [["upg-01"]], SET_BACK_STEPS))
+        logs = [tmp_path / f"armed-{crash_after}-first.log", tmp_path / f"armed-{crash_after}-second.log"]
+        killed = h.crash_and_resume(cluster.kubeconfig, db.path, crash_after=crash_after, logs=logs,
+                                    identity=IDENTITY, lease_name="upgrade-crash", timeout=150)
+
+        where = f"crash after commit {crash_after}"
+        finished = h.wait_run(db, run.id, timeout=5)
+        assert finished.state == "failed", where
+        assert "set back from" in (finished.halted_reason or ""), (where, finished.halted_reason)
+        calls = Counter(" ".join(m.split()[:3]).split("/")[0]
+                        for log in logs if log.exists() for m in h.mutations(log.read_text()))
+        # Set, and set back: once each, whatever the boundary; the driver pod deleted once.
+        assert calls == Counter({"patch nvidiadrivers upg-driver": 2, "delete pod gpu-operator": 1}), (where, calls)
+        rows = audit.for_run(db, run.id)
+        started = Counter(r.detail["step"] for r in rows if r.action == "step.running")
+        assert set(started.values()) == {1} and len(started) == 3, (where, started)
+        assert [(r.detail["from"], r.detail["to"]) for r in rows if r.action == "driver-version.set-back"] == [
+            (VERSIONS[1], VERSIONS[0])], where
+        assert audit.verify(db).ok, where
+        assert _version_now(installer, "drives") == VERSIONS[0], where
+        return killed
+    finally:
+        db.close()
+
+
+def test_killing_the_engine_while_a_failed_canary_is_disarmed_patches_the_object_once_each_way(
+        fleet, cluster, tmp_path):
+    fleet(ARMED)
+    installer = cluster.installer()
+    wait_until(lambda: advertised(h.node(installer, "upg-01")) == 8, timeout=120, what="upg-01 to advertise its GPUs")
+
+    boundaries = 0
+    for crash_after in range(1, 40):
+        if not _one_failed_round(cluster, tmp_path, crash_after):
+            break
+        boundaries += 1
+    else:
+        pytest.fail("the first engine never finished the run by itself")
+    print(f"{boundaries} crash points")
+    assert boundaries >= 8  # every commit of the run was a crash point once

@@ -184,7 +184,10 @@ def test_a_halted_upgrade_rolled_back_puts_the_old_version_back_and_gives_the_ca
     (request,) = services.requests.open_requests("upg")  # type: ignore[union-attr]
     halted = desk.approve_and_run(request.id)
     assert halted.state == "failed" and h.unschedulable(installer, "upg-01")
-    assert _driver_version(installer, "upg-driver") == NEW
+    # The failed canary's NVIDIADriver was set back at once; upg-01 waits for the rollback.
+    assert _driver_version(installer, "upg-driver") == OLD
+    assert [(r.detail["from"], r.detail["to"]) for r in audit.for_run(db, halted.id)
+            if r.action == "driver-version.set-back"] == [(NEW, OLD)]
 
     # The halted request's card offers Roll back; the click asks for it as the command would.
     card = say("U0ALICE", f"request {request.id}")
@@ -203,7 +206,8 @@ def test_a_halted_upgrade_rolled_back_puts_the_old_version_back_and_gives_the_ca
     assert _driver_version(installer, "upg-driver") == OLD
     assert _gfd_version(installer, "upg-01") == OLD
     assert not h.unschedulable(installer, "upg-01")  # taken over from the halted run, and given back
-    assert [r.detail["to"] for r in audit.for_run(db, back.id) if r.action == "driver-version.set"] == [OLD]
+    # The object already named OLD again: the rollback only moved the node.
+    assert [r.detail["to"] for r in audit.for_run(db, back.id) if r.action == "driver-version.set"] == []
     # A request for a new upgrade is still refused while a node shows two driver sources;
     # none does now.
     assert fleet_cache(user=as_bot).fleet(h.now()).nodes["upg-01"].driver.owner == "operator"
@@ -419,6 +423,7 @@ def test_the_operators_upgrade_failed_halts_the_gated_run_and_a_rollback_puts_th
     assert halted.state == "failed"
     assert "the GPU Operator marked upg-01 upgrade-failed" in (halted.halted_reason or ""), halted.halted_reason
     assert h.unschedulable(installer, "upg-01")
+    assert _policy_version(installer) == OLD  # set back: no restart anywhere takes the failed version
     for node in ("upg-02", "upg-03"):  # still held back, never touched
         seen = observe.node(installer, node)
         assert seen["metadata"]["labels"].get(SKIP) == "true"
@@ -443,4 +448,6 @@ def test_the_operators_upgrade_failed_halts_the_gated_run_and_a_rollback_puts_th
     # The nodes that never moved kept their driver pods: the old version is theirs again.
     for node in ("upg-02", "upg-03"):
         assert observe.driver_pods(installer, node)[0]["metadata"]["uid"] == before[node]
-    assert [r.detail["to"] for r in audit.for_run(db, back.id) if r.action == "driver-version.set"] == [OLD]
+    # The halted run had set the ClusterPolicy back already: the rollback only moved upg-01.
+    assert [r.detail["to"] for r in audit.for_run(db, halted.id) if r.action == "driver-version.set-back"] == [OLD]
+    assert [r.detail["to"] for r in audit.for_run(db, back.id) if r.action == "driver-version.set"] == []

@@ -14,7 +14,7 @@ from storage.ids import RequestId, RunId, StepId
 from storage.runs import Run
 from storage.steps import Step
 from workflows.engine.runs import nodes_left_cordoned, step_intent, step_note, step_params
-from workflows.engine.steps import CordonMark, Done, Hold, StepParamsError, WaitFor, Waiting, decide
+from workflows.engine.steps import CordonMark, Done, Hold, StepParamsError, WaitFor, Waiting, decide, git_owner
 from workflows.fleet.assessment import NodeInventory
 from workflows.kube.gateway import PodOnNode
 from workflows.kube.labels import ANNOTATION_CORDONED_BY
@@ -438,3 +438,17 @@ def test_a_wave_start_says_which_wave_of_how_many_the_nodes_done_and_the_time_le
     third = wave_progress(steps, 2, started=NOW, now=NOW + dt.timedelta(minutes=40))
     assert say.wave_started(2, ["d"], **third) == (
         "wave 3 of 4 started: d (3/5 nodes done; about 40m left at the pace of the waves so far)")
+
+
+@pytest.mark.parametrize(("labels", "annotations", "owner"), [
+    ({}, {"argocd.argoproj.io/tracking-id": "gpu:nvidia.com/ClusterPolicy:/cluster-policy"}, "Argo CD (gpu:nvidia.com/ClusterPolicy:/cluster-policy)"),
+    ({"app.kubernetes.io/instance": "gpu-platform"}, {}, "Argo CD (gpu-platform)"),
+    ({"kustomize.toolkit.fluxcd.io/name": "gpu", "kustomize.toolkit.fluxcd.io/namespace": "flux-system"}, {},
+     "Flux (kustomize flux-system/gpu)"),
+    ({"helm.toolkit.fluxcd.io/name": "gpu-operator"}, {}, "Flux (helm gpu-operator)"),
+    # Helm's own releases carry app.kubernetes.io/instance too: not Git's.
+    ({"app.kubernetes.io/instance": "gpu-operator"}, {"meta.helm.sh/release-name": "gpu-operator"}, None),
+    ({"app": "gpu-operator"}, {}, None),
+])
+def test_a_driver_object_a_gitops_tool_keeps_is_told_from_its_obvious_marks(labels, annotations, owner):
+    assert git_owner(labels, annotations) == owner

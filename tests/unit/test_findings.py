@@ -533,3 +533,21 @@ def test_a_template_changed_and_changed_back_is_not_behind_and_unknown_templates
     for fleet in (reverted, unknown):
         assert fleet.nodes["a"].driver_pod.template_version is None
         assert "driver-pods-behind-template" not in {f.code for f in fleet.findings}
+
+
+def test_pods_behind_a_daemonset_whose_version_failed_somewhere_are_critical_and_named_at_risk(make):
+    # The canary (c) took the new version and its driver crash-loops; the object still names
+    # it, so a and b take it on their pods' next restart.
+    new = "580.105.08"
+    nodes = [make.node("a"), make.node("b"), make.node("c")]
+    pods = [*make.operands("a"), *make.operands("b"),
+            make.driver_pod("c", version=new, generation="2", ready=False, waiting_reason="CrashLoopBackOff",
+                            restarts=6),
+            make.device_plugin_pod("c"), make.validator_pod("c")]
+
+    fleet = make.fleet(nodes, pods, driver_templates=[make.driver_template(version=new, generation="2")])
+
+    finding = only(fleet.findings, "driver-pods-behind-template")
+    assert (finding.severity, finding.subject) == ("critical", "train-a")
+    assert finding.message.startswith(f"driver {new} failed on c, yet the DaemonSet still specifies it: "
+                                      "2 of 3 nodes at risk (a, b)"), finding.message

@@ -80,8 +80,14 @@ def test_an_upgrade_request_shows_canary_then_waves_and_waits_for_two_approvers(
         "SELECT plan FROM requests WHERE id = ?", [stored.id])[0]["plan"])
     canary = [(s.kind, dict(s.params)) for s in plan.waves[0].steps]
     assert canary[0] == ("driver-version", {"object": "NVIDIADriver", "name": "serve-driver", "version": NEW})
-    assert [k for k, _ in canary] == ["driver-version", "cordon", "evict", "driver", "validate", "uncordon", "hold"]
-    assert canary[3][1]["version"] == NEW and canary[-1][1] == {"seconds": 900}
+    assert [k for k, _ in canary] == ["driver-version", "cordon", "evict", "driver", "validate", "uncordon", "hold",
+                                      "driver-version"]
+    assert canary[3][1]["version"] == NEW and canary[-2][1] == {"seconds": 900}
+    # Only if the canary fails: the NVIDIADriver set back (the plan says so).
+    assert canary[-1][1] == {"object": "NVIDIADriver", "name": "serve-driver", "version": NEW, "set_back": True,
+                             "on_failure": True}
+    assert any("if the canary fails, NVIDIADriver serve-driver is set back to 580.95.05" in b
+               for b in reply.sections[1].bullets)
     assert [s.kind for s in plan.waves[1].steps if s.node == "s1"] == [
         "cordon", "evict", "driver", "validate", "uncordon"]
     assert plan.summary.target_driver_version == NEW

@@ -51,7 +51,10 @@ def test_with_auto_upgrade_on_every_node_is_held_back_before_the_version_changes
     # The other pool the ClusterPolicy drives is held back too, and stays held afterwards.
     assert (hold.kind, dict(hold.params)) == ("operator-hold", {"nodes": ("s1", "s2", "s3", "t1")})
     assert _kinds(canary)[1:] == [("driver-version", "s1"), ("cordon", "s1"), ("operator-upgrade", "s1"),
-                                  ("validate", "s1"), ("uncordon", "s1"), ("hold", "s1")]
+                                  ("validate", "s1"), ("uncordon", "s1"), ("hold", "s1"), ("driver-version", "s1")]
+    # The last runs only if the canary fails: the object set back to what it names now.
+    assert dict(canary.steps[-1].params) == {"object": "ClusterPolicy", "name": canary.steps[1].params["name"],
+                                             "version": NEW, "set_back": True, "on_failure": True}
     assert [_kinds(w) for w in rest] == [[("cordon", n), ("operator-upgrade", n), ("validate", n), ("uncordon", n)]
                                          for n in ("s2", "s3")]
     upgrade = next(s for s in canary.steps if s.kind == "operator-upgrade")
@@ -59,6 +62,7 @@ def test_with_auto_upgrade_on_every_node_is_held_back_before_the_version_changes
     notes = planned.plan.summary.notes
     assert any("gpuops gates the operator" in n and "upgrade-failed halts the run" in n for n in notes)
     assert any("also drives training-a" in n and "stay held after this run" in n for n in notes)
+    assert any(n.startswith("if the canary fails, ClusterPolicy") and "set back to" in n for n in notes)
     assert not any(s.kind in ("evict", "driver") for w in planned.plan.waves for s in w.steps)
 
 
@@ -70,6 +74,8 @@ def test_with_auto_upgrade_off_gpuops_drives_and_holds_nothing(make):
     assert "operator-hold" not in kinds and "operator-upgrade" not in kinds
     assert kinds[:5] == ["driver-version", "cordon", "evict", "driver", "validate"]
     assert any("their driver pods take" in n and "next restart" in n for n in planned.plan.summary.notes)
+    # Pods that come straight back are evicted again as often as the pool allows (3 unset).
+    assert {s.params["evict_retries"] for w in planned.plan.waves for s in w.steps if s.kind == "evict"} == {3}
 
 
 def test_the_cluster_policy_scope_pool_refuses_what_all_pools_accepts(make):

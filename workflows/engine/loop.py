@@ -33,6 +33,10 @@ What it does, as a runbook:
   still blocking at the timeout, when the pool says `skip`): that node's remaining steps
   are skipped except its `uncordon`, which gives back what this run cordoned, and the
   run goes on with the other nodes.
+- A step whose params say `on_failure: true` is none of its wave's normal work: it runs
+  only when a step of its wave fails, before the run halts (a paused run too), and its
+  note joins the halt's text (a failed canary's driver object set back); a wave that
+  ends well skips it.
 - A waiting step may have something to tell (a PDB holding up an eviction, a window
   about to end): it is posted to the request's thread once (per step, or per run).
 - Pause lets steps in flight finish and starts nothing new; abort (workflows.engine.runs) ends
@@ -166,7 +170,8 @@ class _Live:
     """What this process knows about a step in flight, beyond the database."""
 
     step_id: StepId
-    intents: set[str] = field(default_factory=set)
+    # Per-object intents on record (their audit rows' keys), with when each was recorded.
+    intents: dict[str, dt.datetime] = field(default_factory=dict)
     evaluate_now: bool = True
     due: float | None = None
     failures: int = 0
@@ -343,9 +348,12 @@ class Engine:
         if not steps:
             self._finish_run(run, info, steps)
             return False
-        failed = next((s for s in steps if s.state == "failed"), None)
-        if failed is not None:  # a failure not yet turned into a halt (defensive)
-            self._halt(run, info, failed, failed.error or "failed")
+        failed = next((s for s in steps if s.state == "failed" and not on_failure(s)), None)
+        if failed is not None:
+            fallback = _fallback_of(failed, steps)
+            if fallback is not None:  # it runs before the run halts
+                return self._run_fallback(run, info, fallback, steps, due, seen, evaluated)
+            self._halt(run, info, failed, failed.error or "failed")  # not yet turned into a halt (defensive)
             return False
         if run.current_wave is None:
             if run.state == "paused":
@@ -359,7 +367,8 @@ class Engine:
                 return False
             self._enter_wave(run, info, steps, None, first)
             return True
-        wave_steps = [s for s in steps if s.wave == run.current_wave]
+        # A step that runs only when its wave fails is none of the wave's normal work.
+        wave_steps = [s for s in steps if s.wave == run.current_wave and not on_failure(s)]
 
         progressed = False
         for step in wave_steps:
@@ -384,8 +393,8 @@ class Engine:
                     self._finish_step(run, info, step, outcome)
                     progressed = True
                 elif isinstance(outcome, Failed):
-                    self._halt(run, info, step, outcome.reason, detail=outcome.detail)
-                    return False
+                    # NB: True when the wave's fallback step runs first (the next turn starts it).
+                    return self._halt(run, info, step, outcome.reason, detail=outcome.detail)
                 elif isinstance(outcome, LeftOut):
                     self._leave_out(run, info, step, outcome)
                     progressed = True
@@ -560,7 +569,8 @@ class Engine:
             return
         by_node: dict[str, list[Step]] = {}
         for step in steps:
-            by_node.setdefault(step.node, []).append(step)
+            if not on_failure(step):
+                by_node.setdefault(step.node, []).append(step)
         if any(any(s.state != "pending" for s in node) and not all(s.state in ("done", "skipped") for s in node)
                for node in by_node.values()):
             return  # a node under way finishes first
@@ -636,6 +646,7 @@ class Engine:
         with self._commit():
             if not stored_runs.advance_wave(self._db, id=run.id, expected_wave=old, wave=new):
                 raise _Changed()
+            self._skip_fallbacks(steps, now=self._clock(), before=new)
             text = say.wave_started(new, nodes, **wave_progress(steps, new, started=run.started_at,
                                                                 now=self._clock()))
             self._audit(run, info, action="run.wave", target=info.request.pool, before=old, after=new,
@@ -687,7 +698,7 @@ class Engine:
         for entry in audit.for_run(self._db, run.id):
             detail = entry.detail if isinstance(entry.detail, dict) else {}
             if detail.get("step") == step.id and isinstance(detail.get("intent_key"), str):
-                live.intents.add(detail["intent_key"])
+                live.intents.setdefault(detail["intent_key"], entry.at)
         with self._commit():
             self._audit(run, info, action="step.resumed", target=step.node, before="running", after="running",
                         detail={"step": step.id, "kind": step.kind, "attempt": step.attempt,
@@ -808,8 +819,10 @@ class Engine:
         live.noticed.add(key)
 
     def _halt(self, run: Run, info: _RunInfo, step: Step, reason: str,
-              detail: Mapping[str, Any] | None = None) -> None:
-        """The step failed: the run stops here, every node left as it is."""
+              detail: Mapping[str, Any] | None = None) -> bool:
+        """The step failed: the run stops here, every node left as it is; unless its wave
+        has a step that runs on a failure (`on_failure`) still to run: then only the step
+        fails now, and the run halts once that one has ended. True in that case."""
         now = self._clock()
         with self._commit():
             if step.state in ("pending", "running"):
@@ -820,9 +833,47 @@ class Engine:
                     raise _Changed()
                 self._audit(run, info, action="step.failed", target=step.node, before=step.state, after="failed",
                             detail={"step": step.id, "kind": step.kind, "reason": reason})
-            self._fail_run(run, info, now, stopped=say.halted_elsewhere(step.node),
-                           text=lambda left: say.halted(step.node, step.kind, reason, left_cordoned=left),
-                           detail={"node": step.node, "kind": step.kind, "reason": reason})
+            steps = stored_steps.for_run(self._db, run_id=run.id)
+            if not on_failure(step) and _fallback_of(step, steps) is not None:
+                return True
+            failed = step if not on_failure(step) else next(
+                (s for s in steps if s.state == "failed" and not on_failure(s)), step)
+            why = reason if failed is step else (failed.error or "failed")
+            after = _fallback_note(failed, steps)
+            self._fail_run(run, info, now, stopped=say.halted_elsewhere(failed.node),
+                           text=lambda left: say.halted(failed.node, failed.kind, why, left_cordoned=left,
+                                                        after=after),
+                           detail={"node": failed.node, "kind": failed.kind, "reason": why,
+                                   **({"after": after} if after else {})})
+        return False
+
+    def _run_fallback(self, run: Run, info: _RunInfo, step: Step, steps: Sequence[Step], due: set[StepId],
+                      seen: set[StepId], evaluated: set[StepId]) -> bool:
+        """A step of the wave failed: run the wave's `on_failure` step (a failed canary's
+        driver version set back) to its end before the run halts. Like any step, its start
+        and end are commits of their own, so a restart in between resumes it."""
+        if step.state == "pending":
+            return self._start_step(run, info, step, steps)
+        seen.add(step.id)
+        live = self._live.get(step.id)
+        if live is None:
+            live = self._adopt(run, info, step)
+        elif not live.evaluate_now and (step.id in evaluated or not (
+                step.id in due or (live.due is not None and live.due <= self._mono()))):
+            return False
+        evaluated.add(step.id)
+        with logfields.bound(step_id=step.id, step=step.kind, node=step.node):
+            outcome = self._evaluate(run, info, step, live, steps)
+            if isinstance(outcome, Done):
+                self._finish_step(run, info, step, outcome)
+                return True
+            if isinstance(outcome, (Failed, LeftOut)):
+                self._halt(run, info, step, outcome.reason, detail=outcome.detail)
+                return False
+            self._show_waiting(run, info, step, live, outcome.reason)
+            if outcome.notice is not None:
+                self._tell(run, info, step, live, outcome.notice)
+        return False
 
     def _halt_run(self, run: Run, info: _RunInfo, reason: str, *, wave: int) -> None:
         """The run cannot go on (its next wave missed the window): it stops before that
@@ -852,6 +903,13 @@ class Engine:
             self._live.pop(other.id, None)
         log.warning("%s: run %s halted: %s", self.replica, run.id, said)
 
+    def _skip_fallbacks(self, steps: Sequence[Step], *, now: dt.datetime, before: int | None = None) -> None:
+        """Inside a transaction: the `on_failure` steps of waves that ended without a
+        failure (before wave `before`; all of them when the run ends) will never run."""
+        for step in steps:
+            if on_failure(step) and step.state == "pending" and (before is None or step.wave < before):
+                stored_steps.transition(self._db, id=step.id, expected="pending", new="skipped", at=now)
+
     def _finish_run(self, run: Run, info: _RunInfo, steps: Sequence[Step]) -> None:
         now = self._clock()
         still = sorted({s.node for s in steps if s.kind == "cordon" and s.state == "done"
@@ -863,6 +921,7 @@ class Engine:
             if not stored_runs.transition(self._db, id=run.id, expected=("running", "paused"), new="succeeded",
                                           at=now):
                 raise _Changed()
+            self._skip_fallbacks(steps, now=now)
             stored_requests.transition(self._db, id=info.request.id, expected="running", new="done", at=now)
             self._audit(run, info, action="run.succeeded", target=info.request.pool, before=run.state,
                         after="succeeded", detail={"text": text})
@@ -919,7 +978,7 @@ class Engine:
         with self._commit():
             self._audit(run, info, action=action, target=target, before=None, after=None,
                         detail={**detail, "step": step.id, "kind": step.kind, "intent_key": key})
-        live.intents.add(key)
+        live.intents[key] = self._clock()
 
     def node_inventory(self, node: str, now: dt.datetime) -> NodeInventory | None:
         fleet = self._cache.fleet(now)
@@ -927,6 +986,32 @@ class Engine:
 
 
 LEFT_OUT = "left_out"
+# A step's param: it runs only when a step of its wave fails, and the run halts after it.
+ON_FAILURE = "on_failure"
+
+
+def on_failure(step: Step) -> bool:
+    """Whether `step` runs only when a step of its wave fails (a failed canary's driver
+    version set back): never in the wave's order, skipped when the wave ends well."""
+    return step_params(step).get(ON_FAILURE) is True
+
+
+def _fallback_of(failed: Step, steps: Sequence[Step]) -> Step | None:
+    """The `on_failure` step still to run (or running) for a failure of `failed`'s wave."""
+    return next((s for s in steps if on_failure(s) and s.wave == failed.wave
+                 and s.state in ("pending", "running")), None)
+
+
+def _fallback_note(failed: Step, steps: Sequence[Step]) -> str | None:
+    """What the wave's `on_failure` step did after `failed` failed, for the halt's text."""
+    ran = next((s for s in steps if on_failure(s) and s.wave == failed.wave and s.state in ("done", "failed")), None)
+    if ran is None:
+        return None
+    if ran.state == "failed":
+        return say.fallback_failed(ran.kind, ran.error or "failed")
+    detail = ran.detail if isinstance(ran.detail, dict) else {}
+    note = detail.get("note")
+    return str(note) if note else None
 
 
 def wave_progress(steps: Sequence[Step], wave: int, *, started: dt.datetime | None,
@@ -993,6 +1078,9 @@ class _StepContext:
 
     def recorded(self, key: str) -> bool:
         return key in self._live.intents
+
+    def recorded_at(self, key: str) -> dt.datetime | None:
+        return self._live.intents.get(key)
 
     def node_inventory(self) -> NodeInventory | None:
         return self._engine.node_inventory(self.node, self.now)

@@ -177,6 +177,28 @@ def open_drain_limit_ending(until: dt.datetime) -> str:
             f"(open_drain_max) at {when(until, style='second')}: the nodes are then validated and uncordoned.")
 
 
+def watching_for_return() -> str:
+    return ("the evicted pods are gone; they tolerate the cordon, so gpuops looks a few seconds more for "
+            "replacements that land on this node again")
+
+
+def pod_and_owner(pod: str, owner: str | None) -> str:
+    return f"{pod} ({owner})" if owner else pod
+
+
+def pods_returned(node: str, pods: Sequence[str], retries: int) -> str:
+    return (f"{_list(pods)} came back to {node} right after eviction: {'they tolerate' if len(pods) > 1 else 'it tolerates'} "
+            f"node.kubernetes.io/unschedulable, so the scheduler places {'them' if len(pods) > 1 else 'it'} on the "
+            f"cordoned node again. gpuops evicts again up to {retries} time{'s' if retries != 1 else ''}, then halts "
+            "the run with the node cordoned")
+
+
+def pods_keep_returning(node: str, pods: Sequence[str], retries: int) -> str:
+    return (f"{_list(pods)} kept coming back to {node} after {retries} more eviction{'s' if retries != 1 else ''} "
+            "(they tolerate node.kubernetes.io/unschedulable): remove that toleration from their owners, or scale "
+            "them down, then start a new run")
+
+
 def waiting_for_pods_to_go(pods: Sequence[str]) -> str:
     return f"waiting for {_list(pods)} to terminate"
 
@@ -435,9 +457,14 @@ def waits_on_step(node: str, kind: str, note: str, *, others: int) -> str:
     return f"Waits on {node} ({kind}){more}: {note.rstrip('.')}."
 
 
-def halted(node: str, kind: str, reason: str, *, left_cordoned: Sequence[str]) -> str:
+def halted(node: str, kind: str, reason: str, *, left_cordoned: Sequence[str], after: str | None = None) -> str:
+    """`after`: what the wave's step that runs on a failure did (a driver version set back)."""
     text = f"{node}: {kind} failed: {reason}. The run stopped; no further steps or waves"
-    return text + "." + _left_cordoned(left_cordoned)
+    return text + "." + (f" Then: {after}." if after else "") + _left_cordoned(left_cordoned)
+
+
+def fallback_failed(kind: str, reason: str) -> str:
+    return f"the {kind} step that runs on a failure failed too: {reason}"
 
 
 def halted_before_wave(reason: str, *, left_cordoned: Sequence[str]) -> str:
@@ -713,6 +740,50 @@ def would_set_driver_version(ref: str, prior: str | None, version: str) -> str:
 def driver_version_changed_meanwhile(ref: str, prior: str | None, current: str | None, version: str) -> str:
     return (f"{ref} changed since the step began ({prior or 'unset'} -> {current or 'unset'}, by someone else): "
             f"not setting {version} over it; check who changed it before running again")
+
+
+def driver_version_set_back(ref: str, run_set: str, back: str, nodes_wait: str) -> str:
+    return (f"{ref} set back from {run_set} to {back}, the version this run replaced: a driver pod that restarts "
+            f"now takes {back} again; {nodes_wait}")
+
+
+def set_back_nodes_wait(node: str, run: str) -> str:
+    return f"{node}, already changed, stays as it is for a rollback (`/gpu rollback {run}`)"
+
+
+def set_back_nothing(ref: str) -> str:
+    return f"{ref}: this run changed no driver version, nothing to set back"
+
+
+def set_back_already(ref: str, back: str) -> str:
+    return f"{ref} names {back} again already (set back by someone else): not changed"
+
+
+def set_back_left_alone(ref: str, current: str | None, run_set: str) -> str:
+    return (f"{ref} names {current or 'no version'} now, not {run_set} as this run set it: someone changed it "
+            "since, so gpuops leaves it as it is")
+
+
+def set_back_in_git(ref: str, owner: str, field: str, run_set: str, back: str, nodes_wait: str) -> str:
+    return (f"{ref} is kept by {owner}: gpuops did not change it (a sync would put {run_set} back). Set {field} "
+            f"back from {run_set} to {back} in Git: until then any node whose driver pod restarts installs "
+            f"{run_set}; {nodes_wait}")
+
+
+def would_set_back(ref: str, run_set: str, back: str) -> str:
+    return f"would set {ref}'s driver version back from {run_set} to {back}"
+
+
+def set_back_reading_again(ref: str) -> str:
+    return f"{ref} changed while its version was being set back; reading it again"
+
+
+def git_owner_argo(tracking: str) -> str:
+    return f"Argo CD ({tracking})"
+
+
+def git_owner_flux(controller: str, name: str, namespace: str | None) -> str:
+    return f"Flux ({controller} {namespace + '/' if namespace else ''}{name})"
 
 
 def driver_template_not_yet(version: str, behind: list[str]) -> str:

@@ -57,7 +57,7 @@ from workflows.kube.labels import (
     PAUSED_FOR_MIG_CHANGE,
     POD_SELECTOR_DRIVER,
 )
-from workflows.kube.objects import NodeObject, Taint, is_gpu_resource
+from workflows.kube.objects import CustomObject, NodeObject, Taint, Toleration, is_gpu_resource
 
 # NVIDIA_VISIBLE_DEVICES values that hand a container no GPU.
 _NO_DEVICES = frozenset({"", "void", "none"})
@@ -156,6 +156,9 @@ class StepContext(Protocol):
         already (by this process or before a restart)."""
 
     def recorded(self, key: str) -> bool: ...
+
+    def recorded_at(self, key: str) -> dt.datetime | None:
+        """When the audit row for intent `key` was committed; None if it was not."""
 
     def node_inventory(self) -> NodeInventory | None:
         """The node as the watch cache sees it now."""
@@ -410,9 +413,13 @@ class Evict:
     hold nothing), and pods already terminating are waited for. The default is `all` for
     drain plans and `drain` steps, `gpu` otherwise. Every decision is in the step detail.
 
-    The pods to evict are chosen once, when the step starts, and stored with its intent;
-    pods that arrive later (a replica that tolerates the cordon) are not chased. The step
-    is done when each chosen pod is gone (or replaced: a new uid).
+    The pods to evict are chosen once, when the step starts, and stored with its intent.
+    The step is done when each chosen pod is gone (or replaced: a new uid). With scope
+    `gpu`, pods that arrive later (a replica that tolerates node.kubernetes.io/unschedulable
+    lands on the cordoned node again) would hold up the driver or MIG change that follows:
+    the thread hears it once, they are evicted again up to `evict_retries` rounds (the
+    pool's, default 3), and a round more fails the step naming the pods and their owners.
+    A drain (scope `all`) does as kubectl drain does and does not chase them.
 
     A 429 from a PodDisruptionBudget is retried on a timer (PDB status is not watched)
     and on watch events about the node, until `timeout_s` (default 600); the first one
@@ -459,20 +466,103 @@ class Evict:
         for pod in sorted(ctx.gateway.list_pods_on_node(ctx.node), key=lambda p: (p.pod.namespace, p.pod.name)):
             decision = decide(pod, scope=scope)
             entry = {"pod": f"{pod.pod.namespace}/{pod.pod.name}", "uid": pod.uid, "why": decision.why}
+            if decision.action == "evict" and _tolerates_cordon(pod.pod.placement.tolerations):
+                entry["tolerates_cordon"] = True
             {"evict": targets, "skip": skipped, "wait": waited}[decision.action].append(entry)
         return {"scope": scope, "on_timeout": on_timeout, "evict": targets, "skipped": skipped,
                 "terminating": waited}
 
     def advance(self, ctx: StepContext) -> Outcome:
         chosen = list(ctx.intent.get("evict", ())) + list(ctx.intent.get("terminating", ()))
-        present = {p.uid: p for p in ctx.gateway.list_pods_on_node(ctx.node)}
+        on_node = ctx.gateway.list_pods_on_node(ctx.node)
+        present = {p.uid: p for p in on_node}
         remaining = [t for t in chosen if t["uid"] in present
                      and present[t["uid"]].pod.phase not in ("Succeeded", "Failed")]
         summary = {"evicted": [t["pod"] for t in ctx.intent.get("evict", ())],
                    "skipped": ctx.intent.get("skipped", [])}
+        notice: Notice | None = None
+        if ctx.intent.get("scope") == "gpu" and not ctx.dry_run:
+            # NB: only where the change that follows cannot start under GPU pods (a driver,
+            # a MIG layout): a drain keeps kubectl's way and does not chase them.
+            returned = self._returned(ctx, on_node)
+            if returned:
+                outcome = self._evict_again(ctx, returned)
+                if isinstance(outcome, Failed):
+                    return outcome
+                notice = outcome
+                remaining += [t for t in returned if t["uid"] in present]
+        if not remaining and notice is None and ctx.intent.get("scope") == "gpu" and not ctx.dry_run:
+            settling = self._settling(ctx)
+            if settling is not None:
+                return settling
         if not remaining:
             return Done(say.evicted(len(ctx.intent.get("evict", ())), len(ctx.intent.get("skipped", ())),
                                     dry_run=ctx.dry_run), summary)
+        outcome = self._evict(ctx, remaining, present, summary)
+        if notice is not None and isinstance(outcome, Waiting) and outcome.notice is None:
+            return Waiting(outcome.reason, retry_in=outcome.retry_in, overdue_ok=outcome.overdue_ok, notice=notice)
+        return outcome
+
+    def _settling(self, ctx: StepContext) -> Waiting | None:
+        """The evicted pods are gone; those that tolerate the cordon may be replaced on
+        this node only now (their GPUs were still taken while they terminated): look again
+        for `RETURN_SETTLE` from the first time all were gone (on record, so a restart
+        does not start the wait again)."""
+        evicted = list(ctx.intent.get("evict", ()))
+        if not any(t.get("tolerates_cordon") for t in evicted):
+            return None
+        key = f"gone/{_rounds(ctx)}"
+        if not ctx.recorded(key):
+            ctx.record(key=key, action="pods.gone", target=f"node {ctx.node}",
+                       detail={"pods": [t["pod"] for t in evicted]})
+        since = ctx.recorded_at(key) or ctx.now
+        left = (since + RETURN_SETTLE - ctx.now).total_seconds()
+        if left <= 0:
+            return None
+        return Waiting(say.watching_for_return(), retry_in=left)
+
+    def _returned(self, ctx: StepContext, on_node: Sequence[PodOnNode]) -> list[dict[str, Any]]:
+        """Pods to evict that arrived on the node since the step chose its pods: a pod
+        that tolerates node.kubernetes.io/unschedulable is placed on the cordoned node
+        again (its owner replaces the evicted one there)."""
+        known = {t["uid"] for key in ("evict", "terminating", "skipped") for t in ctx.intent.get(key, ())}
+        found = []
+        for pod in sorted(on_node, key=lambda p: (p.pod.namespace, p.pod.name)):
+            if pod.uid in known or pod.pod.phase in ("Succeeded", "Failed"):
+                continue
+            decision = decide(pod, scope="gpu")
+            if decision.action == "skip":
+                continue
+            owner = pod.pod.controller
+            found.append({"pod": f"{pod.pod.namespace}/{pod.pod.name}", "uid": pod.uid, "why": decision.why,
+                          "owner": f"{owner.kind} {owner.name}" if owner is not None else None,
+                          "deleting": pod.pod.deleting})
+        return found
+
+    def _evict_again(self, ctx: StepContext, returned: Sequence[Mapping[str, Any]]) -> Notice | Failed:
+        """Pods came back: each is evicted again, up to `evict_retries` rounds (the pool's
+        setting, 3 by default); a round more fails the step naming them and their owners.
+        The thread hears it once. Each pod's eviction is on record (with its round) before
+        the round's own record, so a restart between them counts no round twice."""
+        retries = _evict_retries(ctx.params)
+        rounds = _rounds(ctx)
+        fresh = [t for t in returned if not t["deleting"] and not ctx.recorded(f"evict/{t['uid']}")]
+        shown = [say.pod_and_owner(t["pod"], t.get("owner")) for t in returned]
+        if fresh:
+            if rounds >= retries:
+                return Failed(say.pods_keep_returning(ctx.node, shown, retries),
+                              {"returned": [dict(t) for t in returned], "rounds": rounds})
+            rounds += 1
+            for target in fresh:
+                ctx.record(key=f"evict/{target['uid']}", action="pod.evict", target=target["pod"],
+                           detail={"node": ctx.node, "uid": target["uid"], "why": target["why"],
+                                   "returned": True, "round": rounds, "owner": target.get("owner")})
+            ctx.record(key=f"returned/{rounds}", action="pods.returned", target=f"node {ctx.node}",
+                       detail={"round": rounds, "of": retries, "pods": shown})
+        return Notice("pods-returned", say.pods_returned(ctx.node, shown, retries))
+
+    def _evict(self, ctx: StepContext, remaining: list[Mapping[str, Any]], present: Mapping[str, PodOnNode],
+               summary: Mapping[str, Any]) -> Outcome:
         blocked: dict[str, str] = {}
         throttled: dict[str, str] = {}  # 429s that were not a budget: the API asks to slow down
         retry_after = 2.0
@@ -542,6 +632,37 @@ class Evict:
             ctx.gateway.delete_pod(namespace, name, uid=target["uid"], dry_run=False)
         except (NotFound, Conflict):
             pass  # gone, or replaced by a pod with another uid
+
+
+def _tolerates_cordon(tolerations: Sequence[Toleration]) -> bool:
+    """Whether a pod with these tolerations may be placed on a cordoned node."""
+    return any((t.key in ("", CORDON_TAINT) and t.operator == "Exists"
+                or t.key == CORDON_TAINT and t.operator == "Equal")
+               and t.effect in ("", "NoSchedule") for t in tolerations)
+
+
+# The taint the node controller puts on a cordoned node.
+CORDON_TAINT = "node.kubernetes.io/unschedulable"
+# How long the evict step looks for replacements of pods that tolerate the cordon once
+# the evicted ones are gone.
+RETURN_SETTLE = dt.timedelta(seconds=5)
+
+
+def _rounds(ctx: StepContext) -> int:
+    """How many times pods that came back were evicted again (their rounds on record)."""
+    return next((k for k in range(_evict_retries(ctx.params), 0, -1) if ctx.recorded(f"returned/{k}")), 0)
+
+
+def _evict_retries(params: Mapping[str, Any]) -> int:
+    value = params.get("evict_retries", DEFAULT_EVICT_RETRIES)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise StepParamsError(f"evict_retries must be a whole number, 0 or more, not {value!r}")
+    return value
+
+
+# How often pods that come straight back to the cordoned node are evicted again (a pool's
+# `evict_retries` overrides it).
+DEFAULT_EVICT_RETRIES = 3
 
 
 # ---- wait-for and validate
@@ -862,9 +983,13 @@ class DriverVersion:
     def prepare(self, ctx: StepContext) -> dict[str, Any]:
         path, field, name, ref = self._where(ctx.params)
         found = ctx.gateway.get_custom_object(path, name)
+        if ctx.params.get("set_back") is True:
+            return self._prepare_back(ctx, found, field, ref)
         return {"object": ref, "version": ctx.params["version"], "prior_version": self._version(found.spec, field)}
 
     def advance(self, ctx: StepContext) -> Outcome:
+        if ctx.params.get("set_back") is True:
+            return self._set_back(ctx)
         path, field, name, ref = self._where(ctx.params)
         version, prior = ctx.intent["version"], ctx.intent.get("prior_version")
         found = ctx.gateway.get_custom_object(path, name)
@@ -890,6 +1015,83 @@ class DriverVersion:
         if ctx.dry_run:
             return Done(say.would_set_driver_version(ref, prior, version))
         return Done(say.driver_version_set(ref, prior, version))
+
+
+    # -- set back (`set_back: true`): a failed canary's object disarmed
+
+    def _prepare_back(self, ctx: StepContext, found: CustomObject, field: tuple[str, ...],
+                      ref: str) -> dict[str, Any]:
+        # What this run's own driver-version step found and set (it is the canary node's too).
+        forward = ctx.step_intent("driver-version") or {}
+        return {"object": ref, "set_back": True, "version": forward.get("prior_version"),
+                "run_set": forward.get("version"), "found": self._version(found.spec, field),
+                "git": git_owner(found.labels, found.annotations)}
+
+    def _set_back(self, ctx: StepContext) -> Outcome:
+        """Put back the version this run's driver-version step replaced, only while the
+        object still names the version the run set (never over a later change), by one
+        merge patch naming the resourceVersion it decided on; audited before it is sent.
+        An object Git keeps (Argo CD, Flux) is not patched: the note says what to set back
+        in Git, since a sync would put the run's version back."""
+        path, field, name, ref = self._where(ctx.params)
+        back, run_set = ctx.intent.get("version"), ctx.intent.get("run_set")
+        if not run_set or not back or back == run_set:
+            return Done(say.set_back_nothing(ref))
+        found = ctx.gateway.get_custom_object(path, name)
+        current = self._version(found.spec, field)
+        at_risk = say.set_back_nodes_wait(ctx.node, ctx.run_id)
+        if current == back and ctx.recorded(f"set-back/{ref}"):
+            return Done(say.driver_version_set_back(ref, run_set, back, at_risk), {"from": run_set, "to": back})
+        if current != run_set:
+            text = (say.set_back_already(ref, back) if current == back
+                    else say.set_back_left_alone(ref, current, run_set))
+            return Done(text, {"found": current})
+        git = ctx.intent.get("git")
+        if git:
+            where = ".".join(("spec", *field))
+            return Done(say.set_back_in_git(ref, str(git), where, run_set, back, at_risk),
+                        {"git": git, "from": run_set, "to": back})
+        if ctx.dry_run:
+            return Done(say.would_set_back(ref, run_set, back))
+        ctx.record(key=f"set-back/{ref}", action="driver-version.set-back", target=ref,
+                   detail={"from": run_set, "to": back, "node": ctx.node})
+        patch: dict[str, Any] = {field[-1]: back}
+        for key in reversed(field[:-1]):
+            patch = {key: patch}
+        ctx.act()
+        try:
+            ctx.gateway.patch_custom_object(path, name, spec=patch, resource_version=found.resource_version,
+                                            dry_run=False)
+        except Conflict:
+            return Waiting(say.set_back_reading_again(ref), retry_in=1.0)
+        return Done(say.driver_version_set_back(ref, run_set, back, at_risk), {"from": run_set, "to": back})
+
+
+# The marks a GitOps tool leaves on what it applies (Argo CD's tracking annotation or
+# label; Flux's kustomize and helm controllers' labels). NB: Helm puts
+# app.kubernetes.io/instance on its releases' objects too: that label counts only on an
+# object Helm did not install (no meta.helm.sh/release-name annotation).
+_ARGO_TRACKING = "argocd.argoproj.io/tracking-id"
+_ARGO_INSTANCE = "app.kubernetes.io/instance"
+_FLUX_LABELS = ("kustomize.toolkit.fluxcd.io/name", "helm.toolkit.fluxcd.io/name")
+_HELM_RELEASE = "meta.helm.sh/release-name"
+
+
+def git_owner(labels: Mapping[str, str], annotations: Mapping[str, str]) -> str | None:
+    """Which GitOps tool keeps an object, in words ("Argo CD (tracking id gpu:...)"), from
+    the obvious marks only; None when none is there. Minimal on purpose: a tool that
+    leaves no such mark is not seen."""
+    tracking = annotations.get(_ARGO_TRACKING)
+    if tracking:
+        return say.git_owner_argo(tracking)
+    for key in _FLUX_LABELS:
+        if labels.get(key):
+            namespace = labels.get(key.replace("/name", "/namespace"))
+            return say.git_owner_flux(key.split(".", 1)[0], labels[key], namespace)
+    instance = labels.get(_ARGO_INSTANCE) or annotations.get(_ARGO_INSTANCE)
+    if instance and _HELM_RELEASE not in annotations:
+        return say.git_owner_argo(instance)
+    return None
 
 
 # ---- gating the GPU Operator's own upgrade (autoUpgrade on)

@@ -226,9 +226,14 @@ def canary_findings(inv: NodeInventory, verdict: CanaryVerdict, *, now: dt.datet
 
 
 def pool_findings(pool: PoolInventory, *, settings: InventorySettings,
-                  toolkit: ConfiguredRuntime | None = None) -> tuple[Finding, ...]:
+                  toolkit: ConfiguredRuntime | None = None,
+                  failed: Mapping[str, Sequence[NodeName]] | None = None) -> tuple[Finding, ...]:
     """`toolkit` is the runtime the container toolkit is set up for (None: not the
-    operator's to set, or unknown), against which the pool's nodes' runtimes are read."""
+    operator's to set, or unknown), against which the pool's nodes' runtimes are read.
+    `failed` is, per driver version, the nodes of the fleet where it failed (its pod
+    crash-looping or failing, the operator's upgrade-failed, a failed check pod): pods
+    behind a template that names such a version take it on their next restart, which is
+    critical until the driver object is set back."""
     found: list[Finding] = []
 
     def add(severity: Severity, code: FindingCode, message: str) -> None:
@@ -250,7 +255,11 @@ def pool_findings(pool: PoolInventory, *, settings: InventorySettings,
     if pool.mixed_driver_versions:
         add("warning", "mixed-driver-versions", msg_mixed_driver_versions(pool))
     if pool.driver_pods_behind:
-        add("warning", "driver-pods-behind-template", msg_driver_pods_behind(pool))
+        armed = {v: tuple(failed[v]) for v in pool.driver_pods_behind if failed and failed.get(v)}
+        if armed:
+            add("critical", "driver-pods-behind-template", msg_driver_pods_armed(pool, armed))
+        else:
+            add("warning", "driver-pods-behind-template", msg_driver_pods_behind(pool))
     if toolkit is not None:
         other = {v: nodes for v, nodes in pool.runtimes.items()
                  if (kind := runtime_of(v)) is not None and kind != toolkit.runtime}
@@ -515,6 +524,17 @@ def msg_driver_pods_behind(pool: PoolInventory) -> str:
                      f"DaemonSet, which now specifies {version}")
     return ("; ".join(parts) + ": with OnDelete, the next restart of such a pod or reboot of its node changes "
             "the driver unplanned; replace them on purpose, in a drain window")
+
+
+def msg_driver_pods_armed(pool: PoolInventory, failed: Mapping[str, Sequence[NodeName]]) -> str:
+    parts = []
+    for version, where in failed.items():
+        at_risk = pool.driver_pods_behind[version]
+        parts.append(f"driver {version} failed on {', '.join(where)}, yet the DaemonSet still specifies it: "
+                     f"{len(at_risk)} of {pool.nodes_total} nodes at risk ({', '.join(at_risk)}) take it on "
+                     "their driver pod's next restart or reboot")
+    return ("; ".join(parts) + ". Set the driver object (ClusterPolicy or NVIDIADriver) back to the version "
+            "they run, or in Git where Git keeps it, then roll back the nodes it failed on")
 
 
 def msg_mixed_driver_versions(pool: PoolInventory) -> str:

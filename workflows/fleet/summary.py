@@ -269,6 +269,10 @@ class FleetIndex:
         self._timed: set[NodeName] = set()  # nodes whose findings depend on the time
         self._runtime_kinds: Counter[str] = Counter()  # GPU nodes' container runtimes, by kind
         self._kubelets: dict[str, _Members] = {}
+        # Driver version -> the nodes where it fails (its pod crash-looping or failing, the
+        # operator's upgrade-failed); with the failed check pods, what `_failed_seen` was.
+        self._failing: dict[str, _Members] = {}
+        self._failed_seen: Mapping[str, tuple[NodeName, ...]] = {}
         self._dirty_pools: set[PoolName] = set()
         self._findings_changed = True
         self._support_changed = True
@@ -334,6 +338,10 @@ class FleetIndex:
             self._runtime_kinds[kind] += sign
         if info.kubelet_version:
             _member(self._kubelets, info.kubelet_version, inventory.name, sign)
+        pod = inventory.driver_pod
+        if pod.present and pod.version and (pod.crash_looping or pod.condition == "failing"
+                                            or inventory.upgrade.failed):
+            _member(self._failing, pod.version, inventory.name, sign)
 
     def _check(self, name: NodeName, now: dt.datetime) -> None:
         """The node's findings, checked again; kept for later builds unless they depend on
@@ -365,13 +373,19 @@ class FleetIndex:
         if toolkit != self._toolkit:
             self._toolkit = toolkit
             self._dirty_pools.update(self._tallies)
+        verdicts = {n: v for n, v in (canaries or {}).items() if n in self._nodes}
+        failed = self._failed_versions(verdicts)
+        if failed != self._failed_seen:
+            # A version that failed somewhere makes pods behind a template naming it critical.
+            self._failed_seen = failed
+            self._dirty_pools.update(p for p, tally in self._tallies.items() if tally.behind)
         managers = _driver_managers(self._tallies, context=context)
         for pool, tally in self._tallies.items():
             cached = self._pools.get(pool)
             if pool in self._dirty_pools or cached is None or cached.driver_managers != managers.get(pool, ()):
                 self._pools[pool] = inventory = _pool_inventory(pool, tally, managers=managers.get(pool, ()),
                                                                 context=context, settings=settings)
-                found = findings_mod.pool_findings(inventory, settings=settings, toolkit=toolkit)
+                found = findings_mod.pool_findings(inventory, settings=settings, toolkit=toolkit, failed=failed)
                 if found != self._pool_findings.get(pool):
                     self._pool_findings[pool] = found
                     self._findings_changed = True
@@ -387,7 +401,6 @@ class FleetIndex:
                 self._findings_changed = True
         if self._where is None:
             self._cut()
-        verdicts = {n: v for n, v in (canaries or {}).items() if n in self._nodes}
         if self._findings_changed or verdicts:
             self._findings_changed = False
             found = [f for name in self._names for f in self._node_findings.get(name, ())]
@@ -406,6 +419,17 @@ class FleetIndex:
             findings=self._sorted,
             canaries=MappingProxyType(verdicts),
         )
+
+    def _failed_versions(self, verdicts: Mapping[NodeName, CanaryVerdict]) -> dict[str, tuple[NodeName, ...]]:
+        """Driver version -> the nodes where it failed: the driver pod crash-looping or
+        failing, the operator's upgrade-failed, or gpuops' last check pod there failing
+        on a node that runs it."""
+        found = {version: set(members.in_order()) for version, members in self._failing.items()}
+        for name, verdict in verdicts.items():
+            version = self._nodes[name].driver_pod.version
+            if not verdict.passed and version:
+                found.setdefault(version, set()).add(name)
+        return {version: tuple(sorted(nodes)) for version, nodes in sorted(found.items())}
 
     def _view(self) -> NodesInOrder:
         """The nodes for a view handed out: every piece is shared from now on."""

@@ -185,7 +185,7 @@ def _node_steps(node: NodeInventory, *, policy: PoolConfig, check: GpuCheck,
             "selector": policy.wait_for.selector, "timeout_s": int(policy.wait_for.timeout.total_seconds())}))
     steps.append(NodeStep("evict", node.name, {
         "scope": EVICT_SCOPE, "pdb_timeout_s": int(policy.drain_timeout.total_seconds()),
-        "pdb_timeout_action": policy.pdb_timeout_action}))
+        "pdb_timeout_action": policy.pdb_timeout_action, "evict_retries": policy.evict_retries}))
     # The hand-set labels go with the deploy label: GFD publishes its own once the
     # operator's driver runs.
     deploy = NodeStep("node-labels", node.name, {"labels": {LABEL_DEPLOY_DRIVER: DEPLOY_VALUE[to],

@@ -221,6 +221,10 @@ class PoolConfig(_Model):
     # validator healthy, every physical GPU advertised) before the run halts with it cordoned.
     validate_timeout: Duration = dt.timedelta(minutes=10)
     pdb_timeout_action: Literal["wait", "skip", "delete"] = "wait"
+    # Pods that come straight back to the cordoned node after eviction (they tolerate
+    # node.kubernetes.io/unschedulable) before a driver or MIG change: evicted again this
+    # many times, then the run halts naming them and their owners (0: halt at once).
+    evict_retries: Annotated[int, Field(ge=0, le=20)] = 3
     # The longest a drain with no end (`/gpu drain <nodes>` on a `windows: always` pool,
     # without `for`) holds its nodes; unset, it holds them until someone says `drain done`.
     open_drain_max: Duration | None = None

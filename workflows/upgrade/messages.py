@@ -31,6 +31,13 @@ def plan_manager_note(ref: str, current: Sequence[tuple[str, int]], version: str
     return f"{ref} is set to {version} at the canary's first step (now: {now})"
 
 
+def plan_set_back_note(ref: str, before: str | None, version: str, canary: str) -> str:
+    back = before or "the version it names when the run starts"
+    return (f"if the canary fails, {ref} is set back to {back} before the run halts (only while it still names "
+            f"{version}; kept by Git, the run says what to set back there); {canary} keeps what it was given and "
+            "waits for a rollback request")
+
+
 def plan_gates_operator_note(ref: str) -> str:
     return (f"gpuops gates the operator (autoUpgrade on for {ref}): every node is held back from the operator's "
             "upgrade (label nvidia.com/gpu-driver-upgrade.skip=true) before the version changes, and let go in "

@@ -2,7 +2,8 @@
 object whose version changes and every refusal), the window it runs in, the canary and
 waves, and the steps each node goes through. The canary's first change sets the version
 on the driver object; after the canary the pool soaks for `upgrade_soak` before the next
-wave.
+wave. A canary that fails sets the object back to the version it replaced (only while it
+still names the run's) before the run halts; the canary itself waits for a rollback.
 
 "gpuops drives" (the driver object has autoUpgrade off), per node: cordon (a person's
 cordon is kept), wait for the pool's `wait_for` jobs, evict GPU pods (PDB-respecting, the
@@ -138,6 +139,12 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
     canary_steps = [*first, set_version,
                     *node_steps(by_name[order.canary]),
                     NodeStep("hold", order.canary, {"seconds": int(policy.upgrade_soak.total_seconds())})]
+    if rollback is None:
+        # Runs only if the canary fails (the engine's `on_failure`): the object is set back
+        # before the run halts, so no driver pod that restarts meanwhile takes the failed
+        # version. A rollback has none: its version is the one the object had before.
+        canary_steps.append(NodeStep("driver-version", order.canary, {
+            "object": kind, "name": name, "version": scope.target.text, "set_back": True, "on_failure": True}))
     waves = [Wave(0, (order.canary,), tuple(canary_steps))]
     for index, wave in enumerate(order.waves, start=1):
         steps = [step for node in wave for step in node_steps(by_name[node])]
@@ -149,6 +156,9 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
     largest = max((sum(by_name[n].physical_gpus or 0 for n in w.nodes) for w in waves), default=0)
     notes = [say.plan_manager_note(scope.manager.ref, scope.current, scope.target.text),
              say.plan_canary_note(order.canary, policy.upgrade_soak)]
+    if rollback is None:
+        notes.append(say.plan_set_back_note(scope.manager.ref, scope.manager.version, scope.target.text,
+                                               order.canary))
     if gates:
         notes.insert(1, say.plan_gates_operator_note(scope.manager.ref))
     # Gated, the operator waits and deletes per its own upgradePolicy, not the pool's wait_for.
@@ -222,7 +232,8 @@ def _node_steps(node: NodeInventory, *, policy: PoolConfig, version: str,
     steps += [
         NodeStep("evict", node.name, {"scope": EVICT_SCOPE,
                                       "pdb_timeout_s": int(policy.drain_timeout.total_seconds()),
-                                      "pdb_timeout_action": policy.pdb_timeout_action}),
+                                      "pdb_timeout_action": policy.pdb_timeout_action,
+                                      "evict_retries": policy.evict_retries}),
         NodeStep("driver", node.name, {"version": version, "timeout_s": int(policy.validate_timeout.total_seconds())}),
         NodeStep("validate", node.name, {"timeout_s": int(policy.validate_timeout.total_seconds())}),
         NodeStep("uncordon", node.name, {"leave_cordoned": node.cordoned}),

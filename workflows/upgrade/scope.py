@@ -116,7 +116,9 @@ def upgrade_scope(
     current = tuple(pool.driver_versions.items())
     driven = [n for n in members if n.deploy_driver == "true"]
     running = {_version_of(n) for n in driven} - {None}
-    if running == {target.text} and manager.version == target.text:
+    # NB: a rollback after a failed canary finds the object set back already, and GFD may
+    # still report the old version beside a crash-looping new driver: its nodes still move.
+    if running == {target.text} and manager.version == target.text and not broken_by_run:
         raise UpgradeRefused(say.nothing_to_do(pool.name, target.text), code="same-version")
     older = sorted({v for v in running | {manager.version} if v and _lower(target, v)})
     if older and not downgrade:
