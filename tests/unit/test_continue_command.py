@@ -293,3 +293,47 @@ def test_the_halted_requests_card_offers_continue_and_the_click_asks_as_the_comm
     viewer = press(Click(action=button.action, value=button.value, actor=services.config.actor("U0DAVE"), now=now),
                    services).notice
     assert not viewer.ok
+
+
+def test_a_continuation_after_a_failed_canary_set_its_object_back_sets_the_version_again_first(services, pool, now):
+    # The canary s3 failed its validation and the run set the NVIDIADriver back before it
+    # halted: the rest of the upgrade needs the object at the new version again.
+    run_id = halted_upgrade(services, pool, now, halt=False)
+    db = services.database
+    for step in stored_steps.for_run(db, run_id=run_id):  # type: ignore[arg-type]
+        if step.node != "s3":
+            continue
+        params = step.detail.get("params", {}) if isinstance(step.detail, dict) else {}
+        if step.kind == "driver-version" and params.get("set_back"):
+            state, result = "done", {"from": NEW, "to": "570.172.08"}
+        elif step.kind in ("driver-version", "cordon", "evict", "driver"):
+            state, result = "done", None
+        elif step.kind == "validate":
+            state, result = "failed", None
+        else:
+            continue
+        detail = {**step.detail, "intent": {"prior_version": "570.172.08"}}  # type: ignore[dict-item]
+        if result is not None:
+            detail["result"] = result
+        stored_steps.transition(db, id=step.id, expected="pending", new=state, at=now, detail=detail)  # type: ignore[arg-type]
+    stored_steps.stop_unfinished(db, stored_steps.for_run(db, run_id=run_id), at=now, error="halted")  # type: ignore[arg-type]
+    assert stored_runs.transition(db, id=run_id, expected="running", new="failed", at=now,  # type: ignore[arg-type]
+                                  halted_reason="s3: validate failed")
+    request_id = stored_runs.get(db, id=run_id).request_id  # type: ignore[arg-type, union-attr]
+    assert stored_requests.transition(db, id=request_id, expected="running", new="failed", at=now)  # type: ignore[arg-type]
+    services.fleet.value = pool.fleet({"s3": run_id})  # type: ignore[attr-defined]
+
+    reply = say(services, "U0ALICE", f"continue {run_id}", now)
+
+    assert reply.ok, reply.summary
+    plan = continuation(services, run_id).plan
+    first = plan.waves[0]
+    assert first.nodes[0] == "s3"
+    s3 = [(s.kind, bool(s.params.get("set_back"))) for s in first.steps if s.node == "s3"]
+    assert s3[0] == ("driver-version", False) and s3[-1] == ("driver-version", True), s3
+    assert sum(1 for kind, back in s3 if kind == "driver-version" and back) == 1
+    assert first.steps_for("s3")[0].params["version"] == NEW
+    assert any("sets it to 580.105.08 again first" in note for note in plan.summary.notes)
+    # Without a set-back on record, nothing is set again (the object still names the version).
+    assert not any(s.kind == "driver-version" and not s.params.get("set_back")
+                   for w in plan.waves[1:] for s in w.steps)

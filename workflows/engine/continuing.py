@@ -116,6 +116,9 @@ class ContinueService:
         start, end = continuation_window(halted.window_start, halted.window_end, policy.window_set,
                                          pool=run.pool, now=now)
         waves = _waves(left, run_id=run.id)
+        set_again = version_to_set_again(halted.plan, run.steps)
+        if set_again is not None:
+            waves = _setting_version_again(waves, *set_again)
         self._check_capacity(run, waves, fleet=fleet, policy=policy, start=start, end=end)
         skipped = fleet.nodes.get(NodeName(skip)) if skip is not None else None
         skipped_cordoned = skipped is not None and skipped.cordoned and skipped.cordon_run == run.id
@@ -128,7 +131,9 @@ class ContinueService:
                                                and fleet.nodes.get(r.node) is not None
                                                and fleet.nodes[r.node].requested_gpus),
                         max_gpus_unavailable=max(sum(_gpus(fleet, n) for n in w.nodes) for w in waves),
-                        notes=_notes(run.id, remains, left, skip, skipped_cordoned=skipped_cordoned)))
+                        notes=_notes(run.id, remains, left, skip, skipped_cordoned=skipped_cordoned)
+                        + ((say.continue_sets_version_again_note(run.id, str(set_again[0].params.get("version"))),)
+                           if set_again is not None else ())))
         view = self._requests.submit(actor, kind=halted.kind, pool=run.pool, targets=list(plan.nodes), plan=plan,
                                      window_start=start, window_end=end,
                                      reason=say.continue_reason(run.id, halted.reason, skipped=skip,
@@ -233,6 +238,39 @@ def _waves(left: Sequence[NodeRemains], *, run_id: str) -> tuple[Wave, ...]:
                  for r in nodes for i, s in enumerate(r.steps)]
         waves.append(Wave(len(waves), tuple(r.node for r in nodes), tuple(steps)))
     return tuple(waves)
+
+
+def version_to_set_again(plan: Plan, steps: Sequence[Step]) -> tuple[NodeStep, NodeStep] | None:
+    """After a failed canary whose run set its driver object back (the `driver-version`
+    step with `set_back`, done with what it changed), the rest of the upgrade needs the
+    object at the new version again: the halted plan's forward step and its set-back, for
+    the continuation's first wave. None when the object was not set back by the run."""
+    forward = next((s for w in plan.waves for s in w.steps
+                    if s.kind == "driver-version" and not s.params.get("set_back")), None)
+    back = next((s for w in plan.waves for s in w.steps
+                 if s.kind == "driver-version" and s.params.get("set_back")), None)
+    if forward is None or back is None:
+        return None
+    for step in steps:
+        detail = step.detail if isinstance(step.detail, dict) else {}
+        params = detail.get("params") if isinstance(detail.get("params"), dict) else {}
+        result = detail.get("result")
+        if (step.kind == "driver-version" and params.get("set_back") and step.state == "done"
+                and isinstance(result, dict) and "to" in result):
+            return forward, back
+    return None
+
+
+def _setting_version_again(waves: Sequence[Wave], forward: NodeStep, back: NodeStep) -> tuple[Wave, ...]:
+    """The continuation's first wave starts by setting the version again (on its first
+    node, before anything else) and sets it back if that wave fails, as a canary wave
+    does; a set-back step it already carries is not repeated."""
+    first = waves[0]
+    node = first.nodes[0]
+    steps = [s for s in first.steps if not (s.kind == "driver-version" and s.params.get("set_back"))]
+    mark = {**{k: v for k, v in forward.params.items() if k != "takes_over"}, CONTINUES: first.steps[0].params.get(CONTINUES)}
+    steps = [NodeStep(forward.kind, node, mark), *steps, NodeStep(back.kind, node, dict(back.params))]
+    return (Wave(first.index, first.nodes, tuple(steps)), *waves[1:])
 
 
 def continuation_window(start: dt.datetime | None, end: dt.datetime | None, windows: WindowSet, *, pool: str,

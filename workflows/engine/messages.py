@@ -590,6 +590,11 @@ def continue_plan_note(run_id: str, nodes: Sequence[str]) -> str:
     return f"continues halted run {run_id} with what it did not finish: {names(nodes)}"
 
 
+def continue_sets_version_again_note(run_id: str, version: str) -> str:
+    return (f"run {run_id} set its driver object back after its canary failed: this continuation sets it to "
+            f"{version} again first, and back again if its first wave fails")
+
+
 def continue_done_note(run_id: str, nodes: Sequence[str]) -> str:
     return f"done in run {run_id}, not touched again (no cordon, no eviction): {names(nodes)}"
 
