@@ -56,11 +56,11 @@ class _Cached:
 
 def configured_groups(config: GpuopsConfig) -> tuple[str, ...]:
     """The Slack user groups roles come from: `access.usergroups` and every pool's
-    `group:` approvers (each cluster's, with several)."""
+    `group:` approvers and operators (each cluster's, with several)."""
     groups = set(config.access.usergroups)
     pools = [*config.pools.values(), *(pool for entry in config.clusters.values() for pool in entry.pools.values())]
     for pool in pools:
-        groups.update(a.removeprefix("group:") for a in pool.approvers if a.startswith("group:"))
+        groups.update(a.removeprefix("group:") for a in (*pool.approvers, *pool.operators) if a.startswith("group:"))
     return tuple(sorted(groups))
 
 

@@ -10,7 +10,7 @@ from commands import messages as msg
 from commands.clusters import clusters_section
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
 from commands.reply import REQUEST_DRAIN, REQUEST_MIG, REQUEST_UPGRADE, Fact, Intent, Notice, Reply, Section, Table, error_reply
-from workflows.access import Role
+from workflows.access import Role, public_name
 from workflows.drain.history import drain_history
 from workflows.engine.cordons import UncordonRefused
 from workflows.engine.runs import RunView
@@ -18,7 +18,7 @@ from workflows.fleet.assessment import NodeInventory, PoolInventory
 from workflows.fleet.clusters import ClusterUnreachable
 from workflows.fleet.findings import Finding, cordons_left_behind, format_age, sort_findings
 from workflows.fleet.summary import Fleet
-from workflows.pools.config import Workloads
+from workflows.pools.config import PoolConfig, Workloads
 from workflows.pools.freezes import CLUSTER, freeze_sentence
 from workflows.signals import messages as health_msg
 from workflows.signals.service import Reading
@@ -177,7 +177,8 @@ def status(call: Call, args: list[str]) -> Reply:
                    + _mig_button(call, pool=pool, fleet=fleet))
         policy = call.services.config.pools.get(pool.name)
         reply = _pool_status(fleet, pool, intents=intents, runs=runs,
-                             workloads=policy.workloads if policy is not None else None)
+                             workloads=policy.workloads if policy is not None else None,
+                             operators=_pool_operators(call, policy) if policy is not None else None)
         frozen = _freezes_section(call, pool=pool.name)
         return dataclasses.replace(reply, sections=(frozen, *reply.sections)) if frozen else reply
     critical = sum(f.severity == "critical" for f in fleet.findings)
@@ -243,8 +244,18 @@ def _drains_section(call: Call) -> Section | None:
                    table=Table(columns=msg.DRAIN_HISTORY_COLUMNS, rows=tuple(rows)))
 
 
+def _pool_operators(call: Call, policy: PoolConfig) -> str:
+    """Who operates the pool: its own operators (people by their configured name or a
+    mention, user groups by id) and whether the fleet's operators do too."""
+    names = call.services.config.names
+    own = [a.removeprefix("group:") + " (user group)" if a.startswith("group:") else public_name(a, names=names)
+           for a in policy.operators]
+    return msg.pool_operators(own, fleet_operators=policy.global_operators)
+
+
 def _pool_status(fleet: Fleet, pool: PoolInventory, *, intents: tuple[Intent, ...] = (),
-                 runs: tuple[RunView, ...] = (), workloads: Workloads | None = None) -> Reply:
+                 runs: tuple[RunView, ...] = (), workloads: Workloads | None = None,
+                 operators: str | None = None) -> Reply:
     findings = tuple(f for f in fleet.findings if f.pool == pool.name or f.subject == pool.name)
     running = tuple(Fact("Running", msg.pool_run(r.request_id, r.id, r.kind, r.state, r.run.current_wave,
                                                    len({s.wave for s in r.steps})))
@@ -259,6 +270,7 @@ def _pool_status(fleet: Fleet, pool: PoolInventory, *, intents: tuple[Intent, ..
                              + (", CRD default" if pool.auto_upgrade.defaulted else "") + ")"),
         Fact("Driver version set by", msg.driver_managers(pool)),
         *running,
+        *((Fact("Operators", operators),) if operators is not None else ()),
         *((Fact("Workloads", msg.pool_workloads(workloads.mig.text() if workloads.mig else None,
                                                 workloads.full_gpu.text() if workloads.full_gpu else None)),)
           if workloads is not None else ()),

@@ -419,6 +419,14 @@ MIG_NODE_COLUMNS = ("node", "advertises now", "after", "GPU pods moved off")
 MIG_WAVE_COLUMNS = ("wave", "nodes")
 
 
+def pool_operators(own: list[str], *, fleet_operators: bool) -> str:
+    """Who may ask for and control the pool's changes."""
+    listed = ", ".join(own)
+    if fleet_operators:
+        return f"{listed} and the fleet's operators" if own else "the fleet's operators"
+    return f"{listed} only (not the fleet's operators)" if own else "admins only (not the fleet's operators)"
+
+
 def pool_workloads(mig: str | None, full_gpu: str | None) -> str:
     return "; ".join([f"MIG slices for {mig or 'any workload'}", f"whole GPUs for {full_gpu or 'any workload'}"])
 

@@ -440,14 +440,30 @@ class GpuopsConfig(_Model):
     def actor(self, user_id: str, *, groups: tuple[str, ...] = (), via: str = "slack",
               name: str | None = None, unread_groups: tuple[str, ...] = ()) -> Actor:
         """The Actor for a user: roles by user id and by the user groups they are in;
-        pool-scoped approver rights from each pool's `approvers`."""
+        pool-scoped rights from each pool's `approvers` and `operators`. A fleet operator
+        operates every pool but those whose `global_operators` is false (then the role is
+        held pool by pool, and only the pool's own operators, and admins, operate it)."""
         roles: set[Role] = set(self.access.users.get(user_id, ()))
         for group in groups:
             roles.update(self.access.usergroups.get(group, ()))
+
+        def named(people: tuple[str, ...]) -> bool:
+            return user_id in people or any(f"group:{g}" in people for g in groups)
+
+        own = {pool: not policy.global_operators for pool, policy in self.pools.items()}
+        fleet_operator = Role.OPERATOR in roles and Role.ADMIN not in roles and any(own.values())
+        if fleet_operator:
+            roles.discard(Role.OPERATOR)
+            roles.add(Role.VIEWER)  # what the operator role also grants, everywhere
         pool_roles = {}
         for pool, policy in self.pools.items():
-            if user_id in policy.approvers or any(f"group:{g}" in policy.approvers for g in groups):
-                pool_roles[pool] = frozenset({Role.APPROVER})
+            here = set()
+            if named(policy.approvers):
+                here.add(Role.APPROVER)
+            if named(policy.operators) or (fleet_operator and not own[pool]):
+                here.add(Role.OPERATOR)
+            if here:
+                pool_roles[pool] = frozenset(here)
         return Actor(user_id=UserId(user_id), name=name or self.access.names.get(user_id, user_id),
                      roles=frozenset(roles), pool_roles=pool_roles, via=via, groups=tuple(groups),
                      unread_groups=tuple(unread_groups))

@@ -153,6 +153,13 @@ class PoolConfig(_Model):
     # Who may approve for this pool, besides global approvers: Slack user ids or
     # user groups written as "group:S0123".
     approvers: tuple[str, ...] = ()
+    # Who may ask for and control this pool's changes (drains, upgrades, MIG changes,
+    # moves; pause, resume, abort, continue, confirm, uncordon, rollback) besides the
+    # fleet's operators: Slack user ids or user groups written as "group:S0123".
+    operators: tuple[str, ...] = ()
+    # Whether the fleet's operators (access.users / access.usergroups) operate this pool
+    # too. false: only its `operators` (and admins) do, for teams sharing a cluster.
+    global_operators: bool = True
     # How long a request waits for approval before it expires.
     request_ttl: Duration = dt.timedelta(hours=24)
 
