@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from workflows.signals.health import GpuHealth, Rate, ThrottleReason
+from workflows.signals.health import GpuHealth, Rate, ThrottleReason, Unreadable
 from workflows.signals.xids import Xid, xid
 from workflows.wording import duration_text, names, plural
 
@@ -77,6 +77,18 @@ def health_unknown_finding(node: str, source: str, reason: str) -> str:
     return f"GPU health on {node} unknown: {source} {reason}. No DCGM finding can be raised there until it is read."
 
 
+def unreadable_text(unreadable: Sequence[Unreadable], *, at_most: int = 3) -> str:
+    """Such as "DCGM_FI_DEV_GPU_TEMP of GPU 0: its value nan is not a reading"."""
+    said = "; ".join(f"{u.series} of GPU {u.gpu}: {u.reason}" for u in unreadable[:at_most])
+    more = len(unreadable) - at_most
+    return said + (f"; and {plural(more, 'more series', 'more series')}" if more > 0 else "")
+
+
+def health_partly_unknown_finding(node: str, source: str, unreadable: Sequence[Unreadable]) -> str:
+    return (f"GPU health on {node} partly unknown: {source} sent series gpuops cannot read "
+            f"({unreadable_text(unreadable)}). What those series report is unknown, not healthy; the rest was read.")
+
+
 # --------------------------------------------------------------------------------------
 # Reading straight from the exporters: the source and why a node's health is unknown
 
@@ -125,6 +137,10 @@ def did_not_answer(node: str, pod: str, address: str, reason: str) -> str:
 def past_deadline(node: str, seconds: float) -> str:
     return (f"on {node}: its exporter's page was not read within the {seconds:g} s that reading every node "
             "may take (signals.exporters.deadline)")
+
+
+def only_unreadable_series(node: str, pod: str, address: str, unreadable: Sequence[Unreadable]) -> str:
+    return f"on {node}: {pod} at {address} sent only DCGM series gpuops cannot read ({unreadable_text(unreadable)})"
 
 
 def no_health_series(node: str, pod: str, address: str) -> str:
