@@ -39,6 +39,15 @@ class PrometheusUnreachable(PrometheusUnavailable):
     """No HTTP answer at all: refused, unresolvable, timed out, TLS failed."""
 
 
+class PrometheusTimedOut(PrometheusUnreachable):
+    """The answer was not in, whole, by the deadline: the endpoint's timeout, or (with
+    `cut_by_reading`) the earlier deadline of the whole reading it was part of."""
+
+    def __init__(self, url: str, reason: str, *, cut_by_reading: bool) -> None:
+        super().__init__(url, reason)
+        self.cut_by_reading = cut_by_reading
+
+
 class PrometheusRefused(PrometheusUnavailable):
     """An HTTP answer other than 200 (401/403: the credentials; 5xx: the server)."""
 
@@ -102,9 +111,11 @@ class Endpoint:
 def _get(endpoint: Endpoint, url: str, deadline: Deadline | None) -> bytes:
     """The answer's body, whole, by the endpoint's timeout (or the earlier `deadline`)."""
     own = Deadline.within(endpoint.timeout_seconds)
+    # NB: a reading's deadline set just before this, with the same timeout, is this one.
+    cut = deadline is not None and deadline.at < own.at - 0.05
     deadline = own.earlier(deadline)
-    late = (f"did not answer within {endpoint.timeout_seconds:g} s" if deadline is own
-            else "did not answer within the time left to the whole reading")
+    late = ("did not answer within the time left to the whole reading" if cut
+            else f"did not answer within {endpoint.timeout_seconds:g} s")
     shown = endpoint.shown_url
     try:
         context = ssl.create_default_context(cafile=str(endpoint.ca_file)) if endpoint.ca_file else None
@@ -120,18 +131,20 @@ def _get(endpoint: Endpoint, url: str, deadline: Deadline | None) -> bytes:
             pass
         raise PrometheusRefused(shown, f"answered HTTP {err.status} {err.reason}{detail}", status=err.status) from None
     except fetching.DeadlinePassed:
-        raise PrometheusUnreachable(shown, late) from None
+        raise PrometheusTimedOut(shown, late, cut_by_reading=cut) from None
     except fetching.AnswerTooLarge as err:
         raise PrometheusTooLarge(shown, f"answered more than {_megabytes(err.max_bytes)}, the most gpuops reads "
                                         "(signals.max_answer_mb)") from None
     except urllib.error.URLError as err:
         reason = err.reason
         if isinstance(reason, (socket.timeout, TimeoutError)):
-            raise PrometheusUnreachable(shown, late) from None
+            raise PrometheusTimedOut(shown, late, cut_by_reading=cut) from None
         text = getattr(reason, "strerror", None) or str(reason)
         raise PrometheusUnreachable(shown, f"cannot be reached ({text})") from None
     except http.client.HTTPException as err:
         raise PrometheusUnreachable(shown, f"answered something other than HTTP ({type(err).__name__})") from None
+    except TimeoutError:
+        raise PrometheusTimedOut(shown, late, cut_by_reading=cut) from None
     except OSError as err:
         raise PrometheusUnreachable(shown, f"cannot be reached ({err.strerror or err})") from None
     except ValueError as err:

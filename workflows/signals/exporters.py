@@ -22,7 +22,8 @@ from typing import Literal, Protocol, runtime_checkable
 from workflows.fleet.assessment import is_gpu_node
 from workflows.kube.labels import LABEL_DEPLOY_OPERANDS, LABEL_DEPLOY_PREFIX, POD_SELECTOR_DCGM_EXPORTER
 from workflows.kube.objects import ClusterSnapshot, NodeName, NodeObject, PodObject
-from workflows.prometheus.client import DEFAULT_MAX_ANSWER_BYTES, Endpoint, PrometheusUnavailable, scrape
+from workflows.prometheus.client import (DEFAULT_MAX_ANSWER_BYTES, Endpoint, PrometheusTimedOut, PrometheusUnavailable,
+                                        scrape)
 from workflows.prometheus.fetching import Deadline
 from workflows.signals import messages as msg
 from workflows.signals.health import (RATED, SERIES, NodeHealth, Rate, counter_value, gpu_key, node_health_of,
@@ -189,6 +190,10 @@ class ExporterPages:
         address = self.settings.address(pod.ip)
         try:
             samples = scrape(self.settings.endpoint(pod.ip), names=SERIES, deadline=deadline)
+        except PrometheusTimedOut as err:
+            if err.cut_by_reading:  # as a page the pool never started reading
+                return _Unknown(msg.past_deadline(node, self.settings.deadline_seconds), failed=True)
+            return _Unknown(msg.did_not_answer(node, name, address, err.reason), failed=True)
         except PrometheusUnavailable as err:
             return _Unknown(msg.did_not_answer(node, name, address, err.reason), failed=True)
         at = self.clock()

@@ -78,10 +78,18 @@ def health_unknown_finding(node: str, source: str, reason: str) -> str:
 
 
 def unreadable_text(unreadable: Sequence[Unreadable], *, at_most: int = 3) -> str:
-    """Such as "DCGM_FI_DEV_GPU_TEMP of GPU 0: its value nan is not a reading"."""
-    said = "; ".join(f"{u.series} of GPU {u.gpu}: {u.reason}" for u in unreadable[:at_most])
-    more = len(unreadable) - at_most
-    return said + (f"; and {plural(more, 'more series', 'more series')}" if more > 0 else "")
+    """Such as "GPU 0's DCGM_FI_DEV_GPU_TEMP: its value nan is not a reading", one
+    clause per GPU and reason, naming at most `at_most` of each's series."""
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for u in unreadable:
+        grouped.setdefault((u.gpu, u.reason), []).append(u.series)
+    clauses = []
+    for (gpu, reason), series in grouped.items():
+        more = len(series) - at_most
+        listed = ", ".join(series[:at_most]) + (f" and {more} more" if more > 0 else "")
+        clauses.append(f"GPU {gpu}'s {listed}: {reason}")
+    more = len(clauses) - at_most
+    return "; ".join(clauses[:at_most]) + (f"; and {more} more" if more > 0 else "")
 
 
 def health_partly_unknown_finding(node: str, source: str, unreadable: Sequence[Unreadable]) -> str:
