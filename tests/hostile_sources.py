@@ -16,8 +16,8 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 MAX_CONNECTIONS = 64
 MAX_SECONDS = 30.0
@@ -277,13 +277,3 @@ class StandIn:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What one command (or handover) did against a stand-in."""
-
-    seconds: float
-    crashed: str | None = None  # the exception's type and words, when it raised
-    text: str = ""
-    extra: Mapping[str, object] = field(default_factory=dict)

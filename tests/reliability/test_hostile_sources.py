@@ -230,7 +230,7 @@ def _run_case(source: str, port: int, tmp_path, index: int) -> dict:
     asked = [(f"node {NODES[index % 4]}", TIMEOUT, command(f"node {NODES[index % 4]}")),
              ("findings", fleet_bound, command("findings")), ("handover", fleet_bound, handover),
              ("status", 0.0, command("status"))]
-    outcome = {"hung": [], "crashes": [], "seconds": 0.0}
+    outcome = {"hung": [], "crashes": [], "seconds": 0.0, "slowest": ""}
     tracemalloc.reset_peak()
     try:
         for name, bound, run in asked:
@@ -240,7 +240,8 @@ def _run_case(source: str, port: int, tmp_path, index: int) -> dict:
             except Exception as err:  # noqa: BLE001 - a crash is what the suite counts
                 outcome["crashes"].append(f"{name}: {type(err).__name__}: {str(err)[:200]}")
             took = time.monotonic() - started
-            outcome["seconds"] = max(outcome["seconds"], took)
+            if took > outcome["seconds"]:
+                outcome["seconds"], outcome["slowest"] = took, name
             if took > bound + GRACE:
                 outcome["hung"].append(f"{name}: {took:.1f} s")
     finally:
@@ -268,6 +269,7 @@ def test_hostile_prometheus_and_exporters_never_hang_or_crash_a_command_or_the_h
     kinds: Counter[str] = Counter()
     hung, crashes, left = [], [], []
     most_memory = most_seconds = 0.0
+    slowest = most_memory_case = ""
     started = time.monotonic()
     tracemalloc.start()
     try:
@@ -310,14 +312,16 @@ def test_hostile_prometheus_and_exporters_never_hang_or_crash_a_command_or_the_h
                 hung += [f"case {index} ({source}: {kind}) {h}" for h in outcome["hung"]]
                 crashes += [f"case {index} ({source}: {kind}) {c}" for c in outcome["crashes"]]
                 left += [f"case {index} ({source}: {kind}) {x}" for x in _left_reading(served)]
-                most_memory = max(most_memory, outcome["memory_mb"])
-                most_seconds = max(most_seconds, outcome["seconds"])
+                if outcome["memory_mb"] > most_memory:
+                    most_memory, most_memory_case = outcome["memory_mb"], f"{source}: {kind}"
+                if outcome["seconds"] > most_seconds:
+                    most_seconds, slowest = outcome["seconds"], f"{outcome['slowest']} ({source}: {kind})"
     finally:
         tracemalloc.stop()
     record("hostile-sources", {
         "cases": CASES, "commands": CASES * 4, "hung": len(hung), "crashes": len(crashes),
-        "left_reading": len(left), "max_memory_mb": round(most_memory, 1),
-        "slowest_command_seconds": round(most_seconds, 2), "timeout_seconds": TIMEOUT,
+        "left_reading": len(left), "max_memory_mb": round(most_memory, 1), "max_memory_case": most_memory_case,
+        "slowest_command_seconds": round(most_seconds, 2), "slowest_command": slowest, "timeout_seconds": TIMEOUT,
         "exporters_deadline_seconds": DEADLINE, "cap_mb": CAP_MB, "kinds": dict(sorted(kinds.items())),
         "seconds": round(time.monotonic() - started, 1),
     })
