@@ -346,13 +346,16 @@ def _gpu_health(call: Call, inv: NodeInventory) -> tuple[tuple[Section, ...], tu
             reading.source, reading.unavailable)),)),), ()
     health = reading.node(inv.name)
     if health is None or not health.gpus:
-        return (Section(title=title, notices=(Notice(severity="warning", subject=inv.name, text=health_msg.no_series(
-            inv.name, reading.source, signals.node_label)),)),), ()
+        text = (health_msg.health_partly_unknown_finding(inv.name, reading.source, health.unreadable)
+                if health is not None and health.unreadable else
+                health_msg.no_series(inv.name, reading.source, signals.node_label))
+        return (Section(title=title, notices=(Notice(severity="warning", subject=inv.name, text=text),)),), ()
     table = Table(columns=health_msg.GPU_COLUMNS, rows=tuple(health_msg.gpu_row(g) for g in health.gpus))
     # A GPU that fell off the bus can drop out of DCGM altogether: count against GFD's.
     fewer = (Notice(severity="warning", subject=inv.name, text=health_msg.fewer_gpus(
         inv.name, reported=len(health.gpus), physical=inv.physical_gpus)),) \
         if inv.physical_gpus is not None and len(health.gpus) < inv.physical_gpus else ()
+    # (Series it sent that cannot be read are a finding: the findings section says which.)
     return ((Section(title=title, table=table, notices=fewer),),
             signals.findings(reading, pools={inv.name: inv.pool}))
 

@@ -7,6 +7,7 @@ Durations are written as "90s", "30m", "1h", "2d" (or combinations like "1h30m")
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import os
 import re
@@ -281,6 +282,9 @@ class SignalsConfig(_Model):
     # clusters' series, e.g. {cluster: west}. Through Prometheus only.
     matchers: dict[str, str] = Field(default_factory=dict)
     thresholds: SignalThresholdsConfig = SignalThresholdsConfig()
+    # The longest answer read from Prometheus or one exporter's page, in MB (10^6 bytes);
+    # a longer one is not read on: that reading (or that node) is unknown, with the reason.
+    max_answer_mb: int = Field(default=8, ge=1, le=1000)
 
     @model_validator(mode="after")
     def _one_source(self) -> SignalsConfig:
@@ -300,11 +304,13 @@ class SignalsConfig(_Model):
         """The reader. `cluster`, where it can give a snapshot of the pods (the watch
         cache), is where the exporter pods are found; `memory` keeps the counters' last
         readings for their rates, so give the same one to every service of a process."""
+        cap = self.max_answer_mb * 1_000_000
         if self.prometheus is not None:
-            return SignalsService(endpoint=self.prometheus.endpoint(), thresholds=self.thresholds.thresholds(),
-                                  node_label=self.node_label, matchers=self.matchers)
+            return SignalsService(endpoint=dataclasses.replace(self.prometheus.endpoint(), max_answer_bytes=cap),
+                                  thresholds=self.thresholds.thresholds(), node_label=self.node_label,
+                                  matchers=self.matchers)
         assert self.exporters is not None  # _one_source
-        pages = ExporterPages(settings=self.exporters.settings(),
+        pages = ExporterPages(settings=dataclasses.replace(self.exporters.settings(), max_answer_bytes=cap),
                               cluster=cluster if isinstance(cluster, ClusterPods) else None,
                               memory=memory if memory is not None else CounterMemory())
         return SignalsService(exporters=pages, thresholds=self.thresholds.thresholds())

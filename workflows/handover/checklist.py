@@ -361,8 +361,10 @@ def build_checklist(
             needs.append(_item("finding", "warning", "cluster", say.signals_unknown(signals.source,
                                                                                     signals.unavailable),
                                "/gpu findings"))
+        # (Not what was raised again: a node read in part raises what it could read.)
+        raised = {(key.code, key.subject) for key in keys}
         unchecked = tuple(key for (code, subject), key in before.finding_keys.items()
-                          if code in SIGNAL_CODES and not signals.known(subject))
+                          if code in SIGNAL_CODES and not signals.known(subject) and (code, subject) not in raised)
         per_node: dict[str, list[str]] = {}
         for key in unchecked:
             per_node.setdefault(key.subject, []).append(key.code)

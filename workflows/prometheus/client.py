@@ -1,21 +1,29 @@
 """HTTP to Prometheus (instant queries through `/api/v1/query`) and to an exporter's
-`/metrics`: one request function owns the timeout, the authentication and the mapping of
+`/metrics`: one request function owns the deadline (the whole answer within the
+endpoint's timeout, `fetching`), the size cap, the authentication and the mapping of
 failures to `PrometheusUnavailable`. Credentials are read from their files on every
 request, so a rotated token is used without a restart, and never appear in an error."""
 
 from __future__ import annotations
 
 import base64
+import http.client
 import json
 import socket
 import ssl
 import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from workflows.prometheus import fetching
+from workflows.prometheus.fetching import Deadline
 from workflows.prometheus.samples import Sample, from_exposition, from_vector
+
+
+# signals.max_answer_mb's default: a dcgm-exporter page is tens of kB, Prometheus's answer
+# about a few hundred GPU nodes a few MB.
+DEFAULT_MAX_ANSWER_BYTES = 8_000_000
 
 
 class PrometheusUnavailable(Exception):
@@ -31,6 +39,15 @@ class PrometheusUnreachable(PrometheusUnavailable):
     """No HTTP answer at all: refused, unresolvable, timed out, TLS failed."""
 
 
+class PrometheusTimedOut(PrometheusUnreachable):
+    """The answer was not in, whole, by the deadline: the endpoint's timeout, or (with
+    `cut_by_reading`) the earlier deadline of the whole reading it was part of."""
+
+    def __init__(self, url: str, reason: str, *, cut_by_reading: bool) -> None:
+        super().__init__(url, reason)
+        self.cut_by_reading = cut_by_reading
+
+
 class PrometheusRefused(PrometheusUnavailable):
     """An HTTP answer other than 200 (401/403: the credentials; 5xx: the server)."""
 
@@ -41,6 +58,10 @@ class PrometheusRefused(PrometheusUnavailable):
 
 class PrometheusQueryFailed(PrometheusUnavailable):
     """Prometheus answered, but not with a vector of samples (a bad query, an error)."""
+
+
+class PrometheusTooLarge(PrometheusUnavailable):
+    """The answer is longer than the endpoint's `max_answer_bytes` (it was not read on)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -58,7 +79,10 @@ class Endpoint:
     bearer_token_file: Path | None = None
     basic_auth: BasicAuth | None = None
     ca_file: Path | None = None
+    # The whole answer (connect, TLS, headers, body) must be in within it.
     timeout_seconds: float = 5.0
+    # The longest answer read; a longer one is refused, not read on.
+    max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
 
     @property
     def shown_url(self) -> str:
@@ -84,58 +108,85 @@ class Endpoint:
         return headers
 
 
-def _get(endpoint: Endpoint, url: str) -> bytes:
-    request = urllib.request.Request(url, headers=endpoint._headers(), method="GET")
-    context = ssl.create_default_context(cafile=str(endpoint.ca_file)) if endpoint.ca_file else None
+def _get(endpoint: Endpoint, url: str, deadline: Deadline | None) -> bytes:
+    """The answer's body, whole, by the endpoint's timeout (or the earlier `deadline`)."""
+    own = Deadline.within(endpoint.timeout_seconds)
+    # NB: a reading's deadline set just before this, with the same timeout, is this one.
+    cut = deadline is not None and deadline.at < own.at - 0.05
+    deadline = own.earlier(deadline)
+    late = ("did not answer within the time left to the whole reading" if cut
+            else f"did not answer within {endpoint.timeout_seconds:g} s")
     shown = endpoint.shown_url
     try:
-        with urllib.request.urlopen(request, timeout=endpoint.timeout_seconds, context=context) as answer:
-            return answer.read()
-    except urllib.error.HTTPError as err:
+        context = ssl.create_default_context(cafile=str(endpoint.ca_file)) if endpoint.ca_file else None
+        return fetching.get(url, headers=endpoint._headers(), context=context, deadline=deadline,
+                            max_bytes=endpoint.max_answer_bytes)
+    except fetching.Refused as err:
         detail = ""
         try:
-            body = json.loads(err.read() or b"{}")
-            detail = f": {body.get('error')}" if isinstance(body, dict) and body.get("error") else ""
-        except ValueError:
+            body = json.loads(err.body or b"{}")
+            said = body.get("error") if isinstance(body, dict) else None
+            detail = f": {said[:300]}" if isinstance(said, str) and said else ""
+        except (ValueError, RecursionError):
             pass
-        raise PrometheusRefused(shown, f"answered HTTP {err.code} {err.reason}{detail}", status=err.code) from None
+        raise PrometheusRefused(shown, f"answered HTTP {err.status} {err.reason}{detail}", status=err.status) from None
+    except fetching.DeadlinePassed:
+        raise PrometheusTimedOut(shown, late, cut_by_reading=cut) from None
+    except fetching.AnswerTooLarge as err:
+        raise PrometheusTooLarge(shown, f"answered more than {_megabytes(err.max_bytes)}, the most gpuops reads "
+                                        "(signals.max_answer_mb)") from None
     except urllib.error.URLError as err:
         reason = err.reason
         if isinstance(reason, (socket.timeout, TimeoutError)):
-            raise PrometheusUnreachable(shown, f"did not answer within {endpoint.timeout_seconds:g} s") from None
+            raise PrometheusTimedOut(shown, late, cut_by_reading=cut) from None
         text = getattr(reason, "strerror", None) or str(reason)
         raise PrometheusUnreachable(shown, f"cannot be reached ({text})") from None
-    except (TimeoutError, socket.timeout):
-        raise PrometheusUnreachable(shown, f"did not answer within {endpoint.timeout_seconds:g} s") from None
+    except http.client.HTTPException as err:
+        raise PrometheusUnreachable(shown, f"answered something other than HTTP ({type(err).__name__})") from None
+    except TimeoutError:
+        raise PrometheusTimedOut(shown, late, cut_by_reading=cut) from None
     except OSError as err:
         raise PrometheusUnreachable(shown, f"cannot be reached ({err.strerror or err})") from None
+    except ValueError as err:
+        raise PrometheusUnreachable(shown, f"answered something gpuops cannot read ({str(err)[:200]})") from None
 
 
-def instant_query(endpoint: Endpoint, promql: str) -> tuple[Sample, ...]:
-    """The samples an instant query returns now (a vector; anything else is an error)."""
+def _megabytes(size: int) -> str:
+    return f"{size / 1_000_000:g} MB"
+
+
+def instant_query(endpoint: Endpoint, promql: str, *, deadline: Deadline | None = None) -> tuple[Sample, ...]:
+    """The samples an instant query returns now (a vector; anything else is an error).
+    A series of a shape gpuops does not expect is a sample whose `problem` says so."""
     url = endpoint.url.rstrip("/") + "/api/v1/query?" + urllib.parse.urlencode({"query": promql})
-    raw = _get(endpoint, url)
+    raw = _get(endpoint, url, deadline)
     try:
         answer = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise PrometheusQueryFailed(endpoint.shown_url, "answered with something other than JSON "
                                                   "(is this Prometheus's address?)") from None
     if not isinstance(answer, dict) or answer.get("status") != "success":
         error = answer.get("error") if isinstance(answer, dict) else None
-        raise PrometheusQueryFailed(endpoint.shown_url, f"refused the query: {error or 'no reason given'}")
-    data = answer.get("data") or {}
-    if data.get("resultType") != "vector":
-        raise PrometheusQueryFailed(endpoint.shown_url, f"answered a {data.get('resultType')!r}, not a vector")
-    try:
-        return from_vector(data.get("result") or ())
-    except (KeyError, IndexError, TypeError, ValueError):
-        raise PrometheusQueryFailed(endpoint.shown_url, "answered a vector gpuops cannot read") from None
+        said = error[:300] if isinstance(error, str) and error else "no reason given"
+        raise PrometheusQueryFailed(endpoint.shown_url, f"refused the query: {said}")
+    data = answer.get("data")
+    kind = data.get("resultType") if isinstance(data, dict) else None
+    if not isinstance(data, dict) or kind != "vector":
+        shown = f"a {kind[:40]!r}" if isinstance(kind, str) else "no result type"
+        raise PrometheusQueryFailed(endpoint.shown_url, f"answered {shown}, not a vector")
+    result = data.get("result")
+    if result is None:
+        return ()
+    if not isinstance(result, list):
+        raise PrometheusQueryFailed(endpoint.shown_url, "answered a vector gpuops cannot read (no list of series)")
+    return from_vector(result)
 
 
-def scrape(endpoint: Endpoint, *, names: tuple[str, ...] | None = None) -> tuple[Sample, ...]:
+def scrape(endpoint: Endpoint, *, names: tuple[str, ...] | None = None,
+           deadline: Deadline | None = None) -> tuple[Sample, ...]:
     """An exporter's `/metrics` page (the endpoint's URL is the page's), as samples."""
-    raw = _get(endpoint, endpoint.url)
+    raw = _get(endpoint, endpoint.url, deadline)
     try:
         return from_exposition(raw.decode("utf-8", errors="replace"), names=names)
-    except ValueError as err:
-        raise PrometheusQueryFailed(endpoint.shown_url, f"is not a metrics page: {err}") from None
+    except (ValueError, IndexError, KeyError, TypeError) as err:
+        raise PrometheusQueryFailed(endpoint.shown_url, f"is not a metrics page: {str(err)[:200]}") from None

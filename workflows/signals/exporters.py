@@ -2,7 +2,8 @@
 each node (from the cluster snapshot the watch cache keeps: the operator's namespace,
 `app=nvidia-dcgm-exporter` by default) and its pod IP, its `/metrics` page through
 `workflows.prometheus` (one node: that node's pod; every node: all of them at once, in a
-bounded pool, each within the timeout), the page's samples turned into the same health
+bounded pool, each page whole within the timeout and all by the deadline, a page still
+being read then cut off there, its socket shut), the page's samples turned into the same health
 Prometheus readings give. The node is the pod's node, whatever its series' Hostname says.
 
 An exporter that does not answer makes its node's health unknown with the reason in one
@@ -21,9 +22,12 @@ from typing import Literal, Protocol, runtime_checkable
 from workflows.fleet.assessment import is_gpu_node
 from workflows.kube.labels import LABEL_DEPLOY_OPERANDS, LABEL_DEPLOY_PREFIX, POD_SELECTOR_DCGM_EXPORTER
 from workflows.kube.objects import ClusterSnapshot, NodeName, NodeObject, PodObject
-from workflows.prometheus.client import Endpoint, PrometheusUnavailable, scrape
+from workflows.prometheus.client import (DEFAULT_MAX_ANSWER_BYTES, Endpoint, PrometheusTimedOut, PrometheusUnavailable,
+                                        scrape)
+from workflows.prometheus.fetching import Deadline
 from workflows.signals import messages as msg
-from workflows.signals.health import RATED, SERIES, NodeHealth, Rate, counter_value, gpu_key, node_health_of
+from workflows.signals.health import (RATED, SERIES, NodeHealth, Rate, counter_value, gpu_key, node_health_of,
+                                      unreadable_because)
 from workflows.signals.rates import CounterMemory
 from workflows.signals.reading import Reading
 
@@ -56,13 +60,16 @@ class ExporterSettings:
     # take (a node whose page is not in by then is unknown).
     parallel: int = 16
     deadline_seconds: float = 20.0
+    # The longest page read (signals.max_answer_mb); a longer one leaves its node unknown.
+    max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
 
     def address(self, ip: str) -> str:
         return f"[{ip}]:{self.port}" if ":" in ip else f"{ip}:{self.port}"
 
     def endpoint(self, ip: str) -> Endpoint:
         return Endpoint(url=f"{self.scheme}://{self.address(ip)}{self.path}", bearer_token_file=self.bearer_token_file,
-                        ca_file=self.ca_file, timeout_seconds=self.timeout_seconds)
+                        ca_file=self.ca_file, timeout_seconds=self.timeout_seconds,
+                        max_answer_bytes=self.max_answer_bytes)
 
 
 def exporter_pods(snapshot: ClusterSnapshot, *, namespace: str,
@@ -143,12 +150,14 @@ class ExporterPages:
         unknown: dict[NodeName, str] = {}
         failed: set[NodeName] = set()
         targets = sorted(pods.items())
+        # A command waits for this reading: pages not read by the deadline (many exporters
+        # that do not answer, each taking its whole timeout) are unknown, not waited for;
+        # and a page still being read then stops there (its socket is shut), not later.
+        deadline = Deadline.within(self.settings.deadline_seconds)
         pool = ThreadPoolExecutor(max_workers=max(1, min(self.settings.parallel, len(targets))),
                                   thread_name_prefix="dcgm-scrape")
-        asked = {pool.submit(self._read_one, pod): name for name, pod in targets}
-        # A command waits for this reading: pages not read by the deadline (many exporters
-        # that do not answer, each taking its whole timeout) are unknown, not waited for.
-        _, late = wait(asked, timeout=self.settings.deadline_seconds)
+        asked = {pool.submit(self._read_one, pod, deadline): name for name, pod in targets}
+        _, late = wait(asked, timeout=max(0.0, deadline.remaining()))
         for future in late:
             future.cancel()
         pool.shutdown(wait=False, cancel_futures=True)
@@ -170,7 +179,7 @@ class ExporterPages:
                 unknown[name] = msg.none_on(name, selector)
         return Reading(source=source, nodes=nodes, unknown=unknown, failed=frozenset(failed))
 
-    def _read_one(self, pod: PodObject) -> NodeHealth | _Unknown:
+    def _read_one(self, pod: PodObject, deadline: Deadline | None = None) -> NodeHealth | _Unknown:
         node = pod.node_name
         assert node is not None  # exporter_pods keeps bound pods only
         name = f"{pod.namespace}/{pod.name}"
@@ -180,13 +189,19 @@ class ExporterPages:
             return _Unknown(msg.not_running(node, name, pod.phase), failed=True)
         address = self.settings.address(pod.ip)
         try:
-            samples = scrape(self.settings.endpoint(pod.ip), names=SERIES)
+            samples = scrape(self.settings.endpoint(pod.ip), names=SERIES, deadline=deadline)
+        except PrometheusTimedOut as err:
+            if err.cut_by_reading:  # as a page the pool never started reading
+                return _Unknown(msg.past_deadline(node, self.settings.deadline_seconds), failed=True)
+            return _Unknown(msg.did_not_answer(node, name, address, err.reason), failed=True)
         except PrometheusUnavailable as err:
             return _Unknown(msg.did_not_answer(node, name, address, err.reason), failed=True)
         at = self.clock()
         rates: dict[tuple[str, str], Rate] = {}
         for sample in samples:
-            total = counter_value(sample) if sample.name in RATED else None
+            if sample.name not in RATED or unreadable_because(sample) is not None:
+                continue
+            total = counter_value(sample)
             if total is None:
                 continue
             gpu = gpu_key(sample.labels)
@@ -194,6 +209,8 @@ class ExporterPages:
             if rate is not None:
                 rates[(gpu, sample.name)] = rate
         health = node_health_of(node, samples, rates=rates)
+        if not health.gpus and health.unreadable:
+            return _Unknown(msg.only_unreadable_series(node, name, address, health.unreadable), failed=True)
         if not health.gpus:
             return _Unknown(msg.no_health_series(node, name, address), failed=True)
         return health

@@ -19,6 +19,7 @@ loaded; a rate that cannot be had yet is None beside a known total."""
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias, TypeVar
@@ -116,9 +117,20 @@ SIGNAL_NAMES = ("last_xid", "gpu_temp_c", "memory_temp_c", "throttle", "ecc_dbe"
 
 
 @dataclass(frozen=True, slots=True)
+class Unreadable:
+    """One GPU's series that could not be read (its value, a label, two that disagree)."""
+
+    gpu: str  # the GPU's key on its node (`gpu_key`)
+    series: str
+    reason: str  # in words: "its value NaN is not a reading"
+
+
+@dataclass(frozen=True, slots=True)
 class NodeHealth:
     node: NodeName
     gpus: tuple[GpuHealth, ...] = field(default=())
+    # Series left out as unreadable: what they say is unknown (never healthy).
+    unreadable: tuple[Unreadable, ...] = field(default=())
 
 
 def _gauge(value: float) -> float | None:
@@ -152,7 +164,7 @@ def node_health(samples: Iterable[Sample], *, node_label: str = "Hostname",
             continue
         node = sample.labels.get(node_label)
         if not node:
-            continue
+            continue  # (also a series whose node label is not text: it is nobody's)
         per_node.setdefault(node, []).append(sample)
     return {NodeName(node): node_health_of(NodeName(node), found, rates=(rates or {}).get(NodeName(node), {}))
             for node, found in sorted(per_node.items())}
@@ -160,14 +172,41 @@ def node_health(samples: Iterable[Sample], *, node_label: str = "Hostname",
 
 def node_health_of(node: NodeName, samples: Iterable[Sample], *, rates: GpuRates | None = None) -> NodeHealth:
     """The health of one node's GPUs from samples known to be that node's (an exporter's
-    page read from the pod on it), whatever node label they carry."""
+    page read from the pod on it), whatever node label they carry. A series of a shape
+    gpuops does not expect, or two of one GPU's that disagree, is left out as unreadable."""
     per_gpu: dict[str, dict[str, Sample]] = {}
+    unreadable: dict[tuple[str, str], str] = {}
     for sample in samples:
-        if sample.name in SERIES:
-            per_gpu.setdefault(gpu_key(sample.labels), {})[sample.name] = sample
+        if sample.name not in SERIES:
+            continue
+        key = (gpu_key(sample.labels), sample.name)
+        problem = unreadable_because(sample)
+        earlier = per_gpu.get(key[0], {}).get(sample.name)
+        if problem is None and earlier is not None and earlier.value != sample.value:
+            problem = f"two of its series disagree ({earlier.value:g} and {sample.value:g})"
+        if problem is not None:
+            unreadable.setdefault(key, problem)
+            continue
+        per_gpu.setdefault(key[0], {})[sample.name] = sample
+    for gpu, name in unreadable:
+        per_gpu.get(gpu, {}).pop(name, None)
     gpus = (_gpu(series, rates={name: rate for (key, name), rate in (rates or {}).items() if key == gpu})
-            for gpu, series in per_gpu.items())
-    return NodeHealth(node, tuple(sorted(gpus, key=_gpu_order)))
+            for gpu, series in per_gpu.items() if series)
+    return NodeHealth(node, tuple(sorted(gpus, key=_gpu_order)),
+                      tuple(Unreadable(gpu, name, reason) for (gpu, name), reason in sorted(unreadable.items())))
+
+
+def unreadable_because(sample: Sample) -> str | None:
+    """Why a health series cannot be read as DCGM's (None: it can). DCGM sends whole
+    numbers and its own blanks, never NaN or an infinity; the `gpu` label is an index."""
+    if sample.problem is not None:
+        return sample.problem
+    if math.isnan(sample.value) or math.isinf(sample.value):
+        return f"its value {sample.value} is not a reading"
+    gpu = sample.labels.get("gpu")
+    if gpu is not None and not (gpu.isascii() and gpu.isdigit() and len(gpu) <= 6):
+        return f"its gpu label {gpu[:20]!r} is not a GPU index"
+    return None
 
 
 def counter_value(sample: Sample) -> int | None:
@@ -176,7 +215,8 @@ def counter_value(sample: Sample) -> int | None:
 
 
 def _gpu_order(gpu: GpuHealth) -> tuple[int, str]:
-    return (int(gpu.gpu), "") if gpu.gpu.isdigit() else (1 << 30, gpu.gpu)
+    # NB: isdigit() alone takes "²", which int() refuses.
+    return (int(gpu.gpu), "") if gpu.gpu.isascii() and gpu.gpu.isdigit() else (1 << 30, gpu.gpu)
 
 
 def _gpu(series: Mapping[str, Sample], *, rates: Mapping[str, Rate]) -> GpuHealth:

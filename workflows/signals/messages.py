@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from workflows.signals.health import GpuHealth, Rate, ThrottleReason
+from workflows.signals.health import GpuHealth, Rate, ThrottleReason, Unreadable
 from workflows.signals.xids import Xid, xid
 from workflows.wording import duration_text, names, plural
 
@@ -77,6 +77,26 @@ def health_unknown_finding(node: str, source: str, reason: str) -> str:
     return f"GPU health on {node} unknown: {source} {reason}. No DCGM finding can be raised there until it is read."
 
 
+def unreadable_text(unreadable: Sequence[Unreadable], *, at_most: int = 3) -> str:
+    """Such as "GPU 0's DCGM_FI_DEV_GPU_TEMP: its value nan is not a reading", one
+    clause per GPU and reason, naming at most `at_most` of each's series."""
+    grouped: dict[tuple[str, str], list[str]] = {}
+    for u in unreadable:
+        grouped.setdefault((u.gpu, u.reason), []).append(u.series)
+    clauses = []
+    for (gpu, reason), series in grouped.items():
+        more = len(series) - at_most
+        listed = ", ".join(series[:at_most]) + (f" and {more} more" if more > 0 else "")
+        clauses.append(f"GPU {gpu}'s {listed}: {reason}")
+    more = len(clauses) - at_most
+    return "; ".join(clauses[:at_most]) + (f"; and {more} more" if more > 0 else "")
+
+
+def health_partly_unknown_finding(node: str, source: str, unreadable: Sequence[Unreadable]) -> str:
+    return (f"GPU health on {node} partly unknown: {source} sent series gpuops cannot read "
+            f"({unreadable_text(unreadable)}). What those series report is unknown, not healthy; the rest was read.")
+
+
 # --------------------------------------------------------------------------------------
 # Reading straight from the exporters: the source and why a node's health is unknown
 
@@ -125,6 +145,10 @@ def did_not_answer(node: str, pod: str, address: str, reason: str) -> str:
 def past_deadline(node: str, seconds: float) -> str:
     return (f"on {node}: its exporter's page was not read within the {seconds:g} s that reading every node "
             "may take (signals.exporters.deadline)")
+
+
+def only_unreadable_series(node: str, pod: str, address: str, unreadable: Sequence[Unreadable]) -> str:
+    return f"on {node}: {pod} at {address} sent only DCGM series gpuops cannot read ({unreadable_text(unreadable)})"
 
 
 def no_health_series(node: str, pod: str, address: str) -> str:

@@ -1,6 +1,7 @@
 """One reading of DCGM health, whichever way it was read: per node, its GPUs' health;
 per node whose health could not be read, why (one sentence); and, when nothing could be
-read at all, why. What is not in `nodes` is unknown, never healthy."""
+read at all, why. What is not in `nodes` is unknown, never healthy; so is what a node's
+unreadable series (`NodeHealth.unreadable`) would have said."""
 
 from __future__ import annotations
 
@@ -26,5 +27,7 @@ class Reading:
         return self.nodes.get(NodeName(name))
 
     def known(self, node: str) -> bool:
-        """Whether `node`'s GPU health was read (else its DCGM findings are unknown, not gone)."""
-        return self.unavailable is None and NodeName(node) in self.nodes
+        """Whether `node`'s GPU health was read in full (else its DCGM findings are
+        unknown, not gone: a series it sent that could not be read may have raised one)."""
+        health = self.nodes.get(NodeName(node))
+        return self.unavailable is None and health is not None and not health.unreadable

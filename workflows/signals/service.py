@@ -6,7 +6,8 @@ health it carries is empty (unknown, never healthy).
 
 Through Prometheus the rates of correctable ECC errors and PCIe replays are one more
 query, `increase(...[1h])` of each counter; where Prometheus has too few points for it
-(a new series), the rate is not known yet."""
+(a new series), or its answer is not in by the reading's deadline (both queries share
+the timeout), the rate is not known yet."""
 
 from __future__ import annotations
 
@@ -16,11 +17,12 @@ from collections.abc import Iterable, Mapping
 from workflows.fleet.findings import Finding, node_command
 from workflows.kube.objects import NodeName
 from workflows.prometheus.client import Endpoint, PrometheusUnavailable, instant_query
+from workflows.prometheus.fetching import Deadline
 from workflows.prometheus.samples import Sample
 from workflows.signals import messages as msg
 from workflows.signals.exporters import ExporterPages
 from workflows.signals.findings import Thresholds, signal_findings
-from workflows.signals.health import RATED, SERIES, GpuRates, Rate, gpu_key, node_health
+from workflows.signals.health import RATED, SERIES, GpuRates, Rate, gpu_key, node_health, unreadable_because
 from workflows.signals.reading import Reading
 
 __all__ = ["Reading", "SignalsService", "rates_query", "series_query"]
@@ -65,7 +67,7 @@ def rates_from(samples: Iterable[Sample], *, node_label: str) -> dict[NodeName, 
     found: dict[NodeName, dict[tuple[str, str], Rate]] = {}
     for sample in samples:
         node, counter = sample.labels.get(node_label), sample.labels.get(COUNTER_LABEL)
-        if node and counter in RATED and sample.value == sample.value and sample.value >= 0:
+        if node and counter in RATED and unreadable_because(sample) is None and sample.value >= 0:
             found.setdefault(NodeName(node), {})[(gpu_key(sample.labels), counter)] = Rate(
                 per_hour=sample.value * (dt.timedelta(hours=1) / RATE_WINDOW), over=RATE_WINDOW)
     return dict(found)
@@ -84,14 +86,16 @@ class PrometheusSeries:
         return f"Prometheus at {self.endpoint.shown_url}"
 
     def read(self, node: str | None = None) -> Reading:
+        # One deadline for the whole reading: the rates query has what the first left.
+        deadline = Deadline.within(self.endpoint.timeout_seconds)
         try:
             samples = instant_query(self.endpoint, series_query(node_label=self.node_label, node=node,
-                                                                matchers=self.matchers))
+                                                                matchers=self.matchers), deadline=deadline)
         except PrometheusUnavailable as err:
             return Reading(source=self.source, unavailable=err.reason)
         try:
             rates = rates_from(instant_query(self.endpoint, rates_query(node_label=self.node_label, node=node,
-                                                                        matchers=self.matchers)),
+                                                                        matchers=self.matchers), deadline=deadline),
                                node_label=self.node_label)
         except PrometheusUnavailable:
             rates = {}  # the totals were read: their rates are not known, the rest stands
@@ -125,11 +129,17 @@ class SignalsService:
         """The findings of every node in `reading` that `pools` names (node -> pool):
         series of nodes gpuops does not list as GPU nodes are left out. A node whose
         health could not be read while others' could is a finding of its own: a warning
-        where its exporter did not answer, a note where it has none."""
+        where its exporter did not answer, a note where it has none; and so, a warning, is
+        a node that sent series gpuops cannot read."""
         found: list[Finding] = []
         for name, health in reading.nodes.items():
             if name in pools:
                 found.extend(signal_findings(health, pool=pools[name], thresholds=self.thresholds))
+                if health.unreadable:
+                    found.append(Finding(severity="warning", code="gpu-health-unknown", subject=name, pool=pools[name],
+                                         message=msg.health_partly_unknown_finding(name, reading.source,
+                                                                                   health.unreadable),
+                                         command=node_command(name)))
         for name, reason in reading.unknown.items():
             if name in pools:
                 found.append(Finding(severity="warning" if name in reading.failed else "info",
