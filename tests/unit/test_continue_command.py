@@ -87,7 +87,8 @@ def approve(services: Services, request_id: str, now: dt.datetime) -> None:
         assert answer.ok, answer.summary
 
 
-def halted_upgrade(services: Services, pool: Pool, now: dt.datetime, *, halt: bool = True) -> str:
+def halted_upgrade(services: Services, pool: Pool, now: dt.datetime, *, halt: bool = True,
+                   set_back: str = "done") -> str:
     """An upgrade of serve-a (waves s3 | s1, s2 | s4) whose run halted on s1's validation:
     the canary s3 done, s1 done up to its driver, s2 cordoned and evicted (its driver step
     stopped with the run), s4 never reached. Its run id."""
@@ -101,6 +102,8 @@ def halted_upgrade(services: Services, pool: Pool, now: dt.datetime, *, halt: bo
     moved = {("s1", "validate"): "failed", ("s2", "driver"): "failed"}
     for step in stored_steps.for_run(db, run_id=run.id):  # type: ignore[arg-type]
         state = "done" if step.node == "s3" else moved.get((step.node, step.kind))
+        if step.node == "s3" and isinstance(step.detail, dict) and step.detail.get("params", {}).get("on_failure"):
+            state = set_back  # the canary wave ended well: the engine marks it skipped
         if step.node in ("s1", "s2") and state is None and step.kind in ("cordon", "evict", "driver"):
             state = "done"
         if state is not None and halt:
@@ -337,3 +340,15 @@ def test_a_continuation_after_a_failed_canary_set_its_object_back_sets_the_versi
     # Without a set-back on record, nothing is set again (the object still names the version).
     assert not any(s.kind == "driver-version" and not s.params.get("set_back")
                    for w in plan.waves[1:] for s in w.steps)
+
+
+def test_a_canary_done_whose_set_back_step_was_skipped_is_not_continued(services, pool, now):
+    # The canary wave ended well, so its on-failure set-back step was skipped, not done:
+    # the canary is finished all the same, and the continuation leaves it alone.
+    run_id = halted_upgrade(services, pool, now, set_back="skipped")
+
+    assert say(services, "U0ALICE", f"continue {run_id}", now).ok
+
+    plan = continuation(services, run_id).plan
+    assert "s3" not in plan.nodes
+    assert not any(s.kind == "driver-version" for w in plan.waves for s in w.steps)

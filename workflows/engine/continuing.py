@@ -176,7 +176,11 @@ def what_remains(plan: Plan, steps: Sequence[Step], *, fleet: Fleet) -> list[Nod
 
 def _node_remains(node: NodeName, wave: int, planned: Sequence[NodeStep], ran: Mapping[int, Step],
                   inventory: NodeInventory | None) -> NodeRemains:
-    states = [ran[seq].state if seq in ran else "pending" for seq in range(len(planned))]
+    # A step that runs only on a failure (a failed canary's set-back) is no part of what
+    # the node still has to do: its wave ended well (skipped) or it ran when the run
+    # halted; `version_to_set_again` decides what a continuation needs of it.
+    states = ["done" if planned[seq].params.get("on_failure") else ran[seq].state if seq in ran else "pending"
+              for seq in range(len(planned))]
     halted_here = any(ran[seq].state == "failed" for seq in ran)
     if all(state == "done" for state in states):
         return NodeRemains(node, wave, "done", ())
@@ -191,7 +195,7 @@ def _node_remains(node: NodeName, wave: int, planned: Sequence[NodeStep], ran: M
         # A person gave the node back since: what the steps after its cordon did may not
         # hold any more (pods may have landed), so the node goes through them again.
         first = cordon
-    again = [planned[seq] for seq in range(first, len(planned))]
+    again = [planned[seq] for seq in range(first, len(planned)) if not planned[seq].params.get("on_failure")]
     if held:
         again.insert(0, planned[cordon])  # type: ignore[index]
     return NodeRemains(node, wave, "held" if held else "started", _taking_over(again, ran), halted_here,
