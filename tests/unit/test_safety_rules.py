@@ -78,3 +78,78 @@ def test_a_drained_node_whose_validator_is_not_ready_is_not_given_back(db, clust
     assert drain.step("gpu-01", "validate") == "failed" and drain.step("gpu-01", "uncordon") == "skipped"
     assert ("uncordon", "gpu-01") not in cluster.did()
     assert cluster.node("gpu-01").unschedulable
+
+
+# ------------------------------------------------------------------ runs of a plan written out here
+
+NODES = tuple(f"gpu-{number:02d}" for number in range(1, 11))
+
+
+def pool_config(*, max_unavailable: int = 10) -> GpuopsConfig:
+    return GpuopsConfig.model_validate({
+        "pools": {"train-a": {"kind": "training", "windows": "always", "max_unavailable": max_unavailable,
+                              "drain_timeout": "60s", "validate_timeout": "60s"}},
+        "access": {"users": {"U0ADA": ["operator"]}, "names": {"U0ADA": "Ada"}},
+    })
+
+
+def node_steps(node: str, hold_s: int = 60) -> tuple[NodeStep, ...]:
+    return (NodeStep("cordon", node, {}), NodeStep("hold", node, {"seconds": hold_s}),  # type: ignore[arg-type]
+            NodeStep("uncordon", node, {}))  # type: ignore[arg-type]
+
+
+class PlannedRun:
+    """A drain-like run (cordon, hold, uncordon per node) of `waves` on train-a, approved
+    and started; an engine (with the pools' policies when `gated`) driven pass by pass."""
+
+    def __init__(self, db: Database, cluster, waves: list[tuple[str, ...]], *, cfg: GpuopsConfig | None = None,
+                 gated: bool = False) -> None:
+        self.db, self.cluster, self.now, self.mono = db, cluster, NOW, 0.0
+        self.cfg = cfg or pool_config()
+        plan = Plan(kind="drain", pool="train-a", summary=PlanSummary(), created_for="U0ADA", waves=tuple(
+            Wave(index, nodes, tuple(s for node in nodes for s in node_steps(node)))  # type: ignore[arg-type]
+            for index, nodes in enumerate(waves)))
+        request = RequestService(db, self.cfg).submit(
+            self.cfg.actor("U0ADA"), kind="drain", pool="train-a", targets=[n for w in waves for n in w], plan=plan,
+            window_start=None, window_end=None, reason="rack move", channel="C0OPS", now=NOW)
+        self.run_id = RunService(db).start(request.id, dry_run=False, now=NOW, actor=self.cfg.actor("U0ADA")).id
+        self.engine = Engine(db=db, gateway=cluster, cache=cluster, lease=AlwaysHeld(), replica="engine-0",
+                             clock=lambda: self.now, monotonic=lambda: self.mono,
+                             pools=self.cfg.pools if gated else None)
+
+    def drive(self, until: Callable[[], bool], *, passes: int = 200) -> None:
+        for _ in range(passes):
+            if until():
+                return
+            self.engine.run_pass(set(NODES))
+            self.now += dt.timedelta(seconds=5)
+            self.mono += 5
+        assert until(), RunService(self.db).get(self.run_id)
+
+    def passes(self, count: int) -> None:
+        for _ in range(count):
+            self.engine.run_pass(set(NODES))
+            self.now += dt.timedelta(seconds=5)
+            self.mono += 5
+
+    def state(self) -> str:
+        run = stored_runs.get(self.db, id=self.run_id)
+        assert run is not None
+        return run.state
+
+    def cordoned(self) -> list[str]:
+        return [target for verb, target in self.cluster.did("cordon")]
+
+
+def test_a_freeze_stops_the_nodes_of_the_wave_in_progress_that_have_not_started(db, cluster):
+    run = PlannedRun(db, cluster, [NODES])  # one wave of ten; four nodes at once
+    run.drive(lambda: len(run.cordoned()) == 4)
+    stored_freezes.create(db, target="train-a", until=NOW + dt.timedelta(hours=6), reason="incident",
+                          let_running_finish=False, set_by="U0BOB", set_by_name="Bob", at=run.now)
+
+    run.passes(100)  # far longer than the four nodes under way take to finish
+
+    assert run.cordoned() == list(NODES[:4])  # no node started after the freeze
+    assert sorted(t for _, t in cluster.did("uncordon")) == list(NODES[:4])  # those under way finished
+    assert not any(cluster.node(n).unschedulable for n in NODES)
+    assert run.state() == "running"
