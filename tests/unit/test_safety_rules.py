@@ -153,3 +153,48 @@ def test_a_freeze_stops_the_nodes_of_the_wave_in_progress_that_have_not_started(
     assert sorted(t for _, t in cluster.did("uncordon")) == list(NODES[:4])  # those under way finished
     assert not any(cluster.node(n).unschedulable for n in NODES)
     assert run.state() == "running"
+
+
+# ------------------------------------------------------------------ one node, one run
+
+
+def test_a_second_run_never_changes_a_node_another_unfinished_run_has_cordoned(db, cluster):
+    first = PlannedRun(db, cluster, [("gpu-01",)])
+    first.drive(lambda: first.cordoned() == ["gpu-01"])
+    second = PlannedRun(db, cluster, [("gpu-01", "gpu-02")])
+
+    second.drive(lambda: second.state() == "failed")
+
+    reason = stored_runs.get(db, id=second.run_id).halted_reason  # type: ignore[union-attr]
+    assert "gpu-01" in (reason or "") and str(first.run_id) in (reason or "")
+    assert mark(cluster, "gpu-01")["run"] == first.run_id  # type: ignore[index]
+    assert cluster.node("gpu-01").unschedulable and first.state() == "running"
+
+
+# ------------------------------------------------------------------ the pool checked before every wave
+
+
+def hand_cordon(cluster, node: str) -> None:
+    cluster.nodes[node] = dataclasses.replace(cluster.node(node), unschedulable=True)
+
+
+def test_a_first_wave_that_would_take_more_nodes_than_max_unavailable_waits(db, cluster):
+    hand_cordon(cluster, "gpu-05")  # a person took one node out already; the pool allows one
+    run = PlannedRun(db, cluster, [("gpu-01",)], cfg=pool_config(max_unavailable=1), gated=True)
+
+    run.passes(20)
+
+    assert run.cordoned() == [] and not cluster.node("gpu-01").unschedulable
+    assert run.state() == "running"
+
+
+def test_a_node_cordoned_by_hand_during_wave_one_stops_wave_two_from_starting(db, cluster):
+    run = PlannedRun(db, cluster, [("gpu-01",), ("gpu-02",)], cfg=pool_config(max_unavailable=1), gated=True)
+    run.drive(lambda: run.cordoned() == ["gpu-01"])
+    hand_cordon(cluster, "gpu-05")  # mid-incident, a person takes another node out
+
+    run.passes(60)  # wave one's hold (60s) is long over
+
+    assert ("uncordon", "gpu-01") in cluster.did()  # wave one finished
+    assert run.cordoned() == ["gpu-01"] and not cluster.node("gpu-02").unschedulable
+    assert run.state() == "running"
