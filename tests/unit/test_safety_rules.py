@@ -13,13 +13,14 @@ from pathlib import Path
 import pytest
 from test_engine_safety import Drain, mark
 
+from storage import audit
 from storage import freezes as stored_freezes
 from storage import runs as stored_runs
 from storage.database import Database, open_database
 from workflows.config import GpuopsConfig
 from workflows.engine.lease import AlwaysHeld
 from workflows.engine.loop import Engine
-from workflows.engine.runs import RunService
+from workflows.engine.runs import RunRefused, RunService
 from workflows.plans import NodeStep, Plan, PlanSummary, Wave
 from workflows.requests.service import RequestService
 
@@ -99,15 +100,15 @@ def node_steps(node: str, hold_s: int = 60) -> tuple[NodeStep, ...]:
 
 
 class PlannedRun:
-    """A drain-like run (cordon, hold, uncordon per node) of `waves` on train-a, approved
-    and started; an engine (with the pools' policies when `gated`) driven pass by pass."""
+    """A run of `waves` on train-a (`steps` per node: cordon, hold, uncordon unless
+    told), approved and started; an engine (with the pools' policies when `gated`) driven pass by pass."""
 
     def __init__(self, db: Database, cluster, waves: list[tuple[str, ...]], *, cfg: GpuopsConfig | None = None,
-                 gated: bool = False) -> None:
+                 gated: bool = False, steps: Callable[[str], tuple[NodeStep, ...]] = node_steps) -> None:
         self.db, self.cluster, self.now, self.mono = db, cluster, NOW, 0.0
         self.cfg = cfg or pool_config()
         plan = Plan(kind="drain", pool="train-a", summary=PlanSummary(), created_for="U0ADA", waves=tuple(
-            Wave(index, nodes, tuple(s for node in nodes for s in node_steps(node)))  # type: ignore[arg-type]
+            Wave(index, nodes, tuple(s for node in nodes for s in steps(node)))  # type: ignore[arg-type]
             for index, nodes in enumerate(waves)))
         request = RequestService(db, self.cfg).submit(
             self.cfg.actor("U0ADA"), kind="drain", pool="train-a", targets=[n for w in waves for n in w], plan=plan,
@@ -198,3 +199,61 @@ def test_a_node_cordoned_by_hand_during_wave_one_stops_wave_two_from_starting(db
     assert ("uncordon", "gpu-01") in cluster.did()  # wave one finished
     assert run.cordoned() == ["gpu-01"] and not cluster.node("gpu-02").unschedulable
     assert run.state() == "running"
+
+
+# ------------------------------------------------------------------ what people do to a run
+
+
+def test_an_abort_names_every_node_it_leaves_cordoned(db, cluster):
+    run = PlannedRun(db, cluster, [NODES])
+    run.drive(lambda: len(run.cordoned()) == 4)
+
+    RunService(db).abort(run.cfg.actor("U0ADA"), run.run_id, now=run.now)
+
+    reason = stored_runs.get(db, id=run.run_id).halted_reason or ""  # type: ignore[union-attr]
+    assert "Left cordoned by this run: gpu-01, gpu-02, gpu-03" in reason and "gpu-04" in reason, reason
+    assert all(cluster.node(n).unschedulable for n in NODES[:4])
+
+
+def people_config() -> GpuopsConfig:
+    return GpuopsConfig.model_validate({
+        "pools": {"train-a": {"kind": "training", "windows": "always", "max_unavailable": 10}},
+        "access": {"users": {"U0ADA": ["operator"], "U0BOB": ["operator"], "U0EVE": ["viewer"]},
+                   "names": {"U0ADA": "Ada", "U0BOB": "Bob", "U0EVE": "Eve"}},
+    })
+
+
+def test_drain_done_is_refused_to_someone_neither_the_requester_nor_an_operator_and_allowed_to_an_operator(
+        db, cluster):
+    cfg = people_config()
+    run = PlannedRun(db, cluster, [("gpu-01",)], cfg=cfg, steps=lambda n: node_steps(n, hold_s=3600))
+    run.drive(lambda: run.cordoned() == ["gpu-01"])
+    request_id = RunService(db).get(run.run_id).request_id
+
+    with pytest.raises(RunRefused):
+        RunService(db).release_hold(cfg.actor("U0EVE"), request_id, now=run.now)
+    run.passes(5)
+    assert cluster.node("gpu-01").unschedulable  # Eve's word ended nothing
+
+    RunService(db).release_hold(cfg.actor("U0BOB"), request_id, now=run.now)  # an operator, not the requester
+    run.drive(lambda: run.state() == "succeeded")
+    assert not cluster.node("gpu-01").unschedulable
+
+
+def host_driver_steps(node: str) -> tuple[NodeStep, ...]:
+    return (NodeStep("cordon", node, {}), NodeStep("host-driver-removed", node, {}))  # type: ignore[arg-type]
+
+
+def test_confirming_the_host_driver_on_one_node_never_confirms_another_node_that_waits(db, cluster):
+    cfg = people_config()
+    run = PlannedRun(db, cluster, [("gpu-01",), ("gpu-02",)], cfg=cfg, steps=host_driver_steps)
+    run.drive(lambda: any(s.kind == "host-driver-removed" and s.state == "running"
+                          for s in RunService(db).get(run.run_id).steps))
+
+    with pytest.raises(RunRefused):
+        RunService(db).confirm_host_driver(cfg.actor("U0BOB"), run.run_id, now=run.now, node="gpu-02")
+
+    waiting = next(s for s in RunService(db).get(run.run_id).steps if s.kind == "host-driver-removed"
+                   and s.node == "gpu-01")
+    assert "confirmed_by" not in waiting.detail["params"]
+    assert not any(e.action == "run.host-driver-removed" for e in audit.for_run(db, run.run_id))
