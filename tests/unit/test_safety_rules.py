@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 from test_engine_safety import Drain, mark
 
+from bot.wiring import check_permissions
 from storage import audit
 from storage import freezes as stored_freezes
 from storage import runs as stored_runs
 from storage.database import Database, open_database
-from workflows.config import GpuopsConfig
+from workflows.config import ConfigError, GpuopsConfig
 from workflows.engine.lease import AlwaysHeld
 from workflows.engine.loop import Engine
 from workflows.engine.runs import RunRefused, RunService
@@ -257,3 +258,55 @@ def test_confirming_the_host_driver_on_one_node_never_confirms_another_node_that
                    and s.node == "gpu-01")
     assert "confirmed_by" not in waiting.detail["params"]
     assert not any(e.action == "run.host-driver-removed" for e in audit.for_run(db, run.run_id))
+
+
+# ------------------------------------------------------------------ fail closed
+
+
+def wait_for_validator_steps(node: str) -> tuple[NodeStep, ...]:
+    return (NodeStep("cordon", node, {}),  # type: ignore[arg-type]
+            NodeStep("wait-for", node, {"conditions": ["validator-ready"], "timeout_s": 30}),  # type: ignore[arg-type]
+            NodeStep("uncordon", node, {}))  # type: ignore[arg-type]
+
+
+def test_a_step_still_waiting_at_its_timeout_fails_the_run_and_never_counts_as_done(db, cluster, make):
+    (uid,) = [u for u, p in cluster.pods.items()
+              if p.pod.node_name == "gpu-01" and p.pod.name.startswith("nvidia-operator-validator")]
+    cluster.terminate(uid)
+    cluster.add_pod(make.validator_pod("gpu-01", ready=False), uid="uid-validator-failing")
+    run = PlannedRun(db, cluster, [("gpu-01",)], steps=wait_for_validator_steps)
+
+    run.drive(lambda: run.state() in ("failed", "succeeded"))
+
+    assert run.state() == "failed"
+    reason = stored_runs.get(db, id=run.run_id).halted_reason or ""  # type: ignore[union-attr]
+    assert "timed out after 30s" in reason, reason
+    wait = next(s for s in RunService(db).get(run.run_id).steps if s.kind == "wait-for")
+    assert wait.state == "failed"
+    assert cluster.node("gpu-01").unschedulable and ("uncordon", "gpu-01") not in cluster.did()
+
+
+class Grants:
+    """What the bot's Kubernetes identity may do, as `KubeGateway.may` answers it."""
+
+    identity = "system:serviceaccount:gpuops:gpuops"
+
+    def __init__(self, *granted: tuple[str, str]) -> None:
+        self.granted = set(granted)
+
+    def may(self, verb: str, resource: str) -> bool:
+        return (verb, resource) in self.granted
+
+
+def test_the_bot_refuses_to_start_when_a_pool_deletes_blocked_pods_and_its_identity_may_not_delete_pods():
+    deleting = GpuopsConfig.model_validate({
+        "pools": {"train-a": {"kind": "training", "pdb_timeout_action": "delete", "allow_delete": True},
+                  "serve-b": {"kind": "training", "pdb_timeout_action": "wait"}}})
+    waiting = GpuopsConfig.model_validate({"pools": {"serve-b": {"kind": "training", "pdb_timeout_action": "wait"}}})
+
+    with pytest.raises(ConfigError) as refused:
+        check_permissions(deleting, Grants())  # type: ignore[arg-type]
+    assert "train-a sets pdb_timeout_action: delete" in str(refused.value)
+    assert "serve-b" not in str(refused.value)
+    check_permissions(deleting, Grants(("delete", "pods")))  # type: ignore[arg-type]
+    check_permissions(waiting, Grants())  # type: ignore[arg-type]
