@@ -39,6 +39,7 @@ ANN_ADVERTISE = SIM + "advertise-gpus"
 ANN_UNHEALTHY = SIM + "unhealthy-gpus"
 ANN_DRIVER_DELAY = SIM + "driver-ready-seconds"
 ANN_VALIDATOR_DELAY = SIM + "validator-ready-seconds"
+ANN_VALIDATOR_FAILS = SIM + "validator-fails"
 ANN_MIG_STUCK = SIM + "mig-stuck"
 # mig-parted fails the next layout asked of this node (nvidia.com/mig.config.state=failed).
 ANN_MIG_FAILS = SIM + "mig-fails"
@@ -238,6 +239,9 @@ class SpecialNode(_Model):
     mig_stuck: bool = False
     driver_ready_seconds: float | None = None
     validator_ready_seconds: float | None = None
+    # The operator validator's CUDA validation fails on the node: its pod never becomes
+    # Ready (an init container crash-loops), while the driver and device plugin are fine.
+    validator_fails: bool = False
     # The node's own host, over its pool's (PoolSpec.container_runtime and friends).
     container_runtime: str | None = None
     kernel: str | None = None
@@ -407,6 +411,8 @@ def node_object(spec: FleetSpec, pool: PoolSpec, name: str, *, advertise: bool =
         annotations[ANN_DRIVER_DELAY] = str(special.driver_ready_seconds)
     if special.validator_ready_seconds is not None:
         annotations[ANN_VALIDATOR_DELAY] = str(special.validator_ready_seconds)
+    if special.validator_fails:
+        annotations[ANN_VALIDATOR_FAILS] = "true"
 
     resources = {"cpu": "96", "memory": "1536Gi", "pods": "250", "ephemeral-storage": "2Ti"}
     if advertise:

@@ -12,7 +12,8 @@ the operator's manifests give them) and its ConfigMaps, and per node:
 - while a node has no ready driver (pod or host driver) it advertises 0 GPUs, and once the
   device plugin is ready again it re-advertises the full count (or the count a fault
   annotation says);
-- the validator becomes Ready a (configurable) moment after the driver;
+- the validator becomes Ready a (configurable) moment after the driver, or never on a node
+  marked `validator-fails` (its CUDA validation init container crash-loops);
 - while a driver works, GFD's labels removed from a node come back (from what the node was
   made with, `sim.gpuops.io/gfd-labels`; a value a person set by hand is left alone), and
   the GPUs a node has are that record's, whatever its labels say;
@@ -341,10 +342,13 @@ class OperandSimulator:
         for pod in by_operand["device-plugin"]:
             self._set_pod(pod, _running_status(pod) if driver_ready else _init_status(pod))
         validator_delay = float(ann.get(fl.ANN_VALIDATOR_DELAY, self.timing.validator_ready_seconds))
+        validator_fails = ann.get(fl.ANN_VALIDATOR_FAILS) == "true"
         for pod in by_operand["validator"]:
             ready_at = max(self._driver_ready_at.get(name, now), self._first_seen.setdefault(
                 pod["metadata"]["uid"], now)) + validator_delay
-            if driver_ready and now >= ready_at:
+            if driver_ready and validator_fails:
+                self._set_pod(pod, _crashloop_status(pod, init=True, message="CUDA validation failed"))
+            elif driver_ready and now >= ready_at:
                 self._set_pod(pod, _running_status(pod))
             else:
                 self._set_pod(pod, _init_status(pod))
