@@ -47,6 +47,23 @@ def grant_bot_rbac(installer) -> str:
     return "bot"
 
 
+def revoke_bot_rbac(installer) -> None:
+    """Take back what `grant_bot_rbac` granted (its namespaces stay: the fleet's operator
+    may live in one), so a later test finds the bot with no rights again."""
+    for doc in reversed(list(yaml.safe_load_all(RBAC.read_text()))):
+        if installer.exists(doc):
+            installer.delete(doc)
+
+
+def bot_granted_for_the_test(cluster) -> Iterator[str]:
+    """A test's `as_bot` fixture: the bot's RBAC for the test, taken back after it."""
+    installer = cluster.installer()
+    try:
+        yield grant_bot_rbac(installer)
+    finally:
+        revoke_bot_rbac(installer)
+
+
 @contextmanager
 def bot_rbac_granted(installer) -> Iterator[str]:
     """`grant_bot_rbac` for the length of a test, taking away after what it made (grant

@@ -25,7 +25,7 @@ from testenv.install import wait_until
 from testenv.summary import advertised
 from tests.integration import engine_harness as h
 from tests.integration import observe
-from tests.integration.desk import ACCESS, Desk, grant_bot_rbac
+from tests.integration.desk import ACCESS, Desk, bot_granted_for_the_test
 from tests.integration.inventory_helpers import wait_fleet
 from workflows.config import GpuopsConfig
 
@@ -48,7 +48,7 @@ CONFIG = GpuopsConfig.model_validate({
 
 @pytest.fixture
 def as_bot(cluster):
-    return grant_bot_rbac(cluster.installer())
+    yield from bot_granted_for_the_test(cluster)
 
 
 def _policy_version(installer) -> str:

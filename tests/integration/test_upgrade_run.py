@@ -31,7 +31,7 @@ from testenv.install import wait_until
 from testenv.summary import advertised
 from tests.integration import engine_harness as h
 from tests.integration import observe
-from tests.integration.desk import ACCESS, Desk, grant_bot_rbac
+from tests.integration.desk import ACCESS, Desk, bot_granted_for_the_test
 from tests.integration.inventory_helpers import _codes, wait_fleet
 from workflows.fleet.canaries import LastCanaries
 from workflows.kube.objects import NodeName
@@ -65,7 +65,7 @@ def _upgrade_plan() -> Plan:
 
 @pytest.fixture
 def as_bot(cluster):
-    return grant_bot_rbac(cluster.installer())
+    yield from bot_granted_for_the_test(cluster)
 
 
 def _driver_version(installer, name: str) -> str:
