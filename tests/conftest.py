@@ -12,7 +12,7 @@ import pytest
 
 # The kubernetes client loads its modules lazily; a frozen clock must not reach into them,
 # nor into pytest's own timing (`--durations` measured a frozen setup as 57 years).
-freezegun.configure(extend_ignore_list=["kubernetes", "urllib3", "_pytest"])
+freezegun.configure(extend_ignore_list=["kubernetes", "urllib3", "_pytest.timing"])
 
 # Slack tokens must never leak into tests from the developer's shell.
 for _name in ("SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET"):
