@@ -298,9 +298,9 @@ def test_the_halted_requests_card_offers_continue_and_the_click_asks_as_the_comm
     assert not viewer.ok
 
 
-def test_a_continuation_after_a_failed_canary_set_its_object_back_sets_the_version_again_first(services, pool, now):
-    # The canary s3 failed its validation and the run set the NVIDIADriver back before it
-    # halted: the rest of the upgrade needs the object at the new version again.
+def _canary_failed_and_set_back(services, pool, now, *, git: bool = False) -> str:
+    """An upgrade whose canary s3 failed its validation and whose run set the NVIDIADriver
+    back (or, Git keeping it, said what to set back in Git) before it halted."""
     run_id = halted_upgrade(services, pool, now, halt=False)
     db = services.database
     for step in stored_steps.for_run(db, run_id=run_id):  # type: ignore[arg-type]
@@ -308,7 +308,7 @@ def test_a_continuation_after_a_failed_canary_set_its_object_back_sets_the_versi
             continue
         params = step.detail.get("params", {}) if isinstance(step.detail, dict) else {}
         if step.kind == "driver-version" and params.get("set_back"):
-            state, result = "done", {"from": NEW, "to": "570.172.08"}
+            state, result = "done", {"from": NEW, "to": "570.172.08", **({"git": "Argo CD"} if git else {})}
         elif step.kind in ("driver-version", "cordon", "evict", "driver"):
             state, result = "done", None
         elif step.kind == "validate":
@@ -325,6 +325,11 @@ def test_a_continuation_after_a_failed_canary_set_its_object_back_sets_the_versi
     request_id = stored_runs.get(db, id=run_id).request_id  # type: ignore[arg-type, union-attr]
     assert stored_requests.transition(db, id=request_id, expected="running", new="failed", at=now)  # type: ignore[arg-type]
     services.fleet.value = pool.fleet({"s3": run_id})  # type: ignore[attr-defined]
+    return run_id
+
+
+def test_a_continuation_after_a_failed_canary_set_its_object_back_sets_the_version_again_first(services, pool, now):
+    run_id = _canary_failed_and_set_back(services, pool, now)
 
     reply = say(services, "U0ALICE", f"continue {run_id}", now)
 
@@ -352,3 +357,15 @@ def test_a_canary_done_whose_set_back_step_was_skipped_is_not_continued(services
     plan = continuation(services, run_id).plan
     assert "s3" not in plan.nodes
     assert not any(s.kind == "driver-version" for w in plan.waves for s in w.steps)
+
+
+def test_a_continuation_after_a_failed_canary_of_a_git_kept_object_does_not_set_the_version_again(
+        services, pool, now):
+    # The run only said what to set back in Git: the object still names the new version.
+    run_id = _canary_failed_and_set_back(services, pool, now, git=True)
+
+    assert say(services, "U0ALICE", f"continue {run_id}", now).ok
+
+    plan = continuation(services, run_id).plan
+    assert not any(s.kind == "driver-version" and not s.params.get("set_back") for w in plan.waves for s in w.steps)
+    assert not any("again first" in note for note in plan.summary.notes)

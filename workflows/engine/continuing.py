@@ -248,7 +248,8 @@ def version_to_set_again(plan: Plan, steps: Sequence[Step]) -> tuple[NodeStep, N
     """After a failed canary whose run set its driver object back (the `driver-version`
     step with `set_back`, done with what it changed), the rest of the upgrade needs the
     object at the new version again: the halted plan's forward step and its set-back, for
-    the continuation's first wave. None when the object was not set back by the run."""
+    the continuation's first wave. None when the run did not set it back (a Git-kept object
+    is left for Git: the step only said what to set back there)."""
     forward = next((s for w in plan.waves for s in w.steps
                     if s.kind == "driver-version" and not s.params.get("set_back")), None)
     back = next((s for w in plan.waves for s in w.steps
@@ -260,7 +261,7 @@ def version_to_set_again(plan: Plan, steps: Sequence[Step]) -> tuple[NodeStep, N
         params = detail.get("params") if isinstance(detail.get("params"), dict) else {}
         result = detail.get("result")
         if (step.kind == "driver-version" and params.get("set_back") and step.state == "done"
-                and isinstance(result, dict) and "to" in result):
+                and isinstance(result, dict) and "to" in result and not result.get("git")):
             return forward, back
     return None
 

@@ -1002,9 +1002,7 @@ class DriverVersion:
         if not ctx.dry_run:
             ctx.record(key=f"patch/{ref}", action="driver-version.set", target=ref,
                        detail={"from": prior, "to": version, "node": ctx.node})
-        patch: dict[str, Any] = {field[-1]: version}
-        for key in reversed(field[:-1]):
-            patch = {key: patch}
+        patch = _merge_patch(field, version)
         ctx.act()
         try:
             ctx.gateway.patch_custom_object(path, name, spec=patch, resource_version=found.resource_version,
@@ -1055,9 +1053,7 @@ class DriverVersion:
             return Done(say.would_set_back(ref, run_set, back))
         ctx.record(key=f"set-back/{ref}", action="driver-version.set-back", target=ref,
                    detail={"from": run_set, "to": back, "node": ctx.node})
-        patch: dict[str, Any] = {field[-1]: back}
-        for key in reversed(field[:-1]):
-            patch = {key: patch}
+        patch = _merge_patch(field, back)
         ctx.act()
         try:
             ctx.gateway.patch_custom_object(path, name, spec=patch, resource_version=found.resource_version,
@@ -1065,6 +1061,14 @@ class DriverVersion:
         except Conflict:
             return Waiting(say.set_back_reading_again(ref), retry_in=1.0)
         return Done(say.driver_version_set_back(ref, run_set, back, at_risk), {"from": run_set, "to": back})
+
+
+def _merge_patch(field: tuple[str, ...], value: object) -> dict[str, Any]:
+    """The merge patch of `spec` that sets `field` (a path of keys under spec) to `value`."""
+    patch: dict[str, Any] = {field[-1]: value}
+    for key in reversed(field[:-1]):
+        patch = {key: patch}
+    return patch
 
 
 # The marks a GitOps tool leaves on what it applies (Argo CD's tracking annotation or
