@@ -386,6 +386,11 @@ def test_a_pdb_that_allows_one_disruption_makes_the_second_eviction_wait_and_the
         assert len(first) == 1, first
         waiting = "budget-02" if first == ["budget-01"] else "budget-01"
         assert _step_state(runtime, run.id, waiting, "evict") == "running"
+        # The node whose pod went moves on to its hold; until it holds, the two views read
+        # below may each see it at a different step.
+        other = "budget-01" if waiting == "budget-02" else "budget-02"
+        wait_until(lambda: _step_state(runtime, run.id, other, "hold") == "running" or None, timeout=60,
+                   what=f"{other} to reach its hold")
         # The request's card says what the step waits for, not only the thread.
         shown = _texts(gpu(runtime, "U0ALICE", f"/gpu request {request.id}"))
         assert f"{waiting} | evict | running | eviction of llm/{pods[waiting]['metadata']['name']}" in shown, shown
