@@ -46,9 +46,13 @@ check: venv
 	$(PY) -m pytest -m "not controlplane" tests/unit tests/e2e tests/reliability \
 		--ignore=tests/unit/test_helm_rbac.py -q -p no:cacheprovider --durations=10
 
-# The slowest 25 tests and the time per suite are printed at the end (CI's log shows them).
+# Everything, on TEST_WORKERS parallel workers (pytest-xdist; a worker starts its own control
+# plane when it first needs one, and most tests wait on one rather than compute, so four
+# workers suit two cores; TEST_WORKERS=0 runs in one process). The slowest 25 tests and the
+# time per suite are printed at the end (CI's log shows them).
+TEST_WORKERS ?= 4
 test: testenv-build
-	$(PY) -m pytest --durations=25
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
 bench: testenv-build
 	$(PY) -m pytest tests/bench --ignore=tests/bench/test_scaling_curve.py -p no:cacheprovider -o addopts= -q -s

@@ -19,7 +19,7 @@ import threading
 import time
 from pathlib import Path
 
-from testenv import build, operator
+from testenv import build, firstbuild, operator
 from testenv.helm import helm_binary
 from testenv.prometheus import prometheus_binary
 from testenv.toxiproxy import toxiproxy_binary
@@ -47,17 +47,14 @@ def _read_state(folder: Path) -> dict | None:
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    started = time.monotonic()
-    folder = build.ensure_binaries()
-    print(f"testenv: binaries ready in {folder} ({time.monotonic() - started:.0f}s)")
-    # Fleets run on the real GPU Operator: without it the demo and most tests cannot run.
-    binary = operator.operator_binary()
-    print(f"testenv: the GPU Operator is ready at {binary}")
-    # The chart's tests and the metrics test need them: fetched here, not inside a test's
-    # time limit on a fresh machine.
+    # Everything is built here, not inside a test's time limit on a fresh machine: the
+    # control plane, the real GPU Operator the fleets run on, helm for the chart's tests,
+    # Prometheus for the metrics tests and Toxiproxy for the API-faults suite.
+    firstbuild.build_all()
+    print(f"testenv: binaries ready in {build.ensure_binaries()}")
+    print(f"testenv: the GPU Operator is ready at {operator.operator_binary()}")
     print(f"testenv: helm is ready at {helm_binary()}")
     print(f"testenv: Prometheus is ready at {prometheus_binary()}")
-    # The API-faults suite puts it between gpuops and the API server.
     print(f"testenv: Toxiproxy is ready at {toxiproxy_binary()}")
     return 0
 

@@ -235,6 +235,13 @@ class _Heartbeat:
         self._thread.join(timeout=5)
 
 
+def binaries_ready() -> bool:
+    """Whether every control-plane binary is there (KUBEBUILDER_ASSETS or the cache)."""
+    assets = os.environ.get("KUBEBUILDER_ASSETS")
+    folder = Path(assets) if assets else bin_dir()
+    return all((folder / name).is_file() for name in BINARIES)
+
+
 def ensure_binaries(*, verbose: bool = True) -> Path:
     """Return the folder holding every binary, building what the cache lacks."""
     assets = _assets_dir()

@@ -21,10 +21,15 @@ HELM_VERSION = "v4.3.2"
 _LDFLAGS = f"-s -w -X helm.sh/helm/v4/internal/version.version={HELM_VERSION}"
 
 
+def helm_path() -> Path:
+    """Where the cached helm is (or will be, once built)."""
+    return cache_root() / f"helm-{HELM_VERSION}" / "helm"
+
+
 def helm_binary(*, verbose: bool = True) -> Path:
     """The cached helm, built on first use (4 minutes on two cores with empty Go module
     and build caches: about 120 modules downloaded, 1,100 packages compiled)."""
-    return go_install_cached(cache_root() / f"helm-{HELM_VERSION}" / "helm", f"{HELM_MODULE}@{HELM_VERSION}",
+    return go_install_cached(helm_path(), f"{HELM_MODULE}@{HELM_VERSION}",
                              what=f"helm {HELM_VERSION}", built="helm", ldflags=_LDFLAGS, verbose=verbose)
 
 

@@ -68,6 +68,15 @@ def snapshot_version(source: Path) -> str:
     return found.group(1)
 
 
+def operator_path() -> Path:
+    """Where the operator binary is: the prebuilt one `GPUOPS_GPU_OPERATOR_BINARY` names,
+    else the cached build from the snapshot (there once built)."""
+    prebuilt = os.environ.get(BINARY_ENV)
+    if prebuilt:
+        return Path(prebuilt)
+    return cache_root() / f"gpu-operator-{snapshot_version(source_folder())}" / "gpu-operator"
+
+
 def operator_binary(*, verbose: bool = True) -> Path:
     """The gpu-operator binary: the prebuilt one `GPUOPS_GPU_OPERATOR_BINARY` names, else
     the one built from the snapshot (built now if the cache lacks it)."""
@@ -77,7 +86,7 @@ def operator_binary(*, verbose: bool = True) -> Path:
             raise OperatorMissing(f"{BINARY_ENV}={prebuilt} is not an executable file")
         return Path(prebuilt)
     source = source_folder()
-    target = cache_root() / f"gpu-operator-{snapshot_version(source)}" / "gpu-operator"
+    target = operator_path()
     if target.is_file():
         return target
     log, started = start_go_build(target, what=f"the GPU Operator {snapshot_version(source)} from {source}",

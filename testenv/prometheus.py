@@ -15,9 +15,14 @@ from testenv.build import BuildError, cache_root
 PACKAGE = "prometheus"
 
 
+def prometheus_path() -> Path:
+    """Where the cached `prometheus` binary is (or will be, once fetched)."""
+    return cache_root() / "prometheus" / "prometheus"
+
+
 def prometheus_binary() -> Path:
     """The cached `prometheus` binary, fetched and unpacked on first use."""
-    target = cache_root() / "prometheus" / "prometheus"
+    target = prometheus_path()
     if target.is_file():
         return target
     if shutil.which("apt-get") is None or shutil.which("dpkg-deb") is None:

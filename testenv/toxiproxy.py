@@ -45,10 +45,15 @@ class ToxiproxyError(RuntimeError):
     """The Toxiproxy server did not start, or its API refused a call (the message says which)."""
 
 
+def toxiproxy_path() -> Path:
+    """Where the cached toxiproxy-server is (or will be, once built)."""
+    return cache_root() / f"toxiproxy-{TOXIPROXY_VERSION}" / "toxiproxy-server"
+
+
 def toxiproxy_binary(*, verbose: bool = True) -> Path:
     """The cached toxiproxy-server, built on first use (35 s on two cores with empty Go
     module and build caches: 15 modules downloaded, 230 packages compiled)."""
-    return go_install_cached(cache_root() / f"toxiproxy-{TOXIPROXY_VERSION}" / "toxiproxy-server",
+    return go_install_cached(toxiproxy_path(),
                              f"{TOXIPROXY_MODULE}/cmd/server@{TOXIPROXY_VERSION}", what=f"toxiproxy {TOXIPROXY_VERSION}",
                              built="server", ldflags=_LDFLAGS, verbose=verbose)
 

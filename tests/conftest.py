@@ -4,8 +4,11 @@ module and removed afterwards."""
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import freezegun
 import pytest
@@ -82,6 +85,64 @@ def demo_fleet(gpu_operator_crds):
         yield env
     finally:
         env.delete_fleet()
+
+
+# With parallel workers (`make test` runs pytest-xdist with `--dist loadgroup`), each test
+# goes to whichever worker is free next, except that a test file sharing a fixture wider
+# than one test (a module's fleet, a second control plane) goes to one worker whole, so it
+# is set up once. The suites that wait on a control plane go first and the fast,
+# CPU-bound ones fill the gaps at the end: a long control-plane test started last would be
+# the whole run's tail.
+_FIRST = ("tests/integration/", "tests/reliability/")
+_TESTS = Path(__file__).resolve().parent
+_WIDE_SCOPE = re.compile(r"""@pytest\.fixture\(\s*scope=["'](?:module|package|class|session)["'][^)]*\)\s*\n\s*def (\w+)""")
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
+                                  items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: not item.nodeid.startswith(_FIRST))
+
+
+@functools.cache
+def _shared_fixtures() -> frozenset[str]:
+    """Fixtures wider than a test that conftest files and the fixtures plugin offer; the
+    session-wide ones are one per worker anyway and do not count."""
+    names = set()
+    for path in (*_TESTS.rglob("conftest.py"), *(_TESTS / "fixtures").glob("*.py")):
+        for match in _WIDE_SCOPE.finditer(path.read_text()):
+            if "session" not in match.group(0):
+                names.add(match.group(1))
+    return frozenset(names)
+
+
+@functools.cache
+def _file_shares_a_fixture(path: str) -> bool:
+    """Whether a test file defines a fixture wider than a test or asks for a shared one:
+    read from its text, as xdist's controller has only the tests' ids. Taking a file for
+    one that does not share only costs a second set-up, never a wrong result."""
+    try:
+        text = (_TESTS.parent / path).read_text()
+    except OSError:
+        return False
+    own = {name for match in _WIDE_SCOPE.finditer(text) if "session" not in match.group(0)
+           for name in [match.group(1)]}
+    return bool(own) or any(re.search(rf"\b{name}\b", text) for name in _shared_fixtures())
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """`--dist loadgroup`, as this suite means it: a test file that shares a fixture is one
+    unit of work, every other test is one of its own. (xdist's own loadgroup reads groups
+    from marks it writes into test ids, which pytest 9.2 no longer lets it change.)"""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class TestOrSharedFile(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return path if _file_shares_a_fixture(path) else nodeid
+
+    return TestOrSharedFile(config, log)
 
 
 # Where the suite's time goes, printed at its end (with `--durations=25` in `make test`, the

@@ -3,6 +3,8 @@ API server, and a replica that dies hands over only once its claim has run out."
 
 from __future__ import annotations
 
+import dataclasses
+
 import datetime as dt
 import signal
 import threading
@@ -73,8 +75,14 @@ def test_two_engine_processes_never_act_at_once_and_the_survivor_finishes_the_ru
         fleet, cluster, tmp_path: Path):
     fleet(fl.FleetSpec(name="lease", system_nodes=0, pools=(fl.PoolSpec(name="lease", nodes=2),)))
     db = open_database(tmp_path / "gpuops.db")
-    steps = (("cordon", {}), ("hold", {"seconds": 3}), ("uncordon", {}))
-    run = h.start_run(db, h.plan("drain", "lease", [["lease-01"], ["lease-02"]], steps))
+    # lease-01's hold is long enough that engine-a still holds it when it is killed on a
+    # machine busy with other tests (at 3 s it had once moved on to lease-02); lease-02's
+    # is short.
+    first, second = (h.plan("drain", "lease", [[node]], (("cordon", {}), ("hold", {"seconds": seconds}),
+                                                          ("uncordon", {})))
+                     for node, seconds in (("lease-01", 15), ("lease-02", 2)))
+    run = h.start_run(db, dataclasses.replace(first, waves=(first.waves[0],
+                                                            dataclasses.replace(second.waves[0], index=1))))
     logs = {name: tmp_path / f"{name}.log" for name in ("engine-a", "engine-b")}
     a = h.engine_process(cluster.kubeconfig, db.path, identity="engine-a", lease_name="lease-engines",
                          lease_seconds=2, log=logs["engine-a"])

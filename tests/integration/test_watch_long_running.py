@@ -34,7 +34,7 @@ def test_watches_stay_open_across_real_bookmarks_without_a_failure(gpu_operator_
     try:
         # Pods first: a pod BOOKMARK says `"containers": null`, which broke the watch once.
         wait_until(lambda: cache.bookmarks("pods") >= 2 and cache.watches("pods") >= 2,
-                   timeout=150, what="two pod bookmarks and a resumed pod watch")
+                   timeout=300, what="two pod bookmarks and a resumed pod watch")
         _a_new_node_arrives_by_watch(gpu_operator_crds, cache, "after-bookmarks", when="after the bookmarks")
     finally:
         gpu_operator_crds.installer().delete({"kind": "Node", "metadata": {"name": "after-bookmarks"}})
