@@ -1,12 +1,12 @@
 """Every command module, imported once so each registers itself; entry points import
-`dispatch` from here."""
+`dispatch` (a typed line) and `run_command` (a command with its values read) from here."""
 
 import importlib
 
-from commands.registry import REGISTRY, Call, dispatch, help_reply
+from commands.registry import REGISTRY, Call, dispatch, help_reply, run_command
 
 for _module in ("commands.fleet", "commands.requests", "commands.drain", "commands.upgrade", "commands.mig", "commands.migrate", "commands.handover",
                 "commands.quotas", "commands.freezes"):
     importlib.import_module(_module)
 
-__all__ = ["REGISTRY", "Call", "dispatch", "help_reply"]
+__all__ = ["REGISTRY", "Call", "dispatch", "help_reply", "run_command"]

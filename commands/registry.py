@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from commands import messages as msg
-from commands.clusters import ClusterChoiceError, actor_in, choose_cluster, name_cluster
+from commands.clusters import ClusterChoiceError, actor_in, choose_cluster, name_cluster, services_about
 from commands.reply import Reply, Section, Table, error_reply
 from commands.services import Services
 from workflows.access import AccessDenied, Actor, Role
@@ -178,17 +178,37 @@ def dispatch(text: str, *, actor: Actor, services: Services, now: dt.datetime,
         args, services = choose_cluster(args, services, channel=channel)
     except ClusterChoiceError as err:
         return usage_reply(spec, str(err), services=services, now=now)
+    return _in_cluster(spec, lambda call: spec.handler(call, args), actor=actor, services=services, now=now,
+                       text=text, channel=channel)
+
+
+def run_command(words: str, run: Callable[[Call], Reply], *, actor: Actor, services: Services,
+                now: dt.datetime, about: str | None = None, channel: str | None = None) -> Reply:
+    """Run `run` as the registered command `words` ("request", "migrate confirm") with its
+    values already read: what a click, the Home tab or the command line asks for, with no
+    line made for the dispatcher to split again, so an id or a node name is only ever that
+    value. Everything else is a typed command's: the cluster of the request or run `about`
+    names (else the channel's, else the home one), the role checked at the door, refusals
+    as replies, the title naming the cluster."""
+    spec = REGISTRY.commands[tuple(words.split())]
+    return _in_cluster(spec, run, actor=actor, services=services_about(services, subject=about, channel=channel),
+                       now=now, channel=channel)
+
+
+def _in_cluster(spec: CommandSpec, run: Callable[[Call], Reply], *, actor: Actor, services: Services,
+                now: dt.datetime, text: str = "", channel: str | None = None) -> Reply:
+    """`invoke` in the cluster `services` address, as that cluster sees `actor`."""
     actor = actor_in(services, actor)
-    return name_cluster(invoke(spec, lambda call: spec.handler(call, args), actor=actor, services=services,
-                               now=now, text=text, channel=channel), services)
+    return name_cluster(invoke(spec, run, actor=actor, services=services, now=now, text=text, channel=channel),
+                        services)
 
 
 def invoke(spec: CommandSpec, run: Callable[[Call], Reply], *, actor: Actor, services: Services,
            now: dt.datetime, text: str = "", channel: str | None = None) -> Reply:
     """Run `run` as command `spec` for `actor`: the role is checked at the door and a
     refusal (bad input, an unknown name, a missing role) becomes its reply. `dispatch`
-    runs typed commands this way; a form that asks what a command asks (the drain
-    form) runs its structured request this way too."""
+    runs typed commands this way, `run_command` a click's; a form that asks what a command
+    asks (the drain form) runs its structured request this way too."""
     if not actor.has_anywhere(spec.role):
         return error_reply(msg.not_allowed_title(), msg.needs_role(spec.name, spec.role, actor))
     call = Call(actor=actor, now=now, services=services, text=text, channel=channel)
