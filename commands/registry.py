@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import difflib
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from commands import messages as msg
@@ -168,6 +168,16 @@ def dispatch(text: str, *, actor: Actor, services: Services, now: dt.datetime,
         return error_reply(msg.cannot_read_command(), msg.unbalanced_quotes(str(err)))
     if tokens and tokens[0] == "/gpu":
         tokens = tokens[1:]
+    return dispatch_words(tokens, actor=actor, services=services, now=now, channel=channel, text=text)
+
+
+def dispatch_words(words: Sequence[str], *, actor: Actor, services: Services, now: dt.datetime,
+                   channel: str | None = None, text: str | None = None) -> Reply:
+    """Run the command `words` name with the rest as its arguments, each word as it is:
+    what `dispatch` does once it has split a typed line, for words split already (the
+    command line's argv), so they are never joined and split again."""
+    tokens = list(words)
+    text = shlex.join(tokens) if text is None else text
     if not tokens:
         return help_reply(actor, [])
     spec, args = REGISTRY.resolve(tokens)
