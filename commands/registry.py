@@ -8,6 +8,11 @@ one that changes something). The dispatcher splits the text,
 finds the command (longest match of words), checks the role (failing closed), and turns
 bad input into that command's usage with the closest match. Help comes from here too,
 and hides what the asking user cannot run.
+
+Text is split once, where a person typed it (`dispatch`); words split already (the
+command line's argv) go to `dispatch_words`, and a command whose values are read already
+(a button's id, App Home's fleet view, a form's request) runs through the same door with
+them (`run_command`, `invoke`): no line is written only to be split again.
 """
 
 from __future__ import annotations
@@ -195,9 +200,8 @@ def dispatch_words(words: Sequence[str], *, actor: Actor, services: Services, no
 def run_command(words: str, run: Callable[[Call], Reply], *, actor: Actor, services: Services,
                 now: dt.datetime, about: str | None = None, channel: str | None = None) -> Reply:
     """Run `run` as the registered command `words` ("request", "migrate confirm") with its
-    values already read: what a click, the Home tab or the command line asks for, with no
-    line made for the dispatcher to split again, so an id or a node name is only ever that
-    value. Everything else is a typed command's: the cluster of the request or run `about`
+    values already read: what a button or the Home tab asks for, with no line made for
+    the dispatcher to split again, so an id or a node name is only ever that value. Everything else is a typed command's: the cluster of the request or run `about`
     names (else the channel's, else the home one), the role checked at the door, refusals
     as replies, the title naming the cluster."""
     spec = REGISTRY.commands[tuple(words.split())]
