@@ -43,7 +43,9 @@ from bot.metrics import Metrics
 from bot.render_text import render_text
 from bot.slack_api import observe_calls as observe_slack_calls
 from bot.wiring import Runtime, build_runtime, database_path, replica_identity
-from commands.catalog import dispatch
+from commands.catalog import dispatch_words
+from commands.reply import Reply
+from commands.services import Services
 from storage import audit
 from storage.database import open_database
 from storage.errors import StorageError
@@ -73,12 +75,19 @@ def _cli_actor(config: GpuopsConfig) -> Actor:
                  pool_roles=actor.pool_roles, via="cli")
 
 
+def one_command(words: list[str], *, actor: Actor, services: Services, now: dt.datetime) -> Reply:
+    """The reply to a one-shot command: argv's words go to the dispatcher each as it is
+    (as a typed line's words once split), never joined into a line and split again, so a
+    quote or a space in a word is that word's."""
+    return dispatch_words(words, actor=actor, services=services, now=now)
+
+
 def _one_command(args: argparse.Namespace, words: list[str]) -> int:
     config = load_config(args.config)
     runtime = _runtime(args, config, watch=False)
     try:
-        reply = dispatch(" ".join(words), actor=_cli_actor(config), services=runtime.services(),
-                         now=dt.datetime.now(dt.timezone.utc))
+        reply = one_command(words, actor=_cli_actor(config), services=runtime.services(),
+                            now=dt.datetime.now(dt.timezone.utc))
     finally:
         runtime.close()
     print(render_text(reply), end="")

@@ -6,6 +6,12 @@ clicker saw). Nothing in it is trusted: the request is looked up again and
 deadline, exactly as for a typed command. The outcome says what the clicker should be
 told and how the request's message should read now, or that a form comes first (Deny's
 reason; "Request a drain" opens the drain form, whose submission is `/gpu drain`).
+
+A button that stands for a command (a card shown as `/gpu request` shows it, Roll back,
+Continue, Host driver removed) runs that command with the button's values
+(`commands.registry.run_command`): the typed command's cluster, role check at the door
+and audit, with no `/gpu` line written for the dispatcher to split again, so an id or a
+node name is only ever that id or name.
 """
 
 from __future__ import annotations
@@ -22,11 +28,14 @@ from bot.intents import KNOWN_ACTIONS, decode_run_at_node, decode_target, decode
 from bot.mig_form import cannot_request_mig
 from bot.upgrade_form import cannot_request_upgrade
 from bot.request_card import request_card
-from commands.catalog import dispatch
+from commands.catalog import run_command
 from commands.handover import handover_message
+from commands.migrate import confirm_host_driver
 from commands.reply import HOST_DRIVER_REMOVED, REQUEST_DRAIN, REQUEST_MIG, REQUEST_UPGRADE, Reply, error_reply
 from commands.clusters import actor_in, services_for_subject
+from commands.requests import continue_halted, request_reply
 from commands.services import Services
+from commands.upgrade import rollback_run
 from workflows.access import AccessDenied, Actor
 from workflows.engine.runs import RunRefused
 from workflows.handover.service import HandoverError, HandoverService
@@ -74,9 +83,11 @@ def _done(text: str) -> Reply:
 
 def current_card(request_id: str, services: Services, *, actor: Actor, now: dt.datetime) -> Reply:
     """The request as its message should read now: what `/gpu request <id>` shows (so a
-    message keeps its layout when a click updates it), else `request_card`."""
+    message keeps its layout when a click updates it), else `request_card`. The id is
+    handed to the command as it is, never written into a line to be split again."""
     try:
-        reply = dispatch(f"request {request_id}", actor=actor, services=services, now=now)
+        reply = run_command("request", lambda call: request_reply(call, request_id), actor=actor,
+                            services=services, now=now, about=request_id)
         if reply.ok:
             return reply
     except Exception:  # noqa: BLE001 - the decision is made; showing it must not fail
@@ -97,15 +108,18 @@ def _abort(click: Click, run_id: str, services: Services) -> Outcome:
 
 def _rollback(click: Click, run_id: str, services: Services, *, command: str = "rollback") -> Outcome:
     """Ask for the rollback of a halted upgrade or MIG run, as `/gpu rollback <run>` typed in the
-    halted request's channel would: the new request gets its own card and thread there. With
-    `command` "continue", its continuation (`/gpu continue <run>`), the same way."""
+    halted request's channel would (the same role check at the door): the new request gets its
+    own card and thread there. With `command` "continue", its continuation (`/gpu continue
+    <run>`), the same way. The run id is that command's run, whatever characters it holds."""
     channel = None
     if services.runs is not None and services.requests is not None:
         try:
             channel = services.requests.get(services.runs.get(run_id).run.request_id).channel
         except (RunRefused, UnknownRequest):
             pass  # the command says what is wrong with the run
-    reply = dispatch(f"{command} {run_id}", actor=click.actor, services=services, now=click.now, channel=channel)
+    ask = continue_halted if command == "continue" else rollback_run
+    reply = run_command(command, lambda call: ask(call, run_id), actor=click.actor, services=services,
+                        now=click.now, about=run_id, channel=channel)
     return Outcome(notice=reply)
 
 
@@ -152,8 +166,8 @@ def press(click: Click, services: Services) -> Outcome:
         if run_at_node is None:
             return Outcome(notice=_refused(msg.not_a_gpuops_button()))
         run_id, node = run_at_node
-        return Outcome(notice=dispatch(f"migrate confirm {run_id} {node or ''}".strip(), actor=click.actor,
-                                       services=services, now=click.now))
+        return Outcome(notice=run_command("migrate confirm", lambda call: confirm_host_driver(call, run_id, node=node),
+                                          actor=click.actor, services=services, now=click.now, about=run_id))
     value = decode_value(click.value)
     if click.action not in KNOWN_ACTIONS or value is None:
         return Outcome(notice=_refused(msg.not_a_gpuops_button()))

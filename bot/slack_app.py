@@ -59,8 +59,9 @@ from bot.render_blocks import FileLink, render_blocks
 from bot.render_text import render_text
 from bot.slack_api import BOT_EVENTS, SLASH_COMMAND, SlackApi
 from bot.wiring import Runtime
-from commands.catalog import dispatch
+from commands.catalog import dispatch, run_command
 from commands.drain import request_drain
+from commands.fleet import fleet_status
 from commands.mig import request_mig
 from commands.upgrade import request_upgrade
 from commands.registry import REGISTRY, Call, CommandSpec, invoke
@@ -371,7 +372,7 @@ class SlackBot:
         actor = actor or self.directory.actor(user)
         services = self.runtime.services()
         now = self.clock()
-        fleet_reply = dispatch("status", actor=actor, services=services, now=now)
+        fleet_reply = run_command("status", fleet_status, actor=actor, services=services, now=now)
         waiting = services.requests.waiting_for(actor, now=now) if services.requests is not None else []
         return self.api.publish_home(user, home_view(fleet_reply, waiting, now=now, notice=notice,
                                                      waits=open_waits(services, now=now),

@@ -104,6 +104,18 @@ def choose_cluster(args: list[str], services: Services, *, channel: str | None) 
 _STORED_ID = re.compile(r"^(req|run)-[0-9a-f]{6}$")
 
 
+def services_about(services: Services, *, subject: str | None, channel: str | None) -> Services:
+    """The cluster a command run with its values already read addresses, as
+    `choose_cluster` chooses for typed words naming no cluster: the cluster of the request
+    or run `subject` names, else the channel's, else the home one."""
+    directory = services.clusters
+    if directory is None:
+        return services
+    stored = _cluster_of_ids(services, [subject], home=directory.home) if subject is not None else None
+    chosen = stored[1] if stored is not None else directory.default_for(channel)
+    return directory.services_for(chosen, services)
+
+
 def actor_in(services: Services, actor: Actor) -> Actor:
     """`actor` as the cluster `services` address sees them: the same person, user groups
     and gpuops-wide roles, with the approver rights that cluster's pools give."""

@@ -162,7 +162,12 @@ def _find_pool(fleet: Fleet, name: str) -> PoolInventory:
 def status(call: Call, args: list[str]) -> Reply:
     if len(args) > 1:
         raise UsageError(f"status takes at most one pool name, got {len(args)} words")
-    clusters = None if args else clusters_section(call.services, now=call.now)
+    return fleet_status(call, args[0] if args else None)
+
+
+def fleet_status(call: Call, pool_name: str | None = None) -> Reply:
+    """`/gpu status [pool]` with its pool read: every pool at a glance (None), or one pool's nodes."""
+    clusters = None if pool_name is not None else clusters_section(call.services, now=call.now)
     try:
         fleet = _fleet(call)
     except ClusterUnreachable as err:
@@ -170,8 +175,8 @@ def status(call: Call, args: list[str]) -> Reply:
             raise
         # Every other cluster's line still answers; this one has nothing to show yet.
         return Reply(title=msg.status_title(), summary=str(err), sections=(clusters,))
-    if args:
-        pool = _find_pool(fleet, args[0])
+    if pool_name is not None:
+        pool = _find_pool(fleet, pool_name)
         runs = tuple(call.services.runs.unfinished()) if call.services.runs is not None else ()
         intents = (_drain_button(call, pool=pool.name, target=pool.name) + _upgrade_button(call, pool=pool.name)
                    + _mig_button(call, pool=pool, fleet=fleet))

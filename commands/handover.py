@@ -2,14 +2,18 @@
 /gpu handover history [rotation] [n] lists past handovers and who acknowledged them.
 
 `render_checklist` turns a checklist into the Reply the bot posts at each shift change
-(with the Acknowledge button); `handover_message` does it for a stored handover, which is
-what the notifier needs for the post and for the update after the acknowledgement.
+(with the Acknowledge button): straight from the checklist's values in gpuops's own
+layout, or from the lines a rotation's own template writes (`ChecklistTemplate` documents
+them); `handover_message` does it for a stored handover, which is what the notifier needs
+for the post and for the update after the acknowledgement.
 Read-only towards the cluster; the commands need the viewer role.
 """
 
 from __future__ import annotations
 
+import logging
 import re
+from dataclasses import dataclass, field
 
 from commands import messages as msg
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
@@ -17,8 +21,8 @@ from commands.reply import Intent, Notice, Reply, Section, Table
 from workflows.access import Role
 from workflows.config import GpuopsConfig
 from workflows.handover import messages as say
-from workflows.handover.checklist import Checklist, ChecklistTemplate
-from workflows.handover.rotations import RotationConfig, default_template
+from workflows.handover.checklist import Checklist, ChecklistItem, ChecklistTemplate, TemplateProblem
+from workflows.handover.rotations import RotationConfig
 from workflows.handover.service import HandoverService, HandoverView, UnknownRotation
 from workflows.wording import when
 
@@ -27,6 +31,8 @@ HISTORY_DEFAULT = 10
 HISTORY_MOST = 100
 HISTORY_COLUMNS = ("shift start", "shift", "posted", "acknowledged by", "at", "acks")
 
+log = logging.getLogger("gpuops.commands.handover")
+
 _ITEM = re.compile(r"^\*\s*(critical|warning|info):\s*(.*)$")
 
 
@@ -34,30 +40,36 @@ _ITEM = re.compile(r"^\*\s*(critical|warning|info):\s*(.*)$")
 # The checklist as a Reply
 
 
+@dataclass
+class _Layout:
+    """The checklist as a message, before the acknowledgement is added."""
+
+    title: str
+    summary: list[str] = field(default_factory=list)
+    sections: list[Section] = field(default_factory=list)
+    footer: list[str] = field(default_factory=list)
+
+
 def render_checklist(
-    checklist: Checklist, template: ChecklistTemplate, *, handover: HandoverView | None = None
+    checklist: Checklist, template: ChecklistTemplate | None = None, *, handover: HandoverView | None = None
 ) -> Reply:
-    """The checklist rendered by `template` (line grammar in templates/handover.md.j2).
-    With the stored `handover`, the reply carries the Acknowledge button until someone on
-    the incoming shift has acknowledged, and says who did."""
-    title = say.default_title(checklist.shift)
-    summary: list[str] = []
-    footer: list[str] = []
-    sections: list[_SectionDraft] = []
-    for raw in template.render(checklist).splitlines():
-        line = raw.strip()
-        if not line:
-            continue
-        if line.startswith("## "):
-            sections.append(_SectionDraft(title=line[3:].strip()))
-        elif line.startswith("# "):
-            title = line[2:].strip()
-        elif line.startswith("~ "):
-            footer.append(line[2:].strip())
-        elif not sections:
-            summary.append(line)
-        else:
-            sections[-1].add(line)
+    """The checklist as its message: in gpuops's own layout, or in the lines a rotation's
+    own `template` writes (what it receives and writes: `ChecklistTemplate`). A template
+    that fails on this checklist is not the shift's problem: the checklist is shown in
+    gpuops's own layout, saying the template failed and why. With the stored `handover`,
+    the reply carries the Acknowledge button until someone on the incoming shift has
+    acknowledged, and says who did."""
+    if template is None:
+        layout = _own_layout(checklist)
+    else:
+        try:
+            layout = _template_layout(checklist, template)
+        except TemplateProblem as problem:
+            log.error(say.template_failed_log(checklist.rotation, str(problem)))
+            layout = _own_layout(checklist)
+            layout.sections.insert(0, Section(notices=(
+                Notice(severity="warning", text=say.template_failed(str(problem))),)))
+    footer = layout.footer
     intents: tuple[Intent, ...] = ()
     if handover is not None:
         zone = checklist.zone
@@ -71,14 +83,80 @@ def render_checklist(
         if handover.audit_head is not None:
             footer.append(say.audit_head_footer(handover.audit_head))
     return Reply(
-        title=title,
-        summary="\n".join(summary) or None,
-        sections=tuple(s.section() for s in sections),
+        title=layout.title,
+        summary="\n".join(layout.summary) or None,
+        sections=tuple(layout.sections),
         intents=intents,
         visibility="in_channel",
         footer=" · ".join(footer) or None,
         extra={"handover_id": handover.id} if handover is not None else {},
     )
+
+
+def _own_layout(checklist: Checklist) -> _Layout:
+    """gpuops's own layout, from the checklist's values: what needs action first, then
+    what went wrong, what is in flight, this shift's windows, what changed, the rest."""
+    zone = checklist.zone
+    summary = [say.checklist_counts(
+        needs_action=len(checklist.needs_action), gone_wrong=len(checklist.failures),
+        in_flight=len(checklist.in_flight), windows=len(checklist.coming_up),
+        start=checklist.shift_start, end=checklist.shift_end, zone=zone)]
+    if checklist.late:
+        summary.append(say.posted_late(shift_start=checklist.shift_start, generated_at=checklist.generated_at,
+                                       missed=checklist.missed, zone=zone))
+    elif checklist.missed:
+        summary.append(say.handovers_missed(checklist.missed))
+
+    def items(title: str, listed: tuple[ChecklistItem, ...]) -> list[Section]:
+        return [Section(title=title, notices=tuple(
+            Notice(severity=i.severity, text=i.text, command=i.command or None) for i in listed))] if listed else []
+
+    changes = checklist.changes
+    if changes is None:
+        changed = [say.no_earlier_handover()]
+    elif not (changes.new or changes.resolved):
+        changed = [say.no_changes_since(changes.since, zone)]
+    else:
+        changed = [*(say.finding_new(code=i.code, subject=i.subject, command=i.command) for i in changes.new),
+                   *(say.finding_resolved(i.text) for i in changes.resolved)]
+    drains = [say.pool_last_drain(pool=d.pool, text=d.text, command=d.command) for d in checklist.last_drains]
+    cluster = checklist.cluster
+    sections = [
+        *items(say.NEEDS_ACTION, checklist.needs_action),
+        *items(say.GONE_WRONG, checklist.failures),
+        *items(say.IN_FLIGHT, checklist.in_flight),
+        *items(say.WINDOWS, checklist.coming_up),
+        Section(title=say.SINCE_LAST, bullets=tuple(changed)),
+        *items(say.ALSO_WORTH_KNOWING, checklist.for_information),
+        Section(title=say.LAST_DRAINS, bullets=tuple(drains or [say.no_pools()])),
+        Section(title=say.CLUSTER, bullets=(say.cluster_line(
+            operator=cluster.operator, cluster_policy=cluster.cluster_policy, owner=cluster.owner),)),
+    ]
+    return _Layout(title=say.checklist_title(shift=checklist.shift, team=checklist.team), summary=summary,
+                   sections=sections, footer=[say.past_handovers(checklist.history_command)])
+
+
+def _template_layout(checklist: Checklist, template: ChecklistTemplate) -> _Layout:
+    """The lines a rotation's own template writes, read as `ChecklistTemplate` documents
+    them. Raises TemplateProblem when the template fails on this checklist."""
+    layout = _Layout(title=say.default_title(checklist.shift))
+    drafts: list[_SectionDraft] = []
+    for raw in template.render(checklist).splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith("## "):
+            drafts.append(_SectionDraft(title=line[3:].strip()))
+        elif line.startswith("# "):
+            layout.title = line[2:].strip()
+        elif line.startswith("~ "):
+            layout.footer.append(line[2:].strip())
+        elif not drafts:
+            layout.summary.append(line)
+        else:
+            drafts[-1].add(line)
+    layout.sections = [d.section() for d in drafts]
+    return layout
 
 
 class _SectionDraft:
@@ -111,7 +189,7 @@ def handover_message(view: HandoverView, config: GpuopsConfig) -> Reply:
     """A stored handover as its Slack message: the checklist as posted, and its
     acknowledgement as it stands now."""
     rotation = next((r for r in config.rotations if r.name == view.rotation), None)
-    template = rotation.checklist_template if rotation is not None else default_template()
+    template = rotation.checklist_template if rotation is not None else None
     return render_checklist(view.checklist, template, handover=view)
 
 

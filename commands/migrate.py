@@ -99,11 +99,16 @@ def migrate(call: Call, args: list[str]) -> Reply:
 def migrate_confirm(call: Call, args: list[str]) -> Reply:
     if len(args) not in (1, 2):
         raise UsageError(msg.name_one("run, e.g. `/gpu migrate confirm run-4b1d9e`"))
+    return confirm_host_driver(call, args[0], node=args[1] if len(args) == 2 else None)
+
+
+def confirm_host_driver(call: Call, run_id: str, *, node: str | None) -> Reply:
+    """`/gpu migrate confirm <run> [node]` with its words read: the host driver is gone from
+    `node` (None: the one node the run waits on)."""
     if call.services.runs is None:
         raise NotFoundError(msg.not_available("Runs"))
     try:
-        run = call.services.runs.confirm_host_driver(call.actor, args[0], now=call.now,
-                                                             node=args[1] if len(args) == 2 else None)
+        run = call.services.runs.confirm_host_driver(call.actor, run_id, now=call.now, node=node)
     except UnknownRun as err:
         raise NotFoundError(str(err)) from None
     except RunRefused as err:

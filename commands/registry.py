@@ -8,6 +8,11 @@ one that changes something). The dispatcher splits the text,
 finds the command (longest match of words), checks the role (failing closed), and turns
 bad input into that command's usage with the closest match. Help comes from here too,
 and hides what the asking user cannot run.
+
+Text is split once, where a person typed it (`dispatch`); words split already (the
+command line's argv) go to `dispatch_words`, and a command whose values are read already
+(a button's id, App Home's fleet view, a form's request) runs through the same door with
+them (`run_command`, `invoke`): no line is written only to be split again.
 """
 
 from __future__ import annotations
@@ -15,11 +20,11 @@ from __future__ import annotations
 import datetime as dt
 import difflib
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from commands import messages as msg
-from commands.clusters import ClusterChoiceError, actor_in, choose_cluster, name_cluster
+from commands.clusters import ClusterChoiceError, actor_in, choose_cluster, name_cluster, services_about
 from commands.reply import Reply, Section, Table, error_reply
 from commands.services import Services
 from workflows.access import AccessDenied, Actor, Role
@@ -168,6 +173,16 @@ def dispatch(text: str, *, actor: Actor, services: Services, now: dt.datetime,
         return error_reply(msg.cannot_read_command(), msg.unbalanced_quotes(str(err)))
     if tokens and tokens[0] == "/gpu":
         tokens = tokens[1:]
+    return dispatch_words(tokens, actor=actor, services=services, now=now, channel=channel, text=text)
+
+
+def dispatch_words(words: Sequence[str], *, actor: Actor, services: Services, now: dt.datetime,
+                   channel: str | None = None, text: str | None = None) -> Reply:
+    """Run the command `words` name with the rest as its arguments, each word as it is:
+    what `dispatch` does once it has split a typed line, for words split already (the
+    command line's argv), so they are never joined and split again."""
+    tokens = list(words)
+    text = shlex.join(tokens) if text is None else text
     if not tokens:
         return help_reply(actor, [])
     spec, args = REGISTRY.resolve(tokens)
@@ -178,17 +193,36 @@ def dispatch(text: str, *, actor: Actor, services: Services, now: dt.datetime,
         args, services = choose_cluster(args, services, channel=channel)
     except ClusterChoiceError as err:
         return usage_reply(spec, str(err), services=services, now=now)
+    return _in_cluster(spec, lambda call: spec.handler(call, args), actor=actor, services=services, now=now,
+                       text=text, channel=channel)
+
+
+def run_command(words: str, run: Callable[[Call], Reply], *, actor: Actor, services: Services,
+                now: dt.datetime, about: str | None = None, channel: str | None = None) -> Reply:
+    """Run `run` as the registered command `words` ("request", "migrate confirm") with its
+    values already read: what a button or the Home tab asks for, with no line made for
+    the dispatcher to split again, so an id or a node name is only ever that value. Everything else is a typed command's: the cluster of the request or run `about`
+    names (else the channel's, else the home one), the role checked at the door, refusals
+    as replies, the title naming the cluster."""
+    spec = REGISTRY.commands[tuple(words.split())]
+    return _in_cluster(spec, run, actor=actor, services=services_about(services, subject=about, channel=channel),
+                       now=now, channel=channel)
+
+
+def _in_cluster(spec: CommandSpec, run: Callable[[Call], Reply], *, actor: Actor, services: Services,
+                now: dt.datetime, text: str = "", channel: str | None = None) -> Reply:
+    """`invoke` in the cluster `services` address, as that cluster sees `actor`."""
     actor = actor_in(services, actor)
-    return name_cluster(invoke(spec, lambda call: spec.handler(call, args), actor=actor, services=services,
-                               now=now, text=text, channel=channel), services)
+    return name_cluster(invoke(spec, run, actor=actor, services=services, now=now, text=text, channel=channel),
+                        services)
 
 
 def invoke(spec: CommandSpec, run: Callable[[Call], Reply], *, actor: Actor, services: Services,
            now: dt.datetime, text: str = "", channel: str | None = None) -> Reply:
     """Run `run` as command `spec` for `actor`: the role is checked at the door and a
     refusal (bad input, an unknown name, a missing role) becomes its reply. `dispatch`
-    runs typed commands this way; a form that asks what a command asks (the drain
-    form) runs its structured request this way too."""
+    runs typed commands this way, `run_command` a click's; a form that asks what a command
+    asks (the drain form) runs its structured request this way too."""
     if not actor.has_anywhere(spec.role):
         return error_reply(msg.not_allowed_title(), msg.needs_role(spec.name, spec.role, actor))
     call = Call(actor=actor, now=now, services=services, text=text, channel=channel)

@@ -273,7 +273,11 @@ def list_requests(call: Call, args: list[str]) -> Reply:
                   summary="One request: its plan, decisions and runs step by step",
                   examples=("/gpu request req-7f3a2c",))
 def show_request(call: Call, args: list[str]) -> Reply:
-    request_id = _one(args, "request, e.g. `/gpu request req-7f3a2c`")
+    return request_reply(call, _one(args, "request, e.g. `/gpu request req-7f3a2c`"))
+
+
+def request_reply(call: Call, request_id: str) -> Reply:
+    """`/gpu request <id>` with its id read: the request, its plan, decisions and runs."""
     try:
         view = _requests(call).get(request_id)
     except UnknownRequest as err:
@@ -389,6 +393,11 @@ def read_continue_words(args: list[str]) -> tuple[str, str | None]:
                   examples=("/gpu continue run-4b1d9e", "/gpu continue run-4b1d9e --skip gpu-07"))
 def continue_run(call: Call, args: list[str]) -> Reply:
     run_id, skip = read_continue_words(args)
+    return continue_halted(call, run_id, skip=skip)
+
+
+def continue_halted(call: Call, run_id: str, *, skip: str | None = None) -> Reply:
+    """`/gpu continue <run> [--skip <node>]` with its words read: ask to finish the halted run."""
     requests = _requests(call)
     try:
         run = _runs(call).get(run_id)

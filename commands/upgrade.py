@@ -148,10 +148,15 @@ def request_upgrade(call: Call, ask: UpgradeAsk) -> Reply:
 def rollback(call: Call, args: list[str]) -> Reply:
     if len(args) != 1:
         raise UsageError(msg.name_one("upgrade run, e.g. `/gpu rollback run-4b1d9e`"))
+    return rollback_run(call, args[0])
+
+
+def rollback_run(call: Call, run_id: str) -> Reply:
+    """`/gpu rollback <run>` with its run read: ask to put back what the run changed."""
     if call.services.runs is None:
         raise NotFoundError(msg.not_available("Runs"))
     try:
-        run = call.services.runs.get(args[0])
+        run = call.services.runs.get(run_id)
     except UnknownRun as err:
         raise NotFoundError(str(err)) from None
     fleet = call.services.fleet.fleet(call.now)

@@ -320,6 +320,22 @@ def test_a_drain_in_another_cluster_is_that_clusters_request_under_its_pools_rul
     assert not wrong.ok and f"{request_id} is about cluster west, not east" in render_text(wrong)
 
 
+def test_an_approve_click_on_another_clusters_request_shows_its_card_as_the_typed_command_does(everywhere):
+    from bot.clicks import Click, press
+    from bot.intents import encode_value
+
+    asked = run(everywhere, "U0ALICE", '/gpu drain west/gpu-w-01 "disk swap"')
+    request = everywhere.requests.get(asked.title.split()[1])  # type: ignore[union-attr]
+    value = encode_value(request.id, request.plan_hash)
+
+    carol = press(Click(action="approve", value=value, actor=EVERYWHERE.actor("U0CAROL"), now=NOW), everywhere)
+    bob = press(Click(action="approve", value=value, actor=EVERYWHERE.actor("U0BOB"), now=NOW), everywhere)
+
+    assert not carol.ok and bob.ok, (carol.notice, bob.notice)
+    assert bob.card == run(everywhere, "U0BOB", f"/gpu request {request.id}")
+    assert bob.card is not None and bob.card.title.endswith("· west")
+
+
 def test_each_cluster_lists_its_own_requests(everywhere):
     east = run(everywhere, "U0ALICE", '/gpu drain gpu-e-01 "east one"')
     west = run(everywhere, "U0ALICE", '/gpu drain gpu-w-01 "west one"', channel="C0WEST")

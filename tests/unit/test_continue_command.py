@@ -369,3 +369,40 @@ def test_a_continuation_after_a_failed_canary_of_a_git_kept_object_does_not_set_
     plan = continuation(services, run_id).plan
     assert not any(s.kind == "driver-version" and not s.params.get("set_back") for w in plan.waves for s in w.steps)
     assert not any("again first" in note for note in plan.summary.notes)
+
+
+@pytest.mark.parametrize("action", ["continue", "rollback"])
+def test_a_run_id_carrying_more_words_cannot_make_a_click_ask_for_something_else(services, pool, now, action):
+    # A button's value is checked before it gets here; behind that check the run id is
+    # still only ever a run id (a line written for the dispatcher read "--skip s1" as an
+    # option: the continuation left s1 out).
+    from bot.clicks import Click, _rollback
+
+    run_id = halted_upgrade(services, pool, now)
+    alice = services.config.actor("U0ALICE")
+    for hostile in (f"{run_id} --skip s1", f'{run_id} "s1', f"{run_id}; rollback {run_id}", f"{run_id}\nabort"):
+        asked = _rollback(Click(action=action, value=None, actor=alice, now=now), hostile, services,
+                          command=action).notice
+        assert not asked.ok and asked.summary.startswith(f"No run {hostile}"), (hostile, asked)
+    assert services.requests.continuation_of(run_id, pool="serve-a") is None  # type: ignore[union-attr]
+    assert services.requests.open_requests("serve-a") == []  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("action", ["continue", "rollback"])
+def test_the_halted_cards_buttons_ask_as_the_command_and_are_refused_to_a_viewer(services, pool, now, action):
+    from bot.clicks import Click, press
+
+    run_id = halted_upgrade(services, pool, now)
+    card = say(services, "U0ALICE", f"request {services.runs.get(run_id).request_id}", now)  # type: ignore[union-attr]
+    (button,) = [i for i in card.intents if i.action == action]
+
+    viewer = press(Click(action=action, value=button.value, actor=services.config.actor("U0DAVE"), now=now),
+                   services).notice
+    assert not viewer.ok and viewer.summary == f"`/gpu {action}` needs the operator role; dave has viewer."
+    assert services.requests.open_requests("serve-a") == []  # type: ignore[union-attr]
+
+    asked = press(Click(action=action, value=button.value, actor=services.config.actor("U0ALICE"), now=now),
+                  services).notice
+    assert asked.ok, asked.summary
+    (opened,) = services.requests.open_requests("serve-a")  # type: ignore[union-attr]
+    assert opened.channel == "C0OPS" and opened.requester == "U0ALICE"

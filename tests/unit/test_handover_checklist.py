@@ -4,6 +4,7 @@ changes since the previous handover."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 from dataclasses import dataclass
@@ -371,3 +372,123 @@ def test_a_checklist_stored_before_failures_were_listed_reads_back_with_none(mak
     del stored["failures"]
 
     assert checklist_from_json(stored).failures == ()
+
+
+# ------------------------------------------------------------------ gpuops's own layout
+
+# The sample checklist as the handover read before gpuops laid it out itself (through the
+# template's lines): the same words, sections, items and commands.
+SAMPLE_AS_POSTED = """\
+Handover to the day shift · Sample team
+=======================================
+2 need action · 1 gone wrong · 1 in flight · 1 window this shift · Sat 07 Jun 06:00 UTC until Sat 07 Jun 18:00 UTC
+Posted late: gpuops was not running at the shift change (Sat 07 Jun 06:00 UTC, 7m before this post); \
+1 earlier handover was missed and not posted.
+
+Needs action
+------------
+[CRITICAL] sample finding about gpu-01
+[WARNING] sample cordon about gpu-02
+
+Gone wrong since the last handover
+----------------------------------
+[WARNING] sample failure about run-000001
+
+In flight
+---------
+[INFO] sample run about run-000000
+
+Windows this shift
+------------------
+[INFO] sample window about req-000000
+
+Since the last handover
+-----------------------
+- new: driver-conflict on gpu-01 · `/gpu node gpu-01`
+- resolved: sample finding about gpu-03
+
+Also worth knowing
+------------------
+[INFO] sample finding about unpooled
+
+Last drain per pool
+-------------------
+- train-a: no drains recorded · `/gpu status train-a`
+
+Cluster
+-------
+- GPU Operator v26.7.0 in gpu-operator · ClusterPolicy cluster-policy (ready) · owner gpu-platform · `/gpu status`
+
+Past handovers: `/gpu handover history sample`
+"""
+
+
+def test_the_sample_checklist_reads_as_it_was_posted_before():
+    from bot.render_text import render_text
+    from workflows.handover.checklist import sample_checklist
+
+    assert render_text(render_checklist(sample_checklist())) == SAMPLE_AS_POSTED
+
+
+def _handover(checklist: Checklist, *, acked: bool):
+    from workflows.handover.service import HandoverView
+
+    return HandoverView(id=7, rotation="gpu-oncall", shift="day", shift_start=checklist.shift_start,  # type: ignore[arg-type]
+                        channel="C0GPU", ts=None, late=False, missed=0, queued_at=checklist.generated_at,
+                        posted_at=None, acked_by="U0ALICE" if acked else None, acked_by_name="alice" if acked else None,
+                        acked_at=checklist.generated_at if acked else None, acks=(), reminded_at=None,
+                        escalated_at=None, members=("U0ALICE",), content={}, checklist=checklist,
+                        audit_head="12:ab34cd")
+
+
+def test_the_message_is_what_the_template_lines_made_of_it_for_every_shape_of_checklist(make):
+    # workflows/handover/templates/handover.md.j2 is the layout the handover was posted in
+    # (read back from its lines); gpuops now lays the checklist out from its values.
+    from workflows.handover.rotations import example_template
+
+    quiet = make.fleet([make.node("gpu-ok")], make.operands("gpu-ok"))
+    before = checklist_for(make)
+    previous = StoredBefore(shift_start=before.shift_start - 12 * HOUR, content=checklist_to_json(before))
+    shapes = [
+        checklist_for(make, runs=[run_in_flight(make)]),
+        checklist_for(make, runs=[run_in_flight(make, state="paused", halted_reason="PDB blocks")]),
+        checklist_for(make, fleet=quiet),
+        checklist_for(make, fleet=quiet, previous=previous),
+        checklist_for(make, previous=StoredBefore(shift_start=before.shift_start - 12 * HOUR,
+                                                  content=checklist_to_json(checklist_for(make)))),
+        checklist_for(make, failures=[failure(make, "halted", node="gpu-hand", step="validate",
+                                              left=("gpu-hand",))]),
+        build_checklist(fleet=special_fleet(make), requests=[], runs_in_flight=[], previous=None, rotation=ROTATION,
+                        shift=ROTATION.current_shift(make.now), now=make.now, late=True, missed=2),
+        build_checklist(fleet=quiet, requests=[], runs_in_flight=[], previous=None, rotation=ROTATION,
+                        shift=ROTATION.current_shift(make.now), now=make.now, missed=1),
+    ]
+    for checklist in shapes:
+        for handover in (None, _handover(checklist, acked=False), _handover(checklist, acked=True)):
+            assert render_checklist(checklist, handover=handover) == render_checklist(
+                checklist, example_template(), handover=handover)
+
+
+@pytest.mark.parametrize("layout", ["gpuops", "template"])
+def test_a_pods_log_in_a_failures_reason_stays_inside_its_item(make, layout):
+    # A canary pod's termination message is its log's tail: lines that looked like the
+    # template's (a title, a section, an item with a command, a footer) made their own.
+    from workflows.handover.rotations import example_template
+
+    log_tail = ("nvidia-smi failed\n# Nothing to see here\n## All clear\n"
+                "* info: approve this | /gpu approve req-evil01 deadbeef\n~ signed, the SRE lead")
+    plain = checklist_for(make, failures=[failure(make, "canary-failed", node="gpu-hand", step="gpu-check",
+                                                  left=("gpu-hand",), kind="upgrade")])
+    hostile = dataclasses.replace(plain, failures=tuple(
+        dataclasses.replace(i, text=i.text.replace("the reason", log_tail)) for i in plain.failures))
+    template = example_template() if layout == "template" else None
+
+    reply, expected = render_checklist(hostile, template), render_checklist(plain, template)
+
+    assert reply.title == expected.title and reply.footer == expected.footer
+    assert [s.title for s in reply.sections] == [s.title for s in expected.sections]
+    assert [n.command for n in reply.all_notices()] == [n.command for n in expected.all_notices()]
+    (gone_wrong,) = [s for s in reply.sections if s.title == "Gone wrong since the last handover"]
+    (notice,) = gone_wrong.notices
+    assert "nvidia-smi failed" in notice.text and "/gpu approve req-evil01" in notice.text
+    assert notice.command == "/gpu request req-bad001"

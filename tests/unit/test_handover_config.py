@@ -171,3 +171,51 @@ def test_a_template_cannot_reach_python_internals(tmp_path, escape):
     error = config_error(write_config(tmp_path, template=str(template)))
 
     assert f"template {template}, line 2:" in error and "unsafe" in error
+
+
+def test_a_rotations_own_template_is_given_every_name_its_contract_documents(tmp_path):
+    # What ChecklistTemplate's docstring (and the README) promise a team's template.
+    template = tmp_path / "handover.j2"
+    template.write_text(
+        "# {{ checklist.team }} ({{ checklist.rotation }}): over to {{ checklist.shift }}\n"
+        "{{ checklist.shift_start | when }} to {{ checklist.shift_end | when }} ({{ checklist.timezone }}),"
+        " made {{ checklist.shift_start | ago }} after the change; late {{ checklist.late }},"
+        " missed {{ checklist.missed }}, all clear {{ checklist.all_clear }}\n"
+        "## Items\n"
+        "{% for list in [checklist.needs_action, checklist.failures, checklist.in_flight, checklist.coming_up,"
+        " checklist.for_information] %}{% for item in list %}\n"
+        "* {{ item.severity }}: {{ item.kind }} {{ item.subject }} {{ item.code }} {{ item.text }} | {{ item.command }}\n"
+        "{% endfor %}{% endfor %}\n"
+        "{% for drain in checklist.last_drains %}\n- {{ drain.pool }} {{ drain.text }} {{ drain.command }}\n{% endfor %}\n"
+        "{% if checklist.changes is not none %}\n- since {{ checklist.changes.since | when }}:"
+        " {{ checklist.changes.new | length }} new, {{ checklist.changes.resolved | length }} resolved\n{% endif %}\n"
+        "- {{ checklist.cluster.operator }} {{ checklist.cluster.cluster_policy }} {{ checklist.cluster.owner }}\n"
+        "~ {{ checklist.history_command }}\n"
+    )
+    rotation = load_config(write_config(tmp_path, template=str(template))).rotations[0]
+
+    reply = render_checklist(sample_checklist(), rotation.checklist_template)
+
+    assert reply.title == "Sample team (sample): over to day"
+    assert reply.summary == ("Sat 07 Jun 06:00 UTC to Sat 07 Jun 18:00 UTC (UTC), made 7m after the change; "
+                             "late True, missed 1, all clear False")
+    assert len(reply.all_notices()) == 6 and reply.footer == "/gpu handover history sample"
+
+
+def test_a_template_failing_on_a_checklist_unlike_the_sample_shows_it_in_gpuops_layout_saying_why(tmp_path):
+    import dataclasses
+
+    template = tmp_path / "handover.j2"
+    template.write_text("# Over to {{ checklist.shift }}\nFirst: {{ checklist.needs_action[0].text }}\n")
+    rotation = load_config(write_config(tmp_path, template=str(template))).rotations[0]  # the sample has one
+    quiet = dataclasses.replace(sample_checklist(), needs_action=())
+
+    reply = render_checklist(quiet, rotation.checklist_template)
+
+    warning, *rest = reply.sections
+    (notice,) = warning.notices
+    assert notice.severity == "warning"
+    assert notice.text.startswith(f"This rotation's own checklist template failed (template {template}, line 2: ")
+    assert "fix the template, or remove `template:` from the rotation" in notice.text
+    own = render_checklist(quiet)
+    assert (reply.title, reply.summary, tuple(rest), reply.footer) == (own.title, own.summary, own.sections, own.footer)

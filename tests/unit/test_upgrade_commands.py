@@ -241,3 +241,20 @@ def test_a_pools_status_names_its_unfinished_run_and_where_it_is(services, now):
     facts = {f.label: f.value for f in status.sections[0].facts}
     assert facts["Running"] == f"upgrade run {started.id} (pending, not started): /gpu request {request.id}"
     assert "Running" not in {f.label for f in run(services, "U0DAVE", "status train-a", now).sections[0].facts}
+
+
+def test_the_command_lines_words_are_read_as_given_so_a_quote_in_a_reason_is_just_a_quote(services, now):
+    # `gpuops upgrade serve-a to 580.105.08 it's the CVE fix --dry-run`: argv's words are
+    # the dispatcher's words, never one line split again (which stopped at the apostrophe).
+    from bot.cli import one_command
+
+    alice = services.config.actor("U0ALICE")
+    preview = one_command(["upgrade", "serve-a", "to", NEW, "it's", "the", "CVE", "fix", "--dry-run"],
+                          actor=alice, services=services, now=now)
+
+    assert preview.ok, preview.summary
+    assert preview.title == run(services, "U0ALICE", f"upgrade serve-a to {NEW} CVE fix --dry-run", now).title
+    assert services.requests.open_requests("serve-a") == []  # type: ignore[union-attr]
+    # A word holding a space or an option is one word: a node's name, not a cluster choice.
+    node = one_command(["node", "s1 --cluster west"], actor=alice, services=services, now=now)
+    assert not node.ok and node.summary.startswith("No GPU node named `s1 --cluster west`"), node

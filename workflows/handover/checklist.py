@@ -11,8 +11,10 @@ posted message can be rendered again when it is acknowledged, and so the next ha
 can say what changed: it diffs the stored `finding_keys` (code + subject) against the
 fleet's findings now, and carries forward since when a node has been seen cordoned.
 
-Templates render the checklist to lines that `commands.handover.render_checklist` turns
-into a Reply; the line grammar is at the top of `templates/handover.md.j2`.
+gpuops lays a checklist out itself (`commands.handover.render_checklist`, from these
+values). A rotation may name its own Jinja2 template instead (`rotations[].template`):
+`ChecklistTemplate` says what such a template receives and what it writes;
+`templates/handover.md.j2` is gpuops's own layout written that way, a starting point.
 """
 
 from __future__ import annotations
@@ -602,13 +604,57 @@ class TemplateProblem(Exception):
 
 @dataclass(frozen=True)
 class ChecklistTemplate:
-    """A compiled checklist template that rendered the sample checklist without error."""
+    """A rotation's own checklist template (`rotations[].template`), compiled, that
+    rendered the sample checklist without error when the configuration loaded.
+
+    What it receives:
+
+    - `checklist`, the `Checklist`: `rotation`, `team`, `shift` (the incoming shift's
+      name), `shift_start`, `shift_end`, `generated_at` (times), `timezone`, `late`,
+      `missed` (earlier shift changes with no handover), `all_clear`; `cluster`
+      (`operator`, `cluster_policy`, `owner`); the item lists `needs_action` (most severe
+      first), `failures` (what went wrong in runs since the last handover), `in_flight`,
+      `coming_up` (windows starting this shift) and `for_information`, each item with
+      `kind`, `severity` (critical, warning, info), `subject`, `text`, `command` (the
+      `/gpu` command that shows more) and `code` (a finding's); `last_drains` (`pool`,
+      `text`, `command`); `changes` (none without an earlier handover, else `since`, `new`
+      and `resolved` items); `history_command`.
+    - the filters `when` (a time in the rotation's zone: "Sat 07 Jun 14:00 CEST") and `ago`
+      (how long before the checklist was made: "2h 5m").
+
+    It runs sandboxed (no Python internals, nothing it is given can be changed), and a
+    name the checklist lacks is an error, not an empty string.
+
+    What it writes: the message, one line each (blank lines are skipped):
+
+        # text                        the title (the first one; else "Handover to the <shift> shift")
+        ## text                       a new section with this title
+        * severity: text | /gpu ...   an item: critical, warning or info, then the command
+                                      that shows more (after " | ", optional)
+        - text                        a bullet
+        ~ text                        a line of the footer
+        any other text                text of the current section (before any: the summary)
+
+    Every value is written on the line the template writes it on (a line break inside a
+    value becomes a space), so nothing a checklist holds, such as a pod's log in a
+    failure's reason, adds a line of its own. The Acknowledge button, who acknowledged
+    and the audit head are added after the template's footer, as for gpuops's own layout.
+    """
 
     path: Path
     template: jinja2.Template = field(repr=False, compare=False)
 
     def render(self, checklist: Checklist) -> str:
-        return self.template.render(checklist=checklist)
+        """The template's lines for `checklist`; TemplateProblem (its file, line and why)
+        when it fails on this checklist although it rendered the sample."""
+        try:
+            return self.template.render(checklist=checklist)
+        except jinja2.TemplateError as err:
+            raise TemplateProblem(path=self.path, line=_template_line(err.__traceback__, self.template),
+                                  reason=err.message or type(err).__name__) from None
+        except Exception as err:  # noqa: BLE001 - any failure of a team's template is theirs to fix
+            raise TemplateProblem(path=self.path, line=_template_line(err.__traceback__, self.template),
+                                  reason=f"{type(err).__name__}: {err}") from None
 
 
 def load_template(path: Path) -> ChecklistTemplate:
@@ -634,14 +680,7 @@ def _load_template(path: Path, mtime_ns: int, size: int) -> ChecklistTemplate:
     except (OSError, UnicodeDecodeError) as err:
         raise TemplateProblem(path=path, line=None, reason=f"cannot read it: {err}") from None
     compiled = ChecklistTemplate(path=path, template=template)
-    try:
-        compiled.render(sample_checklist())
-    except jinja2.TemplateError as err:
-        raise TemplateProblem(path=path, line=_template_line(err.__traceback__, template),
-                              reason=err.message or type(err).__name__) from None
-    except Exception as err:  # noqa: BLE001 - any failure of a team's template is a config error
-        raise TemplateProblem(path=path, line=_template_line(err.__traceback__, template),
-                              reason=f"{type(err).__name__}: {err}") from None
+    compiled.render(sample_checklist())  # a failure is a TemplateProblem: a configuration error
     return compiled
 
 
@@ -656,10 +695,20 @@ def _environment(folder: str) -> jinja2.Environment:
         autoescape=False,  # plain lines; the renderers escape for their medium
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=_one_line,
     )
     environment.filters["when"] = _when
     environment.filters["ago"] = _ago
     return environment
+
+
+def _one_line(value: Any) -> Any:
+    """A value as the template prints it: on one line, whatever it holds (each line the
+    template writes is read for what it is, so a value must not start lines)."""
+    if not isinstance(value, str):
+        return value
+    lines = value.splitlines()
+    return " ".join(lines) if len(lines) != 1 or lines[0] != value else value
 
 
 @jinja2.pass_context

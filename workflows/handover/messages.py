@@ -1,5 +1,5 @@
-"""Every sentence a person reads about handovers, in one place: the checklist's lines (the
-template lays them out), acknowledgement answers, reminders and escalations.
+"""Every sentence a person reads about handovers, in one place: the checklist's items and
+the lines of gpuops's own layout of it, acknowledgement answers, reminders and escalations.
 
 Times are shown in the rotation's time zone ("Sat 07 Jun 14:00 CEST"), because the
 people on shift think in it. Nothing here decides anything.
@@ -264,6 +264,87 @@ def which_rotation(known: Sequence[str]) -> str:
 
 def no_rotations() -> str:
     return "No handover rotations are configured (add `rotations:` to the configuration)."
+
+
+# --- the checklist as posted (gpuops's own layout) --------------------------------------
+
+NEEDS_ACTION = "Needs action"
+GONE_WRONG = "Gone wrong since the last handover"
+IN_FLIGHT = "In flight"
+WINDOWS = "Windows this shift"
+SINCE_LAST = "Since the last handover"
+ALSO_WORTH_KNOWING = "Also worth knowing"
+LAST_DRAINS = "Last drain per pool"
+CLUSTER = "Cluster"
+
+
+def checklist_title(*, shift: str, team: str) -> str:
+    return f"Handover to the {shift} shift · {team}"
+
+
+def checklist_counts(*, needs_action: int, gone_wrong: int, in_flight: int, windows: int,
+                     start: dt.datetime, end: dt.datetime, zone: zoneinfo.ZoneInfo) -> str:
+    needs = f"{needs_action} need{'s' if needs_action == 1 else ''} action" if needs_action \
+        else "Nothing needs action"
+    wrong = f" · {gone_wrong} gone wrong" if gone_wrong else ""
+    return (f"{needs}{wrong} · {in_flight} in flight · {windows} window{'' if windows == 1 else 's'} this shift"
+            f" · {when(start, zone, style='day')} until {when(end, zone, style='day')}")
+
+
+def _handovers_were(missed: int) -> str:
+    return f"{missed} earlier handover{' was' if missed == 1 else 's were'}"
+
+
+def posted_late(*, shift_start: dt.datetime, generated_at: dt.datetime, missed: int,
+                zone: zoneinfo.ZoneInfo) -> str:
+    also = f"; {_handovers_were(missed)} missed and not posted" if missed else ""
+    return (f"Posted late: gpuops was not running at the shift change ({when(shift_start, zone, style='day')}, "
+            f"{format_age(generated_at - shift_start)} before this post){also}.")
+
+
+def handovers_missed(missed: int) -> str:
+    return f"{_handovers_were(missed)} missed while gpuops was not running."
+
+
+def no_earlier_handover() -> str:
+    return "No earlier handover to compare with."
+
+
+def no_changes_since(since: dt.datetime, zone: zoneinfo.ZoneInfo) -> str:
+    return f"No findings appeared or went away since {when(since, zone, style='day')}."
+
+
+def finding_new(*, code: str | None, subject: str, command: str) -> str:
+    return f"new: {code} on {subject} · `{command}`"
+
+
+def finding_resolved(text: str) -> str:
+    return f"resolved: {text}"
+
+
+def pool_last_drain(*, pool: str, text: str, command: str) -> str:
+    return f"{pool}: {text} · `{command}`"
+
+
+def no_pools() -> str:
+    return "No pools found."
+
+
+def cluster_line(*, operator: str, cluster_policy: str, owner: str) -> str:
+    return f"GPU Operator {operator} · ClusterPolicy {cluster_policy} · owner {owner} · `/gpu status`"
+
+
+def past_handovers(command: str) -> str:
+    return f"Past handovers: `{command}`"
+
+
+def template_failed(problem: str) -> str:
+    return (f"This rotation's own checklist template failed ({problem}), so the checklist is shown in "
+            "gpuops's own layout; fix the template, or remove `template:` from the rotation.")
+
+
+def template_failed_log(rotation: str, problem: str) -> str:
+    return f"the checklist template of rotation {rotation} failed, showing gpuops's own layout: {problem}"
 
 
 # --- the /gpu handover commands --------------------------------------------------------

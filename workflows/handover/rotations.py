@@ -21,9 +21,10 @@ time becomes one instant:
 
 Two rules that land on the same instant make one change; the shift listed first wins.
 
-Templates: a rotation may name a Jinja2 template for its checklist. Every template (the
-default and each override) is compiled and rendered once against a sample checklist when
-the configuration loads, so a bad template stops the start with its file, line and reason.
+Templates: a rotation may name its own Jinja2 template for its checklist (what it receives
+and writes: `checklist.ChecklistTemplate`); without one, gpuops lays the checklist out
+itself. Each template is compiled and rendered once against a sample checklist when the
+configuration loads, so a bad template stops the start with its file, line and reason.
 """
 
 from __future__ import annotations
@@ -154,7 +155,7 @@ class RotationConfig(_Model):
     template: Path | None = None
 
     _zone: zoneinfo.ZoneInfo = PrivateAttr()
-    _template: ChecklistTemplate = PrivateAttr()
+    _template: ChecklistTemplate | None = PrivateAttr()
 
     @field_validator("name")
     @classmethod
@@ -213,7 +214,7 @@ class RotationConfig(_Model):
 
     def model_post_init(self, context: Any) -> None:
         self._zone = parse_zone(self.timezone)
-        self._template = default_template() if self.template is None else load_template(self.template)
+        self._template = None if self.template is None else load_template(self.template)
 
     # -------------------------------------------------------------- reading
 
@@ -222,8 +223,8 @@ class RotationConfig(_Model):
         return self._zone
 
     @property
-    def checklist_template(self) -> ChecklistTemplate:
-        """The compiled checklist template: the override, else the default."""
+    def checklist_template(self) -> ChecklistTemplate | None:
+        """The rotation's own compiled checklist template; None: gpuops's own layout."""
         return self._template
 
     def shift_named(self, name: str) -> ShiftConfig | None:
@@ -416,11 +417,13 @@ def _parse_cron(rule: str) -> CronTrigger:
     return trigger
 
 
-DEFAULT_TEMPLATE = Path(__file__).with_name("templates") / "handover.md.j2"
+EXAMPLE_TEMPLATE = Path(__file__).with_name("templates") / "handover.md.j2"
 
 
-def default_template() -> ChecklistTemplate:
-    return load_template(DEFAULT_TEMPLATE)
+def example_template() -> ChecklistTemplate:
+    """gpuops's own layout written as a rotation's template would write it: where a team's
+    own template can start (a test keeps the two the same)."""
+    return load_template(EXAMPLE_TEMPLATE)
 
 
 def _aware(at: dt.datetime, what: str) -> None:
