@@ -58,7 +58,7 @@ class _ByCanonicalJson:
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
-        return _canonical_text(self.to_json()) == _canonical_text(other.to_json())  # type: ignore[attr-defined]
+        return _canonical_text(self.to_json()) == _canonical_text(other.to_json())
 
     def __hash__(self) -> int:
         return hash(_canonical_text(self.to_json()))

@@ -16,6 +16,7 @@ from workflows.fleet.summary import Fleet
 from workflows.migrate import messages as say
 from workflows.migrate.plan import MOVABLE, MigrateAsk, MigratePlan, MigrateRefused, MigrateRollbackOf, plan_migrate
 from workflows.kube.labels import hand_set_labels
+from workflows.kube.objects import NodeName
 from workflows.pools.capacity import GpuPods
 from workflows.pools.config import GpuCheck, PoolConfig
 from workflows.requests.service import RequestService, RequestView
@@ -94,7 +95,7 @@ class MigrateService:
         return MigrateRequested(planned, view)
 
 
-def _members(fleet: Fleet, target: str) -> tuple[str, ...]:
+def _members(fleet: Fleet, target: str) -> tuple[NodeName, ...]:
     """A pool's nodes, or the node itself."""
     pool = fleet.pool(target)
-    return pool.nodes if pool is not None else (target,)
+    return pool.nodes if pool is not None else (NodeName(target),)

@@ -644,7 +644,7 @@ class RequestService:
         """The pool's running requests' runs, each with when its window ends (None: held
         until `drain done` or with no end): when the nodes they hold come back."""
         ends: dict[str, dt.datetime | None] = {}
-        for request in stored_requests.in_states(self._db, states=("running",), pool=pool, limit=LIST_LIMIT,
+        for request in stored_requests.in_states(self._db, states=["running"], pool=pool, limit=LIST_LIMIT,
                                                  cluster=self._cluster()):
             for run in stored_runs.for_request(self._db, request_id=request.id):
                 if not run.finished:
@@ -683,7 +683,7 @@ class RequestService:
         """Pending requests `actor` could approve now (their approval would count),
         soonest deadline first."""
         waiting: list[RequestView] = []
-        for request in stored_requests.in_states(self._db, states=("pending",), limit=LIST_LIMIT,
+        for request in stored_requests.in_states(self._db, states=["pending"], limit=LIST_LIMIT,
                                                  cluster=self._cluster()):
             decision = policy.check_approval(
                 request=request, approvals_so_far=self._decisions(request), approver=actor,
@@ -696,7 +696,7 @@ class RequestService:
     # -------------------------------------------------------------- privately
 
     @property
-    def _names(self) -> dict[str, str]:
+    def _names(self) -> Mapping[str, str]:
         return self._config.names
 
     def _public(self, actor: Actor) -> str:
