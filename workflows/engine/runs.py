@@ -213,7 +213,7 @@ class RunService:
                 until=freeze.until, reason=freeze.reason))
         if plan_hash is not None and plan_hash != request.plan_hash:
             raise RunRefused(say.plan_changed_since(request.id, seen=plan_hash, now=request.plan_hash))
-        plan = plan_from_json(request.plan)  # type: ignore[arg-type]
+        plan = plan_from_json(request.plan)
         if compute_plan_hash(plan) != request.plan_hash:
             raise RunRefused(say.plan_does_not_match_its_hash(request.id, request.plan_hash))
         # Approvals as they are now: roles read now, the pool's rule as configured now.

@@ -47,7 +47,7 @@ class MigrateService:
                 rollback: MigrateRollbackOf | None = None) -> MigratePlan:
         """The plan `request` would store, checked the same way; nothing is stored."""
         pods = self._pods.list_gpu_pods() if self._pods is not None and rollback is None else []
-        hand_set = None
+        hand_set: dict[str, Mapping[str, tuple[str, str]]] | None = None
         if self._labels is not None and rollback is None and ask.to == "operator":
             # Read per node (managedFields are not in the watch cache): the asked nodes, or the pool's.
             nodes = [n for t in ask.targets for n in _members(fleet, t)

@@ -33,6 +33,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from storage.requests import RequestState
 from workflows.fleet.assessment import NodeInventory
 from workflows.fleet.summary import Fleet
 from workflows.kube.labels import ANNOTATION_MIRROR
@@ -42,7 +43,7 @@ from workflows.pools import messages as say
 from workflows.pools.windows import BEGINNING_OF_TIME, END_OF_TIME
 
 # Request states in which a request may hold nodes out during its window.
-HOLDING_STATES = frozenset({"approved", "scheduled", "running"})
+HOLDING_STATES: frozenset[RequestState] = frozenset({"approved", "scheduled", "running"})
 
 Rule = Literal["max_unavailable", "min_ready_gpus"]
 

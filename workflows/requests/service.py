@@ -662,7 +662,7 @@ class RequestService:
         run already (done, or failed: then its own run is the one to continue), if any."""
         rows = stored_requests.in_states(self._db, states=CONTINUED_STATES, pool=pool, limit=LIST_LIMIT,
                                          cluster=self._cluster())
-        return next((self._view(r) for r in rows if continues(plan_from_json(r.plan)) == run_id),  # type: ignore[arg-type]
+        return next((self._view(r) for r in rows if continues(plan_from_json(r.plan)) == run_id),
                     None)
 
     def rollback_blocked(self, run_id: str, *, state: str, pool: str) -> tuple[str, str] | None:
@@ -915,7 +915,7 @@ class RequestService:
             targets=request.targets,
             window_start=request.window_start,
             window_end=request.window_end,
-            plan=plan_from_json(request.plan),  # type: ignore[arg-type]
+            plan=plan_from_json(request.plan),
             plan_hash=request.plan_hash,
             approvals=tuple(
                 ApprovalView(
