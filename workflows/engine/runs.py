@@ -380,7 +380,7 @@ class RunService:
             if not stored_runs.transition(self._db, id=run.id, expected=run.state, new=new, at=now,
                                           halted_reason=reason):
                 raise RunRefused(say.cannot_control(run.id, action, "changing"))
-            message = reason if reason is not None else text(run)  # type: ignore[misc]
+            message = reason if reason is not None else text(run)  # type: ignore[misc]  # None only with abort's reason
             entry = audit.append(self._db, actor=actor.user_id, k8s_identity=None, action=f"run.{action}",
                                  target=request.pool, at=now, request_id=request.id, run_id=run.id,
                                  before=run.state, after=new, detail={"text": message})
