@@ -14,13 +14,13 @@ import re
 import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from yaml.composer import Composer
 from yaml.constructor import SafeConstructor
-from yaml.events import AliasEvent, Event
+from yaml.events import AliasEvent
 from yaml.parser import Parser
 from yaml.reader import Reader
 from yaml.resolver import Resolver
@@ -543,7 +543,7 @@ def _parse(path: Path, data: bytes, text: str) -> tuple[yaml.Node | None, Any]:
     the YAML breaks or crosses a bound."""
     loader = None
     try:
-        loader = _Loader(text)  # type: ignore[call-arg]  # each loader class takes the text; the mixin does not
+        loader = _Loader(text)
         tree = loader.get_single_node()
         raw = loader.construct_document(tree) if tree is not None else None
     except _Refused as err:
@@ -586,13 +586,8 @@ class _Bounded(Composer):
         self._values = 0  # so far, aliases expanded
         self._reach: dict[int, tuple[int, int]] = {}  # id(node) -> (values, depth)
 
-    if TYPE_CHECKING:  # the parser's and the constructor's, beside this class in each loader
-        def peek_event(self) -> Event: ...
-        def construct_document(self, node: yaml.Node) -> Any: ...
-        def dispose(self) -> None: ...
-
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
-        event = self.peek_event()
+        event = self.peek_event()  # type: ignore[attr-defined]  # the parser's, beside this class in each loader
         if isinstance(event, AliasEvent):
             target = self.anchors.get(event.anchor)
             if target is not None:  # an undefined one PyYAML refuses
@@ -648,7 +643,7 @@ class _PythonLoader(Reader, Scanner, Parser, _Bounded, SafeConstructor, Resolver
         _Bounded.__init__(self)
 
 
-_Loader: type[_Bounded] = _PythonLoader
+_Loader: type[_PythonLoader | _LibyamlLoader] = _PythonLoader
 if yaml.__with_libyaml__:  # as PyYAML's wheels are built: events at C speed
     from yaml._yaml import CParser
 
