@@ -37,12 +37,14 @@ demo: testenv-build
 		$(VENV)/bin/gpuops console --as $(DEMO_USER) $(DEMO_ARGS); \
 	fi
 
-# The fast loop, for every change: lint, the import contracts and every test that needs
-# neither the control plane nor a build (no Go needed; about 4 minutes on 2 cores). `make
+# The fast loop, for every change: lint, the import contracts, the type checker (mypy) and
+# every test that needs neither the control plane nor a build (no Go needed; about 4 minutes
+# on 2 cores). `make
 # test` runs all of it too, with the control-plane suites and the chart's helm tests.
 check: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 	$(PY) -m pytest -m "not controlplane" tests/unit tests/e2e tests/reliability \
 		--ignore=tests/unit/test_helm_rbac.py -q -p no:cacheprovider --durations=10
 
@@ -90,4 +92,4 @@ testenv-down: venv
 
 clean:
 	-$(PY) -m testenv down
-	rm -rf $(VENV) .gpuops .pytest_cache
+	rm -rf $(VENV) .gpuops .pytest_cache .mypy_cache

@@ -169,8 +169,8 @@ def _run(args: argparse.Namespace) -> int:
             log.info(msg.started("HTTP", server.url))
             stop.wait()
             server.stop()
-        for server in health:
-            server.stop()
+        for health_server in health:
+            health_server.stop()
     finally:
         runtime.close()
     return 0
@@ -189,7 +189,7 @@ def _serve_health(runtime: Runtime, metrics: Metrics, *, health_port: int,
                                                                                runtime.leading)
     others = None
     if runtime.clusters is not None:  # several clusters: each one's metrics, the others' lines in /readyz
-        metrics.sources.clusters = runtime.clusters.sources  # type: ignore[assignment] - each has its cache
+        metrics.sources.clusters = runtime.clusters.sources  # type: ignore[assignment]  # both kinds have a cache
         others = {name: c for name, c in runtime.clusters.sources.items() if name != runtime.clusters.home}
     readiness = Readiness(database=runtime.database.get, cache=cache, leader=runtime.leading, others=others)
     try:

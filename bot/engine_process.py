@@ -91,7 +91,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         # NB: the home cluster's engine (runtime.config is its view of a several-cluster
         # configuration); the other clusters' engines run in `gpuops run`.
-        run_engine(settings, runtime.gateway, runtime.fleet, db, args.identity, stop,  # type: ignore[arg-type]
+        run_engine(settings, runtime.gateway, runtime.fleet, db, args.identity, stop,  # type: ignore[arg-type]  # a cluster's: a watch cache
                    on_commit=_crash_hook(db), exit_when_idle=args.exit_when_idle,
                    pools=runtime.config.pools if args.config else None, cluster=runtime.config.cluster_name)
     finally:

@@ -41,7 +41,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any, Self, cast
 
 from slack_bolt import App, BoltRequest, BoltResponse
 from slack_bolt.adapter.wsgi import SlackRequestHandler
@@ -181,7 +181,7 @@ class _TimedChannel(HTTPChannel):
         super().__init__(*args, **kwargs)
         self.waiting_since = time.monotonic()
         self.reading = False
-        self.parser_class = lambda adj: _NotingParser(adj, self)
+        self.parser_class = lambda adj: _NotingParser(adj, self)  # type: ignore[assignment]  # waitress only calls it
 
     def may_close(self) -> bool:
         """Nothing of it is being answered or sent, nor is it closing already."""
@@ -273,13 +273,15 @@ class WaitressServer:
         self.settings = settings
         self._name = name
         self._map: dict[int, Any] = {}
-        self._server = create_server(
+        # Any: waitress's stubs lack effective_host/effective_port and give active_channels
+        # (a dict) the type of one channel.
+        self._server: Any = cast(Any, create_server(
             application, map=self._map, host=host, port=port,
             backlog=settings.backlog, threads=settings.threads, max_request_body_size=settings.max_body,
             connection_limit=settings.max_connections + _WAITRESS_OWN_SOCKETS,
             channel_timeout=settings.read_timeout, cleanup_interval=1, ident="gpuops",
             # A client hanging up is routine, not a stack trace in the log.
-            log_socket_errors=False, clear_untrusted_proxy_headers=True)
+            log_socket_errors=False, clear_untrusted_proxy_headers=True))
         self._server.channel_class = _TimedChannel
         self.guard = _SlowClientGuard(self._server, settings, name, now=time.monotonic())
         # waitress warns "Task queue depth is N" whenever a request finds no idle thread,

@@ -96,7 +96,7 @@ _finalize = mrkdwn_value
 
 _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(_TEMPLATES), autoescape=False,
                           finalize=_finalize, undefined=jinja2.StrictUndefined)
-_T = _ENV.get_template("blocks.mrkdwn.j2").module
+_T: Any = _ENV.get_template("blocks.mrkdwn.j2").module  # its macros, called by name
 
 
 def _cut(text: str, limit: int) -> str:
@@ -224,7 +224,7 @@ class _Body:
             blocks.append(SectionBlock(text=text, fields=fields[start:start + SECTION_FIELDS]))
         return blocks
 
-    def _lines(self, lines: list[str], title: Mrkdwn | None, room: int, most: int, what: str) -> list[Block]:
+    def _lines(self, lines: Sequence[str], title: Mrkdwn | None, room: int, most: int, what: str) -> list[Block]:
         title_cost = len(title) + 1 if title else 0
         groups, omitted = _pack(lines, max_blocks=min(most, room), overhead=lambda i: title_cost if i == 0 else 0)
         if not groups:
@@ -240,8 +240,8 @@ class _Body:
     def _table(self, section: Section, title: Mrkdwn | None, room: int) -> list[Block]:
         assert section.table is not None
         if _reads_better_as_a_list(section.table):
-            rows = [Mrkdwn(_T.table_row([cell.replace("`", "'") for cell in row])) for row in section.table.rows]
-            return self._lines(rows, title, room, TABLE_BLOCKS, "rows")
+            items = [Mrkdwn(_T.table_row([cell.replace("`", "'") for cell in row])) for row in section.table.rows]
+            return self._lines(items, title, room, TABLE_BLOCKS, "rows")
         lines = [escape(line.replace("`", "'")) for line in table_lines(section.table, max_cell=CELL_WIDTH)]
         header, rows = lines[:2], lines[2:]
         head_cost = sum(len(h) + 1 for h in header) + 8  # the fences and their newlines

@@ -245,7 +245,10 @@ class LeaderHost(Protocol):
     database: PerThreadDatabase
     gateway: KubeGateway | None
     signals: SignalsService | None
-    clusters: ClusterDirectory | None  # the other clusters, for the handover (None: one)
+
+    @property
+    def clusters(self) -> ClusterDirectory | None:
+        """The other clusters, for the handover (None: one)."""
 
     def notify(self) -> None: ...
 

@@ -68,7 +68,7 @@ def observe_calls(observer: Callable[[str, str], None] | None) -> None:
 class _ObservedClient(WebClient):
     """slack_sdk's client, each call told to the observer (after its retries)."""
 
-    def api_call(self, api_method: str, **kwargs: Any) -> Any:  # type: ignore[override]
+    def api_call(self, api_method: str, **kwargs: Any) -> Any:
         outcome = "error"
         try:
             answer = super().api_call(api_method, **kwargs)

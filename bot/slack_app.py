@@ -27,6 +27,7 @@ user is told when possible.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 import re
 from collections.abc import Callable
@@ -309,7 +310,7 @@ class SlackBot:
         form = reading.form
         self._run_form(body, view, "drain-form", DRAIN_CALLBACK, None if form is None else _FormRun(
             command=form.command(), channel=form.channel, spec=DRAIN_COMMAND,
-            run=lambda call, ask=form.ask(): request_drain(call, ask), footer=msg.drain_form_footer))
+            run=functools.partial(request_drain, ask=form.ask()), footer=msg.drain_form_footer))
 
     def run_upgrade_form(self, body: dict[str, Any], view: dict[str, Any]) -> None:
         """The upgrade form, submitted: the upgrade it asks for, run as `/gpu upgrade`."""
@@ -317,14 +318,14 @@ class SlackBot:
         form = reading.form
         self._run_form(body, view, "upgrade-form", UPGRADE_CALLBACK, None if form is None else _FormRun(
             command=form.command(), channel=form.channel, spec=UPGRADE_COMMAND,
-            run=lambda call, ask=form.ask(): request_upgrade(call, ask), footer=msg.upgrade_form_footer))
+            run=functools.partial(request_upgrade, ask=form.ask()), footer=msg.upgrade_form_footer))
 
     def run_mig_form(self, body: dict[str, Any], view: dict[str, Any]) -> None:
         """The MIG form, submitted: the change it asks for, run as `/gpu mig`."""
         form = read_mig_form(view, now=self.clock()).form
         self._run_form(body, view, "mig-form", MIG_CALLBACK, None if form is None else _FormRun(
             command=form.command(), channel=form.channel, spec=MIG_COMMAND,
-            run=lambda call, ask=form.ask(): request_mig(call, ask), footer=msg.mig_form_footer))
+            run=functools.partial(request_mig, ask=form.ask()), footer=msg.mig_form_footer))
 
     def _run_form(self, body: dict[str, Any], view: dict[str, Any], kind: str, callback: str,
                   form: _FormRun | None) -> None:

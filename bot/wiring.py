@@ -99,12 +99,13 @@ class Runtime:
         """Services for one command or click, on the calling thread's connection."""
         # Drains read the pods and PDBs they would move straight from the API (the watch
         # cache keeps only operator and GPU pods; a preview names every pod it would evict).
-        services = Services.on_database(config=self.config, fleet=self.fleet, database=self.database.get(),
+        database = self.database.get()
+        services = Services.on_database(config=self.config, fleet=self.fleet, database=database,
                                         roles=self.roles_in(self.config), on_approved=self.request_approved,
                                         workloads=self.gateway, mig_reader=self.gateway,
                                         node_labels=self.gateway, signals=self.signals)
         if self.gateway is not None:
-            services.cordons = Cordons(services.database, self.gateway)  # type: ignore[arg-type]
+            services.cordons = Cordons(database, self.gateway)
             if isinstance(self.fleet, FleetCache):
                 # Quotas are listed when asked; nodes and GPU pods come from the cache.
                 services.quotas = QuotaService(reader=self.gateway, cluster=self.fleet,
@@ -137,10 +138,11 @@ class Runtime:
         assert isinstance(source, ClusterFleet)
         config = self.clusters.config.for_cluster(name)
         gateway = source.gateway
-        services = Services.on_database(config=config, fleet=source, database=self.database.get(),
+        database = self.database.get()
+        services = Services.on_database(config=config, fleet=source, database=database,
                                         roles=self.roles_in(config), on_approved=self.request_approved,
                                         workloads=gateway, mig_reader=gateway, node_labels=gateway)
-        services.cordons = Cordons(services.database, gateway)  # type: ignore[arg-type]
+        services.cordons = Cordons(database, gateway)
         if source.cache is not None:
             services.quotas = QuotaService(reader=gateway, cluster=source.cache, settings=config.inventory_settings())
         services.cluster, services.clusters = name, self.clusters
@@ -404,20 +406,22 @@ def cluster_engine_workers(runtime: Runtime, *, lease: Lease, identity: str) -> 
     has its engine wait for it (the cluster's own log line says it does not answer)."""
     if runtime.clusters is None:
         return []
+    clusters = runtime.clusters
     workers: list[Worker] = []
-    for name, source in runtime.clusters.sources.items():
-        if not isinstance(source, ClusterFleet):
+    for name, each in clusters.sources.items():
+        if not isinstance(each, ClusterFleet):
             continue  # the home cluster's engine is `engine_worker`'s
+        fleet_of: ClusterFleet = each
 
-        def body(stop: threading.Event, name: str = name, source: ClusterFleet = source) -> None:
+        def body(stop: threading.Event, name: str = name, source: ClusterFleet = fleet_of) -> None:
             while (cache := source.cache) is None:  # the cluster has not been listed yet
                 if stop.wait(ENGINE_WAITS_FOR_CLUSTER):
                     return
             db = runtime.database.get()
             try:
-                slice_ = runtime.clusters.config.for_cluster(name)  # type: ignore[union-attr]
+                slice_ = clusters.config.for_cluster(name)
                 settings = EngineSettings(max_parallel_nodes=slice_.engine.max_parallel_nodes)
-                run_engine(settings, source.gateway, cache, db, identity, stop,  # type: ignore[arg-type]
+                run_engine(settings, source.gateway, cache, db, identity, stop,
                            lease=lease, on_commit=lambda _commits: runtime.notify(), pools=slice_.pools,
                            cluster=name, home=False)
             finally:
@@ -447,7 +451,7 @@ def engine_worker(runtime: Runtime, *, lease: Lease, identity: str) -> Worker | 
         db = runtime.database.get()
         try:
             settings = EngineSettings(max_parallel_nodes=runtime.config.engine.max_parallel_nodes)
-            run_engine(settings, gateway, runtime.fleet, db, identity, stop,  # type: ignore[arg-type]
+            run_engine(settings, gateway, runtime.fleet, db, identity, stop,  # type: ignore[arg-type]  # hasattr above: a watch cache
                        lease=lease, on_commit=lambda _commits: runtime.notify(), pools=runtime.config.pools,
                        cluster=runtime.config.cluster_name)
         finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import difflib
+from collections.abc import Sequence
 
 from commands import messages as msg
 from commands.clusters import clusters_section
@@ -18,6 +19,7 @@ from workflows.fleet.assessment import NodeInventory, PoolInventory
 from workflows.fleet.clusters import ClusterUnreachable
 from workflows.fleet.findings import Finding, cordons_left_behind, format_age, sort_findings
 from workflows.fleet.summary import Fleet
+from workflows.kube.objects import NodeName
 from workflows.pools.config import PoolConfig, Workloads
 from workflows.pools.freezes import CLUSTER, freeze_sentence
 from workflows.signals import messages as health_msg
@@ -42,7 +44,7 @@ def _fleet(call: Call) -> Fleet:
     return dataclasses.replace(fleet, findings=sort_findings((*fleet.findings, *left))) if left else fleet
 
 
-def _closest(name: str, names: list[str]) -> list[str]:
+def _closest(name: str, names: Sequence[str]) -> list[str]:
     return difflib.get_close_matches(name, names, n=3, cutoff=0.4)
 
 
@@ -297,7 +299,7 @@ def node(call: Call, args: list[str]) -> Reply:
         raise UsageError("name one node, e.g. `/gpu node serving-a-05`")
     fleet = _fleet(call)
     name = args[0]
-    inv = fleet.nodes.get(name)  # type: ignore[call-overload]
+    inv = fleet.nodes.get(NodeName(name))
     if inv is None:
         names = sorted(fleet.nodes)
         raise NotFoundError(msg.unknown_name("GPU node", name, _closest(name, names), len(names)))
@@ -406,7 +408,7 @@ def uncordon(call: Call, args: list[str]) -> Reply:
         raise NotFoundError(msg.not_available("Uncordoning"))
     fleet = call.services.fleet.fleet(call.now)
     name = args[0]
-    inv = fleet.nodes.get(name)  # type: ignore[call-overload]
+    inv = fleet.nodes.get(NodeName(name))
     if inv is None:
         names = sorted(fleet.nodes)
         raise NotFoundError(msg.unknown_name("GPU node", name, _closest(name, names), len(names)))

@@ -173,7 +173,7 @@ class _SectionDraft:
             text, _, command = rest.rpartition(" | ")
             if not text or not command.startswith("/gpu"):
                 text, command = rest, ""
-            self.notices.append(Notice(severity=severity, text=text.strip(),  # type: ignore[arg-type]
+            self.notices.append(Notice(severity=severity, text=text.strip(),  # type: ignore[arg-type]  # _ITEM matches a Severity only
                                        command=command.strip() or None))
         elif line.startswith("- "):
             self.bullets.append(line[2:].strip())

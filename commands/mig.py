@@ -23,6 +23,7 @@ from commands.requests import approval_intents
 from workflows.access import AccessDenied, Role
 from workflows.drain.plan import DrainRequestError
 from workflows.fleet.summary import Fleet
+from workflows.kube.objects import NodeName
 from workflows.mig.layouts import MigRefused
 from workflows.mig.messages import resources_text
 from workflows.mig.plan import MigAsk, MigPlan
@@ -54,7 +55,7 @@ def read_mig_words(args: list[str], *, call: Call, fleet: Fleet) -> MigAsk:
     if len(words) == len(targets):
         raise UsageError(msg.mig_needs_words())
     layout, rest = words[len(targets)], words[len(targets) + 1:]
-    node = fleet.nodes.get(targets[0])  # type: ignore[call-overload]
+    node = fleet.nodes.get(NodeName(targets[0]))
     pool = targets[0] if fleet.pool(targets[0]) is not None else (node.pool if node is not None else "")
     policy = call.services.config.pools.get(pool)
     start, next_window, used = read_start_words(rest, zone=(policy.window_set.zone if policy else None) or UTC,

@@ -12,6 +12,7 @@ nothing."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Literal
 
 from commands import messages as msg
 from commands.drain_grammar import read_start_words
@@ -22,6 +23,7 @@ from workflows.access import AccessDenied, Role
 from workflows.drain.plan import DrainRequestError
 from workflows.engine.runs import PERSON_STEPS, RunRefused, UnknownRun
 from workflows.fleet.summary import Fleet
+from workflows.kube.objects import NodeName
 from workflows.migrate.plan import MigrateAsk, MigratePlan, MigrateRefused
 from workflows.migrate.service import MigrateRequested, MigrateService
 from workflows.plans import plan_hash
@@ -45,12 +47,13 @@ def read_migrate_words(args: list[str], *, call: Call, fleet: Fleet) -> MigrateA
     targets, direction, rest = words[:at], words[at + 1] if at + 1 < len(words) else "", words[at + 2:]
     if direction not in ("operator", "host"):
         raise UsageError(msg.migrate_needs_words())
-    node = fleet.nodes.get(targets[0])  # type: ignore[call-overload]
+    node = fleet.nodes.get(NodeName(targets[0]))
     pool = targets[0] if fleet.pool(targets[0]) is not None else (node.pool if node is not None else "")
     policy = call.services.config.pools.get(pool)
     start, next_window, used = read_start_words(rest, zone=(policy.window_set.zone if policy else None) or UTC,
                                                 now=call.now)
-    return MigrateAsk(targets=tuple(targets), to=direction, reason=" ".join(rest[used:]),  # type: ignore[arg-type]
+    to: Literal["operator", "host"] = "operator" if direction == "operator" else "host"
+    return MigrateAsk(targets=tuple(targets), to=to, reason=" ".join(rest[used:]),
                       start=start, next_window=next_window)
 
 

@@ -35,7 +35,7 @@ def _requests(call: Call) -> RequestService:
     service = call.services.requests
     if service is None:
         raise NotFoundError(msg.not_available("Requests"))
-    return service  # type: ignore[no-any-return]
+    return service
 
 
 def _runs(call: Call) -> RunService:

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from storage import codec, kv
-from storage.codec import JsonValue
+from storage.codec import JsonInput, JsonValue
 from storage.database import Database
 from storage.ids import AuditSeq, RequestId, RunId
 
@@ -127,9 +127,9 @@ def append(
     at: dt.datetime,
     request_id: RequestId | None = None,
     run_id: RunId | None = None,
-    before: JsonValue = None,
-    after: JsonValue = None,
-    detail: JsonValue = None,
+    before: JsonInput = None,
+    after: JsonInput = None,
+    detail: JsonInput = None,
 ) -> AuditEntry:
     """Add one row at the end of the chain. `actor` is a Slack user id or `"gpuops"`;
     `k8s_identity` the Kubernetes user the change was made as, if it touched the cluster.

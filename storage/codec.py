@@ -14,10 +14,14 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Collection
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any, TypeAlias
 
 JsonValue: TypeAlias = "None | bool | int | float | str | list[JsonValue] | dict[str, JsonValue]"
+# What a write accepts: JSON read back is a JsonValue, but a value to store may be built of
+# narrower containers (a `dict[str, list[str]]`), which the invariant `dict`/`list` of
+# JsonValue refuse. Tuples are stored as lists; a mapping must be a dict at run time.
+JsonInput: TypeAlias = "None | bool | int | float | str | Sequence[JsonInput] | Mapping[str, JsonInput]"
 
 _TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 

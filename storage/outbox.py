@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from storage import codec
-from storage.codec import JsonValue
+from storage.codec import JsonInput, JsonValue
 from storage.database import Database
 from storage.ids import OutboxId
 
@@ -51,7 +51,7 @@ def enqueue(
     *,
     channel: str,
     kind: MessageKind,
-    payload: JsonValue,
+    payload: JsonInput,
     at: dt.datetime,
     thread_ts: str | None = None,
     dedupe_key: str | None = None,

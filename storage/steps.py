@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from storage import codec
-from storage.codec import JsonValue
+from storage.codec import JsonInput, JsonValue
 from storage.database import Database
 from storage.ids import RunId, StepId
 
@@ -127,7 +127,7 @@ def transition(
     expected: StepState | Collection[StepState],
     new: StepState,
     at: dt.datetime,
-    detail: JsonValue | None = None,
+    detail: JsonInput = None,
     error: str | None = None,
 ) -> bool:
     """Move the step to `new` only if it is in `expected` now; True if this call won.
@@ -171,7 +171,7 @@ def stop_unfinished(db: Database, steps: Sequence[Step], *, at: dt.datetime, err
 
 
 def replace_detail(db: Database, *, id: StepId, expected: StepState | Collection[StepState],
-                   detail: JsonValue) -> bool:
+                   detail: JsonInput) -> bool:
     """Replace the step's detail while it is in `expected` (a control such as a released
     hold); True if this call won."""
     states = codec.state_set(expected)

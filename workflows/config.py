@@ -566,7 +566,7 @@ def _parse(path: Path, data: bytes, text: str) -> tuple[yaml.Node | None, Any]:
 class _Refused(Exception):
     """The YAML crosses a bound, or holds a value it cannot be built into, at `mark`."""
 
-    def __init__(self, mark: yaml.Mark, reason: str) -> None:
+    def __init__(self, mark: Any, reason: str) -> None:  # PyYAML's Mark or libyaml's (no common base)
         super().__init__(reason)
         self.mark, self.reason = mark, reason
 
@@ -586,8 +586,8 @@ class _Bounded(Composer):
         self._values = 0  # so far, aliases expanded
         self._reach: dict[int, tuple[int, int]] = {}  # id(node) -> (values, depth)
 
-    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node:
-        event = self.peek_event()  # type: ignore[attr-defined] - the parser's
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        event = self.peek_event()  # type: ignore[attr-defined]  # the parser's, beside this class in each loader
         if isinstance(event, AliasEvent):
             target = self.anchors.get(event.anchor)
             if target is not None:  # an undefined one PyYAML refuses
@@ -603,6 +603,8 @@ class _Bounded(Composer):
             node = super().compose_node(parent, index)
         finally:
             self._depth -= 1
+        if node is None:  # PyYAML's composer always makes one; its stubs allow None
+            return None
         if isinstance(node, yaml.ScalarNode):
             self._reach[id(node)] = (1, 1)
         else:
@@ -614,17 +616,17 @@ class _Bounded(Composer):
     def _repeat(self, target: yaml.Node, event: AliasEvent) -> None:
         reach = self._reach.get(id(target))
         if reach is None:  # still being composed: the alias is inside its own anchor
-            raise _Refused(event.start_mark, _say_alias_inside_itself(event.anchor))
+            raise _Refused(event.start_mark, _say_alias_inside_itself(str(event.anchor)))
         values, depth = reach
         if self._depth + depth > CONFIG_MAX_DEPTH:
-            raise _Refused(event.start_mark, _say_alias_too_deep(event.anchor, CONFIG_MAX_DEPTH))
+            raise _Refused(event.start_mark, _say_alias_too_deep(str(event.anchor), CONFIG_MAX_DEPTH))
         self._values += values
         if self._values > CONFIG_MAX_VALUES:
-            raise _Refused(event.start_mark, _say_alias_repeats_too_much(event.anchor, values, CONFIG_MAX_VALUES))
+            raise _Refused(event.start_mark, _say_alias_repeats_too_much(str(event.anchor), values, CONFIG_MAX_VALUES))
 
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
         try:
-            return super().construct_object(node, deep)  # type: ignore[misc] - SafeConstructor's
+            return super().construct_object(node, deep)  # type: ignore[misc]  # SafeConstructor's, next in each loader's MRO
         except (ValueError, OverflowError) as err:  # "2025-13-45", an int of 5,000 digits
             raise _Refused(node.start_mark, _say_cannot_build(node.value, node.tag, err)) from None
 
@@ -641,9 +643,9 @@ class _PythonLoader(Reader, Scanner, Parser, _Bounded, SafeConstructor, Resolver
         _Bounded.__init__(self)
 
 
-_Loader: type[_Bounded] = _PythonLoader
+_Loader: type[_PythonLoader | _LibyamlLoader] = _PythonLoader
 if yaml.__with_libyaml__:  # as PyYAML's wheels are built: events at C speed
-    from yaml.cyaml import CParser
+    from yaml._yaml import CParser
 
     class _LibyamlLoader(_Bounded, CParser, SafeConstructor, Resolver):
         """libyaml's parser, our composer, PyYAML's safe constructor."""

@@ -58,7 +58,7 @@ class _ByCanonicalJson:
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
-        return _canonical_text(self.to_json()) == _canonical_text(other.to_json())  # type: ignore[attr-defined]
+        return _canonical_text(self.to_json()) == _canonical_text(other.to_json())
 
     def __hash__(self) -> int:
         return hash(_canonical_text(self.to_json()))
@@ -230,7 +230,7 @@ def short_hash(full_hash: str) -> str:
     return full_hash[:SHORT_HASH_LENGTH]
 
 
-def plan_from_json(value: Mapping[str, Any] | str) -> Plan:
+def plan_from_json(value: object) -> Plan:
     """The plan `plan_to_json` wrote (a mapping, or its JSON text). Raises
     `PlanFormatError` saying what is wrong with anything else."""
     if isinstance(value, str):

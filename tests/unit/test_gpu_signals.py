@@ -355,3 +355,12 @@ def test_credentials_in_the_url_never_reach_a_message():
     reading = service.read()
     assert "pa55" not in reading.source and reading.unavailable is not None
     assert reading.unavailable.startswith("cannot be reached")
+
+
+def test_credentials_in_an_address_with_no_host_name_are_hidden_and_the_reading_says_it_cannot_be_reached():
+    # The configuration accepts it (the address has a netloc); the reader must still answer.
+    service = SignalsService(endpoint=Endpoint(url=f"http://gpuops:pa55@:{_closed_port()}", timeout_seconds=2),
+                             thresholds=Thresholds())
+    reading = service.read()
+    assert "pa55" not in reading.source and reading.unavailable is not None
+    assert reading.unavailable.startswith("cannot be reached")

@@ -12,7 +12,7 @@ from storage import requests as stored_requests
 from storage import runs as stored_runs
 from storage import steps as stored_steps
 from storage.database import Database
-from storage.requests import Request
+from storage.requests import Request, RequestState
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,10 +38,10 @@ class PoolDrains:
     active: tuple[DrainRecord, ...]
 
 
-_FINISHED_DRAIN_STATES = ("done", "failed")
+_FINISHED_DRAIN_STATES: tuple[RequestState, ...] = ("done", "failed")
 
 
-_ACTIVE_DRAIN_STATES = ("approved", "scheduled", "running")
+_ACTIVE_DRAIN_STATES: tuple[RequestState, ...] = ("approved", "scheduled", "running")
 
 
 _HISTORY_LIMIT = 500
@@ -91,7 +91,7 @@ class NodesDrained:
 
 DRAIN_SCAN_LIMIT = 200
 _DRAIN_STEPS = frozenset({"drain", "evict"})
-_DRAINED_REQUEST_STATES = ("running", "done", "failed")
+_DRAINED_REQUEST_STATES: tuple[RequestState, ...] = ("running", "done", "failed")
 
 
 def last_drains(db: Database, *, cluster: str | None = None) -> list[NodesDrained]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping, Sequence
 
+from workflows.kube.objects import PoolName
 from workflows.pools.capacity import CapacityCheck
 from workflows.pools.windows import WindowSet, windows_text
 from workflows.wording import at_words, closest_hint, duration_text, local_time, names, plural
@@ -166,7 +167,7 @@ def empty_pool(pool: str) -> str:
     return f"Pool {pool} has no GPU nodes right now, so there is nothing to drain."
 
 
-def mixed_pools(by_pool: Mapping[str, Sequence[str]]) -> str:
+def mixed_pools(by_pool: Mapping[PoolName, Sequence[str]]) -> str:
     parts = "; ".join(f"{names(nodes)} in {pool}" for pool, nodes in sorted(by_pool.items()))
     return (f"A drain covers one pool, but these nodes are in {len(by_pool)} pools: {parts}. "
             "Send one request per pool.")

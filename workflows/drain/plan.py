@@ -510,15 +510,15 @@ def _first_fit(spec: DrainRequestSpec, *, windows: WindowSet, concurrent: Sequen
         if work.end is not None and spec.start <= work.end <= horizon:
             candidates.add(work.end)
     for at in sorted(candidates)[:FIT_SEARCH_LIMIT]:
-        occurrence = windows.occurrence_containing(at)
-        if occurrence is None:
+        containing = windows.occurrence_containing(at)
+        if containing is None:
             continue
         if spec.duration is not None:
             if not windows.fits(at, spec.duration):
                 continue
             end: dt.datetime | None = at + spec.duration
         else:
-            end = None if occurrence.end == END_OF_TIME else occurrence.end
+            end = None if containing.end == END_OF_TIME else containing.end
         if all(capacity([node], at, end).ok for node in spec.nodes):
             return at
     return None

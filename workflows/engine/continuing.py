@@ -196,8 +196,8 @@ def _node_remains(node: NodeName, wave: int, planned: Sequence[NodeStep], ran: M
         # hold any more (pods may have landed), so the node goes through them again.
         first = cordon
     again = [planned[seq] for seq in range(first, len(planned)) if not planned[seq].params.get("on_failure")]
-    if held:
-        again.insert(0, planned[cordon])  # type: ignore[index]
+    if held and cordon is not None:  # held: the cordon step ran
+        again.insert(0, planned[cordon])
     return NodeRemains(node, wave, "held" if held else "started", _taking_over(again, ran), halted_here,
                        repeats_from=planned[first].kind)
 
@@ -258,7 +258,7 @@ def version_to_set_again(plan: Plan, steps: Sequence[Step]) -> tuple[NodeStep, N
         return None
     for step in steps:
         detail = step.detail if isinstance(step.detail, dict) else {}
-        params = detail.get("params") if isinstance(detail.get("params"), dict) else {}
+        params = found if isinstance(found := detail.get("params"), dict) else {}
         result = detail.get("result")
         if (step.kind == "driver-version" and params.get("set_back") and step.state == "done"
                 and isinstance(result, dict) and "to" in result and not result.get("git")):

@@ -73,15 +73,18 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from storage import audit, outbox
 from storage import freezes as stored_freezes
+from storage.freezes import FreezeId
 from storage import requests as stored_requests
 from storage import runs as stored_runs
 from storage import steps as stored_steps
 from storage.database import Database
+from storage.codec import JsonInput
 from storage.ids import RunId, StepId
 from storage.requests import Request
 from storage.runs import Run
@@ -104,6 +107,7 @@ from workflows.engine.steps import (
 from workflows.fleet.assessment import NodeInventory
 from workflows.kube.errors import Forbidden, Invalid, KubeError, NotFound
 from workflows.kube.gateway import KubeGateway
+from workflows.kube.objects import NodeName
 from workflows.plans import Plan, plan_from_json
 from workflows.pools import freezes
 from workflows.pools import messages as gate_say
@@ -296,7 +300,7 @@ class Engine:
         self._frozen_read.clear()
         self._cannot_start.clear()
 
-    def run_pass(self, woken: set[str] = frozenset()) -> bool:  # type: ignore[assignment]
+    def run_pass(self, woken: AbstractSet[str] = frozenset()) -> bool:
         """Drive every unfinished run once; True if any is left unfinished."""
         self.passes += 1
         now_mono = self._mono()
@@ -321,7 +325,7 @@ class Engine:
         return [run for run in stored_runs.unfinished(self._db) if self._ours(self._run_info(run).request)]
 
     # --- one run -----------------------------------------------------------------------
-    def _drive(self, run: Run, woken: set[str], due: set[StepId], seen: set[StepId],
+    def _drive(self, run: Run, woken: AbstractSet[str], due: set[StepId], seen: set[StepId],
                evaluated: set[StepId]) -> None:
         info = self._current_info(run)
         with logfields.bound(request_id=info.request.id, run_id=run.id):
@@ -336,7 +340,7 @@ class Engine:
                 except _Changed:
                     continue
 
-    def _turn(self, run: Run, info: _RunInfo, woken: set[str], due: set[StepId], seen: set[StepId],
+    def _turn(self, run: Run, info: _RunInfo, woken: AbstractSet[str], due: set[StepId], seen: set[StepId],
               evaluated: set[StepId]) -> bool:
         """One decision about the run; True if it committed something (look again)."""
         if run.state == "pending":
@@ -555,7 +559,8 @@ class Engine:
             last = next((e for e in reversed(audit.for_run(self._db, run.id))
                          if e.action in ("run.frozen", "run.unfrozen")), None)
             if last is not None and last.action == "run.frozen" and isinstance(last.detail, dict):
-                told = stored_freezes.get(self._db, id=last.detail.get("freeze"))
+                freeze_id = last.detail.get("freeze")
+                told = stored_freezes.get(self._db, id=FreezeId(freeze_id)) if isinstance(freeze_id, int) else None
                 if told is not None:
                     self._frozen[run.id] = told
         return self._frozen.get(run.id)
@@ -615,21 +620,21 @@ class Engine:
         if policy is None:
             return WaveGate("window", gate_say.pool_gone(wave, request.pool))
         now = self._clock()
-        nodes = sorted({s.node for s in steps if s.wave == wave})
+        nodes = sorted({NodeName(s.node) for s in steps if s.wave == wave})
         concurrent: list[ConcurrentWork] = []
         for other in stored_requests.in_states(self._db, states=HOLDING_STATES):
             if other.pool != request.pool or other.id == request.id or not self._ours(other):
                 continue
-            other_plan = plan_from_json(other.plan)  # type: ignore[arg-type]
+            other_plan = plan_from_json(other.plan)
             concurrent.append(ConcurrentWork(label=str(other.id), start=other.window_start, end=other.window_end,
                                              waves=tuple(tuple(w.nodes) for w in other_plan.waves)))
-        busy: dict[str, str] = {}
+        busy: dict[NodeName, str] = {}
         for other_run in self._unfinished():
             if other_run.id == run.id or other_run.current_wave is None:
                 continue  # NB: a run's later waves touch nothing yet (two queued runs never deadlock)
             for step in stored_steps.for_run(self._db, run_id=other_run.id, wave=other_run.current_wave):
                 if step.node in nodes and step.state in ("pending", "running"):
-                    busy[step.node] = str(other_run.id)
+                    busy[NodeName(step.node)] = str(other_run.id)
         members = pool_nodes(self._cache.fleet(now), request.pool)
         # The cordons this run takes over (a rollback's, a continuation's) are its own.
         undone = {str(step_params(s)["takes_over"]) for s in steps
@@ -697,8 +702,8 @@ class Engine:
         live = _Live(step_id=step.id)
         for entry in audit.for_run(self._db, run.id):
             detail = entry.detail if isinstance(entry.detail, dict) else {}
-            if detail.get("step") == step.id and isinstance(detail.get("intent_key"), str):
-                live.intents.setdefault(detail["intent_key"], entry.at)
+            if detail.get("step") == step.id and isinstance(key := detail.get("intent_key"), str):
+                live.intents.setdefault(key, entry.at)
         with self._commit():
             self._audit(run, info, action="step.resumed", target=step.node, before="running", after="running",
                         detail={"step": step.id, "kind": step.kind, "attempt": step.attempt,
@@ -740,8 +745,8 @@ class Engine:
 
     def _finish_step(self, run: Run, info: _RunInfo, step: Step, outcome: Done) -> None:
         now = self._clock()
-        detail = {"params": step_params(step), "intent": step_intent(step), "note": outcome.note,
-                  "result": dict(outcome.detail)}
+        detail: dict[str, JsonInput] = {"params": step_params(step), "intent": step_intent(step),
+                                        "note": outcome.note, "result": dict(outcome.detail)}
         with self._commit():
             self._check_controls(step, self._live.get(step.id))
             if not stored_steps.transition(self._db, id=step.id, expected="running", new="done", at=now,
@@ -772,8 +777,8 @@ class Engine:
         node_steps = [s for s in stored_steps.for_run(self._db, run_id=run.id) if s.node == step.node]
         uncordon_next = any(s.kind == "uncordon" and s.state == "pending" for s in node_steps)
         text = say.node_left_out(outcome.reason, uncordon_next=uncordon_next)
-        detail = {"params": step_params(step), "intent": step_intent(step), "note": text,
-                  "result": {**outcome.detail, LEFT_OUT: True}}
+        detail: dict[str, JsonInput] = {"params": step_params(step), "intent": step_intent(step), "note": text,
+                                        "result": {**outcome.detail, LEFT_OUT: True}}
         with self._commit():
             if not stored_steps.transition(self._db, id=step.id, expected="running", new="skipped", at=now,
                                            detail=detail, error=outcome.reason):
@@ -826,8 +831,8 @@ class Engine:
         now = self._clock()
         with self._commit():
             if step.state in ("pending", "running"):
-                step_detail = {"params": step_params(step), "intent": step_intent(step), "note": reason,
-                               "result": dict(detail or {})}
+                step_detail: dict[str, JsonInput] = {"params": step_params(step), "intent": step_intent(step),
+                                                     "note": reason, "result": dict(detail or {})}
                 if not stored_steps.transition(self._db, id=step.id, expected=step.state, new="failed", at=now,
                                                detail=step_detail, error=reason):
                     raise _Changed()
@@ -937,7 +942,7 @@ class Engine:
                             run_id=run.id, before=before, after=after,
                             detail={**detail, "replica": self.replica, "dry_run": run.dry_run})
 
-    def _notify(self, run: Run, info: _RunInfo, *, event: str, state: str, text: str, kind: str,
+    def _notify(self, run: Run, info: _RunInfo, *, event: str, state: str, text: str, kind: outbox.MessageKind,
                 dedupe: str | None, node: str | None = None) -> None:
         request = info.request
         if request.channel is None:
@@ -947,7 +952,7 @@ class Engine:
                                    "dry_run": run.dry_run}
         if node is not None:
             payload["node"] = node
-        outbox.enqueue(self._db, channel=request.channel, thread_ts=request.thread_ts, kind=kind,  # type: ignore[arg-type]
+        outbox.enqueue(self._db, channel=request.channel, thread_ts=request.thread_ts, kind=kind,
                        payload=payload, at=self._clock(), dedupe_key=dedupe)
 
     def _current_info(self, run: Run) -> _RunInfo:
@@ -957,7 +962,7 @@ class Engine:
         request = stored_requests.get(self._db, id=run.request_id)
         if request is not None and (request.window_end, request.plan_hash) != (info.request.window_end,
                                                                                 info.request.plan_hash):
-            info = _RunInfo(request=request, plan=plan_from_json(request.plan))  # type: ignore[arg-type]
+            info = _RunInfo(request=request, plan=plan_from_json(request.plan))
             self._info[run.id] = info
         return info
 
@@ -967,7 +972,7 @@ class Engine:
             request = stored_requests.get(self._db, id=run.request_id)
             if request is None:
                 raise RuntimeError(f"run {run.id} names request {run.request_id}, which does not exist")
-            info = _RunInfo(request=request, plan=plan_from_json(request.plan))  # type: ignore[arg-type]
+            info = _RunInfo(request=request, plan=plan_from_json(request.plan))
             self._info[run.id] = info
         return info
 
@@ -982,7 +987,7 @@ class Engine:
 
     def node_inventory(self, node: str, now: dt.datetime) -> NodeInventory | None:
         fleet = self._cache.fleet(now)
-        return fleet.nodes.get(node)  # type: ignore[no-any-return]
+        return fleet.nodes.get(NodeName(node))
 
 
 LEFT_OUT = "left_out"
@@ -1050,13 +1055,14 @@ class _StepContext:
         self._step = step
         self._live = live
         self._steps = steps
-        self.run_id = run.id
-        self.request_id = info.request.id
+        # Annotated as the protocol has them (its attributes are invariant).
+        self.run_id: str = run.id
+        self.request_id: str = info.request.id
         self.node = step.node
         self.kind: StepKind = step.kind
-        self.params = step_params(step)
+        self.params: Mapping[str, Any] = step_params(step)
         self.intent = intent
-        self.plan_kind = info.plan.kind
+        self.plan_kind: str = info.plan.kind
         self.dry_run = run.dry_run
         self.now = engine._clock()
         self.timeout: dt.timedelta | None = None

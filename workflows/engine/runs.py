@@ -213,7 +213,7 @@ class RunService:
                 until=freeze.until, reason=freeze.reason))
         if plan_hash is not None and plan_hash != request.plan_hash:
             raise RunRefused(say.plan_changed_since(request.id, seen=plan_hash, now=request.plan_hash))
-        plan = plan_from_json(request.plan)  # type: ignore[arg-type]
+        plan = plan_from_json(request.plan)
         if compute_plan_hash(plan) != request.plan_hash:
             raise RunRefused(say.plan_does_not_match_its_hash(request.id, request.plan_hash))
         # Approvals as they are now: roles read now, the pool's rule as configured now.
@@ -380,7 +380,7 @@ class RunService:
             if not stored_runs.transition(self._db, id=run.id, expected=run.state, new=new, at=now,
                                           halted_reason=reason):
                 raise RunRefused(say.cannot_control(run.id, action, "changing"))
-            message = reason if reason is not None else text(run)  # type: ignore[misc]
+            message = reason if reason is not None else text(run)  # type: ignore[misc]  # None only with abort's reason
             entry = audit.append(self._db, actor=actor.user_id, k8s_identity=None, action=f"run.{action}",
                                  target=request.pool, at=now, request_id=request.id, run_id=run.id,
                                  before=run.state, after=new, detail={"text": message})

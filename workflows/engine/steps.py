@@ -446,7 +446,7 @@ class Evict:
             value = self._default_scope or ("all" if ctx.plan_kind == "drain" else "gpu")
         if value not in ("gpu", "all"):
             raise StepParamsError(f"evict scope must be 'gpu' or 'all', not {value!r}")
-        return value  # type: ignore[return-value]
+        return value
 
     def timeout(self, ctx: StepContext) -> dt.timedelta | None:
         params = ctx.params
@@ -462,10 +462,13 @@ class Evict:
         on_timeout = ctx.params.get("on_timeout", default)
         if on_timeout not in ("fail", "skip", "delete"):
             raise StepParamsError(f"on_timeout must be 'fail', 'skip' or 'delete', not {on_timeout!r}")
-        targets, skipped, waited = [], [], []
+        targets: list[dict[str, Any]] = []
+        skipped: list[dict[str, Any]] = []
+        waited: list[dict[str, Any]] = []
         for pod in sorted(ctx.gateway.list_pods_on_node(ctx.node), key=lambda p: (p.pod.namespace, p.pod.name)):
             decision = decide(pod, scope=scope)
-            entry = {"pod": f"{pod.pod.namespace}/{pod.pod.name}", "uid": pod.uid, "why": decision.why}
+            entry: dict[str, Any] = {"pod": f"{pod.pod.namespace}/{pod.pod.name}", "uid": pod.uid,
+                                     "why": decision.why}
             if decision.action == "evict" and _tolerates_cordon(pod.pod.placement.tolerations):
                 entry["tolerates_cordon"] = True
             {"evict": targets, "skip": skipped, "wait": waited}[decision.action].append(entry)
@@ -486,10 +489,10 @@ class Evict:
             # a MIG layout): a drain keeps kubectl's way and does not chase them.
             returned = self._returned(ctx, on_node)
             if returned:
-                outcome = self._evict_again(ctx, returned)
-                if isinstance(outcome, Failed):
-                    return outcome
-                notice = outcome
+                again = self._evict_again(ctx, returned)
+                if isinstance(again, Failed):
+                    return again
+                notice = again
                 remaining += [t for t in returned if t["uid"] in present]
         if not remaining and notice is None and ctx.intent.get("scope") == "gpu" and not ctx.dry_run:
             settling = self._settling(ctx)

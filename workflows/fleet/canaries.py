@@ -16,6 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 from collections.abc import Callable, Mapping
+from typing import Any
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -48,8 +49,8 @@ def verdict_of(step: stored_steps.Step) -> CanaryVerdict | None:
     detail = step.detail if isinstance(step.detail, dict) else {}
     intent = detail.get("intent")
     pod = intent.get("pod") if isinstance(intent, dict) else None
-    common = {"node": NodeName(step.node), "at": step.ended_at, "run_id": str(step.run_id),
-              "pod": pod if isinstance(pod, str) else None}
+    common: dict[str, Any] = {"node": NodeName(step.node), "at": step.ended_at, "run_id": str(step.run_id),
+                              "pod": pod if isinstance(pod, str) else None}
     if step.state == "done":
         return CanaryVerdict(passed=True, **common)
     result = detail.get("result")

@@ -18,6 +18,7 @@ import dataclasses
 import datetime as dt
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from storage import first_seen as stored
 from storage.database import Database
@@ -78,7 +79,7 @@ class FirstSeen:
         upgrade_seen = self.since(UPGRADE, inv.name, inv.upgrade.state, now)
         mig_state = inv.mig.config_state or (PAUSED_FOR_MIG_CHANGE if inv.paused_for_mig_change else None)
         mig_seen = self.since(MIG, inv.name, mig_state, now)
-        changes = {}
+        changes: dict[str, Any] = {}
         if inv.upgrade.since is None and upgrade_seen is not None:
             changes["upgrade"] = dataclasses.replace(inv.upgrade, since=upgrade_seen)
         if inv.mig.since is None and mig_seen is not None:

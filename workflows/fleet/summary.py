@@ -403,13 +403,13 @@ class FleetIndex:
             self._cut()
         if self._findings_changed or verdicts:
             self._findings_changed = False
-            found = [f for name in self._names for f in self._node_findings.get(name, ())]
-            found.extend(f for name in self._names if (v := verdicts.get(name)) is not None
+            every = [f for name in self._names for f in self._node_findings.get(name, ())]
+            every.extend(f for name in self._names if (v := verdicts.get(name)) is not None
                          for f in findings_mod.canary_findings(self._nodes[name], v, now=now))
-            found.extend(f for pool in self._pools for f in self._pool_findings.get(pool, ()))
-            found.extend(self._cluster_findings)
-            found.extend(self._support_findings)
-            self._sorted = findings_mod.sort_findings(found)
+            every.extend(f for pool in self._pools for f in self._pool_findings.get(pool, ()))
+            every.extend(self._cluster_findings)
+            every.extend(self._support_findings)
+            self._sorted = findings_mod.sort_findings(every)
             if verdicts:
                 self._findings_changed = True  # canary findings age: sort again next time
         return Fleet(

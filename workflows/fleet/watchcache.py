@@ -19,9 +19,9 @@ import random
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from workflows.fleet import assessment as inv
 from workflows.fleet.canaries import LastCanaries
@@ -513,7 +513,7 @@ class FleetCache:
         ]
         policies: list[CustomObject] = list(self._resources["clusterpolicies"].store.values())
         return ClusterSnapshot(
-            nodes=dict(self._resources["nodes"].store),
+            nodes=cast(dict[NodeName, NodeObject], dict(self._resources["nodes"].store)),
             pods=tuple(self._resources["pods"].store.values()),
             operator_namespace=namespace,
             operator_deployment=deployments[0] if deployments else None,
@@ -526,10 +526,11 @@ class FleetCache:
             taken_at=now,
         )
 
-    def _refresh_context(self, now: dt.datetime) -> None:
+    def _refresh_context(self, now: dt.datetime) -> inv.FleetContext:
         """Cluster-level facts every node assessment uses (called with the lock held)."""
         self._context = inv.fleet_context(self._snapshot(now), settings=self._settings)
         self._context_dirty = False
+        return self._context
 
     def node(self, name: str) -> NodeObject | None:
         with self._lock:
@@ -555,9 +556,10 @@ class FleetCache:
                 return self._fleet
             nodes = self._resources["nodes"].store
             pods = self._resources["pods"].store
-            if self._context_dirty or self._context is None:
-                self._refresh_context(now)
-                self._dirty = set(nodes)
+            context = self._context
+            if self._context_dirty or context is None:
+                context = self._refresh_context(now)
+                self._dirty = set(cast(Mapping[NodeName, NodeObject], nodes))
             for name in self._dirty:
                 node = nodes.get(name)
                 if node is None:
@@ -570,7 +572,7 @@ class FleetCache:
                 self._index.update(name, assessed)
             self._dirty.clear()
             canaries = self._canaries.verdicts(now) if self._canaries is not None else None
-            self._fleet = self._index.fleet(now, context=self._context, canaries=canaries)
+            self._fleet = self._index.fleet(now, context=context, canaries=canaries)
             self._fleet_at = now
             self._fleet_generation = self._generation
             return self._fleet

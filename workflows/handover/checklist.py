@@ -38,6 +38,7 @@ from workflows.fleet.clusters import ClusterGlance
 from workflows.fleet.assessment import UNPOOLED
 from workflows.fleet.findings import SEVERITY_ORDER, Finding, Severity, format_age
 from workflows.fleet.summary import Fleet
+from workflows.kube.objects import NodeName
 from workflows.handover import messages as say
 from workflows.pools.freezes import Freeze, freeze_sentence
 from workflows.requests.service import RequestView
@@ -370,9 +371,9 @@ def build_checklist(
         per_node: dict[str, list[str]] = {}
         for key in unchecked:
             per_node.setdefault(key.subject, []).append(key.code)
-        for node, codes in sorted(per_node.items()):
-            needs.append(_item("finding", "warning", node, say.signals_unchecked(node, codes),
-                               say.node_command(node)))
+        for subject, codes in sorted(per_node.items()):
+            needs.append(_item("finding", "warning", subject, say.signals_unchecked(subject, codes),
+                               say.node_command(subject)))
         keys = (*keys, *unchecked)
     return Checklist(
         rotation=rotation.name,
@@ -409,7 +410,7 @@ def build_checklist(
 def _failure_item(failure: RunFailure, *, fleet: Fleet, now: dt.datetime, zone: zoneinfo.ZoneInfo) -> ChecklistItem:
     # What the run left cordoned, as the fleet has it now: a node someone has given back
     # since is nobody's task any more (one the fleet does not know is kept: fail closed).
-    still = tuple(n for n in failure.left_cordoned if (node := fleet.nodes.get(n)) is None or node.cordoned)
+    still = tuple(n for n in failure.left_cordoned if (node := fleet.nodes.get(NodeName(n))) is None or node.cordoned)
     text = say.run_failure(what=failure.what, run_id=failure.run_id, request_id=failure.request_id,
                            kind=failure.kind, pool=failure.pool, node=failure.node, step=failure.step,
                            reason=failure.reason, at=failure.at, zone=zone, left_cordoned=failure.left_cordoned,
@@ -457,17 +458,17 @@ def _last_drains(fleet: Fleet, records: Sequence[NodesDrained], *, now: dt.datet
     for record in records:
         if record.pool not in latest or record.at > latest[record.pool].at:
             latest[record.pool] = record
-    pools = [p.name for p in fleet.pools if p.name != UNPOOLED]
+    pools: list[str] = [p.name for p in fleet.pools if p.name != UNPOOLED]
     pools += sorted(set(latest) - set(pools))
     lines = []
     for pool in pools:
-        record = latest.get(pool)
-        if record is None:
+        last = latest.get(pool)
+        if last is None:
             lines.append(PoolDrain(pool=pool, text=say.no_drains(), command=say.pool_command(pool)))
         else:
-            text = say.last_drain(request_id=record.request_id, kind=record.kind, at=record.at,
-                                  nodes=record.nodes, outcome=record.outcome, now=now, zone=zone)
-            lines.append(PoolDrain(pool=pool, text=text, command=say.request_command(record.request_id)))
+            text = say.last_drain(request_id=last.request_id, kind=last.kind, at=last.at,
+                                  nodes=last.nodes, outcome=last.outcome, now=now, zone=zone)
+            lines.append(PoolDrain(pool=pool, text=text, command=say.request_command(last.request_id)))
     return tuple(lines)
 
 

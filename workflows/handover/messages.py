@@ -211,12 +211,12 @@ def ack_not_counted(*, name: str, shift: str) -> str:
     )
 
 
-def ack_already_yours(*, name: str, acked_at: dt.datetime, zone: zoneinfo.ZoneInfo) -> str:
+def ack_already_yours(*, name: str, acked_at: dt.datetime, zone: dt.tzinfo) -> str:
     return f"{name} acknowledged this handover already, at {when(acked_at, zone, style='day')}."
 
 
 def ack_already(*, name: str, acked_by: str, acked_at: dt.datetime,
-                zone: zoneinfo.ZoneInfo) -> str:
+                zone: dt.tzinfo) -> str:
     return (
         f"Recorded {name}'s acknowledgement too; {acked_by} already acknowledged at "
         f"{when(acked_at, zone, style='day')}."

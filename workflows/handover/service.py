@@ -271,22 +271,22 @@ class HandoverService:
             if run.dry_run or request is None:
                 continue
             pool = f"{request.cluster}/{request.pool}" if request.cluster and self._others is not None else request.pool
-            about = {"run_id": run.id, "request_id": request.id, "kind": request.kind, "pool": pool,
+            about: dict[str, Any] = {"run_id": run.id, "request_id": request.id, "kind": request.kind, "pool": pool,
                      "requester_name": request.requester_name}
             steps = {s.id: s for s in stored_steps.for_run(self._db, run_id=run.id)}
             for entry in audit.for_run(self._db, run.id):
                 detail = entry.detail if isinstance(entry.detail, dict) else {}
                 if entry.action == "node.left_out":
-                    found.append(RunFailure(what="left-out", at=entry.at, node=entry.target, step=detail.get("kind"),
+                    found.append(RunFailure(what="left-out", at=entry.at, node=entry.target, step=_text(detail.get("kind")),
                                             reason=str(detail.get("reason") or ""), **about))
                 elif entry.action == "run.failed":
-                    node, kind = detail.get("node"), detail.get("kind")
+                    node, kind = _text(detail.get("node")), _text(detail.get("kind"))
                     failed = next((s for s in steps.values() if s.node == node and s.kind == kind
                                    and s.state == "failed"), None)
                     found.append(RunFailure(
                         what=_failure_kind(kind, failed), at=entry.at, node=node, step=kind,
                         reason=str(detail.get("reason") or run.halted_reason or ""),
-                        left_cordoned=tuple(str(n) for n in detail.get("left_cordoned") or ()), **about))
+                        left_cordoned=tuple(str(n) for n in _list(detail.get("left_cordoned"))), **about))
         return found
 
     def last_drains(self) -> list[NodesDrained]:
@@ -566,6 +566,16 @@ class HandoverService:
             checklist=checklist_from_json(content),
             audit_head=content.get("audit_head"),
         )
+
+
+def _text(value: JsonValue) -> str | None:
+    """A text field of an audit entry's detail (None when absent)."""
+    return value if isinstance(value, str) else None
+
+
+def _list(value: JsonValue) -> list[JsonValue]:
+    """A list field of an audit entry's detail (empty when absent)."""
+    return value if isinstance(value, list) else []
 
 
 def _failure_kind(kind: str | None, failed: Step | None) -> FailureKind:

@@ -8,6 +8,7 @@ only what gpuops uses and keep a 5,000-node list fast.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import datetime as dt
 import functools
@@ -121,7 +122,7 @@ _EVENT = msgspec.json.Decoder(wire.WatchEventWire)
 def _decoder(schema: type[msgspec.Struct] | None, *, page: bool) -> msgspec.json.Decoder | None:
     if schema is None:
         return None
-    return msgspec.json.Decoder(wire.ListPageWire[schema] if page else schema)
+    return msgspec.json.Decoder(wire.ListPageWire[schema] if page else schema)  # type: ignore[valid-type]  # the item schema is chosen at run time
 
 
 def _decode(decoder: msgspec.json.Decoder, data: bytes, path: str) -> Any:
@@ -535,7 +536,7 @@ class KubeGateway:
                     owners.setdefault(key[2:], set()).add(str(entry.get("manager") or "unknown"))
         return {str(k): (str(v), tuple(sorted(owners.get(k, ())))) for k, v in (meta.get("labels") or {}).items()}
 
-    def list_pods_on_node(self, node: str, *, label_selector: str | None = None) -> list[PodOnNode]:
+    def list_pods_on_node(self, node: str, *, label_selector: str | None = None) -> builtins.list[PodOnNode]:
         """Every pod bound to `node` (fieldSelector spec.nodeName), in every namespace."""
         result = self.list(PODS, field_selector=f"spec.nodeName={node}", label_selector=label_selector)
         return [pod_on_node_from_json(obj) for obj in result.items]
@@ -550,27 +551,27 @@ class KubeGateway:
         found = self.request("GET", f"/api/v1/namespaces/{namespace}/configmaps/{name}")
         return {str(k): str(v) for k, v in (found.get("data") or {}).items()}
 
-    def list_gpu_pods(self) -> list[PodObject]:
+    def list_gpu_pods(self) -> builtins.list[PodObject]:
         """Every pod in the cluster that asks for a GPU resource (one list, read fresh)."""
         return [pod for pod in (pod_from_json(obj) for obj in self.list(PODS).items) if pod.gpu_requests]
 
-    def list_pods_bound_to(self, node: str) -> list[PodObject]:
+    def list_pods_bound_to(self, node: str) -> builtins.list[PodObject]:
         """Every pod bound to `node`, as the inventory's views (for previews)."""
         return [pod_from_json(obj) for obj in self.list(PODS, field_selector=f"spec.nodeName={node}").items]
 
-    def list_driver_templates(self, namespace: str) -> list[DriverTemplate]:
+    def list_driver_templates(self, namespace: str) -> builtins.list[DriverTemplate]:
         """The driver DaemonSets (app.kubernetes.io/component=nvidia-driver) of `namespace`,
         read fresh: what each would run on the nodes it selects."""
         path = f"/apis/apps/v1/namespaces/{namespace}/daemonsets"
         return [wire.driver_template_view(_convert(obj, wire.DaemonSetWire))
                 for obj in self.list(path, label_selector="app.kubernetes.io/component=nvidia-driver").items]
 
-    def list_disruption_budgets(self, namespace: str) -> list[DisruptionBudget]:
+    def list_disruption_budgets(self, namespace: str) -> builtins.list[DisruptionBudget]:
         """The PodDisruptionBudgets of one namespace (policy/v1)."""
         path = f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets"
         return [disruption_budget_from_json(obj) for obj in self.list(path).items]
 
-    def list_resource_quotas(self) -> list[ResourceQuotaObject]:
+    def list_resource_quotas(self) -> builtins.list[ResourceQuotaObject]:
         """Every ResourceQuota of the cluster that names a GPU resource, its GPU entries
         only (one list, read fresh)."""
         found = (wire.resource_quota_view(q) for q in self.list(RESOURCE_QUOTAS, schema=wire.ResourceQuotaWire).items)

@@ -329,7 +329,7 @@ _NO_CONTAINER_STATE = ContainerStateWire()
 _NO_LIST_META = ListMetaWire()
 
 
-def meta_of(obj: NodeWire | PodWire | DeploymentWire | DaemonSetWire | CustomObjectWire) -> ObjectMetaWire:
+def meta_of(obj: NodeWire | PodWire | DeploymentWire | DaemonSetWire | CustomObjectWire | ResourceQuotaWire) -> ObjectMetaWire:
     return obj.metadata or _NO_META
 
 

@@ -139,9 +139,9 @@ def plan_mig(ask: MigAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolConfig], 
     except WindowRefused as refused:
         raise MigRefused(refused.reason, code=refused.code) from None
 
-    members = [fleet.nodes[n] for n in fleet.pool(pool).nodes]  # type: ignore[union-attr]
+    members = [fleet.nodes[n] for n in fleet.pool(pool).nodes]  # type: ignore[union-attr]  # resolve_targets found the pool
     changing = {c.node: c for c in changes}
-    after_ready = {c.node: sum(c.after.values()) for c in changes}
+    after_ready: dict[str, int] = {c.node: sum(c.after.values()) for c in changes}
     first = rollback.layouts[0][0] if rollback is not None else (
         policy.canary if policy.canary in changing else None)
     try:
@@ -161,7 +161,7 @@ def plan_mig(ask: MigAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolConfig], 
     vanishing = tuple(sorted(r for r in _total(c.before for c in changes) if not cluster_after.get(r)))
     stranded = _stranded(gpu_pods, vanishing)
     wait_for = LabelSelector.parse(policy.wait_for.selector).matches if policy.wait_for is not None else None
-    moved = {c.node: gpu_pods_moved(gpu_pods, c.node, wait_for=wait_for) for c in changes}
+    moved: dict[str, PodsMoved] = {c.node: gpu_pods_moved(gpu_pods, c.node, wait_for=wait_for) for c in changes}
 
     takes_over = rollback.run if rollback is not None else None
     by_name = {n.name: n for n in members}
@@ -200,7 +200,7 @@ def _physical_gpus(node: NodeInventory, layouts: MigLayouts) -> int:
         return node.physical_gpus
     devices = sum(_advertised(node).values())
     current = node.mig.config
-    if current in layouts.layouts and devices:
+    if current is not None and current in layouts.layouts and devices:
         for gpus in range(1, 17):
             try:
                 made = layouts.apply(current, product=node.product, gpus=gpus)

@@ -125,7 +125,7 @@ def plan_migrate(ask: MigrateAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolC
                                   what="move to the operator")
     except WindowRefused as refused:
         raise MigrateRefused(refused.reason, code=refused.code) from None
-    members = [fleet.nodes[n] for n in fleet.pool(pool).nodes]  # type: ignore[union-attr]
+    members = [fleet.nodes[n] for n in fleet.pool(pool).nodes]  # type: ignore[union-attr]  # resolve_targets found the pool
     first = rollback.snapshots[0][0] if rollback is not None else None
     try:
         # Each node needs a person at it: `migrate_at_once` (1 unless the pool says more),

@@ -16,6 +16,7 @@ from workflows.fleet.summary import Fleet
 from workflows.migrate import messages as say
 from workflows.migrate.plan import MOVABLE, MigrateAsk, MigratePlan, MigrateRefused, MigrateRollbackOf, plan_migrate
 from workflows.kube.labels import hand_set_labels
+from workflows.kube.objects import NodeName
 from workflows.pools.capacity import GpuPods
 from workflows.pools.config import GpuCheck, PoolConfig
 from workflows.requests.service import RequestService, RequestView
@@ -46,7 +47,7 @@ class MigrateService:
                 rollback: MigrateRollbackOf | None = None) -> MigratePlan:
         """The plan `request` would store, checked the same way; nothing is stored."""
         pods = self._pods.list_gpu_pods() if self._pods is not None and rollback is None else []
-        hand_set = None
+        hand_set: dict[str, Mapping[str, tuple[str, str]]] | None = None
         if self._labels is not None and rollback is None and ask.to == "operator":
             # Read per node (managedFields are not in the watch cache): the asked nodes, or the pool's.
             nodes = [n for t in ask.targets for n in _members(fleet, t)
@@ -94,7 +95,7 @@ class MigrateService:
         return MigrateRequested(planned, view)
 
 
-def _members(fleet: Fleet, target: str) -> tuple[str, ...]:
+def _members(fleet: Fleet, target: str) -> tuple[NodeName, ...]:
     """A pool's nodes, or the node itself."""
     pool = fleet.pool(target)
-    return pool.nodes if pool is not None else (target,)
+    return pool.nodes if pool is not None else (NodeName(target),)

@@ -31,8 +31,9 @@ import difflib
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
+from storage.requests import RequestState
 from workflows.fleet.assessment import NodeInventory
 from workflows.fleet.summary import Fleet
 from workflows.kube.labels import ANNOTATION_MIRROR
@@ -42,7 +43,7 @@ from workflows.pools import messages as say
 from workflows.pools.windows import BEGINNING_OF_TIME, END_OF_TIME
 
 # Request states in which a request may hold nodes out during its window.
-HOLDING_STATES = frozenset({"approved", "scheduled", "running"})
+HOLDING_STATES: frozenset[RequestState] = frozenset({"approved", "scheduled", "running"})
 
 Rule = Literal["max_unavailable", "min_ready_gpus"]
 
@@ -295,7 +296,7 @@ def check_drain(
         if passes(facts.tally([*chosen, node], stretches)):
             chosen.append(node)
     tally = facts.tally(nodes, stretches)
-    numbers = dict(pool=pool, nodes=tuple(nodes), pool_size=len(pool_nodes),
+    numbers: dict[str, Any] = dict(pool=pool, nodes=tuple(nodes), pool_size=len(pool_nodes),
                    already=tuple(sorted(facts.unavailable)),
                    concurrent=tuple(work.label for work in overlapping),
                    concurrent_nodes=tally.concurrent_nodes, most_at_once=len(chosen))
@@ -376,7 +377,7 @@ def check_wave(
         return WaveGate("window", say.wave_window_over(wave, window_end), over=True)
     if not allowed_now:
         return WaveGate("window", say.wave_outside_windows(wave, pool))
-    taken = {node: run for node, run in (busy or {}).items() if node in nodes}
+    taken: dict[str, str] = {node: run for node, run in (busy or {}).items() if node in nodes}
     if taken:
         return WaveGate("busy", say.wave_nodes_busy(wave, taken))
     verdict = check_drain(pool=pool, pool_nodes=pool_nodes, nodes=nodes, start=now, end=window_end,

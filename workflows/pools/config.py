@@ -277,7 +277,7 @@ class PoolConfig(_Model):
             raise ValueError(say.windows_word(value))
         if not isinstance(value, (list, tuple)):
             raise ValueError(say.windows_word(value))
-        return TypeAdapter(tuple[cls.Window, ...]).validate_python(value)
+        return TypeAdapter(tuple[PoolConfig.Window, ...]).validate_python(value)
 
     @field_validator("max_unavailable", mode="before")
     @classmethod

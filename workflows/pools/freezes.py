@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from storage import audit
 from storage import freezes as stored_freezes
+from storage.codec import JsonValue
 from storage.database import Database
 from storage.freezes import CLUSTER, StoredFreeze
 from workflows.access import Actor, Role, public_name, require
@@ -164,6 +165,6 @@ class FreezeService:
         return [f for f in stored_freezes.in_force(self._db, now=now) if f.cluster == self._cluster]
 
 
-def _freeze_json(freeze: Freeze) -> dict[str, object]:
+def _freeze_json(freeze: Freeze) -> dict[str, JsonValue]:
     return {"id": freeze.id, "target": freeze.target, "until": freeze.until.isoformat(), "reason": freeze.reason,
             "let_running_finish": freeze.let_running_finish, "set_by": freeze.set_by}

@@ -64,7 +64,9 @@ class LabelSelector:
 
 def _split(text: str) -> list[str]:
     """Split on the commas that are not inside parentheses."""
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for char in text:
         if char == "(":
             depth += 1
@@ -84,7 +86,8 @@ def _requirement(part: str) -> Requirement:
         values = frozenset(v.strip() for v in match.group("values").split(",") if v.strip())
         if not values:
             raise ValueError(say.bad_selector_part(part))
-        return Requirement(match.group("key"), match.group("op"), values)  # type: ignore[arg-type]
+        set_op: Operator = "in" if match.group("op") == "in" else "notin"
+        return Requirement(match.group("key"), set_op, values)
     if match := _EQUALITY.match(part):
         op: Operator = "!=" if match.group("op") == "!=" else "="
         return Requirement(match.group("key"), op, frozenset({match.group("value")}))

@@ -90,8 +90,9 @@ class Endpoint:
         parts = urllib.parse.urlsplit(self.url)
         if parts.username is None and parts.password is None:
             return self.url
-        return urllib.parse.urlunsplit(parts._replace(netloc=parts.hostname + (f":{parts.port}" if parts.port
-                                                                                   else "")))
+        # An address may name credentials and no host ("http://user:pw@:9090").
+        host = parts.hostname or ""
+        return urllib.parse.urlunsplit(parts._replace(netloc=host + (f":{parts.port}" if parts.port else "")))
 
     def _headers(self) -> dict[str, str]:
         headers = {"Accept": "application/json, text/plain;q=0.9"}

@@ -68,7 +68,7 @@ class Refused(Exception):
 
 
 class _Readable(Protocol):
-    def read(self, amt: int | None = ..., /) -> bytes: ...
+    def read(self, amt: int, /) -> bytes: ...
 
 
 class _Watch:
@@ -135,17 +135,17 @@ class _HTTPHandler(urllib.request.HTTPHandler):
         self._watch = watch
 
     def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        return self.do_open(functools.partial(_HTTPConnection, watch=self._watch), req)  # type: ignore[arg-type]
+        return self.do_open(functools.partial(_HTTPConnection, watch=self._watch), req)
 
 
 class _HTTPSHandler(urllib.request.HTTPSHandler):
     def __init__(self, watch: _Watch, context: Any) -> None:
         super().__init__(context=context)
         self._watch = watch
+        self._tls = context
 
     def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        return self.do_open(functools.partial(_HTTPSConnection, watch=self._watch), req,  # type: ignore[arg-type]
-                            context=self._context)
+        return self.do_open(functools.partial(_HTTPSConnection, watch=self._watch), req, context=self._tls)
 
 
 def _read(answer: _Readable, *, max_bytes: int, cut: bool = False) -> bytes:

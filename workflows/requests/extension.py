@@ -25,6 +25,7 @@ from storage.database import Database
 from storage.ids import RunId
 from storage.requests import Request
 from storage.steps import Step
+from workflows.kube.objects import NodeName
 from workflows.requests import messages as say
 
 # The hold step's params an applied extension writes (read by `Hold.advance`).
@@ -46,7 +47,7 @@ class RunningHold:
 
     run_id: RunId | None
     holds: tuple[Step, ...]
-    nodes: tuple[str, ...]
+    nodes: tuple[NodeName, ...]
     refusal: str | None = None
 
     @property
@@ -67,7 +68,7 @@ def running_hold(db: Database, request: Request) -> RunningHold:
     if not holds:
         return RunningHold(run.id, (), (), say.extend_validating(request.id))
     wave = min(s.wave for s in holds)
-    return RunningHold(run.id, holds, tuple(sorted({s.node for s in holds if s.wave == wave})))
+    return RunningHold(run.id, holds, tuple(sorted({NodeName(s.node) for s in holds if s.wave == wave})))
 
 
 def extend_holds(db: Database, hold: RunningHold, *, until: dt.datetime, by: str, at: dt.datetime) -> list[str]:
@@ -82,7 +83,7 @@ def extend_holds(db: Database, hold: RunningHold, *, until: dt.datetime, by: str
     return sorted(set(extended))
 
 
-def _params(step: Step) -> dict[str, object]:
+def _params(step: Step) -> dict[str, codec.JsonValue]:
     detail = step.detail if isinstance(step.detail, dict) else {}
     params = detail.get("params")
     return params if isinstance(params, dict) else {}

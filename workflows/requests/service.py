@@ -644,7 +644,7 @@ class RequestService:
         """The pool's running requests' runs, each with when its window ends (None: held
         until `drain done` or with no end): when the nodes they hold come back."""
         ends: dict[str, dt.datetime | None] = {}
-        for request in stored_requests.in_states(self._db, states=("running",), pool=pool, limit=LIST_LIMIT,
+        for request in stored_requests.in_states(self._db, states=["running"], pool=pool, limit=LIST_LIMIT,
                                                  cluster=self._cluster()):
             for run in stored_runs.for_request(self._db, request_id=request.id):
                 if not run.finished:
@@ -662,7 +662,7 @@ class RequestService:
         run already (done, or failed: then its own run is the one to continue), if any."""
         rows = stored_requests.in_states(self._db, states=CONTINUED_STATES, pool=pool, limit=LIST_LIMIT,
                                          cluster=self._cluster())
-        return next((self._view(r) for r in rows if continues(plan_from_json(r.plan)) == run_id),  # type: ignore[arg-type]
+        return next((self._view(r) for r in rows if continues(plan_from_json(r.plan)) == run_id),
                     None)
 
     def rollback_blocked(self, run_id: str, *, state: str, pool: str) -> tuple[str, str] | None:
@@ -683,7 +683,7 @@ class RequestService:
         """Pending requests `actor` could approve now (their approval would count),
         soonest deadline first."""
         waiting: list[RequestView] = []
-        for request in stored_requests.in_states(self._db, states=("pending",), limit=LIST_LIMIT,
+        for request in stored_requests.in_states(self._db, states=["pending"], limit=LIST_LIMIT,
                                                  cluster=self._cluster()):
             decision = policy.check_approval(
                 request=request, approvals_so_far=self._decisions(request), approver=actor,
@@ -696,7 +696,7 @@ class RequestService:
     # -------------------------------------------------------------- privately
 
     @property
-    def _names(self) -> dict[str, str]:
+    def _names(self) -> Mapping[str, str]:
         return self._config.names
 
     def _public(self, actor: Actor) -> str:
@@ -915,7 +915,7 @@ class RequestService:
             targets=request.targets,
             window_start=request.window_start,
             window_end=request.window_end,
-            plan=plan_from_json(request.plan),  # type: ignore[arg-type]
+            plan=plan_from_json(request.plan),
             plan_hash=request.plan_hash,
             approvals=tuple(
                 ApprovalView(

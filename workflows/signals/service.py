@@ -109,13 +109,15 @@ class SignalsService:
     def __init__(self, *, thresholds: Thresholds, endpoint: Endpoint | None = None,
                  exporters: ExporterPages | None = None, node_label: str = "Hostname",
                  matchers: Mapping[str, str] | None = None) -> None:
-        if (endpoint is None) == (exporters is None):
+        self.reader: PrometheusSeries | ExporterPages
+        if endpoint is not None and exporters is None:
+            self.reader = PrometheusSeries(endpoint=endpoint, node_label=node_label, matchers=matchers)
+        elif exporters is not None and endpoint is None:
+            self.reader = exporters
+        else:
             raise ValueError("SignalsService reads through Prometheus or from the exporters: give one")
         self.thresholds = thresholds
         self.node_label = node_label
-        self.reader: PrometheusSeries | ExporterPages = (
-            PrometheusSeries(endpoint=endpoint, node_label=node_label, matchers=matchers) if endpoint is not None
-            else exporters)  # type: ignore[assignment]
 
     @property
     def source(self) -> str:
