@@ -38,13 +38,14 @@ demo: testenv-build
 	fi
 
 # The fast loop, for every change: lint, the import contracts and every test that needs
-# neither the control plane nor a build (no Go needed; about 4 minutes on 2 cores). `make
-# test` runs all of it too, with the control-plane suites and the chart's helm tests.
+# neither the control plane nor a build: the folders that hold only those (tests/README.md;
+# no Go needed; about 4 minutes on 2 cores). `make test` runs all of it too, with the
+# control-plane suites and the packaging tests (the image, the chart's helm tests).
 check: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest -m "not controlplane" tests/unit tests/e2e tests/reliability \
-		--ignore=tests/unit/test_helm_rbac.py -q -p no:cacheprovider --durations=10
+	$(PY) -m pytest tests/unit tests/e2e tests/testenv tests/reliability/inprocess \
+		-q -p no:cacheprovider --durations=10
 
 # The slowest 25 tests and the time per suite are printed at the end (CI's log shows them).
 test: testenv-build

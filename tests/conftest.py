@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import freezegun
 import pytest
@@ -82,6 +83,36 @@ def demo_fleet(gpu_operator_crds):
         yield env
     finally:
         env.delete_fleet()
+
+
+# A test is marked by the folder it lives in (tests/README.md): everything under these needs
+# the control plane and is marked `controlplane`, so `-m controlplane` / `-m "not
+# controlplane"` select by it; nothing elsewhere carries the marker by hand.
+_TESTS = Path(__file__).resolve().parent
+CONTROL_PLANE_FOLDERS = (_TESTS / "integration", _TESTS / "reliability" / "controlplane")
+# The folders `make check` runs: neither a control plane nor a build.
+PURE_FOLDERS = (_TESTS / "unit", _TESTS / "e2e", _TESTS / "testenv", _TESTS / "reliability" / "inprocess")
+
+
+def _uses_the_control_plane(item: pytest.Item) -> bool:
+    """Whether the test asks for the suite's `cluster` (a unit test's own fake may have the name)."""
+    info = getattr(item, "_fixtureinfo", None)
+    definitions = info.name2fixturedefs.get("cluster", ()) if info is not None else ()
+    return bool(definitions) and getattr(definitions[-1].func, "__module__", None) == cluster.__module__
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    misplaced = []
+    for item in items:
+        if any(item.path.is_relative_to(folder) for folder in CONTROL_PLANE_FOLDERS):
+            item.add_marker(pytest.mark.controlplane)
+        elif _uses_the_control_plane(item) and any(item.path.is_relative_to(folder) for folder in PURE_FOLDERS):
+            misplaced.append(item.nodeid)
+    if misplaced:
+        raise pytest.UsageError("these tests need the control plane (the `cluster` fixture) and so belong in "
+                                "tests/integration or tests/reliability/controlplane (tests/README.md):\n  "
+                                + "\n  ".join(misplaced))
 
 
 # Where the suite's time goes, printed at its end (with `--durations=25` in `make test`, the

@@ -25,7 +25,6 @@ from testenv.install import wait_until
 from tests.integration.desk import RBAC
 from tests.integration.test_rbac import GRANTS
 
-pytestmark = pytest.mark.controlplane
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "gpuops"

@@ -23,7 +23,6 @@ from testenv.toxiproxy import Proxy, Toxiproxy, kubeconfig_via
 from workflows.kube.errors import Unavailable
 from workflows.kube.gateway import KubeGateway
 
-pytestmark = pytest.mark.controlplane
 
 # A collection nobody writes to while the test runs: its watch only ever hears bookmarks.
 QUIET = "/api/v1/namespaces/kube-public/configmaps"

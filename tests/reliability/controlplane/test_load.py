@@ -77,7 +77,6 @@ from tests.reliability import figures
 from workflows.config import GpuopsConfig
 from workflows.engine.lease import EngineLease, LeaseSettings
 
-pytestmark = pytest.mark.controlplane
 
 ACTIONS = figures.count(100, 1000)
 ACK_LIMIT = 3.0  # seconds: Slack retries a request not acknowledged within this
