@@ -1,15 +1,18 @@
-"""Fixtures shared by every test suite: the real local control plane (built on first use
-and started once per session), the GPU Operator CRDs, and fleets set up per test or per
-module and removed afterwards."""
+"""What every suite shares: the fixtures plugin (tests/fixtures/), the clock and
+environment every test starts from, the `controlplane` marker set by folder, and the time
+per suite at the end of a run."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import freezegun
 import pytest
+
+# The shared fixtures, one definition each (tests/fixtures/__init__.py says which is where).
+_CONTROL_PLANE_FIXTURES = "tests.fixtures.controlplane"
+pytest_plugins = ["testenv.fakeslack.fixtures", _CONTROL_PLANE_FIXTURES, "tests.fixtures.database", "tests.fixtures.bots"]
 
 # The kubernetes client loads its modules lazily; a frozen clock must not reach into them,
 # nor into pytest's own timing (`--durations` measured a frozen setup as 57 years).
@@ -18,71 +21,6 @@ freezegun.configure(extend_ignore_list=["kubernetes", "urllib3", "_pytest.timing
 # Slack tokens must never leak into tests from the developer's shell.
 for _name in ("SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET"):
     os.environ.pop(_name, None)
-
-
-@pytest.fixture(scope="session")
-def cluster(tmp_path_factory: pytest.TempPathFactory):
-    """A running control plane (etcd, kube-apiserver, kube-controller-manager,
-    kube-scheduler, kwok) for the whole session."""
-    from testenv.environment import Environment
-
-    env = Environment(folder=tmp_path_factory.mktemp("controlplane"))
-    env.start()
-    try:
-        yield env
-    finally:
-        env.stop()
-
-
-@pytest.fixture(scope="session")
-def gpu_operator_crds(cluster):
-    """The real GPU Operator CRDs, installed once. Fails (not skips) with how to get them."""
-    from testenv.install import CrdsMissing
-
-    try:
-        cluster.install_crds()
-    except CrdsMissing as err:
-        pytest.fail(str(err), pytrace=False)
-    return cluster
-
-
-@pytest.fixture
-def fleet(gpu_operator_crds) -> Iterator[Callable]:
-    """Apply a fleet for one test: `fleet(spec_or_name, simulate=True)`; removed after."""
-    from testenv import fleet as fl
-
-    env = gpu_operator_crds
-    if env.fleet is not None:
-        pytest.fail(f"fleet {env.fleet.name!r} from a module fixture is still applied; a test that builds "
-                    "its own fleet belongs in a module without demo_fleet", pytrace=False)
-    applied = []
-
-    def apply(spec: "fl.FleetSpec | str", *, simulate: bool = True, advertise: bool = False):
-        spec = fl.load_fleet(spec) if isinstance(spec, str) else spec
-        env.apply_fleet(spec, simulate=simulate, advertise=advertise)
-        applied.append(spec)
-        return spec
-
-    yield apply
-    if applied:
-        env.delete_fleet()
-
-
-@pytest.fixture(scope="module")
-def demo_fleet(gpu_operator_crds):
-    """The demo fleet, converged (every GPU node advertising what it should), for a
-    module of tests that leave it as they found it."""
-    from testenv import fleet as fl
-    from testenv.summary import wait_converged
-
-    env = gpu_operator_crds
-    spec = fl.load_fleet("demo")
-    env.apply_fleet(spec)
-    try:
-        wait_converged(env.kubeconfig, timeout=120)
-        yield env
-    finally:
-        env.delete_fleet()
 
 
 # A test is marked by the folder it lives in (tests/README.md): everything under these needs
@@ -98,7 +36,7 @@ def _uses_the_control_plane(item: pytest.Item) -> bool:
     """Whether the test asks for the suite's `cluster` (a unit test's own fake may have the name)."""
     info = getattr(item, "_fixtureinfo", None)
     definitions = info.name2fixturedefs.get("cluster", ()) if info is not None else ()
-    return bool(definitions) and getattr(definitions[-1].func, "__module__", None) == cluster.__module__
+    return bool(definitions) and getattr(definitions[-1].func, "__module__", None) == _CONTROL_PLANE_FIXTURES
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker

@@ -57,11 +57,6 @@ class Leader:
 
 
 @pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "state" / "gpuops.db"
-
-
-@pytest.fixture
 def leader(config, fleet_source, db_path, slack) -> Iterator[Leader]:
     leader = Leader(config, fleet_source, db_path, slack)
     yield leader
