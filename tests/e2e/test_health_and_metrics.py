@@ -17,7 +17,7 @@ from bot import cli
 from bot.health import PROBE_SETTINGS, HealthServer, MetricsServer, Readiness
 from bot.metrics import Metrics, Sources
 from tests.drips import Drips
-from tests.e2e.conftest import submit_upgrade
+from tests.e2e.harness import submit_upgrade
 
 
 def _get(url: str) -> tuple[int, str, str]:

@@ -18,7 +18,7 @@ import pytest
 from bot.http_server import HttpSettings
 from testenv.fakeslack import signing
 from testenv.install import wait_until
-from tests.e2e.conftest import CHANNEL, SECRET, HttpAnswer, send
+from tests.e2e.harness import CHANNEL, SECRET, HttpAnswer, send
 
 BURST = 32
 

@@ -20,7 +20,7 @@ from bot.slack_api import web_client
 from bot.wiring import Runtime, runtime_from_fleet_source
 from storage import audit, idempotency
 from testenv.fakeslack import FakeSlackWebApi
-from tests.e2e.conftest import CHANNEL, StaticFleet, a_plan, buttons_of, submit_upgrade, text_of
+from tests.e2e.harness import CHANNEL, StaticFleet, a_plan, buttons_of, submit_upgrade, text_of
 from workflows.config import GpuopsConfig
 
 UTC = dt.timezone.utc

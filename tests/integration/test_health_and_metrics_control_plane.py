@@ -20,7 +20,7 @@ import yaml
 from testenv import fleet as fl
 from testenv.install import wait_until
 from testenv.prometheus import prometheus_binary
-from tests.e2e.conftest import ROOT
+from tests.e2e.harness import ROOT
 
 
 def _get(url: str) -> tuple[int, str, str]:
