@@ -238,16 +238,18 @@ class HttpAnswer:
 
 
 def send(url: str, body: bytes, *, content_type: str = signing.FORM, timestamp: int | None = None,
-         secret: str = SECRET, headers: dict[str, str] | None = None, sign_body: bytes | None = None) -> HttpAnswer:
+         secret: str = SECRET, headers: dict[str, str] | None = None, sign_body: bytes | None = None,
+         timeout: float = 10) -> HttpAnswer:
     """POST `body` as Slack would: signed with `secret` at `timestamp` (now by default);
-    `sign_body` signs other bytes than those sent (a tampered body)."""
+    `sign_body` signs other bytes than those sent (a tampered body). `timeout` only bounds
+    the wait for the answer."""
     stamp = int(time.time()) if timestamp is None else timestamp
     signed = signing.sign(sign_body if sign_body is not None else body, secret=secret, timestamp=stamp)
     request = urllib.request.Request(url, data=body, method="POST",
                                      headers={**signed, "Content-Type": content_type, **(headers or {})})
     started = time.perf_counter()
     try:
-        with urllib.request.urlopen(request, timeout=10) as answer:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
             return HttpAnswer(answer.status, answer.read().decode(), time.perf_counter() - started)
     except urllib.error.HTTPError as err:
         return HttpAnswer(err.code, err.read().decode(), time.perf_counter() - started)
