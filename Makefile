@@ -38,15 +38,16 @@ demo: testenv-build
 	fi
 
 # The fast loop, for every change: lint, the import contracts, the type checker (mypy) and
-# every test that needs neither the control plane nor a build (no Go needed; about 4 minutes
-# on 2 cores). `make
-# test` runs all of it too, with the control-plane suites and the chart's helm tests.
+# every test that needs neither the control plane nor a build: the folders that hold only
+# those (tests/README.md; no Go needed; about 4 minutes on 2 cores). `make test` runs all of
+# it too, with the control-plane suites and the packaging tests (the image, the chart's helm
+# tests).
 check: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -m "not controlplane" tests/unit tests/e2e tests/reliability \
-		--ignore=tests/unit/test_helm_rbac.py -q -p no:cacheprovider --durations=10
+	$(PY) -m pytest tests/unit tests/e2e tests/testenv tests/reliability/inprocess \
+		-q -p no:cacheprovider --durations=10
 
 # Everything, on TEST_WORKERS parallel workers (pytest-xdist; a worker starts its own control
 # plane when it first needs one, and most tests wait on one rather than compute, so four

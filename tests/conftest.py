@@ -1,17 +1,20 @@
-"""Fixtures shared by every test suite: the real local control plane (built on first use
-and started once per session), the GPU Operator CRDs, and fleets set up per test or per
-module and removed afterwards."""
+"""What every suite shares: the fixtures plugin (tests/fixtures/), the clock and
+environment every test starts from, the `controlplane` marker set by folder, and the time
+per suite at the end of a run."""
 
 from __future__ import annotations
 
 import functools
 import os
 import re
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import freezegun
 import pytest
+
+# The shared fixtures, one definition each (tests/fixtures/__init__.py says which is where).
+_CONTROL_PLANE_FIXTURES = "tests.fixtures.controlplane"
+pytest_plugins = ["testenv.fakeslack.fixtures", _CONTROL_PLANE_FIXTURES, "tests.fixtures.database", "tests.fixtures.bots"]
 
 # The kubernetes client loads its modules lazily; a frozen clock must not reach into them,
 # nor into pytest's own timing (`--durations` measured a frozen setup as 57 years).
@@ -22,97 +25,54 @@ for _name in ("SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET"):
     os.environ.pop(_name, None)
 
 
-@pytest.fixture(scope="session")
-def cluster(tmp_path_factory: pytest.TempPathFactory):
-    """A running control plane (etcd, kube-apiserver, kube-controller-manager,
-    kube-scheduler, kwok) for the whole session."""
-    from testenv.environment import Environment
-
-    env = Environment(folder=tmp_path_factory.mktemp("controlplane"))
-    env.start()
-    try:
-        yield env
-    finally:
-        env.stop()
+# A test is marked by the folder it lives in (tests/README.md): everything under these needs
+# the control plane and is marked `controlplane`, so `-m controlplane` / `-m "not
+# controlplane"` select by it; nothing elsewhere carries the marker by hand.
+_TESTS = Path(__file__).resolve().parent
+CONTROL_PLANE_FOLDERS = (_TESTS / "integration", _TESTS / "reliability" / "controlplane")
+# The folders `make check` runs: neither a control plane nor a build.
+PURE_FOLDERS = (_TESTS / "unit", _TESTS / "e2e", _TESTS / "testenv", _TESTS / "reliability" / "inprocess")
 
 
-@pytest.fixture(scope="session")
-def gpu_operator_crds(cluster):
-    """The real GPU Operator CRDs, installed once. Fails (not skips) with how to get them."""
-    from testenv.install import CrdsMissing
-
-    try:
-        cluster.install_crds()
-    except CrdsMissing as err:
-        pytest.fail(str(err), pytrace=False)
-    return cluster
-
-
-@pytest.fixture
-def fleet(gpu_operator_crds) -> Iterator[Callable]:
-    """Apply a fleet for one test: `fleet(spec_or_name, simulate=True)`; removed after."""
-    from testenv import fleet as fl
-
-    env = gpu_operator_crds
-    if env.fleet is not None:
-        pytest.fail(f"fleet {env.fleet.name!r} from a module fixture is still applied; a test that builds "
-                    "its own fleet belongs in a module without demo_fleet", pytrace=False)
-    applied = []
-
-    def apply(spec: "fl.FleetSpec | str", *, simulate: bool = True, advertise: bool = False):
-        spec = fl.load_fleet(spec) if isinstance(spec, str) else spec
-        env.apply_fleet(spec, simulate=simulate, advertise=advertise)
-        applied.append(spec)
-        return spec
-
-    yield apply
-    if applied:
-        env.delete_fleet()
-
-
-@pytest.fixture(scope="module")
-def demo_fleet(gpu_operator_crds):
-    """The demo fleet, converged (every GPU node advertising what it should), for a
-    module of tests that leave it as they found it."""
-    from testenv import fleet as fl
-    from testenv.summary import wait_converged
-
-    env = gpu_operator_crds
-    spec = fl.load_fleet("demo")
-    env.apply_fleet(spec)
-    try:
-        wait_converged(env.kubeconfig, timeout=120)
-        yield env
-    finally:
-        env.delete_fleet()
+def _uses_the_control_plane(item: pytest.Item) -> bool:
+    """Whether the test asks for the suite's `cluster` (a unit test's own fake may have the name)."""
+    info = getattr(item, "_fixtureinfo", None)
+    definitions = info.name2fixturedefs.get("cluster", ()) if info is not None else ()
+    return bool(definitions) and getattr(definitions[-1].func, "__module__", None) == _CONTROL_PLANE_FIXTURES
 
 
 # With parallel workers (`make test` runs pytest-xdist with `--dist loadgroup`), each test
 # goes to whichever worker is free next, except that a test file sharing a fixture wider
 # than one test (a module's fleet, a second control plane) goes to one worker whole, so it
-# is set up once. The suites that wait on a control plane go first and the fast,
-# CPU-bound ones fill the gaps at the end: a long control-plane test started last would be
-# the whole run's tail.
-_FIRST = ("tests/integration/", "tests/reliability/")
-_TESTS = Path(__file__).resolve().parent
-_WIDE_SCOPE = re.compile(r"""@pytest\.fixture\(\s*scope=["'](?:module|package|class|session)["'][^)]*\)\s*\n\s*def (\w+)""")
+# is set up once. The control-plane suites go first and the fast, CPU-bound ones fill the
+# gaps at the end: a long control-plane test started last would be the whole run's tail.
+_WIDE_SCOPE = re.compile(r"""@pytest\.fixture\(\s*scope=["'](module|package|class)["'][^)]*\)\s*\n\s*def (\w+)""")
 
 
-def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
-                                  items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: not item.nodeid.startswith(_FIRST))
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    misplaced = []
+    for item in items:
+        if _needs_the_control_plane(item):
+            item.add_marker(pytest.mark.controlplane)
+        elif _uses_the_control_plane(item) and any(item.path.is_relative_to(folder) for folder in PURE_FOLDERS):
+            misplaced.append(item.nodeid)
+    if misplaced:
+        raise pytest.UsageError("these tests need the control plane (the `cluster` fixture) and so belong in "
+                                "tests/integration or tests/reliability/controlplane (tests/README.md):\n  "
+                                + "\n  ".join(misplaced))
+    items.sort(key=lambda item: not _needs_the_control_plane(item))
+
+
+def _needs_the_control_plane(item: pytest.Item) -> bool:
+    return any(item.path.is_relative_to(folder) for folder in CONTROL_PLANE_FOLDERS)
 
 
 @functools.cache
 def _shared_fixtures() -> frozenset[str]:
-    """Fixtures wider than a test that conftest files and the fixtures plugin offer; the
-    session-wide ones are one per worker anyway and do not count."""
-    names = set()
-    for path in (*_TESTS.rglob("conftest.py"), *(_TESTS / "fixtures").glob("*.py")):
-        for match in _WIDE_SCOPE.finditer(path.read_text()):
-            if "session" not in match.group(0):
-                names.add(match.group(1))
-    return frozenset(names)
+    """The fixtures wider than a test that conftest files and the fixtures plugin offer."""
+    return frozenset(match.group(2) for path in (*_TESTS.rglob("conftest.py"), *(_TESTS / "fixtures").glob("*.py"))
+                     for match in _WIDE_SCOPE.finditer(path.read_text()))
 
 
 @functools.cache
@@ -124,9 +84,7 @@ def _file_shares_a_fixture(path: str) -> bool:
         text = (_TESTS.parent / path).read_text()
     except OSError:
         return False
-    own = {name for match in _WIDE_SCOPE.finditer(text) if "session" not in match.group(0)
-           for name in [match.group(1)]}
-    return bool(own) or any(re.search(rf"\b{name}\b", text) for name in _shared_fixtures())
+    return bool(_WIDE_SCOPE.search(text)) or any(re.search(rf"\b{name}\b", text) for name in _shared_fixtures())
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
@@ -153,7 +111,8 @@ _SUITE_SECONDS: dict[str, float] = {}
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     parts = report.nodeid.split("/")
-    suite = "/".join(parts[:2]) if len(parts) > 2 and parts[0] == "tests" else parts[0].split("::")[0]
+    depth = 3 if parts[:2] == ["tests", "reliability"] and len(parts) > 3 else 2
+    suite = "/".join(parts[:depth]) if len(parts) > depth and parts[0] == "tests" else parts[0].split("::")[0]
     _SUITE_SECONDS[suite] = _SUITE_SECONDS.get(suite, 0.0) + report.duration
 
 

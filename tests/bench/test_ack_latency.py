@@ -12,7 +12,7 @@ from importlib.metadata import version
 
 from testenv.fakeslack import signing
 from tests.bench.test_inventory_scale import RESULTS, _machine
-from tests.e2e.conftest import CHANNEL, send
+from tests.e2e.harness import CHANNEL, send
 
 ROUNDS = 50
 

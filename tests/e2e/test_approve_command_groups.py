@@ -1,12 +1,12 @@
 """`/gpu approve` and `/gpu deny` typed by someone just taken out of an approver group:
 like the buttons, the commands that decide read the user's Slack groups afresh, so the
 5-minute cache of group members cannot let a removed approver decide (found by the
-security matrix, tests/reliability/test_security.py)."""
+security matrix, tests/reliability/inprocess/test_security.py)."""
 
 from __future__ import annotations
 
 from testenv.fakeslack import signing
-from tests.e2e.conftest import CHANNEL, send, submit_upgrade
+from tests.e2e.harness import CHANNEL, send, submit_upgrade
 
 
 def _command(bot, text: str, *, user: str) -> str:

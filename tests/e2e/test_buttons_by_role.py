@@ -14,7 +14,7 @@ import pytest
 
 from bot.clicks import Click, Outcome, press
 from bot.intents import encode_value
-from tests.e2e.conftest import submit_upgrade
+from tests.e2e.harness import submit_upgrade
 from workflows.handover.service import HandoverService
 
 UTC = dt.timezone.utc

@@ -20,7 +20,7 @@ from bot.console import run_console
 from bot.render_text import render_text
 from commands.handover import handover_message
 from commands.reply import Reply
-from tests.e2e.conftest import ROOT, a_plan, submit_upgrade
+from tests.e2e.harness import ROOT, a_plan, submit_upgrade
 from workflows.handover.service import HandoverService
 
 START = dt.datetime(2025, 6, 7, 12, 0, tzinfo=dt.timezone.utc)

@@ -19,7 +19,7 @@ from commands.services import Services
 from storage.database import open_database
 from tests.dcgm_pages import DBE, HEALTHY, NODES, REMAP, XID79, StandInExporters, added, pages
 from bot.wiring import runtime_from_fleet_source
-from tests.e2e.conftest import demo_config, demo_snapshot
+from tests.e2e.harness import demo_config, demo_snapshot
 from workflows.config import GpuopsConfig
 from workflows.fleet.summary import Fleet, build_fleet
 from workflows.kube.objects import ClusterSnapshot

@@ -28,7 +28,7 @@ from storage.database import open_database
 from testenv.install import wait_until
 from testenv.prometheus import prometheus_binary
 from tests.dcgm_pages import DBE, HEALTHY, NODES, REMAP, VGPU_NODE, XID79, QuietHandler, pages
-from tests.e2e.conftest import StaticFleet, build_demo_fleet, demo_config, now
+from tests.e2e.harness import StaticFleet, build_demo_fleet, demo_config, now
 from workflows.config import GpuopsConfig
 from workflows.prometheus.client import Endpoint, PrometheusUnavailable, instant_query
 

@@ -10,7 +10,7 @@ import datetime as dt
 import pytest
 
 from testenv.fakeslack import signing
-from tests.e2e.conftest import CHANNEL, a_plan, demo_config, send, text_of
+from tests.e2e.harness import CHANNEL, a_plan, demo_config, send, text_of
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from bot.scheduler import LeaderScheduler, leader_jobs
 from bot.wiring import Runtime, runtime_from_fleet_source
 from commands.catalog import dispatch
 from commands.reply import Reply
-from tests.e2e.conftest import CHANNEL, ROOT, StaticFleet, build_demo_fleet
+from tests.e2e.harness import CHANNEL, ROOT, StaticFleet, build_demo_fleet
 from workflows.config import GpuopsConfig
 
 UTC = dt.timezone.utc

@@ -18,7 +18,7 @@ import yaml
 
 from bot.console import run_console
 from testenv.fakeslack import signing
-from tests.e2e.conftest import CHANNEL, ROOT, demo_config, send, text_of
+from tests.e2e.harness import CHANNEL, ROOT, demo_config, send, text_of
 from workflows.config import GpuopsConfig
 
 FORM = "gpuops.drain-request"

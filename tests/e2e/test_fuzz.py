@@ -29,7 +29,7 @@ from commands.registry import REGISTRY, dispatch
 from commands.reply import Reply
 from storage.database import Database
 from testenv.fakeslack import signing
-from tests.e2e.conftest import CHANNEL, send, submit_upgrade
+from tests.e2e.harness import CHANNEL, send, submit_upgrade
 
 EXAMPLES = int(os.environ.get("GPUOPS_FUZZ_EXAMPLES", "200"))
 SEED = int(os.environ.get("GPUOPS_FUZZ_SEED", "20261204"))

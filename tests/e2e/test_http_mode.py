@@ -12,7 +12,7 @@ from commands.reply import Reply
 from storage import approvals as stored_approvals
 from storage import requests as stored_requests
 from testenv.fakeslack import signing
-from tests.e2e.conftest import CHANNEL, send, submit_upgrade, text_of
+from tests.e2e.harness import CHANNEL, send, submit_upgrade, text_of
 
 
 def slash(bot, text: str, *, user: str = "U0DAVE", channel: str = CHANNEL, trigger_id: str | None = None,

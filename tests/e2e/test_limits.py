@@ -8,12 +8,12 @@ from __future__ import annotations
 import pytest
 
 from testenv.fakeslack import signing
-from tests.e2e.conftest import CHANNEL, send, text_of
+from tests.e2e.harness import CHANNEL, send, text_of
 
 
 @pytest.fixture
 def fleet_source(large_fleet):
-    from tests.e2e.conftest import StaticFleet
+    from tests.e2e.harness import StaticFleet
 
     return StaticFleet(large_fleet)
 

@@ -13,7 +13,7 @@ from slack_sdk import WebClient
 from bot import slack_api
 from bot.slack_app import build_app
 from testenv.fakeslack import signing
-from tests.e2e.conftest import ROOT
+from tests.e2e.harness import ROOT
 
 MANIFEST = yaml.safe_load((ROOT / "deploy" / "slack-app-manifest.yaml").read_text())
 # slack_sdk helpers that call several Web API methods.

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from testenv.fakeslack import signing
-from tests.e2e.conftest import send, text_of
+from tests.e2e.harness import send, text_of
 from tests.e2e.test_drain_form import click_on_home, stored_requests
 
 FORM = "gpuops.mig-request"

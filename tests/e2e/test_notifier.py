@@ -20,7 +20,7 @@ from storage import outbox
 from storage import requests as stored_requests
 from storage.ids import RequestId
 from testenv.fakeslack import FakeSlackWebApi
-from tests.e2e.conftest import CHANNEL, a_plan, buttons_of, submit_upgrade, text_of
+from tests.e2e.harness import CHANNEL, a_plan, buttons_of, submit_upgrade, text_of
 from workflows.handover.service import HandoverService
 
 UTC = dt.timezone.utc

@@ -18,7 +18,7 @@ import pytest
 from bot.identity import FRESH_AGE
 from commands.catalog import REGISTRY
 from testenv.fakeslack import signing
-from tests.e2e.conftest import CHANNEL, demo_config, send, submit_upgrade, text_of
+from tests.e2e.harness import CHANNEL, demo_config, send, submit_upgrade, text_of
 from tests.e2e.test_drain_form import form_deliveries, stored_requests, submit
 from workflows.access import Role
 

@@ -20,7 +20,7 @@ from bot.slack_api import web_client
 from bot.wiring import Runtime, runtime_from_fleet_source
 from storage import audit, idempotency
 from testenv.fakeslack import FakeSlackWebApi
-from tests.e2e.conftest import CHANNEL, StaticFleet, a_plan, buttons_of, submit_upgrade, text_of
+from tests.e2e.harness import CHANNEL, StaticFleet, a_plan, buttons_of, submit_upgrade, text_of
 from workflows.config import GpuopsConfig
 
 UTC = dt.timezone.utc
@@ -54,11 +54,6 @@ class Leader:
     def close(self) -> None:
         self.scheduler.stop()
         self.runtime.close()
-
-
-@pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "state" / "gpuops.db"
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from bot.slack_api import web_client
 from bot.wiring import Leadership, NotifierWorker, SchedulerWorker, ThreadWorker
 from testenv.fakeslack import FakeSlackWebApi
 from testenv.install import wait_until
-from tests.e2e.conftest import CHANNEL, a_plan, submit_upgrade
+from tests.e2e.harness import CHANNEL, a_plan, submit_upgrade
 
 
 class TestLease:

@@ -7,7 +7,7 @@ import io
 
 from bot.console import run_console
 from testenv.fakeslack import signing
-from tests.e2e.conftest import CHANNEL, submit_upgrade, text_of
+from tests.e2e.harness import CHANNEL, submit_upgrade, text_of
 
 
 def test_a_slash_command_envelope_is_acked_and_answered_on_its_response_url(socket_bot, fake_socket_mode):

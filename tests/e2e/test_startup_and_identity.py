@@ -14,7 +14,7 @@ from bot.credentials import CredentialsError, load_credentials
 from bot.identity import FRESH_AGE, SlackDirectory
 from bot.logs import RedactSecrets
 from bot.slack_api import SlackApi, web_client
-from tests.e2e.conftest import demo_config
+from tests.e2e.harness import demo_config
 from workflows.access import Role
 
 

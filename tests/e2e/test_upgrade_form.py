@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from testenv.fakeslack import signing
-from tests.e2e.conftest import CHANNEL, ROOT, demo_config, send, text_of
+from tests.e2e.harness import CHANNEL, ROOT, demo_config, send, text_of
 from tests.e2e.test_drain_form import click_in_channel, click_on_home, slash, stored_requests
 from workflows.config import GpuopsConfig
 

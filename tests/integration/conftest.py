@@ -1,23 +1,14 @@
-"""Fixtures for the integration tests."""
+"""What only the integration tests use: watch caches on the control plane, stopped after the test."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
-from storage.database import open_database
 from tests.integration.inventory_helpers import CONFIG
 from workflows.fleet.watchcache import FleetCache
 from workflows.kube.gateway import KubeGateway
-
-
-@pytest.fixture
-def db(tmp_path: Path):
-    database = open_database(tmp_path / "gpuops.db")
-    yield database
-    database.close()
 
 
 @pytest.fixture

@@ -37,7 +37,6 @@ from tests.integration.desk import bot_rbac_granted, grant_bot_rbac
 from workflows.config import GpuopsConfig
 from workflows.kube.labels import ANNOTATION_CORDONED_BY
 
-pytestmark = pytest.mark.controlplane
 
 CHANNEL = "C0GPUOPS"
 BOT_NAMESPACE = "gpuops"  # the bot's own namespace in deploy/rbac.yaml

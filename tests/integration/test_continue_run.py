@@ -23,7 +23,6 @@ from tests.integration import observe
 from tests.integration.desk import ACCESS, Desk, bot_granted_for_the_test
 from workflows.config import GpuopsConfig
 
-pytestmark = pytest.mark.controlplane
 
 OLD, NEW = "580.95.05", "580.105.08"
 

@@ -16,7 +16,6 @@ from testenv import fleet as fl
 from testenv.controlplane import ControlPlane, ControlPlaneError
 from testenv.install import Installer, wait_until
 
-pytestmark = pytest.mark.controlplane
 
 TINY = fl.FleetSpec(
     name="tiny",

@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import datetime as dt
 
-import pytest
-
 from testenv import fleet as fl
 from testenv.install import wait_until
 from workflows.config import GpuopsConfig
 from workflows.signals.exporters import exporter_pods
 
-pytestmark = pytest.mark.controlplane
 
 EXPORTERS = fl.FleetSpec(name="exporters", system_nodes=0, pools=(fl.PoolSpec(name="train", nodes=2),))
 NODES = ("train-01", "train-02")

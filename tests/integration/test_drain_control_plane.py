@@ -35,7 +35,6 @@ from workflows.config import GpuopsConfig
 from workflows.engine.runs import RunView
 from workflows.requests.service import RequestView
 
-pytestmark = pytest.mark.controlplane
 
 CHANNEL = "C0GPUOPS"
 POOLS = ("serve", "short", "restart", "budget", "skip", "gates", "floor", "open", "recheck", "wait", "delete",

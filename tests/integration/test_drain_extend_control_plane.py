@@ -25,7 +25,6 @@ from testenv.summary import advertised
 from tests.integration import engine_harness as h
 from workflows.config import GpuopsConfig
 
-pytestmark = pytest.mark.controlplane
 
 CHANNEL = "C0GPUOPS"
 POLICY = {"kind": "serving", "windows": "always", "max_unavailable": 1, "min_ready_gpus": 0,

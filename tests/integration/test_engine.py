@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import logging
 
-import pytest
-
 from storage import audit
 from storage import requests as stored_requests
 from testenv import fleet as fl
@@ -15,8 +13,6 @@ from testenv.summary import advertised
 from tests.integration import engine_harness as h
 from tests.integration import observe
 from workflows.engine.runs import RunService
-
-pytestmark = pytest.mark.controlplane
 
 
 def _converged(installer, nodes: list[str]) -> None:

@@ -28,7 +28,6 @@ from testenv.install import wait_until
 from testenv.summary import advertised
 from tests.integration import engine_harness as h
 
-pytestmark = pytest.mark.controlplane
 
 STEPS = (("cordon", {}), ("evict", {}), ("uncordon", {}))
 IDENTITY = "engine-0"  # a StatefulSet pod keeps its name across restarts

@@ -11,8 +11,6 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
-
 from storage import audit
 from storage.database import open_database
 from testenv import fleet as fl
@@ -20,8 +18,6 @@ from testenv.install import wait_until
 from tests.integration import engine_harness as h
 from workflows.engine.lease import EngineLease
 from workflows.kube.gateway import KubeGateway
-
-pytestmark = pytest.mark.controlplane
 
 
 def test_of_two_replicas_only_one_holds_the_lease_and_the_other_takes_over_once_the_dead_holders_claim_ran_out(

@@ -31,7 +31,6 @@ from workflows.engine.runs import RunRefused, RunService, RunView
 from workflows.plans import Plan
 from workflows.requests.service import RequestRefused, RequestService, RequestView
 
-pytestmark = pytest.mark.controlplane
 
 CHANNEL = "C0GPUOPS"
 POOL = "frz"

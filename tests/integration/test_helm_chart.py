@@ -5,7 +5,7 @@ NetworkPolicy) with its defaults and with every option set; the configuration it
 passes the bot's own check; it refuses values the bot cannot run with; and it installs
 into the test API server, every object accepted, the pod running as the ServiceAccount
 the RBAC tests act as, which the authorizer then answers for exactly as for
-deploy/rbac.yaml (tests/unit/test_helm_rbac.py compares the objects themselves)."""
+deploy/rbac.yaml (tests/packaging/test_helm_rbac.py compares the objects themselves)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,6 @@ from testenv.install import wait_until
 from tests.integration.desk import RBAC
 from tests.integration.test_rbac import GRANTS
 
-pytestmark = pytest.mark.controlplane
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "gpuops"

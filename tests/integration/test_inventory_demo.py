@@ -18,8 +18,6 @@ from workflows.engine import check_pod
 from workflows.kube.errors import Forbidden, TooManyRequests
 from workflows.kube.gateway import KubeGateway
 
-pytestmark = pytest.mark.controlplane
-
 from tests.integration.desk import grant_bot_rbac
 from tests.integration.inventory_helpers import CONFIG, ROOT, _codes, _now, wait_fleet
 
@@ -193,8 +191,6 @@ def test_the_bots_service_account_reads_the_fleet_with_only_its_cluster_role(dem
         bot.create_lease("kube-system", "rbac-probe", holder="probe", duration_seconds=15, at=_now(), dry_run=True)
     with pytest.raises(Forbidden):  # pods are created in the check namespace only
         bot.create_pod("serving", {**check, "metadata": {**check["metadata"], "namespace": "serving"}}, dry_run=True)
-
-
 
 
 def test_the_handover_checklist_on_the_demo_fleet_lists_each_special_node(demo_fleet, fleet_cache, tmp_path):

@@ -13,7 +13,6 @@ from kubernetes import client
 from testenv import fleet as fl
 from tests.integration.inventory_helpers import CONFIG, _codes, wait_fleet
 
-pytestmark = pytest.mark.controlplane
 
 TROUBLE = fl.FleetSpec(
     name="trouble", system_nodes=1,

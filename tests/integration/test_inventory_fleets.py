@@ -3,14 +3,10 @@ time-slicing, NVIDIADriver per pool, no operator, cloud node-group labels."""
 
 from __future__ import annotations
 
-import pytest
-
 from bot.render_text import render_text
 from commands.catalog import dispatch
 from commands.services import Services
 from testenv import fleet as fl
-
-pytestmark = pytest.mark.controlplane
 
 from tests.integration.inventory_helpers import CONFIG, _codes, _now, wait_fleet
 

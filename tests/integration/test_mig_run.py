@@ -20,7 +20,6 @@ from workflows.config import GpuopsConfig
 from workflows.fleet.watchcache import FleetCache
 from workflows.kube.gateway import KubeGateway
 
-pytestmark = pytest.mark.controlplane
 
 A100 = "NVIDIA-A100-SXM4-80GB"
 NODES = ("inf-01", "inf-02", "inf-03")

@@ -8,7 +8,6 @@ turns the operator's driver off before asking for the host's."""
 
 from __future__ import annotations
 
-
 import pytest
 
 from commands.services import Services
@@ -23,7 +22,6 @@ from workflows.engine.runs import PERSON_STEPS, RunService
 from workflows.fleet.watchcache import FleetCache
 from workflows.kube.gateway import KubeGateway
 
-pytestmark = pytest.mark.controlplane
 
 NODES = ("mv-01", "mv-02")
 HOST = "570.172.08"

@@ -9,7 +9,6 @@ canary beside a Ready device plugin is in test_upgrade_run.py, where a real chec
 
 from __future__ import annotations
 
-import pytest
 from kubernetes import client
 
 from bot.render_text import render_text
@@ -23,7 +22,6 @@ from tests.integration.inventory_helpers import CONFIG, _codes, _now, wait_fleet
 from workflows.config import GpuopsConfig, OperatorSupportRow
 from workflows.fleet.platform import minor_of, minor_text, shipped_operator_support
 
-pytestmark = pytest.mark.controlplane
 
 API_MINOR = minor_text(minor_of(KUBERNETES_VERSION) or (0, 0))
 

@@ -20,7 +20,6 @@ from tests.integration import engine_harness as h
 from tests.integration.desk import grant_bot_rbac, operator_namespace_as_found
 from workflows.config import GpuopsConfig
 
-pytestmark = pytest.mark.controlplane
 
 SPEC = fl.FleetSpec(name="quotas", system_nodes=0, operator=fl.OperatorSpec(installed=False), pools=(
     fl.PoolSpec(name="serve", kind="serving", nodes=2, gpus_per_node=8),

@@ -18,7 +18,6 @@ from workflows.config import ConfigError, GpuopsConfig
 from workflows.kube.errors import Forbidden
 from workflows.kube.gateway import KubeGateway
 
-pytestmark = pytest.mark.controlplane
 
 POD_DELETE = Path(__file__).resolve().parents[2] / "deploy" / "rbac-pod-delete.yaml"
 

@@ -8,8 +8,6 @@ left behind a changed DaemonSet with autoUpgrade off."""
 
 from __future__ import annotations
 
-import pytest
-
 from bot.render_text import render_text
 from commands.catalog import dispatch
 from commands.services import Services
@@ -19,7 +17,6 @@ from testenv.install import wait_until
 from tests.integration import observe
 from tests.integration.inventory_helpers import CONFIG, _codes, _now, wait_fleet
 
-pytestmark = pytest.mark.controlplane
 
 REAL = fl.FleetSpec(
     name="real", system_nodes=0,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import threading
 
-import pytest
 from kubernetes import client
 
 from testenv import fleet as fl
@@ -14,7 +13,6 @@ from testenv.summary import advertised
 from tests.integration import observe
 from workflows.kube.gateway import NODES, KubeGateway
 
-pytestmark = pytest.mark.controlplane
 
 class _AdvertisedHistory:
     """Records every GPU count a node advertised, from a watch (no polling gaps)."""

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
 from kubernetes import client
 
 from testenv import fleet as fl
 from testenv.install import wait_until
 from testenv.summary import advertised
 from tests.integration import observe
-
-pytestmark = pytest.mark.controlplane
 
 
 def test_a_crash_looping_driver_version_and_a_slow_validator_can_be_injected(fleet, cluster):

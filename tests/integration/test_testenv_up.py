@@ -7,11 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from testenv.summary import _installer, advertised
 
-pytestmark = pytest.mark.controlplane
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = """\

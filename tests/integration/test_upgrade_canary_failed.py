@@ -29,7 +29,6 @@ from tests.integration.desk import ACCESS, Desk, bot_granted_for_the_test
 from tests.integration.inventory_helpers import wait_fleet
 from workflows.config import GpuopsConfig
 
-pytestmark = pytest.mark.controlplane
 
 OLD, NEW = "580.95.05", "580.105.08"
 SHARED = fl.FleetSpec(

@@ -25,7 +25,6 @@ from testenv.summary import advertised
 from tests.integration import engine_harness as h
 from tests.integration import observe
 
-pytestmark = pytest.mark.controlplane
 
 VERSIONS = ("580.95.05", "580.105.08")
 IDENTITY = "engine-0"

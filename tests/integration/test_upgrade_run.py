@@ -37,7 +37,6 @@ from workflows.fleet.canaries import LastCanaries
 from workflows.kube.objects import NodeName
 from workflows.plans import NodeStep, Plan, PlanSummary, Wave
 
-pytestmark = pytest.mark.controlplane
 
 OLD, NEW = "580.95.05", "580.105.08"
 

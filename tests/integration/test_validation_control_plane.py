@@ -5,8 +5,6 @@ such node fails validation and stays cordoned, with the reason in the run."""
 
 from __future__ import annotations
 
-import pytest
-
 from testenv import fleet as fl
 from tests.integration import engine_harness as h
 from tests.integration.test_drain_control_plane import (  # noqa: F401 (runtime: the fixture)
@@ -16,8 +14,6 @@ from tests.integration.test_drain_control_plane import (  # noqa: F401 (runtime:
     gpu,
     runtime,
 )
-
-pytestmark = pytest.mark.controlplane
 
 
 def test_a_drained_node_whose_device_plugin_marks_a_gpu_unhealthy_fails_validation_and_stays_cordoned(

@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import datetime as dt
 
-import pytest
-
 from storage.database import PerThreadDatabase
 from workflows.fleet.first_seen import FirstSeen
 
-pytestmark = pytest.mark.controlplane
 
 UTC = dt.timezone.utc
 

@@ -3,7 +3,7 @@ timeout: a server whose answer never comes fails the watch after the answer time
 a stream that says nothing (no event, no bookmark) is ended after the idle timeout, so the
 caller resumes from its last version.
 
-Found by tests/reliability/test_api_faults.py: a watch of pods opened through Toxiproxy
+Found by tests/reliability/controlplane/test_api_faults.py: a watch of pods opened through Toxiproxy
 while its connections were being cut waited 104 s for an answer that never came (the
 read timeout was the watch's 300 s plus 15), and the cache missed three pods' deletions
 for that long. Toxiproxy (built by testenv) holds the answer here, as a half-open
@@ -23,7 +23,6 @@ from testenv.toxiproxy import Proxy, Toxiproxy, kubeconfig_via
 from workflows.kube.errors import Unavailable
 from workflows.kube.gateway import KubeGateway
 
-pytestmark = pytest.mark.controlplane
 
 # A collection nobody writes to while the test runs: its watch only ever hears bookmarks.
 QUIET = "/api/v1/namespaces/kube-public/configmaps"

@@ -17,8 +17,6 @@ from workflows.fleet.watchcache import FleetCache
 from workflows.kube.errors import Gone
 from workflows.kube.gateway import NODES, KubeGateway
 
-pytestmark = pytest.mark.controlplane
-
 
 @pytest.fixture(scope="module")
 def etcd_watched_plane(tmp_path_factory):

@@ -16,7 +16,6 @@ from tests.integration.inventory_helpers import CONFIG
 from workflows.fleet.watchcache import FleetCache
 from workflows.kube.gateway import KubeGateway
 
-pytestmark = pytest.mark.controlplane
 
 RESOURCES = ("nodes", "pods", "deployments", "daemonsets", "toolkits", "clusterpolicies", "nvidiadrivers")
 

@@ -6,28 +6,14 @@ from __future__ import annotations
 
 import datetime as dt
 import sqlite3
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from storage import audit, kv
-from storage.database import Database, open_database
+from storage.database import Database
 from storage.ids import RequestId, RunId
 
 NOW = dt.datetime(2025, 6, 7, 12, 0, tzinfo=dt.timezone.utc)
-
-
-@pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "gpuops.db"
-
-
-@pytest.fixture
-def db(db_path: Path) -> Iterator[Database]:
-    database = open_database(db_path)
-    yield database
-    database.close()
 
 
 def append(db: Database, n: int, **fields) -> audit.AuditEntry:

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
 from commands.drain_grammar import read_drain_words
 from storage import runs as stored_runs
-from storage.database import Database, open_database
+from storage.database import Database
 from workflows.config import GpuopsConfig
 from workflows.drain.plan import drain_spec, extended_plan, plan_drain
 from workflows.engine.lease import AlwaysHeld
@@ -59,13 +58,6 @@ class TrapLease(AlwaysHeld):
         if self.trap is not None and self.trap():
             self.trap = None
         return True
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Database]:
-    database = open_database(tmp_path / "gpuops.db")
-    yield database
-    database.close()
 
 
 @pytest.fixture

@@ -15,8 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -24,7 +23,7 @@ import pytest
 from commands.drain_grammar import read_drain_words
 from storage import audit
 from storage import runs as stored_runs
-from storage.database import Database, open_database
+from storage.database import Database
 from storage.runs import Run
 from workflows.config import GpuopsConfig
 from workflows.drain.plan import drain_spec, plan_drain
@@ -60,13 +59,6 @@ class Clock:
 
 class Killed(BaseException):
     """The engine process died right after a commit (what SIGKILL leaves behind)."""
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Database]:
-    database = open_database(tmp_path / "gpuops.db")
-    yield database
-    database.close()
 
 
 @pytest.fixture

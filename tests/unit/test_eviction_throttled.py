@@ -2,7 +2,7 @@
 server asking to slow down (API Priority and Fairness, an admission webhook) is retried
 after its Retry-After, told to nobody as a budget, and never escalated to a delete.
 
-Found by tests/reliability/test_api_faults.py: a 429 from the API on an eviction was
+Found by tests/reliability/controlplane/test_api_faults.py: a 429 from the API on an eviction was
 told in the request's thread as "blocked by a PodDisruptionBudget", and at the timeout
 of a pool with `pdb_timeout_action: delete` the pod would have been deleted."""
 

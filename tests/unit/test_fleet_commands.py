@@ -10,7 +10,7 @@ from pathlib import Path
 from commands.catalog import dispatch
 from commands.services import Services
 from storage.database import open_database
-from tests.unit.conftest import NOW
+from fleet_builder import NOW
 from workflows.config import GpuopsConfig
 from workflows.kube.labels import ANNOTATION_CORDONED_BY
 

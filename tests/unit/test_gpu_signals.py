@@ -20,7 +20,7 @@ import pytest
 from commands.catalog import dispatch
 from commands.services import Services
 from storage.database import open_database
-from tests.unit.conftest import NOW
+from fleet_builder import NOW
 from workflows.config import ConfigError, GpuopsConfig, load_config
 from workflows.prometheus.client import BasicAuth, Endpoint, PrometheusRefused, instant_query
 from workflows.prometheus.samples import from_exposition

@@ -67,18 +67,6 @@ class StaticFleet:
 
 
 @pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "state" / "gpuops.db"
-
-
-@pytest.fixture
-def db(db_path: Path) -> Iterator[Database]:
-    database = open_database(db_path)
-    yield database
-    database.close()
-
-
-@pytest.fixture
 def source(make) -> StaticFleet:
     return StaticFleet(make.fleet([make.node("gpu-01"), make.node("gpu-02", unschedulable=True)],
                                   make.operands("gpu-01") + make.operands("gpu-02")))

@@ -4,7 +4,7 @@ a thread past the deadline, and never crashes the reading: one that trickles its
 shapes (a non-text label, unicode digits for a GPU index, NaN, two series that disagree).
 The node concerned is unknown with the reason; the others are read. The stand-ins are
 `tests.hostile_sources` on loopback addresses; the fuller mix is
-tests/reliability/test_hostile_sources.py."""
+tests/reliability/inprocess/test_hostile_sources.py."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from commands.services import Services
 from storage.database import open_database
 from tests.dcgm_pages import HEALTHY, REMAP, T4_UUID, pages
 from tests.hostile_sources import StandIn, answer, by_query, endless, endless_headers, trickle, vector
-from tests.unit.conftest import NOW
+from fleet_builder import NOW
 from tests.unit.test_dcgm_exporters import Cluster, _pod, _snapshot
 from tests.unit.test_handover_gpu_health import ROTATION, ROTATION_FILE, Before, checklist, fleet, page
 from workflows.config import ConfigError, GpuopsConfig, load_config

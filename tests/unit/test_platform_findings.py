@@ -20,7 +20,7 @@ from storage import runs as stored_runs
 from storage import steps as stored_steps
 from storage.database import open_database
 from storage.ids import RequestId
-from tests.unit.conftest import NOW
+from fleet_builder import NOW
 from workflows.config import GpuopsConfig
 from workflows.fleet.assessment import InventorySettings, assess_node, fleet_context, group_pods_by_node
 from workflows.fleet.canaries import CanaryVerdict, LastCanaries

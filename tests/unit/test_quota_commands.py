@@ -11,7 +11,7 @@ from pathlib import Path
 from commands.catalog import dispatch
 from commands.services import Services
 from storage.database import open_database
-from tests.unit.conftest import NOW
+from fleet_builder import NOW
 from workflows.config import GpuopsConfig
 from workflows.kube.errors import Forbidden, Unavailable
 from workflows.kube.objects import Placement, ResourceQuotaObject, Taint, Toleration

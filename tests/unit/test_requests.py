@@ -77,18 +77,6 @@ def a_plan(kind: str = "upgrade", *, pool: str = "serving-a", created_for: str =
 
 
 @pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "state" / "gpuops.db"
-
-
-@pytest.fixture
-def db(db_path: Path) -> Iterator[Database]:
-    database = open_database(db_path)
-    yield database
-    database.close()
-
-
-@pytest.fixture
 def service(db: Database) -> RequestService:
     return RequestService(db, CONFIG)
 

@@ -9,7 +9,6 @@ import contextlib
 import datetime as dt
 import json
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
@@ -54,13 +53,6 @@ def drain_plan(pool: str, *, hours: int = 1, nodes: tuple[str, ...] = ("gpu-01",
         NodeStep("hold", NodeName(node), {"seconds": hours * 3600}), NodeStep("uncordon", NodeName(node), {})))
     return Plan(kind="drain", pool=pool, waves=(Wave(0, tuple(NodeName(n) for n in nodes), steps),),
                 summary=PlanSummary(), created_for="U0ADA")
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Database]:
-    database = open_database(tmp_path / "gpuops.db")
-    yield database
-    database.close()
 
 
 def submit(db: Database, pool: str, plan: Plan | None = None) -> RequestView:

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 from test_engine_safety import Drain, mark
@@ -17,7 +16,7 @@ from bot.wiring import check_permissions
 from storage import audit
 from storage import freezes as stored_freezes
 from storage import runs as stored_runs
-from storage.database import Database, open_database
+from storage.database import Database
 from workflows.config import ConfigError, GpuopsConfig
 from workflows.engine.lease import AlwaysHeld
 from workflows.engine.loop import Engine
@@ -26,13 +25,6 @@ from workflows.plans import NodeStep, Plan, PlanSummary, Wave
 from workflows.requests.service import RequestService
 
 NOW = dt.datetime(2025, 6, 7, 12, 0, tzinfo=dt.timezone.utc)
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[Database]:
-    database = open_database(tmp_path / "gpuops.db")
-    yield database
-    database.close()
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import os
 import sqlite3
 import stat
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import get_args
 
@@ -31,18 +31,6 @@ from testenv.install import wait_until
 
 NOW = dt.datetime(2025, 6, 7, 12, 0, tzinfo=dt.timezone.utc)
 HOUR = dt.timedelta(hours=1)
-
-
-@pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "state" / "gpuops.db"
-
-
-@pytest.fixture
-def db(db_path: Path) -> Iterator[Database]:
-    database = open_database(db_path)
-    yield database
-    database.close()
 
 
 def new_request(

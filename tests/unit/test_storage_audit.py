@@ -29,18 +29,6 @@ NOW = dt.datetime(2025, 6, 7, 12, 0, tzinfo=dt.timezone.utc)
 MINUTE = dt.timedelta(minutes=1)
 
 
-@pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "gpuops.db"
-
-
-@pytest.fixture
-def db(db_path: Path) -> Iterator[Database]:
-    database = open_database(db_path)
-    yield database
-    database.close()
-
-
 def write_rows(db: Database, count: int) -> list[audit.AuditEntry]:
     return [
         audit.append(

@@ -5,28 +5,12 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
 
 from storage import outbox
 from storage.database import Database, open_database
 
 NOW = dt.datetime(2025, 6, 7, 12, 0, tzinfo=dt.timezone.utc)
 SECOND = dt.timedelta(seconds=1)
-
-
-@pytest.fixture
-def db_path(tmp_path: Path) -> Path:
-    return tmp_path / "gpuops.db"
-
-
-@pytest.fixture
-def db(db_path: Path) -> Iterator[Database]:
-    database = open_database(db_path)
-    yield database
-    database.close()
 
 
 def post(

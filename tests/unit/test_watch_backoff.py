@@ -2,7 +2,7 @@
 opens: a quiet resource whose connection drops now and then is watched again at once,
 not after the longest backoff.
 
-Found by tests/reliability/test_api_faults.py: with connections cut every few seconds,
+Found by tests/reliability/controlplane/test_api_faults.py: with connections cut every few seconds,
 a resource with no events between cuts (ClusterPolicies, Deployments, between runs the
 pods) waited longer after each cut, up to 30 s, and fell a minute behind the API."""
 

@@ -1,7 +1,7 @@
 """A watch the server ends with an error event (other than 410) is followed by a fresh
 list, not resumed from the same version: resuming meets the same event again, forever.
 
-Found by tests/reliability/test_api_faults.py: after etcd compactions, an API server
+Found by tests/reliability/controlplane/test_api_faults.py: after etcd compactions, an API server
 without a watch cache ended the pods watch with "Internal error occurred: etcd event
 received with PrevKv=nil" (a deleted pod's previous state gone to the compaction) each
 time it was resumed from the same version; the cache kept three deleted pods for as long

@@ -32,8 +32,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from storage import audit
 from storage.database import Database, open_database
 from testenv import fleet as fl
@@ -44,7 +42,6 @@ from tests.integration import engine_harness as h
 from tests.integration.desk import bot_rbac_granted
 from tests.reliability import figures
 
-pytestmark = pytest.mark.controlplane
 
 DRAINS = figures.count(3, 100)
 UPGRADES = figures.count(1, 20)

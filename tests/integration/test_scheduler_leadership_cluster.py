@@ -5,12 +5,8 @@ of them, and when the leader stops (handing the lease back) the other takes over
 
 from __future__ import annotations
 
-import pytest
-
 from bot.slack_api import web_client
 from bot.wiring import build_runtime
-
-pytestmark = pytest.mark.controlplane
 
 
 def test_of_two_replicas_only_the_lease_holder_runs_the_leaders_work_and_the_other_takes_over_when_it_stops(

@@ -1,7 +1,9 @@
-"""The bot end to end over a fake Slack: the real Bolt app, the real slack_sdk clients,
-real signed HTTP requests and a real Socket Mode WebSocket, a real SQLite database;
-the fleet is built from plain node and pod values by the real inventory logic (no
-Kubernetes here: `services.fleet` is anything with `fleet(now)`).
+"""What the end-to-end tests share: the demo people, configuration and fleet (built from
+plain node and pod values by the real inventory logic; no Kubernetes here:
+`services.fleet` is anything with `fleet(now)`), requests as the commands store them,
+the bot under test, and sending what Slack sends (really signed HTTP requests). The
+fixtures that run the bot over the fake Slack (the real Bolt app, the real slack_sdk
+clients, a real Socket Mode WebSocket, a real SQLite database) are in tests/fixtures/bots.py.
 
 People, as in deploy/config.example.yaml: alice (operator), bob and carol (approvers of
 serving-a and inference-mig), dave (viewer), erin (admin); frank gets approver rights
@@ -16,26 +18,21 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 from slack_bolt import App
-from slack_bolt.adapter.socket_mode import SocketModeHandler
-from slack_sdk import WebClient
 
 from bot.clicks import current_card
-from bot.http_server import HttpSettings, SlackHttpServer
-from bot.identity import FRESH_AGE, SlackDirectory
+from bot.http_server import SlackHttpServer
+from bot.identity import FRESH_AGE
 from bot.render_blocks import render_blocks
-from bot.slack_api import SlackApi, web_client
-from bot.slack_app import SlackBot, build_app
-from bot.wiring import Runtime, runtime_from_fleet_source
-from testenv.fakeslack import FakeSlackWebApi, FakeSocketModeServer, signing
-from testenv.fakeslack.fixtures import fake_slack, fake_socket_mode  # noqa: F401 - fixtures
+from bot.slack_api import SlackApi
+from bot.slack_app import SlackBot
+from bot.wiring import Runtime
+from testenv.fakeslack import FakeSlackWebApi, signing
 from workflows.config import GpuopsConfig
 from workflows.fleet.summary import Fleet, build_fleet
 from workflows.kube.objects import (
@@ -153,36 +150,6 @@ class StaticFleet:
         self.reading.clear()
 
 
-@pytest.fixture(scope="session")
-def small_fleet() -> Fleet:
-    return build_demo_fleet(nodes=9, unhealthy=2, config=demo_config())
-
-
-@pytest.fixture(scope="session")
-def large_fleet() -> Fleet:
-    """300 GPU nodes and 200 findings: far more than one Slack message holds."""
-    fleet = build_demo_fleet(nodes=300, unhealthy=200, config=demo_config())
-    assert len(fleet.nodes) == 300 and len(fleet.findings) == 200
-    return fleet
-
-
-@pytest.fixture
-def config() -> GpuopsConfig:
-    return demo_config()
-
-
-@pytest.fixture
-def fleet_source(small_fleet: Fleet) -> StaticFleet:
-    return StaticFleet(small_fleet)
-
-
-@pytest.fixture
-def runtime(config: GpuopsConfig, fleet_source: StaticFleet, tmp_path: Path) -> Iterator[Runtime]:
-    runtime = runtime_from_fleet_source(config, fleet_source, tmp_path / "state" / "gpuops.db")
-    yield runtime
-    runtime.close()
-
-
 # ------------------------------------------------------------------ requests
 
 
@@ -206,16 +173,6 @@ def submit_upgrade(runtime: Runtime, *, by: str = "U0ALICE", pool: str = "servin
 
 
 # ------------------------------------------------------------------ Slack, faked
-
-
-@pytest.fixture
-def slack(fake_slack: FakeSlackWebApi) -> FakeSlackWebApi:  # noqa: F811 - the fixture above
-    """The fake workspace with the demo people, the S0SRE group and a channel the bot is not in."""
-    for user_id, name in PEOPLE.items():
-        fake_slack.workspace.add_user(user_id, name=name)
-    fake_slack.workspace.set_usergroup("S0SRE", ["U0FRANK"])
-    fake_slack.workspace.add_channel("C0ELSEWHERE", name="elsewhere", bot_is_member=False)
-    return fake_slack
 
 
 class DirectoryClock:
@@ -267,51 +224,6 @@ def now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
 
-@pytest.fixture
-def http_settings() -> HttpSettings:
-    """The HTTP server's settings; a test parametrizes `http_settings` for others."""
-    return HttpSettings()
-
-
-def _bot(runtime: Runtime, client: WebClient, clock: DirectoryClock) -> SlackBot:
-    config = runtime.clusters.config if runtime.clusters is not None else runtime.config
-    return SlackBot(runtime, SlackApi(client), directory=SlackDirectory(SlackApi(client), config, clock=clock))
-
-
-@pytest.fixture
-def http_bot(slack: FakeSlackWebApi, runtime: Runtime, http_settings: HttpSettings) -> Iterator[BotUnderTest]:
-    client, clock = web_client(slack.bot_token, base_url=slack.base_url), DirectoryClock()
-    app, bot = build_app(runtime, client=client, signing_secret=SECRET, bot=_bot(runtime, client, clock))
-    server = SlackHttpServer(app, signing_secret=SECRET, host="127.0.0.1", port=0, settings=http_settings).start()
-    try:
-        yield BotUnderTest(app=app, bot=bot, slack=slack, runtime=runtime, url=server.url, server=server,
-                           clock=clock)
-    finally:
-        server.stop()
-        _finish_work(app)
-
-
-@pytest.fixture
-def socket_bot(slack: FakeSlackWebApi, fake_socket_mode: FakeSocketModeServer,  # noqa: F811
-               runtime: Runtime) -> Iterator[BotUnderTest]:
-    client, clock = web_client(slack.bot_token, base_url=slack.base_url), DirectoryClock()
-    app, bot = build_app(runtime, client=client, bot=_bot(runtime, client, clock))
-    handler = SocketModeHandler(app, slack.app_token, ping_interval=1)
-    handler.connect()
-    fake_socket_mode.wait_for_connections(1)
-    try:
-        yield BotUnderTest(app=app, bot=bot, slack=slack, runtime=runtime, clock=clock)
-    finally:
-        fake_socket_mode.close_client(handler.client)
-        _finish_work(app)
-
-
-def _finish_work(app: App) -> None:
-    """Wait for the work the app's requests started (answers to response_urls, posts):
-    on a loaded machine it can outlast the test and log into the next one."""
-    app.listener_runner.listener_executor.shutdown(wait=True)  # type: ignore[attr-defined]
-
-
 # ------------------------------------------------------------------ sending what Slack sends
 
 
@@ -326,16 +238,18 @@ class HttpAnswer:
 
 
 def send(url: str, body: bytes, *, content_type: str = signing.FORM, timestamp: int | None = None,
-         secret: str = SECRET, headers: dict[str, str] | None = None, sign_body: bytes | None = None) -> HttpAnswer:
+         secret: str = SECRET, headers: dict[str, str] | None = None, sign_body: bytes | None = None,
+         timeout: float = 10) -> HttpAnswer:
     """POST `body` as Slack would: signed with `secret` at `timestamp` (now by default);
-    `sign_body` signs other bytes than those sent (a tampered body)."""
+    `sign_body` signs other bytes than those sent (a tampered body). `timeout` only bounds
+    the wait for the answer."""
     stamp = int(time.time()) if timestamp is None else timestamp
     signed = signing.sign(sign_body if sign_body is not None else body, secret=secret, timestamp=stamp)
     request = urllib.request.Request(url, data=body, method="POST",
                                      headers={**signed, "Content-Type": content_type, **(headers or {})})
     started = time.perf_counter()
     try:
-        with urllib.request.urlopen(request, timeout=10) as answer:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
             return HttpAnswer(answer.status, answer.read().decode(), time.perf_counter() - started)
     except urllib.error.HTTPError as err:
         return HttpAnswer(err.code, err.read().decode(), time.perf_counter() - started)

@@ -56,7 +56,7 @@ from storage.database import open_database
 from testenv.fakeslack import signing
 from testenv.fakeslack.socketmode import FakeSocketModeServer
 from testenv.fakeslack.webapi import FakeSlackWebApi
-from tests.e2e.conftest import (
+from tests.e2e.harness import (
     CHANNEL,
     PEOPLE,
     ROOT,

@@ -5,7 +5,7 @@ its plan says.
 The bot is what `gpuops run --http` runs, in this process: the Bolt app behind waitress
 (really signed requests over a real socket), a watch cache of the local control plane's
 simulated fleet, and, as the holder of a real Kubernetes Lease, the engine, the scheduler
-and the notifier. Slack is the fake Web API (tests/e2e/conftest.py).
+and the notifier. Slack is the fake Web API (tests/fixtures/bots.py).
 
 The drain: operator O01 asks `/gpu drain busy` (6 nodes, each running a trainer pod;
 `max_unavailable: 2`, so 3 waves), approver A01 presses Approve on its card, and the
@@ -71,13 +71,12 @@ from testenv import fleet as fl
 from testenv.fakeslack import FakeSlackWebApi, signing
 from testenv.install import wait_until
 from testenv.summary import advertised
-from tests.e2e.conftest import CHANNEL, SECRET, send, text_of
+from tests.e2e.harness import CHANNEL, SECRET, send, text_of
 from tests.integration import engine_harness as h
 from tests.reliability import figures
 from workflows.config import GpuopsConfig
 from workflows.engine.lease import EngineLease, LeaseSettings
 
-pytestmark = pytest.mark.controlplane
 
 ACTIONS = figures.count(100, 1000)
 ACK_LIMIT = 3.0  # seconds: Slack retries a request not acknowledged within this

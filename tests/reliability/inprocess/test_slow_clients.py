@@ -3,7 +3,7 @@ never done, against the Slack HTTP port and the health port at once, while the k
 probes /healthz and /readyz and Slack sends signed slash commands.
 
 The servers are the real ones on real ports on 127.0.0.1: the Bolt app behind waitress
-(`tests/e2e/conftest.py`'s `http_bot`) and the health port's own server (`HealthServer`),
+(`tests/fixtures/bots.py`'s `http_bot`) and the health port's own server (`HealthServer`),
 in this process with the attackers and the fake Slack (one GIL: the latencies are an
 upper bound of the bot's own). The attack is bounded: `DRIPS_SLACK` and `DRIPS_HEALTH`
 connections, each sending a byte every `DRIP_EVERY` seconds and opening a new connection
@@ -36,7 +36,7 @@ from bot.http_server import HttpSettings
 from testenv.fakeslack import signing
 from testenv.install import wait_until
 from tests.drips import Drips
-from tests.e2e.conftest import CHANNEL, send
+from tests.e2e.harness import CHANNEL, send
 from tests.reliability import figures
 
 SLACK_CAP = figures.count(20, HttpSettings().max_connections)

@@ -29,7 +29,7 @@ from commands.catalog import dispatch
 from commands.services import Services
 from storage.database import open_database
 from tests.dcgm_pages import NODES, pages
-from tests.e2e.conftest import demo_config, demo_snapshot
+from tests.e2e.harness import demo_config, demo_snapshot
 from tests.hostile_sources import (Behaviour, StandIn, answer, by_query, claims_length, endless, endless_headers,
                                    raw, silent, trickle, vector)
 from tests.reliability.figures import SEED, count, record

@@ -26,7 +26,6 @@ from slack_sdk.webhook import WebhookClient
 
 from testenv.fakeslack import FakeSlackWebApi, Workspace, blockkit, signing
 
-pytest_plugins = ["testenv.fakeslack.fixtures"]  # fake_slack, fake_socket_mode
 
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
 NOW = 1_700_000_000

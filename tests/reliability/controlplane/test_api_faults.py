@@ -61,7 +61,6 @@ from workflows.kube import gateway as kube_gateway
 from workflows.kube.gateway import KubeGateway
 from workflows.kube.labels import ANNOTATION_CORDONED_BY
 
-pytestmark = pytest.mark.controlplane
 
 DRAINS = figures.count(3, 50)
 UPGRADES = figures.count(1, 10)
