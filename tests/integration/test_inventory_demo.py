@@ -18,7 +18,7 @@ from workflows.engine import check_pod
 from workflows.kube.errors import Forbidden, TooManyRequests
 from workflows.kube.gateway import KubeGateway
 
-from tests.integration.desk import grant_bot_rbac
+from tests.integration.desk import grant_bot_rbac, revoke_bot_rbac
 from tests.integration.inventory_helpers import CONFIG, ROOT, _codes, _now, wait_fleet
 
 # --- the demo fleet ------------------------------------------------------------------------
@@ -151,8 +151,9 @@ CHECK_PARAMS = {"namespace": "gpuops", "image": "nvcr.io/nvidia/cuda:12.4.1-base
                 "command": ["nvidia-smi"], "resource": "nvidia.com/gpu", "timeout_s": 60}
 
 
-def test_the_bots_service_account_reads_the_fleet_with_only_its_cluster_role(demo_fleet, fleet_cache):
+def test_the_bots_service_account_reads_the_fleet_with_only_its_cluster_role(demo_fleet, fleet_cache, request):
     installer = demo_fleet.installer()
+    request.addfinalizer(lambda: revoke_bot_rbac(installer))
     grant_bot_rbac(installer)
     bot = KubeGateway.connect(kubeconfig=demo_fleet.kubeconfig, context="bot")
 

@@ -15,7 +15,7 @@ from storage.database import open_database
 from testenv import fleet as fl
 from testenv.install import wait_until
 from tests.integration import engine_harness as h
-from tests.integration.desk import ACCESS, Desk, grant_bot_rbac
+from tests.integration.desk import ACCESS, Desk, grant_bot_rbac, revoke_bot_rbac
 from workflows.config import GpuopsConfig
 from workflows.fleet.watchcache import FleetCache
 from workflows.kube.gateway import KubeGateway
@@ -42,6 +42,7 @@ def desk(fleet, cluster, db):
     desk = _Desk(cluster, db)
     yield desk
     desk.fleet.stop()
+    revoke_bot_rbac(installer)
 
 
 class _Desk(Desk):

@@ -16,7 +16,7 @@ from testenv import fleet as fl
 from testenv.install import wait_until
 from tests.integration import engine_harness as h
 from tests.integration import observe
-from tests.integration.desk import ACCESS, Desk, grant_bot_rbac
+from tests.integration.desk import ACCESS, Desk, grant_bot_rbac, revoke_bot_rbac
 from workflows.config import GpuopsConfig
 from workflows.engine.runs import PERSON_STEPS, RunService
 from workflows.fleet.watchcache import FleetCache
@@ -98,6 +98,8 @@ def desk(fleet, cluster, db):
     yield make
     for one in made:
         one.cache.stop()
+    if made:  # a later test on this worker's control plane finds the bot with no rights again
+        revoke_bot_rbac(cluster.installer())
 
 
 def test_a_pool_moves_from_host_drivers_to_the_operator_one_node_at_a_time_with_a_person_at_each(desk):

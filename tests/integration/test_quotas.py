@@ -17,7 +17,7 @@ from commands.catalog import dispatch
 from testenv import fleet as fl
 from testenv.install import wait_until
 from tests.integration import engine_harness as h
-from tests.integration.desk import grant_bot_rbac, operator_namespace_as_found
+from tests.integration.desk import grant_bot_rbac, operator_namespace_as_found, revoke_bot_rbac
 from workflows.config import GpuopsConfig
 
 
@@ -84,6 +84,7 @@ def runtime(cluster, fleet, tmp_path: Path) -> Iterator[Runtime]:
             yield built
         finally:
             built.close()
+            revoke_bot_rbac(installer)
             for namespace in NAMESPACES:
                 installer.delete({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}, grace=0)
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from bot.wiring import check_permissions
-from tests.integration.desk import grant_bot_rbac, operator_namespace_as_found
+from tests.integration.desk import grant_bot_rbac, operator_namespace_as_found, revoke_bot_rbac
 from workflows.config import ConfigError, GpuopsConfig
 from workflows.kube.errors import Forbidden
 from workflows.kube.gateway import KubeGateway
@@ -57,8 +57,11 @@ def bot(cluster):
     with operator_namespace_as_found(installer):
         grant_bot_rbac(installer)
         gateway = KubeGateway.connect(kubeconfig=cluster.kubeconfig, context="bot")
-        yield gateway
-        gateway.close()
+        try:
+            yield gateway
+        finally:
+            gateway.close()
+            revoke_bot_rbac(installer)
 
 
 def test_the_bot_may_do_what_its_runs_do_and_nothing_else(bot):
