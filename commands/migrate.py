@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from commands import messages as msg
 from commands.drain_grammar import read_start_words
+from commands.kinds import answers
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
 from commands.reply import Fact, Reply, Section, Table, error_reply
 from commands.requests import approval_intents
@@ -31,9 +32,10 @@ from workflows.wording import local_time
 
 
 def _migrations(call: Call) -> MigrateService:
-    if call.services.migrations is None:
+    migrations = call.services.change("migrate", MigrateService)
+    if migrations is None:
         raise NotFoundError(msg.not_available("Requests"))
-    return call.services.migrations
+    return migrations
 
 
 def read_migrate_words(args: list[str], *, call: Call, fleet: Fleet) -> MigrateAsk:
@@ -113,6 +115,7 @@ def migrate_confirm(call: Call, args: list[str]) -> Reply:
                  sections=(Section(table=Table(columns=msg.STEP_COLUMNS[:4], rows=rows)),))
 
 
+@answers("migrate")
 def answer(call: Call, planned: Callable[[], MigrateRequested]) -> Reply:
     try:
         done = planned()
