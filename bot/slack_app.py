@@ -289,9 +289,17 @@ class SlackBot:
         (`/gpu drain`, `/gpu upgrade`, `/gpu mig`)."""
         def run_form(body: dict[str, Any], view: dict[str, Any]) -> None:
             submitted = form.read(view, now=self.clock()).form
-            self._run_form(body, view, form.delivery, form.callback, None if submitted is None else _FormRun(
-                command=submitted.command(), channel=submitted.channel, spec=form.command,
-                run=lambda call, ask=submitted.ask(): form.run(call, ask), footer=form.footer))
+            if submitted is None:
+                self._run_form(body, view, form.delivery, form.callback, None)
+                return
+            ask = submitted.ask()
+
+            def run(call: Call) -> Reply:
+                return form.run(call, ask)
+
+            self._run_form(body, view, form.delivery, form.callback, _FormRun(
+                command=submitted.command(), channel=submitted.channel, spec=form.command, run=run,
+                footer=form.footer))
         return run_form
 
     def _run_form(self, body: dict[str, Any], view: dict[str, Any], kind: str, callback: str,

@@ -159,12 +159,12 @@ def rollback(call: Call, args: list[str]) -> Reply:
     # The run's kind rolls itself back (workflows/kinds.py says which kinds can); any other
     # run is the driver upgrade service's to refuse, saying it is not an upgrade.
     kind = KINDS.get(run.kind)
-    service = call.services.change(run.kind, RollsBack) if kind is not None and kind.rollback else None
-    answer = ANSWERS.get(run.kind)
-    if service is None or answer is None:
+    found = call.services.changes.get(run.kind) if kind is not None and kind.rollback else None
+    service: RollsBack = found if isinstance(found, RollsBack) else _upgrades(call)
+    answer = ANSWERS.get(run.kind) if service is found else None
+    if answer is None:
         service, answer = _upgrades(call), _answer
-    rolls_back = service
-    return answer(call, lambda: rolls_back.rollback(call.actor, run, fleet=fleet, now=call.now, channel=call.channel))
+    return answer(call, lambda: service.rollback(call.actor, run, fleet=fleet, now=call.now, channel=call.channel))
 
 
 @answers("upgrade")
