@@ -5,7 +5,8 @@ clicker saw). Nothing in it is trusted: the request is looked up again and
 `RequestService` checks the clicker's role, the two-person rule, the plan hash and the
 deadline, exactly as for a typed command. The outcome says what the clicker should be
 told and how the request's message should read now, or that a form comes first (Deny's
-reason; "Request a drain" opens the drain form, whose submission is `/gpu drain`).
+reason; "Request a drain" opens the drain form, whose submission is `/gpu drain`; each
+kind's form is in bot.request_forms).
 
 A button that stands for a command (a card shown as `/gpu request` shows it, Roll back,
 Continue, Host driver removed) runs that command with the button's values
@@ -23,15 +24,13 @@ import logging
 from dataclasses import dataclass
 
 from bot import messages as msg
-from bot.drain_form import cannot_request_drain
 from bot.intents import KNOWN_ACTIONS, decode_run_at_node, decode_target, decode_value
-from bot.mig_form import cannot_request_mig
-from bot.upgrade_form import cannot_request_upgrade
 from bot.request_card import request_card
+from bot.request_forms import RequestForm, WantedForm, form_opened_by
 from commands.catalog import run_command
 from commands.handover import handover_message
 from commands.migrate import confirm_host_driver
-from commands.reply import HOST_DRIVER_REMOVED, REQUEST_DRAIN, REQUEST_MIG, REQUEST_UPGRADE, Reply, error_reply
+from commands.reply import HOST_DRIVER_REMOVED, Reply, error_reply
 from commands.clusters import actor_in, services_for_subject
 from commands.requests import continue_halted, request_reply
 from commands.services import Services
@@ -61,12 +60,9 @@ class Outcome:
     card: Reply | None = None
     # Deny needs a reason first: the request id to ask it for.
     wants_reason: str | None = None
-    # "Request a drain" opens the drain form: the node or pool to fill in ("" for none).
-    wants_drain_form: str | None = None
-    # "Request a driver upgrade" opens the upgrade form: the pool to fill in ("" for none).
-    wants_upgrade_form: str | None = None
-    # "Request a MIG change" opens the MIG form: the pool to fill in ("" for none).
-    wants_mig_form: str | None = None
+    # "Request a drain" (a driver upgrade, a MIG change) opens that kind's request form
+    # (bot.request_forms), the node or pool filled in.
+    wants_form: WantedForm | None = None
 
     @property
     def ok(self) -> bool:
@@ -137,30 +133,25 @@ def _acknowledge(click: Click, handover_id: str, services: Services) -> Outcome:
     return Outcome(notice=_done(outcome.text), card=card)
 
 
-def _request_form(click: Click) -> Outcome:
-    """Nothing is requested yet: the clicker gets the drain, upgrade or MIG form (or, in
-    the console, the command to type). Someone who cannot ask for any is told so now rather
-    than after filling it in; the submission runs `/gpu drain`, `/gpu upgrade` or `/gpu
-    mig`, which check again."""
+def _request_form(click: Click, form: RequestForm) -> Outcome:
+    """Nothing is requested yet: the clicker gets the kind's request form (or, in the
+    console, the command to type). Someone who cannot ask for any is told so now rather
+    than after filling it in; the submission runs the kind's command (`/gpu drain`, `/gpu
+    upgrade`, `/gpu mig`), which checks again."""
     target = decode_target(click.value)
     if target is None:
         return Outcome(notice=_refused(msg.not_a_gpuops_button()))
-    cannot = {REQUEST_UPGRADE: cannot_request_upgrade, REQUEST_MIG: cannot_request_mig}.get(
-        click.action, cannot_request_drain)
-    refusal = cannot(click.actor)
+    refusal = form.cannot(click.actor)
     if refusal is not None:
         return Outcome(notice=_refused(refusal))
-    if click.action == REQUEST_UPGRADE:
-        return Outcome(notice=_done(""), wants_upgrade_form=target)
-    if click.action == REQUEST_MIG:
-        return Outcome(notice=_done(""), wants_mig_form=target)
-    return Outcome(notice=_done(""), wants_drain_form=target)
+    return Outcome(notice=_done(""), wants_form=WantedForm(form.kind, target))
 
 
 def press(click: Click, services: Services) -> Outcome:
     """Carry out one click; refusals come back as the notice, never as an exception."""
-    if click.action in (REQUEST_DRAIN, REQUEST_UPGRADE, REQUEST_MIG):
-        return _request_form(click)
+    form = form_opened_by(click.action)
+    if form is not None:
+        return _request_form(click, form)
     if click.action == HOST_DRIVER_REMOVED:
         run_at_node = decode_run_at_node(click.value)
         if run_at_node is None:

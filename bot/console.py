@@ -23,10 +23,8 @@ from typing import TextIO
 
 from bot import messages as msg
 from bot.clicks import Click, Outcome, press
-from bot.drain_form import drain_usage
-from bot.mig_form import mig_usage
-from bot.upgrade_form import upgrade_usage
 from bot.intents import confirm_for
+from bot.request_forms import form_of
 from bot.render_text import render_text, terminal_safe
 from bot.wiring import Runtime
 from commands.catalog import dispatch
@@ -133,16 +131,9 @@ class Console:
         click = Click(action=intent.action, value=intent.value, actor=self.actor, now=self.clock())
         services = self.runtime.services()
         outcome = press(click, services)
-        if outcome.wants_drain_form is not None:
-            self.say(msg.drain_form_in_console(drain_usage(outcome.wants_drain_form)))
-            self.last_ok = True
-            return
-        if outcome.wants_upgrade_form is not None:
-            self.say(msg.upgrade_form_in_console(upgrade_usage(outcome.wants_upgrade_form)))
-            self.last_ok = True
-            return
-        if outcome.wants_mig_form is not None:
-            self.say(msg.mig_form_in_console(mig_usage(outcome.wants_mig_form)))
+        if outcome.wants_form is not None:
+            form = form_of(outcome.wants_form.kind)
+            self.say(form.in_console(form.usage(outcome.wants_form.target)))
             self.last_ok = True
             return
         if outcome.wants_reason is not None:

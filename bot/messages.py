@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from commands.reply import Confirm
 from workflows.fleet.findings import format_age
+from workflows.kinds import KINDS
 
 # ------------------------------------------------------------------ credentials
 
@@ -406,12 +407,15 @@ def mig_form_in_console(usage: str) -> str:
 # ------------------------------------------------------------------ request cards
 
 
-KIND_NOUNS = {"drain": "Drain", "upgrade": "Driver upgrade", "mig": "MIG change",
-              "migrate": "Move to the operator"}
+def _kind_title(kind: str) -> str:
+    """"Drain": how a card's title names a request of `kind` (workflows/kinds.py)."""
+    known = KINDS.get(kind)
+    return known.title if known is not None else kind
+
 
 
 def request_title(kind: str, request_id: str, pool: str) -> str:
-    return f"{KIND_NOUNS.get(kind, kind)} request {request_id} · pool {pool}"
+    return f"{_kind_title(kind)} request {request_id} · pool {pool}"
 
 
 def as_soon_as_approved() -> str:
@@ -442,7 +446,7 @@ def waiting_title(count: int) -> str:
 
 def waiting_line(request_id: str, kind: str, pool: str, requester: str, reason: str, approvals: str,
                  expires: str) -> str:
-    return (f"*{request_id}* · {KIND_NOUNS.get(kind, kind)} on {pool}, requested by {requester}: {reason}\n"
+    return (f"*{request_id}* · {_kind_title(kind)} on {pool}, requested by {requester}: {reason}\n"
             f"Approvals {approvals} · expires {expires}")
 
 
@@ -455,7 +459,7 @@ def waits_title(count: int) -> str:
 
 
 def waits_line(request_id: str, kind: str, pool: str, why: str) -> str:
-    return f"*{request_id}* · {KIND_NOUNS.get(kind, kind)} on {pool}: {why}"
+    return f"*{request_id}* · {_kind_title(kind)} on {pool}: {why}"
 
 
 def more_waits(count: int) -> str:

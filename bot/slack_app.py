@@ -27,7 +27,6 @@ user is told when possible.
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import logging
 import re
 from collections.abc import Callable
@@ -42,15 +41,11 @@ from slack_sdk.errors import SlackApiError
 
 from bot import messages as msg
 from bot.clicks import Click, Outcome, press
-from bot.drain_form import (
-    DRAIN_CALLBACK,
-    drain_form,
-    may_request_drain,
-    read_drain_form,
-)
+from bot.drain_form import may_request_drain
 from bot.forms import FormContext, form_context
-from bot.mig_form import MIG_CALLBACK, may_request_mig, mig_form, read_mig_form
-from bot.upgrade_form import UPGRADE_CALLBACK, may_request_upgrade, read_upgrade_form, upgrade_form
+from bot.mig_form import may_request_mig
+from bot.request_forms import FORMS, RequestForm, form_of
+from bot.upgrade_form import may_request_upgrade
 from bot.home import home_view
 from bot.identity import SlackDirectory
 from bot.intents import action_of
@@ -61,18 +56,11 @@ from bot.render_text import render_text
 from bot.slack_api import BOT_EVENTS, SLASH_COMMAND, SlackApi
 from bot.wiring import Runtime
 from commands.catalog import dispatch, run_command
-from commands.drain import request_drain
 from commands.fleet import fleet_status
-from commands.mig import request_mig
-from commands.upgrade import request_upgrade
 from commands.registry import REGISTRY, Call, CommandSpec, invoke
 from commands.requests import open_waits
 from commands.reply import Reply, error_reply
 from workflows.access import Actor
-
-DRAIN_COMMAND = REGISTRY.commands[("drain",)]
-UPGRADE_COMMAND = REGISTRY.commands[("upgrade",)]
-MIG_COMMAND = REGISTRY.commands[("mig",)]
 
 log = logging.getLogger("gpuops.bot.slack")
 
@@ -97,15 +85,12 @@ class _FormRun:
 
 
 def _wanted_form(outcome: Outcome, context: FormContext) -> tuple[dict[str, Any], str, str] | None:
-    """The modal a click asked for (drain, upgrade or MIG form), with how to name it when
-    it cannot be opened."""
-    if outcome.wants_drain_form is not None:
-        return drain_form(outcome.wants_drain_form, context), msg.DRAIN_FORM_FORM, msg.DRAIN_FORM_TITLE
-    if outcome.wants_upgrade_form is not None:
-        return upgrade_form(outcome.wants_upgrade_form, context), msg.UPGRADE_FORM_FORM, msg.UPGRADE_FORM_TITLE
-    if outcome.wants_mig_form is not None:
-        return mig_form(outcome.wants_mig_form, context), msg.MIG_FORM_FORM, msg.MIG_FORM_TITLE
-    return None
+    """The modal a click asked for (a kind's request form), with how to name it when it
+    cannot be opened."""
+    if outcome.wants_form is None:
+        return None
+    form = form_of(outcome.wants_form.kind)
+    return form.build(outcome.wants_form.target, context), form.purpose, form.title
 
 
 class SlackRejectedToken(Exception):
@@ -162,9 +147,8 @@ class SlackBot:
         app.command(SLASH_COMMAND)(ack=self.ack, lazy=[self.run_command])
         app.action(_ACTION_IDS)(ack=self.ack, lazy=[self.run_click])
         app.view(DENY_CALLBACK)(ack=self.ack_deny, lazy=[self.run_deny])
-        app.view(DRAIN_CALLBACK)(ack=self.ack_drain_form, lazy=[self.run_drain_form])
-        app.view(UPGRADE_CALLBACK)(ack=self.ack_upgrade_form, lazy=[self.run_upgrade_form])
-        app.view(MIG_CALLBACK)(ack=self.ack_mig_form, lazy=[self.run_mig_form])
+        for form in FORMS:
+            app.view(form.callback)(ack=self.form_ack(form), lazy=[self.form_run(form)])
         for event in BOT_EVENTS:
             app.event(event)(ack=self.ack, lazy=[self.run_home])
         app.error(self.on_error)
@@ -181,15 +165,12 @@ class SlackBot:
         else:
             ack(response_action="errors", errors={REASON_BLOCK: msg.deny_reason_missing()})
 
-    def ack_drain_form(self, ack: Any, view: dict[str, Any]) -> None:
-        # Only checks that read the form and the clock: the cluster is not asked here.
-        self._ack_form(ack, read_drain_form(view, now=self.clock()).errors)
-
-    def ack_upgrade_form(self, ack: Any, view: dict[str, Any]) -> None:
-        self._ack_form(ack, read_upgrade_form(view, now=self.clock()).errors)
-
-    def ack_mig_form(self, ack: Any, view: dict[str, Any]) -> None:
-        self._ack_form(ack, read_mig_form(view, now=self.clock()).errors)
+    def form_ack(self, form: RequestForm) -> Callable[[Any, dict[str, Any]], None]:
+        """The ack of `form`'s submission: its field errors, else done."""
+        def ack_form(ack: Any, view: dict[str, Any]) -> None:
+            # Only checks that read the form and the clock: the cluster is not asked here.
+            self._ack_form(ack, form.read(view, now=self.clock()).errors)
+        return ack_form
 
     @staticmethod
     def _ack_form(ack: Any, errors: dict[str, str]) -> None:
@@ -304,28 +285,23 @@ class SlackBot:
             self.tell(user, error_reply(msg.refused_title(), msg.something_failed()), place)
             self.deliveries.record(Delivery("deny", key, "failed"))
 
-    def run_drain_form(self, body: dict[str, Any], view: dict[str, Any]) -> None:
-        """The drain form, submitted: the drain it asks for, run as `/gpu drain`."""
-        reading = read_drain_form(view, now=self.clock())
-        form = reading.form
-        self._run_form(body, view, "drain-form", DRAIN_CALLBACK, None if form is None else _FormRun(
-            command=form.command(), channel=form.channel, spec=DRAIN_COMMAND,
-            run=functools.partial(request_drain, ask=form.ask()), footer=msg.drain_form_footer))
+    def form_run(self, form: RequestForm) -> Callable[[dict[str, Any], dict[str, Any]], None]:
+        """The work of `form`'s submission: the change it asks for, run as its command
+        (`/gpu drain`, `/gpu upgrade`, `/gpu mig`)."""
+        def run_form(body: dict[str, Any], view: dict[str, Any]) -> None:
+            submitted = form.read(view, now=self.clock()).form
+            if submitted is None:
+                self._run_form(body, view, form.delivery, form.callback, None)
+                return
+            ask = submitted.ask()
 
-    def run_upgrade_form(self, body: dict[str, Any], view: dict[str, Any]) -> None:
-        """The upgrade form, submitted: the upgrade it asks for, run as `/gpu upgrade`."""
-        reading = read_upgrade_form(view, now=self.clock())
-        form = reading.form
-        self._run_form(body, view, "upgrade-form", UPGRADE_CALLBACK, None if form is None else _FormRun(
-            command=form.command(), channel=form.channel, spec=UPGRADE_COMMAND,
-            run=functools.partial(request_upgrade, ask=form.ask()), footer=msg.upgrade_form_footer))
+            def run(call: Call) -> Reply:
+                return form.run(call, ask)
 
-    def run_mig_form(self, body: dict[str, Any], view: dict[str, Any]) -> None:
-        """The MIG form, submitted: the change it asks for, run as `/gpu mig`."""
-        form = read_mig_form(view, now=self.clock()).form
-        self._run_form(body, view, "mig-form", MIG_CALLBACK, None if form is None else _FormRun(
-            command=form.command(), channel=form.channel, spec=MIG_COMMAND,
-            run=functools.partial(request_mig, ask=form.ask()), footer=msg.mig_form_footer))
+            self._run_form(body, view, form.delivery, form.callback, _FormRun(
+                command=submitted.command(), channel=submitted.channel, spec=form.command, run=run,
+                footer=form.footer))
+        return run_form
 
     def _run_form(self, body: dict[str, Any], view: dict[str, Any], kind: str, callback: str,
                   form: _FormRun | None) -> None:

@@ -37,6 +37,7 @@ from commands.services import FleetSource, Services
 from storage import idempotency
 from storage import requests as stored_requests
 from storage.database import PerThreadDatabase, default_database_path
+from workflows.kinds import KINDS
 from workflows.access import Actor
 from workflows.config import ConfigError, GpuopsConfig
 from workflows.engine.cordons import Cordons
@@ -202,9 +203,17 @@ class Runtime:
         self.database.close()
 
 
+def kinds_database(database: str | Path) -> PerThreadDatabase:
+    """The database on every thread, knowing each kind of change (workflows/kinds.py): its
+    reference rows are written when it opens, so the database takes requests and steps of
+    those kinds and refuses others."""
+    kinds = KINDS.storage_kinds()
+    return PerThreadDatabase(database, request_kinds=kinds.request_kinds, step_kinds=kinds.step_kinds)
+
+
 def runtime_from_fleet_source(config: GpuopsConfig, fleet: FleetSource, database: str | Path) -> Runtime:
     """A runtime over any fleet source (a FleetCache, or a plain Fleet in tests)."""
-    per_thread = PerThreadDatabase(database)
+    per_thread = kinds_database(database)
     per_thread.get()  # open and migrate now, so a bad file stops the start
     return Runtime(config=config, fleet=fleet, database=per_thread)
 
@@ -235,7 +244,7 @@ def build_runtime(config: GpuopsConfig, *, kubeconfig: str | None, context: str 
             kubeconfig, context = (str(entry.kubeconfig) if entry.kubeconfig else kubeconfig), entry.context
     gateway = KubeGateway.connect(kubeconfig=kubeconfig, context=context)
     check_permissions(config, gateway)
-    per_thread = PerThreadDatabase(database)
+    per_thread = kinds_database(database)
     per_thread.get()  # open and migrate now, so a bad file stops the start
     if home is not None:  # before the cache reads canary verdicts by their requests' cluster
         named = stored_requests.name_unnamed_cluster(per_thread.get(), cluster=home)

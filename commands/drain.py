@@ -34,9 +34,10 @@ from workflows.wording import local_time, when
 
 
 def _drains(call: Call) -> DrainService:
-    if call.services.drains is None:
+    drains = call.services.change("drain", DrainService)
+    if drains is None:
         raise NotFoundError(msg.not_available("Requests"))
-    return call.services.drains
+    return drains
 
 
 def _runs(call: Call) -> RunService:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from commands import messages as msg
 from commands.drain_grammar import read_start_words
+from commands.kinds import answers
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
 from commands.reply import Fact, Reply, Section, Table, error_reply
 from commands.requests import approval_intents
@@ -35,9 +36,10 @@ from workflows.wording import local_time
 
 
 def _migs(call: Call) -> MigService:
-    if call.services.migs is None:
+    migs = call.services.change("mig", MigService)
+    if migs is None:
         raise NotFoundError(msg.not_available("Requests"))
-    return call.services.migs
+    return migs
 
 
 def read_mig_words(args: list[str], *, call: Call, fleet: Fleet) -> MigAsk:
@@ -121,6 +123,7 @@ def request_mig(call: Call, ask: MigAsk) -> Reply:
                                                      channel=call.channel))
 
 
+@answers("mig")
 def answer(call: Call, planned: Callable[[], MigRequested]) -> Reply:
     try:
         done = planned()

@@ -16,6 +16,7 @@ from typing import Literal
 
 from commands import messages as msg
 from commands.drain_grammar import read_start_words
+from commands.kinds import answers
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
 from commands.reply import Fact, Reply, Section, Table, error_reply
 from commands.requests import approval_intents
@@ -33,9 +34,10 @@ from workflows.wording import local_time
 
 
 def _migrations(call: Call) -> MigrateService:
-    if call.services.migrations is None:
+    migrations = call.services.change("migrate", MigrateService)
+    if migrations is None:
         raise NotFoundError(msg.not_available("Requests"))
-    return call.services.migrations
+    return migrations
 
 
 def read_migrate_words(args: list[str], *, call: Call, fleet: Fleet) -> MigrateAsk:
@@ -121,6 +123,7 @@ def confirm_host_driver(call: Call, run_id: str, *, node: str | None) -> Reply:
                  sections=(Section(table=Table(columns=msg.STEP_COLUMNS[:4], rows=rows)),))
 
 
+@answers("migrate")
 def answer(call: Call, planned: Callable[[], MigrateRequested]) -> Reply:
     try:
         done = planned()

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
 from storage.database import Database
 from workflows.config import GpuopsConfig
@@ -18,6 +18,7 @@ from workflows.engine.cordons import Cordons
 from workflows.engine.runs import RunService
 from workflows.fleet.clusters import ClusterGlance, ClusterSource
 from workflows.fleet.summary import Fleet
+from workflows.kinds import ChangeService
 from workflows.requests.service import RequestService, RoleLookup
 from workflows.mig.service import MigReader, MigService
 from workflows.pools.freezes import FreezeService
@@ -25,6 +26,9 @@ from workflows.migrate.service import MigrateService, NodeLabels
 from workflows.quotas.service import QuotaService
 from workflows.signals.service import SignalsService
 from workflows.upgrade.service import UpgradeService
+
+
+S = TypeVar("S")
 
 
 class FleetSource(Protocol):
@@ -61,16 +65,11 @@ class Services:
     runs: RunService | None = None
     # The connection the services above use (one per thread, see storage.database).
     database: Database | None = None
-    # Drains: one call plans, checks and stores one (workflows.drain.service).
-    drains: DrainService | None = None
     # gpuops' cordon marks outside a run (`/gpu uncordon`); needs the Kubernetes API.
     cordons: Cordons | None = None
-    # Driver upgrades of a pool (workflows.upgrade.service).
-    upgrades: UpgradeService | None = None
-    # MIG layout changes of a pool (workflows.mig.service).
-    migs: MigService | None = None
-    # Moves from host drivers to the GPU Operator (workflows.migrate.service).
-    migrations: MigrateService | None = None
+    # Each kind of change's service by the kind's name (workflows/kinds.py): drains,
+    # driver upgrades, MIG layout changes, moves from host drivers to the GPU Operator.
+    changes: Mapping[str, ChangeService] = field(default_factory=dict)
     # GPU quotas against the pools (workflows.quotas.service); needs the Kubernetes API.
     quotas: QuotaService | None = None
     # GPU health from DCGM, through Prometheus or from the exporter pods (workflows.signals); None: not configured,
@@ -82,6 +81,12 @@ class Services:
     # address, and every cluster by name (commands.clusters). None: one cluster.
     cluster: str | None = None
     clusters: ClusterDirectory | None = None
+
+    def change(self, kind: str, service: type[S]) -> S | None:
+        """The service of the kind of change `kind`, as the class its command works with;
+        None when this entry point has none."""
+        found = self.changes.get(kind)
+        return found if isinstance(found, service) else None
 
     @classmethod
     def on_database(cls, *, config: GpuopsConfig, fleet: FleetSource, database: Database,
@@ -101,15 +106,17 @@ class Services:
         is found); `signals` the process's one DCGM reader (it remembers counters for their
         rates; without it one is made from the configuration, over `fleet`'s pods)."""
         requests = RequestService(database, config, roles=roles, on_approved=on_approved)
+        changes: tuple[ChangeService, ...] = (
+            DrainService(requests, pools=config.pools, workloads=workloads),
+            UpgradeService(requests, pools=config.pools, allowed_versions=config.upgrades.allowed_versions,
+                           cluster_policy_scope=config.upgrades.cluster_policy_scope,
+                           gpu_check=config.upgrades.gpu_check, pods=mig_reader),
+            MigService(requests, pools=config.pools, reader=mig_reader),
+            MigrateService(requests, pools=config.pools, gpu_check=config.upgrades.gpu_check, pods=mig_reader,
+                           labels=node_labels),
+        )
         return cls(config=config, fleet=fleet, requests=requests,
-                   drains=DrainService(requests, pools=config.pools, workloads=workloads),
-                   upgrades=UpgradeService(requests, pools=config.pools,
-                                           allowed_versions=config.upgrades.allowed_versions,
-                                           cluster_policy_scope=config.upgrades.cluster_policy_scope,
-                                           gpu_check=config.upgrades.gpu_check, pods=mig_reader),
-                   migs=MigService(requests, pools=config.pools, reader=mig_reader),
-                   migrations=MigrateService(requests, pools=config.pools, gpu_check=config.upgrades.gpu_check,
-                                             pods=mig_reader, labels=node_labels),
+                   changes={service.kind: service for service in changes},
                    runs=RunService(database, wake=wake_engine, names=config.names, cluster=config.cluster_name,
                                    requests=requests),
                    database=database,

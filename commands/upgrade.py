@@ -19,14 +19,14 @@ from collections.abc import Callable, Mapping
 
 from commands import messages as msg
 from commands.drain_grammar import read_start_words
-from commands.mig import answer as mig_answer
-from commands.migrate import answer as migrate_answer
+from commands.kinds import ANSWERS, answers
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
 from commands.reply import Fact, Reply, Section, Table, error_reply
 from commands.requests import approval_intents
 from workflows.access import AccessDenied, Role
 from workflows.drain.plan import DrainRequestError
 from workflows.engine.runs import UnknownRun
+from workflows.kinds import KINDS, RollsBack
 from workflows.pools.config import PoolConfig
 from workflows.pools.windows import UTC
 from workflows.plans import plan_hash
@@ -38,9 +38,10 @@ from workflows.wording import local_time
 
 
 def _upgrades(call: Call) -> UpgradeService:
-    if call.services.upgrades is None:
+    upgrades = call.services.change("upgrade", UpgradeService)
+    if upgrades is None:
         raise NotFoundError(msg.not_available("Requests"))
-    return call.services.upgrades
+    return upgrades
 
 
 def read_upgrade_words(args: list[str], *, pools: Mapping[str, PoolConfig], now: dt.datetime) -> UpgradeAsk:
@@ -160,18 +161,21 @@ def rollback_run(call: Call, run_id: str) -> Reply:
     except UnknownRun as err:
         raise NotFoundError(str(err)) from None
     fleet = call.services.fleet.fleet(call.now)
-    if run.kind == "migrate" and call.services.migrations is not None:
-        migrations = call.services.migrations
-        return migrate_answer(call, lambda: migrations.rollback(call.actor, run, fleet=fleet, now=call.now,
-                                                                channel=call.channel))
-    if run.kind == "mig" and call.services.migs is not None:
-        migs = call.services.migs
-        return mig_answer(call, lambda: migs.rollback(call.actor, run, fleet=fleet, now=call.now,
-                                                      channel=call.channel))
-    return _answer(call, lambda: _upgrades(call).rollback(call.actor, run, fleet=fleet, now=call.now,
-                                                           channel=call.channel))
+    # The run's kind rolls itself back (workflows/kinds.py says which kinds can); any other
+    # run is the driver upgrade service's to refuse, saying it is not an upgrade.
+    kind = KINDS.get(run.kind)
+    found = call.services.changes.get(run.kind) if kind is not None and kind.rollback else None
+    own = found if isinstance(found, RollsBack) else None
+    answer = ANSWERS.get(run.kind) if own is not None else None
+    service: RollsBack
+    if own is None or answer is None:
+        service, answer = _upgrades(call), _answer
+    else:
+        service = own
+    return answer(call, lambda: service.rollback(call.actor, run, fleet=fleet, now=call.now, channel=call.channel))
 
 
+@answers("upgrade")
 def _answer(call: Call, planned: Callable[[], UpgradeRequested]) -> Reply:
     try:
         done = planned()

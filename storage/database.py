@@ -183,11 +183,16 @@ def open_database(
     *,
     migrations: Sequence[Migration] = MIGRATIONS,
     now: Callable[[], dt.datetime] = _utc_now,
+    request_kinds: Sequence[str] = (),
+    step_kinds: Sequence[str] = (),
 ) -> Database:
     """Open (creating if needed) and migrate the database at `path`; see the module doc.
 
     `now` stamps `schema_migrations.applied_at` and is the one clock read in storage.
-    `migrations` is for tests; production uses the released list.
+    `migrations` is for tests; production uses the released list. `request_kinds` and
+    `step_kinds` are the kinds the caller knows (workflows/kinds.py): their reference rows
+    are written if missing, so requests and steps of those kinds can be stored (the
+    database refuses any other kind).
     """
     if sqlite3.sqlite_version_info < MINIMUM_SQLITE:
         raise SQLiteTooOld(found=sqlite3.sqlite_version, needed=".".join(map(str, MINIMUM_SQLITE)))
@@ -197,7 +202,8 @@ def open_database(
     known = migrations_mod.latest_version(migrations)
     _make_private_folders(path.parent)
     with _opening(path):
-        return _open_and_migrate(path, known=known, migrations=migrations, now=now)
+        return _open_and_migrate(path, known=known, migrations=migrations, now=now, request_kinds=request_kinds,
+                                 step_kinds=step_kinds)
 
 
 @contextlib.contextmanager
@@ -214,7 +220,8 @@ def _opening(path: Path) -> Iterator[None]:
 
 
 def _open_and_migrate(path: Path, *, known: int, migrations: Sequence[Migration],
-                      now: Callable[[], dt.datetime]) -> Database:
+                      now: Callable[[], dt.datetime], request_kinds: Sequence[str],
+                      step_kinds: Sequence[str]) -> Database:
     if path.exists() and path.stat().st_size > 0:
         _probe_read_only(path, known=known)
     else:
@@ -240,6 +247,7 @@ def _open_and_migrate(path: Path, *, known: int, migrations: Sequence[Migration]
             raise NotAGpuopsDatabase(path=path, why=f"cannot use WAL journal here (got {mode!r})")
         sqlite = sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
         migrations_mod.apply_pending(sqlite, path=path, migrations=migrations, now=now)
+        migrations_mod.register_kinds(sqlite, request_kinds=request_kinds, step_kinds=step_kinds)
     except BaseException:
         conn.close()
         raise
@@ -255,15 +263,19 @@ class PerThreadDatabase:
     is closed when its thread's locals are freed.
     """
 
-    def __init__(self, path: Path | str, *, now: Callable[[], dt.datetime] = _utc_now) -> None:
+    def __init__(self, path: Path | str, *, now: Callable[[], dt.datetime] = _utc_now,
+                 request_kinds: Sequence[str] = (), step_kinds: Sequence[str] = ()) -> None:
         self.path = Path(path)
         self._now = now
+        self._request_kinds = tuple(request_kinds)
+        self._step_kinds = tuple(step_kinds)
         self._local = threading.local()
 
     def get(self) -> Database:
         db: Database | None = getattr(self._local, "db", None)
         if db is None:
-            db = open_database(self.path, now=self._now)
+            db = open_database(self.path, now=self._now, request_kinds=self._request_kinds,
+                               step_kinds=self._step_kinds)
             self._local.db = db
         return db
 

@@ -21,6 +21,7 @@ itself; `PRAGMA foreign_key_check` runs before each commit and fails the migrati
 from __future__ import annotations
 
 import datetime as dt
+import re
 import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -331,6 +332,70 @@ ALTER TABLE requests ADD COLUMN extension_expires_at TEXT;
 CREATE INDEX requests_extension_due ON requests (extension_expires_at) WHERE extension_plan_hash IS NOT NULL;
 """
 
+# Kinds as reference rows instead of CHECK lists, so a new kind of request or step is a row
+# the opener writes (`register_kinds`), not a rebuilt table. This is the last rebuild of
+# `requests` and `steps` for a kind: each is copied under its own schema text with the
+# kind's CHECK list swapped for a foreign key, rows, ids and indexes kept, and the reference
+# tables start with exactly the kinds the CHECK lists allowed (read from the schema itself).
+_KIND_CHECK = re.compile(r"CHECK\s*\(\s*kind\s+IN\s*\(([^)]*)\)\s*\)", re.IGNORECASE)
+
+
+def _kinds_by_reference(db: sqlite_utils.Database) -> None:
+    conn = db.conn
+    conn.execute("CREATE TABLE request_kinds (name TEXT PRIMARY KEY CHECK (length(name) > 0)) STRICT, WITHOUT ROWID")
+    conn.execute("CREATE TABLE step_kinds (name TEXT PRIMARY KEY CHECK (length(name) > 0)) STRICT, WITHOUT ROWID")
+    for table, reference in (("requests", "request_kinds"), ("steps", "step_kinds")):
+        schema = conn.execute("SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = ?", [table]).fetchone()[0]
+        found = _KIND_CHECK.search(schema)
+        if found is None:
+            raise StorageError(f"the {table} table has no CHECK list of kinds to replace")
+        kinds = [k.strip().strip("'") for k in found.group(1).split(",")]
+        conn.executemany(f"INSERT INTO {reference} (name) VALUES (?)", [(k,) for k in kinds])
+        indexes = [row[0] for row in conn.execute(
+            "SELECT sql FROM sqlite_schema WHERE type = 'index' AND tbl_name = ? AND sql IS NOT NULL", [table])]
+        rebuilt = (schema[:found.start()] + f"REFERENCES {reference} (name)" + schema[found.end():])
+        rebuilt = re.sub(rf"^CREATE TABLE \"?{table}\"?", f"CREATE TABLE {table}_v11", rebuilt)
+        conn.execute(rebuilt)
+        conn.execute(f"INSERT INTO {table}_v11 SELECT * FROM {table}")
+        conn.execute(f"DROP TABLE {table}")
+        # NB: legacy renaming leaves the references other tables (approvals, runs) and the
+        # two-person triggers make to `requests` as they are: they name it, not its copy.
+        conn.execute("PRAGMA legacy_alter_table = ON")
+        conn.execute(f"ALTER TABLE {table}_v11 RENAME TO {table}")
+        conn.execute("PRAGMA legacy_alter_table = OFF")
+        for index in indexes:
+            conn.execute(index)
+    conn.execute("CREATE INDEX steps_by_kind ON steps (kind)")
+    conn.execute("CREATE INDEX requests_by_kind ON requests (kind)")
+
+
+def register_kinds(db: sqlite_utils.Database, *, request_kinds: Sequence[str], step_kinds: Sequence[str]) -> None:
+    """Make sure the reference rows of these kinds exist (the caller's registry of kinds);
+    writes only when one is missing. Rows are never removed: stored requests and steps may
+    name a kind no code registers any more. Before migration 11 there is nothing to write:
+    the CHECK lists then decide."""
+    conn = db.conn
+    if schema_version(conn) < KINDS_BY_REFERENCE:
+        return
+    known_requests = {row[0] for row in conn.execute("SELECT name FROM request_kinds")}
+    known_steps = {row[0] for row in conn.execute("SELECT name FROM step_kinds")}
+    missing_requests = [k for k in dict.fromkeys(request_kinds) if k not in known_requests]
+    missing_steps = [k for k in dict.fromkeys(step_kinds) if k not in known_steps]
+    if not missing_requests and not missing_steps:
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.executemany("INSERT OR IGNORE INTO request_kinds (name) VALUES (?)", [(k,) for k in missing_requests])
+        conn.executemany("INSERT OR IGNORE INTO step_kinds (name) VALUES (?)", [(k,) for k in missing_steps])
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+KINDS_BY_REFERENCE = 11
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -349,6 +414,8 @@ MIGRATIONS: tuple[Migration, ...] = (
               CLUSTER_COLUMNS),
     Migration(9, "runs say what they wait for before their next node or wave (waiting)", RUN_WAITING),
     Migration(10, "a running drain may wait for approval of a later window end (extension_*)", EXTENSION_COLUMNS),
+    Migration(KINDS_BY_REFERENCE, "request and step kinds are reference rows (request_kinds, step_kinds), "
+              "not CHECK lists", _kinds_by_reference, rebuilds_referenced=True),
 )
 
 _SCHEMA_MIGRATIONS = """

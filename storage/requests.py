@@ -16,7 +16,10 @@ from storage.codec import JsonValue
 from storage.database import Database
 from storage.ids import RequestId, new_request_id
 
-RequestKind = Literal["drain", "upgrade", "mig", "migrate"]
+# The kind of change a request asks for ("drain", ...). Storage keeps the names as data: the
+# `request_kinds` reference rows the opener writes (workflows/kinds.py says which there are);
+# the database refuses a request of a kind without a row.
+RequestKind = str
 RequestState = Literal[
     "pending",
     "approved",

@@ -14,7 +14,8 @@ is below it; `tests/unit/test_layers.py` checks it with import-linter):
     kube | prometheus            the only door to the Kubernetes API; the only door
                                  to Prometheus and exporters' /metrics
     access | durations | wording who may do what; "1h30m"; shared phrasing;
-      | logfields                the ids a log line is about
+      | logfields | kinds        the ids a log line is about; the kinds of change
+                                 (drain, upgrade, mig, migrate), each described once
 
 Upgrades, MIG changes and host-driver migration land beside `drain` as packages of
 their own."""

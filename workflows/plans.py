@@ -23,20 +23,19 @@ import math
 import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, get_args
 
 from storage import codec
 from storage.steps import NewStep, StepKind
+from workflows.kinds import KINDS
 from workflows.kube.objects import NodeName
 
-PlanKind = Literal["drain", "upgrade", "mig", "migrate"]
 PLAN_FORMAT = 1
 # How many hex digits of a plan hash people see ("hash 3f9a1c0e…"); also the shortest
 # prefix an approver may type instead of the whole hash.
 SHORT_HASH_LENGTH = 8
 
 _STEP_KINDS = frozenset(get_args(StepKind))
-_PLAN_KINDS = frozenset(get_args(PlanKind))
 
 
 class PlanFormatError(ValueError):
@@ -162,7 +161,7 @@ class Plan(_ByCanonicalJson):
     `created_for` is the Slack user id of the person the plan was built for (the
     requester); it is part of the hash, so a plan reviewed as Ada's is not Bob's."""
 
-    kind: PlanKind
+    kind: str  # a kind of change (workflows/kinds.py)
     pool: str
     waves: tuple[Wave, ...]
     summary: PlanSummary
@@ -170,8 +169,8 @@ class Plan(_ByCanonicalJson):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "waves", tuple(self.waves))
-        if self.kind not in _PLAN_KINDS:
-            raise ValueError(f"unknown plan kind {self.kind!r}; use one of {sorted(_PLAN_KINDS)}")
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown plan kind {self.kind!r}; use one of {sorted(KINDS.names)}")
         if not self.pool:
             raise ValueError("a plan needs a pool")
         indexes = [w.index for w in self.waves]

@@ -14,6 +14,7 @@ import pytest
 
 from bot.clicks import Click, Outcome, press
 from bot.intents import encode_value
+from bot.request_forms import WantedForm
 from tests.e2e.harness import submit_upgrade
 from workflows.handover.service import HandoverService
 
@@ -112,9 +113,9 @@ def test_request_a_drain_opens_the_form_only_for_someone_who_may_drain(runtime, 
     outcome = _press(runtime, "request-drain", "serving-a", who)
 
     if who in ALLOWED["request-drain"]:
-        assert outcome.ok and outcome.wants_drain_form == "serving-a"
+        assert outcome.ok and outcome.wants_form == WantedForm("drain", "serving-a")
     else:
-        assert not outcome.ok and outcome.wants_drain_form is None
+        assert not outcome.ok and outcome.wants_form is None
         assert REFUSALS[("request-drain", who)] in (outcome.notice.summary or ""), outcome.notice
 
 

@@ -23,6 +23,7 @@ from bot.drain_form import (
 )
 from bot.forms import CHANNEL, TIME, FormContext, form_context
 from bot.home import home_view
+from bot.request_forms import WantedForm
 from commands.catalog import dispatch
 from commands.reply import Reply
 from commands.services import Services
@@ -232,13 +233,13 @@ def test_clicking_request_a_drain_asks_for_the_form_only_for_someone_who_may_dra
     def click(who: str, value: str | None) -> Any:
         return press(Click(action="request-drain", value=value, actor=CONFIG.actor(who), now=NOW), services)
 
-    assert click("U0ALICE", "train-a").wants_drain_form == "train-a"
-    assert click("U0ALICE", None).wants_drain_form == ""  # the Home tab's names nothing
+    assert click("U0ALICE", "train-a").wants_form == WantedForm("drain", "train-a")
+    assert click("U0ALICE", None).wants_form == WantedForm("drain", "")  # the Home tab's names nothing
     viewer = click("U0DAVE", "train-a")
-    assert viewer.wants_drain_form is None and not viewer.ok
+    assert viewer.wants_form is None and not viewer.ok
     assert viewer.notice.summary == "`/gpu drain` needs the operator role; dave has viewer."
     junk = click("U0ALICE", '{"approved": true}')
-    assert junk.wants_drain_form is None and "does not belong to a gpuops message" in (junk.notice.summary or "")
+    assert junk.wants_form is None and "does not belong to a gpuops message" in (junk.notice.summary or "")
 
 
 def test_the_home_tab_has_the_drain_button_without_a_target_only_when_asked_for(services):

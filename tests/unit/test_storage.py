@@ -603,7 +603,7 @@ def test_the_first_slack_thread_recorded_for_a_request_sticks(db):
 
 
 def test_a_bad_kind_is_refused_by_the_schema(db):
-    with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+    with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
         requests.create(
             db,
             kind="reboot",

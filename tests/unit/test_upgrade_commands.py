@@ -171,7 +171,7 @@ def test_a_rollback_of_a_run_that_is_not_a_finished_upgrade_that_changed_a_drive
     from workflows.upgrade.scope import UpgradeRefused
 
     with pytest.raises(UpgradeRefused) as refused:
-        services.upgrades.rollback(services.config.actor("U0ALICE"), _run_view(kind, state, steps),  # type: ignore[union-attr]
+        services.changes["upgrade"].rollback(services.config.actor("U0ALICE"), _run_view(kind, state, steps),  # type: ignore[attr-defined]
                                    fleet=services.fleet.fleet(now), now=now)
     assert refused.value.code == code
 
@@ -181,7 +181,7 @@ def test_a_rollback_plans_the_replaced_version_for_the_nodes_the_run_changed_fai
         ("s3", "driver-version", "done", {"prior_version": "570.172.08"}),
         ("s3", "driver", "done", {}), ("s1", "driver", "failed", {}), ("s2", "driver", "pending", {})])
 
-    done = services.upgrades.rollback(services.config.actor("U0ALICE"), view,  # type: ignore[union-attr]
+    done = services.changes["upgrade"].rollback(services.config.actor("U0ALICE"), view,  # type: ignore[attr-defined]
                                       fleet=services.fleet.fleet(now), now=now)
 
     plan = done.planned.plan

@@ -49,6 +49,8 @@ class DrainService:
     """Drains on one request service (one database connection). Without `workloads` (no
     cluster: the console on a snapshot, unit tests) a plan lists no workloads."""
 
+    kind = "drain"  # its entry in workflows/kinds.py
+
     def __init__(self, requests: RequestService, *, pools: Mapping[str, PoolConfig],
                  workloads: Workloads | None = None) -> None:
         self._requests = requests

@@ -46,6 +46,8 @@ class MigRequested:
 
 
 class MigService:
+    kind = "mig"  # its entry in workflows/kinds.py
+
     def __init__(self, requests: RequestService, *, pools: Mapping[str, PoolConfig],
                  reader: MigReader | None = None) -> None:
         self._requests = requests

@@ -35,6 +35,8 @@ class MigrateRequested:
 
 
 class MigrateService:
+    kind = "migrate"  # its entry in workflows/kinds.py
+
     def __init__(self, requests: RequestService, *, pools: Mapping[str, PoolConfig], gpu_check: GpuCheck | None = None,
                  pods: GpuPods | None = None, labels: NodeLabels | None = None) -> None:
         self._requests = requests

@@ -14,6 +14,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, 
 from storage.requests import RequestKind
 from workflows.durations import Duration
 from workflows.fleet.assessment import UNPOOLED, Placement, PodMatch
+from workflows.kinds import KINDS
 from workflows.kube.objects import is_gpu_resource
 from workflows.pools import messages as say
 from workflows.pools.capacity import MaxUnavailable
@@ -42,6 +43,16 @@ def _pool_name(name: str) -> str:
 
 # A key of `pools`: a pool's name, checked where it is written.
 PoolKey = Annotated[str, AfterValidator(_pool_name)]
+
+
+def _change_kind(name: str) -> str:
+    if name not in KINDS:
+        raise ValueError(say.unknown_change_kind(name, known=KINDS.names))
+    return name
+
+
+# A key of a pool's `approvals`: a kind of change (workflows/kinds.py).
+ChangeKindName = Annotated[str, AfterValidator(_change_kind)]
 
 
 class _Model(BaseModel):
@@ -149,7 +160,7 @@ class Workloads(_Model):
 class PoolConfig(_Model):
     kind: Literal["serving", "training"]
     # Approvals a request needs, per kind of request.
-    approvals: dict[RequestKind, Annotated[int, Field(ge=0, le=5)]] = Field(default_factory=dict)
+    approvals: dict[ChangeKindName, Annotated[int, Field(ge=0, le=5)]] = Field(default_factory=dict)
     # Who may approve for this pool, besides global approvers: Slack user ids or
     # user groups written as "group:S0123".
     approvers: tuple[str, ...] = ()
@@ -321,8 +332,7 @@ class PoolConfig(_Model):
     def approvals_required(self, kind: RequestKind) -> int:
         if kind in self.approvals:
             return self.approvals[kind]
-        # Defaults: serving pools want two people for upgrades, MIG changes and moves to
-        # the operator, one for drains; training pools one for those and none for drains.
-        defaults = {"serving": {"drain": 1, "upgrade": 2, "mig": 2, "migrate": 2},
-                    "training": {"drain": 0, "upgrade": 1, "mig": 1, "migrate": 1}}
-        return defaults[self.kind][kind]
+        # Defaults are the kind's (workflows/kinds.py): serving pools want two people for
+        # upgrades, MIG changes and moves to the operator, one for drains; training pools
+        # one for those and none for drains.
+        return KINDS[kind].approvals_for(self.kind)

@@ -100,6 +100,10 @@ def bad_selector_part(part: str) -> str:
             "key in (a,b), key notin (a,b), key or !key, separated by commas")
 
 
+def unknown_change_kind(name: str, *, known: Sequence[str]) -> str:
+    return f"{name!r} is no kind of change; use one of {', '.join(known)}"
+
+
 def pool_name_reserved(name: str) -> str:
     return f"{quoted(name)} is reserved for GPU nodes that match no pool"
 

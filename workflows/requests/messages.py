@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Sequence
 
+from workflows.kinds import KINDS
 from workflows.plans import short_hash
 from workflows.wording import names, when
 
@@ -31,8 +32,13 @@ def roles_held(roles: Iterable[str]) -> str:
     return ", ".join(held) if held else "no role"
 
 
-_KIND_NOUN = {"drain": "a drain", "upgrade": "a driver upgrade", "mig": "a MIG change",
-              "migrate": "a move from host drivers to the operator"}
+
+
+def _kind_noun(kind: str) -> str:
+    """"a drain": how a sentence names a request of `kind` (workflows/kinds.py)."""
+    known = KINDS.get(kind)
+    return known.noun if known is not None else kind
+
 
 # How a request in each state reads after its id ("req-7f3a2c is already approved").
 _STATE_PHRASE = {
@@ -76,14 +82,14 @@ def pool_not_configured(request_id: str, pool: str) -> str:
 
 def not_an_operator(*, pool: str, kind: str, name: str, held: Iterable[str]) -> str:
     return (
-        f"Requesting {_KIND_NOUN.get(kind, kind)} on pool {pool} needs the operator role "
+        f"Requesting {_kind_noun(kind)} on pool {pool} needs the operator role "
         f"for {pool}; {name} has {roles_held(held)}."
     )
 
 
 def no_request_reason(*, pool: str, kind: str) -> str:
     return (
-        f"Say why you request {_KIND_NOUN.get(kind, kind)} on pool {pool}; approvers read "
+        f"Say why you request {_kind_noun(kind)} on pool {pool}; approvers read "
         "the reason before they approve."
     )
 
@@ -197,7 +203,7 @@ def thread_created(
     expires_at: dt.datetime,
 ) -> str:
     what = (
-        f"{requester_name} requested {_KIND_NOUN.get(kind, kind)} on pool {pool} "
+        f"{requester_name} requested {_kind_noun(kind)} on pool {pool} "
         f"({nodes} {'node' if nodes == 1 else 'nodes'} in {waves} "
         f"{'wave' if waves == 1 else 'waves'}, plan {plan_ref(plan_hash)}): {reason}"
     )

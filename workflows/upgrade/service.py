@@ -29,6 +29,8 @@ class UpgradeRequested:
 
 
 class UpgradeService:
+    kind = "upgrade"  # its entry in workflows/kinds.py
+
     def __init__(self, requests: RequestService, *, pools: Mapping[str, PoolConfig],
                  allowed_versions: Sequence[str] = (), cluster_policy_scope: ClusterPolicyScope = "pool",
                  gpu_check: GpuCheck | None = None, pods: GpuPods | None = None) -> None:

@@ -1,0 +1,151 @@
+"""The kinds of change gpuops makes (drain, driver upgrade, MIG change, move to the
+operator), each described once: its name, how people read it, the steps its plans use,
+the approvals a pool wants by default, and whether a rollback or a person's confirmation
+applies to it.
+
+Everything that needs to know the kinds reads them here: plans (which kinds a plan may
+be), the request service's and the cards' wording, a pool's default approvals, the
+commands that offer Roll back or a person's confirmation, and the database, whose
+reference rows of request and step kinds are these (`storage_kinds`, written when the
+database opens: a database refuses a request or step of a kind nobody registered).
+
+A kind's own behaviour stays in its package (`workflows/drain`, `workflows/upgrade`, ...):
+its service answers the one `ChangeService` protocol below. This module sits at the
+bottom of the domain (it imports nothing of gpuops) so every layer may read it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+# The kinds of pool a default number of approvals is given for (workflows/pools/config.py).
+PoolKind = Literal["serving", "training"]
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeKind:
+    """One kind of change, as every layer reads it."""
+
+    # The word stored with each request and plan ("drain"), also the `/gpu` command's.
+    name: str
+    # How a sentence names one: "Requesting a drain on pool ..." (with its article).
+    noun: str
+    # How a card's title names one: "Drain request req-7f3a2c".
+    title: str
+    # The step kinds its plans use, in the order a node meets them.
+    step_kinds: tuple[str, ...]
+    # Approvals a pool of each kind wants when its configuration names none for this kind.
+    default_approvals: Mapping[PoolKind, int]
+    # Whether a halted run may be rolled back (`/gpu rollback`, the Roll back button).
+    rollback: bool = False
+    # Whether its runs wait for a person to confirm something by hand (a host driver).
+    confirmation: bool = False
+
+    def approvals_for(self, pool_kind: PoolKind) -> int:
+        return self.default_approvals[pool_kind]
+
+
+@dataclass(frozen=True, slots=True)
+class StorageKinds:
+    """The reference rows the database keeps: every request kind and every step kind."""
+
+    request_kinds: tuple[str, ...]
+    step_kinds: tuple[str, ...]
+
+
+class ChangeService(Protocol):
+    """What every kind's service does (workflows/<kind>/service.py): say which kind it
+    serves, and ask for a change (a request waiting for approvals). `ask` is the kind's
+    own record of what was asked for; the kinds that preview a plan or roll back a halted
+    run also answer `Previews` and `RollsBack`."""
+
+    @property
+    def kind(self) -> str: ...
+
+    def request(self, actor: Any, ask: Any, *, fleet: Any, now: dt.datetime, channel: str | None = None) -> Any: ...
+
+
+@runtime_checkable
+class Previews(Protocol):
+    """Plans a change without storing it (`--dry-run`)."""
+
+    def preview(self, actor: Any, ask: Any, *, fleet: Any, now: dt.datetime) -> Any: ...
+
+
+@runtime_checkable
+class RollsBack(Protocol):
+    """Asks to put back what a halted run of its kind changed (a kind whose `rollback` is true)."""
+
+    def rollback(self, actor: Any, run: Any, *, fleet: Any, now: dt.datetime, channel: str | None = None) -> Any: ...
+
+
+@dataclass(frozen=True)
+class KindRegistry:
+    """The kinds of change, by name, in the order they were registered."""
+
+    kinds: tuple[ChangeKind, ...] = ()
+    # Step kinds no kind's plans use any more but runs in a database may still hold.
+    retired_step_kinds: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        names = [kind.name for kind in self.kinds]
+        if len(set(names)) != len(names):
+            raise ValueError(f"a kind of change is registered twice: {names}")
+
+    def __iter__(self) -> Iterator[ChangeKind]:
+        return iter(self.kinds)
+
+    def __contains__(self, name: object) -> bool:
+        return any(kind.name == name for kind in self.kinds)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(kind.name for kind in self.kinds)
+
+    def get(self, name: str) -> ChangeKind | None:
+        return next((kind for kind in self.kinds if kind.name == name), None)
+
+    def __getitem__(self, name: str) -> ChangeKind:
+        kind = self.get(name)
+        if kind is None:
+            raise KeyError(f"unknown kind of change {name!r}; known: {list(self.names)}")
+        return kind
+
+    @property
+    def step_kinds(self) -> tuple[str, ...]:
+        """Every step kind some kind's plans use (or runs may still hold), each once."""
+        seen = dict.fromkeys(step for kind in self.kinds for step in kind.step_kinds)
+        seen.update(dict.fromkeys(self.retired_step_kinds))
+        return tuple(seen)
+
+    def with_kind(self, kind: ChangeKind) -> KindRegistry:
+        """This registry and one more kind (what a new kind's registry line does)."""
+        return KindRegistry(kinds=(*self.kinds, kind), retired_step_kinds=self.retired_step_kinds)
+
+    def storage_kinds(self) -> StorageKinds:
+        return StorageKinds(request_kinds=self.names, step_kinds=self.step_kinds)
+
+
+KINDS = KindRegistry(
+    kinds=(
+        ChangeKind(name="drain", noun="a drain", title="Drain",
+                   step_kinds=("cordon", "wait-for-jobs", "evict", "validate", "hold", "uncordon"),
+                   default_approvals={"serving": 1, "training": 0}),
+        ChangeKind(name="upgrade", noun="a driver upgrade", title="Driver upgrade",
+                   step_kinds=("operator-hold", "cordon", "wait-for-jobs", "evict", "driver", "driver-version",
+                               "operator-upgrade", "hold", "validate", "gpu-check", "uncordon"),
+                   default_approvals={"serving": 2, "training": 1}, rollback=True),
+        ChangeKind(name="mig", noun="a MIG change", title="MIG change",
+                   step_kinds=("wait-for-jobs", "cordon", "evict", "mig", "validate", "uncordon"),
+                   default_approvals={"serving": 2, "training": 1}, rollback=True),
+        ChangeKind(name="migrate", noun="a move from host drivers to the operator", title="Move to the operator",
+                   step_kinds=("snapshot", "cordon", "wait-for-jobs", "evict", "host-driver-removed", "node-labels",
+                               "wait-for", "host-driver-installed", "gpu-check", "validate", "uncordon", "restore"),
+                   default_approvals={"serving": 2, "training": 1}, rollback=True, confirmation=True),
+    ),
+    # Plans once drained a node in one step; the engine still runs one a run holds.
+    retired_step_kinds=("drain",),
+)
