@@ -10,6 +10,10 @@ FLEET ?= demo
 # Who the console acts as (the demo configuration defines U0ALICE operator, U0BOB and
 # U0CAROL approvers, U0DAVE viewer, U0ERIN admin).
 DEMO_USER ?= U0ALICE
+# Parallel pytest workers for `make check` and `make test` (pytest-xdist; most tests wait on
+# a socket, a clock or a control plane rather than compute, so four suit two cores; 0 runs
+# in one process).
+TEST_WORKERS ?= 4
 DEMO_ARGS := --config deploy/config.example.yaml --kubeconfig .gpuops/testenv/kubeconfig --database .gpuops/demo.db
 
 .PHONY: check fuzz reliability venv demo test bench bench-scaling mutation testenv-build testenv-up testenv-down clean
@@ -39,7 +43,7 @@ demo: testenv-build
 
 # The fast loop, for every change: lint, the import contracts, the type checker (mypy) and
 # every test that needs neither the control plane nor a build: the folders that hold only
-# those (tests/README.md; no Go needed; about 4 minutes on 2 cores). `make test` runs all of
+# those (tests/README.md; no Go needed; about 2 minutes on 2 cores). `make test` runs all of
 # it too, with the control-plane suites and the packaging tests (the image, the chart's helm
 # tests).
 check: venv
@@ -47,13 +51,11 @@ check: venv
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
 	$(PY) -m pytest tests/unit tests/e2e tests/testenv tests/reliability/inprocess \
-		-q -p no:cacheprovider --durations=10
+		-n $(TEST_WORKERS) --dist loadgroup -q -p no:cacheprovider --durations=10
 
-# Everything, on TEST_WORKERS parallel workers (pytest-xdist; a worker starts its own control
-# plane when it first needs one, and most tests wait on one rather than compute, so four
-# workers suit two cores; TEST_WORKERS=0 runs in one process). The slowest 25 tests and the
+# Everything, on TEST_WORKERS parallel workers (a worker starts its own control plane when
+# it first needs one). The slowest 25 tests and the
 # time per suite are printed at the end (CI's log shows them).
-TEST_WORKERS ?= 4
 test: testenv-build
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=25
 

@@ -40,7 +40,7 @@ from slack_sdk.models.blocks import (
 
 from bot import intents as buttons
 from bot.render_text import table_lines
-from commands.reply import Intent, Notice, Reply, Section, Table
+from commands.reply import Intent, Reply, Section, Table
 from workflows.access import MENTION, Mention
 
 MESSAGE_BLOCKS = 50
@@ -353,7 +353,3 @@ def render_blocks(reply: Reply, *, max_blocks: int = MESSAGE_BLOCKS, full_text: 
     if len(blocks) > max_blocks:  # only with more buttons than any reply has
         raise ValueError(f"{len(blocks)} blocks do not fit in {max_blocks}")
     return RenderedMessage(text=notification_text(reply), blocks=[b.to_dict() for b in blocks], truncated=truncated)
-
-
-def notice_line(notice: Notice) -> str:
-    return _T.notice(notice, _ICONS.get(notice.severity, ""))

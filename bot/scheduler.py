@@ -145,10 +145,6 @@ class LeaderScheduler:
         # One run of a job at a time, whether the timer, a poke or a due time started it.
         self._running = {name: threading.Lock() for name in self._jobs}
 
-    @property
-    def job_names(self) -> list[str]:
-        return list(self._jobs)
-
     def start(self) -> LeaderScheduler:
         """Schedule every job: first run now, then every interval."""
         if self._scheduler is not None:

@@ -162,10 +162,6 @@ def request_drain_label() -> str:
     return "Request a drain"
 
 
-def not_a_gpu_node(name: str) -> str:
-    return f"`{name}` is a node, but not a GPU node (no GPU labels or capacity)."
-
-
 POOL_COLUMNS = ("pool", "kind", "nodes ready", "GPUs adv/expected", "in use", "driver", "auto-upgrade", "problems")
 NODE_COLUMNS = ("node", "ready", "cordon", "GPUs adv/expected", "in use", "driver", "owner", "state")
 FINDING_COLUMNS = ("severity", "subject", "finding")

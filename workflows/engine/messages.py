@@ -31,10 +31,6 @@ def _list(items: Iterable[str], limit: int = 5) -> str:
     return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
 
-def _dry(dry_run: bool) -> str:
-    return "would " if dry_run else ""
-
-
 # --- cordon and uncordon -------------------------------------------------------------------
 
 def cordoned(*, prior_unschedulable: bool, dry_run: bool) -> str:
@@ -376,10 +372,6 @@ def step_started(kind: str, node: str, *, dry_run: bool) -> str:
 
 def step_done(kind: str, node: str, note: str) -> str:
     return f"{step_label(kind, node)} done: {note}"
-
-
-def step_failed(kind: str, node: str, reason: str) -> str:
-    return f"{step_label(kind, node)} failed: {reason}"
 
 
 def step_timed_out(timeout: dt.timedelta | None, reason: str) -> str:

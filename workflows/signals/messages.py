@@ -231,7 +231,3 @@ def fewer_gpus(node: str, *, reported: int, physical: int) -> str:
 
 def unavailable(source: str, reason: str) -> str:
     return f"GPU health unknown: {source} {reason}."
-
-
-def xid_note(entry: Xid) -> str:
-    return f"XID {entry.code}: {entry.meaning}; {entry.action}."
