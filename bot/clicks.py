@@ -18,7 +18,6 @@ node name is only ever that id or name.
 from __future__ import annotations
 
 import dataclasses
-
 import datetime as dt
 import logging
 from dataclasses import dataclass
