@@ -57,6 +57,15 @@ PEOPLE = {"U0ALICE": "alice", "U0BOB": "bob", "U0CAROL": "carol", "U0DAVE": "dav
           "U0FRANK": "frank"}
 
 
+def http_get(url: str) -> tuple[int, str, str]:
+    """GET `url`: its status, content type and body, an HTTP error's too."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            return answer.status, answer.headers.get("Content-Type", ""), answer.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.headers.get("Content-Type", ""), err.read().decode()
+
+
 def demo_config(*, usergroups: dict[str, list[str]] | None = None, **changes: Any) -> GpuopsConfig:
     """The example configuration, S0SRE giving approver rights (and `usergroups` more)."""
     raw = yaml.safe_load((ROOT / "deploy" / "config.example.yaml").read_text())

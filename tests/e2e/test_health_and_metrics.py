@@ -6,9 +6,6 @@ tests/integration/test_health_and_metrics_control_plane.py.)"""
 from __future__ import annotations
 
 import socket
-import urllib.error
-import urllib.parse
-import urllib.request
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -17,15 +14,8 @@ from bot import cli
 from bot.health import PROBE_SETTINGS, HealthServer, MetricsServer, Readiness
 from bot.metrics import Metrics, Sources
 from tests.drips import Drips
-from tests.e2e.harness import submit_upgrade
-
-
-def _get(url: str) -> tuple[int, str, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as answer:
-            return answer.status, answer.headers.get("Content-Type", ""), answer.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.headers.get("Content-Type", ""), err.read().decode()
+from testenv.controlplane import free_port
+from tests.e2e.harness import http_get, submit_upgrade
 
 
 def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -47,14 +37,14 @@ def test_each_path_answers_what_a_probe_or_a_scrape_expects(runtime):
                           host="127.0.0.1", port=0).start()
     scrapes = MetricsServer(metrics, host="127.0.0.1", port=0).start()
     try:
-        assert _get(server.base_url + "/healthz")[::2] == (200, "ok\n")
-        status, _, body = _get(server.base_url + "/readyz")
+        assert http_get(server.base_url + "/healthz")[::2] == (200, "ok\n")
+        status, _, body = http_get(server.base_url + "/readyz")
         assert (status, body) == (503, "database: open\nwatch cache: still listing the fleet\n"
                                        "engine: standby (another replica holds the Lease); answering Slack\n")
         cache.synced = True
-        assert _get(server.base_url + "/readyz")[0] == 200  # a standby is ready: it answers Slack
+        assert http_get(server.base_url + "/readyz")[0] == 200  # a standby is ready: it answers Slack
         metrics.observe_kube("GET", "200", 0.02)
-        status, kind, body = _get(scrapes.base_url + "/metrics")
+        status, kind, body = http_get(scrapes.base_url + "/metrics")
         assert status == 200 and kind.startswith("text/plain; version=")
         samples = _samples(body)
         assert samples[("gpuops_requests", (("kind", "upgrade"), ("state", "pending")))] == 1
@@ -62,10 +52,10 @@ def test_each_path_answers_what_a_probe_or_a_scrape_expects(runtime):
         assert samples[("gpuops_kube_api_requests_total", (("code", "200"), ("verb", "GET")))] == 1
         assert samples[("gpuops_engine_lease_held", ())] == 0
         assert samples[("gpuops_slack_outbox", (("state", "pending"),))] >= 0
-        assert _get(server.base_url + "/nothing")[0] == 404
+        assert http_get(server.base_url + "/nothing")[0] == 404
         # Each port serves its own paths only: the health port is not for scrapes.
-        assert _get(server.base_url + "/metrics")[0] == 404
-        assert _get(scrapes.base_url + "/healthz")[0] == 404
+        assert http_get(server.base_url + "/metrics")[0] == 404
+        assert http_get(scrapes.base_url + "/healthz")[0] == 404
     finally:
         server.stop()
         scrapes.stop()
@@ -77,8 +67,8 @@ def test_a_database_that_cannot_answer_is_not_ready(runtime, tmp_path):
 
     server = HealthServer(Readiness(database=broken), host="127.0.0.1", port=0).start()
     try:
-        assert _get(server.base_url + "/readyz")[::2] == (503, "database: OSError: disk I/O error\n")
-        assert _get(server.base_url + "/healthz")[0] == 200  # alive all the same: no restart would help
+        assert http_get(server.base_url + "/readyz")[::2] == (503, "database: OSError: disk I/O error\n")
+        assert http_get(server.base_url + "/healthz")[0] == 200  # alive all the same: no restart would help
     finally:
         server.stop()
 
@@ -89,7 +79,7 @@ def test_probes_answer_while_more_slow_clients_than_the_health_port_takes_drip_a
     drips = Drips(address, count=PROBE_SETTINGS.max_connections + 5, every=0.5, seconds=60)
     drips.start()
     try:
-        answers = [_get(server.base_url + path)[0] for _ in range(5) for path in ("/healthz", "/readyz")]
+        answers = [http_get(server.base_url + path)[0] for _ in range(5) for path in ("/healthz", "/readyz")]
         assert answers == [200] * 10
     finally:
         drips.stop()
@@ -101,16 +91,10 @@ def test_a_taken_metrics_port_stops_the_start_with_the_flag_to_change_and_frees_
         taken.bind(("0.0.0.0", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        health_port = _free_port()
+        health_port = free_port()
         with pytest.raises(cli._PortUnavailable) as refused:
             cli._serve_health(runtime, Metrics(), health_port=health_port, metrics_port=port)
     assert str(refused.value).startswith(f"cannot serve /metrics on port {port} (")
     assert str(refused.value).endswith("): free it or pass --metrics-port")
     with socket.socket() as again:  # the health port it had opened is closed again
         again.bind(("0.0.0.0", health_port))
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])

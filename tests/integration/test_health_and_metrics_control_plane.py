@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import urllib.error
@@ -20,31 +19,20 @@ import yaml
 from testenv import fleet as fl
 from testenv.install import wait_until
 from testenv.prometheus import prometheus_binary
-from tests.e2e.harness import ROOT
-
-
-def _get(url: str) -> tuple[int, str, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as answer:
-            return answer.status, answer.headers.get("Content-Type", ""), answer.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.headers.get("Content-Type", ""), err.read().decode()
+from testenv.controlplane import free_port
+from tests.e2e.harness import ROOT, http_get
 
 
 # ------------------------------------------------------------------ the real process
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def test_a_running_bot_is_scraped_by_prometheus_and_logs_json_lines_without_its_tokens(
         cluster, fleet, slack, fake_socket_mode, tmp_path):
     fleet(fl.FleetSpec(name="prom", system_nodes=0, pools=(fl.PoolSpec(name="prom", kind="training", nodes=2),)),
           simulate=False)
-    health, scrapes, web = _free_port(), _free_port(), _free_port()
+    health, scrapes, web = free_port(), free_port(), free_port()
     config = tmp_path / "config.yaml"
     config.write_text(yaml.safe_dump({"pools": {"prom": {"kind": "training", "windows": "always"}}}))
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("SLACK_")},
@@ -66,12 +54,12 @@ def test_a_running_bot_is_scraped_by_prometheus_and_logs_json_lines_without_its_
     try:
         wait_until(lambda: _ready(f"http://127.0.0.1:{health}/readyz"), timeout=60,
                    what=f"the bot to be ready (its log: {log_path})")
-        assert "engine: this replica holds the Lease" in _get(f"http://127.0.0.1:{health}/readyz")[2]
+        assert "engine: this replica holds the Lease" in http_get(f"http://127.0.0.1:{health}/readyz")[2]
 
         def query(promql: str) -> list[dict]:
             url = f"http://127.0.0.1:{web}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
             try:
-                answer = json.loads(_get(url)[2])
+                answer = json.loads(http_get(url)[2])
             except (OSError, ValueError):
                 return []  # Prometheus still starting
             return answer["data"]["result"] if answer.get("status") == "success" else []
@@ -100,6 +88,6 @@ def test_a_running_bot_is_scraped_by_prometheus_and_logs_json_lines_without_its_
 
 def _ready(url: str) -> bool:
     try:
-        return _get(url)[0] == 200
+        return http_get(url)[0] == 200
     except OSError:
         return False
