@@ -318,7 +318,7 @@ def cache_differences(cache: FleetCache, direct: KubeGateway) -> list[str]:
     return found
 
 
-def cache_mismatch(cache: FleetCache, direct: KubeGateway, *, timeout: float = 60) -> list[str]:
+def cache_mismatch(cache: FleetCache, direct: KubeGateway, *, timeout: float = 120) -> list[str]:
     """The differences left once the cache had `timeout` seconds to catch up ([] when it
     did): a change it missed never arrives, one on its way does."""
     last: list[str] = []
