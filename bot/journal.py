@@ -28,7 +28,7 @@ class Journal(Generic[T]):
         with self._cond:
             return list(self._seen)
 
-    def wait_for(self, predicate: Callable[[list[T]], bool], timeout: float = 5.0) -> list[T]:
+    def wait_for(self, predicate: Callable[[list[T]], bool], timeout: float = 30.0) -> list[T]:
         with self._cond:
             if not self._cond.wait_for(lambda: predicate(self._seen), timeout=timeout):
                 raise TimeoutError(f"recorded so far: {self._seen}")

@@ -283,7 +283,7 @@ class Notifier:
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def wait_until_idle(self, *, after_passes: int = 0, timeout: float = 5.0) -> int:
+    def wait_until_idle(self, *, after_passes: int = 0, timeout: float = 30.0) -> int:
         """Wait until the thread has nothing due and sleeps until woken (after at least
         `after_passes` idle waits); returns how many idle waits it began so far."""
         with self._idle:

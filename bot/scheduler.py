@@ -121,7 +121,7 @@ class JobRuns:
         with self._cond:
             return [r for r in self._seen if job is None or r.job == job]
 
-    def wait_for(self, predicate: Callable[[list[JobRun]], bool], timeout: float = 5.0) -> list[JobRun]:
+    def wait_for(self, predicate: Callable[[list[JobRun]], bool], timeout: float = 30.0) -> list[JobRun]:
         with self._cond:
             if not self._cond.wait_for(lambda: predicate(list(self._seen)), timeout=timeout):
                 raise TimeoutError(f"job runs so far: {list(self._seen)}")

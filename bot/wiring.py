@@ -564,7 +564,7 @@ class Leadership:
             return list(self._workers)
 
     def wait_until(self, leading: bool, *, terms: int | None = None, checks: int | None = None,
-                   timeout: float = 5.0) -> None:
+                   timeout: float = 30.0) -> None:
         """Wait until this replica leads (or not), after `terms` terms and `checks`
         looks at the lease if given."""
         def reached() -> bool:

@@ -140,7 +140,7 @@ class FakeSocketModeServer:
         with self._cond:
             return list(self._envelopes)
 
-    def wait_for_connections(self, count: int, timeout: float = 5.0) -> None:
+    def wait_for_connections(self, count: int, timeout: float = 30.0) -> None:
         """Wait until `count` connections in all have been made (and greeted)."""
         with self._cond:
             if not self._cond.wait_for(lambda: len(self._connections) >= count, timeout=timeout):
@@ -148,7 +148,7 @@ class FakeSocketModeServer:
                     f"{len(self._connections)} Socket Mode connection(s) within {timeout} s, expected {count}"
                 )
 
-    def wait_for_ack(self, envelope_id: str, timeout: float = 5.0) -> dict[str, Any]:
+    def wait_for_ack(self, envelope_id: str, timeout: float = 30.0) -> dict[str, Any]:
         """The ack the client sent for an envelope (`{"envelope_id": ..., "payload": ...}`)."""
 
         def find() -> dict[str, Any] | None:
@@ -170,7 +170,7 @@ class FakeSocketModeServer:
         retry_attempt: int = 0,
         retry_reason: str = "",
         accepts_response_payload: bool | None = None,
-        timeout: float = 5.0,
+        timeout: float = 30.0,
     ) -> str:
         """Send an envelope to the newest connection (waiting up to `timeout` for one);
         returns its envelope_id. `accepts_response_payload` defaults to what Slack sets
@@ -243,7 +243,7 @@ class FakeSocketModeServer:
         client.message_queue.put("")
         client.close()
 
-    def ping(self, payload: bytes = b"fake-slack", *, timeout: float = 5.0) -> None:
+    def ping(self, payload: bytes = b"fake-slack", *, timeout: float = 30.0) -> None:
         """Ping the newest connection and wait for its pong."""
         connection = self._current(timeout)
         connection.send(Opcode.PING, payload)

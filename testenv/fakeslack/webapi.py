@@ -189,7 +189,7 @@ class FakeSlackWebApi:
         self,
         method: str,
         predicate: Callable[[ApiCall], bool] | None = None,
-        timeout: float = 5.0,
+        timeout: float = 30.0,
     ) -> ApiCall:
         """The first call of `method` (matching `predicate`) recorded since the start or
         the last reset(), waiting up to `timeout` seconds for it."""
@@ -216,7 +216,7 @@ class FakeSlackWebApi:
         self,
         key: str | None = None,
         predicate: Callable[[ResponseUrlPost], bool] | None = None,
-        timeout: float = 5.0,
+        timeout: float = 30.0,
     ) -> ResponseUrlPost:
         """The first POST to a response_url (to `key`'s, if given) matching `predicate`."""
         wanted = _key_of(key) if key is not None else None

@@ -147,7 +147,7 @@ class Served:
     runtime: Runtime
     clock: DirectoryClock
 
-    def wait_for_key(self, key: str, times: int, timeout: float = 10.0) -> list[Any]:
+    def wait_for_key(self, key: str, times: int, timeout: float = 30.0) -> list[Any]:
         found = self.bot.deliveries.wait_for(lambda ds: sum(d.key == key for d in ds) >= times, timeout)
         return [d for d in found if d.key == key]
 
