@@ -8,13 +8,10 @@ import json
 
 import pytest
 
-from workflows.fleet.assessment import (
-    InventorySettings,
-    assess_node,
-    fleet_context,
-    group_pods_by_node,
-    image_tag,
-)
+from workflows.fleet.assessment import assess_node
+from workflows.fleet.operator_settings import fleet_context
+from workflows.fleet.pods import group_pods_by_node, image_tag
+from workflows.fleet.settings import InventorySettings
 from workflows.fleet.summary import build_fleet, summarize
 from workflows.kube.objects import NodeName
 

@@ -13,22 +13,19 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from workflows.fleet import findings as findings_mod
-from workflows.fleet.assessment import (
-    UNPOOLED,
+from workflows.fleet.assessment import UNPOOLED, NodeInventory, assess_node, is_gpu_node
+from workflows.fleet.operator_settings import (
     ClusterInfo,
     ConfiguredRuntime,
     DriverManager,
     FleetContext,
-    InventorySettings,
-    NodeInventory,
-    PoolInventory,
-    assess_node,
     fleet_context,
     configured_runtime,
-    group_pods_by_node,
-    is_gpu_node,
     pool_auto_upgrade,
 )
+from workflows.fleet.pods import group_pods_by_node
+from workflows.fleet.pool import PoolInventory
+from workflows.fleet.settings import InventorySettings
 from workflows.fleet.canaries import CanaryVerdict
 from workflows.fleet.findings import Finding
 from workflows.fleet.platform import runtime_of

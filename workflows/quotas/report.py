@@ -28,7 +28,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from workflows.fleet.assessment import UNPOOLED, InventorySettings, PoolKind, is_gpu_node
+from workflows.fleet.assessment import UNPOOLED, is_gpu_node
+from workflows.fleet.settings import InventorySettings
+from workflows.kinds import PoolKind
 from workflows.kube.objects import (
     ANYWHERE,
     NodeName,

@@ -8,7 +8,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Protocol
 
-from workflows.fleet.assessment import InventorySettings
+from workflows.fleet.settings import InventorySettings
 from workflows.kube.errors import Forbidden, KubeError
 from workflows.kube.objects import ClusterSnapshot, ResourceQuotaObject
 from workflows.quotas import messages as say
