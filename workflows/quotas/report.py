@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from workflows.fleet.assessment import UNPOOLED, is_gpu_node
+from workflows.fleet.findings import Severity
 from workflows.fleet.settings import InventorySettings
 from workflows.kinds import PoolKind
 from workflows.kube.objects import (
@@ -110,7 +111,7 @@ class Flag:
     text: str
     namespaces: tuple[str, ...]
     pools: tuple[PoolName, ...] = ()
-    severity: Literal["critical", "warning", "info"] = "warning"
+    severity: Severity = "warning"
 
 
 @dataclass(frozen=True, slots=True)
