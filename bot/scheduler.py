@@ -48,13 +48,14 @@ from apscheduler.triggers.date import DateTrigger
 from apscheduler.triggers.interval import IntervalTrigger
 
 from bot import messages as msg
-from commands.services import ClusterDirectory, FleetSource
+from commands.services import ClusterDirectory
 from storage import idempotency, outbox
 from storage.database import PerThreadDatabase
 from workflows.config import GpuopsConfig
 from workflows.engine.cordons import Cordons
 from workflows.engine.runs import RUNNABLE_STATES, RunRefused, RunService
 from workflows.fleet.clusters import ClusterUnreachable
+from workflows.fleet.summary import FleetSource
 from workflows.handover.service import HandoverService
 from workflows.kube.gateway import KubeGateway
 from workflows.pools import freezes

@@ -33,7 +33,7 @@ from bot import messages as msg
 from bot.notifier import Notifier, OutboxSlack
 from bot.scheduler import WINDOW_STARTS, LeaderScheduler, leader_jobs
 from commands.clusters import Clusters
-from commands.services import FleetSource, Services
+from commands.services import Services
 from storage import idempotency
 from storage import requests as stored_requests
 from storage.database import PerThreadDatabase, default_database_path
@@ -46,6 +46,7 @@ from workflows.engine.loop import EngineSettings, run_engine
 from workflows.fleet.canaries import LastCanaries
 from workflows.fleet.clusters import ClusterFleet, WatchedCluster
 from workflows.fleet.first_seen import FirstSeen
+from workflows.fleet.summary import FleetSource
 from workflows.fleet.watchcache import FleetCache
 from workflows.kube.errors import KubeError
 from workflows.kube.gateway import KubeGateway

@@ -15,7 +15,8 @@ from workflows.access import Role, public_name
 from workflows.drain.history import drain_history
 from workflows.engine.cordons import UncordonRefused
 from workflows.engine.runs import RunView
-from workflows.fleet.assessment import NodeInventory, PoolInventory
+from workflows.fleet.assessment import NodeInventory
+from workflows.fleet.pool import PoolInventory
 from workflows.fleet.clusters import ClusterUnreachable
 from workflows.fleet.findings import Finding, cordons_left_behind, format_age, sort_findings
 from workflows.fleet.summary import Fleet

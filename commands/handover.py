@@ -129,7 +129,7 @@ def _own_layout(checklist: Checklist) -> _Layout:
         Section(title=say.SINCE_LAST, bullets=tuple(changed)),
         *items(say.ALSO_WORTH_KNOWING, checklist.for_information),
         Section(title=say.LAST_DRAINS, bullets=tuple(drains or [say.no_pools()])),
-        Section(title=say.CLUSTER, bullets=(say.cluster_line(
+        Section(title=say.CLUSTER_TITLE, bullets=(say.cluster_line(
             operator=cluster.operator, cluster_policy=cluster.cluster_policy, owner=cluster.owner),)),
     ]
     return _Layout(title=say.checklist_title(shift=checklist.shift, team=checklist.team), summary=summary,

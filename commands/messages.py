@@ -6,7 +6,7 @@ import datetime as dt
 from collections.abc import Sequence
 
 from workflows.access import Actor, Role, effective_roles, unread_note
-from workflows.fleet.assessment import PoolInventory
+from workflows.fleet.pool import PoolInventory
 from workflows.fleet.findings import format_age
 
 HELP_COLUMNS = ("command", "what it does", "role")

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-Severity = Literal["critical", "warning", "info"]
+from workflows.fleet.findings import Severity
 
 # The button that offers to request a drain of the pool or node a reply is about: its
 # value is only that name ("" for none). Slack opens the drain form; the console says

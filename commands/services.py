@@ -17,7 +17,7 @@ from workflows.drain.service import DrainService, Workloads
 from workflows.engine.cordons import Cordons
 from workflows.engine.runs import RunService
 from workflows.fleet.clusters import ClusterGlance, ClusterSource
-from workflows.fleet.summary import Fleet
+from workflows.fleet.summary import FleetSource
 from workflows.kinds import ChangeService
 from workflows.requests.service import RequestService, RoleLookup
 from workflows.mig.service import MigReader, MigService
@@ -29,10 +29,6 @@ from workflows.upgrade.service import UpgradeService
 
 
 S = TypeVar("S")
-
-
-class FleetSource(Protocol):
-    def fleet(self, now: dt.datetime) -> Fleet: ...
 
 
 class ClusterDirectory(Protocol):

@@ -306,7 +306,7 @@ CREATE TABLE freezes (
 CREATE INDEX freezes_in_force ON freezes (target, until) WHERE lifted_at IS NULL;
 """
 
-CLUSTER_COLUMNS = """
+REQUEST_AND_FREEZE_CLUSTER = """
 ALTER TABLE requests ADD COLUMN cluster TEXT CHECK (cluster IS NULL OR length(cluster) > 0);
 ALTER TABLE freezes ADD COLUMN cluster TEXT CHECK (cluster IS NULL OR length(cluster) > 0);
 CREATE INDEX freezes_by_cluster ON freezes (cluster, target) WHERE lifted_at IS NULL;
@@ -411,7 +411,7 @@ MIGRATIONS: tuple[Migration, ...] = (
               rebuilds_referenced=True),
     Migration(7, "change freezes of a pool or the cluster (freezes)", FREEZES),
     Migration(8, "requests and freezes say which cluster they are about (cluster), with several clusters",
-              CLUSTER_COLUMNS),
+              REQUEST_AND_FREEZE_CLUSTER),
     Migration(9, "runs say what they wait for before their next node or wave (waiting)", RUN_WAITING),
     Migration(10, "a running drain may wait for approval of a later window end (extension_*)", EXTENSION_COLUMNS),
     Migration(KINDS_BY_REFERENCE, "request and step kinds are reference rows (request_kinds, step_kinds), "

@@ -28,7 +28,7 @@ from yaml.scanner import Scanner
 
 from workflows.access import Actor, Role, UserId
 from workflows.durations import Duration
-from workflows.fleet.assessment import InventorySettings
+from workflows.fleet.settings import InventorySettings
 from workflows.fleet.platform import KubernetesRange, release_line, shipped_operator_support
 from workflows.handover.rotations import RotationConfig
 from workflows.pools.config import GpuCheck, PoolConfig, PoolKey

@@ -12,7 +12,7 @@ from testenv import build
 from testenv import fleet as fl
 from testenv.controlplane import ControlPlane
 from testenv.install import Installer, apply_fleet, wait_until
-from workflows.fleet.assessment import InventorySettings
+from workflows.fleet.settings import InventorySettings
 from workflows.fleet.watchcache import FleetCache
 from workflows.kube.errors import Gone
 from workflows.kube.gateway import NODES, KubeGateway

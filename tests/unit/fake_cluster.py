@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from workflows.fleet.assessment import InventorySettings
+from workflows.fleet.settings import InventorySettings
 from workflows.fleet.summary import Fleet, build_fleet
 from workflows.kube.errors import Conflict, NotFound, TooManyRequests
 from workflows.kube.gateway import PodOnNode

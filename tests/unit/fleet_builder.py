@@ -15,7 +15,8 @@ from typing import Any
 
 from fake_cluster import merged
 
-from workflows.fleet.assessment import InventorySettings, NodeInventory
+from workflows.fleet.assessment import NodeInventory
+from workflows.fleet.settings import InventorySettings
 from workflows.fleet.summary import Fleet, build_fleet
 from workflows.kube.objects import (
     ClusterSnapshot,

@@ -23,7 +23,7 @@ from storage.database import open_database
 from workflows.config import GpuopsConfig
 from workflows.engine.runs import step_params
 from workflows.engine.steps import WINDOW_ENDING_NOTICE, Done, Hold, Waiting
-from workflows.fleet.assessment import group_pods_by_node
+from workflows.fleet.pods import group_pods_by_node
 from tests.unit.static_fleet import StaticFleet
 
 UTC = dt.timezone.utc

@@ -16,7 +16,7 @@ from commands.drain_grammar import read_drain_words
 from storage import codec
 from workflows.config import ConfigError, GpuopsConfig, load_config
 from workflows.drain.plan import DrainRefused, DrainRequestError, drain_spec, plan_drain
-from workflows.fleet.assessment import group_pods_by_node
+from workflows.fleet.pods import group_pods_by_node
 from workflows.fleet.summary import Fleet
 from workflows.kube.objects import DisruptionBudget, NodeName
 from workflows.plans import NodeStep, Plan, PlanSummary, Wave, plan_hash

@@ -24,7 +24,7 @@ from workflows.drain.plan import drain_spec, extended_plan, plan_drain
 from workflows.engine.lease import AlwaysHeld
 from workflows.engine.loop import Engine
 from workflows.engine.runs import RunService, RunView
-from workflows.fleet.assessment import group_pods_by_node
+from workflows.fleet.pods import group_pods_by_node
 from workflows.requests.service import RequestService
 
 NOW = dt.datetime(2025, 6, 7, 12, 0, tzinfo=dt.timezone.utc)

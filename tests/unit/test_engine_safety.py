@@ -30,7 +30,7 @@ from workflows.drain.plan import drain_spec, plan_drain
 from workflows.engine.lease import AlwaysHeld
 from workflows.engine.loop import Engine
 from workflows.engine.runs import RunService, RunView
-from workflows.fleet.assessment import group_pods_by_node
+from workflows.fleet.pods import group_pods_by_node
 from workflows.kube.labels import ANNOTATION_CORDONED_BY
 from workflows.requests.service import RequestService
 

@@ -7,7 +7,7 @@ import datetime as dt
 import pytest
 
 from storage.database import open_database
-from workflows.fleet.assessment import InventorySettings
+from workflows.fleet.settings import InventorySettings
 from workflows.fleet.findings import format_age, node_findings
 from workflows.fleet.first_seen import FirstSeen
 

@@ -15,7 +15,10 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from workflows.fleet.assessment import InventorySettings, assess_node, fleet_context, group_pods_by_node
+from workflows.fleet.assessment import assess_node
+from workflows.fleet.operator_settings import fleet_context
+from workflows.fleet.pods import group_pods_by_node
+from workflows.fleet.settings import InventorySettings
 from workflows.fleet.canaries import CanaryVerdict
 from workflows.fleet.findings import node_findings, node_findings_depend_on_time
 from workflows.fleet.summary import FleetIndex, summarize

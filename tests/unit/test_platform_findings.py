@@ -22,7 +22,10 @@ from storage.database import open_database
 from storage.ids import RequestId
 from fleet_builder import NOW
 from workflows.config import GpuopsConfig
-from workflows.fleet.assessment import InventorySettings, assess_node, fleet_context, group_pods_by_node
+from workflows.fleet.assessment import assess_node
+from workflows.fleet.operator_settings import fleet_context
+from workflows.fleet.pods import group_pods_by_node
+from workflows.fleet.settings import InventorySettings
 from workflows.fleet.canaries import CanaryVerdict, LastCanaries
 from workflows.fleet.platform import KubernetesRange, release_line, runtime_of, shipped_operator_support
 from workflows.fleet.summary import build_fleet, summarize

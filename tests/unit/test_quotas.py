@@ -9,7 +9,7 @@ import dataclasses
 
 import msgspec
 
-from workflows.fleet.assessment import InventorySettings
+from workflows.fleet.settings import InventorySettings
 from workflows.kube import wire
 from workflows.kube.gateway import pod_from_json
 from workflows.kube.objects import (

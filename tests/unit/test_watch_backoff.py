@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Any
 
-from workflows.fleet.assessment import InventorySettings
+from workflows.fleet.settings import InventorySettings
 from workflows.fleet.watchcache import FleetCache
 from workflows.kube.errors import Unavailable
 from workflows.kube.gateway import NVIDIA_DRIVERS, ListResult

@@ -21,7 +21,7 @@ import msgspec
 import pytest
 
 from testenv.install import wait_until
-from workflows.fleet.assessment import InventorySettings
+from workflows.fleet.settings import InventorySettings
 from workflows.fleet.watchcache import FleetCache
 from workflows.kube import wire
 from workflows.kube.errors import WatchError

@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from workflows.fleet.assessment import InventorySettings
+from workflows.fleet.settings import InventorySettings
 from workflows.fleet.watchcache import FleetCache
 from workflows.kube import wire
 from workflows.kube.gateway import DEPLOYMENTS, PODS, ListResult

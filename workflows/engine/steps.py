@@ -40,7 +40,9 @@ from storage import codec
 from storage.steps import StepKind
 from workflows.engine import check_pod
 from workflows.engine import messages as say
-from workflows.fleet.assessment import UPGRADE_DONE, UPGRADE_FAILED, NodeInventory, image_tag, pod_state, version_of_tag
+from workflows.fleet.assessment import NodeInventory
+from workflows.fleet.node_changes import UPGRADE_DONE, UPGRADE_FAILED
+from workflows.fleet.pods import image_tag, pod_state, version_of_tag
 from workflows.kube.errors import Conflict, NotFound, TooManyRequests
 from workflows.kube.gateway import CLUSTER_POLICIES, NVIDIA_DRIVERS, KubeGateway, PodOnNode
 from workflows.kube.labels import (

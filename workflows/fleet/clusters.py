@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from workflows.fleet.summary import Fleet
+from workflows.fleet.summary import Fleet, FleetSource
 from workflows.fleet.watchcache import FleetCache, utc_now
 from workflows.kube.errors import KubeError
 from workflows.kube.gateway import KubeGateway
@@ -148,12 +148,11 @@ class WatchedCluster:
         return self.cache.fleet(now)
 
 
-class ClusterSource(Protocol):
-    """A cluster as gpuops reads it (ClusterFleet, WatchedCluster)."""
+class ClusterSource(FleetSource, Protocol):
+    """A cluster as gpuops reads it (ClusterFleet, WatchedCluster): its fleet and whether
+    its API answers."""
 
     def reach(self, now: dt.datetime) -> Reach: ...
-
-    def fleet(self, now: dt.datetime) -> Fleet: ...
 
 
 @dataclass(frozen=True, slots=True)

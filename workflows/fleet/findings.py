@@ -4,7 +4,7 @@ Node checks (`node_findings`) depend on one node's inventory and `now`, so a cac
 keep them per node; pool and cluster checks run once per summary. Every sentence an
 on-call engineer reads lives in the "Messages" section at the bottom of this module.
 
-This module only reads the assessment's values (`fleet.assessment`); the summary
+This module only reads the assessment's values (`fleet.assessment`, `fleet.pool`); the summary
 (`fleet.summary`) calls these checks.
 """
 
@@ -15,14 +15,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
-from workflows.fleet.assessment import (
-        ClusterInfo,
-        ConfiguredRuntime,
-        GpuResource,
-        InventorySettings,
-        NodeInventory,
-        PoolInventory,
-    )
+from workflows.fleet.assessment import GpuResource, NodeInventory
+from workflows.fleet.operator_settings import ClusterInfo, ConfiguredRuntime
+from workflows.fleet.pool import PoolInventory
+from workflows.fleet.settings import InventorySettings
 from workflows.fleet.canaries import CanaryVerdict
 from workflows.fleet.platform import (
     KubeMinor,

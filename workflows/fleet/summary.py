@@ -11,24 +11,22 @@ from collections import Counter, defaultdict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Protocol
 
 from workflows.fleet import findings as findings_mod
-from workflows.fleet.assessment import (
-    UNPOOLED,
+from workflows.fleet.assessment import UNPOOLED, NodeInventory, assess_node, is_gpu_node
+from workflows.fleet.operator_settings import (
     ClusterInfo,
     ConfiguredRuntime,
     DriverManager,
     FleetContext,
-    InventorySettings,
-    NodeInventory,
-    PoolInventory,
-    assess_node,
     fleet_context,
     configured_runtime,
-    group_pods_by_node,
-    is_gpu_node,
     pool_auto_upgrade,
 )
+from workflows.fleet.pods import group_pods_by_node
+from workflows.fleet.pool import PoolInventory
+from workflows.fleet.settings import InventorySettings
 from workflows.fleet.canaries import CanaryVerdict
 from workflows.fleet.findings import Finding
 from workflows.fleet.platform import runtime_of
@@ -54,6 +52,12 @@ class Fleet:
         """Every cordoned GPU node, pool by pool (from the pools' sums, not a walk of
         every node)."""
         return [self.nodes[name] for pool in self.pools for name in pool.cordoned]
+
+
+class FleetSource(Protocol):
+    """What hands out the fleet as it is at a time (the watch cache)."""
+
+    def fleet(self, now: dt.datetime) -> Fleet: ...
 
 
 class NodesInOrder(Mapping[NodeName, NodeInventory]):

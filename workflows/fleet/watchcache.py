@@ -23,9 +23,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from workflows.fleet import assessment as inv
+from workflows.fleet.assessment import NodeInventory, assess_node
 from workflows.fleet.canaries import LastCanaries
 from workflows.fleet.first_seen import FirstSeen
+from workflows.fleet.operator_settings import FleetContext, fleet_context
+from workflows.fleet.settings import InventorySettings
 from workflows.fleet.summary import Fleet, FleetIndex
 from workflows.kube import wire
 from workflows.kube.errors import Gone, KubeError, NotFound, WatchError
@@ -113,7 +115,7 @@ def utc_now() -> dt.datetime:
 class FleetCache:
     """Start once, then ask `fleet(now)` as often as needed."""
 
-    def __init__(self, gateway: KubeGateway, *, settings: inv.InventorySettings,
+    def __init__(self, gateway: KubeGateway, *, settings: InventorySettings,
                  operator_namespace: str | None = None, watch_timeout: int = 300,
                  first_seen: FirstSeen | None = None, clock: Callable[[], dt.datetime] = utc_now,
                  canaries: LastCanaries | None = None) -> None:
@@ -150,8 +152,8 @@ class FleetCache:
         self._pods_by_node: dict[NodeName, set[str]] = defaultdict(set)
         self._dirty: set[NodeName] = set()
         self._context_dirty = True
-        self._context: inv.FleetContext | None = None
-        self._assessed: dict[NodeName, inv.NodeInventory] = {}
+        self._context: FleetContext | None = None
+        self._assessed: dict[NodeName, NodeInventory] = {}
         # The summary of `_assessed`, kept up to date node by node (see FleetIndex).
         self._index = FleetIndex(settings)
         self._fleet: Fleet | None = None
@@ -289,7 +291,7 @@ class FleetCache:
         their pages arrive, once that event says pods and cluster objects are in. With
         `convert_when`, pages are read while waiting for it and kept once it is set."""
         fresh: dict[str, Any] = {}
-        early: dict[NodeName, inv.NodeInventory] = {}
+        early: dict[NodeName, NodeInventory] = {}
         waiting: list[NodeObject] = []
         now = self._clock()
 
@@ -526,9 +528,9 @@ class FleetCache:
             taken_at=now,
         )
 
-    def _refresh_context(self, now: dt.datetime) -> inv.FleetContext:
+    def _refresh_context(self, now: dt.datetime) -> FleetContext:
         """Cluster-level facts every node assessment uses (called with the lock held)."""
-        self._context = inv.fleet_context(self._snapshot(now), settings=self._settings)
+        self._context = fleet_context(self._snapshot(now), settings=self._settings)
         self._context_dirty = False
         return self._context
 
@@ -541,9 +543,9 @@ class FleetCache:
             store = self._resources["pods"].store
             return [store[k] for k in self._pods_by_node.get(NodeName(node), ()) if k in store]
 
-    def _assess(self, node: NodeObject, pods: list[PodObject], now: dt.datetime) -> inv.NodeInventory:
+    def _assess(self, node: NodeObject, pods: list[PodObject], now: dt.datetime) -> NodeInventory:
         assert self._context is not None
-        assessed = inv.assess_node(node, pods_on_node=pods, context=self._context, settings=self._settings, now=now)
+        assessed = assess_node(node, pods_on_node=pods, context=self._context, settings=self._settings, now=now)
         return self._first_seen.stamp(assessed, now) if self._first_seen is not None else assessed
 
     def fleet(self, now: dt.datetime, *, max_age: dt.timedelta = dt.timedelta(seconds=5)) -> Fleet:

@@ -36,7 +36,7 @@ from storage.steps import Step
 from workflows.drain.history import NodesDrained
 from workflows.fleet.clusters import ClusterGlance
 from workflows.fleet.assessment import UNPOOLED
-from workflows.fleet.findings import SEVERITY_ORDER, Finding, Severity, format_age
+from workflows.fleet.findings import SEVERITY_ORDER, Finding, Severity, format_age, node_command, pool_command
 from workflows.fleet.summary import Fleet
 from workflows.kube.objects import NodeName
 from workflows.handover import messages as say
@@ -326,10 +326,10 @@ def build_checklist(
             info.append(_item("cordon", "info", name, text, say.request_command(run.request_id)))
         elif by_gpuops:
             text = say.cordon_left_behind(name, by=node.cordoned_by, run=node.cordon_run)
-            needs.append(_item("cordon", "warning", name, text, say.node_command(name)))
+            needs.append(_item("cordon", "warning", name, text, node_command(name)))
         else:
             text = say.cordoned_by_hand(name, since=seen_before, now=now, zone=zone)
-            needs.append(_item("cordon", "warning", name, text, say.node_command(name)))
+            needs.append(_item("cordon", "warning", name, text, node_command(name)))
 
     windows: list[tuple[dt.datetime, ChecklistItem]] = []
     for request in requests:
@@ -373,7 +373,7 @@ def build_checklist(
             per_node.setdefault(key.subject, []).append(key.code)
         for subject, codes in sorted(per_node.items()):
             needs.append(_item("finding", "warning", subject, say.signals_unchecked(subject, codes),
-                               say.node_command(subject)))
+                               node_command(subject)))
         keys = (*keys, *unchecked)
     return Checklist(
         rotation=rotation.name,
@@ -464,7 +464,7 @@ def _last_drains(fleet: Fleet, records: Sequence[NodesDrained], *, now: dt.datet
     for pool in pools:
         last = latest.get(pool)
         if last is None:
-            lines.append(PoolDrain(pool=pool, text=say.no_drains(), command=say.pool_command(pool)))
+            lines.append(PoolDrain(pool=pool, text=say.no_drains(), command=pool_command(pool)))
         else:
             text = say.last_drain(request_id=last.request_id, kind=last.kind, at=last.at,
                                   nodes=last.nodes, outcome=last.outcome, now=now, zone=zone)

@@ -15,19 +15,11 @@ from workflows.fleet.clusters import ClusterGlance
 from workflows.fleet.findings import format_age
 from workflows.wording import plural, when
 
-# --- commands the items link to --------------------------------------------------------
+# --- commands the items link to (a node's and a pool's: `fleet.findings.node_command`, `pool_command`)
 
 
 def request_command(request_id: str) -> str:
     return f"/gpu request {request_id}"
-
-
-def node_command(node: str) -> str:
-    return f"/gpu node {node}"
-
-
-def pool_command(pool: str) -> str:
-    return f"/gpu status {pool}"
 
 
 def history_command(rotation: str) -> str:
@@ -275,7 +267,7 @@ WINDOWS = "Windows this shift"
 SINCE_LAST = "Since the last handover"
 ALSO_WORTH_KNOWING = "Also worth knowing"
 LAST_DRAINS = "Last drain per pool"
-CLUSTER = "Cluster"
+CLUSTER_TITLE = "Cluster"
 
 
 def checklist_title(*, shift: str, team: str) -> str:

@@ -46,7 +46,7 @@ from workflows.access import Actor
 from workflows.drain.history import NodesDrained, last_drains
 from workflows.fleet.clusters import ClusterGlance
 from workflows.fleet.findings import sort_findings
-from workflows.fleet.summary import Fleet
+from workflows.fleet.summary import Fleet, FleetSource
 from workflows.handover import messages as say
 from workflows.handover.checklist import (
     Checklist,
@@ -72,10 +72,6 @@ from workflows.signals.service import SignalsService
 
 ReminderAction = Literal["remind", "escalate"]
 # How many recent requests `last_drains` reads to find each pool's latest drain.
-
-
-class FleetSource(Protocol):
-    def fleet(self, now: dt.datetime) -> Fleet: ...
 
 
 class HandoverError(Exception):

@@ -17,10 +17,10 @@ from typing import Any
 
 import yaml
 
+from workflows.kube.objects import GPU_RESOURCE
 from workflows.mig import hardware
 from workflows.mig import messages as say
 
-GPU = "nvidia.com/gpu"
 
 
 class MigRefused(Exception):
@@ -119,16 +119,16 @@ class MigLayouts:
 def resources(applied: NodeLayout, *, strategy: str | None, layout: str) -> dict[str, int]:
     """What the device plugin advertises for `applied` under the MIG `strategy`."""
     if not applied.profiles:
-        return {GPU: applied.whole_gpus} if applied.whole_gpus else {}
+        return {GPU_RESOURCE: applied.whole_gpus} if applied.whole_gpus else {}
     if strategy == "single":
         if len(applied.profiles) > 1 or applied.whole_gpus:
             raise MigRefused(say.single_strategy_mixed(layout, sorted(applied.profiles)), code="single-strategy")
-        return {GPU: sum(applied.profiles.values())}
+        return {GPU_RESOURCE: sum(applied.profiles.values())}
     if strategy != "mixed":
         raise MigRefused(say.no_mig_strategy(strategy), code="mig-strategy")
     found = {hardware.resource_of(p): n for p, n in applied.profiles.items() if n}
     if applied.whole_gpus:
-        found[GPU] = applied.whole_gpus
+        found[GPU_RESOURCE] = applied.whole_gpus
     return found
 
 

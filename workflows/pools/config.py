@@ -13,7 +13,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, 
 
 from storage.requests import RequestKind
 from workflows.durations import Duration
-from workflows.fleet.assessment import UNPOOLED, Placement, PodMatch
+from workflows.fleet.assessment import UNPOOLED
+from workflows.fleet.settings import PodMatch, PoolPlacement
 from workflows.kinds import KINDS
 from workflows.kube.objects import is_gpu_resource
 from workflows.pools import messages as say
@@ -152,9 +153,9 @@ class Workloads(_Model):
     mig: WorkloadRule | None = None
     full_gpu: WorkloadRule | None = None
 
-    def placement(self) -> Placement:
-        return Placement(mig=self.mig.match() if self.mig else None,
-                         full_gpu=self.full_gpu.match() if self.full_gpu else None)
+    def placement(self) -> PoolPlacement:
+        return PoolPlacement(mig=self.mig.match() if self.mig else None,
+                             full_gpu=self.full_gpu.match() if self.full_gpu else None)
 
 
 class PoolConfig(_Model):

@@ -6,16 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from workflows.kube.objects import NodeRequirement, Placement, Toleration
+from workflows.kube.objects import GPU_RESOURCE, NodeRequirement, Placement, Toleration
 from workflows.quotas.reach import STATE_TAINT_PREFIX
 from workflows.wording import names
-
-GPU = "nvidia.com/gpu"
 
 
 def amount(count: int, resource: str) -> str:
     """"6 GPUs", "1 GPU", "3 nvidia.com/mig-1g.10gb"."""
-    if resource == GPU:
+    if resource == GPU_RESOURCE:
         return f"{count} GPU{'' if count == 1 else 's'}"
     return f"{count} {resource}"
 
@@ -47,7 +45,7 @@ def overcommit(quotas: Sequence[tuple[str, int]], resource: str, total: int, cap
 
 def unquoted_serving(namespace: str, pool: str, free: int, resources: Sequence[str], *, has_quota: bool) -> str:
     which = "no GPU quota" if not has_quota else "no quota on " + names(resources)
-    if list(resources) == [GPU]:
+    if list(resources) == [GPU_RESOURCE]:
         last = f"{free} free GPU{'' if free == 1 else 's'}"
     elif len(resources) == 1:
         last = f"{free} free {resources[0]}"

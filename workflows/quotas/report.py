@@ -28,7 +28,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from workflows.fleet.assessment import UNPOOLED, InventorySettings, PoolKind, is_gpu_node
+from workflows.fleet.assessment import UNPOOLED, is_gpu_node
+from workflows.fleet.findings import Severity
+from workflows.fleet.settings import InventorySettings
+from workflows.kinds import PoolKind
 from workflows.kube.objects import (
     ANYWHERE,
     NodeName,
@@ -108,7 +111,7 @@ class Flag:
     text: str
     namespaces: tuple[str, ...]
     pools: tuple[PoolName, ...] = ()
-    severity: Literal["critical", "warning", "info"] = "warning"
+    severity: Severity = "warning"
 
 
 @dataclass(frozen=True, slots=True)

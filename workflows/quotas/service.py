@@ -8,7 +8,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Protocol
 
-from workflows.fleet.assessment import InventorySettings
+from workflows.fleet.settings import InventorySettings
 from workflows.kube.errors import Forbidden, KubeError
 from workflows.kube.objects import ClusterSnapshot, ResourceQuotaObject
 from workflows.quotas import messages as say
@@ -23,7 +23,7 @@ class QuotaReader(Protocol):
     def list_resource_quotas(self) -> list[ResourceQuotaObject]: ...
 
 
-class ClusterSource(Protocol):
+class SnapshotSource(Protocol):
     """What holds nodes and GPU pods (the watch cache)."""
 
     def snapshot(self, now: dt.datetime) -> ClusterSnapshot: ...
@@ -36,7 +36,7 @@ class QuotasUnreadable(Exception):
 @dataclass
 class QuotaService:
     reader: QuotaReader
-    cluster: ClusterSource
+    cluster: SnapshotSource
     settings: InventorySettings
 
     def report(self, now: dt.datetime) -> QuotaReport:

@@ -2,7 +2,7 @@
 driver upgrade request of a pool will make before anyone sees a plan.
 
 An upgrade changes the version on exactly one object, the one that sets the pool's driver
-(`fleet.assessment.DriverManager`): an NVIDIADriver CR whose nodeSelector covers the pool
+(`fleet.operator_settings.DriverManager`): an NVIDIADriver CR whose nodeSelector covers the pool
 (and nothing else), or the ClusterPolicy, which drives every pool it deploys the driver
 to. A ClusterPolicy change reaches the other pools too (on their pods' next restart with
 OnDelete, or at once through the operator when autoUpgrade is on), so it is refused unless
@@ -18,7 +18,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from workflows.fleet.assessment import DriverManager, NodeInventory, PoolInventory
+from workflows.fleet.assessment import NodeInventory
+from workflows.fleet.operator_settings import DriverManager
+from workflows.fleet.pool import PoolInventory
 from workflows.fleet.summary import Fleet
 from workflows.kube.objects import NodeName, PoolName
 from workflows.pools.capacity import MaxUnavailable, OrderRefused, RollingOrder, rolling_order
