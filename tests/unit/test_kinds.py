@@ -9,7 +9,7 @@ from typing import get_args
 import pytest
 
 from storage.steps import StepKind
-from workflows.engine.steps import LOGIC
+from workflows.engine.steps.table import LOGIC
 from workflows.kinds import KINDS, ChangeKind, KindRegistry
 from workflows.pools.config import PoolConfig
 
