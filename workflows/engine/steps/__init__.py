@@ -44,5 +44,8 @@ node, and the table of which logic runs which step kind.
 - `gpu_check`: the canary pod (`RunGpuCheck`; the pod itself is `workflows.engine.check_pod`).
 - `host_driver`: moving a node off a host driver: `Snapshot`, `HostDriverByHand`,
   `SetNodeLabels`, `Restore`.
-- `table`: which logic runs each step kind (`logic_for`).
+- `table`: which logic runs each step kind (`logic_for`): the engine's own for the step
+  kinds every kind of change shares, and for the rest the logic a kind's registry line
+  gives (`ChangeKind.step_logic`: `workflows/<kind>/step_logic.py` maps its own step
+  kinds to the classes here, or to its own).
 """
