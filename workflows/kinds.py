@@ -7,22 +7,44 @@ Everything that needs to know the kinds reads them here: plans (which kinds a pl
 be), the request service's and the cards' wording, a pool's default approvals, the
 commands that offer Roll back or a person's confirmation, and the database, whose
 reference rows of request and step kinds are these (`storage_kinds`, written when the
-database opens: a database refuses a request or step of a kind nobody registered).
+database opens: a database refuses a request or step of a kind nobody registered), and
+the engine, which runs a step kind only one kind of change uses with the logic that
+kind's package gives (`step_logic`).
 
 A kind's own behaviour stays in its package (`workflows/drain`, `workflows/upgrade`, ...):
-its service answers the one `ChangeService` protocol below. This module sits at the
-bottom of the domain (it imports nothing of gpuops) so every layer may read it.
+its service answers the one `ChangeService` protocol below, and its `step_logic` module
+maps the step kinds only it uses to the engine logic that runs them. This module sits at
+the bottom of the domain (it imports nothing of gpuops: a kind names its step logic's
+module, read when the engine first asks) so every layer may read it.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator, Mapping
+import functools
+import importlib
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 # The kinds of pool a default number of approvals is given for (workflows/pools/config.py).
 PoolKind = Literal["serving", "training"]
+
+
+def logic_in(module: str) -> Callable[[], Mapping[str, Any]]:
+    """A kind's step logic, as its registry line names it: the `STEP_LOGIC` mapping (step
+    kind -> the engine's `StepLogic`) of `module`, imported the first time it is asked for."""
+
+    @functools.cache
+    def step_logic() -> Mapping[str, Any]:
+        logic: Mapping[str, Any] = importlib.import_module(module).STEP_LOGIC
+        return logic
+
+    return step_logic
+
+
+def _no_step_logic() -> Mapping[str, Any]:
+    return {}
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +65,10 @@ class ChangeKind:
     rollback: bool = False
     # Whether its runs wait for a person to confirm something by hand (a host driver).
     confirmation: bool = False
+    # The logic of the step kinds only this kind uses ({step kind: engine StepLogic}),
+    # usually `logic_in("workflows.<kind>.step_logic")`; the step kinds every kind shares
+    # (cordon, evict, validate, hold, uncordon, ...) are the engine's own.
+    step_logic: Callable[[], Mapping[str, Any]] = _no_step_logic
 
     def approvals_for(self, pool_kind: PoolKind) -> int:
         return self.default_approvals[pool_kind]
@@ -137,14 +163,17 @@ KINDS = KindRegistry(
         ChangeKind(name="upgrade", noun="a driver upgrade", title="Driver upgrade",
                    step_kinds=("operator-hold", "cordon", "wait-for-jobs", "evict", "driver", "driver-version",
                                "operator-upgrade", "hold", "validate", "gpu-check", "uncordon"),
-                   default_approvals={"serving": 2, "training": 1}, rollback=True),
+                   default_approvals={"serving": 2, "training": 1}, rollback=True,
+                   step_logic=logic_in("workflows.upgrade.step_logic")),
         ChangeKind(name="mig", noun="a MIG change", title="MIG change",
                    step_kinds=("wait-for-jobs", "cordon", "evict", "mig", "validate", "uncordon"),
-                   default_approvals={"serving": 2, "training": 1}, rollback=True),
+                   default_approvals={"serving": 2, "training": 1}, rollback=True,
+                   step_logic=logic_in("workflows.mig.step_logic")),
         ChangeKind(name="migrate", noun="a move from host drivers to the operator", title="Move to the operator",
                    step_kinds=("snapshot", "cordon", "wait-for-jobs", "evict", "host-driver-removed", "node-labels",
                                "wait-for", "host-driver-installed", "gpu-check", "validate", "uncordon", "restore"),
-                   default_approvals={"serving": 2, "training": 1}, rollback=True, confirmation=True),
+                   default_approvals={"serving": 2, "training": 1}, rollback=True, confirmation=True,
+                   step_logic=logic_in("workflows.migrate.step_logic")),
     ),
     # Plans once drained a node in one step; the engine still runs one a run holds.
     retired_step_kinds=("drain",),

@@ -23,7 +23,7 @@ import math
 import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, get_args
+from typing import Any
 
 from storage import codec
 from storage.steps import NewStep, StepKind
@@ -35,7 +35,7 @@ PLAN_FORMAT = 1
 # prefix an approver may type instead of the whole hash.
 SHORT_HASH_LENGTH = 8
 
-_STEP_KINDS = frozenset(get_args(StepKind))
+_STEP_KINDS = frozenset(KINDS.step_kinds)
 
 
 class PlanFormatError(ValueError):

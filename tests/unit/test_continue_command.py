@@ -17,11 +17,11 @@ from storage import requests as stored_requests
 from storage import runs as stored_runs
 from storage import steps as stored_steps
 from storage.database import open_database
+from tests.unit.static_fleet import StaticFleet
 from workflows.config import GpuopsConfig
 from workflows.engine.runs import RunService
-from workflows.engine.steps import CordonMark
+from workflows.engine.steps.cordoning import CordonMark
 from workflows.kube.labels import ANNOTATION_CORDONED_BY
-from tests.unit.static_fleet import StaticFleet
 
 UTC = dt.timezone.utc
 NOW_TEXT = "2026-12-02 10:00:00"

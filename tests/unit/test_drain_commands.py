@@ -17,12 +17,13 @@ from commands.reply import Reply
 from commands.services import Services
 from storage import requests as stored_requests
 from storage.database import open_database
+from tests.unit.static_fleet import StaticFleet
 from workflows.config import GpuopsConfig
 from workflows.engine.runs import step_params
-from workflows.engine.steps import Done, Hold, Waiting
+from workflows.engine.steps.contract import Done, Waiting
+from workflows.engine.steps.waiting import Hold
 from workflows.fleet.pods import group_pods_by_node
 from workflows.kube.objects import DisruptionBudget, NodeName, PodObject
-from tests.unit.static_fleet import StaticFleet
 
 UTC = dt.timezone.utc
 # Wednesday 2 December 2026, 11:00 in Berlin; train-a drains on weekend nights.

@@ -20,11 +20,12 @@ from commands.services import Services
 from storage import audit
 from storage import steps as stored_steps
 from storage.database import open_database
+from tests.unit.static_fleet import StaticFleet
 from workflows.config import GpuopsConfig
 from workflows.engine.runs import step_params
-from workflows.engine.steps import WINDOW_ENDING_NOTICE, Done, Hold, Waiting
+from workflows.engine.steps.contract import Done, Waiting
+from workflows.engine.steps.waiting import WINDOW_ENDING_NOTICE, Hold
 from workflows.fleet.pods import group_pods_by_node
-from tests.unit.static_fleet import StaticFleet
 
 UTC = dt.timezone.utc
 # Saturday 5 December 2026, 03:00 in Berlin (02:00 UTC): train-a's window runs to 06:00 Berlin.

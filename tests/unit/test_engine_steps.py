@@ -14,7 +14,11 @@ from storage.ids import RequestId, RunId, StepId
 from storage.runs import Run
 from storage.steps import Step
 from workflows.engine.runs import nodes_left_cordoned, step_intent, step_note, step_params
-from workflows.engine.steps import CordonMark, Done, Hold, StepParamsError, WaitFor, Waiting, decide, git_owner
+from workflows.engine.steps.contract import Done, StepParamsError, Waiting
+from workflows.engine.steps.cordoning import CordonMark
+from workflows.engine.steps.driver import git_owner
+from workflows.engine.steps.eviction import decide
+from workflows.engine.steps.waiting import Hold, WaitFor
 from workflows.fleet.assessment import NodeInventory
 from workflows.kube.gateway import PodOnNode
 from workflows.kube.labels import ANNOTATION_CORDONED_BY
@@ -270,7 +274,8 @@ class _CordonCtx(_Ctx):
 
 
 def test_a_node_another_unfinished_run_holds_fails_the_cordon_and_is_left_untouched(make):
-    from workflows.engine.steps import Cordon, Failed
+    from workflows.engine.steps.contract import Failed
+    from workflows.engine.steps.cordoning import Cordon
 
     mark = CordonMark(run="run-1", by="gpuops for bob", prior_unschedulable=False, at="x").to_text()
     gateway = _OneNode(_node(make, mark))
@@ -283,7 +288,7 @@ def test_a_node_another_unfinished_run_holds_fails_the_cordon_and_is_left_untouc
 
 
 def test_cordoning_a_node_a_human_cordoned_only_marks_it_and_remembers_it_was_cordoned(make):
-    from workflows.engine.steps import Cordon
+    from workflows.engine.steps.cordoning import Cordon
 
     gateway = _OneNode(_node(make, None, unschedulable=True))
     outcome = Cordon().advance(_CordonCtx(gateway=gateway))  # type: ignore[arg-type]
@@ -293,7 +298,7 @@ def test_cordoning_a_node_a_human_cordoned_only_marks_it_and_remembers_it_was_co
 
 
 def test_an_evict_step_from_a_drain_plan_reads_its_scope_and_the_pools_drain_timeout():
-    from workflows.engine.steps import Evict
+    from workflows.engine.steps.eviction import Evict
 
     # What workflows.drain writes for each node (the pool's drain_timeout and pdb_timeout_action).
     params = {"scope": "all-non-daemonset", "pdb_timeout_s": 45, "pdb_timeout_action": "wait"}
@@ -335,10 +340,10 @@ POLICY_TO_NEW = {"object": "ClusterPolicy", "name": "cluster-policy", "version":
 
 
 def test_the_driver_version_step_patches_the_policy_once_and_audits_the_version_it_replaced(make):
-    from workflows.engine.steps import DriverVersion
+    from workflows.engine.steps.driver import SetDriverVersion
 
     gateway = _OnePolicy(make, "580.95.05")
-    step = DriverVersion()
+    step = SetDriverVersion()
     intent = step.prepare(_VersionCtx(gateway=gateway, params=POLICY_TO_NEW))  # type: ignore[arg-type]
     assert intent == {"object": "ClusterPolicy cluster-policy", "version": "580.105.08", "prior_version": "580.95.05"}
     ctx = _VersionCtx(gateway=gateway, params=POLICY_TO_NEW, intent=intent)
@@ -352,18 +357,19 @@ def test_the_driver_version_step_patches_the_policy_once_and_audits_the_version_
 
 
 def test_the_driver_version_step_does_not_overwrite_someone_elses_change_and_rereads_after_a_conflict(make):
-    from workflows.engine.steps import DriverVersion, Failed
+    from workflows.engine.steps.contract import Failed
+    from workflows.engine.steps.driver import SetDriverVersion
 
     intent = {"object": "ClusterPolicy cluster-policy", "version": "580.105.08", "prior_version": "580.95.05"}
     changed = _OnePolicy(make, "575.51.03")
-    outcome = DriverVersion().advance(_VersionCtx(gateway=changed, params=POLICY_TO_NEW, intent=intent))  # type: ignore[arg-type]
+    outcome = SetDriverVersion().advance(_VersionCtx(gateway=changed, params=POLICY_TO_NEW, intent=intent))  # type: ignore[arg-type]
     assert isinstance(outcome, Failed) and "changed since the step began (580.95.05 -> 575.51.03" in outcome.reason
     assert changed.patches == []
     racing = _OnePolicy(make, "580.95.05", conflict=True)
-    outcome = DriverVersion().advance(_VersionCtx(gateway=racing, params=POLICY_TO_NEW, intent=intent))  # type: ignore[arg-type]
+    outcome = SetDriverVersion().advance(_VersionCtx(gateway=racing, params=POLICY_TO_NEW, intent=intent))  # type: ignore[arg-type]
     assert isinstance(outcome, Waiting) and outcome.reason.endswith("(changed meanwhile; reading again)")
     with pytest.raises(StepParamsError, match="params.object"):
-        DriverVersion().prepare(_VersionCtx(gateway=racing, params={"object": "Deployment", "name": "x",  # type: ignore[arg-type]
+        SetDriverVersion().prepare(_VersionCtx(gateway=racing, params={"object": "Deployment", "name": "x",  # type: ignore[arg-type]
                                                                     "version": "1"}))
 
 
@@ -395,7 +401,7 @@ SKIP, HELD_BY = "nvidia.com/gpu-driver-upgrade.skip", "gpuops.io/driver-upgrade-
 
 
 def test_holding_nodes_back_from_the_operator_leaves_a_persons_skip_label_and_releasing_takes_off_only_gpuops_own(make):
-    from workflows.engine.steps import OperatorHold
+    from workflows.engine.steps.operator_upgrade import OperatorHold
 
     gateway = _SomeNodes({
         "free": make.node("free"),

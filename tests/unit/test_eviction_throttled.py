@@ -13,7 +13,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from workflows.engine.steps import Evict, Waiting
+from workflows.engine.steps.contract import Waiting
+from workflows.engine.steps.eviction import Evict
 from workflows.kube.errors import TooManyRequests
 from workflows.kube.gateway import PodOnNode, _error
 

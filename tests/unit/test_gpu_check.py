@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from workflows.engine import check_pod
-from workflows.engine.steps import Done, Failed, GpuCheck, StepParamsError, Waiting
+from workflows.engine.steps.contract import Done, Failed, StepParamsError, Waiting
+from workflows.engine.steps.gpu_check import RunGpuCheck
 from workflows.kube.errors import Conflict, NotFound
 from workflows.kube.gateway import PodOnNode, pod_on_node_from_json
 
@@ -86,8 +87,8 @@ class _Ctx:
         return key in self.rows
 
 
-def _started(gateway: _Pods, **kw: Any) -> tuple[GpuCheck, _Ctx, str]:
-    step = GpuCheck()
+def _started(gateway: _Pods, **kw: Any) -> tuple[RunGpuCheck, _Ctx, str]:
+    step = RunGpuCheck()
     ctx = _Ctx(gateway=gateway, **kw)
     ctx.intent = step.prepare(ctx)  # type: ignore[arg-type]
     return step, ctx, ctx.intent["pod"].split("/", 1)[1]
@@ -188,4 +189,4 @@ def test_a_dry_run_asks_the_api_server_to_admit_the_pod_and_creates_nothing():
 
 def test_a_gpu_check_step_without_its_pod_is_refused_before_it_starts():
     with pytest.raises(StepParamsError, match="gpu-check step needs params namespace, image, command"):
-        GpuCheck().prepare(_Ctx(gateway=_Pods(), params={"namespace": "gpuops"}))  # type: ignore[arg-type]
+        RunGpuCheck().prepare(_Ctx(gateway=_Pods(), params={"namespace": "gpuops"}))  # type: ignore[arg-type]

@@ -91,7 +91,8 @@ class _Ctx:
 
 
 def test_the_host_driver_step_waits_for_a_person_tells_the_thread_once_and_ends_by_the_window():
-    from workflows.engine.steps import Done, HostDriverByHand, Waiting
+    from workflows.engine.steps.contract import Done, Waiting
+    from workflows.engine.steps.host_driver import HostDriverByHand
 
     step = HostDriverByHand(install=False)
     waiting = step.advance(_Ctx({}))  # type: ignore[arg-type]
@@ -192,7 +193,8 @@ def _host_node(make, *, driver_works: bool):
 
 @pytest.mark.parametrize("install", [False, True])
 def test_the_nodes_evidence_completes_the_host_driver_step_only_when_the_pool_takes_it(make, install):
-    from workflows.engine.steps import Done, HostDriverByHand, Waiting
+    from workflows.engine.steps.contract import Done, Waiting
+    from workflows.engine.steps.host_driver import HostDriverByHand
 
     step = HostDriverByHand(install=install)
     before = _host_node(make, driver_works=not install)
@@ -216,7 +218,8 @@ def test_the_nodes_evidence_completes_the_host_driver_step_only_when_the_pool_ta
 def test_a_node_whose_driver_was_already_off_when_the_step_began_waits_for_a_person(make):
     """No working driver at the start (a host driver that had failed): that its driver does
     not work proves nothing about its packages."""
-    from workflows.engine.steps import HostDriverByHand, Waiting
+    from workflows.engine.steps.contract import Waiting
+    from workflows.engine.steps.host_driver import HostDriverByHand
 
     step = HostDriverByHand(install=False)
     off = _host_node(make, driver_works=False)

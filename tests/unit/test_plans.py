@@ -10,14 +10,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from storage import codec
-from storage.steps import StepKind
+from workflows.kinds import KINDS
 from workflows.kube.objects import NodeName
 from workflows.plans import (
     NodeStep,
@@ -33,7 +33,7 @@ from workflows.plans import (
 
 ROOT = Path(__file__).resolve().parents[2]
 UTC = dt.timezone.utc
-STEP_KINDS: tuple[str, ...] = get_args(StepKind)
+STEP_KINDS: tuple[str, ...] = KINDS.step_kinds
 
 
 def two_wave_upgrade(**summary: Any) -> Plan:

@@ -15,18 +15,9 @@ from typing import Any
 
 import pytest
 
-from workflows.engine.steps import (
-    Cordon,
-    CordonMark,
-    Done,
-    Evict,
-    Failed,
-    LeftOut,
-    Notice,
-    StepParamsError,
-    Uncordon,
-    Waiting,
-)
+from workflows.engine.steps.contract import Done, Failed, LeftOut, StepNotice, StepParamsError, Waiting
+from workflows.engine.steps.cordoning import Cordon, CordonMark, Uncordon
+from workflows.engine.steps.eviction import Evict
 from workflows.kube.labels import ANNOTATION_CORDONED_BY
 
 NOW = dt.datetime(2025, 6, 7, 12, 0, tzinfo=dt.timezone.utc)
@@ -381,7 +372,7 @@ def test_a_blocked_eviction_waits_naming_the_budgets_words_and_tells_the_thread_
         budget = "Cannot evict pod as it would violate the pod's disruption budget."
         assert outcome == Waiting(
             f"eviction of ml/job is blocked by a PodDisruptionBudget: {budget}", retry_in=2.0,
-            notice=Notice("pdb-blocked", f"gpu-01: eviction of ml/job is blocked by a PodDisruptionBudget: {budget}. "
+            notice=StepNotice("pdb-blocked", f"gpu-01: eviction of ml/job is blocked by a PodDisruptionBudget: {budget}. "
                                          f"Retrying until 2025-06-07 12:10:00 UTC; then {then}. Scaling the workload "
                                          "up elsewhere frees the budget"))
     assert "u-job" in pods.pods and pods.did("delete") == []

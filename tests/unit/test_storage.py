@@ -28,6 +28,7 @@ from storage.errors import MigrationFailed, MigrationsOutOfOrder, NotAGpuopsData
 from storage.ids import RequestId, RunId
 from storage.migrations import MIGRATIONS, Migration, latest_version
 from testenv.install import wait_until
+from workflows.kinds import KINDS
 
 NOW = dt.datetime(2025, 6, 7, 12, 0, tzinfo=dt.timezone.utc)
 HOUR = dt.timedelta(hours=1)
@@ -827,7 +828,7 @@ def test_every_state_and_kind_the_code_names_is_accepted_by_the_schema(db):
         assert runs.transition(db, id=run.id, expected=previous, new=state, at=NOW), state
         previous = state
 
-    kinds = get_args(steps.StepKind)
+    kinds = KINDS.step_kinds
     stored = steps.add(
         db,
         run_id=run.id,

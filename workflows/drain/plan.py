@@ -35,7 +35,7 @@ from typing import Literal
 
 from storage import codec
 from workflows.drain import messages as say
-from workflows.engine.steps import DRAIN_PLAN_SCOPE
+from workflows.engine.steps.eviction import DRAIN_PLAN_SCOPE
 from workflows.fleet.assessment import UNPOOLED, NodeInventory
 from workflows.fleet.summary import Fleet
 from workflows.kube.objects import DisruptionBudget, NodeName, PodObject, PoolName

@@ -28,7 +28,7 @@ from storage.database import Database
 from storage.ids import RunId
 from workflows.access import Actor, Role, require
 from workflows.engine import messages as say
-from workflows.engine.steps import CordonMark
+from workflows.engine.steps.cordoning import CordonMark
 from workflows.kube.errors import Conflict, KubeError, NotFound
 from workflows.kube.gateway import KubeGateway
 from workflows.kube.labels import ANNOTATION_CORDONED_BY

@@ -93,17 +93,17 @@ from workflows import logfields
 from workflows.engine import messages as say
 from workflows.engine.lease import EngineLease, LeaseSettings
 from workflows.engine.runs import WAITING, nodes_left_cordoned, step_intent, step_params
-from workflows.engine.steps import (
+from workflows.engine.steps.contract import (
     Done,
     Failed,
     LeaseLost,
     LeftOut,
-    Notice,
     Outcome,
+    StepNotice,
     StepParamsError,
     Waiting,
-    logic_for,
 )
+from workflows.engine.steps.table import logic_for
 from workflows.fleet.assessment import NodeInventory
 from workflows.kube.errors import Forbidden, Invalid, KubeError, NotFound
 from workflows.kube.gateway import KubeGateway
@@ -810,7 +810,7 @@ class Engine:
                              dedupe=None, node=step.node)
         live.reason = reason
 
-    def _tell(self, run: Run, info: _RunInfo, step: Step, live: _Live, notice: Notice) -> None:
+    def _tell(self, run: Run, info: _RunInfo, step: Step, live: _Live, notice: StepNotice) -> None:
         """Post a waiting step's notice to the thread, once (the outbox dedupes by key,
         across restarts too; `live.noticed` spares the transaction)."""
         key = f"{run.id}/notice/{notice.key}" if notice.per_run else f"{run.id}/step/{step.id}/{notice.key}"
@@ -1045,7 +1045,7 @@ def _left_out(steps: Sequence[Step]) -> bool:
 
 
 class _StepContext:
-    """`workflows.engine.steps.StepContext` for one evaluation of one step."""
+    """`workflows.engine.steps.contract.StepContext` for one evaluation of one step."""
 
     def __init__(self, engine: Engine, run: Run, info: _RunInfo, step: Step, live: _Live,
                  steps: Sequence[Step], *, intent: Mapping[str, Any]) -> None:

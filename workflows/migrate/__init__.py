@@ -2,4 +2,5 @@
 with one-step rollback: the plan (`plan`: each node's driver owner with its evidence,
 the labels that change, the one step that needs a person) and the request and rollback
 (`service`). Runs on the same engine, approvals, windows and steps as drains, upgrades
-and MIG changes."""
+and MIG changes. The step kinds only it uses and the engine logic
+that runs them: `step_logic`."""

@@ -2,7 +2,7 @@
 its nodes (only then can its window end move later), and the control its hold steps
 read once an extension is applied.
 
-The engine's `hold` step (workflows.engine.steps `Hold`) fixes its end when it starts;
+The engine's `hold` step (workflows.engine.steps.waiting `Hold`) fixes its end when it starts;
 an applied extension writes `extended_until` (and who and when) into the params of the
 run's hold steps still pending or running, as `drain done` writes `released_at`. The
 step takes the later of its own end and `extended_until`, so an extension never shortens

@@ -1,0 +1,98 @@
+"""The canary check: a pod on the node whose exit code decides whether the change
+works there (`gpu-check`; `workflows.engine.check_pod` builds and reads the pod).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+from typing import Any
+
+from workflows.engine import check_pod
+from workflows.engine import messages as say
+from workflows.engine.steps.contract import (
+    Done,
+    Failed,
+    Outcome,
+    StepContext,
+    StepParamsError,
+    Waiting,
+    pod_ref,
+    timeout_param,
+)
+from workflows.kube.errors import Conflict, NotFound
+
+
+class RunGpuCheck:
+    """Run the upgrade's canary pod on the node and let its exit code decide: a pod in
+    `namespace` bound to the node, asking for one `resource` and running `command` in
+    `image` (`check_pod` builds it). Exit 0: the pod is deleted and the step is done. Any
+    other end (non-zero exit, the kubelet refusing it, its `timeout_s` deadline) fails the
+    step with the pod's own words, and the pod is kept for its logs.
+
+    The pod's name is fixed by run and node: after a restart the step finds its pod (or
+    the record that it passed) instead of starting a second one. A namespace that does not
+    exist fails the step. The step allows `timeout_s` plus a minute; the pod's own
+    deadline normally ends it first."""
+
+    def timeout(self, ctx: StepContext) -> dt.timedelta | None:
+        return timeout_param(ctx.params, 300) + dt.timedelta(seconds=check_pod.STEP_GRACE_SECONDS)
+
+    def prepare(self, ctx: StepContext) -> dict[str, Any]:
+        spec = check_pod.CheckSpec.from_params(ctx.params)
+        if spec is None:
+            raise StepParamsError(say.gpu_check_params())
+        return {"pod": f"{spec.namespace}/{check_pod.pod_name(ctx.run_id, ctx.node)}"}
+
+    def advance(self, ctx: StepContext) -> Outcome:
+        spec = check_pod.CheckSpec.from_params(ctx.params)
+        assert spec is not None  # prepare refused anything else
+        namespace, name = pod_ref(ctx.intent["pod"])
+        shown = check_pod.shown_command(spec.command)
+        try:
+            found = ctx.gateway.get_pod(namespace, name)
+        except NotFound:
+            found = None
+        if ctx.recorded("gpu-check.passed"):
+            # It passed before a restart: the pod goes (if the restart came before its
+            # delete), and is never run again.
+            if found is not None and not found.pod.deleting:
+                ctx.act()
+                with contextlib.suppress(NotFound, Conflict):
+                    ctx.gateway.delete_pod(namespace, name, uid=found.uid, dry_run=False)
+            return Done(say.gpu_check_passed(ctx.intent["pod"], shown))
+        if found is None:
+            manifest = check_pod.manifest(spec, name=name, node=ctx.node, run_id=ctx.run_id)
+            if not ctx.dry_run:
+                ctx.record(key="gpu-check.start", action="gpu-check.start", target=f"pod {ctx.intent['pod']}",
+                           detail={"node": ctx.node, "image": spec.image, "command": list(spec.command),
+                                   "resource": spec.resource})
+            ctx.act()
+            try:
+                ctx.gateway.create_pod(namespace, manifest, dry_run=ctx.dry_run)
+            except Conflict:
+                pass  # created before a restart; read it next time
+            except NotFound:
+                return Failed(say.gpu_check_no_namespace(namespace))
+            if ctx.dry_run:
+                return Done(say.would_run_gpu_check(ctx.intent["pod"], shown))
+            return Waiting(say.gpu_check_started(ctx.intent["pod"], shown), retry_in=2.0)
+        pod = found.pod
+        if pod.deleting:
+            # Deleted by someone before it answered: start it again once it is gone.
+            return Waiting(say.gpu_check_deleted_meanwhile(ctx.intent["pod"]), retry_in=2.0)
+        result = check_pod.result_of(pod)
+        if result is None:
+            return Waiting(say.gpu_check_running(ctx.intent["pod"], shown, check_pod.waiting_for(pod)),
+                           retry_in=2.0)
+        if not result.passed:
+            return Failed(say.gpu_check_failed(ctx.node, ctx.intent["pod"], shown, exit_code=result.exit_code,
+                                               reason=result.reason, message=result.message),
+                          {"exit_code": result.exit_code, "reason": result.reason, "message": result.message})
+        ctx.record(key="gpu-check.passed", action="gpu-check.passed", target=f"pod {ctx.intent['pod']}",
+                   detail={"node": ctx.node, "exit_code": result.exit_code})
+        ctx.act()
+        with contextlib.suppress(NotFound, Conflict):
+            ctx.gateway.delete_pod(namespace, name, uid=found.uid, dry_run=False)
+        return Done(say.gpu_check_passed(ctx.intent["pod"], shown))
+

@@ -1,0 +1,71 @@
+"""A MIG layout on the node, asked of the MIG manager by label and waited for (`mig`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from typing import Any
+
+from workflows.engine import messages as say
+from workflows.engine.steps.contract import Done, Failed, Outcome, StepContext, StepParamsError, Waiting, timeout_param
+from workflows.engine.steps.eviction import gpu_pods_left
+from workflows.kube.labels import LABEL_DEPLOY_PREFIX, LABEL_MIG_CONFIG, LABEL_MIG_CONFIG_STATE, PAUSED_FOR_MIG_CHANGE
+from workflows.kube.objects import is_gpu_resource
+
+
+class Mig:
+    """Ask the MIG manager for a layout: set label nvidia.com/mig.config to params.config
+    and wait until nvidia.com/mig.config.state says success (failed fails the step) and,
+    with `expect` ({resource: count}), until the node advertises exactly those GPU
+    resources. While it waits, the reason names the operands still paused-for-mig-change
+    and what the node advertises, so a step that times out says where it stuck.
+
+    The same patch clears nvidia.com/mig.config.state, so a `success` read afterwards is
+    the MIG manager's answer to this change, not the previous layout's. A node already at
+    the layout with state success is left alone. GPU pods still on the node hold the change
+    as for the driver step. `timeout_s` defaults to 1800."""
+
+    def timeout(self, ctx: StepContext) -> dt.timedelta | None:
+        return timeout_param(ctx.params, 1800)
+
+    def prepare(self, ctx: StepContext) -> dict[str, Any]:
+        config = ctx.params.get("config")
+        if not isinstance(config, str) or not config:
+            raise StepParamsError("a mig step needs the MIG layout in params.config (e.g. all-1g.10gb)")
+        node = ctx.gateway.get_node(ctx.node)
+        return {"config": config, "prior_config": node.labels.get(LABEL_MIG_CONFIG),
+                "prior_state": node.labels.get(LABEL_MIG_CONFIG_STATE)}
+
+    def advance(self, ctx: StepContext) -> Outcome:
+        config = ctx.intent["config"]
+        node = ctx.gateway.get_node(ctx.node)
+        state = node.labels.get(LABEL_MIG_CONFIG_STATE)
+        if node.labels.get(LABEL_MIG_CONFIG) != config:
+            in_the_way = gpu_pods_left(ctx)
+            if in_the_way and not ctx.dry_run:
+                return Waiting(say.gpu_pods_in_the_way(in_the_way, "changing the MIG layout"), retry_in=5.0)
+            ctx.act()
+            ctx.gateway.label_node(ctx.node, labels={LABEL_MIG_CONFIG: config, LABEL_MIG_CONFIG_STATE: None},
+                                   dry_run=ctx.dry_run)
+            if ctx.dry_run:
+                return Done(say.would_set_mig(config, node.labels.get(LABEL_MIG_CONFIG)))
+            return Waiting(say.mig_requested(config), retry_in=5.0)
+        advertised = {k: int(v) for k, v in node.capacity.items() if is_gpu_resource(k) and v.isdigit() and int(v)}
+        if ctx.dry_run:
+            return Done(say.mig_applied(config))
+        if state == "success":
+            expect = {str(k): int(v) for k, v in (ctx.params.get("expect") or {}).items() if int(v)}
+            if expect and advertised != expect:
+                return Waiting(say.mig_not_advertised(config, _counted(advertised), _counted(expect)), retry_in=5.0)
+            return Done(say.mig_applied(config))
+        if state == "failed":
+            return Failed(say.mig_failed(ctx.node, config))
+        paused = sorted(key.removeprefix(LABEL_DEPLOY_PREFIX) for key, value in node.labels.items()
+                        if key.startswith(LABEL_DEPLOY_PREFIX) and value == PAUSED_FOR_MIG_CHANGE)
+        return Waiting(say.mig_waiting(config, state, paused, _counted(advertised)), retry_in=5.0)
+
+
+def _counted(resources: Mapping[str, int]) -> str:
+    return ", ".join(f"{n}x {r}" for r, n in sorted(resources.items())) or "no GPUs"
+
