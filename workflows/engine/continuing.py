@@ -35,7 +35,7 @@ from typing import Literal
 from storage.steps import Step
 from workflows.access import Actor, Role, require
 from workflows.engine import messages as say
-from workflows.engine.loop import LEFT_OUT
+from workflows.engine.waves import LEFT_OUT
 from workflows.engine.runs import RunView
 from workflows.fleet.assessment import NodeInventory
 from workflows.fleet.summary import Fleet
