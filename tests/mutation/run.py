@@ -51,6 +51,10 @@ MODULES = {
     "runs": "workflows/engine/runs.py",
     "steps": "workflows/engine/steps.py",
     "engine": "workflows/engine/loop.py",
+    "waves": "workflows/engine/waves.py",
+    "wave_gates": "workflows/engine/wave_gates.py",
+    "engine_context": "workflows/engine/context.py",
+    "window_start": "workflows/engine/window_start.py",
     "audit": "storage/audit.py",
 }
 # mutmut's exit codes per mutant (mutmut.stats.status_by_exit_code, pinned version).
