@@ -54,6 +54,7 @@ MODULES = {
     "waves": "workflows/engine/waves.py",
     "wave_gates": "workflows/engine/wave_gates.py",
     "engine_context": "workflows/engine/context.py",
+    "transitions": "workflows/engine/transitions.py",
     "window_start": "workflows/engine/window_start.py",
     "audit": "storage/audit.py",
 }

@@ -86,8 +86,8 @@ class EngineStepContext:
         self._engine.check_lease()
 
     def record(self, *, key: str, action: str, target: str, detail: Mapping[str, Any]) -> None:
-        self._engine.record_intent(self._run, self._info, self._step, self._live, key=key, action=action,
-                                   target=target, detail=detail)
+        self._engine.transitions.record_intent(self._run, self._info, self._step, self._live, key=key,
+                                               action=action, target=target, detail=detail)
 
     def recorded(self, key: str) -> bool:
         return key in self._live.intents

@@ -4,9 +4,9 @@ What it does, as a runbook:
 
 - A run executes its plan's waves in order; inside a wave, nodes go in parallel (at most
   `max_parallel_nodes`), per node steps go in order (workflows.engine.waves).
-- A step moves `pending -> running -> done | failed`. The move to `running` stores the
-  step's intent (what `prepare` found and is about to change) and happens BEFORE the
-  first side effect; each move is one storage transaction holding the step's
+- A step moves `pending -> running -> done | failed` (workflows.engine.transitions). The
+  move to `running` stores the step's intent (what `prepare` found and is about to
+  change) and happens BEFORE the first side effect; each move is one storage transaction holding the step's
   compare-and-set, an audit row (actor `gpuops`, `k8s_identity` = the gateway's
   Kubernetes identity, detail naming this replica) and an outbox message. Per-object
   intents inside a step (one eviction per pod) are audit rows committed before each
@@ -60,7 +60,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -70,31 +70,24 @@ from storage import requests as stored_requests
 from storage import runs as stored_runs
 from storage import steps as stored_steps
 from storage.database import Database
-from storage.codec import JsonInput
 from storage.ids import RunId, StepId
 from storage.requests import Request
 from storage.runs import Run
-from storage.steps import Step
 from workflows import logfields
 from workflows.engine import messages as say
-from workflows.engine.context import Changed, EngineStepContext, LiveStep, RunInfo
+from workflows.engine.context import Changed, LiveStep, RunInfo
 from workflows.engine.lease import EngineLease, LeaseSettings
-from workflows.engine.runs import WAITING, nodes_left_cordoned, step_intent, step_params
+from workflows.engine.runs import nodes_left_cordoned, step_params
 from workflows.engine.steps import (
     Done,
     Failed,
     LeaseLost,
     LeftOut,
-    Notice,
-    Outcome,
-    StepParamsError,
-    Waiting,
-    logic_for,
 )
+from workflows.engine.transitions import StepTransitions
 from workflows.engine.wave_gates import WaveGates
-from workflows.engine.waves import LEFT_OUT, Waves, fallback_note, fallback_of, on_failure
+from workflows.engine.waves import Waves, fallback_of, on_failure
 from workflows.fleet.assessment import NodeInventory
-from workflows.kube.errors import Forbidden, Invalid, KubeError, NotFound
 from workflows.kube.gateway import KubeGateway
 from workflows.kube.objects import NodeName
 from workflows.plans import plan_from_json
@@ -167,19 +160,19 @@ class Engine:
         self.replica = replica
         self.settings = settings
         self.clock = clock
-        self._mono = monotonic
+        self.monotonic = monotonic
         self._on_commit = on_commit
-        # Steps whose start the API did not answer (logged once, not per try).
-        self._cannot_start: set[StepId] = set()
         self._queue: queue.SimpleQueue[str] = queue.SimpleQueue()
         self._timers: list[tuple[float, int, StepId]] = []
         self._timer_seq = itertools.count()
-        self._live: dict[StepId, LiveStep] = {}
+        self.live: dict[StepId, LiveStep] = {}
         self._info: dict[RunId, RunInfo] = {}
         self._listening = False
         # The run's waves (starting nodes, entering the next wave, finishing) and the gates
         # before them (freezes, the pool as it is now): workflows.engine.waves, .wave_gates.
         self._waves = Waves(self)
+        # A step's moves (start, resume, evaluate, done, left out, halt): .transitions.
+        self.transitions = StepTransitions(self)
         self._gates = WaveGates(self, pools)
         # Counters for logs and tests: transactions committed, passes over the runs made.
         self.commits = 0
@@ -228,7 +221,7 @@ class Engine:
     def _wait(self) -> set[str]:
         timeout = self.settings.control_check.total_seconds()
         if self._timers:
-            timeout = max(0.0, min(timeout, self._timers[0][0] - self._mono()))
+            timeout = max(0.0, min(timeout, self._timers[0][0] - self.monotonic()))
         woken: set[str] = set()
         try:
             woken.add(self._queue.get(timeout=timeout))
@@ -243,18 +236,18 @@ class Engine:
         return woken
 
     def _forget(self, why: str) -> None:
-        if self._live:
-            log.warning("%s: %s; %d steps in flight are left to the next holder", self.replica, why, len(self._live))
-        self._live.clear()
+        if self.live:
+            log.warning("%s: %s; %d steps in flight are left to the next holder", self.replica, why, len(self.live))
+        self.live.clear()
         self._timers.clear()
         self._info.clear()
         self._gates.forget()
-        self._cannot_start.clear()
+        self.transitions.forget()
 
     def run_pass(self, woken: AbstractSet[str] = frozenset()) -> bool:
         """Drive every unfinished run once; True if any is left unfinished."""
         self.passes += 1
-        now_mono = self._mono()
+        now_mono = self.monotonic()
         due: set[StepId] = set()
         while self._timers and self._timers[0][0] <= now_mono:
             due.add(heapq.heappop(self._timers)[2])
@@ -263,8 +256,8 @@ class Engine:
         evaluated: set[StepId] = set()  # a waiting step is looked at once per pass
         for run in runs:
             self._drive(run, woken, due, seen, evaluated)
-        for step_id in set(self._live) - seen:
-            self._live.pop(step_id, None)
+        for step_id in set(self.live) - seen:
+            self.live.pop(step_id, None)
         return bool(self.unfinished())
 
     def ours(self, request: Request) -> bool:
@@ -307,8 +300,8 @@ class Engine:
         if failed is not None:
             fallback = fallback_of(failed, steps)
             if fallback is not None:  # it runs before the run halts
-                return self._run_fallback(run, info, fallback, steps, due, seen, evaluated)
-            self._halt(run, info, failed, failed.error or "failed")  # not yet turned into a halt (defensive)
+                return self.transitions.run_fallback(run, info, fallback, steps, due, seen, evaluated)
+            self.transitions.halt(run, info, failed, failed.error or "failed")  # not yet turned into a halt (defensive)
             return False
         if run.current_wave is None:
             if run.state == "paused":
@@ -330,11 +323,11 @@ class Engine:
             if step.state != "running":
                 continue
             seen.add(step.id)
-            live = self._live.get(step.id)
+            live = self.live.get(step.id)
             if live is None:
-                live = self._adopt(run, info, step)
+                live = self.transitions.adopt(run, info, step)
             elif not live.evaluate_now and (step.id in evaluated or not (
-                    step.node in woken or step.id in due or (live.due is not None and live.due <= self._mono())
+                    step.node in woken or step.id in due or (live.due is not None and live.due <= self.monotonic())
                     # NB: `drain done` (RunService.release_hold) is a control written to the
                     # step's params, maybe by another process: look at once, not at the old due.
                     # So is a drain's extension (workflows.requests.extension), once.
@@ -343,20 +336,20 @@ class Engine:
                 continue
             evaluated.add(step.id)
             with logfields.bound(step_id=step.id, step=step.kind, node=step.node):
-                outcome = self._evaluate(run, info, step, live, steps)
+                outcome = self.transitions.evaluate(run, info, step, live, steps)
                 if isinstance(outcome, Done):
-                    self._finish_step(run, info, step, outcome)
+                    self.transitions.finish(run, info, step, outcome)
                     progressed = True
                 elif isinstance(outcome, Failed):
                     # NB: True when the wave's fallback step runs first (the next turn starts it).
-                    return self._halt(run, info, step, outcome.reason, detail=outcome.detail)
+                    return self.transitions.halt(run, info, step, outcome.reason, detail=outcome.detail)
                 elif isinstance(outcome, LeftOut):
-                    self._leave_out(run, info, step, outcome)
+                    self.transitions.leave_out(run, info, step, outcome)
                     progressed = True
                 else:
-                    self._show_waiting(run, info, step, live, outcome.reason)
+                    self.transitions.show_waiting(run, info, step, live, outcome.reason)
                     if outcome.notice is not None:
-                        self._tell(run, info, step, live, outcome.notice)
+                        self.transitions.tell(run, info, step, live, outcome.notice)
         if progressed:
             return True
 
@@ -404,234 +397,13 @@ class Engine:
             text = say.run_started(run.id, info.request.id, len(info.plan.nodes), len(info.plan.waves),
                                    dry_run=run.dry_run)
             self.audit(run, info, action="run.started", target=info.request.pool, before="pending",
-                        after="running", detail={"text": text})
+                       after="running", detail={"text": text})
             self.notify(run, info, event="run.started", state="running", text=text, kind="post",
-                         dedupe=f"{run.id}/started")
+                        dedupe=f"{run.id}/started")
         log.info("%s: %s", self.replica, text)
-
-    def start_step(self, run: Run, info: RunInfo, step: Step, steps: Sequence[Step]) -> bool:
-        live = LiveStep(step_id=step.id)
-        ctx = EngineStepContext(self, run, info, step, live, steps, intent={})
-        logic = logic_for(step.kind)
-        try:
-            intent = logic.prepare(ctx)
-            logic.timeout(ctx)  # refuse unusable params before anything starts
-        except StepParamsError as err:
-            self._halt(run, info, step, say.bad_params(str(err)))
-            return True
-        except (Forbidden, Invalid, NotFound) as err:
-            self._halt(run, info, step, say.api_refused(str(err)))
-            return True
-        except KubeError as err:
-            if step.id not in self._cannot_start:  # one line when it starts failing, not one per try
-                log.warning("%s: cannot start %s on %s yet: %s", self.replica, step.kind, step.node, err)
-            self._cannot_start.add(step.id)
-            return False
-        if step.id in self._cannot_start:
-            self._cannot_start.discard(step.id)
-            log.info("%s: the API answers again; starting %s on %s", self.replica, step.kind, step.node)
-        now = self.clock()
-        detail = {"params": step_params(step), "intent": intent}
-        with self.commit():
-            self._check_controls(step, live)
-            if not stored_steps.transition(self.db, id=step.id, expected="pending", new="running", at=now,
-                                           detail=detail):
-                raise Changed()
-            text = say.step_started(step.kind, step.node, dry_run=run.dry_run)
-            self.audit(run, info, action="step.running", target=step.node, before="pending", after="running",
-                        detail={"step": step.id, "kind": step.kind, "intent": intent})
-            self.notify(run, info, event="step.running", state="running", text=text, kind="update",
-                         dedupe=f"{run.id}/step/{step.id}/running", node=step.node)
-        self._live[step.id] = live
-        log.info("%s: %s", self.replica, text)
-        return True
-
-    def _adopt(self, run: Run, info: RunInfo, step: Step) -> LiveStep:
-        """A step found running that this process did not start: after a restart or a
-        lease change. Its earlier per-object intents come back from the audit log."""
-        live = LiveStep(step_id=step.id)
-        for entry in audit.for_run(self.db, run.id):
-            detail = entry.detail if isinstance(entry.detail, dict) else {}
-            if detail.get("step") == step.id and isinstance(key := detail.get("intent_key"), str):
-                live.intents.setdefault(key, entry.at)
-        with self.commit():
-            self.audit(run, info, action="step.resumed", target=step.node, before="running", after="running",
-                        detail={"step": step.id, "kind": step.kind, "attempt": step.attempt,
-                                "text": say.step_resumed(step.kind, step.node, self.replica)})
-        self._live[step.id] = live
-        log.info("%s: resuming %s on %s (step %s)", self.replica, step.kind, step.node, step.id)
-        return live
-
-    def _evaluate(self, run: Run, info: RunInfo, step: Step, live: LiveStep, steps: Sequence[Step]) -> Outcome:
-        ctx = EngineStepContext(self, run, info, step, live, steps, intent=step_intent(step))
-        logic = logic_for(step.kind)
-        live.evaluate_now = False
-        live.extended_until = step_params(step).get("extended_until")
-        outcome: Outcome
-        try:
-            ctx.timeout = logic.timeout(ctx)
-            ctx.deadline = (step.started_at or ctx.now) + ctx.timeout if ctx.timeout is not None else None
-            outcome = logic.advance(ctx)
-            live.failures = 0
-        except LeaseLost:
-            raise
-        except StepParamsError as err:
-            outcome = Failed(say.bad_params(str(err)))
-        except (Forbidden, Invalid, NotFound) as err:
-            outcome = Failed(say.api_refused(str(err)))
-        except KubeError as err:
-            live.failures += 1
-            retry = min(self.settings.api_retry_max.total_seconds(), 0.5 * 2 ** live.failures)
-            outcome = Waiting(say.api_unreachable(str(err)), retry_in=retry)
-        if isinstance(outcome, Waiting):
-            if ctx.expired and not outcome.overdue_ok:
-                return Failed(say.step_timed_out(ctx.timeout, outcome.reason))
-            delay = outcome.retry_in if outcome.retry_in is not None else self.settings.resync.total_seconds()
-            if ctx.deadline is not None and not outcome.overdue_ok:
-                delay = min(delay, max(0.0, (ctx.deadline - ctx.now).total_seconds()) + 0.05)
-            live.due = self._mono() + delay
-            heapq.heappush(self._timers, (live.due, next(self._timer_seq), step.id))
-        return outcome
-
-    def _finish_step(self, run: Run, info: RunInfo, step: Step, outcome: Done) -> None:
-        now = self.clock()
-        detail: dict[str, JsonInput] = {"params": step_params(step), "intent": step_intent(step),
-                                        "note": outcome.note, "result": dict(outcome.detail)}
-        with self.commit():
-            self._check_controls(step, self._live.get(step.id))
-            if not stored_steps.transition(self.db, id=step.id, expected="running", new="done", at=now,
-                                           detail=detail):
-                raise Changed()
-            text = say.step_done(step.kind, step.node, outcome.note)
-            self.audit(run, info, action="step.done", target=step.node, before="running", after="done",
-                        detail={"step": step.id, "kind": step.kind, "note": outcome.note,
-                                "result": dict(outcome.detail)})
-            self.notify(run, info, event="step.done", state="done", text=text, kind="update",
-                         dedupe=f"{run.id}/step/{step.id}/done", node=step.node)
-        self._live.pop(step.id, None)
-        log.info("%s: %s", self.replica, text)
-
-    def _check_controls(self, step: Step, live: LiveStep | None) -> None:
-        """Inside the transaction that moves `step`: a control written into its params
-        since it was read (`drain done`, a drain's extension, maybe by another process)
-        is looked at again before the step starts or ends, and is never written over."""
-        current = stored_steps.get(self.db, id=step.id)
-        if current is not None and step_params(current) != step_params(step):
-            if live is not None:
-                live.evaluate_now = True
-            raise Changed()
-
-    def _leave_out(self, run: Run, info: RunInfo, step: Step, outcome: LeftOut) -> None:
-        """Skip what is left of the step's node, except the uncordon that gives it back."""
-        now = self.clock()
-        node_steps = [s for s in stored_steps.for_run(self.db, run_id=run.id) if s.node == step.node]
-        uncordon_next = any(s.kind == "uncordon" and s.state == "pending" for s in node_steps)
-        text = say.node_left_out(outcome.reason, uncordon_next=uncordon_next)
-        detail: dict[str, JsonInput] = {"params": step_params(step), "intent": step_intent(step), "note": text,
-                                        "result": {**outcome.detail, LEFT_OUT: True}}
-        with self.commit():
-            if not stored_steps.transition(self.db, id=step.id, expected="running", new="skipped", at=now,
-                                           detail=detail, error=outcome.reason):
-                raise Changed()
-            for other in node_steps:
-                if other.state == "pending" and other.kind != "uncordon":
-                    stored_steps.transition(self.db, id=other.id, expected="pending", new="skipped", at=now)
-            self.audit(run, info, action="node.left_out", target=step.node, before="running", after="skipped",
-                        detail={"step": step.id, "kind": step.kind, "reason": outcome.reason, "text": text})
-            self.notify(run, info, event="node.left_out", state=run.state, text=text, kind="post",
-                         dedupe=f"{run.id}/step/{step.id}/left-out", node=step.node)
-        # NB: no _live.pop here: the step is no longer running, and run_pass forgets what it no longer sees.
-        log.warning("%s: %s", self.replica, text)
-
-    def _show_waiting(self, run: Run, info: RunInfo, step: Step, live: LiveStep, reason: str) -> None:
-        """Keep what a running step waits for in its detail (`/gpu request` and the
-        request's card show it), written when it changes, not at every look."""
-        if live.reason == reason:
-            return
-        with self.commit():
-            current = stored_steps.get(self.db, id=step.id)  # NB: `drain done` may have written it
-            if current is None or current.state != "running":
-                return
-            detail = dict(current.detail) if isinstance(current.detail, dict) else {}
-            if detail.get(WAITING) != reason:
-                detail[WAITING] = reason
-                stored_steps.replace_detail(self.db, id=step.id, expected="running", detail=detail)
-                self.notify(run, info, event="step.waiting", state="running", text=reason, kind="update",
-                             dedupe=None, node=step.node)
-        live.reason = reason
-
-    def _tell(self, run: Run, info: RunInfo, step: Step, live: LiveStep, notice: Notice) -> None:
-        """Post a waiting step's notice to the thread, once (the outbox dedupes by key,
-        across restarts too; `live.noticed` spares the transaction)."""
-        key = f"{run.id}/notice/{notice.key}" if notice.per_run else f"{run.id}/step/{step.id}/{notice.key}"
-        if notice.again_for is not None:
-            key += f"/{notice.again_for}"
-        if key in live.noticed:
-            return
-        with self.commit():
-            self.notify(run, info, event=f"step.{notice.key}", state=run.state, text=notice.text, kind="post",
-                         dedupe=key, node=None if notice.per_run else step.node)
-        live.noticed.add(key)
-
-    def _halt(self, run: Run, info: RunInfo, step: Step, reason: str,
-              detail: Mapping[str, Any] | None = None) -> bool:
-        """The step failed: the run stops here, every node left as it is; unless its wave
-        has a step that runs on a failure (`on_failure`) still to run: then only the step
-        fails now, and the run halts once that one has ended. True in that case."""
-        now = self.clock()
-        with self.commit():
-            if step.state in ("pending", "running"):
-                step_detail: dict[str, JsonInput] = {"params": step_params(step), "intent": step_intent(step),
-                                                     "note": reason, "result": dict(detail or {})}
-                if not stored_steps.transition(self.db, id=step.id, expected=step.state, new="failed", at=now,
-                                               detail=step_detail, error=reason):
-                    raise Changed()
-                self.audit(run, info, action="step.failed", target=step.node, before=step.state, after="failed",
-                            detail={"step": step.id, "kind": step.kind, "reason": reason})
-            steps = stored_steps.for_run(self.db, run_id=run.id)
-            if not on_failure(step) and fallback_of(step, steps) is not None:
-                return True
-            failed = step if not on_failure(step) else next(
-                (s for s in steps if s.state == "failed" and not on_failure(s)), step)
-            why = reason if failed is step else (failed.error or "failed")
-            after = fallback_note(failed, steps)
-            self.fail_run(run, info, now, stopped=say.halted_elsewhere(failed.node),
-                           text=lambda left: say.halted(failed.node, failed.kind, why, left_cordoned=left,
-                                                        after=after),
-                           detail={"node": failed.node, "kind": failed.kind, "reason": why,
-                                   **({"after": after} if after else {})})
-        return False
-
-    def _run_fallback(self, run: Run, info: RunInfo, step: Step, steps: Sequence[Step], due: set[StepId],
-                      seen: set[StepId], evaluated: set[StepId]) -> bool:
-        """A step of the wave failed: run the wave's `on_failure` step (a failed canary's
-        driver version set back) to its end before the run halts. Like any step, its start
-        and end are commits of their own, so a restart in between resumes it."""
-        if step.state == "pending":
-            return self.start_step(run, info, step, steps)
-        seen.add(step.id)
-        live = self._live.get(step.id)
-        if live is None:
-            live = self._adopt(run, info, step)
-        elif not live.evaluate_now and (step.id in evaluated or not (
-                step.id in due or (live.due is not None and live.due <= self._mono()))):
-            return False
-        evaluated.add(step.id)
-        with logfields.bound(step_id=step.id, step=step.kind, node=step.node):
-            outcome = self._evaluate(run, info, step, live, steps)
-            if isinstance(outcome, Done):
-                self._finish_step(run, info, step, outcome)
-                return True
-            if isinstance(outcome, (Failed, LeftOut)):
-                self._halt(run, info, step, outcome.reason, detail=outcome.detail)
-                return False
-            self._show_waiting(run, info, step, live, outcome.reason)
-            if outcome.notice is not None:
-                self._tell(run, info, step, live, outcome.notice)
-        return False
 
     def fail_run(self, run: Run, info: RunInfo, now: dt.datetime, *, stopped: str,
-                  text: Callable[[tuple[str, ...]], str], detail: Mapping[str, Any]) -> None:
+                 text: Callable[[tuple[str, ...]], str], detail: Mapping[str, Any]) -> None:
         """Inside a transaction: unfinished steps stopped, the run and its request failed,
         audited and told, with the nodes the run leaves cordoned."""
         stored_steps.stop_unfinished(self.db, stored_steps.for_run(self.db, run_id=run.id), at=now, error=stopped)
@@ -642,23 +414,23 @@ class Engine:
             raise Changed()
         stored_requests.transition(self.db, id=info.request.id, expected="running", new="failed", at=now)
         self.audit(run, info, action="run.failed", target=info.request.pool, before=run.state, after="failed",
-                    detail={**detail, "left_cordoned": list(left), "text": said})
+                   detail={**detail, "left_cordoned": list(left), "text": said})
         self.notify(run, info, event="run.failed", state="failed", text=said, kind="post",
-                     dedupe=f"{run.id}/failed")
+                    dedupe=f"{run.id}/failed")
         for other in stored_steps.for_run(self.db, run_id=run.id):
-            self._live.pop(other.id, None)
+            self.live.pop(other.id, None)
         log.warning("%s: run %s halted: %s", self.replica, run.id, said)
 
     # --- records -----------------------------------------------------------------------------
     def audit(self, run: Run, info: RunInfo, *, action: str, target: str, before: Any, after: Any,
-               detail: Mapping[str, Any]) -> audit.AuditEntry:
+              detail: Mapping[str, Any]) -> audit.AuditEntry:
         return audit.append(self.db, actor=audit.GPUOPS_ACTOR, k8s_identity=self.gateway.identity,
                             action=action, target=target, at=self.clock(), request_id=info.request.id,
                             run_id=run.id, before=before, after=after,
                             detail={**detail, "replica": self.replica, "dry_run": run.dry_run})
 
     def notify(self, run: Run, info: RunInfo, *, event: str, state: str, text: str, kind: outbox.MessageKind,
-                dedupe: str | None, node: str | None = None) -> None:
+               dedupe: str | None, node: str | None = None) -> None:
         request = info.request
         if request.channel is None:
             return
@@ -676,7 +448,7 @@ class Engine:
         info = self._run_info(run)
         request = stored_requests.get(self.db, id=run.request_id)
         if request is not None and (request.window_end, request.plan_hash) != (info.request.window_end,
-                                                                                info.request.plan_hash):
+                                                                               info.request.plan_hash):
             info = RunInfo(request=request, plan=plan_from_json(request.plan))
             self._info[run.id] = info
         return info
@@ -691,18 +463,13 @@ class Engine:
             self._info[run.id] = info
         return info
 
-    def record_intent(self, run: Run, info: RunInfo, step: Step, live: LiveStep, *, key: str, action: str,
-                      target: str, detail: Mapping[str, Any]) -> None:
-        if key in live.intents:
-            return
-        with self.commit():
-            self.audit(run, info, action=action, target=target, before=None, after=None,
-                        detail={**detail, "step": step.id, "kind": step.kind, "intent_key": key})
-        live.intents[key] = self.clock()
+    def look_again(self, step_id: StepId, *, at: float) -> None:
+        """Look at `step_id` again at `at` (on the `monotonic` clock) even if nothing wakes it."""
+        heapq.heappush(self._timers, (at, next(self._timer_seq), step_id))
 
     def in_flight(self, step_id: StepId) -> bool:
         """Whether `step_id` is a step this process has under way (started and not ended)."""
-        return step_id in self._live
+        return step_id in self.live
 
     def node_inventory(self, node: str, now: dt.datetime) -> NodeInventory | None:
         fleet = self.cache.fleet(now)

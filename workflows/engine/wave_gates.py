@@ -90,9 +90,9 @@ class WaveGates:
                 with self._engine.commit():
                     stored_runs.set_waiting(self._engine.db, id=run.id, waiting=None)
                     self._engine.audit(run, info, action="run.unfrozen", target=info.request.pool, before=run.state,
-                                after=run.state, detail={"freeze": told.id, "text": text})
+                                       after=run.state, detail={"freeze": told.id, "text": text})
                     self._engine.notify(run, info, event="run.unfrozen", state=run.state, text=text, kind="post",
-                                 dedupe=f"{run.id}/unfrozen/{told.id}")
+                                        dedupe=f"{run.id}/unfrozen/{told.id}")
                 log.info("%s: %s", self._engine.replica, text)
             return None
         if told is None or told.id != freeze.id:
@@ -103,16 +103,16 @@ class WaveGates:
                                        until=freeze.until, reason=freeze.reason, in_flight=under_way)
             with self._engine.commit():
                 self._engine.audit(run, info, action="run.frozen", target=info.request.pool, before=run.state,
-                            after=run.state, detail={"freeze": freeze.id, "freeze_target": freeze.target,
-                                                     "until": freeze.until.isoformat(), "in_flight": under_way,
-                                                     "text": text})
+                                   after=run.state, detail={"freeze": freeze.id, "freeze_target": freeze.target,
+                                                            "until": freeze.until.isoformat(), "in_flight": under_way,
+                                                            "text": text})
                 self._engine.notify(run, info, event="run.frozen", state=run.state, text=text, kind="post",
-                             dedupe=f"{run.id}/frozen/{freeze.id}")
+                                    dedupe=f"{run.id}/frozen/{freeze.id}")
             self._frozen[run.id] = freeze
             log.info("%s: %s", self._engine.replica, text)
         self.say_waiting(run, gate_say.run_waits_for_freeze(target=freeze.target, by=freeze.set_by_name,
-                                                             until=freeze.until, reason=freeze.reason,
-                                                             cluster=freeze.cluster))
+                                                            until=freeze.until, reason=freeze.reason,
+                                                            cluster=freeze.cluster))
         return freeze
 
     def say_waiting(self, run: Run, text: str | None) -> None:
@@ -133,13 +133,14 @@ class WaveGates:
                          if e.action in ("run.frozen", "run.unfrozen")), None)
             if last is not None and last.action == "run.frozen" and isinstance(last.detail, dict):
                 freeze_id = last.detail.get("freeze")
-                told = stored_freezes.get(self._engine.db, id=FreezeId(freeze_id)) if isinstance(freeze_id, int) else None
+                told = (stored_freezes.get(self._engine.db, id=FreezeId(freeze_id))
+                        if isinstance(freeze_id, int) else None)
                 if told is not None:
                     self._frozen[run.id] = told
         return self._frozen.get(run.id)
 
     def halt_if_window_ended(self, run: Run, info: RunInfo, freeze: Freeze, steps: Sequence[Step], *,
-                              wave: int) -> None:
+                             wave: int) -> None:
         """A run a freeze holds past its window's end halts once no node is under way: it
         must not start nodes outside the window it was approved for."""
         end = info.request.window_end
@@ -153,7 +154,7 @@ class WaveGates:
                for node in by_node.values()):
             return  # a node under way finishes first
         self._halt_before_wave(run, info, gate_say.run_window_ended_while_frozen(run_id=run.id, target=freeze.target,
-                                                                         window_end=end), wave=wave)
+                                                                                 window_end=end), wave=wave)
         self._frozen.pop(run.id, None)
 
     def wave_may_start(self, run: Run, info: RunInfo, steps: Sequence[Step], wave: int) -> bool:
@@ -177,9 +178,9 @@ class WaveGates:
             with self._engine.commit():
                 text = say.dry_run_wave_would_wait(reason) if run.dry_run else reason
                 self._engine.audit(run, info, action="run.waiting", target=info.request.pool, before=run.current_wave,
-                            after=run.current_wave, detail={"wave": wave, "rule": verdict.rule, "text": text})
+                                   after=run.current_wave, detail={"wave": wave, "rule": verdict.rule, "text": text})
                 self._engine.notify(run, info, event="run.waiting", state=run.state, text=text, kind="post",
-                             dedupe=f"{run.id}/wave/{wave}/waits/{verdict.rule}")
+                                    dedupe=f"{run.id}/wave/{wave}/waits/{verdict.rule}")
             self._gated[run.id] = reason
             log.info("%s: run %s: %s", self._engine.replica, run.id, reason)
         if not run.dry_run:
@@ -224,6 +225,6 @@ class WaveGates:
         wave, every node left as it is."""
         with self._engine.commit():
             self._engine.fail_run(run, info, self._engine.clock(), stopped=reason,
-                           text=lambda left: say.halted_before_wave(reason, left_cordoned=left),
-                           detail={"wave": wave, "reason": reason})
+                                  text=lambda left: say.halted_before_wave(reason, left_cordoned=left),
+                                  detail={"wave": wave, "reason": reason})
         self._gated.pop(run.id, None)

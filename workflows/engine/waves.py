@@ -100,7 +100,7 @@ class Waves:
         self._engine = engine
 
     def start_next(self, run: Run, info: RunInfo, wave_steps: list[Step], steps: list[Step], *,
-                    frozen: bool = False) -> bool:
+                   frozen: bool = False) -> bool:
         """Start the next step of every node that may take one now (each its own commit;
         reading the run's steps again between them would cost a read per node); True if
         any started, or one failed to (the run halted: nothing more starts). `frozen`: a
@@ -134,7 +134,7 @@ class Waves:
                 if free <= 0:
                     continue
                 free -= 1
-            if self._engine.start_step(run, info, following, steps):
+            if self._engine.transitions.start(run, info, following, steps):
                 started = True
                 if not self._engine.in_flight(following.id):
                     return True  # it halted the run
@@ -149,9 +149,9 @@ class Waves:
             text = say.wave_started(new, nodes, **wave_progress(steps, new, started=run.started_at,
                                                                 now=self._engine.clock()))
             self._engine.audit(run, info, action="run.wave", target=info.request.pool, before=old, after=new,
-                        detail={"nodes": nodes, "text": text})
+                               detail={"nodes": nodes, "text": text})
             self._engine.notify(run, info, event="run.wave", state=run.state, text=text, kind="post",
-                         dedupe=f"{run.id}/wave/{new}")
+                                dedupe=f"{run.id}/wave/{new}")
 
     def skip_fallbacks(self, steps: Sequence[Step], *, now: dt.datetime, before: int | None = None) -> None:
         """Inside a transaction: the `on_failure` steps of waves that ended without a
@@ -174,7 +174,7 @@ class Waves:
             self.skip_fallbacks(steps, now=now)
             stored_requests.transition(self._engine.db, id=info.request.id, expected="running", new="done", at=now)
             self._engine.audit(run, info, action="run.succeeded", target=info.request.pool, before=run.state,
-                        after="succeeded", detail={"text": text})
+                               after="succeeded", detail={"text": text})
             self._engine.notify(run, info, event="run.succeeded", state="succeeded", text=text, kind="post",
-                         dedupe=f"{run.id}/succeeded")
+                                dedupe=f"{run.id}/succeeded")
         log.info("%s: %s", self._engine.replica, text)
