@@ -125,7 +125,10 @@ class EngineSettings:
             raise ValueError("max_parallel_nodes must be at least 1")
 
 
-class Lease(Protocol):
+class LeaseCheck(Protocol):
+    """What the engine asks of its lease before every transaction and side effect
+    (`workflows.engine.lease.EngineLease`): whether this replica holds it now."""
+
     def held(self) -> bool: ...
 
 
@@ -140,7 +143,7 @@ class NodeSource(Protocol):
 class Engine:
     """Runs the unfinished runs of one database against one cluster; see the module doc."""
 
-    def __init__(self, *, db: Database, gateway: KubeGateway, cache: NodeSource, lease: Lease, replica: str,
+    def __init__(self, *, db: Database, gateway: KubeGateway, cache: NodeSource, lease: LeaseCheck, replica: str,
                  settings: EngineSettings = EngineSettings(),
                  clock: Callable[[], dt.datetime] = _utc_now,
                  monotonic: Callable[[], float] = time.monotonic,
