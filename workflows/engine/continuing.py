@@ -34,7 +34,7 @@ from typing import Literal
 
 from storage.steps import Step
 from workflows.access import Actor, Role, require
-from workflows.engine import messages as say
+from workflows.engine import continue_messages as say
 from workflows.engine.waves import LEFT_OUT
 from workflows.engine.runs import RunView
 from workflows.fleet.assessment import NodeInventory

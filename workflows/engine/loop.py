@@ -74,7 +74,7 @@ from storage.ids import RunId, StepId
 from storage.requests import Request
 from storage.runs import Run
 from workflows import logfields
-from workflows.engine import messages as say
+from workflows.engine import run_messages as say
 from workflows.engine.context import Changed, LiveStep, RunInfo
 from workflows.engine.lease import EngineLease, LeaseSettings
 from workflows.engine.runs import nodes_left_cordoned, step_params

@@ -31,7 +31,7 @@ from storage.ids import StepId
 from storage.runs import Run
 from storage.steps import Step
 from workflows import logfields
-from workflows.engine import messages as say
+from workflows.engine import halt_messages, run_messages
 from workflows.engine.context import Changed, EngineStepContext, LiveStep, RunInfo
 from workflows.engine.runs import WAITING, step_intent, step_params
 from workflows.engine.steps import (
@@ -74,10 +74,10 @@ class StepTransitions:
             intent = logic.prepare(ctx)
             logic.timeout(ctx)  # refuse unusable params before anything starts
         except StepParamsError as err:
-            self.halt(run, info, step, say.bad_params(str(err)))
+            self.halt(run, info, step, run_messages.bad_params(str(err)))
             return True
         except (Forbidden, Invalid, NotFound) as err:
-            self.halt(run, info, step, say.api_refused(str(err)))
+            self.halt(run, info, step, run_messages.api_refused(str(err)))
             return True
         except KubeError as err:
             if step.id not in self._cannot_start:  # one line when it starts failing, not one per try
@@ -94,7 +94,7 @@ class StepTransitions:
             if not stored_steps.transition(self._engine.db, id=step.id, expected="pending", new="running", at=now,
                                            detail=detail):
                 raise Changed()
-            text = say.step_started(step.kind, step.node, dry_run=run.dry_run)
+            text = run_messages.step_started(step.kind, step.node, dry_run=run.dry_run)
             self._engine.audit(run, info, action="step.running", target=step.node, before="pending", after="running",
                                detail={"step": step.id, "kind": step.kind, "intent": intent})
             self._engine.notify(run, info, event="step.running", state="running", text=text, kind="update",
@@ -114,7 +114,7 @@ class StepTransitions:
         with self._engine.commit():
             self._engine.audit(run, info, action="step.resumed", target=step.node, before="running", after="running",
                                detail={"step": step.id, "kind": step.kind, "attempt": step.attempt,
-                                       "text": say.step_resumed(step.kind, step.node, self._engine.replica)})
+                                       "text": run_messages.step_resumed(step.kind, step.node, self._engine.replica)})
         self._engine.live[step.id] = live
         log.info("%s: resuming %s on %s (step %s)", self._engine.replica, step.kind, step.node, step.id)
         return live
@@ -133,16 +133,16 @@ class StepTransitions:
         except LeaseLost:
             raise
         except StepParamsError as err:
-            outcome = Failed(say.bad_params(str(err)))
+            outcome = Failed(run_messages.bad_params(str(err)))
         except (Forbidden, Invalid, NotFound) as err:
-            outcome = Failed(say.api_refused(str(err)))
+            outcome = Failed(run_messages.api_refused(str(err)))
         except KubeError as err:
             live.failures += 1
             retry = min(self._engine.settings.api_retry_max.total_seconds(), 0.5 * 2 ** live.failures)
-            outcome = Waiting(say.api_unreachable(str(err)), retry_in=retry)
+            outcome = Waiting(run_messages.api_unreachable(str(err)), retry_in=retry)
         if isinstance(outcome, Waiting):
             if ctx.expired and not outcome.overdue_ok:
-                return Failed(say.step_timed_out(ctx.timeout, outcome.reason))
+                return Failed(run_messages.step_timed_out(ctx.timeout, outcome.reason))
             delay = outcome.retry_in if outcome.retry_in is not None else self._engine.settings.resync.total_seconds()
             if ctx.deadline is not None and not outcome.overdue_ok:
                 delay = min(delay, max(0.0, (ctx.deadline - ctx.now).total_seconds()) + 0.05)
@@ -159,7 +159,7 @@ class StepTransitions:
             if not stored_steps.transition(self._engine.db, id=step.id, expected="running", new="done", at=now,
                                            detail=detail):
                 raise Changed()
-            text = say.step_done(step.kind, step.node, outcome.note)
+            text = run_messages.step_done(step.kind, step.node, outcome.note)
             self._engine.audit(run, info, action="step.done", target=step.node, before="running", after="done",
                                detail={"step": step.id, "kind": step.kind, "note": outcome.note,
                                        "result": dict(outcome.detail)})
@@ -183,7 +183,7 @@ class StepTransitions:
         now = self._engine.clock()
         node_steps = [s for s in stored_steps.for_run(self._engine.db, run_id=run.id) if s.node == step.node]
         uncordon_next = any(s.kind == "uncordon" and s.state == "pending" for s in node_steps)
-        text = say.node_left_out(outcome.reason, uncordon_next=uncordon_next)
+        text = run_messages.node_left_out(outcome.reason, uncordon_next=uncordon_next)
         detail: dict[str, JsonInput] = {"params": step_params(step), "intent": step_intent(step), "note": text,
                                         "result": {**outcome.detail, LEFT_OUT: True}}
         with self._engine.commit():
@@ -252,9 +252,9 @@ class StepTransitions:
                 (s for s in steps if s.state == "failed" and not on_failure(s)), step)
             why = reason if failed is step else (failed.error or "failed")
             after = fallback_note(failed, steps)
-            self._engine.fail_run(run, info, now, stopped=say.halted_elsewhere(failed.node),
-                                  text=lambda left: say.halted(failed.node, failed.kind, why, left_cordoned=left,
-                                                               after=after),
+            self._engine.fail_run(run, info, now, stopped=halt_messages.halted_elsewhere(failed.node),
+                                  text=lambda left: halt_messages.halted(failed.node, failed.kind, why,
+                                                                         left_cordoned=left, after=after),
                                   detail={"node": failed.node, "kind": failed.kind, "reason": why,
                                           **({"after": after} if after else {})})
         return False

@@ -15,7 +15,7 @@ import datetime as dt
 from collections.abc import Sequence
 
 from storage.steps import Step
-from workflows.engine import messages as say
+from workflows.engine import wait_messages as say
 from workflows.engine.runs import RunView, step_note
 from workflows.pools import messages as pool_say
 from workflows.pools.freezes import Freeze

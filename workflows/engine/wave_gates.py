@@ -34,7 +34,7 @@ from storage.freezes import FreezeId
 from storage.ids import RunId
 from storage.runs import Run
 from storage.steps import Step
-from workflows.engine import messages as say
+from workflows.engine import halt_messages, run_messages
 from workflows.engine.context import RunInfo
 from workflows.engine.runs import step_params
 from workflows.engine.waves import on_failure
@@ -176,7 +176,7 @@ class WaveGates:
             return False
         if self._gated.get(run.id) != reason:
             with self._engine.commit():
-                text = say.dry_run_wave_would_wait(reason) if run.dry_run else reason
+                text = run_messages.dry_run_wave_would_wait(reason) if run.dry_run else reason
                 self._engine.audit(run, info, action="run.waiting", target=info.request.pool, before=run.current_wave,
                                    after=run.current_wave, detail={"wave": wave, "rule": verdict.rule, "text": text})
                 self._engine.notify(run, info, event="run.waiting", state=run.state, text=text, kind="post",
@@ -225,6 +225,6 @@ class WaveGates:
         wave, every node left as it is."""
         with self._engine.commit():
             self._engine.fail_run(run, info, self._engine.clock(), stopped=reason,
-                                  text=lambda left: say.halted_before_wave(reason, left_cordoned=left),
+                                  text=lambda left: halt_messages.halted_before_wave(reason, left_cordoned=left),
                                   detail={"wave": wave, "reason": reason})
         self._gated.pop(run.id, None)

@@ -30,7 +30,7 @@ from storage import runs as stored_runs
 from storage import steps as stored_steps
 from storage.runs import Run
 from storage.steps import Step
-from workflows.engine import messages as say
+from workflows.engine import halt_messages, run_messages
 from workflows.engine.context import Changed, RunInfo
 from workflows.engine.runs import step_intent, step_params
 
@@ -62,7 +62,7 @@ def fallback_note(failed: Step, steps: Sequence[Step]) -> str | None:
     if ran is None:
         return None
     if ran.state == "failed":
-        return say.fallback_failed(ran.kind, ran.error or "failed")
+        return halt_messages.fallback_failed(ran.kind, ran.error or "failed")
     detail = ran.detail if isinstance(ran.detail, dict) else {}
     note = detail.get("note")
     return str(note) if note else None
@@ -146,7 +146,7 @@ class Waves:
             if not stored_runs.advance_wave(self._engine.db, id=run.id, expected_wave=old, wave=new):
                 raise Changed()
             self.skip_fallbacks(steps, now=self._engine.clock(), before=new)
-            text = say.wave_started(new, nodes, **wave_progress(steps, new, started=run.started_at,
+            text = run_messages.wave_started(new, nodes, **wave_progress(steps, new, started=run.started_at,
                                                                 now=self._engine.clock()))
             self._engine.audit(run, info, action="run.wave", target=info.request.pool, before=old, after=new,
                                detail={"nodes": nodes, "text": text})
@@ -165,7 +165,7 @@ class Waves:
         still = sorted({s.node for s in steps if s.kind == "cordon" and s.state == "done"
                         and (step_intent(s).get("prior_unschedulable") or "other_mark" in step_intent(s))})
         left_out = sorted({s.node for s in steps if has_left_out([s])})
-        text = say.run_succeeded(run.id, dry_run=run.dry_run, left_cordoned=[] if run.dry_run else still,
+        text = run_messages.run_succeeded(run.id, dry_run=run.dry_run, left_cordoned=[] if run.dry_run else still,
                                  left_out=left_out)
         with self._engine.commit():
             if not stored_runs.transition(self._engine.db, id=run.id, expected=("running", "paused"), new="succeeded",
