@@ -1,27 +1,29 @@
-"""What the engine's parts (workflows.engine.loop, .waves, .wave_gates) share about a run in
-flight: its request and plan (`RunInfo`), what this process knows about a step in flight
-beyond the database (`LiveStep`), the context a step's logic sees for one evaluation
-(`EngineStepContext`, the engine's `workflows.engine.steps.StepContext`), and `Changed`,
-a compare-and-set that lost."""
+"""What the engine's parts (workflows.engine.loop, .waves, .wave_gates, .transitions) share:
+what the parts may ask of the engine (`EngineCore`: its clock, lease, transactions and
+records), a run in flight's request and plan (`RunInfo`), what this process knows about a
+step in flight beyond the database (`LiveStep`), the context a step's logic sees for one
+evaluation (`EngineStepContext`, the engine's `workflows.engine.steps.StepContext`), and
+`Changed`, a compare-and-set that lost."""
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from storage import audit, outbox
 from storage import runs as stored_runs
+from storage.database import Database
 from storage.ids import RunId, StepId
 from storage.requests import Request
 from storage.runs import Run
 from storage.steps import Step, StepKind
 from workflows.engine.runs import step_intent, step_params
 from workflows.fleet.assessment import NodeInventory
+from workflows.kube.gateway import KubeGateway
 from workflows.plans import Plan
-
-if TYPE_CHECKING:
-    from workflows.engine.loop import Engine
 
 
 class Changed(Exception):
@@ -51,10 +53,87 @@ class LiveStep:
     extended_until: Any = None
 
 
+class NodeSource(Protocol):
+    """What the engine reads from the watch cache (workflows.fleet.watchcache.FleetCache)."""
+
+    def add_listener(self, listener: Callable[[str, str, Any], None]) -> None: ...
+
+    def fleet(self, now: dt.datetime) -> Any: ...
+
+
+class EngineTimings(Protocol):
+    """The settings the engine's parts read (`workflows.engine.loop.EngineSettings`)."""
+
+    @property
+    def max_parallel_nodes(self) -> int: ...
+
+    @property
+    def resync(self) -> dt.timedelta: ...
+
+    @property
+    def api_retry_max(self) -> dt.timedelta: ...
+
+
+class EngineCore(Protocol):
+    """What the engine's parts ask of the engine (`workflows.engine.loop.Engine`): its
+    clocks, its transactions (each checks the lease), the records every move writes, and
+    what it knows beyond the database."""
+
+    @property
+    def db(self) -> Database: ...
+
+    @property
+    def gateway(self) -> KubeGateway: ...
+
+    @property
+    def cache(self) -> NodeSource: ...
+
+    @property
+    def replica(self) -> str: ...
+
+    @property
+    def settings(self) -> EngineTimings: ...
+
+    @property
+    def clock(self) -> Callable[[], dt.datetime]: ...
+
+    @property
+    def monotonic(self) -> Callable[[], float]: ...
+
+    @property
+    def live(self) -> dict[StepId, LiveStep]: ...
+
+    def commit(self) -> AbstractContextManager[None]: ...
+
+    def check_lease(self) -> None: ...
+
+    def audit(self, run: Run, info: RunInfo, *, action: str, target: str, before: Any, after: Any,
+              detail: Mapping[str, Any]) -> audit.AuditEntry: ...
+
+    def notify(self, run: Run, info: RunInfo, *, event: str, state: str, text: str, kind: outbox.MessageKind,
+               dedupe: str | None, node: str | None = None) -> None: ...
+
+    def fail_run(self, run: Run, info: RunInfo, now: dt.datetime, *, stopped: str,
+                 text: Callable[[tuple[str, ...]], str], detail: Mapping[str, Any]) -> None: ...
+
+    def unfinished(self) -> list[Run]: ...
+
+    def ours(self, request: Request) -> bool: ...
+
+    def look_again(self, step_id: StepId, *, at: float) -> None: ...
+
+    def in_flight(self, step_id: StepId) -> bool: ...
+
+    def record_intent(self, run: Run, info: RunInfo, step: Step, live: LiveStep, *, key: str, action: str,
+                      target: str, detail: Mapping[str, Any]) -> None: ...
+
+    def node_inventory(self, node: str, now: dt.datetime) -> NodeInventory | None: ...
+
+
 class EngineStepContext:
     """`workflows.engine.steps.StepContext` for one evaluation of one step."""
 
-    def __init__(self, engine: Engine, run: Run, info: RunInfo, step: Step, live: LiveStep,
+    def __init__(self, engine: EngineCore, run: Run, info: RunInfo, step: Step, live: LiveStep,
                  steps: Sequence[Step], *, intent: Mapping[str, Any]) -> None:
         self._engine = engine
         self._run = run
@@ -86,8 +165,8 @@ class EngineStepContext:
         self._engine.check_lease()
 
     def record(self, *, key: str, action: str, target: str, detail: Mapping[str, Any]) -> None:
-        self._engine.transitions.record_intent(self._run, self._info, self._step, self._live, key=key,
-                                               action=action, target=target, detail=detail)
+        self._engine.record_intent(self._run, self._info, self._step, self._live, key=key, action=action,
+                                   target=target, detail=detail)
 
     def recorded(self, key: str) -> bool:
         return key in self._live.intents

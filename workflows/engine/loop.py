@@ -73,9 +73,10 @@ from storage.database import Database
 from storage.ids import RunId, StepId
 from storage.requests import Request
 from storage.runs import Run
+from storage.steps import Step
 from workflows import logfields
 from workflows.engine import run_messages as say
-from workflows.engine.context import Changed, LiveStep, RunInfo
+from workflows.engine.context import Changed, LiveStep, NodeSource, RunInfo
 from workflows.engine.lease import EngineLease, LeaseSettings
 from workflows.engine.runs import nodes_left_cordoned, step_params
 from workflows.engine.steps import (
@@ -132,14 +133,6 @@ class LeaseCheck(Protocol):
     def held(self) -> bool: ...
 
 
-class NodeSource(Protocol):
-    """What the engine reads from the watch cache (workflows.fleet.watchcache.FleetCache)."""
-
-    def add_listener(self, listener: Callable[[str, str, Any], None]) -> None: ...
-
-    def fleet(self, now: dt.datetime) -> Any: ...
-
-
 class Engine:
     """Runs the unfinished runs of one database against one cluster; see the module doc."""
 
@@ -173,9 +166,9 @@ class Engine:
         self._listening = False
         # The run's waves (starting nodes, entering the next wave, finishing) and the gates
         # before them (freezes, the pool as it is now): workflows.engine.waves, .wave_gates.
-        self._waves = Waves(self)
         # A step's moves (start, resume, evaluate, done, left out, halt): .transitions.
         self.transitions = StepTransitions(self)
+        self._waves = Waves(self, start_step=self.transitions.start)
         self._gates = WaveGates(self, pools)
         # Counters for logs and tests: transactions committed, passes over the runs made.
         self.commits = 0
@@ -465,6 +458,15 @@ class Engine:
             info = RunInfo(request=request, plan=plan_from_json(request.plan))
             self._info[run.id] = info
         return info
+
+    def record_intent(self, run: Run, info: RunInfo, step: Step, live: LiveStep, *, key: str, action: str,
+                      target: str, detail: Mapping[str, Any]) -> None:
+        if key in live.intents:
+            return
+        with self.commit():
+            self.audit(run, info, action=action, target=target, before=None, after=None,
+                       detail={**detail, "step": step.id, "kind": step.kind, "intent_key": key})
+        live.intents[key] = self.clock()
 
     def look_again(self, step_id: StepId, *, at: float) -> None:
         """Look at `step_id` again at `at` (on the `monotonic` clock) even if nothing wakes it."""

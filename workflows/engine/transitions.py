@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from storage import audit
 from storage import steps as stored_steps
@@ -32,7 +32,7 @@ from storage.runs import Run
 from storage.steps import Step
 from workflows import logfields
 from workflows.engine import halt_messages, run_messages
-from workflows.engine.context import Changed, EngineStepContext, LiveStep, RunInfo
+from workflows.engine.context import Changed, EngineCore, EngineStepContext, LiveStep, RunInfo
 from workflows.engine.runs import WAITING, step_intent, step_params
 from workflows.engine.steps import (
     Done,
@@ -48,16 +48,13 @@ from workflows.engine.steps import (
 from workflows.engine.waves import LEFT_OUT, fallback_note, fallback_of, on_failure
 from workflows.kube.errors import Forbidden, Invalid, KubeError, NotFound
 
-if TYPE_CHECKING:
-    from workflows.engine.loop import Engine
-
 log = logging.getLogger("gpuops.engine")
 
 
 class StepTransitions:
     """The moves of the engine's steps; what it remembers is this process's."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: EngineCore) -> None:
         self._engine = engine
         # Steps whose start the API did not answer (logged once, not per try).
         self._cannot_start: set[StepId] = set()
@@ -286,12 +283,3 @@ class StepTransitions:
             if outcome.notice is not None:
                 self.tell(run, info, step, live, outcome.notice)
         return False
-
-    def record_intent(self, run: Run, info: RunInfo, step: Step, live: LiveStep, *, key: str, action: str,
-                      target: str, detail: Mapping[str, Any]) -> None:
-        if key in live.intents:
-            return
-        with self._engine.commit():
-            self._engine.audit(run, info, action=action, target=target, before=None, after=None,
-                               detail={**detail, "step": step.id, "kind": step.kind, "intent_key": key})
-        live.intents[key] = self._engine.clock()

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from storage import audit
 from storage import freezes as stored_freezes
@@ -35,7 +34,7 @@ from storage.ids import RunId
 from storage.runs import Run
 from storage.steps import Step
 from workflows.engine import halt_messages, run_messages
-from workflows.engine.context import RunInfo
+from workflows.engine.context import EngineCore, RunInfo
 from workflows.engine.runs import step_params
 from workflows.engine.waves import on_failure
 from workflows.kube.objects import NodeName
@@ -46,16 +45,13 @@ from workflows.pools.capacity import HOLDING_STATES, ConcurrentWork, WaveGate, c
 from workflows.pools.config import PoolConfig
 from workflows.pools.freezes import Freeze
 
-if TYPE_CHECKING:
-    from workflows.engine.loop import Engine
-
 log = logging.getLogger("gpuops.engine")
 
 
 class WaveGates:
     """The freeze and capacity gates of the engine's runs, and what each run was told."""
 
-    def __init__(self, engine: Engine, pools: Mapping[str, PoolConfig] | None) -> None:
+    def __init__(self, engine: EngineCore, pools: Mapping[str, PoolConfig] | None) -> None:
         self._engine = engine
         # The pools' policies, for the check before every wave; None: no check (only
         # tests of step mechanics and `python -m bot.engine_process` without --config).

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from storage import requests as stored_requests
 from storage import runs as stored_runs
@@ -31,11 +31,8 @@ from storage import steps as stored_steps
 from storage.runs import Run
 from storage.steps import Step
 from workflows.engine import halt_messages, run_messages
-from workflows.engine.context import Changed, RunInfo
+from workflows.engine.context import Changed, EngineCore, RunInfo
 from workflows.engine.runs import step_intent, step_params
-
-if TYPE_CHECKING:
-    from workflows.engine.loop import Engine
 
 log = logging.getLogger("gpuops.engine")
 
@@ -96,8 +93,11 @@ def has_left_out(steps: Sequence[Step]) -> bool:
 class Waves:
     """The wave-by-wave progress of the engine's runs; the engine decides when to ask."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: EngineCore, *,
+                 start_step: Callable[[Run, RunInfo, Step, Sequence[Step]], bool]) -> None:
         self._engine = engine
+        # Starts one step (workflows.engine.transitions): True if it started or halted the run.
+        self._start_step = start_step
 
     def start_next(self, run: Run, info: RunInfo, wave_steps: list[Step], steps: list[Step], *,
                    frozen: bool = False) -> bool:
@@ -134,7 +134,7 @@ class Waves:
                 if free <= 0:
                     continue
                 free -= 1
-            if self._engine.transitions.start(run, info, following, steps):
+            if self._start_step(run, info, following, steps):
                 started = True
                 if not self._engine.in_flight(following.id):
                     return True  # it halted the run
