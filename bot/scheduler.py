@@ -55,7 +55,8 @@ from workflows.engine.window_start import start_at_window
 from workflows.fleet.clusters import ClusterUnreachable
 from workflows.handover.service import HandoverService
 from workflows.kube.gateway import KubeGateway
-from workflows.requests.service import RequestService, RoleLookup
+from workflows.requests.records import RoleLookup
+from workflows.requests.service import RequestService
 from workflows.signals.service import SignalsService
 
 log = logging.getLogger("gpuops.bot.scheduler")

@@ -7,7 +7,6 @@ from collections.abc import Sequence
 
 from workflows.wording import names
 
-
 _CONTINUE_INSTEAD = {
     "paused": "resume it with `/gpu resume {run}` instead",
     "pending": "it has not stopped: only a halted run is continued",

@@ -19,7 +19,7 @@ from workflows.engine import wait_messages as say
 from workflows.engine.runs import RunView, step_note
 from workflows.pools import messages as pool_say
 from workflows.pools.freezes import Freeze
-from workflows.requests.service import RequestView
+from workflows.requests.views import RequestView
 
 # The request states before a run: approved and waiting for its window or its start.
 _BEFORE_RUN = ("approved", "scheduled")

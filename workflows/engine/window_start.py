@@ -26,7 +26,9 @@ from typing import Literal
 from storage.database import Database
 from workflows.engine.runs import RUNNABLE_STATES, RunRefused, RunService, RunView
 from workflows.pools import freezes
-from workflows.requests.service import RequestRefused, RequestService, RequestView
+from workflows.requests.errors import RequestRefused
+from workflows.requests.service import RequestService
+from workflows.requests.views import RequestView
 
 # How late after its window starts a run may still begin (the scheduler looks every few
 # seconds; a leader change takes seconds). Later than this the window is missed, not used late.
