@@ -37,7 +37,7 @@ from commands.upgrade import rollback_run
 from workflows.access import AccessDenied, Actor
 from workflows.engine.runs import RunRefused
 from workflows.handover.service import HandoverError, HandoverService
-from workflows.requests.service import RequestRefused, UnknownRequest
+from workflows.requests.errors import RequestRefused, UnknownRequest
 
 log = logging.getLogger("gpuops.bot.clicks")
 

@@ -29,7 +29,7 @@ from bot.render_blocks import (
 from bot.request_card import request_card
 from commands import messages as command_msg
 from commands.reply import REQUEST_DRAIN, REQUEST_MIG, REQUEST_UPGRADE, Intent, Reply
-from workflows.requests.service import RequestView
+from workflows.requests.views import RequestView
 from workflows.wording import when
 
 # Each waiting request takes a section and an actions block.

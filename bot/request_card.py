@@ -13,7 +13,7 @@ from bot import messages as msg
 from bot.intents import encode_value
 from commands.reply import Fact, Intent, Reply, Section
 from workflows.requests import messages as say
-from workflows.requests.service import RequestView
+from workflows.requests.views import RequestView
 from workflows.wording import when
 
 

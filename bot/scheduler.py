@@ -23,13 +23,10 @@ name and runs again at its next time; it never stops the scheduler or the other 
 `run(name)` runs one job now, exactly as the timer would (tests and the console use it
 with a frozen clock).
 
-Runs started at their window use `RunService.start` with no actor (the scheduler's
-right, see `workflows.engine.runs`); the engine, on this same replica, picks them up within its
-control check. A request is never started late: one whose window ended, or began more
-than `START_GRACE` before a replica could start it (the bot was down, no replica led, a
-change freeze held it), is marked `missed` and its requester is told in its thread. A
-request without a window, or whose window is still open within the grace, starts at the
-first tick after the freeze ends or is lifted.
+The window-starts job only schedules: what becomes of an approved request at a tick (its
+run started, its window missed, held by a change freeze) is the engine's rule
+(workflows.engine.window_start); the engine, on this same replica, picks a started run up
+within its control check.
 """
 
 from __future__ import annotations
@@ -53,13 +50,14 @@ from storage import idempotency, outbox
 from storage.database import PerThreadDatabase
 from workflows.config import GpuopsConfig
 from workflows.engine.cordons import Cordons
-from workflows.engine.runs import RUNNABLE_STATES, RunRefused, RunService
+from workflows.engine.runs import RunService
+from workflows.engine.window_start import start_at_window
 from workflows.fleet.clusters import ClusterUnreachable
 from workflows.fleet.summary import FleetSource
 from workflows.handover.service import HandoverService
 from workflows.kube.gateway import KubeGateway
-from workflows.pools import freezes
-from workflows.requests.service import RequestRefused, RequestService, RoleLookup
+from workflows.requests.records import RoleLookup
+from workflows.requests.service import RequestService
 from workflows.signals.service import SignalsService
 
 log = logging.getLogger("gpuops.bot.scheduler")
@@ -73,9 +71,6 @@ IDEMPOTENCY_KEEP = dt.timedelta(days=7)
 # enqueued again by the request or handover that made it.
 OUTBOX_KEEP = dt.timedelta(days=30)
 WORKERS = 4
-# How late after its window starts a run may still begin (a job runs every minute; a
-# leader change takes seconds). Later than this the window is missed, not used late.
-START_GRACE = dt.timedelta(minutes=5)
 WINDOW_STARTS = "window-starts"
 # How often window starts are looked for in any case (an approval on another replica is
 # seen within this; one on this replica, and every known window start, at once).
@@ -286,58 +281,37 @@ def expire_requests(host: LeaderHost, now: dt.datetime) -> None:
 
 
 def start_window_runs(host: LeaderHost, now: dt.datetime) -> dt.datetime | None:
-    """Start the run of each approved request whose window has begun and not ended (a
-    request without a window runs as soon as it is approved); mark missed, never start
-    late, one whose window ended or began more than START_GRACE ago while no replica
-    could start it. Returns the next window start of an approved request, when this job
-    should run again."""
+    """Apply the window rule (workflows.engine.window_start) to each open request: start
+    the run of each approved request whose window has begun and not ended, mark missed one
+    whose window passed while no replica could start it. Returns the next window start of
+    an approved request, when this job should run again."""
     db = host.database.get()
     changed = 0  # runs started and windows marked missed: messages to send
     upcoming: list[dt.datetime] = []
-    for config, view in ((config, view) for config in _each_cluster(host)
-                         for view in RequestService(db, config).open_requests()):
-        if view.state not in RUNNABLE_STATES:
-            continue
-        if view.window_start is not None and now < view.window_start:
-            upcoming.append(view.window_start)
-            continue
-        if _window_missed(view.window_start, view.window_end, view.updated_at, now=now):
-            try:
-                RequestService(db, config).mark_missed(view.id, now=now)
-            except RequestRefused as err:  # e.g. cancelled or started meanwhile
-                log.info("request %s not marked missed: %s", view.id, err)
-                continue
-            log.warning("request %s missed its window (%s - %s)", view.id, view.window_start,
-                        view.window_end)
-            changed += 1
-            continue
-        if freezes.holding_run(db, pool=view.pool, started=False, now=now, cluster=view.cluster) is not None:
-            # A change freeze (RunService.start refuses it too): looked at again every tick,
-            # so not logged above debug; `/gpu freeze` named the requests it holds.
-            log.debug("run of %s waits: a change freeze covers pool %s", view.id, view.pool)
-            continue
-        try:
-            # NB: the plan hash read above: a re-plan (`drain extend`) committed since
-            # refuses the start, and the next tick decides on the new plan.
-            run = RunService(db, requests=RequestService(db, config, roles=host.roles_in(config))).start(
-                view.id, dry_run=False, now=now, plan_hash=view.plan_hash)
-        except RunRefused as err:  # e.g. cancelled or started meanwhile
-            log.info("run of %s not started: %s", view.id, err)
-            continue
-        changed += 1
-        log.info("started %s for %s at its window", run.id, view.id)
+    for config in _each_cluster(host):
+        requests = RequestService(db, config)
+        runs = RunService(db, requests=RequestService(db, config, roles=host.roles_in(config)))
+        for view in requests.open_requests():
+            done = start_at_window(db, view, requests=requests, runs=runs, now=now)
+            changed += done.changed
+            if done.next_start is not None:
+                upcoming.append(done.next_start)
+            elif done.outcome == "missed":
+                log.warning("request %s missed its window (%s - %s)", view.id, view.window_start,
+                            view.window_end)
+            elif done.outcome == "not marked missed":
+                log.info("request %s not marked missed: %s", view.id, done.refusal)
+            elif done.outcome == "frozen":
+                # Looked at again every tick, so not logged above debug; `/gpu freeze` named
+                # the requests it holds.
+                log.debug("run of %s waits: a change freeze covers pool %s", view.id, view.pool)
+            elif done.outcome == "not started":
+                log.info("run of %s not started: %s", view.id, done.refusal)
+            elif done.run is not None:
+                log.info("started %s for %s at its window", done.run.id, view.id)
     if changed:
         host.notify()
     return min(upcoming, default=None)
-
-
-def _window_missed(start: dt.datetime | None, end: dt.datetime | None, approved_at: dt.datetime,
-                   *, now: dt.datetime) -> bool:
-    """The window ended, or began more than START_GRACE ago (and before the request was
-    approved: a request approved inside its window may start then)."""
-    if end is not None and now >= end:
-        return True
-    return start is not None and now - start > START_GRACE and approved_at <= start
 
 
 def clear_stale_marks(host: LeaderHost, now: dt.datetime) -> None:

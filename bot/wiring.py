@@ -51,7 +51,7 @@ from workflows.fleet.watchcache import FleetCache
 from workflows.kube.errors import KubeError
 from workflows.kube.gateway import KubeGateway
 from workflows.quotas.service import QuotaService
-from workflows.requests.service import RoleLookup
+from workflows.requests.records import RoleLookup
 from workflows.signals.service import SignalsService
 
 log = logging.getLogger("gpuops.bot.wiring")

@@ -24,7 +24,7 @@ from workflows.access import Actor
 from workflows.config import GpuopsConfig
 from workflows.engine.runs import UnknownRun
 from workflows.fleet.clusters import ClusterGlance, ClusterSource, Reach, glance
-from workflows.requests.service import UnknownRequest
+from workflows.requests.errors import UnknownRequest
 
 CLUSTER_FLAG = "--cluster"
 

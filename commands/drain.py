@@ -29,7 +29,8 @@ from workflows.durations import parse_duration
 from workflows.fleet.summary import Fleet
 from workflows.engine.runs import RunRefused, RunService
 from workflows.requests import messages as request_say
-from workflows.requests.service import RequestRefused, RequestView, UnknownRequest
+from workflows.requests.errors import RequestRefused, UnknownRequest
+from workflows.requests.views import RequestView
 from workflows.wording import local_time, when
 
 

@@ -31,7 +31,8 @@ from workflows.mig.plan import MigAsk, MigPlan
 from workflows.mig.service import MigRequested, MigService
 from workflows.plans import plan_hash
 from workflows.pools.windows import UTC
-from workflows.requests.service import RequestRefused, RequestView
+from workflows.requests.errors import RequestRefused
+from workflows.requests.views import RequestView
 from workflows.wording import local_time
 
 

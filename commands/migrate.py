@@ -29,7 +29,8 @@ from workflows.migrate.plan import MigrateAsk, MigratePlan, MigrateRefused
 from workflows.migrate.service import MigrateRequested, MigrateService
 from workflows.plans import plan_hash
 from workflows.pools.windows import UTC
-from workflows.requests.service import RequestRefused, RequestView
+from workflows.requests.errors import RequestRefused
+from workflows.requests.views import RequestView
 from workflows.wording import local_time
 
 

@@ -25,7 +25,9 @@ from workflows.engine.runs import PERSON_STEPS, RunRefused, RunService, RunView,
 from workflows.kinds import KINDS
 from workflows.engine.waits import why_waiting
 from workflows.pools.freezes import Freeze, covering, freeze_sentence, holds_run
-from workflows.requests.service import RequestRefused, RequestService, RequestView, UnknownRequest
+from workflows.requests.errors import RequestRefused, UnknownRequest
+from workflows.requests.service import RequestService
+from workflows.requests.views import RequestView
 from workflows.wording import when
 
 AUDIT_DEFAULT = 20

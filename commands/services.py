@@ -19,7 +19,8 @@ from workflows.engine.runs import RunService
 from workflows.fleet.clusters import ClusterGlance, ClusterSource
 from workflows.fleet.summary import FleetSource
 from workflows.kinds import ChangeService
-from workflows.requests.service import RequestService, RoleLookup
+from workflows.requests.records import RoleLookup
+from workflows.requests.service import RequestService
 from workflows.mig.service import MigReader, MigService
 from workflows.pools.freezes import FreezeService
 from workflows.migrate.service import MigrateService, NodeLabels

@@ -30,7 +30,8 @@ from workflows.kinds import KINDS, RollsBack
 from workflows.pools.config import PoolConfig
 from workflows.pools.windows import UTC
 from workflows.plans import plan_hash
-from workflows.requests.service import RequestRefused, RequestView
+from workflows.requests.errors import RequestRefused
+from workflows.requests.views import RequestView
 from workflows.upgrade.plan import UpgradeAsk, UpgradePlan
 from workflows.upgrade.scope import UpgradeRefused
 from workflows.upgrade.service import UpgradeRequested, UpgradeService

@@ -46,7 +46,7 @@ from workflows.kube.objects import (
     PodObject,
 )
 from workflows.plans import NodeStep, Plan, PlanSummary, Wave
-from workflows.requests.service import RequestView
+from workflows.requests.views import RequestView
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "e2e-signing-secret-0123456789abcdef"

@@ -33,7 +33,7 @@ from tests.integration import desk
 from tests.integration import engine_harness as h
 from workflows.config import GpuopsConfig
 from workflows.engine.runs import RunView
-from workflows.requests.service import RequestView
+from workflows.requests.views import RequestView
 
 
 CHANNEL = "C0GPUOPS"

@@ -29,7 +29,9 @@ from tests.integration import engine_harness as h
 from workflows.config import GpuopsConfig
 from workflows.engine.runs import RunRefused, RunService, RunView
 from workflows.plans import Plan
-from workflows.requests.service import RequestRefused, RequestService, RequestView
+from workflows.requests.errors import RequestRefused
+from workflows.requests.service import RequestService
+from workflows.requests.views import RequestView
 
 
 CHANNEL = "C0GPUOPS"

@@ -47,7 +47,13 @@ MUTMUT = Path(sys.executable).with_name("mutmut")
 MODULES = {
     "access": "workflows/access.py",
     "policy": "workflows/requests/policy.py",
-    "requests": "workflows/requests/service.py",
+    "requests": "workflows/requests/records.py",
+    "request_errors": "workflows/requests/errors.py",
+    "request_views": "workflows/requests/views.py",
+    "submitting": "workflows/requests/submitting.py",
+    "approving": "workflows/requests/approving.py",
+    "drain_extensions": "workflows/requests/drain_extensions.py",
+    "rollbacks": "workflows/requests/rollbacks.py",
     "runs": "workflows/engine/runs.py",
     "steps/contract": "workflows/engine/steps/contract.py",
     "steps/cordoning": "workflows/engine/steps/cordoning.py",
@@ -60,6 +66,11 @@ MODULES = {
     "steps/host_driver": "workflows/engine/steps/host_driver.py",
     "steps/table": "workflows/engine/steps/table.py",
     "engine": "workflows/engine/loop.py",
+    "waves": "workflows/engine/waves.py",
+    "wave_gates": "workflows/engine/wave_gates.py",
+    "engine_context": "workflows/engine/context.py",
+    "transitions": "workflows/engine/transitions.py",
+    "window_start": "workflows/engine/window_start.py",
     "audit": "storage/audit.py",
 }
 # mutmut's exit codes per mutant (mutmut.stats.status_by_exit_code, pinned version).

@@ -325,17 +325,17 @@ def test_a_node_left_out_of_a_plan_without_an_uncordon_says_it_stays_as_it_is(db
 def test_only_a_step_skipped_as_left_out_leaves_its_node_out():
     from storage.ids import RunId, StepId
     from storage.steps import Step
-    from workflows.engine.loop import _left_out
+    from workflows.engine.waves import has_left_out
 
     def step(state: str, detail: Any) -> Step:
         return Step(id=StepId(1), run_id=RunId("run-1"), wave=0, node="gpu-01", seq=0, kind="evict",  # type: ignore[arg-type]
                     state=state, attempt=1, started_at=NOW, ended_at=NOW, detail=detail, error=None)  # type: ignore[arg-type]
 
-    assert _left_out([step("skipped", {"result": {"left_out": True}})])
-    assert not _left_out([step("done", {"result": {"left_out": True}})])
-    assert not _left_out([step("skipped", {})])  # skipped because the run stopped
-    assert not _left_out([step("skipped", "skipped")])  # detail that is not an object
-    assert not _left_out([])
+    assert has_left_out([step("skipped", {"result": {"left_out": True}})])
+    assert not has_left_out([step("done", {"result": {"left_out": True}})])
+    assert not has_left_out([step("skipped", {})])  # skipped because the run stopped
+    assert not has_left_out([step("skipped", "skipped")])  # detail that is not an object
+    assert not has_left_out([])
 
 
 def test_with_delete_each_pod_still_blocked_at_the_timeout_is_deleted_once_by_uid_on_record(db, cluster, make):

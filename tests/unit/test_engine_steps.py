@@ -433,8 +433,8 @@ def test_holding_nodes_back_from_the_operator_leaves_a_persons_skip_label_and_re
 def test_a_wave_start_says_which_wave_of_how_many_the_nodes_done_and_the_time_left_at_the_pace_so_far():
     from dataclasses import replace
 
-    from workflows.engine import messages as say
-    from workflows.engine.loop import wave_progress
+    from workflows.engine import run_messages as say
+    from workflows.engine.waves import wave_progress
 
     steps = [replace(_step(node, "cordon", "pending", seq), wave=wave)
              for seq, (wave, node) in enumerate([(0, "a"), (1, "b"), (1, "c"), (2, "d"), (3, "e")])]

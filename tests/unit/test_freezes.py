@@ -30,7 +30,7 @@ from workflows.handover.rotations import RotationConfig
 from workflows.kube.objects import NodeName
 from workflows.plans import NodeStep, Plan, PlanSummary, Wave
 from workflows.pools import freezes
-from workflows.requests.service import RequestRefused
+from workflows.requests.errors import RequestRefused
 
 UTC = dt.timezone.utc
 # Wednesday 2 December 2026, 11:00 in Berlin.

@@ -28,7 +28,7 @@ from workflows.handover.checklist import (
 from workflows.handover.rotations import RotationConfig
 from workflows.kube.objects import NodeName
 from workflows.plans import NodeStep, Plan, PlanSummary, Wave
-from workflows.requests.service import ApprovalView, RequestView
+from workflows.requests.views import ApprovalView, RequestView
 
 UTC = dt.timezone.utc
 HOUR = dt.timedelta(hours=1)

@@ -17,7 +17,7 @@ from workflows.config import GpuopsConfig
 from workflows.fleet.summary import Fleet
 from workflows.kube.objects import NodeName
 from workflows.plans import NodeStep, Plan, PlanSummary, Wave, short_hash
-from workflows.requests.service import RequestView
+from workflows.requests.views import RequestView
 
 NOW = dt.datetime(2025, 6, 7, 12, 0, tzinfo=dt.timezone.utc)
 CONFIG = GpuopsConfig.model_validate({

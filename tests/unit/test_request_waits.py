@@ -13,7 +13,7 @@ from storage.steps import Step
 from workflows.engine.runs import WAITING, RunView
 from workflows.engine.waits import why_waiting
 from workflows.pools.freezes import Freeze
-from workflows.requests.service import RequestView
+from workflows.requests.views import RequestView
 from tests.unit.test_handover_checklist import request_view
 
 NOW = dt.datetime(2025, 6, 7, 12, 0, tzinfo=dt.timezone.utc)

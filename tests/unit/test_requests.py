@@ -22,13 +22,9 @@ from workflows.engine.runs import RunService
 from workflows.kube.objects import NodeName
 from workflows.plans import NodeStep, Plan, PlanSummary, Wave, plan_hash, short_hash
 from workflows.requests.policy import RefusalCode
-from workflows.requests.service import (
-    RequestAccessDenied,
-    RequestRefused,
-    RequestService,
-    RequestView,
-    UnknownRequest,
-)
+from workflows.requests.errors import RequestAccessDenied, RequestRefused, UnknownRequest
+from workflows.requests.service import RequestService
+from workflows.requests.views import RequestView
 
 UTC = dt.timezone.utc
 START = dt.datetime(2025, 6, 7, 12, 0, tzinfo=UTC)

@@ -22,7 +22,8 @@ from workflows.config import GpuopsConfig
 from workflows.engine.runs import RunRefused, RunService
 from workflows.kube.objects import NodeName
 from workflows.plans import NodeStep, Plan, PlanSummary, Wave, plan_hash, plan_to_json
-from workflows.requests.service import RequestService, RequestView
+from workflows.requests.service import RequestService
+from workflows.requests.views import RequestView
 
 UTC = dt.timezone.utc
 NOW = dt.datetime(2025, 6, 7, 12, 0, tzinfo=UTC)

@@ -24,7 +24,9 @@ from workflows.pools.config import PoolConfig
 from workflows.pools.windows import UTC
 from workflows.requests import messages as request_say
 from workflows.requests.policy import RefusalCode
-from workflows.requests.service import RequestAccessDenied, RequestService, RequestView
+from workflows.requests.errors import RequestAccessDenied
+from workflows.requests.service import RequestService
+from workflows.requests.views import RequestView
 
 
 class Workloads(Protocol):

@@ -34,8 +34,8 @@ from typing import Literal
 
 from storage.steps import Step
 from workflows.access import Actor, Role, require
-from workflows.engine import messages as say
-from workflows.engine.loop import LEFT_OUT
+from workflows.engine import continue_messages as say
+from workflows.engine.waves import LEFT_OUT
 from workflows.engine.runs import RunView
 from workflows.fleet.assessment import NodeInventory
 from workflows.fleet.summary import Fleet
@@ -45,7 +45,9 @@ from workflows.pools.capacity import check_drain, concurrent_work, pool_nodes
 from workflows.pools.config import PoolConfig
 from workflows.pools.starts import WindowRefused, start_window
 from workflows.pools.windows import WindowSet
-from workflows.requests.service import CONTINUES, RequestService, RequestView
+from workflows.requests.rollbacks import CONTINUES
+from workflows.requests.service import RequestService
+from workflows.requests.views import RequestView
 
 Progress = Literal["done", "left-out", "held", "started", "untouched"]
 

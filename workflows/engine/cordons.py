@@ -27,7 +27,7 @@ from storage import runs as stored_runs
 from storage.database import Database
 from storage.ids import RunId
 from workflows.access import Actor, Role, require
-from workflows.engine import messages as say
+from workflows.engine import cordon_messages as say
 from workflows.engine.steps.cordoning import CordonMark
 from workflows.kube.errors import Conflict, KubeError, NotFound
 from workflows.kube.gateway import KubeGateway

@@ -1,34 +1,21 @@
-"""Every sentence a person reads about runs and steps, in one place.
+"""Every sentence a person reads about what a step does: its notes (in the step's detail,
+shown by `/gpu request`), what it waits for, its notices in the request's thread, and the
+refusals of its params. Say what happened to which node, and what is left for a person
+to do. Nothing here decides anything; `workflows.engine.steps` chooses.
 
-Step notes end up in the step's detail (shown by `/gpu request`), halted reasons in the
-run's `halted_reason`, and thread messages in the request's Slack thread through the
-outbox. Say what happened to which node, and what is left for a person to do. Nothing
-here decides anything; `workflows.engine.steps`, `workflows.engine.loop` and `workflows.engine.runs` choose.
+The engine's other sentences live by topic beside it: a run's progress (`run_messages`),
+halts and aborts (`halt_messages`), why a request or run waits (`wait_messages`), refusals
+about runs (`refusal_messages`), continuing a halted run (`continue_messages`) and cordon
+marks outside a run (`cordon_messages`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
-from workflows.wording import names, when
-
-
-def _duration(span: dt.timedelta | None) -> str:
-    if span is None:
-        return "no limit"
-    seconds = int(span.total_seconds())
-    if seconds < 120:
-        return f"{seconds}s"
-    if seconds < 7200:
-        return f"{seconds // 60}m"
-    return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
-
-
-def _list(items: Iterable[str], limit: int = 5) -> str:
-    items = list(items)
-    shown = ", ".join(items[:limit])
-    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+from workflows.engine.phrases import listed, span
+from workflows.wording import when
 
 
 # --- cordon and uncordon -------------------------------------------------------------------
@@ -124,7 +111,7 @@ def evicted(count: int, skipped: int, *, dry_run: bool) -> str:
 def would_evict(count: int, blocked: Mapping[str, str], skipped: int) -> str:
     text = evicted(count, skipped, dry_run=True)
     if blocked:
-        text += "; a PodDisruptionBudget would block " + _list(sorted(blocked)) + " right now"
+        text += "; a PodDisruptionBudget would block " + listed(sorted(blocked)) + " right now"
     return text
 
 
@@ -141,7 +128,7 @@ def eviction_throttled(throttled: Mapping[str, str]) -> str:
 
 
 def eviction_blocked_timeout(node: str, blocked: Mapping[str, str], timeout: dt.timedelta | None) -> str:
-    return (f"{node}: {eviction_blocked(blocked)}; gave up after {_duration(timeout)}. Free the "
+    return (f"{node}: {eviction_blocked(blocked)}; gave up after {span(timeout)}. Free the "
             "budget (scale the workload up elsewhere) or move the pod by hand, then start a new run")
 
 
@@ -159,7 +146,7 @@ def pdb_blocking(node: str, blocked: Mapping[str, str], *, deadline: dt.datetime
 
 def left_out_blocked(node: str, blocked: Mapping[str, str], timeout: dt.timedelta | None) -> str:
     return (f"{node} is left out of this run: {eviction_blocked(blocked)} still, after "
-            f"{_duration(timeout)}. Its remaining pods keep running; it is uncordoned and the run "
+            f"{span(timeout)}. Its remaining pods keep running; it is uncordoned and the run "
             "goes on with the other nodes")
 
 
@@ -183,24 +170,24 @@ def pod_and_owner(pod: str, owner: str | None) -> str:
 
 
 def pods_returned(node: str, pods: Sequence[str], retries: int) -> str:
-    return (f"{_list(pods)} came back to {node} right after eviction: {'they tolerate' if len(pods) > 1 else 'it tolerates'} "
+    return (f"{listed(pods)} came back to {node} right after eviction: {'they tolerate' if len(pods) > 1 else 'it tolerates'} "
             f"node.kubernetes.io/unschedulable, so the scheduler places {'them' if len(pods) > 1 else 'it'} on the "
             f"cordoned node again. gpuops evicts again up to {retries} time{'s' if retries != 1 else ''}, then halts "
             "the run with the node cordoned")
 
 
 def pods_keep_returning(node: str, pods: Sequence[str], retries: int) -> str:
-    return (f"{_list(pods)} kept coming back to {node} after {retries} more eviction{'s' if retries != 1 else ''} "
+    return (f"{listed(pods)} kept coming back to {node} after {retries} more eviction{'s' if retries != 1 else ''} "
             "(they tolerate node.kubernetes.io/unschedulable): remove that toleration from their owners, or scale "
             "them down, then start a new run")
 
 
 def waiting_for_pods_to_go(pods: Sequence[str]) -> str:
-    return f"waiting for {_list(pods)} to terminate"
+    return f"waiting for {listed(pods)} to terminate"
 
 
 def pods_would_not_go(pods: Sequence[str]) -> str:
-    return f"{_list(pods)} did not terminate within 2 minutes of being deleted"
+    return f"{listed(pods)} did not terminate within 2 minutes of being deleted"
 
 
 def escalated(why: str) -> str:
@@ -208,7 +195,7 @@ def escalated(why: str) -> str:
 
 
 def deleted_blocked_pods(pods: Sequence[str]) -> str:
-    return f"eviction timed out; deleted {_list(pods)} despite the budget (on_timeout: delete)"
+    return f"eviction timed out; deleted {listed(pods)} despite the budget (on_timeout: delete)"
 
 
 # --- wait-for -----------------------------------------------------------------------------
@@ -258,21 +245,21 @@ def jobs_finished(selector: str) -> str:
 
 
 def waiting_for_jobs(running: Sequence[str]) -> str:
-    return f"waiting for {_list(running)} to finish"
+    return f"waiting for {listed(running)} to finish"
 
 
 def would_wait_for_jobs(running: Sequence[str]) -> str:
-    return f"would wait for {_list(running)} to finish"
+    return f"would wait for {listed(running)} to finish"
 
 
 def jobs_still_running_continue(running: Sequence[str]) -> str:
-    return f"time is up; carrying on although {_list(running)} still run (on_timeout: continue)"
+    return f"time is up; carrying on although {listed(running)} still run (on_timeout: continue)"
 
 
 # --- driver and MIG --------------------------------------------------------------------------
 
 def gpu_pods_in_the_way(pods: Sequence[str], change: str) -> str:
-    return (f"not {change} while GPU pods still run here: {_list(pods)} (they came back or were never "
+    return (f"not {change} while GPU pods still run here: {listed(pods)} (they came back or were never "
             "evicted; evict them, or set allow_gpu_pods)")
 
 
@@ -358,363 +345,6 @@ def holding_until_released() -> str:
 
 def holding_until(until: dt.datetime) -> str:
     return f"holding until {when(until, style='second')}"
-
-
-# --- the engine ---------------------------------------------------------------------------------
-
-def step_label(kind: str, node: str) -> str:
-    return f"{node}: {kind}"
-
-
-def step_started(kind: str, node: str, *, dry_run: bool) -> str:
-    return f"{step_label(kind, node)} started" + (" (dry run)" if dry_run else "")
-
-
-def step_done(kind: str, node: str, note: str) -> str:
-    return f"{step_label(kind, node)} done: {note}"
-
-
-def step_timed_out(timeout: dt.timedelta | None, reason: str) -> str:
-    return f"timed out after {_duration(timeout)}; last: {reason}"
-
-
-def step_resumed(kind: str, node: str, replica: str) -> str:
-    return f"{step_label(kind, node)} resumed by {replica} after a restart or lease change; checking the cluster first"
-
-
-def api_refused(error: str) -> str:
-    return f"the Kubernetes API refused: {error}"
-
-
-def api_unreachable(error: str) -> str:
-    return f"the Kubernetes API did not answer: {error}; trying again"
-
-
-def bad_params(error: str) -> str:
-    return f"the plan's parameters for this step cannot be used: {error}"
-
-
-def run_started(run_id: str, request_id: str, nodes: int, waves: int, *, dry_run: bool) -> str:
-    what = "Dry run" if dry_run else "Run"
-    return (f"{what} {run_id} of {request_id} started: {nodes} node{'s' if nodes != 1 else ''} in "
-            f"{waves} wave{'s' if waves != 1 else ''}")
-
-
-def run_created(run_id: str, request_id: str, *, dry_run: bool) -> str:
-    return f"{'Dry run' if dry_run else 'Run'} {run_id} of {request_id} is queued for the engine"
-
-
-def wave_started(index: int, nodes: Sequence[str], *, position: int = 1, waves: int = 1, nodes_done: int = 0,
-                 nodes_total: int = 0, eta: dt.timedelta | None = None) -> str:
-    """`position` is the wave's place in the run (1-based), `waves` how many there are."""
-    text = f"wave {position} of {waves} started: {_list(nodes)}"
-    if nodes_total:
-        text += f" ({nodes_done}/{nodes_total} nodes done"
-        text += f"; about {_duration(eta)} left at the pace of the waves so far)" if eta is not None else ")"
-    return text
-
-
-def run_succeeded(run_id: str, *, dry_run: bool, left_cordoned: Sequence[str],
-                  left_out: Sequence[str] = ()) -> str:
-    text = f"{'Dry run' if dry_run else 'Run'} {run_id} finished: every step done"
-    if left_out:
-        text = (f"{'Dry run' if dry_run else 'Run'} {run_id} finished without {_list(left_out)} "
-                f"(left out, see the thread); every other step done")
-    if left_cordoned:
-        text += f". Still cordoned, as they were before the run: {_list(left_cordoned)}"
-    return text
-
-
-# --- why a request or its run waits (workflows.engine.waits): one sentence each ----------
-
-def waits_for_approvals(*, missing: int, counted: int, required: int, approvers: Sequence[str], pool: str) -> str:
-    listed = list(approvers[:4]) + ([f"{len(approvers) - 4} more"] if len(approvers) > 4 else [])
-    who = f"an approver of {pool}" if not listed else listed[0] if len(listed) == 1 else \
-        f"{', '.join(listed[:-1])} or {listed[-1]}"
-    more = "1 more approval" if missing == 1 else f"{missing} more approvals"
-    return f"Waits for {more} ({counted}/{required} so far) from {who}."
-
-
-def waits_for_window(start: dt.datetime) -> str:
-    return f"Waits for its window, which opens at {when(start)}; the run starts then."
-
-
-def waits_paused(run_id: str) -> str:
-    return (f"Waits for someone to resume run {run_id}: it is paused, steps in flight finish and nothing new "
-            f"starts (`/gpu resume {run_id}`).")
-
-
-def waits_on_step(node: str, kind: str, note: str, *, others: int) -> str:
-    more = f" (and {others} more node{'s' if others != 1 else ''} under way)" if others else ""
-    return f"Waits on {node} ({kind}){more}: {note.rstrip('.')}."
-
-
-def halted(node: str, kind: str, reason: str, *, left_cordoned: Sequence[str], after: str | None = None) -> str:
-    """`after`: what the wave's step that runs on a failure did (a driver version set back)."""
-    text = f"{node}: {kind} failed: {reason}. The run stopped; no further steps or waves"
-    return text + "." + (f" Then: {after}." if after else "") + _left_cordoned(left_cordoned)
-
-
-def fallback_failed(kind: str, reason: str) -> str:
-    return f"the {kind} step that runs on a failure failed too: {reason}"
-
-
-def halted_before_wave(reason: str, *, left_cordoned: Sequence[str]) -> str:
-    return f"{reason}. The run stopped; no further waves." + _left_cordoned(left_cordoned)
-
-
-def dry_run_wave_would_wait(reason: str) -> str:
-    return f"(dry run) {reason}; a real run would wait here, the dry run goes on"
-
-
-def node_left_out(reason: str, *, uncordon_next: bool) -> str:
-    return reason + ("" if uncordon_next else ". Its plan has no uncordon step: it stays as it is now")
-
-
-def halted_elsewhere(node: str) -> str:
-    return f"stopped because {node} failed"
-
-
-def _left_cordoned(nodes: Sequence[str]) -> str:
-    if not nodes:
-        return " No node is left cordoned by this run."
-    if len(nodes) == 1:
-        return (f" Left cordoned by this run: {nodes[0]} (once you have checked it, "
-                f"`/gpu uncordon {nodes[0]}` gives it back).")
-    return (f" Left cordoned by this run: {_list(nodes, limit=20)} (once you have checked them, "
-            "`/gpu uncordon <node>` gives each back).")
-
-
-def run_paused(run_id: str, actor: str) -> str:
-    return f"{actor} paused {run_id}: steps in flight finish, nothing new starts"
-
-
-def run_resumed(run_id: str, actor: str) -> str:
-    return f"{actor} resumed {run_id}"
-
-
-def run_aborted(run_id: str, actor: str, *, left_cordoned: Sequence[str]) -> str:
-    return (f"{actor} aborted {run_id}: nothing more will be done and nodes are left as they "
-            "are." + _left_cordoned(left_cordoned))
-
-
-def aborted_step(actor: str) -> str:
-    return f"aborted by {actor}"
-
-
-# --- refusals (shown verbatim to the person who tried) ---------------------------------------------
-
-def unknown_run(run_id: str, closest: Sequence[str]) -> str:
-    if closest:
-        return f"No run {run_id}. Did you mean {' or '.join(closest)}?"
-    return f"No run {run_id}."
-
-
-def cannot_control(run_id: str, action: str, state: str) -> str:
-    return f"{run_id} is {state}: it cannot be {action}"
-
-
-# --- continuing a halted run (workflows.engine.continuing) ------------------------------------
-
-_CONTINUE_INSTEAD = {
-    "paused": "resume it with `/gpu resume {run}` instead",
-    "pending": "it has not stopped: only a halted run is continued",
-    "running": "it has not stopped: only a halted run is continued",
-    "succeeded": "nothing is left to continue",
-    "aborted": "a person stopped it: ask for the change again",
-}
-
-
-def continue_not_halted(run_id: str, state: str) -> str:
-    instead = _CONTINUE_INSTEAD.get(state, "only a halted run is continued").format(run=run_id)
-    return f"run {run_id} is {state}: {instead}"
-
-
-def continue_dry_run(run_id: str) -> str:
-    return f"run {run_id} was a dry run: it changed nothing, so there is nothing to continue; ask for the change"
-
-
-def continue_pool_not_configured(run_id: str, pool: str) -> str:
-    return f"run {run_id} changed pool {pool}, which the configuration no longer has: it cannot be continued"
-
-
-def continue_already(run_id: str, request_id: str, state: str) -> str:
-    if state in ("done", "failed"):
-        return (f"run {run_id} was continued already by {request_id} ({state}): "
-                f"continue or roll back that request's run instead")
-    return (f"run {run_id} is being continued already by {request_id} ({state}): "
-            f"approve it, or cancel it and ask again")
-
-
-def continue_while_rollback(run_id: str, request_id: str) -> str:
-    return f"a rollback of run {run_id} is asked for ({request_id}): cancel it before continuing the run"
-
-
-def continue_nothing_left(run_id: str, *, skipped: str | None) -> str:
-    but = f" but {skipped}, which you left out" if skipped else ""
-    return f"run {run_id} left no node to continue{but}: every other node is done or was left out"
-
-
-def continue_skip_unknown_node(node: str, closest: Sequence[str]) -> str:
-    hint = f"; did you mean {' or '.join(closest)}?" if closest else ""
-    return f"no GPU node {node}{hint}"
-
-
-def continue_skip_not_in_run(node: str, run_id: str, in_run: Sequence[str]) -> str:
-    return f"{node} is not in run {run_id}, which changes {names(in_run)}"
-
-
-def continue_skip_nothing_left(node: str, run_id: str, progress: str) -> str:
-    what = "every step of it is done" if progress == "done" else "the run left it out already"
-    return f"{node} has nothing left in run {run_id} ({what}): there is nothing to skip"
-
-
-def continue_does_not_fit(run_id: str, wave: int, nodes: Sequence[str], reason: str) -> str:
-    return (f"continuing run {run_id}: wave {wave + 1} ({names(nodes)}) does not fit the pool now: {reason}")
-
-
-def continue_reason(run_id: str, reason: str, *, skipped: str | None, cordoned: bool) -> str:
-    without = (f" without {skipped}" + (" (left cordoned for a person)" if cordoned else "")) if skipped else ""
-    return f"continuation of {run_id}{without}" + (f": {reason}" if reason else "")
-
-
-def continue_plan_note(run_id: str, nodes: Sequence[str]) -> str:
-    return f"continues halted run {run_id} with what it did not finish: {names(nodes)}"
-
-
-def continue_sets_version_again_note(run_id: str, version: str) -> str:
-    return (f"run {run_id} set its driver object back after its canary failed: this continuation sets it to "
-            f"{version} again first, and back again if its first wave fails")
-
-
-def continue_done_note(run_id: str, nodes: Sequence[str]) -> str:
-    return f"done in run {run_id}, not touched again (no cordon, no eviction): {names(nodes)}"
-
-
-def continue_repeats_note(node: str, step: str, *, held: bool) -> str:
-    if held:
-        return (f"{node} stays cordoned (its cordon taken over from the halted run) and repeats its steps "
-                f"from `{step}` on; the steps before it are done")
-    return f"{node} repeats its steps from `{step}` on"
-
-
-def continue_left_out_note(run_id: str, nodes: Sequence[str]) -> str:
-    return f"left out by run {run_id}, not in this continuation: {names(nodes)}"
-
-
-def continue_skipped_note(node: str, run_id: str, *, cordoned: bool) -> str:
-    if cordoned:
-        return f"{node} is left out (--skip) and left cordoned for a person (run {run_id}'s cordon)"
-    return f"{node} is left out (--skip)"
-
-
-def request_not_runnable(request_id: str, state: str) -> str:
-    return f"{request_id} is {state}: only an approved or scheduled request can start a run"
-
-
-def plan_changed_since(request_id: str, *, seen: str, now: str) -> str:
-    return (f"{request_id}'s plan changed (hash {seen[:8]} is now {now[:8]}) since the start was decided: "
-            f"not started; it starts once its current plan is approved")
-
-
-def plan_does_not_match_its_hash(request_id: str, plan_hash: str) -> str:
-    return (f"{request_id}'s stored plan no longer hashes to {plan_hash[:8]}, the plan its approvals name: "
-            f"not started")
-
-
-def plan_not_approved(request_id: str, plan_hash: str, *, counted: int, required: int) -> str:
-    return (f"{request_id}'s plan {plan_hash[:8]} has {counted} of the {required} approvals it needs: "
-            f"not started")
-
-
-def cannot_check_approvals(request_id: str) -> str:
-    return (f"{request_id} needs approvals, and this run service cannot read who holds the approver role now: "
-            f"not started")
-
-
-def already_running(request_id: str) -> str:
-    return f"{request_id} already has a run in progress"
-
-
-def hold_released(run_id: str, actor: str, *, nodes: Sequence[str]) -> str:
-    return (f"{actor} said drain done: the hold of run {run_id} ends now for {_list(nodes)}; "
-            f"the nodes are validated and uncordoned next")
-
-
-def nothing_to_release(run_id: str) -> str:
-    return f"Run {run_id} has no hold left to end (it already ended or never began)"
-
-
-def not_allowed_to_release(request_id: str, *, requester_name: str) -> str:
-    return (f"Only {requester_name} (who asked for {request_id}), an operator of its pool or an "
-            f"admin can end its window early")
-
-
-def not_allowed_to_confirm(run_id: str, pool: str) -> str:
-    return f"Only an operator of pool {pool} or an admin can say the host driver is gone for run {run_id}"
-
-
-def run_not_waiting(run_id: str, state: str) -> str:
-    return f"Run {run_id} is {state}: it waits for nothing"
-
-
-def name_the_node_to_confirm(run_id: str, nodes: Sequence[str]) -> str:
-    return (f"Run {run_id} waits for a person at {len(nodes)} nodes ({', '.join(nodes)}): name the one whose host "
-            f"driver you changed, e.g. `/gpu migrate confirm {run_id} {nodes[0]}`")
-
-
-def nothing_to_confirm(run_id: str, node: str | None) -> str:
-    where = f" on {node}" if node else ""
-    return (f"Run {run_id} is not waiting for a person at a host driver{where} now (it waits only once the node "
-            "is cordoned and drained)")
-
-
-def host_driver_confirmed_by(run_id: str, actor: str, nodes: Sequence[str], *, install: bool) -> str:
-    if install:
-        return (f"{actor} confirmed the host driver is installed on {_list(nodes)}: run {run_id} checks "
-                f"{'it' if len(nodes) == 1 else 'them'} and gives {'it' if len(nodes) == 1 else 'them'} back next")
-    return (f"{actor} confirmed the host driver is gone from {_list(nodes)}: run {run_id} hands "
-            f"{'it' if len(nodes) == 1 else 'them'} to the GPU Operator next")
-
-
-def no_run_yet(request_id: str) -> str:
-    return f"{request_id} has no run yet: cancel it with `/gpu cancel {request_id}` instead"
-
-
-# ---- cordon marks outside a run (workflows.engine.cordons)
-
-
-def stale_mark_cleared(node: str, run: str, by: str) -> str:
-    who = f" ({by})" if by else ""
-    return (f"{node} was uncordoned by hand after {run}{who}; its gpuops cordon mark was stale and "
-            "is removed, so a later cordon is not taken for gpuops'")
-
-
-def uncordon_not_cordoned(node: str) -> str:
-    return f"{node} is not cordoned; nothing to give back"
-
-
-def uncordon_not_ours(node: str) -> str:
-    return (f"{node} was not cordoned by gpuops (it has no gpuops cordon mark): someone cordoned it by "
-            "hand, so gpuops leaves it to them (kubectl uncordon, once they agree)")
-
-
-def uncordon_run_unfinished(node: str, run: str) -> str:
-    return (f"{node} is held by {run}, which is still unfinished: say `drain done` for its request or "
-            f"abort {run} instead, so the run gives it back itself")
-
-
-def uncordon_cordoned_before(node: str, run: str) -> str:
-    return (f"{node} was already cordoned by someone before {run}; gpuops only marked that cordon and "
-            "does not undo it (kubectl uncordon, once whoever cordoned it agrees)")
-
-
-def uncordoned_by_person(node: str, actor: str, run: str) -> str:
-    return f"{actor} uncordoned {node}, which {run} had left cordoned"
-
-
-def uncordon_changed(node: str) -> str:
-    return f"{node} changed while gpuops was uncordoning it; nothing was changed: look at /gpu node {node} and try again"
 
 
 def driver_version_params() -> str:
@@ -819,13 +449,13 @@ _OPERATOR_STATES = {
 def operator_held(nodes: Sequence[str], *, dry_run: bool = False) -> str:
     verb = "would hold" if dry_run else "held"
     return (f"{verb} {len(nodes)} node(s) back from the GPU Operator's own upgrade ({_SKIP}) until their "
-            f"turn: {_list(nodes)}" if nodes else "no node to hold back from the GPU Operator's upgrade")
+            f"turn: {listed(nodes)}" if nodes else "no node to hold back from the GPU Operator's upgrade")
 
 
 def operator_released(nodes: Sequence[str], *, dry_run: bool = False) -> str:
     verb = "would give" if dry_run else "gave"
     return (f"{verb} {len(nodes)} node(s) held by gpuops back to the GPU Operator's upgrade controller: "
-            f"{_list(nodes)}" if nodes else "no node held by gpuops to give back")
+            f"{listed(nodes)}" if nodes else "no node held by gpuops to give back")
 
 
 def operator_hold_params() -> str:

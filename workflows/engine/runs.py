@@ -45,7 +45,7 @@ from storage.requests import Request
 from storage.runs import Run, RunState
 from storage.steps import NewStep, Step
 from workflows.access import Actor, Role, public_name, require
-from workflows.engine import messages as say
+from workflows.engine import halt_messages, refusal_messages, run_messages
 from workflows.plans import plan_from_json
 from workflows.plans import plan_hash as compute_plan_hash
 from workflows.pools import freezes
@@ -73,7 +73,7 @@ class _NotStarted:
 
 class UnknownRun(RunRefused):
     def __init__(self, run_id: str, closest: Sequence[str]) -> None:
-        super().__init__(say.unknown_run(run_id, closest))
+        super().__init__(refusal_messages.unknown_run(run_id, closest))
         self.run_id = run_id
         self.closest = tuple(closest)
 
@@ -204,7 +204,7 @@ class RunService:
         if actor is not None:
             require(actor, Role.OPERATOR, action="Starting a run", pool=request.pool)
         if request.state not in RUNNABLE_STATES:
-            raise RunRefused(say.request_not_runnable(request.id, request.state))
+            raise RunRefused(refusal_messages.request_not_runnable(request.id, request.state))
         # No run starts while a change freeze covers the pool, whoever asks.
         freeze = freezes.holding_run(self._db, pool=request.pool, started=False, now=now, cluster=request.cluster)
         if freeze is not None:
@@ -212,28 +212,28 @@ class RunService:
                 request_id=request.id, pool=request.pool, target=freeze.target, by=freeze.set_by_name,
                 until=freeze.until, reason=freeze.reason))
         if plan_hash is not None and plan_hash != request.plan_hash:
-            raise RunRefused(say.plan_changed_since(request.id, seen=plan_hash, now=request.plan_hash))
+            raise RunRefused(refusal_messages.plan_changed_since(request.id, seen=plan_hash, now=request.plan_hash))
         plan = plan_from_json(request.plan)
         if compute_plan_hash(plan) != request.plan_hash:
-            raise RunRefused(say.plan_does_not_match_its_hash(request.id, request.plan_hash))
+            raise RunRefused(refusal_messages.plan_does_not_match_its_hash(request.id, request.plan_hash))
         # Approvals as they are now: roles read now, the pool's rule as configured now.
         if self._requests is None or approver_now is None:
             if request.approvals_required > 0:  # fail closed: nothing to re-check roles with
-                raise RunRefused(say.cannot_check_approvals(request.id))
+                raise RunRefused(refusal_messages.cannot_check_approvals(request.id))
         else:
             approvers = counted_approvers(request, stored_approvals.for_request(self._db, request_id=request.id),
                                           approver_now=approver_now)
             required = self._requests.approvals_required_now(request)
             if len(approvers) < required:
                 self._requests.reopen_for_approval(request, counted=approvers, required=required, now=now)
-                return _NotStarted(say.plan_not_approved(request.id, request.plan_hash, counted=len(approvers),
-                                                         required=required))
+                return _NotStarted(refusal_messages.plan_not_approved(request.id, request.plan_hash,
+                                                                      counted=len(approvers), required=required))
         run = stored_runs.create(self._db, request_id=request.id, dry_run=dry_run, at=now)
         if run is None:
-            raise RunRefused(say.already_running(request.id))
+            raise RunRefused(refusal_messages.already_running(request.id))
         if not stored_requests.transition(self._db, id=request.id, expected=request.state,
                                           new="running", at=now):
-            raise RunRefused(say.request_not_runnable(request.id, "changing"))
+            raise RunRefused(refusal_messages.request_not_runnable(request.id, "changing"))
         stored_steps.add(self._db, run_id=run.id, steps=[
             NewStep(wave=s.wave, node=s.node, seq=s.seq, kind=s.kind, detail={"params": s.detail})
             for s in plan.new_steps()])
@@ -243,16 +243,16 @@ class RunService:
                      detail={"dry_run": dry_run, "plan_hash": request.plan_hash,
                              "nodes": list(plan.nodes), "waves": len(plan.waves)})
         self._notify(request, run.id, event="run.created", state="pending", now=now,
-                     dedupe=f"{run.id}/created", text=say.run_created(run.id, request.id, dry_run=dry_run))
+                     dedupe=f"{run.id}/created", text=run_messages.run_created(run.id, request.id, dry_run=dry_run))
         return run.id
 
     def pause(self, actor: Actor, run_id: str, *, now: dt.datetime) -> RunView:
         return self._control(actor, run_id, now=now, action="paused", expected=("pending", "running"),
-                             new="paused", text=lambda run: say.run_paused(run.id, self._public(actor)))
+                             new="paused", text=lambda run: run_messages.run_paused(run.id, self._public(actor)))
 
     def resume(self, actor: Actor, run_id: str, *, now: dt.datetime) -> RunView:
         return self._control(actor, run_id, now=now, action="resumed", expected=("paused",),
-                             new="running", text=lambda run: say.run_resumed(run.id, self._public(actor)))
+                             new="running", text=lambda run: run_messages.run_resumed(run.id, self._public(actor)))
 
     def abort(self, actor: Actor, run_id: str, *, now: dt.datetime) -> RunView:
         return self._control(actor, run_id, now=now, action="aborted",
@@ -265,11 +265,11 @@ class RunService:
             request = self._request(RequestId(request_id))
             if actor.user_id != request.requester and not actor.has(Role.OPERATOR, pool=request.pool):
                 requester = public_name(request.requester, names=self._names, fallback=request.requester_name)
-                raise RunRefused(say.not_allowed_to_release(request.id, requester_name=requester))
+                raise RunRefused(refusal_messages.not_allowed_to_release(request.id, requester_name=requester))
             runs = [r for r in stored_runs.for_request(self._db, request_id=request.id)
                     if r.state in ("pending", "running", "paused")]
             if not runs:
-                raise RunRefused(say.no_run_yet(request.id))
+                raise RunRefused(refusal_messages.no_run_yet(request.id))
             run = runs[-1]
             released: list[str] = []
             for step in stored_steps.for_run(self._db, run_id=run.id):
@@ -282,8 +282,8 @@ class RunService:
                                                detail={**detail, "params": params}):
                     released.append(step.node)
             if not released:
-                raise RunRefused(say.nothing_to_release(run.id))
-            message = say.hold_released(run.id, self._public(actor), nodes=sorted(set(released)))
+                raise RunRefused(refusal_messages.nothing_to_release(run.id))
+            message = run_messages.hold_released(run.id, self._public(actor), nodes=sorted(set(released)))
             entry = audit.append(self._db, actor=actor.user_id, k8s_identity=None, action="run.released",
                                  target=request.pool, at=now, request_id=request.id, run_id=run.id,
                                  before=run.state, after=run.state, detail={"text": message})
@@ -304,16 +304,16 @@ class RunService:
                 raise UnknownRun(run_id, self._closest(run_id))
             request = self._request(run.request_id)
             if not actor.has(Role.OPERATOR, pool=request.pool):
-                raise RunRefused(say.not_allowed_to_confirm(run.id, request.pool))
+                raise RunRefused(refusal_messages.not_allowed_to_confirm(run.id, request.pool))
             if run.state not in ("pending", "running", "paused"):
-                raise RunRefused(say.run_not_waiting(run.id, run.state))
+                raise RunRefused(refusal_messages.run_not_waiting(run.id, run.state))
             waiting = [s for s in stored_steps.for_run(self._db, run_id=run.id)
                        if s.kind in PERSON_STEPS and s.state == "running" and (node is None or s.node == node)]
             if not waiting:
-                raise RunRefused(say.nothing_to_confirm(run.id, node))
+                raise RunRefused(refusal_messages.nothing_to_confirm(run.id, node))
             if len({s.node for s in waiting}) > 1:
                 # Several nodes wait (a pool's migrate_at_once): a word for one is not a word for all.
-                raise RunRefused(say.name_the_node_to_confirm(run.id, sorted({s.node for s in waiting})))
+                raise RunRefused(refusal_messages.name_the_node_to_confirm(run.id, sorted({s.node for s in waiting})))
             for step in waiting:
                 detail = dict(step.detail) if isinstance(step.detail, dict) else {}
                 params = {**step_params(step), "confirmed_by": actor.user_id, "confirmed_by_name": self._public(actor),
@@ -321,7 +321,7 @@ class RunService:
                 stored_steps.replace_detail(self._db, id=step.id, expected=step.state, detail={**detail, "params": params})
             nodes = sorted({s.node for s in waiting})
             install = any(s.kind == "host-driver-installed" for s in waiting)
-            message = say.host_driver_confirmed_by(run.id, self._public(actor), nodes, install=install)
+            message = run_messages.host_driver_confirmed_by(run.id, self._public(actor), nodes, install=install)
             action = "run.host-driver-installed" if install else "run.host-driver-removed"
             entry = audit.append(self._db, actor=actor.user_id, k8s_identity=None, action=action,
                                  target=request.pool, at=now, request_id=request.id, run_id=run.id,
@@ -368,18 +368,19 @@ class RunService:
             request = self._request(run.request_id)
             require(actor, Role.OPERATOR, action=f"A run being {action}", pool=request.pool)
             if run.state not in expected:
-                raise RunRefused(say.cannot_control(run.id, action, run.state))
+                raise RunRefused(refusal_messages.cannot_control(run.id, action, run.state))
             reason: str | None = None
             if new == "aborted":
                 steps = stored_steps.for_run(self._db, run_id=run.id)
                 left = nodes_left_cordoned(run, steps)
-                reason = say.run_aborted(run.id, self._public(actor), left_cordoned=left)
-                stored_steps.stop_unfinished(self._db, steps, at=now, error=say.aborted_step(self._public(actor)))
+                reason = halt_messages.run_aborted(run.id, self._public(actor), left_cordoned=left)
+                stored_steps.stop_unfinished(self._db, steps, at=now,
+                                             error=halt_messages.aborted_step(self._public(actor)))
                 stored_requests.transition(self._db, id=request.id, expected=("running", "scheduled", "approved"),
                                            new="failed", at=now)
             if not stored_runs.transition(self._db, id=run.id, expected=run.state, new=new, at=now,
                                           halted_reason=reason):
-                raise RunRefused(say.cannot_control(run.id, action, "changing"))
+                raise RunRefused(refusal_messages.cannot_control(run.id, action, "changing"))
             message = reason if reason is not None else text(run)  # type: ignore[misc]  # None only with abort's reason
             entry = audit.append(self._db, actor=actor.user_id, k8s_identity=None, action=f"run.{action}",
                                  target=request.pool, at=now, request_id=request.id, run_id=run.id,
@@ -393,7 +394,7 @@ class RunService:
         request = stored_requests.get(self._db, id=request_id)
         if request is None:
             closest = difflib.get_close_matches(request_id, stored_requests.known_ids(self._db), n=3, cutoff=0.6)
-            raise RunRefused(say.unknown_run(request_id, closest))
+            raise RunRefused(refusal_messages.unknown_run(request_id, closest))
         return request
 
     def _closest(self, run_id: str) -> list[str]:

@@ -15,11 +15,11 @@ import datetime as dt
 from collections.abc import Sequence
 
 from storage.steps import Step
-from workflows.engine import messages as say
+from workflows.engine import wait_messages as say
 from workflows.engine.runs import RunView, step_note
 from workflows.pools import messages as pool_say
 from workflows.pools.freezes import Freeze
-from workflows.requests.service import RequestView
+from workflows.requests.views import RequestView
 
 # The request states before a run: approved and waiting for its window or its start.
 _BEFORE_RUN = ("approved", "scheduled")

@@ -41,7 +41,7 @@ from workflows.fleet.summary import Fleet
 from workflows.kube.objects import NodeName
 from workflows.handover import messages as say
 from workflows.pools.freezes import Freeze, freeze_sentence
-from workflows.requests.service import RequestView
+from workflows.requests.views import RequestView
 from workflows.signals.findings import SIGNAL_CODES
 from workflows.signals.service import Reading
 from workflows.wording import when

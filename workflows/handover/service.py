@@ -67,7 +67,8 @@ from workflows.handover.rotations import (
     split_members,
 )
 from workflows.pools import freezes
-from workflows.requests.service import RequestService, RequestSettings
+from workflows.requests.records import RequestSettings
+from workflows.requests.service import RequestService
 from workflows.signals.service import SignalsService
 
 ReminderAction = Literal["remind", "escalate"]

@@ -22,7 +22,8 @@ from workflows.mig import messages as say
 from workflows.mig.layouts import MigLayouts, MigRefused
 from workflows.mig.plan import DEFAULT_LAYOUT, MigAsk, MigPlan, MigRollbackOf, plan_mig
 from workflows.pools.config import PoolConfig
-from workflows.requests.service import RequestService, RequestView
+from workflows.requests.service import RequestService
+from workflows.requests.views import RequestView
 
 DEFAULT_CONFIG_MAP = "default-mig-parted-config"
 

@@ -19,7 +19,8 @@ from workflows.kube.labels import hand_set_labels
 from workflows.kube.objects import NodeName
 from workflows.pools.capacity import GpuPods
 from workflows.pools.config import GpuCheck, PoolConfig
-from workflows.requests.service import RequestService, RequestView
+from workflows.requests.service import RequestService
+from workflows.requests.views import RequestView
 
 
 class NodeLabels(Protocol):

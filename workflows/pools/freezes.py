@@ -10,7 +10,7 @@ node where it stopped, when the freeze ends (its `until` passes) or an admin lif
 Nothing was left half-done at the boundary, so going on is what the approvers approved;
 the wave gate (workflows.pools.capacity.check_wave) still checks the window and the
 pool's capacity before each wave, and a run whose window ended while it was frozen halts
-with that reason (workflows.engine.loop).
+with that reason (workflows.engine.wave_gates).
 
 A freeze expires by itself (in force while `now < until` and not lifted): nothing has to
 run at `until`. Setting and lifting are for admins and audited (`freeze.set`,

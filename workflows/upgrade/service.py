@@ -16,7 +16,8 @@ from workflows.fleet.summary import Fleet
 from workflows.kube.objects import PodObject
 from workflows.pools.capacity import GpuPods
 from workflows.pools.config import GpuCheck, PoolConfig
-from workflows.requests.service import RequestService, RequestView
+from workflows.requests.service import RequestService
+from workflows.requests.views import RequestView
 from workflows.upgrade import messages as say
 from workflows.upgrade.plan import RollbackOf, UpgradeAsk, UpgradePlan, plan_upgrade
 from workflows.upgrade.scope import ClusterPolicyScope, UpgradeRefused
