@@ -39,8 +39,9 @@ from workflows.engine.steps import DRAIN_PLAN_SCOPE
 from workflows.fleet.assessment import UNPOOLED, NodeInventory
 from workflows.fleet.summary import Fleet
 from workflows.kube.objects import DisruptionBudget, NodeName, PodObject, PoolName
-from workflows.plans import NodeStep, Plan, PlanSummary, Wave, plan_hash
+from workflows.plans import NodeStep, Plan, PlanSummary, plan_hash
 from workflows.pools import messages as pool_say
+from workflows.pools import planning
 from workflows.pools.capacity import (
     CapacityCheck,
     ConcurrentWork,
@@ -238,7 +239,7 @@ def resolve_targets(targets: Sequence[str], *, fleet: Fleet,
     if pool == UNPOOLED:
         raise DrainRequestError(say.node_in_no_pool(by_pool[pool]), code="unconfigured-pool")
     if pool not in pools:
-        raise DrainRequestError(pool_say.pool_not_configured(pool), code="unconfigured-pool")
+        raise DrainRequestError(pool_say.no_drain_policy(pool), code="unconfigured-pool")
     return pool, tuple(nodes), whole_pool
 
 
@@ -462,13 +463,8 @@ def plan_drain(
     waited = {node: tuple(p for p in pods[node] if wait_for is not None and wait_for.matches(p.labels))
               for node in spec.nodes}
     window = None if occurrence.end == END_OF_TIME else occurrence
-    plan_waves = tuple(
-        Wave(index, tuple(nodes),
-             tuple(step for node in nodes
-                   for step in _node_steps(fleet.nodes[node], policy=policy, end=spec.end,
-                                           waits=bool(waited[node]))))
-        for index, nodes in enumerate(waves)
-    )
+    plan_waves = planning.waves(waves, lambda node: _node_steps(fleet.nodes[node], policy=policy, end=spec.end,
+                                                                waits=bool(waited[node])))
     wave_of = {node: index for index, nodes in enumerate(waves) for node in nodes}
     preview = _preview(spec, fleet=fleet, members=members, pods=pods, waited=waited, pdbs=pdbs,
                        waves=waves, checks=checks, wave_of=wave_of, window=window, policy=policy)
@@ -479,8 +475,8 @@ def plan_drain(
         max_gpus_unavailable=max((w.gpus_out for w in preview.waves), default=0),
         notes=_notes(spec, preview=preview, policy=policy),
     )
-    plan = Plan(kind="drain", pool=spec.pool, waves=plan_waves, summary=summary,
-                created_for=requested_by)
+    plan = planning.assemble("drain", pool=spec.pool, planned=plan_waves, summary=summary,
+                             requested_by=requested_by)
     return DrainPlan(spec=spec, plan=plan, preview=preview)
 
 
@@ -526,12 +522,7 @@ def _first_fit(spec: DrainRequestSpec, *, windows: WindowSet, concurrent: Sequen
 
 def _node_steps(node: NodeInventory, *, policy: PoolConfig, end: dt.datetime | None,
                 waits: bool) -> list[NodeStep]:
-    steps = [NodeStep("cordon", node.name, {"was_cordoned": node.cordoned})]
-    if waits and policy.wait_for is not None:
-        steps.append(NodeStep("wait-for-jobs", node.name, {
-            "selector": policy.wait_for.selector,
-            "timeout_s": int(policy.wait_for.timeout.total_seconds()),
-        }))
+    steps = [planning.cordon(node), *(planning.wait_for_jobs(node, policy) if waits else ())]
     steps += [
         NodeStep("evict", node.name, {
             "scope": DRAIN_PLAN_SCOPE,
@@ -547,7 +538,7 @@ def _node_steps(node: NodeInventory, *, policy: PoolConfig, end: dt.datetime | N
             "timeout_s": int(policy.validate_timeout.total_seconds()),
         }),
         # A node that was cordoned before (by a person) stays cordoned.
-        NodeStep("uncordon", node.name, {"leave_cordoned": node.cordoned}),
+        planning.uncordon(node),
     ]
     return steps
 
