@@ -4,7 +4,7 @@ then checked against the pool's policy and turned into a `Plan` of waves with a 
 an approver can read.
 
 What the ask means (`drain_spec`): its targets are node or pool names (a pool: all its
-GPU nodes; `pool=<name>` only a pool), all in one configured pool (`resolve_targets`);
+GPU nodes; `pool=<name>` only a pool), all in one configured pool (`resolve_drain_targets`);
 it starts now, at a time (not past), or at the start of the next window occurrence at or
 after now (with a duration, the next one long enough); it lasts its duration, else until
 its window occurrence ends, else (a pool whose windows are `always`) until someone says
@@ -184,13 +184,13 @@ def target_kind(word: str, *, fleet: Fleet, pools: Mapping[str, PoolConfig]) -> 
     return "pool" if is_pool else None
 
 
-def unknown_target(word: str, *, fleet: Fleet, pools: Mapping[str, PoolConfig]) -> DrainRequestError:
+def unknown_drain_target(word: str, *, fleet: Fleet, pools: Mapping[str, PoolConfig]) -> DrainRequestError:
     """The refusal for a word that names no node or pool, with the closest names."""
     explicit_pool = word.lower().startswith("pool=")
     name = word[len("pool="):] if explicit_pool else word
     candidates = pool_names(fleet, pools) if explicit_pool else sorted(set(fleet.nodes) | set(pool_names(fleet, pools)))
     closest = difflib.get_close_matches(name, candidates, n=3, cutoff=0.6)
-    return DrainRequestError(say.unknown_target(name, closest=closest, pool=explicit_pool), code="unknown-target")
+    return DrainRequestError(say.no_node_or_pool_named(name, closest=closest, pool=explicit_pool), code="unknown-target")
 
 
 def looks_like_a_target(word: str, *, fleet: Fleet, pools: Mapping[str, PoolConfig]) -> bool:
@@ -201,7 +201,7 @@ def looks_like_a_target(word: str, *, fleet: Fleet, pools: Mapping[str, PoolConf
     return explicit_pool or bool(difflib.get_close_matches(name, candidates, n=1, cutoff=TARGET_LIKENESS))
 
 
-def resolve_targets(targets: Sequence[str], *, fleet: Fleet,
+def resolve_drain_targets(targets: Sequence[str], *, fleet: Fleet,
                     pools: Mapping[str, PoolConfig]) -> tuple[PoolName, tuple[NodeName, ...], bool]:
     """The one configured pool the targets are in, their nodes (a pool's: all its GPU
     nodes) in order, and whether a whole pool was named. Raises `DrainRequestError`."""
@@ -211,7 +211,7 @@ def resolve_targets(targets: Sequence[str], *, fleet: Fleet,
     for word in targets:
         kind = target_kind(word, fleet=fleet, pools=pools)
         if kind is None:
-            raise unknown_target(word, fleet=fleet, pools=pools)
+            raise unknown_drain_target(word, fleet=fleet, pools=pools)
         name = word[len("pool="):] if word.lower().startswith("pool=") else word
         if kind == "pool":
             whole_pool = True
@@ -229,7 +229,7 @@ def resolve_targets(targets: Sequence[str], *, fleet: Fleet,
             if node not in nodes:
                 nodes.append(node)
     if not nodes:
-        raise DrainRequestError(say.no_targets(), code="missing-target")
+        raise DrainRequestError(say.nothing_named_to_drain(), code="missing-target")
     by_pool: dict[PoolName, list[NodeName]] = {}
     for node in nodes:
         by_pool.setdefault(pool_of[node], []).append(node)
@@ -248,7 +248,7 @@ def drain_spec(ask: DrainAsk, *, fleet: Fleet, pools: Mapping[str, PoolConfig], 
     `DrainRequestError` (unknown target, mixed pools, a time in the past) or
     `DrainRefused` (`next-window` finds no window long enough)."""
     now = as_utc(now, asker="drains")
-    pool, nodes, whole_pool = resolve_targets(ask.targets, fleet=fleet, pools=pools)
+    pool, nodes, whole_pool = resolve_drain_targets(ask.targets, fleet=fleet, pools=pools)
     windows = pools[pool].window_set
     zone: dt.tzinfo = ask.zone or windows.zone or UTC
     if ask.start_from == "next-window":
