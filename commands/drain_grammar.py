@@ -30,9 +30,9 @@ from workflows.drain.plan import (
     DrainAsk,
     DrainRequestError,
     looks_like_a_target,
-    resolve_targets,
+    resolve_drain_targets,
     target_kind,
-    unknown_target,
+    unknown_drain_target,
 )
 from workflows.durations import parse_duration
 from workflows.fleet.summary import Fleet
@@ -72,7 +72,7 @@ def read_drain_words(
     if not targets:
         raise DrainRequestError(msg.drain_needs_target(), code="missing-target")
     # The pool says in which zone a time without one is read.
-    pool, _, _ = resolve_targets(targets, fleet=fleet, pools=pools)
+    pool, _, _ = resolve_drain_targets(targets, fleet=fleet, pools=pools)
 
     when_words: list[str] | None = None
     next_window = False
@@ -131,7 +131,7 @@ def _read_targets(words: list[str], *, fleet: Fleet, pools: Mapping[str, PoolCon
             break
         if target_kind(word, fleet=fleet, pools=pools) is None:
             if not targets or looks_like_a_target(word, fleet=fleet, pools=pools):
-                raise unknown_target(word, fleet=fleet, pools=pools)
+                raise unknown_drain_target(word, fleet=fleet, pools=pools)
             break
         targets.append(word)
         at += 1

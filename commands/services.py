@@ -13,7 +13,7 @@ from typing import Protocol, TypeVar
 
 from storage.database import Database
 from workflows.config import GpuopsConfig
-from workflows.drain.service import DrainService, Workloads
+from workflows.drain.service import DrainService, PodsAndBudgets
 from workflows.engine.cordons import Cordons
 from workflows.engine.runs import RunService
 from workflows.fleet.clusters import ClusterGlance, ClusterSource
@@ -89,7 +89,7 @@ class Services:
     def on_database(cls, *, config: GpuopsConfig, fleet: FleetSource, database: Database,
                     wake_engine: Callable[[], None] | None = None, roles: RoleLookup | None = None,
                     on_approved: Callable[[], None] | None = None,
-                    workloads: Workloads | None = None, mig_reader: MigReader | None = None,
+                    workloads: PodsAndBudgets | None = None, mig_reader: MigReader | None = None,
                     node_labels: NodeLabels | None = None, signals: SignalsService | None = None) -> Services:
         """Every service on one database connection; `wake_engine` (Engine.wake) makes an
         engine in this process notice run controls at once; `roles` says who holds which

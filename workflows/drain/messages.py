@@ -152,11 +152,11 @@ def note_waits_for(count: int, *, selector: str, timeout: dt.timedelta) -> str:
             f"the drain waits up to {duration_text(timeout)} for them to finish before evicting.")
 
 
-def no_targets() -> str:
+def nothing_named_to_drain() -> str:
     return "Say which nodes or pool to drain."
 
 
-def unknown_target(name: str, *, closest: Sequence[str], pool: bool) -> str:
+def no_node_or_pool_named(name: str, *, closest: Sequence[str], pool: bool) -> str:
     what = "pool" if pool else "GPU node or pool"
     if closest:
         return f"There is no {what} named {name}{closest_hint(closest)}"

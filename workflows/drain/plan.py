@@ -4,7 +4,7 @@ then checked against the pool's policy and turned into a `Plan` of waves with a 
 an approver can read.
 
 What the ask means (`drain_spec`): its targets are node or pool names (a pool: all its
-GPU nodes; `pool=<name>` only a pool), all in one configured pool (`resolve_targets`);
+GPU nodes; `pool=<name>` only a pool), all in one configured pool (`resolve_drain_targets`);
 it starts now, at a time (not past), or at the start of the next window occurrence at or
 after now (with a duration, the next one long enough); it lasts its duration, else until
 its window occurrence ends, else (a pool whose windows are `always`) until someone says
@@ -39,8 +39,9 @@ from workflows.engine.steps.eviction import DRAIN_PLAN_SCOPE
 from workflows.fleet.assessment import UNPOOLED, NodeInventory
 from workflows.fleet.summary import Fleet
 from workflows.kube.objects import DisruptionBudget, NodeName, PodObject, PoolName
-from workflows.plans import NodeStep, Plan, PlanSummary, Wave, plan_hash
+from workflows.plans import NodeStep, Plan, PlanSummary, plan_hash
 from workflows.pools import messages as pool_say
+from workflows.pools import planning
 from workflows.pools.capacity import (
     CapacityCheck,
     ConcurrentWork,
@@ -183,13 +184,13 @@ def target_kind(word: str, *, fleet: Fleet, pools: Mapping[str, PoolConfig]) -> 
     return "pool" if is_pool else None
 
 
-def unknown_target(word: str, *, fleet: Fleet, pools: Mapping[str, PoolConfig]) -> DrainRequestError:
+def unknown_drain_target(word: str, *, fleet: Fleet, pools: Mapping[str, PoolConfig]) -> DrainRequestError:
     """The refusal for a word that names no node or pool, with the closest names."""
     explicit_pool = word.lower().startswith("pool=")
     name = word[len("pool="):] if explicit_pool else word
     candidates = pool_names(fleet, pools) if explicit_pool else sorted(set(fleet.nodes) | set(pool_names(fleet, pools)))
     closest = difflib.get_close_matches(name, candidates, n=3, cutoff=0.6)
-    return DrainRequestError(say.unknown_target(name, closest=closest, pool=explicit_pool), code="unknown-target")
+    return DrainRequestError(say.no_node_or_pool_named(name, closest=closest, pool=explicit_pool), code="unknown-target")
 
 
 def looks_like_a_target(word: str, *, fleet: Fleet, pools: Mapping[str, PoolConfig]) -> bool:
@@ -200,7 +201,7 @@ def looks_like_a_target(word: str, *, fleet: Fleet, pools: Mapping[str, PoolConf
     return explicit_pool or bool(difflib.get_close_matches(name, candidates, n=1, cutoff=TARGET_LIKENESS))
 
 
-def resolve_targets(targets: Sequence[str], *, fleet: Fleet,
+def resolve_drain_targets(targets: Sequence[str], *, fleet: Fleet,
                     pools: Mapping[str, PoolConfig]) -> tuple[PoolName, tuple[NodeName, ...], bool]:
     """The one configured pool the targets are in, their nodes (a pool's: all its GPU
     nodes) in order, and whether a whole pool was named. Raises `DrainRequestError`."""
@@ -210,7 +211,7 @@ def resolve_targets(targets: Sequence[str], *, fleet: Fleet,
     for word in targets:
         kind = target_kind(word, fleet=fleet, pools=pools)
         if kind is None:
-            raise unknown_target(word, fleet=fleet, pools=pools)
+            raise unknown_drain_target(word, fleet=fleet, pools=pools)
         name = word[len("pool="):] if word.lower().startswith("pool=") else word
         if kind == "pool":
             whole_pool = True
@@ -228,7 +229,7 @@ def resolve_targets(targets: Sequence[str], *, fleet: Fleet,
             if node not in nodes:
                 nodes.append(node)
     if not nodes:
-        raise DrainRequestError(say.no_targets(), code="missing-target")
+        raise DrainRequestError(say.nothing_named_to_drain(), code="missing-target")
     by_pool: dict[PoolName, list[NodeName]] = {}
     for node in nodes:
         by_pool.setdefault(pool_of[node], []).append(node)
@@ -238,7 +239,7 @@ def resolve_targets(targets: Sequence[str], *, fleet: Fleet,
     if pool == UNPOOLED:
         raise DrainRequestError(say.node_in_no_pool(by_pool[pool]), code="unconfigured-pool")
     if pool not in pools:
-        raise DrainRequestError(pool_say.pool_not_configured(pool), code="unconfigured-pool")
+        raise DrainRequestError(pool_say.no_drain_policy(pool), code="unconfigured-pool")
     return pool, tuple(nodes), whole_pool
 
 
@@ -247,7 +248,7 @@ def drain_spec(ask: DrainAsk, *, fleet: Fleet, pools: Mapping[str, PoolConfig], 
     `DrainRequestError` (unknown target, mixed pools, a time in the past) or
     `DrainRefused` (`next-window` finds no window long enough)."""
     now = as_utc(now, asker="drains")
-    pool, nodes, whole_pool = resolve_targets(ask.targets, fleet=fleet, pools=pools)
+    pool, nodes, whole_pool = resolve_drain_targets(ask.targets, fleet=fleet, pools=pools)
     windows = pools[pool].window_set
     zone: dt.tzinfo = ask.zone or windows.zone or UTC
     if ask.start_from == "next-window":
@@ -462,13 +463,8 @@ def plan_drain(
     waited = {node: tuple(p for p in pods[node] if wait_for is not None and wait_for.matches(p.labels))
               for node in spec.nodes}
     window = None if occurrence.end == END_OF_TIME else occurrence
-    plan_waves = tuple(
-        Wave(index, tuple(nodes),
-             tuple(step for node in nodes
-                   for step in _node_steps(fleet.nodes[node], policy=policy, end=spec.end,
-                                           waits=bool(waited[node]))))
-        for index, nodes in enumerate(waves)
-    )
+    plan_waves = planning.waves(waves, lambda node: _node_steps(fleet.nodes[node], policy=policy, end=spec.end,
+                                                                waits=bool(waited[node])))
     wave_of = {node: index for index, nodes in enumerate(waves) for node in nodes}
     preview = _preview(spec, fleet=fleet, members=members, pods=pods, waited=waited, pdbs=pdbs,
                        waves=waves, checks=checks, wave_of=wave_of, window=window, policy=policy)
@@ -479,8 +475,8 @@ def plan_drain(
         max_gpus_unavailable=max((w.gpus_out for w in preview.waves), default=0),
         notes=_notes(spec, preview=preview, policy=policy),
     )
-    plan = Plan(kind="drain", pool=spec.pool, waves=plan_waves, summary=summary,
-                created_for=requested_by)
+    plan = planning.assemble("drain", pool=spec.pool, planned=plan_waves, summary=summary,
+                             requested_by=requested_by)
     return DrainPlan(spec=spec, plan=plan, preview=preview)
 
 
@@ -526,12 +522,7 @@ def _first_fit(spec: DrainRequestSpec, *, windows: WindowSet, concurrent: Sequen
 
 def _node_steps(node: NodeInventory, *, policy: PoolConfig, end: dt.datetime | None,
                 waits: bool) -> list[NodeStep]:
-    steps = [NodeStep("cordon", node.name, {"was_cordoned": node.cordoned})]
-    if waits and policy.wait_for is not None:
-        steps.append(NodeStep("wait-for-jobs", node.name, {
-            "selector": policy.wait_for.selector,
-            "timeout_s": int(policy.wait_for.timeout.total_seconds()),
-        }))
+    steps = [planning.cordon(node), *(planning.wait_for_jobs(node, policy) if waits else ())]
     steps += [
         NodeStep("evict", node.name, {
             "scope": DRAIN_PLAN_SCOPE,
@@ -547,7 +538,7 @@ def _node_steps(node: NodeInventory, *, policy: PoolConfig, end: dt.datetime | N
             "timeout_s": int(policy.validate_timeout.total_seconds()),
         }),
         # A node that was cordoned before (by a person) stays cordoned.
-        NodeStep("uncordon", node.name, {"leave_cordoned": node.cordoned}),
+        planning.uncordon(node),
     ]
     return steps
 

@@ -3,7 +3,7 @@
 request; `extend` re-plans a drain not started yet with a later end and asks for
 approval again; `extend_running` gives a running drain whose run holds its nodes a later
 window end (its waves are not re-planned), under the pool's approval rule.
-Each reads the workloads it will move straight from the cluster (`Workloads`: the
+Each reads the workloads it will move straight from the cluster (`PodsAndBudgets`: the
 Kubernetes gateway in the bot, plain values in tests), checks the pool's policy and
 the requester's role, and stores nothing when anything refuses."""
 
@@ -29,7 +29,7 @@ from workflows.requests.service import RequestService
 from workflows.requests.views import RequestView
 
 
-class Workloads(Protocol):
+class PodsAndBudgets(Protocol):
     """What a drain reads of the cluster besides the fleet: every pod bound to a node (the
     watch cache keeps only GPU and operator pods; a preview names every pod it would
     evict) and the PodDisruptionBudgets of a namespace. `kube.gateway.KubeGateway` is one."""
@@ -54,7 +54,7 @@ class DrainService:
     kind = "drain"  # its entry in workflows/kinds.py
 
     def __init__(self, requests: RequestService, *, pools: Mapping[str, PoolConfig],
-                 workloads: Workloads | None = None) -> None:
+                 workloads: PodsAndBudgets | None = None) -> None:
         self._requests = requests
         self._pools = pools
         self._workloads = workloads

@@ -53,8 +53,8 @@ def resources_text(found: Mapping[str, int]) -> str:
     return ", ".join(f"{n}x {resource}" for resource, n in sorted(found.items()))
 
 
-def pool_not_configured(pool: str) -> str:
-    return f"pool {pool} has no policy in the configuration (pools.{pool}): gpuops changes MIG layouts only in configured pools"
+# What a MIG change does only in a configured pool (`pools.messages.no_policy_for`).
+ONLY_CONFIGURED = "gpuops changes MIG layouts only in configured pools"
 
 
 def not_mig_capable(node: str, product: str | None) -> str:
@@ -116,7 +116,7 @@ def already_there_note(nodes: Sequence[str], layout: str) -> str:
     return f"{names(nodes)} already run{'s' if len(nodes) == 1 else ''} `{layout}`: left out"
 
 
-def rollback_note(run: str, layouts: Sequence[tuple[str, str]]) -> str:
+def layouts_back_note(run: str, layouts: Sequence[tuple[str, str]]) -> str:
     back = ", ".join(f"{node} to {layout}" for node, layout in layouts)
     return f"a rollback of run {run}: {back}, each taking over the cordon the run left"
 
@@ -130,5 +130,5 @@ def rollback_not_mig(run: str, kind: str) -> str:
     return f"run {run} is a {kind}, not a MIG change"
 
 
-def rollback_nothing_changed(run: str) -> str:
-    return f"run {run} changed no node's MIG layout: there is nothing to roll back"
+# What a run of this kind changes (`pools.messages.nothing_to_roll_back`).
+ROLLED_BACK = "node's MIG layout"

@@ -28,23 +28,13 @@ from workflows.fleet.summary import Fleet
 from workflows.kube.objects import NodeName, PodObject
 from workflows.mig import messages as say
 from workflows.mig.layouts import MigLayouts, MigRefused, resources
-from workflows.plans import NodeStep, Plan, PlanSummary, Wave
+from workflows.plans import NodeStep, Plan, PlanSummary
 from workflows.pools import messages as pool_say
-from workflows.pools.capacity import (
-    OrderRefused,
-    PodsMoved,
-    RollingOrder,
-    gpu_pods_moved,
-    is_unavailable,
-    ready_gpus,
-    resolve_targets,
-    rolling_order,
-)
+from workflows.pools import planning
+from workflows.pools.capacity import PodsMoved, RollingOrder, gpu_pods_moved, is_unavailable, ready_gpus
 from workflows.pools.config import PoolConfig
 from workflows.pools.selectors import LabelSelector
-from workflows.pools.starts import WindowRefused, start_window
 
-EVICT_SCOPE = "gpu"  # a MIG change moves GPU pods; other pools' work and CPU pods keep running
 DEFAULT_LAYOUT = "all-disabled"  # the MIG manager's layout for a node without the label
 
 
@@ -106,14 +96,9 @@ def plan_mig(ask: MigAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolConfig], 
     """Plan `ask` for `requested_by`, or raise MigRefused saying why not. `gpu_pods` are
     the cluster's pods that ask for GPU resources (to name what is evicted and what will
     not schedule afterwards); `strategy` the ClusterPolicy's `mig.strategy`."""
-    try:
-        pool, nodes = resolve_targets(ask.targets if rollback is None else tuple(n for n, _ in rollback.layouts),
-                                      fleet, what="MIG change")
-    except OrderRefused as refused:
-        raise MigRefused(refused.reason, code=refused.code) from None
-    policy = policy_of.get(pool)
-    if policy is None:
-        raise MigRefused(say.pool_not_configured(pool), code="pool-not-configured")
+    targets = ask.targets if rollback is None else tuple(n for n, _ in rollback.layouts)
+    pool, nodes = planning.targets_in_one_pool(targets, fleet, what="MIG change", refused=MigRefused)
+    policy = planning.require_policy(pool, policy_of.get(pool), refused=MigRefused, rule=say.ONLY_CONFIGURED)
     wanted = dict(rollback.layouts) if rollback is not None else {n.name: ask.layout for n in nodes}
     changes: list[NodeChange] = []
     already: list[str] = []
@@ -133,23 +118,18 @@ def plan_mig(ask: MigAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolConfig], 
                                   after=resources(applied, strategy=strategy, layout=layout)))
     if not changes:
         raise MigRefused(say.nothing_to_change(ask.layout, already), code="nothing-to-change")
-    try:
-        start, end = start_window(policy.window_set, pool=pool, now=now, at=ask.start,
-                                  next_window=ask.next_window, what="MIG change")
-    except WindowRefused as refused:
-        raise MigRefused(refused.reason, code=refused.code) from None
+    start, end = planning.window(policy, pool=pool, now=now, at=ask.start, next_window=ask.next_window,
+                                 what="MIG change", refused=MigRefused)
 
-    members = [fleet.nodes[n] for n in fleet.pool(pool).nodes]  # type: ignore[union-attr]  # resolve_targets found the pool
+    members = planning.members(fleet, pool)
     changing = {c.node: c for c in changes}
     after_ready: dict[str, int] = {c.node: sum(c.after.values()) for c in changes}
     first = rollback.layouts[0][0] if rollback is not None else (
         policy.canary if policy.canary in changing else None)
-    try:
-        order = rolling_order([fleet.nodes[n] for n in changing], pool=members, budget=policy.unavailable_budget,
-                              canary=first, min_ready_gpus=policy.min_ready_gpus, what="MIG change",
-                              ready_after=after_ready)
-    except OrderRefused as refused:
-        raise MigRefused(refused.reason, code=refused.code) from None
+    order = planning.rolling_order([fleet.nodes[n] for n in changing], pool=members,
+                                   budget=policy.unavailable_budget, canary=first,
+                                   min_ready_gpus=policy.min_ready_gpus, what="MIG change", refused=MigRefused,
+                                   ready_after=after_ready)
     ready_in_the_end = sum(after_ready.get(n.name, ready_gpus(n)) if not is_unavailable(n) else 0 for n in members)
     if ready_in_the_end < policy.min_ready_gpus:
         raise MigRefused(say.below_floor_after(pool, ready_in_the_end, policy.min_ready_gpus), code="min-ready-gpus")
@@ -165,11 +145,8 @@ def plan_mig(ask: MigAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolConfig], 
 
     takes_over = rollback.run if rollback is not None else None
     by_name = {n.name: n for n in members}
-    waves = [Wave(0, (order.canary,), tuple(_node_steps(by_name[order.canary], changing[order.canary],
-                                                        policy=policy, takes_over=takes_over)))]
-    for index, wave in enumerate(order.waves, start=1):
-        waves.append(Wave(index, wave, tuple(step for n in wave for step in _node_steps(
-            by_name[n], changing[n], policy=policy, takes_over=takes_over))))
+    waves = planning.rolling_waves(order, lambda n: _node_steps(by_name[n], changing[n], policy=policy,
+                                                                takes_over=takes_over))
     layouts_named = sorted({c.layout for c in changes})
     notes = [say.pool_change_note(pool, pool_before, pool_after), *say.node_change_notes(changes),
              say.first_alone_note(order.canary)]
@@ -181,13 +158,13 @@ def plan_mig(ask: MigAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolConfig], 
     if already:
         notes.append(say.already_there_note(already, ask.layout))
     if rollback is not None:
-        notes.append(say.rollback_note(rollback.run, [(c.node, c.layout) for c in changes]))
-    largest = max(sum(ready_gpus(by_name[n]) for n in w.nodes) for w in waves)
+        notes.append(say.layouts_back_note(rollback.run, [(c.node, c.layout) for c in changes]))
+    largest = planning.largest_wave(waves, lambda n: ready_gpus(by_name[n]))
     summary = PlanSummary(target_mig_config=layouts_named[0] if len(layouts_named) == 1 else None,
                           window_start=start, window_end=end,
                           evictions_expected=sum(len(m.evicted) for m in moved.values()),
                           max_gpus_unavailable=largest, notes=tuple(notes))
-    plan = Plan(kind="mig", pool=pool, waves=tuple(waves), summary=summary, created_for=requested_by)
+    plan = planning.assemble("mig", pool=pool, planned=waves, summary=summary, requested_by=requested_by)
     return MigPlan(pool=pool, changes=tuple(changes), pool_before=pool_before, pool_after=pool_after,
                    vanishing=vanishing, stranded=stranded, moved=moved, order=order, plan=plan,
                    window_start=start, window_end=end)
@@ -243,21 +220,12 @@ def _owner(pod: PodObject) -> str | None:
 
 def _node_steps(node: NodeInventory, change: NodeChange, *, policy: PoolConfig,
                 takes_over: str | None) -> list[NodeStep]:
-    cordon: dict[str, object] = {"was_cordoned": node.cordoned}
-    if takes_over is not None:
-        cordon["takes_over"] = takes_over
-    validate = int(policy.validate_timeout.total_seconds())
-    waits = [NodeStep("wait-for-jobs", node.name, {
-        "selector": policy.wait_for.selector, "timeout_s": int(policy.wait_for.timeout.total_seconds())})
-             ] if policy.wait_for is not None else []
     return [
-        NodeStep("cordon", node.name, cordon),
-        *waits,
-        NodeStep("evict", node.name, {"scope": EVICT_SCOPE, "pdb_timeout_s": int(policy.drain_timeout.total_seconds()),
-                                      "pdb_timeout_action": policy.pdb_timeout_action,
-                                      "evict_retries": policy.evict_retries}),
+        planning.cordon(node, takes_over=takes_over),
+        *planning.wait_for_jobs(node, policy),
+        planning.evict_gpu_pods(node, policy),
         NodeStep("mig", node.name, {"config": change.layout, "expect": dict(change.after),
                                     "timeout_s": int(policy.mig_timeout.total_seconds())}),
-        NodeStep("validate", node.name, {"timeout_s": validate}),
-        NodeStep("uncordon", node.name, {"leave_cordoned": node.cordoned}),
+        planning.validate(node, policy),
+        planning.uncordon(node),
     ]

@@ -21,6 +21,7 @@ from workflows.kube.objects import CustomObject, PodObject
 from workflows.mig import messages as say
 from workflows.mig.layouts import MigLayouts, MigRefused
 from workflows.mig.plan import DEFAULT_LAYOUT, MigAsk, MigPlan, MigRollbackOf, plan_mig
+from workflows.pools import messages as pool_say
 from workflows.pools.config import PoolConfig
 from workflows.requests.service import RequestService
 from workflows.requests.views import RequestView
@@ -83,7 +84,8 @@ class MigService:
             raise MigRefused(blocked[1], code=blocked[0])
         touched = [s for s in run.steps if s.kind == "mig" and s.state in ("done", "failed", "running")]
         if not touched:
-            raise MigRefused(say.rollback_nothing_changed(run.id), code="nothing-to-roll-back")
+            raise MigRefused(pool_say.nothing_to_roll_back(run.id, changed=say.ROLLED_BACK),
+                            code="nothing-to-roll-back")
         # The node that halted the run first, whatever step it halted in (see RunView.halted_on).
         touched.sort(key=lambda s: s.node not in run.halted_on)
         layouts = tuple((s.node, str(step_intent(s).get("prior_config") or DEFAULT_LAYOUT)) for s in touched)

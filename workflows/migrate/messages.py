@@ -7,8 +7,8 @@ from collections.abc import Mapping, Sequence
 from workflows.wording import names
 
 
-def pool_not_configured(pool: str) -> str:
-    return f"pool {pool} has no policy in the configuration (pools.{pool}): gpuops moves nodes only in configured pools"
+# What a move does only in a configured pool (`pools.messages.no_policy_for`).
+ONLY_CONFIGURED = "gpuops moves nodes only in configured pools"
 
 
 def _driver_of(to: str) -> str:
@@ -61,7 +61,7 @@ def already_note(nodes: Sequence[str], to: str) -> str:
     return f"{names(nodes)} already run{'s' if len(nodes) == 1 else ''} {_driver_of(to)}: left out"
 
 
-def rollback_note(run: str, nodes: Sequence[str]) -> str:
+def snapshots_back_note(run: str, nodes: Sequence[str]) -> str:
     return (f"a rollback of run {run}: {names(nodes)} get back the labels and taints recorded before it changed "
             "them, in one step each, and stay cordoned: reinstall the host driver there, then `/gpu uncordon` them")
 
@@ -70,5 +70,5 @@ def rollback_not_migrate(run: str, kind: str) -> str:
     return f"run {run} is a {kind}, not a move to the operator"
 
 
-def rollback_nothing_changed(run: str) -> str:
-    return f"run {run} changed no node's labels: there is nothing to roll back"
+# What a run of this kind changes (`pools.messages.nothing_to_roll_back`).
+ROLLED_BACK = "node's labels"

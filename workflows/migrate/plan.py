@@ -34,22 +34,13 @@ from workflows.fleet.summary import Fleet
 from workflows.kube.labels import LABEL_DEPLOY_DRIVER, LABEL_DEPLOY_PREFIX
 from workflows.kube.objects import PodObject
 from workflows.migrate import messages as say
-from workflows.plans import NodeStep, Plan, PlanSummary, Wave
+from workflows.plans import NodeStep, Plan, PlanSummary
 from workflows.pools import messages as pool_say
-from workflows.pools.capacity import (
-    MaxUnavailable,
-    OrderRefused,
-    RollingOrder,
-    gpu_pods_moved,
-    ready_gpus,
-    resolve_targets,
-    rolling_order,
-)
+from workflows.pools import planning
+from workflows.pools.capacity import MaxUnavailable, RollingOrder, gpu_pods_moved, ready_gpus
 from workflows.pools.config import GpuCheck, PoolConfig
 from workflows.pools.selectors import LabelSelector
-from workflows.pools.starts import WindowRefused, start_window
 
-EVICT_SCOPE = "gpu"
 # The driver owners a node may have to move, by direction (both: the move ends the race).
 MOVABLE = {"operator": ("host", "conflict"), "host": ("operator", "conflict")}
 # What the operator's deploy label says in each direction.
@@ -101,13 +92,8 @@ def plan_migrate(ask: MigrateAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolC
     per node, the discovery labels people set (`kube.labels.hand_set_labels`); a move to
     the operator removes them so GFD publishes what it finds, and a rollback puts them back."""
     targets = ask.targets if rollback is None else tuple(n for n, _ in rollback.snapshots)
-    try:
-        pool, nodes = resolve_targets(targets, fleet, what="move to the operator")
-    except OrderRefused as refused:
-        raise MigrateRefused(refused.reason, code=refused.code) from None
-    policy = policy_of.get(pool)
-    if policy is None:
-        raise MigrateRefused(say.pool_not_configured(pool), code="pool-not-configured")
+    pool, nodes = planning.targets_in_one_pool(targets, fleet, what="move to the operator", refused=MigrateRefused)
+    policy = planning.require_policy(pool, policy_of.get(pool), refused=MigrateRefused, rule=say.ONLY_CONFIGURED)
     moving: list[NodeInventory] = []
     already: list[str] = []
     for node in nodes:
@@ -120,22 +106,17 @@ def plan_migrate(ask: MigrateAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolC
                                  code="not-movable")
     if not moving:
         raise MigrateRefused(say.nothing_to_move(already, ask.to), code="nothing-to-move")
-    try:
-        start, end = start_window(policy.window_set, pool=pool, now=now, at=ask.start, next_window=ask.next_window,
-                                  what="move to the operator")
-    except WindowRefused as refused:
-        raise MigrateRefused(refused.reason, code=refused.code) from None
-    members = [fleet.nodes[n] for n in fleet.pool(pool).nodes]  # type: ignore[union-attr]  # resolve_targets found the pool
+    start, end = planning.window(policy, pool=pool, now=now, at=ask.start, next_window=ask.next_window,
+                                 what="move to the operator", refused=MigrateRefused)
+    members = planning.members(fleet, pool)
     first = rollback.snapshots[0][0] if rollback is not None else None
-    try:
-        # Each node needs a person at it: `migrate_at_once` (1 unless the pool says more),
-        # never above max_unavailable.
-        allowed = policy.unavailable_budget.allowed(len(members))
-        budget = MaxUnavailable(count=min(policy.migrate_at_once, allowed)) if allowed else policy.unavailable_budget
-        order = rolling_order(moving, pool=members, budget=budget, canary=first,
-                              min_ready_gpus=policy.min_ready_gpus, what="move to the operator")
-    except OrderRefused as refused:
-        raise MigrateRefused(refused.reason, code=refused.code) from None
+    # Each node needs a person at it: `migrate_at_once` (1 unless the pool says more),
+    # never above max_unavailable.
+    allowed = policy.unavailable_budget.allowed(len(members))
+    budget = MaxUnavailable(count=min(policy.migrate_at_once, allowed)) if allowed else policy.unavailable_budget
+    order = planning.rolling_order(moving, pool=members, budget=budget, canary=first,
+                                   min_ready_gpus=policy.min_ready_gpus, what="move to the operator",
+                                   refused=MigrateRefused)
     by_name = {n.name: n for n in moving}
     if rollback is not None:
         snapshots = dict(rollback.snapshots)
@@ -146,11 +127,9 @@ def plan_migrate(ask: MigrateAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolC
         hand = {n: dict((hand_set or {}).get(n) or {}) if ask.to == "operator" else {} for n in by_name}
         steps_of = {n: _node_steps(by_name[n], policy=policy, check=check if check.enabled else DEFAULT_CHECK,
                                    to=ask.to, remove=sorted(hand[n])) for n in by_name}
-    waves = [Wave(0, (order.canary,), tuple(steps_of[order.canary]))]
-    for index, wave in enumerate(order.waves, start=1):
-        waves.append(Wave(index, wave, tuple(step for n in wave for step in steps_of[n])))
+    waves = planning.rolling_waves(order, steps_of.__getitem__)
     if rollback is not None:
-        notes = [say.rollback_note(rollback.run, [n for n, _ in rollback.snapshots])]
+        notes = [say.snapshots_back_note(rollback.run, [n for n, _ in rollback.snapshots])]
     else:
         notes = [say.node_note(n.name, n.driver.owner, n.driver.evidence, LABEL_DEPLOY_DRIVER,
                                n.deploy_driver, DEPLOY_VALUE[ask.to], hand_set=hand[n.name]) for n in moving]
@@ -161,31 +140,19 @@ def plan_migrate(ask: MigrateAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolC
                                            for n in moving})
         if already:
             notes.append(say.already_note(already, ask.to))
-    largest = max(sum(ready_gpus(by_name[n]) for n in w.nodes) for w in waves)
+    largest = planning.largest_wave(waves, lambda n: ready_gpus(by_name[n]))
     summary = PlanSummary(window_start=start, window_end=end, max_gpus_unavailable=largest,
                           evictions_expected=sum(1 for n in moving if n.requested_gpus), notes=tuple(notes))
-    plan = Plan(kind="migrate", pool=pool, waves=tuple(waves), summary=summary, created_for=requested_by)
+    plan = planning.assemble("migrate", pool=pool, planned=waves, summary=summary, requested_by=requested_by)
     return MigratePlan(pool=pool, nodes=tuple(by_name), order=order, plan=plan, window_start=start, window_end=end)
-
-
-def _cordon(node: NodeInventory, takes_over: str | None = None) -> NodeStep:
-    cordon: dict[str, object] = {"was_cordoned": node.cordoned}
-    if takes_over is not None:
-        cordon["takes_over"] = takes_over
-    return NodeStep("cordon", node.name, cordon)
 
 
 def _node_steps(node: NodeInventory, *, policy: PoolConfig, check: GpuCheck,
                 to: Literal["operator", "host"], remove: Sequence[str] = ()) -> list[NodeStep]:
     validate = int(policy.validate_timeout.total_seconds())
     by_hand = int(policy.host_driver_timeout.total_seconds())
-    steps = [NodeStep("snapshot", node.name, {}), _cordon(node)]
-    if policy.wait_for is not None:
-        steps.append(NodeStep("wait-for-jobs", node.name, {
-            "selector": policy.wait_for.selector, "timeout_s": int(policy.wait_for.timeout.total_seconds())}))
-    steps.append(NodeStep("evict", node.name, {
-        "scope": EVICT_SCOPE, "pdb_timeout_s": int(policy.drain_timeout.total_seconds()),
-        "pdb_timeout_action": policy.pdb_timeout_action, "evict_retries": policy.evict_retries}))
+    steps = [NodeStep("snapshot", node.name, {}), planning.cordon(node), *planning.wait_for_jobs(node, policy),
+             planning.evict_gpu_pods(node, policy)]
     # The hand-set labels go with the deploy label: GFD publishes its own once the
     # operator's driver runs.
     deploy = NodeStep("node-labels", node.name, {"labels": {LABEL_DEPLOY_DRIVER: DEPLOY_VALUE[to],
@@ -206,8 +173,8 @@ def _node_steps(node: NodeInventory, *, policy: PoolConfig, check: GpuCheck,
         NodeStep("gpu-check", node.name, {"namespace": check.namespace, "image": check.image,
                                           "command": list(check.command), "resource": check.resource,
                                           "timeout_s": int(check.timeout.total_seconds())}),
-        NodeStep("validate", node.name, {"timeout_s": validate}),
-        NodeStep("uncordon", node.name, {"leave_cordoned": node.cordoned}),
+        planning.validate(node, policy),
+        planning.uncordon(node),
     ]
     return steps
 
@@ -216,6 +183,6 @@ def _rollback_steps(node: NodeInventory, snapshot: Mapping[str, Any], *, keys: S
                     run: str) -> list[NodeStep]:
     labels = dict(snapshot.get("labels") or {})
     restore_keys = sorted({*keys, *(k for k in labels if k.startswith(LABEL_DEPLOY_PREFIX))})
-    return [_cordon(node, takes_over=run),
+    return [planning.cordon(node, takes_over=run),
             NodeStep("restore", node.name, {"labels": labels, "keys": restore_keys,
                                             "taints": list(snapshot.get("taints") or [])})]

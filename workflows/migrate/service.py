@@ -17,6 +17,7 @@ from workflows.migrate import messages as say
 from workflows.migrate.plan import MOVABLE, MigrateAsk, MigratePlan, MigrateRefused, MigrateRollbackOf, plan_migrate
 from workflows.kube.labels import hand_set_labels
 from workflows.kube.objects import NodeName
+from workflows.pools import messages as pool_say
 from workflows.pools.capacity import GpuPods
 from workflows.pools.config import GpuCheck, PoolConfig
 from workflows.requests.service import RequestService
@@ -82,7 +83,8 @@ class MigrateService:
         moved = {s.node for s in changed}
         nodes = list(dict.fromkeys([*(n for n in run.halted_on if n in moved), *(s.node for s in changed)]))
         if not nodes:
-            raise MigrateRefused(say.rollback_nothing_changed(run.id), code="nothing-to-roll-back")
+            raise MigrateRefused(pool_say.nothing_to_roll_back(run.id, changed=say.ROLLED_BACK),
+                                code="nothing-to-roll-back")
         keys = sorted({str(k) for s in run.steps if s.kind == "node-labels"
                        for k in (step_params(s).get("labels") or {})})
         back = MigrateRollbackOf(run=run.id, snapshots=tuple((n, taken[n]) for n in nodes), keys=tuple(keys))

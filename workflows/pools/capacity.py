@@ -27,7 +27,6 @@ contribute no Ready GPUs.
 from __future__ import annotations
 
 import datetime as dt
-import difflib
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -494,23 +493,3 @@ def gpu_pods_moved(pods: Iterable[PodObject], node: str, *,
         (waited if wait_for is not None and wait_for(pod.labels) else evicted).append(f"{pod.namespace}/{pod.name}")
     return PodsMoved(waited=tuple(waited), evicted=tuple(evicted))
 
-
-def resolve_targets(targets: Sequence[str], fleet: Fleet, *, what: str) -> tuple[str, list[NodeInventory]]:
-    """The pool and nodes a change of `targets` (one pool's name, or GPU nodes of one pool)
-    moves; OrderRefused for none, an unknown name (with the closest) or several pools."""
-    if not targets:
-        raise OrderRefused(say.no_targets(what), code="no-targets")
-    if len(targets) == 1 and fleet.pool(targets[0]) is not None:
-        found = fleet.pool(targets[0])
-        assert found is not None
-        return found.name, [fleet.nodes[n] for n in found.nodes if n in fleet.nodes]
-    unknown = [t for t in targets if t not in fleet.nodes]
-    if unknown:
-        known = [p.name for p in fleet.pools] + list(fleet.nodes)
-        raise OrderRefused(say.unknown_target(unknown[0], difflib.get_close_matches(unknown[0], known, n=2)),
-                           code="unknown-target")
-    nodes = [fleet.nodes[NodeName(t)] for t in dict.fromkeys(targets)]
-    pools = sorted({n.pool for n in nodes})
-    if len(pools) > 1:
-        raise OrderRefused(say.several_pools(pools, what), code="several-pools")
-    return pools[0], nodes

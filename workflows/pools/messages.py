@@ -185,10 +185,21 @@ def wave_does_not_fit(wave: int, reason: str) -> str:
 
 
 def pool_gone(wave: int, pool: str) -> str:
-    return f"{_wave(wave)} waits: {pool_not_configured(pool)}"
+    return f"{_wave(wave)} waits: {no_drain_policy(pool)}"
 
 
-def pool_not_configured(pool: str) -> str:
+def no_policy_for(pool: str, *, rule: str) -> str:
+    """A change refused in a pool without policy; `rule` says what the kind does only in
+    configured pools."""
+    return f"pool {pool} has no policy in the configuration (pools.{pool}): {rule}"
+
+
+def nothing_to_roll_back(run: str, *, changed: str) -> str:
+    """A rollback of a run that changed nothing; `changed` is what a run of its kind changes."""
+    return f"run {run} changed no {changed}: there is nothing to roll back"
+
+
+def no_drain_policy(pool: str) -> str:
     return (f"Pool {pool} is not in the gpuops configuration, so it has no drain policy; add it "
             "under pools: with its windows to drain it.")
 

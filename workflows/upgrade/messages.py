@@ -14,7 +14,7 @@ def malformed_version(text: str) -> str:
             "(e.g. 580.95.05 or 570.172.08)")
 
 
-def unknown_pool(name: str, known: Sequence[str]) -> str:
+def pool_not_in_fleet(name: str, known: Sequence[str]) -> str:
     return f"no pool `{name}`{closest_hint(difflib.get_close_matches(name, known, n=2))} (pools: {names(known)})"
 
 
@@ -22,8 +22,8 @@ def version_not_allowed(version: str, allowed: Sequence[str]) -> str:
     return f"driver {version} is not in upgrades.allowed_versions ({names(allowed)}); ask an admin to add it"
 
 
-def pool_not_configured(pool: str) -> str:
-    return f"pool {pool} has no policy in the configuration (pools.{pool}): gpuops upgrades only configured pools"
+# What an upgrade does only in a configured pool (`pools.messages.no_policy_for`).
+ONLY_CONFIGURED = "gpuops upgrades only configured pools"
 
 
 def plan_manager_note(ref: str, current: Sequence[tuple[str, int]], version: str) -> str:
@@ -134,5 +134,5 @@ def rollback_not_an_upgrade(run: str, kind: str) -> str:
     return f"run {run} is a {kind}, not a driver upgrade or a MIG change: only those can be rolled back"
 
 
-def rollback_nothing_changed(run: str) -> str:
-    return f"run {run} changed no driver version: there is nothing to roll back"
+# What a run of this kind changes (`pools.messages.nothing_to_roll_back`).
+ROLLED_BACK = "driver version"

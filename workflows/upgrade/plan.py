@@ -31,10 +31,10 @@ from workflows.fleet.summary import Fleet
 from workflows.plans import NodeStep, Plan, PlanSummary, Wave
 from workflows.kube.objects import PodObject
 from workflows.pools import messages as pool_say
+from workflows.pools import planning
 from workflows.pools.capacity import gpu_pods_moved
 from workflows.pools.config import GpuCheck, PoolConfig
 from workflows.pools.selectors import LabelSelector
-from workflows.pools.starts import WindowRefused, start_window
 from workflows.upgrade import messages as say
 from workflows.upgrade.scope import (
     ClusterPolicyScope,
@@ -44,9 +44,6 @@ from workflows.upgrade.scope import (
     upgrade_order,
     upgrade_scope,
 )
-
-EVICT_SCOPE = "gpu"  # a driver change moves GPU pods; other pods keep running
-
 
 @dataclass(frozen=True, slots=True)
 class UpgradeAsk:
@@ -93,9 +90,8 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
     fleet's canary pod, which the pool's own `gpu_check` replaces; `gpu_pods` the cluster's
     pods that ask for GPUs (the plan names, per node, those it waits for and moves off)."""
     if fleet.pool(ask.pool) is None:
-        raise UpgradeRefused(say.unknown_pool(ask.pool, [p.name for p in fleet.pools]), code="unknown-pool")
-    if policy is None:
-        raise UpgradeRefused(say.pool_not_configured(ask.pool), code="pool-not-configured")
+        raise UpgradeRefused(say.pool_not_in_fleet(ask.pool, [p.name for p in fleet.pools]), code="unknown-pool")
+    policy = planning.require_policy(ask.pool, policy, refused=UpgradeRefused, rule=say.ONLY_CONFIGURED)
     # A rollback puts back what the run changed: the pools its change reached were
     # accepted when it was approved, so they need not be named again.
     scope = upgrade_scope(fleet, ask.pool, version=ask.version, downgrade=ask.downgrade or rollback is not None,
@@ -104,10 +100,9 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
                           named_pools=ask.also,
                           broken_by_run=rollback.nodes if rollback is not None else ())
     gates = scope.mode == "gates-operator"
-    start, end = _window(policy, pool=ask.pool, now=now, at=ask.start, next_window=ask.next_window)
-    pool = fleet.pool(ask.pool)
-    assert pool is not None  # upgrade_scope refuses an unknown pool
-    members = [fleet.nodes[n] for n in pool.nodes]
+    start, end = planning.window(policy, pool=ask.pool, now=now, at=ask.start, next_window=ask.next_window,
+                                 what="upgrade", refused=UpgradeRefused)
+    members = planning.members(fleet, ask.pool)
     candidates = [fleet.nodes[n] for n in scope.nodes if rollback is None or n in rollback.nodes]
     # A skip label a person set keeps the operator off the node: gpuops leaves it out too.
     skipped_by_person = [n.name for n in candidates if gates and n.upgrade.skip and not n.upgrade.held_by]
@@ -145,15 +140,13 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
         # version. A rollback has none: its version is the one the object had before.
         canary_steps.append(NodeStep("driver-version", order.canary, {
             "object": kind, "name": name, "version": scope.target.text, "set_back": True, "on_failure": True}))
-    waves = [Wave(0, (order.canary,), tuple(canary_steps))]
-    for index, wave in enumerate(order.waves, start=1):
-        steps = [step for node in wave for step in node_steps(by_name[node])]
-        waves.append(Wave(index, wave, tuple(steps)))
+    # The canary's wave is its own: the version set first, the soak after.
+    waves = planning.rolling_waves(order, lambda n: canary_steps if n == order.canary else node_steps(by_name[n]))
     if rollback is not None and rollback.release:
         last = waves[-1]
         release = NodeStep("operator-hold", last.nodes[-1], {"nodes": list(rollback.release), "release": True})
         waves[-1] = Wave(last.index, last.nodes, (*last.steps, release))
-    largest = max((sum(by_name[n].physical_gpus or 0 for n in w.nodes) for w in waves), default=0)
+    largest = planning.largest_wave(waves, lambda n: by_name[n].physical_gpus or 0)
     notes = [say.plan_manager_note(scope.manager.ref, scope.current, scope.target.text),
              say.plan_canary_note(order.canary, policy.upgrade_soak)]
     if rollback is None:
@@ -184,7 +177,7 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
     summary = PlanSummary(target_driver_version=scope.target.text, window_start=start, window_end=end,
                           evictions_expected=sum(1 for n in nodes if n.requested_gpus), max_gpus_unavailable=largest,
                           notes=tuple(notes))
-    plan = Plan(kind="upgrade", pool=ask.pool, waves=tuple(waves), summary=summary, created_for=requested_by)
+    plan = planning.assemble("upgrade", pool=ask.pool, planned=waves, summary=summary, requested_by=requested_by)
     return UpgradePlan(scope=scope, order=order, plan=plan, window_start=start, window_end=end)
 
 
@@ -201,13 +194,6 @@ def _driven(fleet: Fleet, pool: str) -> list[str]:
     return [n for n in (found.nodes if found else ()) if fleet.nodes[n].deploy_driver == "true"]
 
 
-def _cordon(node: NodeInventory, takes_over: str | None) -> NodeStep:
-    cordon: dict[str, object] = {"was_cordoned": node.cordoned}
-    if takes_over is not None:
-        cordon["takes_over"] = takes_over
-    return NodeStep("cordon", node.name, cordon)
-
-
 def _gated_node_steps(node: NodeInventory, *, policy: PoolConfig, version: str,
                       takes_over: str | None = None) -> list[NodeStep]:
     """The operator upgrades the node (its own jobs wait, pod deletion and drain); gpuops
@@ -215,35 +201,21 @@ def _gated_node_steps(node: NodeInventory, *, policy: PoolConfig, version: str,
     validate = int(policy.validate_timeout.total_seconds())
     wait = int((policy.wait_for.timeout if policy.wait_for is not None else dt.timedelta(0)).total_seconds())
     return [
-        _cordon(node, takes_over),
+        planning.cordon(node, takes_over=takes_over),
         NodeStep("operator-upgrade", node.name, {
             "version": version, "timeout_s": int(policy.drain_timeout.total_seconds()) + wait + validate}),
-        NodeStep("validate", node.name, {"timeout_s": validate}),
-        NodeStep("uncordon", node.name, {"leave_cordoned": node.cordoned}),
+        planning.validate(node, policy),
+        planning.uncordon(node),
     ]
 
 
 def _node_steps(node: NodeInventory, *, policy: PoolConfig, version: str,
                 takes_over: str | None = None) -> list[NodeStep]:
-    steps = [_cordon(node, takes_over)]
-    if policy.wait_for is not None:
-        steps.append(NodeStep("wait-for-jobs", node.name, {
-            "selector": policy.wait_for.selector, "timeout_s": int(policy.wait_for.timeout.total_seconds())}))
-    steps += [
-        NodeStep("evict", node.name, {"scope": EVICT_SCOPE,
-                                      "pdb_timeout_s": int(policy.drain_timeout.total_seconds()),
-                                      "pdb_timeout_action": policy.pdb_timeout_action,
-                                      "evict_retries": policy.evict_retries}),
+    return [
+        planning.cordon(node, takes_over=takes_over),
+        *planning.wait_for_jobs(node, policy),
+        planning.evict_gpu_pods(node, policy),
         NodeStep("driver", node.name, {"version": version, "timeout_s": int(policy.validate_timeout.total_seconds())}),
-        NodeStep("validate", node.name, {"timeout_s": int(policy.validate_timeout.total_seconds())}),
-        NodeStep("uncordon", node.name, {"leave_cordoned": node.cordoned}),
+        planning.validate(node, policy),
+        planning.uncordon(node),
     ]
-    return steps
-
-
-def _window(policy: PoolConfig, *, pool: str, now: dt.datetime, at: dt.datetime | None = None,
-            next_window: bool = False) -> tuple[dt.datetime, dt.datetime | None]:
-    try:
-        return start_window(policy.window_set, pool=pool, now=now, at=at, next_window=next_window, what="upgrade")
-    except WindowRefused as refused:
-        raise UpgradeRefused(refused.reason, code=refused.code) from None

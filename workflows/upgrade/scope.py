@@ -23,7 +23,8 @@ from workflows.fleet.operator_settings import DriverManager
 from workflows.fleet.pool import PoolInventory
 from workflows.fleet.summary import Fleet
 from workflows.kube.objects import NodeName, PoolName
-from workflows.pools.capacity import MaxUnavailable, OrderRefused, RollingOrder, rolling_order
+from workflows.pools import planning
+from workflows.pools.capacity import MaxUnavailable, RollingOrder
 from workflows.upgrade import messages as say
 
 # NVIDIA driver versions: 580.95.05, 570.172.08, 535.247.01; older branches have two parts (470.82).
@@ -93,11 +94,11 @@ def upgrade_scope(
     old version GFD still reports reads as two driver sources, which is the run's doing."""
     pool = fleet.pool(pool_name)
     if pool is None:
-        raise UpgradeRefused(say.unknown_pool(pool_name, [p.name for p in fleet.pools]), code="unknown-pool")
+        raise UpgradeRefused(say.pool_not_in_fleet(pool_name, [p.name for p in fleet.pools]), code="unknown-pool")
     target = DriverVersion.parse(version)
     unknown = [p for p in named_pools if fleet.pool(p) is None]
     if unknown:
-        raise UpgradeRefused(say.unknown_pool(unknown[0], [p.name for p in fleet.pools]), code="unknown-pool")
+        raise UpgradeRefused(say.pool_not_in_fleet(unknown[0], [p.name for p in fleet.pools]), code="unknown-pool")
     if allowed_versions and target.text not in allowed_versions:
         raise UpgradeRefused(say.version_not_allowed(target.text, allowed_versions), code="version-not-allowed")
     members = [fleet.nodes[name] for name in pool.nodes]
@@ -165,8 +166,5 @@ def upgrade_order(nodes: Sequence[NodeInventory], *, pool: Sequence[NodeInventor
     there are none or no order keeps the pool within its rules."""
     if not nodes:
         raise UpgradeRefused(say.no_nodes_to_upgrade(), code="no-nodes")
-    try:
-        return rolling_order(nodes, pool=pool, budget=budget, canary=canary, min_ready_gpus=min_ready_gpus,
-                             what="upgrade")
-    except OrderRefused as refused:
-        raise UpgradeRefused(refused.reason, code=refused.code) from None
+    return planning.rolling_order(nodes, pool=pool, budget=budget, canary=canary, min_ready_gpus=min_ready_gpus,
+                                  what="upgrade", refused=UpgradeRefused)

@@ -14,6 +14,7 @@ from workflows.access import Actor, Role, require
 from workflows.engine.runs import RunView, step_intent
 from workflows.fleet.summary import Fleet
 from workflows.kube.objects import PodObject
+from workflows.pools import messages as pool_say
 from workflows.pools.capacity import GpuPods
 from workflows.pools.config import GpuCheck, PoolConfig
 from workflows.requests.service import RequestService
@@ -77,7 +78,8 @@ class UpgradeService:
         touched = [s for s in run.steps if s.kind in ("driver", "operator-upgrade")
                    and s.state in ("done", "failed", "running")]
         if not prior or not touched:
-            raise UpgradeRefused(say.rollback_nothing_changed(run.id), code="nothing-to-roll-back")
+            raise UpgradeRefused(pool_say.nothing_to_roll_back(run.id, changed=say.ROLLED_BACK),
+                                code="nothing-to-roll-back")
         # The node that halted the run goes first, whatever step it halted in (a driver
         # that never came up, a validation or a canary pod that failed after it did): it is
         # out already, cordoned by the run, and the rollback takes that cordon over.
