@@ -53,7 +53,7 @@ from workflows.access import Actor
 from workflows.config import ConfigError, GpuopsConfig, load_config
 from workflows.fleet.watchcache import FleetCache
 from workflows.kube.errors import KubeError
-from workflows.kube.gateway import observe_calls as observe_kube_calls
+from workflows.kube.gateway.client import observe_kube_calls
 
 log = logging.getLogger("gpuops.bot.cli")
 

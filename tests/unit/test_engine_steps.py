@@ -16,9 +16,8 @@ from storage.steps import Step
 from workflows.engine.runs import nodes_left_cordoned, step_intent, step_note, step_params
 from workflows.engine.steps import CordonMark, Done, Hold, StepParamsError, WaitFor, Waiting, decide, git_owner
 from workflows.fleet.assessment import NodeInventory
-from workflows.kube.gateway import PodOnNode
 from workflows.kube.labels import ANNOTATION_CORDONED_BY
-from workflows.kube.objects import NodeObject, PodObject
+from workflows.kube.objects import NodeObject, PodObject, PodOnNode
 
 NOW = dt.datetime(2025, 6, 7, 12, 0, tzinfo=dt.timezone.utc)
 

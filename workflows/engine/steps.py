@@ -42,7 +42,8 @@ from workflows.engine import check_pod
 from workflows.engine import messages as say
 from workflows.fleet.assessment import UPGRADE_DONE, UPGRADE_FAILED, NodeInventory, image_tag, pod_state, version_of_tag
 from workflows.kube.errors import Conflict, NotFound, TooManyRequests
-from workflows.kube.gateway import CLUSTER_POLICIES, NVIDIA_DRIVERS, KubeGateway, PodOnNode
+from workflows.kube.gateway import KubeGateway
+from workflows.kube.gateway.paths import CLUSTER_POLICIES, NVIDIA_DRIVERS
 from workflows.kube.labels import (
     ANNOTATION_CORDONED_BY,
     ANNOTATION_MIRROR,
@@ -57,7 +58,7 @@ from workflows.kube.labels import (
     PAUSED_FOR_MIG_CHANGE,
     POD_SELECTOR_DRIVER,
 )
-from workflows.kube.objects import CustomObject, NodeObject, Taint, Toleration, is_gpu_resource
+from workflows.kube.objects import CustomObject, NodeObject, PodOnNode, Taint, Toleration, is_gpu_resource
 
 # NVIDIA_VISIBLE_DEVICES values that hand a container no GPU.
 _NO_DEVICES = frozenset({"", "void", "none"})

@@ -29,16 +29,9 @@ from workflows.fleet.first_seen import FirstSeen
 from workflows.fleet.summary import Fleet, FleetIndex
 from workflows.kube import wire
 from workflows.kube.errors import Gone, KubeError, NotFound, WatchError
-from workflows.kube.gateway import (
-    CLUSTER_POLICIES,
-    DAEMONSETS,
-    DEPLOYMENTS,
-    NODES,
-    NVIDIA_DRIVERS,
-    PODS,
-    KubeGateway,
-    gc_paused,
-)
+from workflows.kube.gateway import KubeGateway
+from workflows.kube.gateway.decoding import gc_paused
+from workflows.kube.gateway.paths import CLUSTER_POLICIES, DAEMONSETS, DEPLOYMENTS, NODES, NVIDIA_DRIVERS, PODS
 from workflows.kube.labels import (
     POD_SELECTOR_DEVICE_PLUGIN,
     POD_SELECTOR_DRIVER,
