@@ -52,11 +52,10 @@ from commands.services import ClusterDirectory, FleetSource
 from storage import idempotency, outbox
 from storage.database import PerThreadDatabase
 from workflows.config import GpuopsConfig
-from workflows.engine.cordons import Cordons
+from workflows.engine.cordons import ClusterNodes, Cordons
 from workflows.engine.runs import RUNNABLE_STATES, RunRefused, RunService
 from workflows.fleet.clusters import ClusterUnreachable
 from workflows.handover.service import HandoverService
-from workflows.kube.gateway import KubeGateway
 from workflows.pools import freezes
 from workflows.requests.service import RequestRefused, RequestService, RoleLookup
 from workflows.signals.service import SignalsService
@@ -239,8 +238,11 @@ class LeaderHost(Protocol):
     config: GpuopsConfig
     fleet: FleetSource
     database: PerThreadDatabase
-    gateway: KubeGateway | None
     signals: SignalsService | None
+
+    @property
+    def gateway(self) -> ClusterNodes | None:
+        """The home cluster's API, for its cordon marks (None: no cluster)."""
 
     @property
     def clusters(self) -> ClusterDirectory | None:
@@ -343,7 +345,7 @@ def clear_stale_marks(host: LeaderHost, now: dt.datetime) -> None:
     """Remove gpuops' cordon mark from each node a person uncordoned by hand after its run
     finished (workflows.engine.cordons), so a later cordon is not shown as gpuops'; in
     every cluster gpuops serves that answers."""
-    apis: list[tuple[FleetSource, KubeGateway]] = [(host.fleet, host.gateway)] if host.gateway is not None else []
+    apis: list[tuple[FleetSource, ClusterNodes]] = [(host.fleet, host.gateway)] if host.gateway is not None else []
     if host.clusters is not None:  # every other cluster, through its own API (node names are its own)
         apis += [(source, gateway) for name, source in host.clusters.sources.items()
                  if name != host.clusters.home and (gateway := getattr(source, "gateway", None)) is not None]

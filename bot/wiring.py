@@ -30,8 +30,10 @@ from typing import Protocol
 from slack_sdk import WebClient
 
 from bot import messages as msg
+from bot.metrics import Metrics
 from bot.notifier import Notifier, OutboxSlack
 from bot.scheduler import WINDOW_STARTS, LeaderScheduler, leader_jobs
+from bot.slack_api import observe_calls as observe_slack_calls
 from commands.clusters import Clusters
 from commands.services import FleetSource, Services
 from storage import idempotency
@@ -49,6 +51,7 @@ from workflows.fleet.first_seen import FirstSeen
 from workflows.fleet.watchcache import FleetCache
 from workflows.kube.errors import KubeError
 from workflows.kube.gateway import KubeGateway
+from workflows.kube.gateway.client import observe_kube_calls
 from workflows.quotas.service import QuotaService
 from workflows.requests.service import RoleLookup
 from workflows.signals.service import SignalsService
@@ -226,6 +229,13 @@ def check_permissions(config: GpuopsConfig, gateway: KubeGateway) -> None:
     deleting = sorted(name for name, pool in config.pools.items() if pool.pdb_timeout_action == "delete")
     if deleting and not gateway.may("delete", "pods"):
         raise ConfigError(msg.pod_delete_not_granted(deleting, gateway.identity))
+
+
+def count_api_calls(metrics: Metrics) -> None:
+    """Count in `metrics` every Kubernetes API call and Slack Web API call this process
+    makes from now on (before the runtime is built: the fleet's first list counts)."""
+    observe_kube_calls(metrics.observe_kube)
+    observe_slack_calls(metrics.observe_slack)
 
 
 def build_runtime(config: GpuopsConfig, *, kubeconfig: str | None, context: str | None,
