@@ -57,12 +57,12 @@ from workflows.engine.runs import RUNNABLE_STATES, RunRefused, RunService
 from workflows.fleet.clusters import ClusterUnreachable
 from workflows.handover.service import HandoverService
 from workflows.pools import freezes
+from workflows.pools.windows import UTC
 from workflows.requests.service import RequestRefused, RequestService, RoleLookup
 from workflows.signals.service import SignalsService
 
 log = logging.getLogger("gpuops.bot.scheduler")
 
-UTC = dt.timezone.utc
 MINUTE = dt.timedelta(minutes=1)
 HOUR = dt.timedelta(hours=1)
 # Longer than any redelivery Slack makes (minutes) and than a button is likely clicked twice.

@@ -27,6 +27,7 @@ from workflows.fleet import assessment as inv
 from workflows.fleet.canaries import LastCanaries
 from workflows.fleet.first_seen import FirstSeen
 from workflows.fleet.summary import Fleet, FleetIndex
+from workflows.durations import utc_now
 from workflows.kube import wire
 from workflows.kube.errors import Gone, KubeError, NotFound, WatchError
 from workflows.kube.gateway import KubeGateway
@@ -97,10 +98,6 @@ class CacheState:
     relists: int
     silent_for: float | None  # seconds since the API last said anything about it
     lost_for: float | None  # seconds the API has not answered its list or watch
-
-
-def utc_now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
 
 
 class FleetCache:
