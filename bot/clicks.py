@@ -156,8 +156,9 @@ def press(click: Click, services: Services) -> ClickOutcome:
         if run_at_node is None:
             return ClickOutcome(notice=_refused(msg.not_a_gpuops_button()))
         run_id, node = run_at_node
-        return ClickOutcome(notice=run_command("migrate confirm", lambda call: confirm_host_driver(call, run_id, node=node),
-                                          actor=click.actor, services=services, now=click.now, about=run_id))
+        return ClickOutcome(notice=run_command("migrate confirm",
+                                               lambda call: confirm_host_driver(call, run_id, node=node),
+                                               actor=click.actor, services=services, now=click.now, about=run_id))
     value = decode_value(click.value)
     if click.action not in KNOWN_ACTIONS or value is None:
         return ClickOutcome(notice=_refused(msg.not_a_gpuops_button()))

@@ -431,7 +431,8 @@ def build_app(runtime: Runtime, *, client: WebClient, signing_secret: str | None
         # busy workers (with False, bolt runs acks on that same pool).
         app = App(client=client, name="gpuops", signing_secret=signing_secret or "",
                   request_verification_enabled=signing_secret is not None, process_before_response=True,
-                  listener_executor=ThreadPoolExecutor(max_workers=DELIVERY_WORKERS, thread_name_prefix="gpuops-worker"),
+                  listener_executor=ThreadPoolExecutor(max_workers=DELIVERY_WORKERS,
+                                                       thread_name_prefix="gpuops-worker"),
                   logger=logging.getLogger("gpuops.bolt"))
     except BoltError as err:
         cause = err.__context__

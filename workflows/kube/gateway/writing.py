@@ -16,7 +16,13 @@ from typing import Any
 
 from workflows.kube.errors import KubeError
 from workflows.kube.gateway.client import KubeClient
-from workflows.kube.gateway.decoding import Json, custom_object_from_json, lease_from_json, node_from_json, pod_from_json
+from workflows.kube.gateway.decoding import (
+    Json,
+    custom_object_from_json,
+    lease_from_json,
+    node_from_json,
+    pod_from_json,
+)
 from workflows.kube.gateway.paths import NODES, leases
 from workflows.kube.objects import CustomObject, LeaseRecord, NodeObject, PodObject, Taint
 
