@@ -41,8 +41,7 @@ from bot.health import HealthServer, MetricsServer, Readiness
 from bot.logs import configure_logging, protect
 from bot.metrics import Metrics
 from bot.render_text import render_text
-from bot.slack_api import observe_calls as observe_slack_calls
-from bot.wiring import Runtime, build_runtime, database_path, replica_identity
+from bot.wiring import Runtime, build_runtime, count_api_calls, database_path, replica_identity
 from commands.catalog import dispatch_words
 from commands.reply import Reply
 from commands.services import Services
@@ -53,7 +52,6 @@ from workflows.access import Actor
 from workflows.config import ConfigError, GpuopsConfig, load_config
 from workflows.fleet.watchcache import FleetCache
 from workflows.kube.errors import KubeError
-from workflows.kube.gateway import observe_calls as observe_kube_calls
 
 log = logging.getLogger("gpuops.bot.cli")
 
@@ -136,8 +134,7 @@ def _run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     # Counted from the first call, the fleet's first list included.
     metrics = Metrics()
-    observe_kube_calls(metrics.observe_kube)
-    observe_slack_calls(metrics.observe_slack)
+    count_api_calls(metrics)
     runtime = _runtime(args, config, watch=True)
     try:
         try:

@@ -52,7 +52,7 @@ class Click:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class ClickOutcome:
     # What to tell the clicker (only them).
     notice: Reply
     # How the request's message should read now; None to leave it alone.
@@ -69,7 +69,7 @@ class Outcome:
 
 
 def _refused(text: str) -> Reply:
-    return error_reply(msg.refused_title(), text)
+    return error_reply(msg.not_done_title(), text)
 
 
 def _done(text: str) -> Reply:
@@ -90,18 +90,18 @@ def current_card(request_id: str, services: Services, *, actor: Actor, now: dt.d
     return request_card(services.requests.get(request_id), now=now)  # type: ignore[union-attr]  # cards are drawn only where requests are served
 
 
-def _abort(click: Click, run_id: str, services: Services) -> Outcome:
+def _abort(click: Click, run_id: str, services: Services) -> ClickOutcome:
     runs = services.runs
     if runs is None:
-        return Outcome(notice=_refused(msg.abort_unavailable()))
+        return ClickOutcome(notice=_refused(msg.abort_unavailable()))
     try:
         view = runs.abort(click.actor, run_id, now=click.now)
     except (RunRefused, AccessDenied) as err:  # a viewer's click is refused like any other
-        return Outcome(notice=_refused(str(err)))
-    return Outcome(notice=_done(msg.aborted_by_you(view.id)))
+        return ClickOutcome(notice=_refused(str(err)))
+    return ClickOutcome(notice=_done(msg.aborted_by_you(view.id)))
 
 
-def _rollback(click: Click, run_id: str, services: Services, *, command: str = "rollback") -> Outcome:
+def _rollback(click: Click, run_id: str, services: Services, *, command: str = "rollback") -> ClickOutcome:
     """Ask for the rollback of a halted upgrade or MIG run, as `/gpu rollback <run>` typed in the
     halted request's channel would (the same role check at the door): the new request gets its
     own card and thread there. With `command` "continue", its continuation (`/gpu continue
@@ -115,38 +115,38 @@ def _rollback(click: Click, run_id: str, services: Services, *, command: str = "
     ask = continue_halted if command == "continue" else rollback_run
     reply = run_command(command, lambda call: ask(call, run_id), actor=click.actor, services=services,
                         now=click.now, about=run_id, channel=channel)
-    return Outcome(notice=reply)
+    return ClickOutcome(notice=reply)
 
 
-def _acknowledge(click: Click, handover_id: str, services: Services) -> Outcome:
+def _acknowledge(click: Click, handover_id: str, services: Services) -> ClickOutcome:
     # NB: an id SQLite can hold (found by the fuzzer: a 30-digit id raised OverflowError).
     if services.database is None or not (handover_id.isascii() and handover_id.isdigit() and len(handover_id) <= 18):
-        return Outcome(notice=_refused(msg.not_a_gpuops_button()))
+        return ClickOutcome(notice=_refused(msg.not_a_gpuops_button()))
     handovers = HandoverService(services.database, services.config)
     try:
         outcome = handovers.acknowledge(click.actor, int(handover_id), now=click.now,
                                         actor_groups=click.actor.groups)
     except HandoverError as err:
-        return Outcome(notice=_refused(str(err)))
+        return ClickOutcome(notice=_refused(str(err)))
     card = handover_message(outcome.handover, services.config) if outcome.first else None
-    return Outcome(notice=_done(outcome.text), card=card)
+    return ClickOutcome(notice=_done(outcome.text), card=card)
 
 
-def _request_form(click: Click, form: RequestForm) -> Outcome:
+def _request_form(click: Click, form: RequestForm) -> ClickOutcome:
     """Nothing is requested yet: the clicker gets the kind's request form (or, in the
     console, the command to type). Someone who cannot ask for any is told so now rather
     than after filling it in; the submission runs the kind's command (`/gpu drain`, `/gpu
     upgrade`, `/gpu mig`), which checks again."""
     target = decode_target(click.value)
     if target is None:
-        return Outcome(notice=_refused(msg.not_a_gpuops_button()))
+        return ClickOutcome(notice=_refused(msg.not_a_gpuops_button()))
     refusal = form.cannot(click.actor)
     if refusal is not None:
-        return Outcome(notice=_refused(refusal))
-    return Outcome(notice=_done(""), wants_form=WantedForm(form.kind, target))
+        return ClickOutcome(notice=_refused(refusal))
+    return ClickOutcome(notice=_done(""), wants_form=WantedForm(form.kind, target))
 
 
-def press(click: Click, services: Services) -> Outcome:
+def press(click: Click, services: Services) -> ClickOutcome:
     """Carry out one click; refusals come back as the notice, never as an exception."""
     form = form_opened_by(click.action)
     if form is not None:
@@ -154,13 +154,14 @@ def press(click: Click, services: Services) -> Outcome:
     if click.action == HOST_DRIVER_REMOVED:
         run_at_node = decode_run_at_node(click.value)
         if run_at_node is None:
-            return Outcome(notice=_refused(msg.not_a_gpuops_button()))
+            return ClickOutcome(notice=_refused(msg.not_a_gpuops_button()))
         run_id, node = run_at_node
-        return Outcome(notice=run_command("migrate confirm", lambda call: confirm_host_driver(call, run_id, node=node),
-                                          actor=click.actor, services=services, now=click.now, about=run_id))
+        return ClickOutcome(notice=run_command("migrate confirm",
+                                               lambda call: confirm_host_driver(call, run_id, node=node),
+                                               actor=click.actor, services=services, now=click.now, about=run_id))
     value = decode_value(click.value)
     if click.action not in KNOWN_ACTIONS or value is None:
-        return Outcome(notice=_refused(msg.not_a_gpuops_button()))
+        return ClickOutcome(notice=_refused(msg.not_a_gpuops_button()))
     # With several clusters: the request's or run's own cluster (its pools' rules decide).
     services = services_for_subject(services, value.subject)
     click = dataclasses.replace(click, actor=actor_in(services, click.actor))
@@ -174,7 +175,7 @@ def press(click: Click, services: Services) -> Outcome:
         return _rollback(click, value.subject, services, command="continue")
     requests = services.requests
     if requests is None:
-        return Outcome(notice=_refused(msg.requests_unavailable()))
+        return ClickOutcome(notice=_refused(msg.requests_unavailable()))
     request_id = value.subject
     try:
         if click.action == "approve":
@@ -185,16 +186,16 @@ def press(click: Click, services: Services) -> Outcome:
         elif click.action == "deny":
             if not (click.reason or "").strip():
                 requests.check_may_deny(click.actor, request_id, now=click.now)  # refused before the form
-                return Outcome(notice=_done(""), wants_reason=request_id)
+                return ClickOutcome(notice=_done(""), wants_reason=request_id)
             view = requests.deny(click.actor, request_id, reason=click.reason or "", now=click.now)
             notice = _done(msg.denied_by_you(view.id))
         else:
             view = requests.cancel(click.actor, request_id, now=click.now)
             notice = _done(msg.cancelled_by_you(view.id))
     except UnknownRequest as err:
-        return Outcome(notice=_refused(err.reason))
+        return ClickOutcome(notice=_refused(err.reason))
     except RequestRefused as err:
         # The card may be stale (approved, denied or expired meanwhile): show it as it is.
-        return Outcome(notice=_refused(err.reason),
+        return ClickOutcome(notice=_refused(err.reason),
                        card=current_card(request_id, services, actor=click.actor, now=click.now))
-    return Outcome(notice=notice, card=current_card(view.id, services, actor=click.actor, now=click.now))
+    return ClickOutcome(notice=notice, card=current_card(view.id, services, actor=click.actor, now=click.now))

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from typing import TextIO
 
 from bot import messages as msg
-from bot.clicks import Click, Outcome, press
+from bot.clicks import Click, ClickOutcome, press
 from bot.intents import confirm_for
 from bot.request_forms import form_of
 from bot.render_text import render_text, terminal_safe
@@ -30,13 +30,10 @@ from bot.wiring import Runtime
 from commands.catalog import dispatch
 from commands.reply import Reply
 from workflows.access import Actor, effective_roles
+from workflows.durations import utc_now
 
 # Reads one line, showing the prompt; None at the end of input.
 Reader = Callable[[str], str | None]
-
-
-def utc_now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
 
 
 def _roles(actor: Actor) -> str:
@@ -146,7 +143,7 @@ class Console:
                                   reason=reason), services)
         self.report(outcome)
 
-    def report(self, outcome: Outcome) -> None:
+    def report(self, outcome: ClickOutcome) -> None:
         self.say(f"{outcome.notice.title}: {outcome.notice.summary}")
         self.last_ok = outcome.ok
         if outcome.card is not None:

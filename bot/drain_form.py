@@ -37,6 +37,9 @@ from slack_sdk.models.views import View
 
 from bot import messages as msg
 from bot.forms import (
+    REASON,
+    REASON_MAX,
+    TARGETS,
     FormContext,
     FormReading,
     submitted_values,
@@ -60,10 +63,9 @@ from workflows.wording import at_words
 DRAIN_CALLBACK = "gpuops.drain-request"
 # Each input is the only element of its block, so a block and its action share a name
 # (the start, its time and, from the Home tab, the channel are bot.forms's).
-TARGETS, DURATION, REASON = "targets", "duration", "reason"
+DURATION = "duration"
 TARGETS_MAX = 2000
 DURATION_MAX = 20
-REASON_MAX = 500
 
 _DRAIN = ("drain",)
 _TARGET_WORD = re.compile(f"^(?:pool=)?{TARGET_NAME}$")

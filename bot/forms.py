@@ -34,7 +34,11 @@ from workflows.pools.windows import UTC
 
 # Each input is the only element of its block, so a block and its action share a name.
 WHEN, TIME, CHANNEL = "when", "time", "channel"
+# The inputs more than one form asks for: what to change (nodes, pools) and why.
+TARGETS, REASON = "targets", "reason"
 WHENS: tuple[StartFrom, ...] = ("now", "next-window", "at")
+# The longest reason a person may type: a request's in its form, a denial's in its modal.
+REASON_MAX = 500
 _CHANNEL_ID = re.compile(r"^[CGD][A-Z0-9]{2,30}$")
 
 

@@ -30,7 +30,7 @@ from typing import Any, Protocol
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from bot import messages as msg
-from bot.http_server import HEALTH_PATH, HttpSettings, WaitressServer
+from bot.http_server import HEALTH_PATH, HttpSettings, StartResponse, WaitressServer
 from bot.metrics import Metrics
 from storage.database import Database
 from workflows.fleet.clusters import Reach
@@ -41,9 +41,6 @@ READY_PATH = "/readyz"
 METRICS_PATH = "/metrics"
 DEFAULT_PORT = 8080
 DEFAULT_METRICS_PORT = 8081
-
-StartResponse = Callable[..., Any]
-
 
 class Synced(Protocol):
     @property

@@ -43,7 +43,7 @@ WAIT_CHARS = 400
 def _waiting_blocks(waiting: list[RequestView], *, now: dt.datetime) -> list[Block]:
     blocks: list[Block] = [SectionBlock(text=f"*{escape(msg.waiting_title(len(waiting)))}*")]
     for index, view in enumerate(waiting[:WAITING_SHOWN]):
-        approvals = msg.approvals_line(view.approvals_counted, view.approvals_required,
+        approvals = msg.approvals_tally(view.approvals_counted, view.approvals_required,
                                        [a.approver_name for a in view.approvals if a.counts])
         line = msg.waiting_line(escape(view.id), view.kind, escape(view.pool), mrkdwn_value(view.requester_name),
                                 escape(view.reason[:500]), escape(approvals), when(view.expires_at))

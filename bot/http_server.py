@@ -62,6 +62,7 @@ MAX_CLOCK_SKEW = 300
 # waitress counts its own listening socket and its wake-up pipe among the open ones.
 _WAITRESS_OWN_SOCKETS = 2
 
+# WSGI's start_response, as an application is handed it.
 StartResponse = Callable[..., Any]
 
 

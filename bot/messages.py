@@ -154,7 +154,7 @@ def cancelled_by_you(request_id: str) -> str:
     return f"You cancelled {request_id}."
 
 
-def refused_title() -> str:
+def not_done_title() -> str:
     return "Not done"
 
 
@@ -414,7 +414,7 @@ def _kind_title(kind: str) -> str:
 
 
 
-def request_title(kind: str, request_id: str, pool: str) -> str:
+def request_card_title(kind: str, request_id: str, pool: str) -> str:
     return f"{_kind_title(kind)} request {request_id} · pool {pool}"
 
 
@@ -426,7 +426,7 @@ def plan_line(short_hash: str, nodes: int, waves: int) -> str:
     return f"{short_hash}… · {nodes} node{'s' if nodes != 1 else ''} in {waves} wave{'s' if waves != 1 else ''}"
 
 
-def approvals_line(counted: int, required: int, names: list[str]) -> str:
+def approvals_tally(counted: int, required: int, names: list[str]) -> str:
     who = f" ({', '.join(names)})" if names else ""
     if required == 0:
         return "none needed"

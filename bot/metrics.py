@@ -1,8 +1,8 @@
 """The bot's Prometheus metrics (prometheus-client), served on the metrics port's /metrics.
 
 Two kinds. What happens is counted as it happens: Kubernetes API calls by verb and status
-code with their latency (`workflows.kube.gateway.observe_calls`), Slack Web API calls by
-method and outcome (`bot.slack_api.observe_calls`). What is true now is read at each
+code with their latency (`workflows.kube.gateway.client.observe_kube_calls`), Slack Web API calls by
+method and outcome (`bot.slack_api.observe_slack_calls`). What is true now is read at each
 scrape, so it is never stale and survives a restart: requests by kind and state, approvals
 pending, runs by state, steps in flight and the durations of steps finished in the last
 day (`storage.gauges`), findings by severity (the watch cache's fleet), each watched

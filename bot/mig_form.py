@@ -24,6 +24,9 @@ from slack_sdk.models.views import View
 
 from bot import messages as msg
 from bot.forms import (
+    REASON,
+    REASON_MAX,
+    TARGETS,
     FormContext,
     FormReading,
     cannot_request,
@@ -44,8 +47,8 @@ from workflows.pools.windows import UTC
 from workflows.wording import at_words
 
 MIG_CALLBACK = "gpuops.mig-request"
-TARGETS, LAYOUT, REASON = "targets", "layout", "reason"
-TARGETS_MAX, LAYOUT_MAX, REASON_MAX = 500, 63, 500
+LAYOUT = "layout"
+MIG_TARGETS_MAX, LAYOUT_MAX = 500, 63
 
 _MIG = ("mig",)
 _NAME = re.compile(f"^{TARGET_NAME}$")
@@ -80,7 +83,7 @@ def mig_form(pool: str, context: FormContext) -> dict[str, Any]:
             InputBlock(block_id=TARGETS, label=PlainTextObject(text=msg.mig_targets_label()),
                        hint=PlainTextObject(text=msg.mig_targets_hint()),
                        element=PlainTextInputElement(action_id=TARGETS, initial_value=pool or None,
-                                                     max_length=TARGETS_MAX)),
+                                                     max_length=MIG_TARGETS_MAX)),
             InputBlock(block_id=LAYOUT, label=PlainTextObject(text=msg.mig_layout_label()),
                        hint=PlainTextObject(text=msg.mig_layout_hint()),
                        element=PlainTextInputElement(action_id=LAYOUT, max_length=LAYOUT_MAX)),

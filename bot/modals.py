@@ -12,12 +12,12 @@ from slack_sdk.models.blocks import InputBlock, PlainTextInputElement, PlainText
 from slack_sdk.models.views import View
 
 from bot import messages as msg
+from bot.forms import REASON_MAX
 from bot.render_blocks import escape
 
 DENY_CALLBACK = "gpuops.deny"
 REASON_BLOCK = "reason"
 REASON_ACTION = "reason"
-REASON_MAX = 500
 
 
 @dataclass(frozen=True)

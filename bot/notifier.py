@@ -193,7 +193,7 @@ class OutboxSlack:
 
 
 @dataclass(frozen=True)
-class Delivery:
+class OutboxDelivery:
     """What became of one outbox message in one pass: `sent` (with Slack's ts),
     `retry` (at `retry_at`), `failed` (given up) or `released` (not tried: the pass
     stopped, e.g. the lease was lost or Slack asked to wait)."""
@@ -206,7 +206,7 @@ class Delivery:
     retry_at: dt.datetime | None = None
 
 
-class Deliveries(Journal[Delivery]):
+class OutboxDeliveries(Journal[OutboxDelivery]):
     """Every delivery of the outbox to Slack, in order."""
 
 
@@ -235,14 +235,14 @@ class Notifier:
                  clock: Callable[[], dt.datetime] = _utc_now,
                  gate: Callable[[], bool] = lambda: True,
                  batch: int = BATCH, retry_every: float = RETRY_EVERY,
-                 deliveries: Deliveries | None = None) -> None:
+                 deliveries: OutboxDeliveries | None = None) -> None:
         self._host = host
         self._slack = slack
         self._clock = clock
         self._gate = gate
         self._batch = batch
         self._retry_every = retry_every
-        self.deliveries = deliveries or Deliveries()
+        self.deliveries = deliveries or OutboxDeliveries()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -352,7 +352,7 @@ class Notifier:
 
     def _release(self, db: Database, message: OutboxMessage, why: str, *, retry_at: dt.datetime) -> None:
         outbox.mark_failed(db, id=message.id, error=f"not tried: {why}", retry_at=retry_at)
-        self.deliveries.record(Delivery(message.id, _event(message), "released", error=why, retry_at=retry_at))
+        self.deliveries.record(OutboxDelivery(message.id, _event(message), "released", error=why, retry_at=retry_at))
 
     def _deliver_one(self, db: Database, message: OutboxMessage) -> None:
         event = _event(message)
@@ -366,11 +366,11 @@ class Notifier:
             log.exception("outbox message %s (%s) could not be rendered or recorded; giving it up",
                           message.id, event)
             outbox.mark_failed(db, id=message.id, error=f"{type(err).__name__}: {err}"[:500], retry_at=None)
-            self.deliveries.record(Delivery(message.id, event, "failed", error=type(err).__name__))
+            self.deliveries.record(OutboxDelivery(message.id, event, "failed", error=type(err).__name__))
             return
         if not done.marked:
             outbox.mark_sent(db, id=message.id, message_ts=done.ts, at=self._clock())
-        self.deliveries.record(Delivery(message.id, event, "sent", ts=done.ts))
+        self.deliveries.record(OutboxDelivery(message.id, event, "sent", ts=done.ts))
 
     def _refused(self, db: Database, message: OutboxMessage, err: SlackRefused, *, now: dt.datetime) -> None:
         event = _event(message)
@@ -382,14 +382,14 @@ class Notifier:
             log.info("Slack rate-limited outbox message %s (%s) to %s; retrying in %.0f s as Slack asked",
                      message.id, event, where, wait.total_seconds())
             outbox.mark_failed(db, id=message.id, error=err.error, retry_at=retry_at)
-            self.deliveries.record(Delivery(message.id, event, "retry", error=err.error, retry_at=retry_at))
+            self.deliveries.record(OutboxDelivery(message.id, event, "retry", error=err.error, retry_at=retry_at))
             return
         if err.permanent or message.attempts >= MAX_ATTEMPTS:
             why = ("Slack refuses it" if err.permanent else f"it failed {message.attempts} times")
             log.error("outbox message %s (%s) to %s is given up: %s (%s).%s", message.id, event, where, why,
                       err.error, _hint(err.error))
             outbox.mark_failed(db, id=message.id, error=err.error, retry_at=None)
-            self.deliveries.record(Delivery(message.id, event, "failed", error=err.error))
+            self.deliveries.record(OutboxDelivery(message.id, event, "failed", error=err.error))
             return
         backoff = min(BACKOFF_FIRST * (2 ** max(0, message.attempts - 1)), BACKOFF_MOST)
         retry_at = now + backoff
@@ -397,7 +397,7 @@ class Notifier:
         log.log(level, "outbox message %s (%s) to %s failed (%s, attempt %d); retrying in %.0f s.%s",
                 message.id, event, where, err.error, message.attempts, backoff.total_seconds(), _hint(err.error))
         outbox.mark_failed(db, id=message.id, error=err.error, retry_at=retry_at)
-        self.deliveries.record(Delivery(message.id, event, "retry", error=err.error, retry_at=retry_at))
+        self.deliveries.record(OutboxDelivery(message.id, event, "retry", error=err.error, retry_at=retry_at))
 
     # -------------------------------------------------------------- rendering by event
     def _send(self, db: Database, message: OutboxMessage, *, now: dt.datetime) -> _Done:

@@ -41,7 +41,7 @@ def request_card(view: RequestView, *, now: dt.datetime) -> Reply:
         Fact("Targets", _targets(view)),
         Fact("Window", _window(view)),
         Fact("Plan", msg.plan_line(view.short_hash, len(view.plan.nodes), len(view.plan.waves))),
-        Fact("Approvals", msg.approvals_line(view.approvals_counted, view.approvals_required,
+        Fact("Approvals", msg.approvals_tally(view.approvals_counted, view.approvals_required,
                                              [a.approver_name for a in view.approvals if a.counts])),
         Fact("Expires", when(view.expires_at)),
     )
@@ -57,5 +57,5 @@ def request_card(view: RequestView, *, now: dt.datetime) -> Reply:
     sections = [Section(facts=facts)]
     if notes:
         sections.append(Section(title="Plan notes", bullets=notes))
-    return Reply(title=msg.request_title(view.kind, view.id, view.pool), summary=view.reason,
+    return Reply(title=msg.request_card_title(view.kind, view.id, view.pool), summary=view.reason,
                  sections=tuple(sections), intents=intents, visibility="in_channel")

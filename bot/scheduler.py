@@ -49,20 +49,19 @@ from commands.services import ClusterDirectory
 from storage import idempotency, outbox
 from storage.database import PerThreadDatabase
 from workflows.config import GpuopsConfig
-from workflows.engine.cordons import Cordons
+from workflows.engine.cordons import ClusterNodes, Cordons
 from workflows.engine.runs import RunService
 from workflows.engine.window_start import start_at_window
 from workflows.fleet.clusters import ClusterUnreachable
 from workflows.fleet.summary import FleetSource
 from workflows.handover.service import HandoverService
-from workflows.kube.gateway import KubeGateway
+from workflows.pools.windows import UTC
 from workflows.requests.records import RoleLookup
 from workflows.requests.service import RequestService
 from workflows.signals.service import SignalsService
 
 log = logging.getLogger("gpuops.bot.scheduler")
 
-UTC = dt.timezone.utc
 MINUTE = dt.timedelta(minutes=1)
 HOUR = dt.timedelta(hours=1)
 # Longer than any redelivery Slack makes (minutes) and than a button is likely clicked twice.
@@ -235,8 +234,11 @@ class LeaderHost(Protocol):
     config: GpuopsConfig
     fleet: FleetSource
     database: PerThreadDatabase
-    gateway: KubeGateway | None
     signals: SignalsService | None
+
+    @property
+    def gateway(self) -> ClusterNodes | None:
+        """The home cluster's API, for its cordon marks (None: no cluster)."""
 
     @property
     def clusters(self) -> ClusterDirectory | None:
@@ -318,7 +320,7 @@ def clear_stale_marks(host: LeaderHost, now: dt.datetime) -> None:
     """Remove gpuops' cordon mark from each node a person uncordoned by hand after its run
     finished (workflows.engine.cordons), so a later cordon is not shown as gpuops'; in
     every cluster gpuops serves that answers."""
-    apis: list[tuple[FleetSource, KubeGateway]] = [(host.fleet, host.gateway)] if host.gateway is not None else []
+    apis: list[tuple[FleetSource, ClusterNodes]] = [(host.fleet, host.gateway)] if host.gateway is not None else []
     if host.clusters is not None:  # every other cluster, through its own API (node names are its own)
         apis += [(source, gateway) for name, source in host.clusters.sources.items()
                  if name != host.clusters.home and (gateway := getattr(source, "gateway", None)) is not None]

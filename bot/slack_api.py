@@ -59,7 +59,7 @@ def retry_handlers() -> list[Any]:
 _call_observer: Callable[[str, str], None] | None = None
 
 
-def observe_calls(observer: Callable[[str, str], None] | None) -> None:
+def observe_slack_calls(observer: Callable[[str, str], None] | None) -> None:
     """Tell `observer` of every Web API call made through `web_client` (None: nobody)."""
     global _call_observer
     _call_observer = observer

@@ -40,7 +40,7 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
 from bot import messages as msg
-from bot.clicks import Click, Outcome, press
+from bot.clicks import Click, ClickOutcome, press
 from bot.drain_form import may_request_drain
 from bot.forms import FormContext, form_context
 from bot.mig_form import may_request_mig
@@ -61,13 +61,14 @@ from commands.registry import REGISTRY, Call, CommandSpec, invoke
 from commands.requests import open_waits
 from commands.reply import Reply, error_reply
 from workflows.access import Actor
+from workflows.durations import utc_now
 
 log = logging.getLogger("gpuops.bot.slack")
 
 COMMAND_SCOPE = "slack-retry"
 EVENT_SCOPE = "slack-retry"
 BUTTON_SCOPE = "button"
-WORKERS = 8
+DELIVERY_WORKERS = 8
 _ACTION_IDS = re.compile(r"^gpuops\.[a-z]+(?:-[a-z]+)*\.\d+\Z", re.ASCII)  # \Z: no trailing newline
 
 
@@ -84,7 +85,7 @@ class _FormRun:
     footer: Callable[[str, str | None], str]
 
 
-def _wanted_form(outcome: Outcome, context: FormContext) -> tuple[dict[str, Any], str, str] | None:
+def _wanted_form(outcome: ClickOutcome, context: FormContext) -> tuple[dict[str, Any], str, str] | None:
     """The modal a click asked for (a kind's request form), with how to name it when it
     cannot be opened."""
     if outcome.wants_form is None:
@@ -97,18 +98,14 @@ class SlackRejectedToken(Exception):
     """auth.test refused the bot token; the message says so without the token."""
 
 
-def utc_now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
-
-
 @dataclass(frozen=True)
-class Delivery:
+class IncomingDelivery:
     kind: str  # command, click, deny, drain-form, home
     key: str | None
     outcome: str  # answered, refused, invalid (field errors shown), duplicate, failed
 
 
-class Deliveries(Journal[Delivery]):
+class IncomingDeliveries(Journal[IncomingDelivery]):
     """What became of each delivery from Slack, in order."""
 
 
@@ -132,14 +129,14 @@ class SlackBot:
     """The listeners' work, independent of how Slack delivered it."""
 
     def __init__(self, runtime: Runtime, api: SlackApi, *, directory: SlackDirectory | None = None,
-                 deliveries: Deliveries | None = None, clock: Callable[[], dt.datetime] = utc_now) -> None:
+                 deliveries: IncomingDeliveries | None = None, clock: Callable[[], dt.datetime] = utc_now) -> None:
         self.runtime = runtime
         self.api = api
         # NB: the whole configuration: with several clusters, each cluster's pools name
         # approver groups; a command's cluster then gives the person its pools' rights.
         self.directory = directory or SlackDirectory(
             api, runtime.clusters.config if runtime.clusters is not None else runtime.config)
-        self.deliveries = deliveries or Deliveries()
+        self.deliveries = deliveries or IncomingDeliveries()
         self.clock = clock
 
     # -------------------------------------------------------------- registration
@@ -194,7 +191,7 @@ class SlackBot:
             return True
         if not first:
             log.info(msg.duplicate_delivery_log(kind, key))
-            self.deliveries.record(Delivery(kind, key, "duplicate"))
+            self.deliveries.record(IncomingDelivery(kind, key, "duplicate"))
         return first
 
     def run_command(self, command: dict[str, Any]) -> None:
@@ -211,9 +208,9 @@ class SlackBot:
                              now=self.clock(), channel=command.get("channel_id"))
         except Exception:  # noqa: BLE001 - answer something rather than nothing
             log.exception("/gpu %s for %s failed", command.get("text"), user)
-            reply, outcome = error_reply(msg.refused_title(), msg.something_failed()), "failed"
+            reply, outcome = error_reply(msg.not_done_title(), msg.something_failed()), "failed"
         self.answer(reply, user=user, channel=command.get("channel_id"), response_url=command.get("response_url"))
-        self.deliveries.record(Delivery("command", key, outcome))
+        self.deliveries.record(IncomingDelivery("command", key, outcome))
 
     def run_click(self, body: dict[str, Any], action: dict[str, Any]) -> None:
         user = str((body.get("user") or {}).get("id") or "")
@@ -240,9 +237,9 @@ class SlackBot:
                 modal, form_name, button = wanted
                 error = self.api.open_modal(str(body.get("trigger_id")), modal)
                 if error is not None:
-                    self.tell(user, error_reply(msg.refused_title(), msg.modal_failed(
+                    self.tell(user, error_reply(msg.not_done_title(), msg.modal_failed(
                         error, form=form_name, button=button)), place)
-                self.deliveries.record(Delivery("click", key, "answered" if error is None else "failed"))
+                self.deliveries.record(IncomingDelivery("click", key, "answered" if error is None else "failed"))
                 return
             if outcome.wants_reason is not None:
                 context = DenyContext(value=str(action.get("value")), channel=place.channel,
@@ -250,22 +247,22 @@ class SlackBot:
                                       from_home=place.from_home, response_url=place.response_url)
                 error = self.api.open_modal(str(body.get("trigger_id")), deny_modal(outcome.wants_reason, context))
                 if error is not None:
-                    self.tell(user, error_reply(msg.refused_title(), msg.modal_failed(error)), place)
-                self.deliveries.record(Delivery("click", key, "answered"))
+                    self.tell(user, error_reply(msg.not_done_title(), msg.modal_failed(error)), place)
+                self.deliveries.record(IncomingDelivery("click", key, "answered"))
                 return
             self.show(outcome, actor=actor, place=place)
-            self.deliveries.record(Delivery("click", key, "answered" if outcome.ok else "refused"))
+            self.deliveries.record(IncomingDelivery("click", key, "answered" if outcome.ok else "refused"))
         except Exception:  # noqa: BLE001
             log.exception("click %s by %s failed", action.get("action_id"), user)
-            self.tell(user, error_reply(msg.refused_title(), msg.something_failed()), place)
-            self.deliveries.record(Delivery("click", key, "failed"))
+            self.tell(user, error_reply(msg.not_done_title(), msg.something_failed()), place)
+            self.deliveries.record(IncomingDelivery("click", key, "failed"))
 
     def run_deny(self, body: dict[str, Any], view: dict[str, Any]) -> None:
         user = str((body.get("user") or {}).get("id") or "")
         key = f"{DENY_CALLBACK}:{user}:{view.get('id')}"
         if not submitted_reason(view):
             # The ack showed the field error; the same view comes back with the reason.
-            self.deliveries.record(Delivery("deny", key, "invalid"))
+            self.deliveries.record(IncomingDelivery("deny", key, "invalid"))
             return
         if not self._first("deny", key, BUTTON_SCOPE):
             return
@@ -279,11 +276,11 @@ class SlackBot:
                           reason=submitted_reason(view))
             outcome = press(click, self.runtime.services())
             self.show(outcome, actor=actor, place=place)
-            self.deliveries.record(Delivery("deny", key, "answered" if outcome.ok else "refused"))
+            self.deliveries.record(IncomingDelivery("deny", key, "answered" if outcome.ok else "refused"))
         except Exception:  # noqa: BLE001
             log.exception("deny by %s failed", user)
-            self.tell(user, error_reply(msg.refused_title(), msg.something_failed()), place)
-            self.deliveries.record(Delivery("deny", key, "failed"))
+            self.tell(user, error_reply(msg.not_done_title(), msg.something_failed()), place)
+            self.deliveries.record(IncomingDelivery("deny", key, "failed"))
 
     def form_run(self, form: RequestForm) -> Callable[[dict[str, Any], dict[str, Any]], None]:
         """The work of `form`'s submission: the change it asks for, run as its command
@@ -312,7 +309,7 @@ class SlackBot:
         key = f"{callback}:{user}:{view.get('id')}"
         if form is None:
             # The ack showed the field errors; the same view comes back corrected.
-            self.deliveries.record(Delivery(kind, key, "invalid"))
+            self.deliveries.record(IncomingDelivery(kind, key, "invalid"))
             return
         if not self._first(kind, key, BUTTON_SCOPE):
             return
@@ -328,9 +325,9 @@ class SlackBot:
                 outcome = "refused"
         except Exception:  # noqa: BLE001 - answer something rather than nothing
             log.exception("the %s of %s (%s) failed", kind, user, form.command)
-            reply, outcome = error_reply(msg.refused_title(), msg.something_failed()), "failed"
+            reply, outcome = error_reply(msg.not_done_title(), msg.something_failed()), "failed"
         self.answer(reply, user=user, channel=channel, response_url=None, ephemeral_in_channel=True)
-        self.deliveries.record(Delivery(kind, key, outcome))
+        self.deliveries.record(IncomingDelivery(kind, key, outcome))
 
     def run_home(self, body: dict[str, Any], event: dict[str, Any]) -> None:
         user = str(event.get("user") or "")
@@ -339,10 +336,10 @@ class SlackBot:
             return
         try:
             published = self.publish_home(user)
-            self.deliveries.record(Delivery("home", key, "answered" if published else "failed"))
+            self.deliveries.record(IncomingDelivery("home", key, "answered" if published else "failed"))
         except Exception:  # noqa: BLE001
             log.exception("the Home tab of %s failed", user)
-            self.deliveries.record(Delivery("home", key, "failed"))
+            self.deliveries.record(IncomingDelivery("home", key, "failed"))
 
     # -------------------------------------------------------------- answering
     def publish_home(self, user: str, *, actor: Actor | None = None, notice: Reply | None = None) -> bool:
@@ -393,7 +390,7 @@ class SlackBot:
                 return link
         return upload(self.api.open_dm(user))
 
-    def show(self, outcome: Outcome, *, actor: Actor, place: Place) -> None:
+    def show(self, outcome: ClickOutcome, *, actor: Actor, place: Place) -> None:
         """After a click: the request message as it reads now, and a word to the clicker."""
         if place.from_home:
             self.publish_home(actor.user_id, actor=actor, notice=outcome.notice)
@@ -434,7 +431,8 @@ def build_app(runtime: Runtime, *, client: WebClient, signing_secret: str | None
         # busy workers (with False, bolt runs acks on that same pool).
         app = App(client=client, name="gpuops", signing_secret=signing_secret or "",
                   request_verification_enabled=signing_secret is not None, process_before_response=True,
-                  listener_executor=ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="gpuops-worker"),
+                  listener_executor=ThreadPoolExecutor(max_workers=DELIVERY_WORKERS,
+                                                       thread_name_prefix="gpuops-worker"),
                   logger=logging.getLogger("gpuops.bolt"))
     except BoltError as err:
         cause = err.__context__

@@ -35,6 +35,8 @@ from slack_sdk.models.views import View
 
 from bot import messages as msg
 from bot.forms import (
+    REASON,
+    REASON_MAX,
     FormContext,
     FormReading,
     submitted_values,
@@ -59,8 +61,8 @@ from workflows.wording import at_words
 UPGRADE_CALLBACK = "gpuops.upgrade-request"
 # Each input is the only element of its block, so a block and its action share a name
 # (the start, its time and, from the Home tab, the channel are bot.forms's).
-POOL, VERSION, DOWNGRADE, REASON = "pool", "version", "downgrade", "reason"
-POOL_MAX, VERSION_MAX, REASON_MAX = 63, 20, 500
+POOL, VERSION, DOWNGRADE = "pool", "version", "downgrade"
+POOL_MAX, VERSION_MAX = 63, 20
 
 _UPGRADE = ("upgrade",)
 _POOL_WORD = re.compile(f"^{TARGET_NAME}$")

@@ -30,8 +30,10 @@ from typing import Protocol
 from slack_sdk import WebClient
 
 from bot import messages as msg
+from bot.metrics import Metrics
 from bot.notifier import Notifier, OutboxSlack
 from bot.scheduler import WINDOW_STARTS, LeaderScheduler, leader_jobs
+from bot.slack_api import observe_slack_calls
 from commands.clusters import Clusters
 from commands.services import Services
 from storage import idempotency
@@ -50,6 +52,7 @@ from workflows.fleet.summary import FleetSource
 from workflows.fleet.watchcache import FleetCache
 from workflows.kube.errors import KubeError
 from workflows.kube.gateway import KubeGateway
+from workflows.kube.gateway.client import observe_kube_calls
 from workflows.quotas.service import QuotaService
 from workflows.requests.records import RoleLookup
 from workflows.signals.service import SignalsService
@@ -167,7 +170,7 @@ class Runtime:
         if self.leadership is not None:
             self.leadership.poke_job(WINDOW_STARTS)
 
-    def start_background(self, identity: str, *, slack: WebClient | None, lease: Lease | None = None,
+    def start_background(self, identity: str, *, slack: WebClient | None, lease: LeaderLease | None = None,
                          check_every: float = 1.0) -> Leadership:
         """Claim the engine lease as `identity` (unique per replica, e.g. the pod name)
         and run the leader's work while it is held; `close()` stops it and gives the
@@ -227,6 +230,13 @@ def check_permissions(config: GpuopsConfig, gateway: KubeGateway) -> None:
     deleting = sorted(name for name, pool in config.pools.items() if pool.pdb_timeout_action == "delete")
     if deleting and not gateway.may("delete", "pods"):
         raise ConfigError(msg.pod_delete_not_granted(deleting, gateway.identity))
+
+
+def count_api_calls(metrics: Metrics) -> None:
+    """Count in `metrics` every Kubernetes API call and Slack Web API call this process
+    makes from now on (before the runtime is built: the fleet's first list counts)."""
+    observe_kube_calls(metrics.observe_kube)
+    observe_slack_calls(metrics.observe_slack)
 
 
 def build_runtime(config: GpuopsConfig, *, kubeconfig: str | None, context: str | None,
@@ -296,7 +306,7 @@ def _other_cluster(config: GpuopsConfig, name: str, database: PerThreadDatabase)
 # ------------------------------------------------------------------ leadership
 
 
-class Lease(Protocol):
+class LeaderLease(Protocol):
     """What leadership needs of a lease (`workflows.engine.lease.EngineLease`, `AlwaysHeld`)."""
 
     def held(self) -> bool: ...
@@ -409,7 +419,7 @@ class SchedulerWorker:
         self.scheduler.stop()
 
 
-def cluster_engine_workers(runtime: Runtime, *, lease: Lease, identity: str) -> list[Worker]:
+def cluster_engine_workers(runtime: Runtime, *, lease: LeaderLease, identity: str) -> list[Worker]:
     """With several clusters, an engine for each cluster but the home one, under the
     same Lease (the home cluster's), on its own thread and database connection: it
     drives that cluster's runs through that cluster's API. A cluster not reached yet
@@ -445,7 +455,7 @@ def cluster_engine_workers(runtime: Runtime, *, lease: Lease, identity: str) -> 
 ENGINE_WAITS_FOR_CLUSTER = 5.0
 
 
-def engine_worker(runtime: Runtime, *, lease: Lease, identity: str) -> Worker | None:
+def engine_worker(runtime: Runtime, *, lease: LeaderLease, identity: str) -> Worker | None:
     """The engine on this replica, or None where it cannot run (no Kubernetes API, or a
     fleet source without watch events). The one function that knows `workflows.engine.loop`:
     it runs `run_engine` on its own thread and database connection, with the lease this
@@ -470,7 +480,7 @@ def engine_worker(runtime: Runtime, *, lease: Lease, identity: str) -> Worker | 
     return ThreadWorker("engine", body)
 
 
-def leader_workers(runtime: Runtime, *, lease: Lease, identity: str, slack: WebClient | None) -> list[Worker]:
+def leader_workers(runtime: Runtime, *, lease: LeaderLease, identity: str, slack: WebClient | None) -> list[Worker]:
     """What the lease holder runs, built afresh for each term: the notifier (when there
     is a Slack to post to; the console has none), the scheduler and the engine, each
     asking the lease before it acts."""
@@ -495,12 +505,12 @@ class Leadership:
 
     STOP_WAIT = 15.0
 
-    def __init__(self, make_workers: Callable[[Lease], list[Worker]], *, identity: str,
+    def __init__(self, make_workers: Callable[[LeaderLease], list[Worker]], *, identity: str,
                  check_every: float = 1.0) -> None:
         self._make_workers = make_workers
         self.identity = identity
         self._check_every = check_every
-        self._lease: Lease | None = None
+        self._lease: LeaderLease | None = None
         self._workers: list[Worker] = []
         self._lock = threading.Lock()
         self._poke = threading.Event()
@@ -514,7 +524,7 @@ class Leadership:
         self._leading = False
 
     # -------------------------------------------------------------- control
-    def start(self, lease: Lease) -> Leadership:
+    def start(self, lease: LeaderLease) -> Leadership:
         self._lease = lease
         lease.start()
         self._thread = threading.Thread(target=self._supervise, name="gpuops-leadership", daemon=True)

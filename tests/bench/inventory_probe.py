@@ -36,7 +36,8 @@ from workflows.access import Actor, Role, UserId
 from workflows.config import GpuopsConfig
 from workflows.fleet.watchcache import FleetCache
 from workflows.kube import wire
-from workflows.kube.gateway import NODES, PODS, KubeGateway
+from workflows.kube.gateway import KubeGateway
+from workflows.kube.gateway.paths import NODES, PODS
 
 ACTOR = Actor(user_id=UserId("bench"), name="bench", roles=frozenset({Role.VIEWER}), via="cli")
 # How long a cache may take to open its watches, or to apply a change the probe made.
@@ -262,7 +263,7 @@ def main() -> None:
     quiet = [render(quiet_cpu)[0] for _ in range(args.renders)]
     text = render()[1]
     # What the collector walks when renders allocate: the caches' contents should be
-    # frozen out of its sight (workflows.kube.gateway.gc_paused).
+    # frozen out of its sight (workflows.kube.gateway.decoding.gc_paused).
     collector = {"frozen": gc.get_freeze_count(), "tracked": len(gc.get_objects())}
     first = clusters[0]
     assert first.cache is not None

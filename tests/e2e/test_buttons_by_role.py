@@ -12,7 +12,7 @@ import datetime as dt
 
 import pytest
 
-from bot.clicks import Click, Outcome, press
+from bot.clicks import Click, ClickOutcome, press
 from bot.intents import encode_value
 from bot.request_forms import WantedForm
 from tests.e2e.harness import submit_upgrade
@@ -44,7 +44,7 @@ def now() -> dt.datetime:
     return dt.datetime.now(UTC)
 
 
-def _press(runtime, action: str, value: str | None, who: str, reason: str | None = None) -> Outcome:
+def _press(runtime, action: str, value: str | None, who: str, reason: str | None = None) -> ClickOutcome:
     services = runtime.services()
     return press(Click(action=action, value=value, actor=services.config.actor(who), now=now(), reason=reason),
                  services)

@@ -7,7 +7,7 @@ import json
 import time
 
 from bot.notifier import Notifier, OutboxSlack
-from bot.slack_app import WORKERS
+from bot.slack_app import DELIVERY_WORKERS
 from commands.reply import Reply
 from storage import approvals as stored_approvals
 from storage import requests as stored_requests
@@ -74,13 +74,13 @@ def test_the_ack_returns_while_the_command_is_still_working(http_bot, fleet_sour
 
 def test_acks_keep_coming_while_every_worker_is_busy(http_bot, fleet_source):
     fleet_source.hold()
-    sent = [slash(http_bot, "status") for _ in range(WORKERS + 2)]
+    sent = [slash(http_bot, "status") for _ in range(DELIVERY_WORKERS + 2)]
 
     # Every ack came back while every worker was still held on the fleet.
     assert all(answer.status == 200 for _, _, answer in sent)
     assert not any(http_bot.slack.response_posts(url) for url, _, _ in sent)
     fleet_source.released.set()
-    http_bot.deliveries.wait_for(lambda ds: len(ds) == WORKERS + 2)
+    http_bot.deliveries.wait_for(lambda ds: len(ds) == DELIVERY_WORKERS + 2)
     assert all(http_bot.slack.response_posts(url) for url, _, _ in sent)
 
 

@@ -11,7 +11,8 @@ from testenv import fleet as fl
 from testenv.install import wait_until
 from testenv.summary import advertised
 from tests.integration import observe
-from workflows.kube.gateway import NODES, KubeGateway
+from workflows.kube.gateway import KubeGateway
+from workflows.kube.gateway.paths import NODES
 
 
 class _AdvertisedHistory:

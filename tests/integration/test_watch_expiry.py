@@ -15,7 +15,8 @@ from testenv.install import Installer, apply_fleet, wait_until
 from workflows.fleet.settings import InventorySettings
 from workflows.fleet.watchcache import FleetCache
 from workflows.kube.errors import Gone
-from workflows.kube.gateway import NODES, KubeGateway
+from workflows.kube.gateway import KubeGateway
+from workflows.kube.gateway.paths import NODES
 
 
 @pytest.fixture(scope="module")

@@ -22,8 +22,7 @@ from typing import Any
 from workflows.fleet.settings import InventorySettings
 from workflows.fleet.summary import Fleet, build_fleet
 from workflows.kube.errors import Conflict, NotFound, TooManyRequests
-from workflows.kube.gateway import PodOnNode
-from workflows.kube.objects import ClusterSnapshot, NodeObject, PodObject
+from workflows.kube.objects import ClusterSnapshot, NodeObject, PodObject, PodOnNode
 from workflows.pools.selectors import LabelSelector
 
 PDB_REFUSAL = "Cannot evict pod as it would violate the pod's disruption budget."

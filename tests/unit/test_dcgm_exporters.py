@@ -16,7 +16,7 @@ from freezegun import freeze_time
 
 from tests.dcgm_pages import T4_UUID, HEALTHY, REMAP, StandInExporters, pages
 from workflows.config import ConfigError, GpuopsConfig, load_config
-from workflows.kube.gateway import pod_from_json
+from workflows.kube.gateway.decoding import pod_from_json
 from workflows.kube.objects import ClusterSnapshot, NodeName, NodeObject, PodObject
 from workflows.signals import messages as health_msg
 from workflows.signals.exporters import ExporterPages, ExporterSettings, exporter_pods

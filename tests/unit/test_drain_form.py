@@ -15,13 +15,11 @@ import pytest
 from bot.clicks import Click, press
 from bot.drain_form import (
     DURATION,
-    REASON,
-    TARGETS,
     drain_form,
     drain_usage,
     read_drain_form,
 )
-from bot.forms import CHANNEL, TIME, FormContext, form_context
+from bot.forms import CHANNEL, REASON, TARGETS, TIME, FormContext, form_context
 from bot.home import home_view
 from bot.request_forms import WantedForm
 from commands.catalog import dispatch

@@ -15,7 +15,7 @@ import pytest
 
 from workflows.engine.lease import EngineLease, LeaseSettings
 from workflows.kube.errors import Conflict, NotFound, Unavailable
-from workflows.kube.gateway import LeaseRecord
+from workflows.kube.objects import LeaseRecord
 
 T0 = dt.datetime(2025, 6, 7, 12, 0, tzinfo=dt.timezone.utc)
 SETTINGS = LeaseSettings(namespace="gpuops", name="gpuops-engine", duration=dt.timedelta(seconds=10))

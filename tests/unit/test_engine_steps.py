@@ -20,9 +20,8 @@ from workflows.engine.steps.driver import git_owner
 from workflows.engine.steps.eviction import decide
 from workflows.engine.steps.waiting import Hold, WaitFor
 from workflows.fleet.assessment import NodeInventory
-from workflows.kube.gateway import PodOnNode
 from workflows.kube.labels import ANNOTATION_CORDONED_BY
-from workflows.kube.objects import NodeObject, PodObject
+from workflows.kube.objects import NodeObject, PodObject, PodOnNode
 
 NOW = dt.datetime(2025, 6, 7, 12, 0, tzinfo=dt.timezone.utc)
 

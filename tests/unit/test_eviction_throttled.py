@@ -15,8 +15,8 @@ from typing import Any
 
 from workflows.engine.steps.contract import Waiting
 from workflows.engine.steps.eviction import Evict
-from workflows.kube.errors import TooManyRequests
-from workflows.kube.gateway import PodOnNode, _error
+from workflows.kube.errors import TooManyRequests, error_for_status
+from workflows.kube.objects import PodOnNode
 
 NOW = dt.datetime(2026, 12, 4, 12, 0, tzinfo=dt.timezone.utc)
 PDB_ANSWER = {"kind": "Status", "status": "Failure", "reason": "TooManyRequests", "code": 429,
@@ -31,7 +31,7 @@ PATH = "/api/v1/namespaces/ml/pods/trainer-0/eviction"
 
 
 def _answer(body: dict[str, Any], **headers: str) -> TooManyRequests:
-    error = _error(429, json.dumps(body).encode(), method="POST", path=PATH, headers=headers)
+    error = error_for_status(429, json.dumps(body).encode(), method="POST", path=PATH, headers=headers)
     assert isinstance(error, TooManyRequests)
     return error
 

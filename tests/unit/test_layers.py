@@ -1,13 +1,16 @@
 """The package layers written in ARCHITECTURE.md hold: bot -> commands -> workflows ->
-storage, only bot/ talks to Slack, only the Kubernetes gateway imports the client, and
-inside workflows/ each package imports only the packages below it. No module of the
+storage, only bot/ talks to Slack, only the Kubernetes gateway imports the client, in
+bot/ only the composition root imports the gateway, and inside workflows/ each package
+imports only the packages below it. No module of the
 product takes part in an import circle, and none dodges one with a `TYPE_CHECKING` or
 function-level import. The README's map of workflows/ matches the tree."""
 
 from __future__ import annotations
 
 import ast
+import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,8 +26,27 @@ def test_the_import_contracts_in_pyproject_are_kept():
     result = subprocess.run([str(lint), "--config", str(ROOT / "pyproject.toml")], cwd=ROOT,
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "Contracts: 5 kept, 0 broken" in result.stdout
+    assert "Contracts: 6 kept, 0 broken" in result.stdout
     assert "Inside workflows, each package imports only the ones below it KEPT" in result.stdout
+    assert f"{GATEWAY_CONTRACT} KEPT" in result.stdout
+
+
+GATEWAY_CONTRACT = "In bot/, only the composition root imports the Kubernetes gateway"
+
+
+def test_a_bot_module_that_imports_the_kubernetes_gateway_breaks_a_contract(tmp_path):
+    # A copy of the product whose command line reaches for the gateway itself.
+    for package in PRODUCT:
+        shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    cli = tmp_path / "bot" / "cli.py"
+    cli.write_text(cli.read_text() + "\nfrom workflows.kube.gateway import KubeGateway  # noqa: F401,E402\n")
+    lint = Path(sys.executable).with_name("lint-imports")
+    result = subprocess.run([str(lint), "--no-cache", str(tmp_path / "pyproject.toml")], cwd=tmp_path,
+                            env={**os.environ, "PYTHONPATH": str(tmp_path)}, capture_output=True, text=True)
+    assert result.returncode != 0
+    assert f"{GATEWAY_CONTRACT} BROKEN" in result.stdout
+    assert "bot.cli -> workflows.kube.gateway" in result.stdout
 
 
 def import_circles(graph: grimp.ImportGraph) -> list[list[str]]:

@@ -29,7 +29,7 @@ from workflows.fleet.settings import InventorySettings
 from workflows.fleet.canaries import CanaryVerdict, LastCanaries
 from workflows.fleet.platform import KubernetesRange, release_line, runtime_of, shipped_operator_support
 from workflows.fleet.summary import build_fleet, summarize
-from workflows.kube.gateway import node_from_json
+from workflows.kube.gateway.decoding import node_from_json
 from workflows.kube.objects import NodeInfo, NodeName, ToolkitTemplate
 from workflows.kube.wire import DaemonSetWire, toolkit_template_view
 

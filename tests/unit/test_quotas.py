@@ -11,7 +11,7 @@ import msgspec
 
 from workflows.fleet.settings import InventorySettings
 from workflows.kube import wire
-from workflows.kube.gateway import pod_from_json
+from workflows.kube.gateway.decoding import pod_from_json
 from workflows.kube.objects import (
     ANYWHERE,
     NodeRequirement,

@@ -15,7 +15,8 @@ from typing import Any
 from workflows.fleet.settings import InventorySettings
 from workflows.fleet.watchcache import FleetCache
 from workflows.kube.errors import Unavailable
-from workflows.kube.gateway import NVIDIA_DRIVERS, ListResult
+from workflows.kube.gateway.paths import NVIDIA_DRIVERS
+from workflows.kube.gateway.reading import ListResult
 
 
 class _Opened:

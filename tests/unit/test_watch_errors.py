@@ -25,7 +25,8 @@ from workflows.fleet.settings import InventorySettings
 from workflows.fleet.watchcache import FleetCache
 from workflows.kube import wire
 from workflows.kube.errors import WatchError
-from workflows.kube.gateway import NVIDIA_DRIVERS, ListResult
+from workflows.kube.gateway.paths import NVIDIA_DRIVERS
+from workflows.kube.gateway.reading import ListResult
 
 PREV_KV = ('Internal error occurred: etcd event received with PrevKv=nil '
            '(key="/registry/nvidia.com/nvidiadrivers/b", modRevision=15, type=DELETE)')

@@ -17,7 +17,8 @@ import msgspec
 from workflows.fleet.settings import InventorySettings
 from workflows.fleet.watchcache import FleetCache
 from workflows.kube import wire
-from workflows.kube.gateway import DEPLOYMENTS, PODS, ListResult
+from workflows.kube.gateway.paths import DEPLOYMENTS, PODS
+from workflows.kube.gateway.reading import ListResult
 
 OPERATOR = "gpu-operator"
 

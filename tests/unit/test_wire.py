@@ -11,7 +11,7 @@ import pytest
 
 from workflows.kube import wire
 from workflows.kube.errors import KubeError
-from workflows.kube.gateway import node_from_json, pod_from_json
+from workflows.kube.gateway.decoding import node_from_json, pod_from_json
 from workflows.kube.objects import ContainerState, OwnerRef, Taint
 
 UTC = dt.timezone.utc

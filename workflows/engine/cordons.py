@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Protocol
 
 from storage import audit
 from storage import runs as stored_runs
@@ -30,8 +31,8 @@ from workflows.access import Actor, Role, require
 from workflows.engine import cordon_messages as say
 from workflows.engine.steps.cordoning import CordonMark
 from workflows.kube.errors import Conflict, KubeError, NotFound
-from workflows.kube.gateway import KubeGateway
 from workflows.kube.labels import ANNOTATION_CORDONED_BY
+from workflows.kube.objects import NodeObject
 
 log = logging.getLogger("gpuops.cordons")
 
@@ -40,10 +41,26 @@ class UncordonRefused(Exception):
     """`/gpu uncordon` would undo what is not gpuops' to undo; the message says why."""
 
 
+class ClusterNodes(Protocol):
+    """What the cordon marks read and write of a cluster's nodes, as whom
+    (`kube.gateway.KubeGateway` is one)."""
+
+    @property
+    def identity(self) -> str: ...
+
+    def get_node(self, name: str) -> NodeObject: ...
+
+    def annotate_node(self, name: str, *, annotations: Mapping[str, str | None],
+                      resource_version: str | None, dry_run: bool) -> NodeObject: ...
+
+    def uncordon_node(self, name: str, *, annotations: Mapping[str, str | None],
+                      resource_version: str | None, dry_run: bool) -> NodeObject: ...
+
+
 class Cordons:
     """Cordon marks on one database connection and one Kubernetes API."""
 
-    def __init__(self, db: Database, gateway: KubeGateway) -> None:
+    def __init__(self, db: Database, gateway: ClusterNodes) -> None:
         self._db = db
         self._gateway = gateway
 

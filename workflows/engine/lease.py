@@ -38,7 +38,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from workflows.kube.errors import Conflict, KubeError, NotFound
-from workflows.kube.gateway import KubeGateway, LeaseRecord
+from workflows.kube.gateway import KubeGateway
+from workflows.kube.objects import LeaseRecord
 
 log = logging.getLogger("gpuops.lease")
 

@@ -16,8 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from workflows.durations import utc_now
 from workflows.fleet.summary import Fleet, FleetSource
-from workflows.fleet.watchcache import FleetCache, utc_now
+from workflows.fleet.watchcache import FleetCache
 from workflows.kube.errors import KubeError
 from workflows.kube.gateway import KubeGateway
 

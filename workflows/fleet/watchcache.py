@@ -29,18 +29,12 @@ from workflows.fleet.first_seen import FirstSeen
 from workflows.fleet.operator_settings import FleetContext, fleet_context
 from workflows.fleet.settings import InventorySettings
 from workflows.fleet.summary import Fleet, FleetIndex
+from workflows.durations import utc_now
 from workflows.kube import wire
 from workflows.kube.errors import Gone, KubeError, NotFound, WatchError
-from workflows.kube.gateway import (
-    CLUSTER_POLICIES,
-    DAEMONSETS,
-    DEPLOYMENTS,
-    NODES,
-    NVIDIA_DRIVERS,
-    PODS,
-    KubeGateway,
-    gc_paused,
-)
+from workflows.kube.gateway import KubeGateway
+from workflows.kube.gateway.decoding import gc_paused
+from workflows.kube.gateway.paths import CLUSTER_POLICIES, DAEMONSETS, DEPLOYMENTS, NODES, NVIDIA_DRIVERS, PODS
 from workflows.kube.labels import (
     POD_SELECTOR_DEVICE_PLUGIN,
     POD_SELECTOR_DRIVER,
@@ -106,10 +100,6 @@ class CacheState:
     relists: int
     silent_for: float | None  # seconds since the API last said anything about it
     lost_for: float | None  # seconds the API has not answered its list or watch
-
-
-def utc_now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
 
 
 class FleetCache:

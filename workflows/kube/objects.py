@@ -169,6 +169,17 @@ class PodObject:
 
 
 @dataclass(frozen=True, slots=True)
+class PodOnNode:
+    """A pod bound to a node, with what deciding on its eviction needs beyond `PodObject`."""
+
+    pod: PodObject
+    uid: str
+    # NVIDIA_VISIBLE_DEVICES as a container's env sets it literally, if any: the NVIDIA
+    # container runtime then hands the pod GPUs without any resource request.
+    visible_devices: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class DeploymentObject:
     namespace: str
     name: str
@@ -245,6 +256,20 @@ class DisruptionBudget:
     @property
     def ref(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRecord:
+    """A coordination.k8s.io/v1 Lease as leader election reads and writes it."""
+
+    namespace: str
+    name: str
+    holder: str | None
+    duration_seconds: int | None
+    acquire_time: dt.datetime | None
+    renew_time: dt.datetime | None
+    transitions: int
+    resource_version: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,8 +57,8 @@ from tests.reliability import figures
 from workflows.engine.lease import AlwaysHeld
 from workflows.engine.loop import Engine
 from workflows.fleet.watchcache import FleetCache
-from workflows.kube import gateway as kube_gateway
 from workflows.kube.gateway import KubeGateway
+from workflows.kube.gateway.client import observe_kube_calls
 from workflows.kube.labels import ANNOTATION_CORDONED_BY
 
 
@@ -430,7 +430,7 @@ def _drains_and_upgrades_through_faults(cluster, installer, tmp_path: Path) -> N
         probe.close()
         for name, kind, attributes in TOXICS:
             toxiproxy.add_toxic(proxy, name, kind, attributes, toxicity=TOXICITY)
-        kube_gateway.observe_calls(lambda verb, code, _: codes.update([(verb, code)]))
+        observe_kube_calls(lambda verb, code, _: codes.update([(verb, code)]))
 
         server = ServerRecord(uncached.audit_log)
         db = open_database(tmp_path / "faults.db")
@@ -506,7 +506,7 @@ def _drains_and_upgrades_through_faults(cluster, installer, tmp_path: Path) -> N
         assert {str(code) for code in refused} & seen, (refused, seen)
         assert relists > 0, "no watch met 410 Gone: the compactions did not reach it"
     finally:
-        kube_gateway.observe_calls(None)
+        observe_kube_calls(None)
         gpuops_log.removeHandler(engine_log)
         gpuops_log.setLevel(level)
         engine_log.close()

@@ -63,7 +63,7 @@ import pytest
 from bot.http_server import SlackHttpServer
 from bot.modals import DENY_CALLBACK, REASON_ACTION, REASON_BLOCK
 from bot.slack_api import SlackApi, web_client
-from bot.slack_app import Deliveries, SlackBot, build_app
+from bot.slack_app import IncomingDeliveries, SlackBot, build_app
 from bot.wiring import Runtime, build_runtime
 from storage import audit
 from storage import runs as stored_runs
@@ -164,7 +164,7 @@ class LoadBot:
     health_url: str
     slack: FakeSlackWebApi
     runtime: Runtime
-    deliveries: Deliveries
+    deliveries: IncomingDeliveries
     mutations: MutationLog
     complaints: Complaints
     installer: Any
@@ -188,7 +188,7 @@ def load_bot(cluster, fleet, slack: FakeSlackWebApi, tmp_path: Path) -> Iterator
     runtime = build_runtime(load_config(), kubeconfig=str(cluster.kubeconfig), context="admin",
                             database=tmp_path / "gpuops.db")
     client = web_client(slack.bot_token, base_url=slack.base_url)
-    deliveries = Deliveries(keep=100_000)
+    deliveries = IncomingDeliveries(keep=100_000)
     app, _ = build_app(runtime, client=client, signing_secret=SECRET,
                        bot=SlackBot(runtime, SlackApi(client), deliveries=deliveries))
     server = SlackHttpServer(app, signing_secret=SECRET, host="127.0.0.1", port=0).start()

@@ -49,7 +49,7 @@ from bot.logs import TEXT_FORMAT, RedactSecrets, configure_logging, protect
 from bot.modals import DENY_CALLBACK, DenyContext
 from bot.identity import FRESH_AGE, SlackDirectory
 from bot.slack_api import SlackApi, web_client
-from bot.slack_app import Deliveries, SlackBot, build_app
+from bot.slack_app import IncomingDeliveries, SlackBot, build_app
 from bot.wiring import Runtime, runtime_from_fleet_source
 from storage import audit, codec
 from storage.database import open_database
@@ -156,7 +156,7 @@ class Served:
 def serving(runtime: Runtime, slack: FakeSlackWebApi, *, secret: str = SECRET) -> Iterator[Served]:
     client = web_client(slack.bot_token, base_url=slack.base_url)
     clock = DirectoryClock()
-    bot = SlackBot(runtime, SlackApi(client), deliveries=Deliveries(keep=1_000_000),
+    bot = SlackBot(runtime, SlackApi(client), deliveries=IncomingDeliveries(keep=1_000_000),
                    directory=SlackDirectory(SlackApi(client), runtime.config, clock=clock))
     app, bot = build_app(runtime, client=client, signing_secret=secret, bot=bot)
     server = SlackHttpServer(app, signing_secret=secret, host="127.0.0.1", port=0).start()

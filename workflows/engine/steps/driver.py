@@ -24,9 +24,9 @@ from workflows.engine.steps.contract import (
 from workflows.engine.steps.eviction import gpu_pods_left
 from workflows.fleet.pods import image_tag, pod_state, version_of_tag
 from workflows.kube.errors import Conflict, NotFound
-from workflows.kube.gateway import CLUSTER_POLICIES, NVIDIA_DRIVERS, PodOnNode
+from workflows.kube.gateway.paths import CLUSTER_POLICIES, NVIDIA_DRIVERS
 from workflows.kube.labels import POD_SELECTOR_DRIVER
-from workflows.kube.objects import CustomObject
+from workflows.kube.objects import CustomObject, PodOnNode
 
 # ---- driver and MIG
 

@@ -24,9 +24,9 @@ from workflows.engine.steps.contract import (
     timeout_param,
 )
 from workflows.kube.errors import Conflict, NotFound, TooManyRequests
-from workflows.kube.gateway import PodOnNode
+
 from workflows.kube.labels import ANNOTATION_MIRROR, LABEL_GPU_USER
-from workflows.kube.objects import Toleration
+from workflows.kube.objects import PodOnNode, Toleration
 
 # NVIDIA_VISIBLE_DEVICES values that hand a container no GPU.
 _NO_DEVICES = frozenset({"", "void", "none"})
