@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import datetime as dt
 import inspect
+import json
 import re
 import textwrap
 import types
@@ -303,6 +304,177 @@ def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
+# --- results pages: tables and charts from the results files --------------------------
+
+BENCH = ROOT / "tests" / "bench" / "results"
+
+
+def _load(path: Path) -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(path.read_text())
+    return loaded
+
+
+def _machine(result: dict[str, Any]) -> str:
+    m = result["machine"]
+    when = f" on {result['when'][:10]}" if "when" in result else ""
+    return f"{m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB{when}"
+
+
+def inventory_results() -> str:
+    r = _load(BENCH / "inventory-5000-nodes-75000-pods.json")
+    x = r["results"]
+    low, high = x["cold_over_baseline_range"]
+    rows = [
+        ("raw list of every node and pod, parsed (the baseline)", f"{x['baseline_list_s']:.1f} s", ""),
+        ("cache cold start", f"{x['cold_start_s']:.1f} s = {x['cold_over_baseline']:.2f}x the baseline "
+         f"({low:.2f}x-{high:.2f}x)", "<= 1.5x"),
+        ("`/gpu status` while pods churn (median / p99)",
+         f"{x['status_median_ms']:.1f} / {x['status_p99_ms']:.1f} ms", "<= 50 ms median"),
+        ("`/gpu status`, nothing changing (median)", f"{x['status_quiet_median_ms']:.2f} ms", ""),
+        ("`/gpu status` after one change (median / p99)",
+         f"{x['status_after_one_change_median_ms']:.2f} / {x['status_after_one_change_p99_ms']:.1f} ms", "<= 5 ms"),
+        ("resident memory of a fresh bot process", f"{x['rss_mib']:.0f} MiB", "<= 500 MB"),
+    ]
+    out = [f"From `tests/bench/results/inventory-5000-nodes-75000-pods.json` ({_machine(r)}):", "",
+           "| measure | result | target |", "| --- | --- | --- |"]
+    out += [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    pairs = x["pairs_s"]
+    out += ["", "Each cold start right after its own baseline (seconds):", "", "```mermaid", "xychart-beta",
+            '    title "Raw list against cold start, pair by pair"',
+            f'    x-axis [{", ".join(str(i + 1) for i in range(len(pairs)))}]',
+            '    y-axis "seconds" 0 --> ' + str(int(max(p[0] for p in pairs)) + 2),
+            f"    bar [{', '.join(f'{p[0]:.1f}' for p in pairs)}]",
+            f"    bar [{', '.join(f'{p[1]:.1f}' for p in pairs)}]", "```", "",
+            "The taller bars are the raw list, the shorter the cache's cold start."]
+    return "\n".join(out)
+
+
+def scaling_results() -> str:
+    r = _load(BENCH / "scaling-curve.json")
+    points = r["points"]
+    sizes = [str(p["nodes"]) for p in points]
+
+    def series(key: str, digits: int = 2) -> str:
+        return ", ".join(f"{p[key]:.{digits}f}" for p in points)
+
+    out = [f"From `tests/bench/results/scaling-curve.json` ({_machine(r)}):", "",
+           "```mermaid", "xychart-beta", '    title "Cold start against the raw list, by nodes"',
+           f"    x-axis [{', '.join(sizes)}]",
+           f'    y-axis "seconds" 0 --> {int(max(p["baseline_list_s"] for p in points)) + 2}',
+           f"    bar [{series('baseline_list_s')}]", f"    line [{series('cold_start_s')}]",
+           f"    line [{series('cold_start_cpu_s')}]", "```", "",
+           "Bars: the API server's raw list; the upper line: gpuops' cold start; the lower: gpuops' "
+           "own CPU in it.", "",
+           "```mermaid", "xychart-beta", '    title "/gpu status, by nodes (median, ms)"',
+           f"    x-axis [{', '.join(sizes)}]", '    y-axis "ms" 0 --> 1',
+           f"    line [{series('status_quiet_median_ms')}]",
+           f"    line [{series('status_after_one_change_median_ms')}]", "```", "",
+           "The lower line: nothing changing; the upper: right after one change.", "",
+           "| cost | " + " | ".join(f"{s} nodes" for s in sizes) + " | b | verdict | 3 x 5,000 against 3 x one |",
+           "| --- | " + " | ".join("---" for _ in sizes) + " | --- | --- | --- |"]
+    names = {"baseline_list_s": "raw list (the reference)", "cold_start_s": "cold start",
+             "cold_start_cpu_s": "cold start, gpuops' own CPU",
+             "status_quiet_median_ms": "`/gpu status`, nothing changing",
+             "status_after_one_change_median_ms": "`/gpu status` after one change", "rss_mib": "resident memory"}
+    for key, name in names.items():
+        curve = r["curve"].get(key, {})
+        apart = r["clusters_against_apart"].get(key, {})
+        values = " | ".join(f"{p[key]:.2f} {curve.get('unit', '')}".strip() for p in points)
+        ratio = f"{apart['ratio']:.2f}x" if "ratio" in apart else ""
+        out.append(f"| {name} | {values} | {curve.get('exponent', '')} | {_cell(curve.get('verdict', ''))} | {ratio} |")
+    return "\n".join(out)
+
+
+def upgrade_results() -> str:
+    r = _load(BENCH / "upgrade-side-by-side.json")
+    rounds, operator = r["gpuops_rounds"], r["operator"]
+    first = rounds[0]
+    out = [f"From `tests/bench/results/upgrade-side-by-side.json` ({_machine(r)}): "
+           f"{len(rounds)} rounds of gpuops, one of the operator. The timeline draws each run's "
+           "waves at its average wave length (the file keeps each run's total and its waves).", "",
+           "```mermaid", "gantt", '    title "200 nodes, 20 at a time: gpuops driving against the operator\'s own"',
+           "    dateFormat X", "    axisFormat %M:%S"]
+    for title, run in ((f"gpuops ({first['waves']} waves)", first), (f"GPU Operator ({operator['waves']} waves)", operator)):
+        wave = run["wall_s"] / run["waves"]
+        out.append(f"    section {title}")
+        for i in range(run["waves"]):
+            start, end = round(i * wave), round((i + 1) * wave)
+            out.append(f"    wave {i + 1} : {start}, {end}")
+    out += ["```", "", "| measure | gpuops | GPU Operator | goal |", "| --- | --- | --- | --- |"]
+    ranges = r["gpuops_ranges"]
+
+    def span(key: str, unit: str = "", digits: int = 2) -> str:
+        low, high = ranges[key]
+        return f"{low:.{digits}f}-{high:.{digits}f}{unit}"
+
+    out += [f"| wall time, version change to every node back | {span('wall_s', ' s', 0)} | {operator['wall_s']:.0f} s | |",
+            f"| over the simulated minimum (waves x 12 s) | {span('over_physical_min', 'x')} | "
+            f"{operator['over_physical_min']:.1f}x | <= {r['goals']['gpuops_over_physical_min']}x |",
+            f"| reaction, new driver pod Ready to the next move, p95 | {span('reaction_p95_s', ' s')} | "
+            f"{operator['reaction_p95_s']:.0f} s | <= {r['goals']['gpuops_reaction_p95_s']:.0f} s |",
+            f"| engine CPU per node upgraded | {span('cpu_s_per_node', ' s')} | | |"]
+    met = r["gpuops_goals_met_in_every_round"]
+    out += ["", "Goals met in every round: " + ", ".join(f"`{k}` {'yes' if v else 'no'}" for k, v in met.items()) + "."]
+    return "\n".join(out)
+
+
+def ack_results() -> str:
+    r = _load(BENCH / "ack-latency.json")
+    return (f"From `tests/bench/results/ack-latency.json` ({_machine(r)}; {r['server']}): a slash command "
+            f"is acknowledged in {r['ack_median_ms']:.1f} ms (median; p99 {r['ack_p99_ms']:.1f} ms), "
+            f"{r['ack_over_healthz']:.1f}x a `/healthz` round trip ({r['healthz_median_ms']:.2f} ms); "
+            f"Slack's limit is 3 s. Target: {r['target']}.")
+
+
+def suite_times() -> str:
+    """tests/results/suite-times.md as it is, with its per-suite worker times as a chart."""
+    text = (ROOT / "tests" / "results" / "suite-times.md").read_text()
+    body = text.split("\n", 1)[1].strip()
+    found = re.search(r"Per suite folder[^:]*:(.*?)\.", body, re.S)
+    out = ["From `tests/results/suite-times.md`:", "", body]
+    if found:
+        parts = re.findall(r"([a-z/]+) ([\d,]+) s", found.group(1))
+        out += ["", "```mermaid", 'pie title "Worker time per suite folder (s)"',
+                *(f'    "{name}" : {seconds.replace(",", "")}' for name, seconds in parts), "```"]
+    return "\n".join(out)
+
+
+GENERATED_PARTS = {"suite-times": suite_times, "inventory": inventory_results, "scaling": scaling_results, "upgrade": upgrade_results,
+                   "ack": ack_results}
+PART = re.compile(r"<!-- generated: ([a-z-]+) -->")
+
+
+def fill_parts(markdown: str) -> str:
+    """Replace each `<!-- generated: name -->` with its part (an unknown name fails)."""
+    return PART.sub(lambda m: GENERATED_PARTS[m.group(1)](), markdown)
+
+
+# --- the Helm chart's values schema ----------------------------------------------------
+
+CHART_SCHEMA = ROOT / "deploy" / "helm" / "gpuops" / "values.schema.json"
+
+
+def chart_values_schema() -> dict[str, Any]:
+    """The chart's values.schema.json: `config` is the configuration's JSON Schema (helm
+    install, upgrade, lint and template check it); other values are the chart's own."""
+    from workflows.config import config_json_schema
+
+    config = config_json_schema()
+    defs = config.pop("$defs")
+    config.pop("$schema")
+    config["description"] = ("The gpuops configuration (`gpuops config schema`); ignored when "
+                             "existingConfigMap names a ConfigMap.")
+    return {"$schema": "http://json-schema.org/draft-07/schema#",
+            "title": "gpuops Helm chart values",
+            "type": "object",
+            "properties": {"config": config},
+            "$defs": defs}
+
+
+def chart_values_schema_text() -> str:
+    return json.dumps(chart_values_schema(), indent=2, sort_keys=False) + "\n"
+
+
 # --- the pages, and the mkdocs hook ----------------------------------------------------
 
 def generated_pages() -> dict[str, str]:
@@ -316,9 +488,20 @@ def generated_pages() -> dict[str, str]:
     return pages
 
 
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    return fill_parts(markdown)
+
+
 def on_files(files: Any, config: Any) -> Any:
     from mkdocs.structure.files import File
 
     for path, content in generated_pages().items():
         files.append(File.generated(config, path, content=content))
     return files
+
+
+if __name__ == "__main__":
+    # `python docs/hooks.py`: write the chart's values.schema.json from the configuration's
+    # models (tests/unit/test_docs_reference.py fails while it is out of step).
+    CHART_SCHEMA.write_text(chart_values_schema_text())
+    print(f"wrote {CHART_SCHEMA.relative_to(ROOT)}")

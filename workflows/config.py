@@ -18,6 +18,8 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic_core import core_schema
 from yaml.composer import Composer
 from yaml.constructor import SafeConstructor
 from yaml.events import AliasEvent
@@ -40,7 +42,7 @@ from workflows.signals.health import ThrottleReason
 from workflows.signals.rates import CounterMemory
 from workflows.signals.service import SignalsService
 from workflows.upgrade.scope import ClusterPolicyScope, DriverVersion, UpgradeRefused
-from workflows.wording import quoted, shown
+from workflows.wording import duration_text, quoted, shown
 
 
 class _Model(BaseModel):
@@ -513,11 +515,28 @@ class GpuopsConfig(_Model):
                      unread_groups=tuple(unread_groups))
 
 
+class _ConfigSchema(GenerateJsonSchema):
+    """The schema as the file is written: a duration is "90s", "30m", "1h30m" or a number of
+    seconds (not ISO 8601), and its default is shown that way."""
+
+    def timedelta_schema(self, schema: core_schema.TimedeltaSchema) -> JsonSchemaValue:
+        return {"anyOf": [{"type": "string", "pattern": DURATION_PATTERN}, {"type": "number", "minimum": 0}]}
+
+    def encode_default(self, dft: Any) -> Any:
+        if isinstance(dft, dt.timedelta):
+            return duration_text(dft)
+        return super().encode_default(dft)
+
+
+# What parse_duration reads (workflows/durations.py), for editors: days, hours, minutes, seconds.
+DURATION_PATTERN = r"^\s*(?:\d+d)?\s*(?:\d+h)?\s*(?:\d+m)?\s*(?:\d+s)?\s*$"
+
+
 def config_json_schema() -> dict[str, Any]:
     """The configuration file's JSON Schema (`gpuops config schema`; the chart's
     values.schema.json holds it under `config`): every key with its type, default and the
     meaning its field description gives."""
-    schema = GpuopsConfig.model_json_schema()
+    schema = GpuopsConfig.model_json_schema(schema_generator=_ConfigSchema)
     return {"$schema": "https://json-schema.org/draft/2020-12/schema",
             "title": "gpuops configuration",
             "description": "The gpuops configuration file (deploy/config.example.yaml).",

@@ -193,8 +193,10 @@ class PoolConfig(_Model):
         times make a 24-hour window); "24:00" ends at midnight. Quote the times in
         YAML, which reads an unquoted 22:30 as the number 1350."""
 
-        days: tuple[str, ...] = Field(description=(
-            "The days the window starts on: names, ranges like mon-fri, or daily."))
+        # A list or one string ("mon-fri"): the schema says both, as the validator reads both.
+        days: tuple[str, ...] = Field(json_schema_extra={"type": ["array", "string"]}, description=(
+            "The days the window starts on: names, ranges like mon-fri (a list, or one string), or "
+            "daily."))
         start: str = Field(description=(
             "Its start, \"HH:MM\" wall-clock time in `timezone` (quote it in YAML)."))
         end: str = Field(description=(
