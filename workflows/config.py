@@ -404,10 +404,28 @@ class GpuopsConfig(_Model):
         "On-call rotations that get the shift handover checklist at every shift change."))
     signals: SignalsConfig | None = Field(default=None, description=(
         "GPU health from DCGM (unset: gpuops says nothing about it)."))
+    docs_url: str | None = Field(default=None, description=(
+        "Where the gpuops documentation site is served, e.g. https://gpuops.example.com/docs/ "
+        "(`make docs` builds it): each finding and each halted run in Slack links to its runbook "
+        "there. Unset: no links."))
 
     clusters: dict[str, ClusterEntry] = Field(default_factory=dict, description=(
         "Several clusters served by one gpuops (unset: one cluster, described by the keys above). "
         "Set, `cluster`, `inventory`, `pools` and `upgrades` go under each cluster."))
+
+    @field_validator("docs_url")
+    @classmethod
+    def _docs_url(cls, value: str | None) -> str | None:
+        if value is not None:
+            parts = urllib.parse.urlsplit(value)
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                raise ValueError(f"{value!r} is not an http:// or https:// address")
+        return value
+
+    def runbook_url(self, page: str) -> str | None:
+        """The runbook `page` ("findings/gpu-xid", "halts/evict") on the documentation site,
+        or None when `docs_url` is unset."""
+        return f"{self.docs_url.rstrip('/')}/runbooks/{page}/" if self.docs_url else None
 
     @field_validator("clusters")
     @classmethod
