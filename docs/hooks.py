@@ -260,7 +260,15 @@ def runbooks() -> dict[str, dict[str, dict[str, str]]]:
 def runbook_page(section: str, key: str) -> str:
     entry = runbooks()[section][key]
     title = entry.get("title", f"Finding `{key}`" if section == "findings" else f"Halted: {key}")
-    out = [f"# {title}", "", "## What it means", "", entry["means"].strip(), "",
+    out = [f"# {title}", ""]
+    if section == "halts":
+        out += ["```mermaid", "flowchart LR",
+                f'    halted["The run halted: {key}"] --> check["What to check first"]',
+                '    check --> fixed{"Cause fixed?"}',
+                '    fixed -- yes --> go["/gpu continue RUN"]',
+                '    fixed -- "no, or the change is unwanted" --> back["/gpu rollback RUN<br/>or /gpu uncordon NODE"]',
+                "```", ""]
+    out += ["## What it means", "", entry["means"].strip(), "",
            "## What to check first", "", entry["check"].strip(), "",
            "## Commands", "", entry["commands"].strip(), "",
            "## When to roll back", "", entry["roll_back"].strip(), ""]
