@@ -447,7 +447,33 @@ def suite_times() -> str:
     return "\n".join(out)
 
 
-GENERATED_PARTS = {"suite-times": suite_times, "inventory": inventory_results, "scaling": scaling_results, "upgrade": upgrade_results,
+def mutation_results() -> str:
+    """The per-module table of tests/mutation/results/survivors.md, and a chart of it."""
+    text = (ROOT / "tests" / "mutation" / "results" / "survivors.md").read_text()
+    rows = re.findall(r"^\| ([a-z_/]+\.py) \| (\d+) \| (\d+) \| (\d+) \| (\d+) \|", text, re.M)
+    names = [Path(row[0]).stem for row in rows]
+    top = max(int(row[1]) for row in rows)
+    return "\n".join([
+        "From `tests/mutation/results/survivors.md`: mutants per safety module, killed (bars) and survived (line).",
+        "", "```mermaid", "xychart-beta", '    title "Mutants killed and survived, by module"',
+        f"    x-axis [{', '.join(names)}]", f'    y-axis "mutants" 0 --> {top}',
+        f"    bar [{', '.join(row[2] for row in rows)}]", f"    line [{', '.join(row[4] for row in rows)}]", "```"])
+
+
+def kill_points() -> str:
+    """Where the engine was killed in the drain runs (tests/reliability/results/kills-drains.json)."""
+    runs = json.loads((ROOT / "tests" / "reliability" / "results" / "kills-drains.json").read_text())
+    latest = runs[-1]
+    points = sorted(latest["kill_points"].items(), key=lambda kv: -kv[1])
+    return "\n".join([
+        f"Where the {latest['kills']} kills of {latest['runs']} drain runs landed (seed {latest['seed']}, "
+        f"{latest['machine']}): {latest['lost_runs']} runs lost, {latest['side_effects_twice']} writes taken twice.",
+        "", "```mermaid", "xychart-beta", '    title "SIGKILLs of the engine, by the moment they landed"',
+        f"    x-axis [{', '.join(chr(34) + name + chr(34) for name, _ in points)}]",
+        f'    y-axis "kills" 0 --> {points[0][1] + 2}', f"    bar [{', '.join(str(n) for _, n in points)}]", "```"])
+
+
+GENERATED_PARTS = {"suite-times": suite_times, "mutation": mutation_results, "kills": kill_points, "inventory": inventory_results, "scaling": scaling_results, "upgrade": upgrade_results,
                    "ack": ack_results}
 PART = re.compile(r"<!-- generated: ([a-z-]+) -->")
 
