@@ -182,20 +182,56 @@ def config_keys(model: type[BaseModel] | None = None, prefix: str = "",
     return rows
 
 
+def _examples() -> list[Any]:
+    return [yaml.safe_load((ROOT / "deploy" / name).read_text())
+            for name in ("config.example.yaml", "config.clusters.example.yaml")]
+
+
+def _example_of(key: str, documents: list[Any]) -> str:
+    """The key's value in the shipped example configurations (the first place it is set),
+    for a key that holds a plain value; "" where no example sets it."""
+    def walk(node: Any, parts: list[str]) -> Iterator[Any]:
+        if not parts:
+            yield node
+            return
+        head, rest = parts[0], parts[1:]
+        if head == "<name>" and isinstance(node, dict):
+            for value in node.values():
+                yield from walk(value, rest)
+        elif head.endswith("[]"):
+            inner = node.get(head[:-2]) if isinstance(node, dict) else None
+            for item in inner if isinstance(inner, list) else ():
+                yield from walk(item, rest)
+        elif isinstance(node, dict) and head in node:
+            yield from walk(node[head], rest)
+
+    parts = re.split(r"\.(?![^<]*>)", key.replace("[].", "[]|").replace("[]", "[]").replace("|", "."))
+    for document in documents:
+        for value in walk(document, parts):
+            if value is not None and not isinstance(value, dict) and not (isinstance(value, list) and value
+                                                                           and isinstance(value[0], dict)):
+                shown = yaml.safe_dump(value, default_flow_style=True, width=10_000).strip().removesuffix("...").strip()
+                return f"`{shown}`" if len(shown) <= 60 else ""
+    return ""
+
+
 def configuration_page() -> str:
     out = ["# Configuration", "",
            "Every key of the configuration file, from its pydantic models: a key's type, its default",
            "and what it means. `gpuops config check <file>` reports every error with its file, line",
            "and column; `gpuops config schema` prints the same keys as a JSON Schema for an editor",
            "(the Helm chart's `values.schema.json` holds it under `config`). A `duration` is written",
-           "`90s`, `30m`, `1h30m` or `2d`. `deploy/config.example.yaml` is the demo's configuration;",
-           "`deploy/config.clusters.example.yaml` one with several clusters.", ""]
+           "`90s`, `30m`, `1h30m` or `2d`. The example column is the key's value in",
+           "`deploy/config.example.yaml` (the demo's configuration) or `deploy/config.clusters.example.yaml`",
+           "(several clusters), where they set it.", ""]
     sections: dict[str, list[tuple[str, str, str, str]]] = {}
     for row in config_keys():
         sections.setdefault(row[0].split(".")[0].split("[")[0], []).append(row)
+    documents = _examples()
     for section, rows in sections.items():
-        out += [f"## {section}", "", "| key | type | default | meaning |", "| --- | --- | --- | --- |"]
-        out += [f"| `{key}` | {kind} | {default} | {_cell(meaning)} |" for key, kind, default, meaning in rows]
+        out += [f"## {section}", "", "| key | type | default | meaning | example |", "| --- | --- | --- | --- | --- |"]
+        out += [f"| `{key}` | {kind} | {default} | {_cell(meaning)} | {_example_of(key, documents)} |"
+                for key, kind, default, meaning in rows]
         out.append("")
     return "\n".join(out)
 

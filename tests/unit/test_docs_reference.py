@@ -70,6 +70,9 @@ def test_every_configuration_key_has_a_type_a_default_and_a_meaning():
     page = HOOKS.configuration_page()
     for key, kind, default, _ in rows:
         assert f"| `{key}` | {kind} | {default} |" in page
+    # an example from the shipped configurations where they set the key
+    assert re.search(r"\| `pools.<name>.min_ready_gpus` \|.*\| `48` \|$", page, re.M)
+    assert re.search(r"\| `rotations\[\].shifts\[\].starts` \|.*\| `0 8 \* \* \*` \|$", page, re.M)
 
 
 def test_a_key_without_a_description_is_found(monkeypatch):
