@@ -16,7 +16,7 @@ DEMO_USER ?= U0ALICE
 TEST_WORKERS ?= 4
 DEMO_ARGS := --config deploy/config.example.yaml --kubeconfig .gpuops/testenv/kubeconfig --database .gpuops/demo.db
 
-.PHONY: check fuzz reliability venv demo test bench bench-scaling mutation testenv-build testenv-up testenv-down clean
+.PHONY: docs check fuzz reliability venv demo test bench bench-scaling mutation testenv-build testenv-up testenv-down clean
 
 venv: $(VENV)/.installed
 
@@ -59,6 +59,11 @@ check: venv
 test: testenv-build
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
+# The documentation site (mkdocs.yml, docs/), into site/; the references are generated from the
+# code as it builds (docs/hooks.py). --strict: a broken link or a missing page fails it.
+docs: venv
+	$(VENV)/bin/mkdocs build --strict
+
 bench: testenv-build
 	$(PY) -m pytest tests/bench --ignore=tests/bench/test_scaling_curve.py -p no:cacheprovider -o addopts= -q -s
 
@@ -95,4 +100,4 @@ testenv-down: venv
 
 clean:
 	-$(PY) -m testenv down
-	rm -rf $(VENV) .gpuops .pytest_cache .mypy_cache
+	rm -rf $(VENV) .gpuops .pytest_cache .mypy_cache site

@@ -9,6 +9,7 @@
                                       the plan /gpu upgrade would ask approval for (nothing is
                                       stored; the CLI user needs the operator role: cli_roles)
     gpuops audit verify|export        check or export the hash-chained audit log
+    gpuops config check|schema        check a configuration file, or print its JSON Schema
 
 Options shared by all: --config (or $GPUOPS_CONFIG), --kubeconfig/--context (else
 $KUBECONFIG, ~/.kube/config, or in-cluster), --database (else the configuration's
@@ -26,6 +27,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import getpass
+import json
 import logging
 import os
 import signal
@@ -49,7 +51,7 @@ from storage import audit
 from storage.database import open_database
 from storage.errors import StorageError
 from workflows.access import Actor
-from workflows.config import ConfigError, GpuopsConfig, load_config
+from workflows.config import ConfigError, GpuopsConfig, config_json_schema, load_config
 from workflows.fleet.watchcache import FleetCache
 from workflows.kube.errors import KubeError
 
@@ -324,6 +326,9 @@ def parser() -> argparse.ArgumentParser:
                                           "of what it configures (exit 0). The bot refuses to start on the "
                                           "same errors.")
     c.add_argument("file", nargs="?", help="the file to check (default: --config or $GPUOPS_CONFIG)")
+    config_sub.add_parser("schema", parents=shared, help="the configuration's JSON Schema, for editors",
+                          description="Print the JSON Schema of the configuration file (every key with its "
+                                      "type, default and meaning), for an editor's completion and checks.")
     p = sub.add_parser("audit", parents=shared, help="verify or export the audit log")
     audit_sub = p.add_subparsers(dest="audit_command", required=True)
     v = audit_sub.add_parser("verify", parents=shared, help="check every hash of the chain; exit 1 if broken")
@@ -368,6 +373,9 @@ def main(argv: list[str] | None = None) -> int:
             return _console(args)
         if args.command == "audit":
             return _audit(args)
+        if args.command == "config" and args.config_command == "schema":
+            print(json.dumps(config_json_schema(), indent=2))
+            return 0
         if args.command == "config":
             return _config_check(args.file or args.config)
         if args.command == "upgrade":

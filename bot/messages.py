@@ -621,3 +621,8 @@ def cluster_kubeconfig_unusable(cluster: str, why: str) -> str:
 def unnamed_rows_named(count: int, home: str) -> str:
     return (f"{count} requests and freezes from before clusters: was configured now name {home}, the home "
             "cluster, whose nodes they are about")
+
+
+def runbook_link(url: str) -> str:
+    """Appended to a halted run's thread message when `docs_url` is configured."""
+    return f"\nWhat to check and do: <{url}|the runbook>"

@@ -62,6 +62,7 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler
 
+from bot import messages as msg
 from bot.clicks import current_card
 from bot.journal import Journal
 from bot.render_blocks import NOTIFICATION_TEXT, escape, render_blocks
@@ -73,6 +74,7 @@ from storage.database import Database, PerThreadDatabase
 from storage.ids import RequestId
 from storage.outbox import OutboxMessage
 from workflows.access import Actor, Role, UserId
+from workflows.config import GpuopsConfig
 from workflows.handover.service import HandoverService, HandoverView, UnknownHandover
 
 log = logging.getLogger("gpuops.bot.notifier")
@@ -428,6 +430,8 @@ class Notifier:
         if thread is None and request.channel == channel:
             thread = request.thread_ts  # queued before the thread existed
         text = _with_people(payload.get("people"), _text(str(payload.get("text") or request_id)))
+        if payload.get("event") == "run.failed":
+            text += _runbook(self._host.services().config, str(payload.get("halted_on") or "window-ended"))
         if thread is None:
             # The first message of the request opens its thread with the card.
             card = self._card_message(request_id, now=now)
@@ -542,6 +546,14 @@ def mention_markup(mentions: Any) -> str:
             else:
                 log.warning("left out mention %r: not a Slack %s id", value, key[:-1])
     return " ".join(parts)
+
+
+def _runbook(config: GpuopsConfig, halted_on: str) -> str:
+    """The link to a halted run's runbook (by the step kind it failed on; a halt before a
+    wave is its window's end), or "" when the configuration names no `docs_url`."""
+    page = halted_on if re.fullmatch(r"[a-z][a-z-]*", halted_on) else "window-ended"
+    url = config.runbook_url(f"halts/{page}")
+    return msg.runbook_link(escape(url)) if url else ""
 
 
 def _with_people(people: Any, escaped: str) -> str:

@@ -30,8 +30,9 @@ from workflows.wording import plural, when
 FINDINGS_IN_STATUS = 8
 
 
-def _notice(finding: Finding) -> Notice:
-    return Notice(severity=finding.severity, text=finding.message, subject=finding.subject, command=finding.command)
+def _notice(finding: Finding, *, runbook: str | None) -> Notice:
+    return Notice(severity=finding.severity, text=finding.message, subject=finding.subject, command=finding.command,
+                  runbook=runbook)
 
 
 def _fleet(call: Call) -> Fleet:
@@ -116,9 +117,10 @@ def _node_row(node: NodeInventory) -> tuple[str, ...]:
             str(node.requested_gpus), node.effective_driver_version or "-", node.driver.owner, _node_state(node))
 
 
-def _findings_section(findings: tuple[Finding, ...], *, limit: int | None) -> Section:
+def _findings_section(call: Call, findings: tuple[Finding, ...], *, limit: int | None) -> Section:
     shown = findings if limit is None else findings[:limit]
-    notices = tuple(_notice(f) for f in shown)
+    config = call.services.config
+    notices = tuple(_notice(f, runbook=config.runbook_url(f"findings/{f.code}")) for f in shown)
     more = len(findings) - len(shown)
     return Section(title="Findings", notices=notices, text=msg.more_findings(more) if more > 0 else None)
 
@@ -184,7 +186,7 @@ def fleet_status(call: Call, pool_name: str | None = None) -> Reply:
         intents = (_drain_button(call, pool=pool.name, target=pool.name) + _upgrade_button(call, pool=pool.name)
                    + _mig_button(call, pool=pool, fleet=fleet))
         policy = call.services.config.pools.get(pool.name)
-        reply = _pool_status(fleet, pool, intents=intents, runs=runs,
+        reply = _pool_status(call, fleet, pool, intents=intents, runs=runs,
                              workloads=policy.workloads if policy is not None else None,
                              operators=_pool_operators(call, policy) if policy is not None else None)
         frozen = _freezes_section(call, pool=pool.name)
@@ -209,7 +211,7 @@ def fleet_status(call: Call, pool_name: str | None = None) -> Reply:
     if clusters is not None:
         sections.insert(0, clusters)  # every cluster's line before this one's detail
     if fleet.findings:
-        sections.append(_findings_section(fleet.findings, limit=FINDINGS_IN_STATUS))
+        sections.append(_findings_section(call, fleet.findings, limit=FINDINGS_IN_STATUS))
     if fleet.pools:
         sections.append(Section(title="Pools", table=Table(
             columns=msg.POOL_COLUMNS, rows=tuple(_pool_row(p, problems[p.name]) for p in fleet.pools))))
@@ -261,7 +263,7 @@ def _pool_operators(call: Call, policy: PoolConfig) -> str:
     return msg.pool_operators(own, fleet_operators=policy.global_operators)
 
 
-def _pool_status(fleet: Fleet, pool: PoolInventory, *, intents: tuple[Intent, ...] = (),
+def _pool_status(call: Call, fleet: Fleet, pool: PoolInventory, *, intents: tuple[Intent, ...] = (),
                  runs: tuple[RunView, ...] = (), workloads: Workloads | None = None,
                  operators: str | None = None) -> Reply:
     findings = tuple(f for f in fleet.findings if f.pool == pool.name or f.subject == pool.name)
@@ -285,7 +287,7 @@ def _pool_status(fleet: Fleet, pool: PoolInventory, *, intents: tuple[Intent, ..
     )
     sections = [Section(facts=facts)]
     if findings:
-        sections.append(_findings_section(findings, limit=None))
+        sections.append(_findings_section(call, findings, limit=None))
     nodes = tuple(_node_row(fleet.nodes[name]) for name in pool.nodes)
     sections.append(Section(title="Nodes", table=Table(columns=msg.NODE_COLUMNS, rows=nodes)))
     return Reply(title=msg.status_title(pool.name), summary=facts[2].value, sections=tuple(sections),
@@ -335,7 +337,7 @@ def node(call: Call, args: list[str]) -> Reply:
     sections.extend(health)
     findings = sort_findings((*fleet.findings_about(inv.name), *health_findings))
     if findings:
-        sections.insert(0, _findings_section(findings, limit=None))
+        sections.insert(0, _findings_section(call, findings, limit=None))
     return Reply(title=msg.node_title(inv.name), summary=f"{inv.advertised_gpus}/{inv.expected_advertised or '?'} "
                  f"GPUs advertised · driver owner {inv.driver.owner}", sections=tuple(sections),
                  intents=_drain_button(call, pool=inv.pool, target=inv.name))
@@ -440,4 +442,4 @@ def findings(call: Call, args: list[str]) -> Reply:
     if not selected:
         return Reply(title=msg.findings_title(scope), summary=msg.no_findings(scope), sections=unread)
     return Reply(title=msg.findings_title(scope), summary=f"{len(selected)} found",
-                 sections=(*unread, _findings_section(selected, limit=None)))
+                 sections=(*unread, _findings_section(call, selected, limit=None)))

@@ -41,6 +41,7 @@ class Notice:
     text: str
     subject: str | None = None
     command: str | None = None  # a /gpu command that shows more
+    runbook: str | None = None  # its runbook on the documentation site (`docs_url`)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,8 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic_core import core_schema
 from yaml.composer import Composer
 from yaml.constructor import SafeConstructor
 from yaml.events import AliasEvent
@@ -40,7 +42,7 @@ from workflows.signals.health import ThrottleReason
 from workflows.signals.rates import CounterMemory
 from workflows.signals.service import SignalsService
 from workflows.upgrade.scope import ClusterPolicyScope, DriverVersion, UpgradeRefused
-from workflows.wording import quoted, shown
+from workflows.wording import duration_text, quoted, shown
 
 
 class _Model(BaseModel):
@@ -48,22 +50,22 @@ class _Model(BaseModel):
 
 
 class ClusterConfig(_Model):
-    # What people call the cluster; with `clusters:`, each cluster's key (set here by
-    # gpuops). Requests keep it, so a request says which cluster it changes.
-    name: str | None = None
-    # The node label whose value names a node's pool (e.g. a cloud node-group label).
-    pool_label: str = "gpuops.io/pool"
-    # Where the GPU Operator runs; found from the ClusterPolicy when not set.
-    operator_namespace: str | None = None
-    # Who owns the ClusterPolicy (a team or channel); else its gpuops.io/owner annotation.
-    cluster_policy_owner: str | None = None
+    name: str | None = Field(default=None, description=(
+        "What people call the cluster; with `clusters:`, each cluster's key (set here by gpuops). "
+        "Requests keep it, so a request says which cluster it changes."))
+    pool_label: str = Field(default="gpuops.io/pool", description=(
+        "The node label whose value names a node's pool (e.g. a cloud node-group label)."))
+    operator_namespace: str | None = Field(default=None, description=(
+        "Where the GPU Operator runs; found from the ClusterPolicy when not set."))
+    cluster_policy_owner: str | None = Field(default=None, description=(
+        "Who owns the ClusterPolicy (a team or channel); else its gpuops.io/owner annotation."))
 
 
 class OperatorSupportRow(_Model):
-    # Kubernetes minor versions the release line supports, "1.30-1.35" (or one, "1.31").
-    kubernetes: str
-    # Where this comes from (a vendor's validation, NVIDIA's page for a newer release).
-    source: str = "gpuops configuration (inventory.operator_support)"
+    kubernetes: str = Field(description=(
+        "Kubernetes minor versions the release line supports, \"1.30-1.35\" (or one, \"1.31\")."))
+    source: str = Field(default="gpuops configuration (inventory.operator_support)", description=(
+        "Where this comes from (a vendor's validation, NVIDIA's page for a newer release)."))
 
     @field_validator("kubernetes")
     @classmethod
@@ -73,11 +75,14 @@ class OperatorSupportRow(_Model):
 
 
 class InventoryConfig(_Model):
-    upgrade_stuck_after: Duration = dt.timedelta(hours=1)
-    mig_pending_stuck_after: Duration = dt.timedelta(minutes=30)
-    # GPU Operator release line ("25.10") -> the Kubernetes versions it supports; over the
-    # table gpuops ships (workflows/fleet/operator_support.yaml), row by row.
-    operator_support: dict[str, OperatorSupportRow] = Field(default_factory=dict)
+    upgrade_stuck_after: Duration = Field(default=dt.timedelta(hours=1), description=(
+        "How long a node may stay in one state of the GPU Operator's driver upgrade before the "
+        "`upgrade-stuck` finding."))
+    mig_pending_stuck_after: Duration = Field(default=dt.timedelta(minutes=30), description=(
+        "How long a node's MIG change may stay unfinished before the `mig-change-stuck` finding."))
+    operator_support: dict[str, OperatorSupportRow] = Field(default_factory=dict, description=(
+        "GPU Operator release line (\"25.10\") -> the Kubernetes versions it supports; over the table "
+        "gpuops ships (workflows/fleet/operator_support.yaml), row by row."))
 
     @field_validator("operator_support")
     @classmethod
@@ -95,23 +100,23 @@ class InventoryConfig(_Model):
 
 
 class EngineConfig(_Model):
-    # Nodes of one wave the engine changes at once; a plan's waves (max_unavailable,
-    # min_ready_gpus) decide what may be out together, this caps it for the API's sake.
-    max_parallel_nodes: int = Field(default=4, ge=1, le=500)
+    max_parallel_nodes: int = Field(default=4, ge=1, le=500, description=(
+        "Nodes of one wave the engine changes at once; a plan's waves (max_unavailable, "
+        "min_ready_gpus) decide what may be out together, this caps it for the API's sake."))
 
 
 class UpgradesConfig(_Model):
-    # Driver versions an upgrade may ask for (empty: any well-formed version). A rollback
-    # to the version a run replaced is always allowed.
-    allowed_versions: tuple[str, ...] = ()
-    # What an upgrade of a pool whose driver the ClusterPolicy sets may reach: `pool` (the
-    # default) refuses it while the ClusterPolicy drives other pools too; `all-pools`
-    # accepts that their driver moves with it (on their next driver restart, or held back
-    # until upgraded in turn when autoUpgrade is on) and the plan says so.
-    cluster_policy_scope: ClusterPolicyScope = "pool"
-    # The canary pod every upgraded node runs before it is given back (a pool's own
-    # `gpu_check` replaces it; unset here and there: no check pod).
-    gpu_check: GpuCheck | None = None
+    allowed_versions: tuple[str, ...] = Field(default=(), description=(
+        "Driver versions an upgrade may ask for (empty: any well-formed version). A rollback to the "
+        "version a run replaced is always allowed."))
+    cluster_policy_scope: ClusterPolicyScope = Field(default="pool", description=(
+        "What an upgrade of a pool whose driver the ClusterPolicy sets may reach: `pool` (the "
+        "default) refuses it while the ClusterPolicy drives other pools too; `all-pools` accepts that "
+        "their driver moves with it (on their next driver restart, or held back until upgraded in "
+        "turn when autoUpgrade is on) and the plan says so."))
+    gpu_check: GpuCheck | None = Field(default=None, description=(
+        "The canary pod every upgraded node runs before it is given back (a pool's own `gpu_check` "
+        "replaces it; unset here and there: no check pod)."))
 
     @field_validator("allowed_versions")
     @classmethod
@@ -125,20 +130,20 @@ class UpgradesConfig(_Model):
 
 
 class AccessConfig(_Model):
-    # Slack user id -> roles.
-    users: dict[str, tuple[Role, ...]] = Field(default_factory=dict)
-    # Slack user group id -> roles (members resolved through usergroups.users.list).
-    usergroups: dict[str, tuple[Role, ...]] = Field(default_factory=dict)
-    # Display names for users, used where Slack is not asked (console, CLI, tests).
-    names: dict[str, str] = Field(default_factory=dict)
-    # Roles of the local user of the `gpuops` command line.
-    cli_roles: tuple[Role, ...] = (Role.VIEWER,)
+    users: dict[str, tuple[Role, ...]] = Field(default_factory=dict, description="Slack user id -> roles.")
+    usergroups: dict[str, tuple[Role, ...]] = Field(default_factory=dict, description=(
+        "Slack user group id -> roles (members resolved through usergroups.users.list)."))
+    names: dict[str, str] = Field(default_factory=dict, description=(
+        "Display names for users, used where Slack is not asked (console, CLI, tests)."))
+    cli_roles: tuple[Role, ...] = Field(default=(Role.VIEWER,), description=(
+        "Roles of the local user of the `gpuops` command line."))
 
 
 class PrometheusBasicAuth(_Model):
-    username: str
-    # A file holding the password (a mounted Secret), read on every query.
-    password_file: Path
+    username: str = Field(description=(
+        "The user name for basic auth."))
+    password_file: Path = Field(description=(
+        "A file holding the password (a mounted Secret), read on every query."))
 
 
 def _command_timeout(value: dt.timedelta) -> dt.timedelta:
@@ -149,14 +154,18 @@ def _command_timeout(value: dt.timedelta) -> dt.timedelta:
 
 
 class PrometheusConfig(_Model):
-    # Prometheus's address, e.g. http://prometheus-operated.monitoring:9090 (a path prefix is kept).
-    url: str
-    # A file holding a bearer token (a ServiceAccount token, a mounted Secret), read on every query.
-    bearer_token_file: Path | None = None
-    basic_auth: PrometheusBasicAuth | None = None
-    # A CA bundle for an https URL signed by a private CA.
-    ca_file: Path | None = None
-    timeout: Duration = dt.timedelta(seconds=5)
+    url: str = Field(description=(
+        "Prometheus's address, e.g. http://prometheus-operated.monitoring:9090 (a path prefix is "
+        "kept)."))
+    bearer_token_file: Path | None = Field(default=None, description=(
+        "A file holding a bearer token (a ServiceAccount token, a mounted Secret), read on every "
+        "query."))
+    basic_auth: PrometheusBasicAuth | None = Field(default=None, description=(
+        "Basic auth for Prometheus (a user name and a password file), instead of a bearer token."))
+    ca_file: Path | None = Field(default=None, description=(
+        "A CA bundle for an https URL signed by a private CA."))
+    timeout: Duration = Field(default=dt.timedelta(seconds=5), description=(
+        "One deadline for Prometheus's whole answer (connecting, headers, body); at most 1m."))
 
     @field_validator("url")
     @classmethod
@@ -188,25 +197,32 @@ class PrometheusConfig(_Model):
 class ExportersConfig(_Model):
     """Each node's dcgm-exporter read straight from its pod, without Prometheus."""
 
-    # Where the exporter answers on its pod IP (the operator's: 9400, /metrics, plain HTTP).
-    port: int = Field(default=9400, ge=1, le=65535)
-    path: str = "/metrics"
-    scheme: Literal["http", "https"] = "http"
-    timeout: Duration = dt.timedelta(seconds=5)
-    # The exporter pods: in this namespace (unset: the GPU Operator's, as the cluster section
-    # or the ClusterPolicy says), with these labels. gpuops watches the operator's namespace
-    # only: exporters elsewhere are not seen.
-    namespace: str | None = None
+    port: int = Field(default=9400, ge=1, le=65535, description=(
+        "Where the exporter answers on its pod IP (the operator's: 9400, /metrics, plain HTTP)."))
+    path: str = Field(default="/metrics", description=(
+        "The path of the exporter's metrics page."))
+    scheme: Literal["http", "https"] = Field(default="http", description=(
+        "http, or https (needed for a bearer token or a CA file)."))
+    timeout: Duration = Field(default=dt.timedelta(seconds=5), description=(
+        "One deadline for one exporter's whole answer (connecting, headers, body); at most 1m."))
+    namespace: str | None = Field(default=None, description=(
+        "The exporter pods: in this namespace (unset: the GPU Operator's, as the cluster section or "
+        "the ClusterPolicy says), with these labels. gpuops watches the operator's namespace only: "
+        "exporters elsewhere are not seen."))
     pod_labels: dict[str, str] = Field(default_factory=lambda: {POD_SELECTOR_DCGM_EXPORTER[0]:
-                                                                POD_SELECTOR_DCGM_EXPORTER[1]}, min_length=1)
-    # A file holding a bearer token (a mounted Secret), read on every scrape; a CA bundle
-    # for https (the exporters' certificates must name their pod IPs).
-    bearer_token_file: Path | None = None
-    ca_file: Path | None = None
-    # Pages read at once when every node is asked for (`/gpu findings`, a handover), and
-    # how long reading them all may take: pages not in by then leave their nodes unknown.
-    parallel: int = Field(default=16, ge=1, le=256)
-    deadline: Duration = dt.timedelta(seconds=20)
+                                                                POD_SELECTOR_DCGM_EXPORTER[1]}, min_length=1, description=(
+        "The labels that pick the exporter pods (the GPU Operator's: app=nvidia-dcgm-exporter)."))
+    bearer_token_file: Path | None = Field(default=None, description=(
+        "A file holding a bearer token (a mounted Secret), read on every scrape; a CA bundle for "
+        "https (the exporters' certificates must name their pod IPs)."))
+    ca_file: Path | None = Field(default=None, description=(
+        "A CA bundle for https (the exporters' certificates must name their pod IPs)."))
+    parallel: int = Field(default=16, ge=1, le=256, description=(
+        "Pages read at once when every node is asked for (`/gpu findings`, a handover), and how long "
+        "reading them all may take: pages not in by then leave their nodes unknown."))
+    deadline: Duration = Field(default=dt.timedelta(seconds=20), description=(
+        "How long reading every node's exporter may take; pages not in by then leave their nodes "
+        "unknown (at least the timeout, at most 2m)."))
 
     @field_validator("path")
     @classmethod
@@ -243,18 +259,23 @@ class ExportersConfig(_Model):
 
 
 class SignalThresholdsConfig(_Model):
-    gpu_temp_warning_c: float = Field(default=85.0, gt=0)
-    gpu_temp_critical_c: float = Field(default=92.0, gt=0)
-    memory_temp_warning_c: float = Field(default=95.0, gt=0)
-    memory_temp_critical_c: float = Field(default=105.0, gt=0)
-    # A count since the driver last loaded (DCGM's volatile counter).
-    ecc_dbe_critical: int = Field(default=1, ge=1)
-    # Per hour: how fast correctable ECC errors and PCIe replays grow, not their totals.
-    ecc_sbe_warning: int = Field(default=100, ge=1)
-    pcie_replays_warning: int = Field(default=100, ge=1)
-    # Clock-throttle reasons that raise a finding (power capping under load is normal).
-    throttle_reasons: tuple[ThrottleReason, ...] = ("thermal (SW)", "thermal (HW)", "HW slowdown",
-                                                    "power brake (HW)")
+    gpu_temp_warning_c: float = Field(default=85.0, gt=0, description=(
+        "GPU temperature (Celsius) that raises a `gpu-hot` warning."))
+    gpu_temp_critical_c: float = Field(default=92.0, gt=0, description=(
+        "GPU temperature (Celsius) that makes `gpu-hot` critical."))
+    memory_temp_warning_c: float = Field(default=95.0, gt=0, description=(
+        "GPU memory temperature (Celsius) that raises a `gpu-memory-hot` warning."))
+    memory_temp_critical_c: float = Field(default=105.0, gt=0, description=(
+        "GPU memory temperature (Celsius) that makes `gpu-memory-hot` critical."))
+    ecc_dbe_critical: int = Field(default=1, ge=1, description=(
+        "A count since the driver last loaded (DCGM's volatile counter)."))
+    ecc_sbe_warning: int = Field(default=100, ge=1, description=(
+        "Per hour: how fast correctable ECC errors and PCIe replays grow, not their totals."))
+    pcie_replays_warning: int = Field(default=100, ge=1, description=(
+        "PCIe replays per hour that raise a `gpu-pcie-replays` warning."))
+    throttle_reasons: tuple[ThrottleReason, ...] = Field(default=("thermal (SW)", "thermal (HW)", "HW slowdown",
+                                                    "power brake (HW)"), description=(
+        "Clock-throttle reasons that raise a finding (power capping under load is normal)."))
 
     @model_validator(mode="after")
     def _ordered(self) -> SignalThresholdsConfig:
@@ -272,19 +293,22 @@ class SignalsConfig(_Model):
     """GPU health from DCGM: the dcgm-exporter's series, read through Prometheus
     (`prometheus`) or straight from the exporter pods (`exporters`); exactly one."""
 
-    prometheus: PrometheusConfig | None = None
-    exporters: ExportersConfig | None = None
-    # The series label naming the Kubernetes node (the GPU Operator's exporter sets Hostname
-    # to it; a scrape that relabels, e.g. to `node`, names its own). Through Prometheus
-    # only: read from the exporters, a node's series are its exporter pod's.
-    node_label: str = Field(default="Hostname", min_length=1)
-    # Label matchers every query carries, where one Prometheus (or Thanos) holds several
-    # clusters' series, e.g. {cluster: west}. Through Prometheus only.
-    matchers: dict[str, str] = Field(default_factory=dict)
-    thresholds: SignalThresholdsConfig = SignalThresholdsConfig()
-    # The longest answer read from Prometheus or one exporter's page, in MB (10^6 bytes);
-    # a longer one is not read on: that reading (or that node) is unknown, with the reason.
-    max_answer_mb: int = Field(default=8, ge=1, le=1000)
+    prometheus: PrometheusConfig | None = Field(default=None, description=(
+        "Read the DCGM series through Prometheus (or Thanos) that scrapes the exporters."))
+    exporters: ExportersConfig | None = Field(default=None, description=(
+        "Read each node's dcgm-exporter pod directly, by its pod IP (the home cluster only)."))
+    node_label: str = Field(default="Hostname", min_length=1, description=(
+        "The series label naming the Kubernetes node (the GPU Operator's exporter sets Hostname to "
+        "it; a scrape that relabels, e.g. to `node`, names its own). Through Prometheus only: read "
+        "from the exporters, a node's series are its exporter pod's."))
+    matchers: dict[str, str] = Field(default_factory=dict, description=(
+        "Label matchers every query carries, where one Prometheus (or Thanos) holds several clusters' "
+        "series, e.g. {cluster: west}. Through Prometheus only."))
+    thresholds: SignalThresholdsConfig = Field(default=SignalThresholdsConfig(), description=(
+        "Where a GPU's readings become findings."))
+    max_answer_mb: int = Field(default=8, ge=1, le=1000, description=(
+        "The longest answer read from Prometheus or one exporter's page, in MB (10^6 bytes); a longer "
+        "one is not read on: that reading (or that node) is unknown, with the reason."))
 
     @model_validator(mode="after")
     def _one_source(self) -> SignalsConfig:
@@ -324,24 +348,26 @@ class ClusterEntry(_Model):
     policies and operator settings are per cluster; access, rotations, the engine and the
     database are gpuops-wide."""
 
-    # The cluster whose API holds the engine's Lease and where runs change nodes.
-    home: bool = False
-    # Where its credentials are: a kubeconfig file (and context), or the pod's own
-    # service account (in_cluster, the home cluster only). Neither: the kubeconfig and
-    # context gpuops was started with (the home cluster only).
-    kubeconfig: Path | None = None
-    context: str | None = None
-    in_cluster: bool = False
-    # Slack channel ids where commands address this cluster unless they name another.
-    channels: tuple[str, ...] = ()
+    home: bool = Field(default=False, description=(
+        "The cluster whose API holds the engine's Lease and where runs change nodes."))
+    kubeconfig: Path | None = Field(default=None, description=(
+        "Where its credentials are: a kubeconfig file (and context), or the pod's own service account "
+        "(in_cluster, the home cluster only). Neither: the kubeconfig and context gpuops was started "
+        "with (the home cluster only)."))
+    context: str | None = Field(default=None, description=(
+        "The kubeconfig context to use (unset: the file's current context)."))
+    in_cluster: bool = Field(default=False, description=(
+        "Use the pod's own service account (the home cluster only)."))
+    channels: tuple[str, ...] = Field(default=(), description=(
+        "Slack channel ids where commands address this cluster unless they name another."))
     cluster: ClusterConfig = ClusterConfig()
     inventory: InventoryConfig = InventoryConfig()
     pools: dict[PoolKey, PoolConfig] = Field(default_factory=dict)
     upgrades: UpgradesConfig = UpgradesConfig()
-    # Its GPU health from DCGM (unset: the top-level `signals` for the home cluster,
-    # nothing for the others). Another cluster's reads through Prometheus: its exporter
-    # pods' IPs are on its own network.
-    signals: SignalsConfig | None = None
+    signals: SignalsConfig | None = Field(default=None, description=(
+        "Its GPU health from DCGM (unset: the top-level `signals` for the home cluster, nothing for "
+        "the others). Another cluster's reads through Prometheus: its exporter pods' IPs are on its "
+        "own network."))
 
     @model_validator(mode="after")
     def _one_source(self) -> ClusterEntry:
@@ -354,20 +380,52 @@ class ClusterEntry(_Model):
 
 
 class GpuopsConfig(_Model):
-    cluster: ClusterConfig = ClusterConfig()
-    inventory: InventoryConfig = InventoryConfig()
-    pools: dict[PoolKey, PoolConfig] = Field(default_factory=dict)
-    access: AccessConfig = AccessConfig()
-    upgrades: UpgradesConfig = UpgradesConfig()
-    engine: EngineConfig = EngineConfig()
-    database: Path | None = None
-    rotations: tuple[RotationConfig, ...] = ()
-    # GPU health from DCGM (unset: gpuops says nothing about it).
-    signals: SignalsConfig | None = None
+    cluster: ClusterConfig = Field(default=ClusterConfig(), description=(
+        "The cluster gpuops serves: its name, the node label naming pools, the GPU Operator's "
+        "namespace and the ClusterPolicy's owner."))
+    inventory: InventoryConfig = Field(default=InventoryConfig(), description=(
+        "How the fleet's inventory judges what it reads: when an upgrade or a MIG change counts as "
+        "stuck, and which Kubernetes versions each GPU Operator release supports."))
+    pools: dict[PoolKey, PoolConfig] = Field(default_factory=dict, description=(
+        "Each pool by name (the value of its nodes' `cluster.pool_label`): its kind, approvers and "
+        "operators, windows, capacity rules and timeouts."))
+    access: AccessConfig = Field(default=AccessConfig(), description=(
+        "Who may do what: roles per Slack user and user group, display names, and the command line's "
+        "roles."))
+    upgrades: UpgradesConfig = Field(default=UpgradesConfig(), description=(
+        "Driver upgrades across the fleet: the versions allowed, what a ClusterPolicy's upgrade may "
+        "reach, and the check pod every upgraded node runs."))
+    engine: EngineConfig = Field(default=EngineConfig(), description=(
+        "The run engine's settings."))
+    database: Path | None = Field(default=None, description=(
+        "The SQLite database file (unset: `--database`, else ./.gpuops/gpuops.db, or "
+        "/var/lib/gpuops/gpuops.db in a pod)."))
+    rotations: tuple[RotationConfig, ...] = Field(default=(), description=(
+        "On-call rotations that get the shift handover checklist at every shift change."))
+    signals: SignalsConfig | None = Field(default=None, description=(
+        "GPU health from DCGM (unset: gpuops says nothing about it)."))
+    docs_url: str | None = Field(default=None, description=(
+        "Where the gpuops documentation site is served, e.g. https://gpuops.example.com/docs/ "
+        "(`make docs` builds it): each finding and each halted run in Slack links to its runbook "
+        "there. Unset: no links."))
 
-    # Several clusters served by one gpuops (unset: one cluster, described by the keys
-    # above). Set, `cluster`, `inventory`, `pools` and `upgrades` go under each cluster.
-    clusters: dict[str, ClusterEntry] = Field(default_factory=dict)
+    clusters: dict[str, ClusterEntry] = Field(default_factory=dict, description=(
+        "Several clusters served by one gpuops (unset: one cluster, described by the keys above). "
+        "Set, `cluster`, `inventory`, `pools` and `upgrades` go under each cluster."))
+
+    @field_validator("docs_url")
+    @classmethod
+    def _docs_url(cls, value: str | None) -> str | None:
+        if value is not None:
+            parts = urllib.parse.urlsplit(value)
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                raise ValueError(f"{value!r} is not an http:// or https:// address")
+        return value
+
+    def runbook_url(self, page: str) -> str | None:
+        """The runbook `page` ("findings/gpu-xid", "halts/evict") on the documentation site,
+        or None when `docs_url` is unset."""
+        return f"{self.docs_url.rstrip('/')}/runbooks/{page}/" if self.docs_url else None
 
     @field_validator("clusters")
     @classmethod
@@ -473,6 +531,34 @@ class GpuopsConfig(_Model):
         return Actor(user_id=UserId(user_id), name=name or self.access.names.get(user_id, user_id),
                      roles=frozenset(roles), pool_roles=pool_roles, via=via, groups=tuple(groups),
                      unread_groups=tuple(unread_groups))
+
+
+class _ConfigSchema(GenerateJsonSchema):
+    """The schema as the file is written: a duration is "90s", "30m", "1h30m" or a number of
+    seconds (not ISO 8601), and its default is shown that way."""
+
+    def timedelta_schema(self, schema: core_schema.TimedeltaSchema) -> JsonSchemaValue:
+        return {"anyOf": [{"type": "string", "pattern": DURATION_PATTERN}, {"type": "number", "minimum": 0}]}
+
+    def encode_default(self, dft: Any) -> Any:
+        if isinstance(dft, dt.timedelta):
+            return duration_text(dft)
+        return super().encode_default(dft)
+
+
+# What parse_duration reads (workflows/durations.py), for editors: days, hours, minutes, seconds.
+DURATION_PATTERN = r"^\s*(?:\d+d)?\s*(?:\d+h)?\s*(?:\d+m)?\s*(?:\d+s)?\s*$"
+
+
+def config_json_schema() -> dict[str, Any]:
+    """The configuration file's JSON Schema (`gpuops config schema`; the chart's
+    values.schema.json holds it under `config`): every key with its type, default and the
+    meaning its field description gives."""
+    schema = GpuopsConfig.model_json_schema(schema_generator=_ConfigSchema)
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
+            "title": "gpuops configuration",
+            "description": "The gpuops configuration file (deploy/config.example.yaml).",
+            **{key: value for key, value in schema.items() if key != "title"}}
 
 
 class ConfigError(Exception):

@@ -407,7 +407,7 @@ class Engine:
         self.audit(run, info, action="run.failed", target=info.request.pool, before=run.state, after="failed",
                    detail={**detail, "left_cordoned": list(left), "text": said})
         self.notify(run, info, event="run.failed", state="failed", text=said, kind="post",
-                    dedupe=f"{run.id}/failed")
+                    dedupe=f"{run.id}/failed", halted_on=detail.get("kind"))
         for other in stored_steps.for_run(self.db, run_id=run.id):
             self.live.pop(other.id, None)
         log.warning("%s: run %s halted: %s", self.replica, run.id, said)
@@ -421,7 +421,7 @@ class Engine:
                             detail={**detail, "replica": self.replica, "dry_run": run.dry_run})
 
     def notify(self, run: Run, info: RunInfo, *, event: str, state: str, text: str, kind: outbox.MessageKind,
-               dedupe: str | None, node: str | None = None) -> None:
+               dedupe: str | None, node: str | None = None, halted_on: str | None = None) -> None:
         request = info.request
         if request.channel is None:
             return
@@ -430,6 +430,8 @@ class Engine:
                                    "dry_run": run.dry_run}
         if node is not None:
             payload["node"] = node
+        if halted_on is not None:  # the step kind a halted run failed on (its runbook)
+            payload["halted_on"] = halted_on
         outbox.enqueue(self.db, channel=request.channel, thread_ts=request.thread_ts, kind=kind,
                        payload=payload, at=self.clock(), dedupe_key=dedupe)
 

@@ -84,7 +84,8 @@ class _Model(BaseModel):
 class ShiftConfig(_Model):
     """One shift of a rotation: when it starts and who is on it."""
 
-    name: str
+    name: str = Field(description=(
+        "The shift's name, as the checklist says it."))
     # Cron rule for the shift's start, in the rotation's time zone: "0 8 * * mon-fri".
     starts: str
     # Slack user ids ("U0ALICE") and user groups ("group:S0NIGHT"); only their
@@ -137,17 +138,21 @@ class ShiftConfig(_Model):
 class RotationConfig(_Model):
     """A team's on-call rotation: where its handovers go and how they are chased."""
 
-    name: str
-    team: str
+    name: str = Field(description=(
+        "The rotation's name (`/gpu handover <rotation>`)."))
+    team: str = Field(description=(
+        "The team the rotation belongs to, as the checklist names it."))
     # The Slack channel the checklist is posted to (an id like C0GPUOPS).
     channel: str
     # An IANA zone; shift rules are read as wall-clock times there.
     timezone: str = "UTC"
-    shifts: tuple[ShiftConfig, ...] = Field(min_length=1)
+    shifts: tuple[ShiftConfig, ...] = Field(min_length=1, description=(
+        "The rotation's shifts, at least one."))
     # Nobody on the incoming shift acknowledged this long after the post: remind them in
     # the thread; still nobody `escalate_after` the reminder: mention `escalation`.
     ack_timeout: Duration = dt.timedelta(minutes=30)
-    escalate_after: Duration = dt.timedelta(minutes=30)
+    escalate_after: Duration = Field(default=dt.timedelta(minutes=30), description=(
+        "How long after the reminder nobody acknowledged before `escalation` is mentioned."))
     # A Slack user id or "group:S0123"; None: remind only.
     escalation: str | None = None
     # A Jinja2 template for the checklist (absolute, or relative to the configuration

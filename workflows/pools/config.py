@@ -66,14 +66,18 @@ class GpuCheck(_Model):
     `image`; exit code 0 passes, anything else (or no answer within `timeout`) halts the
     run with the node cordoned. `enabled: false` on a pool turns a fleet-wide check off."""
 
-    enabled: bool = True
-    # The namespace needs the bot's pod-create Role (deploy/rbac.yaml puts it in gpuops).
-    namespace: str = "gpuops"
-    image: str = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"
-    command: tuple[str, ...] = ("nvidia-smi",)
-    # A MIG pool with the mixed strategy asks for one of its MIG devices instead.
-    resource: str = "nvidia.com/gpu"
-    timeout: Duration = dt.timedelta(minutes=5)
+    enabled: bool = Field(default=True, description=(
+        "false on a pool turns a fleet-wide check off there."))
+    namespace: str = Field(default="gpuops", description=(
+        "The namespace needs the bot's pod-create Role (deploy/rbac.yaml puts it in gpuops)."))
+    image: str = Field(default="nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04", description=(
+        "The check pod's image."))
+    command: tuple[str, ...] = Field(default=("nvidia-smi",), description=(
+        "What the check pod runs; exit 0 passes."))
+    resource: str = Field(default="nvidia.com/gpu", description=(
+        "A MIG pool with the mixed strategy asks for one of its MIG devices instead."))
+    timeout: Duration = Field(default=dt.timedelta(minutes=5), description=(
+        "How long the check pod may take (at least 10s) before the run halts."))
 
     @field_validator("namespace")
     @classmethod
@@ -115,8 +119,10 @@ class WorkloadRule(_Model):
     """Which workloads a placement rule allows: pods in one of `namespaces` (any when
     empty) whose labels match `selector` (any when unset)."""
 
-    namespaces: tuple[str, ...] = ()
-    selector: str | None = None
+    namespaces: tuple[str, ...] = Field(default=(), description=(
+        "Namespaces the rule allows (empty: any)."))
+    selector: str | None = Field(default=None, description=(
+        "A label selector the pods must match (unset: any)."))
 
     @field_validator("selector", mode="before")
     @classmethod
@@ -150,8 +156,10 @@ class Workloads(_Model):
     seed's "document which workloads are allowed to land on MIG slices versus full
     GPUs"): `/gpu status <pool>` shows it and a finding flags running pods that break it."""
 
-    mig: WorkloadRule | None = None
-    full_gpu: WorkloadRule | None = None
+    mig: WorkloadRule | None = Field(default=None, description=(
+        "The workloads that may use MIG slices (unset: any)."))
+    full_gpu: WorkloadRule | None = Field(default=None, description=(
+        "The workloads that may use whole GPUs (unset: any)."))
 
     def placement(self) -> PoolPlacement:
         return PoolPlacement(mig=self.mig.match() if self.mig else None,
@@ -159,21 +167,22 @@ class Workloads(_Model):
 
 
 class PoolConfig(_Model):
-    kind: Literal["serving", "training"]
-    # Approvals a request needs, per kind of request.
-    approvals: dict[ChangeKindName, Annotated[int, Field(ge=0, le=5)]] = Field(default_factory=dict)
-    # Who may approve for this pool, besides global approvers: Slack user ids or
-    # user groups written as "group:S0123".
-    approvers: tuple[str, ...] = ()
-    # Who may ask for and control this pool's changes (drains, upgrades, MIG changes,
-    # moves; pause, resume, abort, continue, confirm, uncordon, rollback) besides the
-    # fleet's operators: Slack user ids or user groups written as "group:S0123".
-    operators: tuple[str, ...] = ()
-    # Whether the fleet's operators (access.users / access.usergroups) operate this pool
-    # too. false: only its `operators` (and admins) do, for teams sharing a cluster.
-    global_operators: bool = True
-    # How long a request waits for approval before it expires.
-    request_ttl: Duration = dt.timedelta(hours=24)
+    kind: Literal["serving", "training"] = Field(description=(
+        "serving (live traffic: stricter default approvals) or training."))
+    approvals: dict[ChangeKindName, Annotated[int, Field(ge=0, le=5)]] = Field(default_factory=dict, description=(
+        "Approvals a request needs, per kind of request."))
+    approvers: tuple[str, ...] = Field(default=(), description=(
+        "Who may approve for this pool, besides global approvers: Slack user ids or user groups "
+        "written as \"group:S0123\"."))
+    operators: tuple[str, ...] = Field(default=(), description=(
+        "Who may ask for and control this pool's changes (drains, upgrades, MIG changes, moves; "
+        "pause, resume, abort, continue, confirm, uncordon, rollback) besides the fleet's operators: "
+        "Slack user ids or user groups written as \"group:S0123\"."))
+    global_operators: bool = Field(default=True, description=(
+        "Whether the fleet's operators (access.users / access.usergroups) operate this pool too. "
+        "false: only its `operators` (and admins) do, for teams sharing a cluster."))
+    request_ttl: Duration = Field(default=dt.timedelta(hours=24), description=(
+        "How long a request waits for approval before it expires."))
 
     # Drain policy. Parsing lives in pools.windows / capacity / selectors; their errors
     # say how to fix it.
@@ -185,10 +194,16 @@ class PoolConfig(_Model):
         times make a 24-hour window); "24:00" ends at midnight. Quote the times in
         YAML, which reads an unquoted 22:30 as the number 1350."""
 
-        days: tuple[str, ...]
-        start: str
-        end: str
-        timezone: str
+        # A list or one string ("mon-fri"): the schema says both, as the validator reads both.
+        days: tuple[str, ...] = Field(json_schema_extra={"type": ["array", "string"]}, description=(
+            "The days the window starts on: names, ranges like mon-fri (a list, or one string), or "
+            "daily."))
+        start: str = Field(description=(
+            "Its start, \"HH:MM\" wall-clock time in `timezone` (quote it in YAML)."))
+        end: str = Field(description=(
+            "Its end, \"HH:MM\"; at or before the start crosses midnight, \"24:00\" ends at midnight."))
+        timezone: str = Field(description=(
+            "An IANA time zone, e.g. Europe/Berlin."))
 
         @field_validator("days", mode="before")
         @classmethod
@@ -214,65 +229,71 @@ class PoolConfig(_Model):
         """Pods (by label selector, e.g. "gpuops.io/must-finish=true") a drain waits for
         to finish, up to `timeout`, before evicting what is left."""
 
-        selector: str
-        timeout: Duration
+        selector: str = Field(description=(
+            "A label selector of the pods to wait for, e.g. \"gpuops.io/must-finish=true\"."))
+        timeout: Duration = Field(description=(
+            "How long to wait for them before the run halts with the node cordoned."))
 
         @field_validator("selector", mode="before")
         @classmethod
         def _selector(cls, value: Any) -> str:
             return LabelSelector.parse(value).text
 
-    # When drains may run. No windows (the default) means no drain is allowed at all:
-    # gates fail closed. Write a list of windows, or `windows: always` for any time.
-    windows: tuple[Window, ...] | Literal["always"] = ()
-    # Nodes of the pool out at once, as a count (2) or a percent of its nodes ("25%",
-    # rounded down, at least 1 when above 0). Nodes already cordoned or NotReady count.
-    max_unavailable: int | str = 1
-    # GPUs that must stay Ready (advertised on Ready, schedulable nodes) during a drain.
-    min_ready_gpus: Annotated[int, Field(ge=0)] = 0
-    # How long an eviction may be held up by a PodDisruptionBudget before
-    # `pdb_timeout_action`: wait (the run halts with the node cordoned, for a person to
-    # decide), skip (the node is left out: uncordoned, its pods keep running, the run goes
-    # on) or delete (the pods, ignoring the PDB; only with allow_delete: true).
-    drain_timeout: Duration = dt.timedelta(minutes=30)
-    allow_delete: bool = False
-    # How long a drained node may take to come back (Ready, driver, device plugin and
-    # validator healthy, every physical GPU advertised) before the run halts with it cordoned.
-    validate_timeout: Duration = dt.timedelta(minutes=10)
-    pdb_timeout_action: Literal["wait", "skip", "delete"] = "wait"
-    # Pods that come straight back to the cordoned node after eviction (they tolerate
-    # node.kubernetes.io/unschedulable) before a driver or MIG change: evicted again this
-    # many times, then the run halts naming them and their owners (0: halt at once).
-    evict_retries: Annotated[int, Field(ge=0, le=20)] = 3
-    # The longest a drain with no end (`/gpu drain <nodes>` on a `windows: always` pool,
-    # without `for`) holds its nodes; unset, it holds them until someone says `drain done`.
-    open_drain_max: Duration | None = None
-    # Jobs that must finish rather than be evicted.
-    wait_for: WaitFor | None = None
-    # Driver upgrades: the node that takes a new driver first (unset: the node running the
-    # fewest GPU pods), and how long the pool waits after it before the other waves.
-    canary: str | None = None
-    upgrade_soak: Duration = dt.timedelta(minutes=10)
-    # Which workloads may use MIG slices and which whole GPUs here (unset: not documented).
-    workloads: Workloads | None = None
-    # How long a node being moved to the operator waits for a person to remove its host
-    # driver (or until the window ends, if sooner) before the run halts with it cordoned.
-    host_driver_timeout: Duration = dt.timedelta(hours=8)
-    # Let the node's own evidence stand for that person's word: the host driver that worked
-    # when the step began stops (the validator waits for a driver, no GPU advertised, no
-    # operator driver pod), or, on the way back, a driver starts working with no operator
-    # pod. Off by default: a driver that stops is not proof its packages are gone (a
-    # leftover install loads again at the next boot); with it off the evidence is shown.
-    host_driver_evidence: bool = False
-    # Nodes a move to (or from) the operator takes at once: each needs a person at the
-    # node. Never more than max_unavailable allows; the first node always goes alone.
-    migrate_at_once: Annotated[int, Field(ge=1)] = 1
-    # How long a node's MIG change may take (the MIG manager's pending, a reboot, the
-    # device plugin re-advertising) before the run halts with the node cordoned.
-    mig_timeout: Duration = dt.timedelta(minutes=30)
-    # The canary pod each upgraded node runs before it is given back (unset: the fleet's
-    # `upgrades.gpu_check`, if any).
-    gpu_check: GpuCheck | None = None
+    windows: tuple[Window, ...] | Literal["always"] = Field(default=(), description=(
+        "When drains may run. No windows (the default) means no drain is allowed at all: gates fail "
+        "closed. Write a list of windows, or `windows: always` for any time."))
+    max_unavailable: int | str = Field(default=1, description=(
+        "Nodes of the pool out at once, as a count (2) or a percent of its nodes (\"25%\", rounded "
+        "down, at least 1 when above 0). Nodes already cordoned or NotReady count."))
+    min_ready_gpus: Annotated[int, Field(ge=0)] = Field(default=0, description=(
+        "GPUs that must stay Ready (advertised on Ready, schedulable nodes) during a drain."))
+    drain_timeout: Duration = Field(default=dt.timedelta(minutes=30), description=(
+        "How long an eviction may be held up by a PodDisruptionBudget before `pdb_timeout_action`: "
+        "wait (the run halts with the node cordoned, for a person to decide), skip (the node is left "
+        "out: uncordoned, its pods keep running, the run goes on) or delete (the pods, ignoring the "
+        "PDB; only with allow_delete: true)."))
+    allow_delete: bool = Field(default=False, description=(
+        "Whether `pdb_timeout_action: delete` may delete pods a PodDisruptionBudget protects (needs "
+        "deploy/rbac-pod-delete.yaml)."))
+    validate_timeout: Duration = Field(default=dt.timedelta(minutes=10), description=(
+        "How long a drained node may take to come back (Ready, driver, device plugin and validator "
+        "healthy, every physical GPU advertised) before the run halts with it cordoned."))
+    pdb_timeout_action: Literal["wait", "skip", "delete"] = Field(default="wait", description=(
+        "What happens when a PodDisruptionBudget still blocks an eviction at `drain_timeout`: wait, "
+        "skip or delete."))
+    evict_retries: Annotated[int, Field(ge=0, le=20)] = Field(default=3, description=(
+        "Pods that come straight back to the cordoned node after eviction (they tolerate "
+        "node.kubernetes.io/unschedulable) before a driver or MIG change: evicted again this many "
+        "times, then the run halts naming them and their owners (0: halt at once)."))
+    open_drain_max: Duration | None = Field(default=None, description=(
+        "The longest a drain with no end (`/gpu drain <nodes>` on a `windows: always` pool, without "
+        "`for`) holds its nodes; unset, it holds them until someone says `drain done`."))
+    wait_for: WaitFor | None = Field(default=None, description="Jobs that must finish rather than be evicted.")
+    canary: str | None = Field(default=None, description=(
+        "Driver upgrades: the node that takes a new driver first (unset: the node running the fewest "
+        "GPU pods), and how long the pool waits after it before the other waves."))
+    upgrade_soak: Duration = Field(default=dt.timedelta(minutes=10), description=(
+        "Driver upgrades: how long the pool waits after the canary node before the other waves."))
+    workloads: Workloads | None = Field(default=None, description=(
+        "Which workloads may use MIG slices and which whole GPUs here (unset: not documented)."))
+    host_driver_timeout: Duration = Field(default=dt.timedelta(hours=8), description=(
+        "How long a node being moved to the operator waits for a person to remove its host driver (or "
+        "until the window ends, if sooner) before the run halts with it cordoned."))
+    host_driver_evidence: bool = Field(default=False, description=(
+        "Let the node's own evidence stand for that person's word: the host driver that worked when "
+        "the step began stops (the validator waits for a driver, no GPU advertised, no operator "
+        "driver pod), or, on the way back, a driver starts working with no operator pod. Off by "
+        "default: a driver that stops is not proof its packages are gone (a leftover install loads "
+        "again at the next boot); with it off the evidence is shown."))
+    migrate_at_once: Annotated[int, Field(ge=1)] = Field(default=1, description=(
+        "Nodes a move to (or from) the operator takes at once: each needs a person at the node. Never "
+        "more than max_unavailable allows; the first node always goes alone."))
+    mig_timeout: Duration = Field(default=dt.timedelta(minutes=30), description=(
+        "How long a node's MIG change may take (the MIG manager's pending, a reboot, the device "
+        "plugin re-advertising) before the run halts with the node cordoned."))
+    gpu_check: GpuCheck | None = Field(default=None, description=(
+        "The canary pod each upgraded node runs before it is given back (unset: the fleet's "
+        "`upgrades.gpu_check`, if any)."))
 
     _window_set: WindowSet | None = None
     _unavailable_budget: MaxUnavailable | None = None
