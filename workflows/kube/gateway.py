@@ -505,6 +505,11 @@ class KubeGateway:
     def get_node(self, name: str) -> NodeObject:
         return node_from_json(self.request("GET", f"{NODES}/{name}"))
 
+    def get_node_json(self, name: str) -> Json:
+        """Node `name` as the API server sends it, managedFields included (the watch
+        cache keeps neither them nor its taints' owners); for `/gpu node`."""
+        return self.request("GET", f"{NODES}/{name}", timeout=(3, 5))
+
     def server_version(self) -> str | None:
         """The API server's version (`GET /version`, its gitVersion such as "v1.31.4"),
         which every identity may read; None when it names none."""
