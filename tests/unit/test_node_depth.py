@@ -161,6 +161,7 @@ def test_taints_keyed_one_by_one_name_only_the_ones_the_tool_owns():
 
 
 @pytest.mark.parametrize("node", [
+    ["not", "a", "node"],
     {"metadata": []},
     {"metadata": {"managedFields": {"manager": "kubectl"}}},
     {"metadata": {"managedFields": ["kubectl"]}},
@@ -191,6 +192,8 @@ class Reads:
         return self.node
 
     def list_disruption_budgets(self, namespace: str) -> list[DisruptionBudget]:
+        if namespace == "odd":
+            raise KeyError("name")  # what the gateway's reading of a budget without a name raises
         return [b for b in self.budgets if b.namespace == namespace]
 
 
@@ -225,3 +228,13 @@ def test_a_refused_or_misshapen_read_says_why_its_part_is_unknown():
 
     assert refused.hand_set is None and "forbidden" in (refused.hand_set_unknown or "")
     assert misshapen.hand_set is None and "not shaped as documented" in (misshapen.hand_set_unknown or "")
+
+
+def test_budgets_answered_in_an_odd_shape_are_unknown_with_the_namespace_and_who_set_what_stands():
+    odd = GpuPod(namespace="odd", name="x", owner=None, gpus=1, labels={})
+
+    detail = read_node_detail(Reads(budgets=BUDGETS), "gpu-1", [WEB, odd])
+
+    assert detail.budgets is None
+    assert detail.budgets_unknown == "budgets of namespace odd not read: the API server's answer is not shaped as documented (KeyError('name'))"
+    assert detail.hand_set is not None

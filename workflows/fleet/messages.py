@@ -10,6 +10,10 @@ def managed_fields_shape(where: str) -> str:
     return f"the API server's answer is not shaped as documented ({where}): who set what is unknown"
 
 
+def answer_shape(error: str) -> str:
+    return f"the API server's answer is not shaped as documented ({error})"
+
+
 def read_late(deadline: float) -> str:
     return f"the API server did not answer within {deadline:g}s"
 

@@ -83,6 +83,8 @@ def _owned_keys(fields: object, *, where: str) -> list[str]:
 def hand_set_fields(node: Mapping[str, Any]) -> tuple[HandSet, ...]:
     """From the node's JSON, its labels, taints and annotations that a person's tool owns
     (raises BadShape)."""
+    if not isinstance(node, Mapping):
+        raise BadShape(say.managed_fields_shape("the node"))
     meta = node.get("metadata")
     spec = node.get("spec") or {}
     if not isinstance(meta, Mapping) or not isinstance(spec, Mapping):
@@ -197,3 +199,6 @@ def _outcome(read: concurrent.futures.Future[Any], use: Callable[[Any], T], *,
         return None, say.read_failed(str(err))
     except BadShape as err:
         return None, str(err)
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        # The gateway's own reading of an answer shaped otherwise (a budget without a name).
+        return None, say.answer_shape(repr(err))
