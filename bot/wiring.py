@@ -111,6 +111,7 @@ class Runtime:
                                         node_labels=self.gateway, signals=self.signals)
         if self.gateway is not None:
             services.cordons = Cordons(database, self.gateway)
+            services.node_reads = self.gateway
             if isinstance(self.fleet, FleetCache):
                 # Quotas are listed when asked; nodes and GPU pods come from the cache.
                 services.quotas = QuotaService(reader=self.gateway, cluster=self.fleet,
@@ -148,6 +149,7 @@ class Runtime:
                                         roles=self.roles_in(config), on_approved=self.request_approved,
                                         workloads=gateway, mig_reader=gateway, node_labels=gateway)
         services.cordons = Cordons(database, gateway)
+        services.node_reads = gateway
         if source.cache is not None:
             services.quotas = QuotaService(reader=gateway, cluster=source.cache, settings=config.inventory_settings())
         services.cluster, services.clusters = name, self.clusters

@@ -18,6 +18,7 @@ from workflows.engine.runs import RunView
 from workflows.fleet.assessment import NodeInventory
 from workflows.fleet.pool import PoolInventory
 from workflows.fleet.clusters import ClusterUnreachable
+from workflows.fleet.node_detail import read_node_detail
 from workflows.fleet.findings import Finding, cordons_left_behind, format_age, sort_findings
 from workflows.fleet.summary import Fleet
 from workflows.kube.objects import NodeName
@@ -332,6 +333,7 @@ def node(call: Call, args: list[str]) -> Reply:
         Section(facts=facts),
         Section(title=f"Driver owner: {inv.driver.owner}", bullets=inv.driver.evidence),
         Section(title="GPUs", table=gpus),
+        *_depth_sections(call, fleet, inv),
     ]
     health, health_findings = _gpu_health(call, inv)
     sections.extend(health)
@@ -341,6 +343,49 @@ def node(call: Call, args: list[str]) -> Reply:
     return Reply(title=msg.node_title(inv.name), summary=f"{inv.advertised_gpus}/{inv.expected_advertised or '?'} "
                  f"GPUs advertised · driver owner {inv.driver.owner}", sections=tuple(sections),
                  intents=_drain_button(call, pool=inv.pool, target=inv.name))
+
+
+def _depth_sections(call: Call, fleet: Fleet, inv: NodeInventory) -> tuple[Section, ...]:
+    """The operator's pods on the node, any device plugin not the operator's, the GPU pods
+    with their owners and budgets, and what a person's tool set on the node: the last two
+    read from the API when asked (workflows.fleet.node_detail)."""
+    operands = (Section(title=msg.operands_title(), table=Table(columns=msg.OPERAND_COLUMNS, rows=tuple(
+        (o.operand, o.state.name or "?", o.state.text, str(o.state.restarts), o.state.version or "?")
+        for o in inv.operands))) if inv.operands else
+        Section(title=msg.operands_title(), text=msg.no_operands(fleet.cluster.operator_namespace)))
+    others = (Section(title=msg.other_device_plugins_title(), table=Table(columns=msg.OPERAND_COLUMNS, rows=tuple(
+        ("device-plugin", p.name or "?", p.text, str(p.restarts), p.version or "?")
+        for p in inv.other_device_plugins))),) if inv.other_device_plugins else ()
+    reads = call.services.node_reads
+    detail = read_node_detail(reads, inv.name, inv.gpu_pods) if reads is not None else None
+    budgets = detail.budgets if detail is not None else None
+    notices: list[Notice] = []
+    if detail is None:
+        notices.append(Notice(severity="info", subject=inv.name, text=msg.node_reads_unavailable()))
+    elif detail.budgets_unknown is not None and inv.gpu_pods:
+        notices.append(Notice(severity="warning", subject=inv.name, text=msg.budgets_unknown(detail.budgets_unknown)))
+
+    def budget(ref: str) -> str:
+        if budgets is None:
+            return msg.budget_unknown()
+        return ", ".join(budgets.get(ref, ())) or msg.no_budget()
+
+    pods = (Section(title=msg.gpu_pods_title(), notices=tuple(notices), table=Table(
+        columns=msg.GPU_POD_COLUMNS, rows=tuple((p.ref, p.owner or msg.bare_pod(), str(p.gpus), budget(p.ref))
+                                                for p in inv.gpu_pods)))
+            if inv.gpu_pods else Section(title=msg.gpu_pods_title(), text=msg.no_gpu_pods()))
+    if detail is None:
+        hand = Section(title=msg.hand_set_title(), text=msg.node_reads_unavailable())
+    elif detail.hand_set is None:
+        hand = Section(title=msg.hand_set_title(), notices=(Notice(
+            severity="warning", subject=inv.name, text=msg.hand_set_unknown(detail.hand_set_unknown or "?")),))
+    elif not detail.hand_set:
+        hand = Section(title=msg.hand_set_title(), text=msg.nothing_hand_set())
+    else:
+        hand = Section(title=msg.hand_set_title(), table=Table(columns=msg.HAND_SET_COLUMNS, rows=tuple(
+            (h.what, h.key, h.value, h.manager, h.at.strftime("%Y-%m-%d %H:%M") if h.at else "?")
+            for h in detail.hand_set)))
+    return (operands, *others, pods, hand)
 
 
 def _gpu_health(call: Call, inv: NodeInventory) -> tuple[tuple[Section, ...], tuple[Finding, ...]]:

@@ -142,6 +142,64 @@ def node_title(name: str) -> str:
     return f"GPU node {name}"
 
 
+OPERAND_COLUMNS = ("operand", "pod", "state", "restarts", "version")
+GPU_POD_COLUMNS = ("pod", "owner", "GPUs", "disruption budget")
+HAND_SET_COLUMNS = ("what", "key", "value", "set by", "that tool's last write (UTC)")
+
+
+def operands_title() -> str:
+    return "Operator's pods on the node"
+
+
+def no_operands(namespace: str | None) -> str:
+    return (f"No pod of the operator's namespace {namespace} runs on this node." if namespace
+            else "No GPU Operator found, so no operand pods.")
+
+
+def other_device_plugins_title() -> str:
+    return "Device plugins not the operator's"
+
+
+def gpu_pods_title() -> str:
+    return "GPU pods"
+
+
+def no_gpu_pods() -> str:
+    return "No pod holds a GPU on this node."
+
+
+def bare_pod() -> str:
+    return "none (a bare pod)"
+
+
+def no_budget() -> str:
+    return "none"
+
+
+def budget_unknown() -> str:
+    return "unknown"
+
+
+def hand_set_title() -> str:
+    return "Set by a person's tool (labels, taints, annotations)"
+
+
+def nothing_hand_set() -> str:
+    return "Nothing: no label, taint or annotation here is owned by kubectl or another person's tool."
+
+
+def node_reads_unavailable() -> str:
+    return "Not read: this entry point has no Kubernetes API (who set what, and the budgets, need a read of it)."
+
+
+def hand_set_unknown(reason: str) -> str:
+    return f"Who set the node's labels, taints and annotations is unknown: {reason}."
+
+
+def budgets_unknown(reason: str) -> str:
+    return f"The disruption budgets covering these pods are unknown: {reason}."
+
+
 def uncordoned_title(name: str) -> str:
     return f"Uncordoned {name}"
 

@@ -17,6 +17,7 @@ from workflows.drain.service import DrainService, PodsAndBudgets
 from workflows.engine.cordons import Cordons
 from workflows.engine.runs import RunService
 from workflows.fleet.clusters import ClusterGlance, ClusterSource
+from workflows.fleet.node_detail import NodeReads
 from workflows.fleet.summary import FleetSource
 from workflows.kinds import ChangeService
 from workflows.requests.records import RoleLookup
@@ -74,6 +75,9 @@ class Services:
     signals: SignalsService | None = None
     # Change freezes of a pool or the cluster (workflows.pools.freezes); needs the database.
     freezes: FreezeService | None = None
+    # What `/gpu node` reads when asked (who set the node's labels and taints, the budgets
+    # of its GPU pods); needs the Kubernetes API. None: `/gpu node` says it is not read.
+    node_reads: NodeReads | None = None
     # With several clusters (`clusters:` in the configuration): the one these services
     # address, and every cluster by name (commands.clusters). None: one cluster.
     cluster: str | None = None

@@ -32,7 +32,19 @@ from workflows.fleet.driver_owner import DriverOwnership, gfd_driver_version, ju
 from workflows.fleet.loose_values import int_or_none, parse_time, str_or_none
 from workflows.fleet.node_changes import MigStatus, UpgradeStatus, mig_status, upgrade_status
 from workflows.fleet.operator_settings import FleetContext
-from workflows.fleet.pods import MISSING_POD, PodState, first_pod_state, misplaced, operand_pods, pod_state
+from workflows.fleet.pods import (
+    MISSING_POD,
+    GpuPod,
+    OperandPod,
+    PodState,
+    every_operand,
+    first_pod_state,
+    gpu_pods,
+    misplaced,
+    operand_pods,
+    other_device_plugins,
+    pod_state,
+)
 from workflows.fleet.settings import InventorySettings
 from workflows.kube.labels import (
     ANNOTATION_CORDONED_BY,
@@ -134,6 +146,14 @@ class NodeInventory:
     node_info: NodeInfo = NO_NODE_INFO
     # The operator's driver here uses precompiled modules (one image per kernel).
     precompiled: bool = False
+    # Every pod of the operator's namespace on the node, by operand.
+    operands: tuple[OperandPod, ...] = ()
+    # The pods holding GPUs here, with their owners.
+    gpu_pods: tuple[GpuPod, ...] = ()
+    # NVIDIA device plugin pods here that are not the operator's (a hand-installed one).
+    other_device_plugins: tuple[PodState, ...] = ()
+    # The operator runs its device plugin here, or its deploy label says it will.
+    operator_device_plugin: bool = False
 
     @property
     def expected_advertised(self) -> int | None:
@@ -294,6 +314,10 @@ def assess_node(
         misplaced=misplaced(pods_on_node, settings.placement.get(pool), mig),
         node_info=node.info,
         precompiled=context.precompiled_for(labels),
+        operands=every_operand(pods_on_node, namespace=context.operator_namespace),
+        gpu_pods=gpu_pods(pods_on_node),
+        other_device_plugins=other_device_plugins(pods_on_node, namespace=context.operator_namespace),
+        operator_device_plugin=device_plugin_pod.present or labels.get(LABEL_DEPLOY_PREFIX + "device-plugin") == "true",
     )
 
 

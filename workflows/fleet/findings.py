@@ -40,6 +40,7 @@ FindingCode: TypeAlias = Literal[
     "driver-conflict",
     "driver-crash-loop",
     "device-plugin-no-gpus",
+    "second-device-plugin",
     "upgrade-stuck",
     "upgrade-failed",
     "mig-change-stuck",
@@ -154,6 +155,9 @@ def node_findings(
         if mig_age is not None and mig_age > settings.mig_pending_stuck_after:
             add("critical", "mig-change-stuck", msg_mig_change_stuck(inv, age=mig_age))
             zero_explained = True
+
+    if inv.other_device_plugins and inv.operator_device_plugin:
+        add("critical", "second-device-plugin", msg_second_device_plugin(inv))
 
     if inv.device_plugin_pod.condition == "healthy" and inv.advertised_gpus == 0 and not zero_explained:
         add("critical", "device-plugin-no-gpus", msg_device_plugin_no_gpus(inv))
@@ -439,6 +443,18 @@ def msg_device_plugin_no_gpus(inv: NodeInventory) -> str:
     return (
         f"device plugin on {inv.name} is Ready but the node advertises 0 GPUs; check the "
         "device plugin logs and that the driver is loaded (nvidia-smi on the node)"
+    )
+
+
+def msg_second_device_plugin(inv: NodeInventory) -> str:
+    others = ", ".join(f"{p.name} ({p.text}, image {p.image or '?'})" for p in inv.other_device_plugins)
+    ours = (f"the operator's {inv.device_plugin_pod.name} ({inv.device_plugin_pod.text})"
+            if inv.device_plugin_pod.present else "the operator's, which its deploy label asks for")
+    return (
+        f"{inv.name} runs a second NVIDIA device plugin beside {ours}: {others}; two plugins register the "
+        "same GPUs with the kubelet, so pods are placed on GPUs another pod holds: remove the hand-installed "
+        "one (its DaemonSet or Helm release), or set nvidia.com/gpu.deploy.device-plugin=false on the node "
+        "to keep it instead of the operator's"
     )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
@@ -270,3 +270,99 @@ def misplaced(pods: Sequence[PodObject], placement: PoolPlacement | None,
         if rule is not None and not rule.matches(pod):
             found.append((f"{pod.namespace}/{pod.name}", use))
     return tuple(sorted(found))
+
+
+# --------------------------------------------------------------------------------------
+# Every operand pod, the GPU pods with their owners, and device plugins not the operator's
+
+# How a hand-installed NVIDIA device plugin labels its pods: the project's Helm chart, its
+# static DaemonSet (nvidia-device-plugin.yml), and a copy of the operator's own label.
+_DEVICE_PLUGIN_LABELS = (
+    ("app.kubernetes.io/name", "nvidia-device-plugin"),
+    ("name", "nvidia-device-plugin-ds"),
+    POD_SELECTOR_DEVICE_PLUGIN,
+)
+_DEVICE_PLUGIN_IMAGE = "/k8s-device-plugin"
+# GPU feature discovery ships in the device plugin's image since v0.15: its pods say so.
+_FEATURE_DISCOVERY = "feature-discovery"
+
+
+def looks_like_device_plugin(labels: Mapping[str, str], images: Sequence[str]) -> bool:
+    """An NVIDIA device plugin pod by its labels, or by its image (k8s-device-plugin)
+    when its labels do not say it is GPU feature discovery, which ships in that image."""
+    if any(labels.get(key) == value for key, value in _DEVICE_PLUGIN_LABELS):
+        return True
+    if any(_FEATURE_DISCOVERY in value for value in labels.values()):
+        return False
+    return any(image.split("@", 1)[0].rsplit(":", 1)[0].endswith(_DEVICE_PLUGIN_IMAGE) for image in images)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OperandPod:
+    """One of the operator's pods on a node: which operand (its `app` label, else its
+    owner's name) and how it is doing."""
+
+    operand: str
+    state: PodState
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuPod:
+    """A pod holding GPUs on a node, with the controller that owns it."""
+
+    namespace: str
+    name: str
+    # "Deployment web" (through its ReplicaSet), "StatefulSet db", "Job train-7"; None: a bare pod.
+    owner: str | None
+    gpus: int
+    labels: Mapping[str, str]
+
+    @property
+    def ref(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def operand_name(pod: PodObject) -> str:
+    controller = pod.controller
+    return (pod.labels.get("app") or pod.labels.get("app.kubernetes.io/component")
+            or (controller.name if controller is not None else pod.name))
+
+
+def every_operand(pods_on_node: Sequence[PodObject], *, namespace: str | None) -> tuple[OperandPod, ...]:
+    """Every pod of the operator's namespace on the node, by operand, live ones first."""
+    if namespace is None:
+        return ()
+    mine = _best_first([p for p in pods_on_node if p.namespace == namespace and not _is_terminated(p)])
+    return tuple(sorted((OperandPod(operand=operand_name(p), state=pod_state(p)) for p in mine),
+                        key=lambda o: o.operand))
+
+
+def other_device_plugins(pods_on_node: Sequence[PodObject], *, namespace: str | None) -> tuple[PodState, ...]:
+    """NVIDIA device plugin pods on the node outside the operator's namespace (none
+    without an operator: then a device plugin is not a second one)."""
+    if namespace is None:
+        return ()
+    return tuple(pod_state(p) for p in pods_on_node
+                 if p.namespace != namespace and not p.deleting and not _is_terminated(p)
+                 and looks_like_device_plugin(p.labels, p.images))
+
+
+def controller_text(pod: PodObject) -> str | None:
+    """The pod's controller as a person names it: a ReplicaSet made by a Deployment (its
+    pod-template-hash ends the ReplicaSet's name) is named by the Deployment."""
+    controller = pod.controller
+    if controller is None:
+        return None
+    if controller.kind == "ReplicaSet":
+        hash_ = pod.labels.get("pod-template-hash")
+        if hash_ and controller.name.endswith(f"-{hash_}"):
+            return f"Deployment {controller.name.removesuffix(f'-{hash_}')}"
+    return f"{controller.kind} {controller.name}"
+
+
+def gpu_pods(pods_on_node: Sequence[PodObject]) -> tuple[GpuPod, ...]:
+    """The pods holding GPUs here (bound, not finished, not being deleted)."""
+    return tuple(sorted((GpuPod(namespace=p.namespace, name=p.name, owner=controller_text(p),
+                                gpus=sum(p.gpu_requests.values()), labels=p.labels)
+                         for p in pods_on_node if p.gpu_requests and not p.deleting and not _is_terminated(p)),
+                        key=lambda g: g.ref))

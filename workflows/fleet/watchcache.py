@@ -27,6 +27,7 @@ from workflows.fleet.assessment import NodeInventory, assess_node
 from workflows.fleet.canaries import LastCanaries
 from workflows.fleet.first_seen import FirstSeen
 from workflows.fleet.operator_settings import FleetContext, fleet_context
+from workflows.fleet.pods import looks_like_device_plugin
 from workflows.fleet.settings import InventorySettings
 from workflows.fleet.summary import Fleet, FleetIndex
 from workflows.durations import utc_now
@@ -62,14 +63,17 @@ _BACKOFF_MAX = 30.0
 
 
 def _keep_pod(pod: wire.PodWire, operator_namespace: str | None) -> bool:
-    """Operator pods and GPU-requesting pods; the rest of a big cluster stays out."""
+    """Operator pods, GPU-requesting pods and NVIDIA device plugins wherever they run (a
+    second one beside the operator's is a finding); the rest of a big cluster stays out."""
     meta = wire.meta_of(pod)
     labels = wire.labels_of(meta)
     if operator_namespace and meta.namespace == operator_namespace:
         return True
     if labels.get(POD_SELECTOR_DRIVER[0]) == POD_SELECTOR_DRIVER[1] or labels.get("app") in _OPERAND_APPS:
         return True
-    return bool(wire.gpu_requests(wire.pod_spec_of(pod)))
+    spec = wire.pod_spec_of(pod)
+    return bool(wire.gpu_requests(spec)) or looks_like_device_plugin(
+        labels, tuple(c.image or "" for c in spec.containers or ()))
 
 
 @dataclass

@@ -17,6 +17,7 @@ from workflows.kube import wire
 from workflows.kube.errors import Gone
 from workflows.kube.gateway.client import KubeClient
 from workflows.kube.gateway.decoding import (
+    Json,
     custom_object_from_json,
     disruption_budget_from_json,
     driver_template_from_json,
@@ -105,6 +106,11 @@ class KubeReads(KubeClient):
     # --- reads the engine needs fresh (not from the cache) -----------------------------
     def get_node(self, name: str) -> NodeObject:
         return node_from_json(self.request("GET", f"{NODES}/{name}"))
+
+    def get_node_json(self, name: str) -> Json:
+        """Node `name` as the API server sends it, managedFields included (the watch
+        cache keeps neither them nor its taints' owners); for `/gpu node`."""
+        return self.request("GET", f"{NODES}/{name}", timeout=(3, 5))
 
     def server_version(self) -> str | None:
         """The API server's version (`GET /version`, its gitVersion such as "v1.31.4"),
