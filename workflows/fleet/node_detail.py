@@ -29,7 +29,7 @@ READ_DEADLINE = 5.0
 # kubectl apply's copy of what it applied: the person's tool wrote it, but it says nothing new.
 _LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
-T = TypeVar("T")
+_T = TypeVar("_T")
 
 
 class NodeReads(Protocol):
@@ -189,8 +189,8 @@ def read_node_detail(reads: NodeReads, node: str, pods: Sequence[GpuPod], *,
                       budgets_unknown=budgets_unknown)
 
 
-def _outcome(read: concurrent.futures.Future[Any], use: Callable[[Any], T], *,
-             deadline: float) -> tuple[T | None, str | None]:
+def _outcome(read: concurrent.futures.Future[Any], use: Callable[[Any], _T], *,
+             deadline: float) -> tuple[_T | None, str | None]:
     if not read.done():
         return None, say.read_late(deadline)
     try:
