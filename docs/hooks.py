@@ -534,10 +534,13 @@ def chart_values_schema() -> dict[str, Any]:
     config.pop("$schema")
     config["description"] = ("The gpuops configuration (`gpuops config schema`); ignored when "
                              "existingConfigMap names a ConfigMap.")
+    # A ConfigMap from elsewhere is the bot's to check (`gpuops config check`), not the
+    # chart's: `config` is checked only when existingConfigMap names none.
     return {"$schema": "http://json-schema.org/draft-07/schema#",
             "title": "gpuops Helm chart values",
             "type": "object",
-            "properties": {"config": config},
+            "if": {"properties": {"existingConfigMap": {"minLength": 1}}, "required": ["existingConfigMap"]},
+            "else": {"properties": {"config": config}},
             "$defs": defs}
 
 

@@ -236,7 +236,7 @@ def test_the_configuration_it_renders_passes_the_bots_own_check(tmp_path, values
     ([*TOKENS, "--namespace", "platform", "--set", "config.upgrades.gpu_check.image=cuda:12"],
      "config.upgrades.gpu_check runs canary pods in namespace gpuops, but the chart lets the bot create pods only "
      "in the release namespace platform: set its namespace to platform"),
-    ([*TOKENS, "--set", "config.pools.train.gpu_check.namespace=ml"],
+    ([*TOKENS, "--set", "config.pools.train.kind=training", "--set", "config.pools.train.gpu_check.namespace=ml"],
      "config.pools.train.gpu_check runs canary pods in namespace ml"),
     ([*TOKENS, "--set", "config.cluster.operator_namespace=nvidia"],
      "config.cluster.operator_namespace is nvidia but operatorNamespace is gpu-operator"),
@@ -249,7 +249,7 @@ def test_values_the_bot_cannot_run_with_are_refused_at_render(tmp_path, values, 
 
 def test_the_namespace_checks_let_through_what_the_bot_can_run(tmp_path):
     objects = render(tmp_path, *TOKENS, "--set", "config.upgrades.gpu_check.namespace=platform",
-                     "--set", "config.pools.train.gpu_check.enabled=false",
+                     "--set", "config.pools.train.kind=training", "--set", "config.pools.train.gpu_check.enabled=false",
                      "--set", "config.cluster.operator_namespace=nvidia", "--set", "operatorNamespace=nvidia",
                      namespace="platform")
     assert yaml.safe_load(one(objects, "ConfigMap")["data"]["config.yaml"])["upgrades"]["gpu_check"] == {
