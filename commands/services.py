@@ -17,6 +17,7 @@ from workflows.drain.service import DrainService, PodsAndBudgets
 from workflows.engine.cordons import Cordons
 from workflows.engine.runs import RunService
 from workflows.fleet.clusters import ClusterGlance, ClusterSource
+from workflows.fleet.notes import NoteService
 from workflows.fleet.summary import FleetSource
 from workflows.kinds import ChangeService
 from workflows.requests.records import RoleLookup
@@ -74,6 +75,8 @@ class Services:
     signals: SignalsService | None = None
     # Change freezes of a pool or the cluster (workflows.pools.freezes); needs the database.
     freezes: FreezeService | None = None
+    # Operators' notes on nodes (workflows.fleet.notes); needs the database.
+    notes: NoteService | None = None
     # With several clusters (`clusters:` in the configuration): the one these services
     # address, and every cluster by name (commands.clusters). None: one cluster.
     cluster: str | None = None
@@ -119,5 +122,6 @@ class Services:
                    database=database,
                    freezes=FreezeService(database, pools=config.pools, names=config.names, wake=wake_engine,
                                          cluster=config.cluster_name),
+                   notes=NoteService(database, names=config.names, cluster=config.cluster_name),
                    signals=signals if signals is not None else (
                        config.signals.service(cluster=fleet) if config.signals is not None else None))

@@ -75,6 +75,11 @@ class OperatorSupportRow(_Model):
 class InventoryConfig(_Model):
     upgrade_stuck_after: Duration = dt.timedelta(hours=1)
     mig_pending_stuck_after: Duration = dt.timedelta(minutes=30)
+    forgotten_after: Duration = Field(
+        default=dt.timedelta(days=7),
+        description="How long a person's cordon or taint on a GPU node may stand, counted from when gpuops "
+                    "first saw it, with no gpuops run on the node and no note (`/gpu note`), before it is the "
+                    "restriction-forgotten finding.")
     # GPU Operator release line ("25.10") -> the Kubernetes versions it supports; over the
     # table gpuops ships (workflows/fleet/operator_support.yaml), row by row.
     operator_support: dict[str, OperatorSupportRow] = Field(default_factory=dict)

@@ -20,6 +20,7 @@ from workflows.fleet.summary import Fleet, FleetSource
 from workflows.fleet.watchcache import FleetCache, utc_now
 from workflows.kube.errors import KubeError
 from workflows.kube.gateway import KubeGateway
+from workflows.kube.objects import NodeObject
 
 log = logging.getLogger("gpuops.clusters")
 
@@ -132,6 +133,10 @@ class ClusterFleet:
             raise ClusterUnreachable(f"cluster {self.name} has not answered{since}{why}")
         return self._cache.fleet(now)
 
+    def node(self, name: str) -> NodeObject | None:
+        """The node object the cluster's watch cache keeps (None before it was listed)."""
+        return self._cache.node(name) if self._cache is not None else None
+
 
 class WatchedCluster:
     """The home cluster's cache seen as one cluster of several (the bot starts it
@@ -146,6 +151,9 @@ class WatchedCluster:
 
     def fleet(self, now: dt.datetime) -> Fleet:
         return self.cache.fleet(now)
+
+    def node(self, name: str) -> NodeObject | None:
+        return self.cache.node(name)
 
 
 class ClusterSource(FleetSource, Protocol):
