@@ -24,11 +24,11 @@ from workflows.durations import parse_duration
 from workflows.fleet import drift_messages as say
 from workflows.fleet.assessment import NodeInventory
 from workflows.fleet.compare import PoolComparison, compare_pool, node_objects
-from workflows.fleet.findings import Finding, forgotten_restrictions
+from workflows.fleet.findings import Finding, forgotten_restrictions, placement_tolerated
 from workflows.fleet.first_seen import FirstSeen
 from workflows.fleet.notes import DEFAULT_NOTE_FOR, Note, NoteRefused
 from workflows.fleet.pool import PoolInventory
-from workflows.fleet.restrictions import restricted_nodes
+from workflows.fleet.restrictions import PodsOnNodes, restricted_nodes, tolerated_around
 from workflows.fleet.summary import Fleet
 from workflows.kinds import KINDS
 from workflows.kube.objects import NodeName
@@ -127,6 +127,33 @@ def forgotten_findings(call: Call, fleet: Fleet) -> tuple[Finding, ...]:
     busy = {s.node for r in runs for s in r.steps} | {n for r in runs for n in r.left_cordoned}
     return forgotten_restrictions(restricted, after=call.services.config.inventory.forgotten_after, now=call.now,
                                   nodes_in_runs=busy, noted=set(notes_in_force(call)))
+
+
+def tolerated_findings(call: Call, fleet: Fleet) -> tuple[Finding, ...]:
+    """The `placement-tolerated` findings: GPU pods a pool's `workloads` placement does not
+    take that reach its nodes by tolerating their taints. Needs the node objects and pods
+    the watch cache keeps; none from a fleet source without them."""
+    source = call.services.fleet
+    if not isinstance(source, PodsOnNodes):
+        return ()
+    found: list[Finding] = []
+    for inv in fleet.nodes.values():
+        if not inv.misplaced:
+            continue
+        objects = node_objects(source, [inv.name])
+        policy = call.services.config.pools.get(inv.pool)
+        if not objects or policy is None or policy.workloads is None:
+            continue
+        rules = {use: rule.text() for use, rule in (("mig", policy.workloads.mig),
+                                                    ("full_gpu", policy.workloads.full_gpu)) if rule is not None}
+        around = tolerated_around(inv, objects[inv.name], source.pods_on(inv.name))
+        found.extend(placement_tolerated(inv, around, rules=rules))
+    return tuple(found)
+
+
+def drift_findings(call: Call, fleet: Fleet) -> tuple[Finding, ...]:
+    """What `/gpu status`, `/gpu node` and `/gpu findings` add from here."""
+    return (*forgotten_findings(call, fleet), *tolerated_findings(call, fleet))
 
 
 def _first_seen_cluster(call: Call) -> str | None:

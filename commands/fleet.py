@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from commands import messages as msg
 from commands.clusters import clusters_section
-from commands.drift import forgotten_findings, notes_section, pool_sections
+from commands.drift import drift_findings, notes_section, pool_sections
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
 from commands.reply import REQUEST_DRAIN, REQUEST_MIG, REQUEST_UPGRADE, Fact, Intent, Notice, Reply, Section, Table, error_reply
 from workflows.access import Role, public_name
@@ -47,8 +47,9 @@ def _fleet(call: Call) -> Fleet:
 
 
 def _with_forgotten(call: Call, fleet: Fleet) -> Fleet:
-    """`fleet` with the restrictions a person left and nobody remembers (commands.drift)."""
-    forgotten = forgotten_findings(call, fleet)
+    """`fleet` with the restrictions a person left and nobody remembers, and the pods that
+    tolerate their way around a pool's placement (commands.drift)."""
+    forgotten = drift_findings(call, fleet)
     return dataclasses.replace(fleet, findings=sort_findings((*fleet.findings, *forgotten))) if forgotten else fleet
 
 

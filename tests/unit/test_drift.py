@@ -23,7 +23,7 @@ from storage import notes as stored_notes
 from storage.database import open_database
 from workflows.config import GpuopsConfig
 from workflows.fleet.summary import Fleet
-from workflows.kube.objects import NodeName, NodeObject, Taint
+from workflows.kube.objects import NodeName, NodeObject, Placement, PodObject, Taint, Toleration
 
 CONFIG_VALUES = {
     "pools": {"train-a": {"kind": "training", "windows": "always", "max_unavailable": "50%",
@@ -38,9 +38,10 @@ PERSON_TAINT = Taint(key="team", value="alice", effect="NoSchedule")
 class CachedFleet:
     """A fleet source that keeps node objects, as the watch cache does (`node(name)`)."""
 
-    def __init__(self, fleet: Fleet, objects: Sequence[NodeObject]) -> None:
+    def __init__(self, fleet: Fleet, objects: Sequence[NodeObject], pods: Sequence[PodObject] = ()) -> None:
         self.value = fleet
         self.objects = {o.name: o for o in objects}
+        self.pods = list(pods)
 
     def fleet(self, now: dt.datetime) -> Fleet:
         return self.value
@@ -48,11 +49,16 @@ class CachedFleet:
     def node(self, name: str) -> NodeObject | None:
         return self.objects.get(NodeName(name))
 
+    def pods_on(self, node: str) -> list[PodObject]:
+        return [p for p in self.pods if p.node_name == node]
+
 
 def services_for(make, tmp_path: Path, nodes: Sequence[NodeObject], *, config: GpuopsConfig = CONFIG,
-                 pods_of: Mapping[str, list] | None = None) -> Services:
+                 pods_of: Mapping[str, list] | None = None, extra_pods: Sequence[PodObject] = ()) -> Services:
     pods = [p for n in nodes for p in (pods_of or {}).get(n.name, make.operands(n.name))]
-    return Services.on_database(config=config, fleet=CachedFleet(make.fleet(nodes, pods), nodes),
+    pods += extra_pods
+    fleet = make.fleet(nodes, pods, settings=config.inventory_settings())
+    return Services.on_database(config=config, fleet=CachedFleet(fleet, nodes, pods),
                                 database=open_database(tmp_path / "gpuops.db"))
 
 
@@ -230,3 +236,26 @@ def test_the_pools_status_shows_its_policy_as_plans_apply_it_and_its_drift(make,
     assert "Canary: gpu-a-01 first, then 15m soak before the next wave" in shown
     assert "GPU check: `nvidia-smi` in nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04 (upgrades.gpu_check)" in shown
     assert "Drift in pool train-a" in shown and "label team | ml | infra on gpu-a-03" in shown
+
+
+# --------------------------------------------------------------------------------------
+# Pods that tolerate their way around a pool's placement
+
+
+def test_a_pod_the_placement_does_not_take_that_tolerates_the_pools_taint_is_a_finding(make, tmp_path):
+    config = GpuopsConfig.model_validate({**CONFIG_VALUES, "pools": {"train-a": {
+        **CONFIG_VALUES["pools"]["train-a"], "workloads": {"full_gpu": {"namespaces": ["training"]}}}}})
+    dedicated = Taint(key="dedicated", value="training", effect="NoSchedule")
+    nodes = [dataclasses.replace(make.node(f"gpu-a-0{i}"), taints=(dedicated,)) for i in (1, 2)]
+    sneaky = dataclasses.replace(make.workload("gpu-a-01", gpus=8, namespace="ml", name="sweep-0"),
+                                 placement=Placement(tolerations=(Toleration(key="", operator="Exists", value="",
+                                                                             effect=""),)))
+    invited = dataclasses.replace(make.workload("gpu-a-02", gpus=8, namespace="training", name="train-0"),
+                                  placement=Placement(tolerations=(Toleration(key="dedicated", operator="Equal",
+                                                                              value="training", effect="NoSchedule"),)))
+    services = services_for(make, tmp_path, nodes, config=config, extra_pods=[sneaky, invited])
+    shown = findings_at(services, NOW, scope="train-a")
+
+    assert ("ml/sweep-0 holds whole GPUs on gpu-a-01 by a toleration of every taint, though pool train-a keeps "
+            "whole GPUs for namespace training (workloads.full_gpu): its taint does not keep the pod out") in shown
+    assert "train-0" not in shown

@@ -18,7 +18,7 @@ from typing import Literal, TypeAlias
 from workflows.fleet.assessment import GpuResource, NodeInventory
 from workflows.fleet.operator_settings import ClusterInfo, ConfiguredRuntime
 from workflows.fleet.pool import PoolInventory
-from workflows.fleet.restrictions import Restricted
+from workflows.fleet.restrictions import Restricted, ToleratedAround
 from workflows.fleet.settings import InventorySettings
 from workflows.fleet.canaries import CanaryVerdict
 from workflows.fleet.platform import (
@@ -62,6 +62,7 @@ FindingCode: TypeAlias = Literal[
     "precompiled-kernels-mixed",
     "canary-failed",
     "restriction-forgotten",
+    "placement-tolerated",
     # GPU health from DCGM (workflows.signals)
     "gpu-xid",
     "gpu-ecc-uncorrectable",
@@ -734,3 +735,25 @@ def msg_restriction_forgotten(inv: NodeInventory, *, cordon_age: dt.timedelta | 
     gpus = f" ({inv.advertised_gpus} GPUs)" if cordon_age is not None and inv.advertised_gpus else ""
     return (f"{inv.name}{gpus} has been {' and '.join(parts)}, with no gpuops run on it and no note: if it is "
             f"still needed, say why with `/gpu note {inv.name} <why> for <how long>`; if not, give the node back")
+
+
+def placement_tolerated(inv: NodeInventory, found: Sequence[ToleratedAround], *,
+                        rules: Mapping[str, str]) -> tuple[Finding, ...]:
+    """A warning per GPU pod on `inv` that the pool's placement does not take and that
+    reaches the node only by tolerating the taints meant to keep it off; `rules` is the
+    placement's text per use ("mig", "full_gpu")."""
+    return tuple(Finding(severity="warning", code="placement-tolerated", subject=inv.name, pool=inv.pool,
+                         message=msg_placement_tolerated(inv, each, rule=rules.get(each.use, "?")),
+                         command=node_command(inv.name))
+                 for each in found)
+
+
+def msg_placement_tolerated(inv: NodeInventory, found: ToleratedAround, *, rule: str) -> str:
+    what = "MIG slices" if found.use == "mig" else "whole GPUs"
+    key = "workloads.mig" if found.use == "mig" else "workloads.full_gpu"
+    how = ("a toleration of every taint" if found.tolerates_every_taint
+           else f"tolerating {', '.join(found.taints)}")
+    return (f"{found.pod} holds {what} on {inv.name} by {how}, though pool {inv.pool} keeps {what} for {rule} "
+            f"({key}): {'its taints do' if len(found.taints) > 1 else 'its taint does'} not keep the pod "
+            "out; narrow the pod's tolerations (or give it a node selector), or document it in the pool's "
+            "configuration")

@@ -10,6 +10,10 @@ autoscalers set (by key prefix, `CONTROLLER_TAINT_PREFIXES`), and but those ever
 of the pool carries (a pool-wide taint is the pool's design, e.g. a dedicated-GPU taint,
 not a node's restriction). Labels are left to the managed-fields audit of `/gpu node`.
 
+Also here: GPU pods a pool's `workloads` placement does not take that reach its nodes by
+tolerating the taints meant to keep them off (`tolerated_around`, the
+`placement-tolerated` finding).
+
 Pure: values in, values out; no clock, no database.
 """
 
@@ -18,9 +22,10 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from workflows.fleet.assessment import NodeInventory
-from workflows.kube.objects import NodeName, NodeObject, Taint
+from workflows.kube.objects import NodeName, NodeObject, PodObject, Taint, Toleration
 
 # Taints a controller puts on and takes off by itself (the node lifecycle controller, the
 # cloud node controller, cluster autoscaler, Karpenter): never a person's forgotten one.
@@ -103,3 +108,60 @@ def restricted_nodes(invs: Iterable[NodeInventory], *, objects: Mapping[NodeName
                                 taints=taints, taints_since=since.get(("taints", inv.name)) if taints else None,
                                 taints_known=objects is not None))
     return tuple(found)
+
+
+# --------------------------------------------------------------------------------------
+# Pods that tolerate their way around a pool's placement
+
+
+def tolerates(toleration: Toleration, taint: Taint) -> bool:
+    """Whether `toleration` tolerates `taint`, as the scheduler reads it."""
+    if toleration.effect and toleration.effect != taint.effect:
+        return False
+    if toleration.operator == "Exists":
+        return toleration.key in ("", taint.key)
+    return toleration.key == taint.key and toleration.value == taint.value
+
+
+def keeping_taints(node: NodeObject) -> tuple[Taint, ...]:
+    """The node's taints that keep pods off (NoSchedule, NoExecute) and that no controller
+    set (a cordon's taint is the cordon's, not the pool's design)."""
+    return tuple(t for t in node.taints if t.effect in ("NoSchedule", "NoExecute")
+                 and not t.key.startswith(CONTROLLER_TAINT_PREFIXES))
+
+
+@dataclass(frozen=True, slots=True)
+class ToleratedAround:
+    """A GPU pod the pool's placement does not take, on a node whose taints would keep it
+    off but for its tolerations."""
+
+    pod: str  # namespace/name
+    use: str  # "mig" | "full_gpu"
+    taints: tuple[str, ...]  # the taints it tolerates, as text
+    tolerates_every_taint: bool  # an `operator: Exists` toleration with no key
+
+
+def tolerated_around(inv: NodeInventory, node: NodeObject, pods: Sequence[PodObject]) -> tuple[ToleratedAround, ...]:
+    """The pods of `inv.misplaced` that reach `node` only by tolerating its taints."""
+    taints = keeping_taints(node)
+    if not inv.misplaced or not taints:
+        return ()
+    by_name = {f"{p.namespace}/{p.name}": p for p in pods}
+    found = []
+    for name, use in inv.misplaced:
+        pod = by_name.get(name)
+        if pod is None:
+            continue
+        tolerations = pod.placement.tolerations
+        crossed = tuple(taint_text(t) for t in taints if any(tolerates(x, t) for x in tolerations))
+        if crossed:
+            found.append(ToleratedAround(pod=name, use=use, taints=crossed, tolerates_every_taint=any(
+                x.key == "" and x.operator == "Exists" for x in tolerations)))
+    return tuple(found)
+
+
+@runtime_checkable
+class PodsOnNodes(Protocol):
+    """A fleet source that also hands out the pods it keeps on a node (the watch cache)."""
+
+    def pods_on(self, node: str) -> list[PodObject]: ...
