@@ -25,10 +25,16 @@ from workflows.fleet import drift_messages as say
 from workflows.fleet.assessment import NodeInventory
 from workflows.fleet.compare import PoolComparison, compare_pool, node_objects
 from workflows.fleet.findings import Finding, forgotten_restrictions, placement_tolerated
-from workflows.fleet.first_seen import FirstSeen
+from workflows.fleet.first_seen import restriction_ages
 from workflows.fleet.notes import DEFAULT_NOTE_FOR, Note, NoteRefused
 from workflows.fleet.pool import PoolInventory
-from workflows.fleet.restrictions import PodsOnNodes, restricted_nodes, tolerated_around
+from workflows.fleet.restrictions import (
+    PodsOnNodes,
+    cordon_state,
+    person_taints,
+    restricted_nodes,
+    tolerated_around,
+)
 from workflows.fleet.summary import Fleet
 from workflows.kinds import KINDS
 from workflows.kube.objects import NodeName
@@ -113,13 +119,15 @@ def forgotten_findings(call: Call, fleet: Fleet) -> tuple[Finding, ...]:
         return ()
     names = list(fleet.nodes)
     objects = node_objects(call.services.fleet, names)
-    # The watch cache keeps these records as it sees nodes change; noting them here too
-    # makes a fleet source without it (or a record lost) start counting at the first look.
-    ages = FirstSeen(lambda: database, cluster=_first_seen_cluster(call))
-    since: dict[tuple[str, NodeName], dt.datetime] = {}
-    for name in names:
-        since.update(ages.stamp_restrictions(fleet.nodes[name], objects.get(name) if objects else None, call.now))
-    restricted = restricted_nodes((fleet.nodes[n] for n in names), objects=objects,
+    # Only the nodes with a person's restriction are aged (their records read one by one):
+    # a command at 5,000 nodes does not read every first-seen record.
+    candidates = [(fleet.nodes[n], objects.get(n) if objects is not None else None) for n in names]
+    candidates = [(inv, obj) for inv, obj in candidates
+                  if cordon_state(inv) is not None or (obj is not None and person_taints(obj))]
+    if not candidates:
+        return ()
+    since = restriction_ages(database, candidates, now=call.now, cluster=_first_seen_cluster(call))
+    restricted = restricted_nodes((inv for inv, _ in candidates), objects=objects,
                                   pools={p.name: p.nodes for p in fleet.pools}, since=since)
     if not restricted:
         return ()

@@ -18,10 +18,13 @@ from commands.catalog import dispatch
 from commands.reply import Reply
 from commands.services import Services
 from fleet_builder import NOW
+from static_fleet import StaticFleet  # a source that keeps no node objects
 from storage import audit
 from storage import notes as stored_notes
 from storage.database import open_database
 from workflows.config import GpuopsConfig
+from workflows.fleet.compare import drift_of
+from workflows.fleet.first_seen import CORDON, FirstSeen
 from workflows.fleet.summary import Fleet
 from workflows.kube.objects import NodeName, NodeObject, Placement, PodObject, Taint, Toleration
 
@@ -259,3 +262,30 @@ def test_a_pod_the_placement_does_not_take_that_tolerates_the_pools_taint_is_a_f
     assert ("ml/sweep-0 holds whole GPUs on gpu-a-01 by a toleration of every taint, though pool train-a keeps "
             "whole GPUs for namespace training (workloads.full_gpu): its taint does not keep the pod out") in shown
     assert "train-0" not in shown
+
+
+def test_compare_without_node_objects_compares_the_inventory_and_says_labels_were_not(make, tmp_path):
+    nodes = drifting(make)
+    fleet = make.fleet(nodes, [p for n in nodes for p in make.operands(n.name)])
+    services = Services.on_database(config=CONFIG, fleet=StaticFleet(fleet), database=open_database(
+        tmp_path / "gpuops.db"))
+    shown = text_of(dispatch("compare train-a", actor=CONFIG.actor("U0VIC"), services=services, now=NOW))
+
+    assert "kernel | " in shown and "6.8.0-1015-nvidia on gpu-a-03" in shown
+    assert "label team" not in shown
+    assert "labels and taints are not compared here" in shown
+
+
+def test_with_no_value_held_by_most_nodes_compare_says_there_is_no_majority():
+    found = drift_of("kernel", {NodeName("a"): "6.8", NodeName("b"): "6.5"})
+    assert found is not None and found.majority is None
+    assert found.others == (("6.5", ("b",)), ("6.8", ("a",)))
+
+
+def test_a_person_cordon_first_seen_by_the_watch_keeps_its_age_across_a_restart(make, tmp_path):
+    db = open_database(tmp_path / "gpuops.db")
+    inv = make.fleet([make.node("gpu-a-02", unschedulable=True)]).nodes[NodeName("gpu-a-02")]
+    FirstSeen(lambda: db).stamp_restrictions(inv, None, NOW)
+    again = FirstSeen(lambda: db).stamp_restrictions(inv, None, NOW + dt.timedelta(days=3))
+
+    assert again[(CORDON, NodeName("gpu-a-02"))] == NOW

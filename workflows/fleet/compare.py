@@ -97,7 +97,7 @@ _INVENTORY: tuple[tuple[str, Callable[[NodeInventory], str | None]], ...] = (
 )
 
 
-def _drift(name: str, values: Mapping[NodeName, str]) -> Drift | None:
+def drift_of(name: str, values: Mapping[NodeName, str]) -> Drift | None:
     counts = Counter(values.values())
     if len(counts) < 2:
         return None
@@ -134,14 +134,14 @@ def compare_pool(pool: str, invs: Sequence[NodeInventory],
         present = [objects[i.name] for i in invs if i.name in objects]
         skip = PER_NODE_LABELS | STATE_LABELS | _own_labels(present)
         for key in sorted({k for o in present for k in o.labels} - skip):
-            found = _drift(f"label {key}", {o.name: o.labels.get(key, NONE) for o in present})
+            found = drift_of(f"label {key}", {o.name: o.labels.get(key, NONE) for o in present})
             if found is not None:
                 drifts.append(found)
-        taints = _drift("taints", {o.name: _taints(o) for o in present})
+        taints = drift_of("taints", {o.name: _taints(o) for o in present})
         if taints is not None:
             drifts.append(taints)
     for name, read in _INVENTORY:
-        found = _drift(name, {i.name: read(i) or NONE for i in invs})
+        found = drift_of(name, {i.name: read(i) or NONE for i in invs})
         if found is not None:
             drifts.append(found)
     return PoolComparison(pool=pool, nodes=len(invs), drifts=tuple(drifts), with_node_objects=with_objects)
