@@ -1,6 +1,7 @@
 """A person's cordon and taint on a real control plane, aged by the watch cache from when
 it first saw them: reported as forgotten once older than `inventory.forgotten_after`
-(and not before), silenced by an operator's `/gpu note`, and back when the note ends."""
+(and not before), silenced by an operator's `/gpu note`, and back when the note ends; and
+`/gpu compare` reading a pool's labels and taints from the watch cache."""
 
 from __future__ import annotations
 
@@ -62,3 +63,26 @@ def test_a_forgotten_hand_cordon_and_taint_are_found_from_the_watch_and_a_note_s
     assert [(e.target, e.actor) for e in entries] == [("forgot-02", "U0ALICE")]
     assert not any("cordoned by hand" in text for text in while_noted)
     assert any("cordoned by hand for at least 10d" in text for text in after_the_note)
+
+
+def test_compare_reads_labels_and_taints_from_the_watch_cache(gpu_operator_crds, fleet_cache):
+    installer = gpu_operator_crds.installer()
+    odd = gpu_node("forgot-02", taints=[{"key": "team", "value": "alice", "effect": "NoSchedule"}])
+    odd["metadata"]["labels"]["rack"] = "r9"
+    for node in (gpu_node("forgot-01"), odd, gpu_node("forgot-03")):
+        if node is not odd:
+            node["metadata"]["labels"]["rack"] = "r1"
+        installer.create(node)
+    try:
+        cache = fleet_cache()
+        services = Services(config=CONFIG, fleet=cache)
+        reply = dispatch("compare serving-a", actor=CONFIG.actor("U0DAVE"), services=services,
+                         now=dt.datetime.now(UTC))
+    finally:
+        for name in NODES:
+            installer.delete({"kind": "Node", "metadata": {"name": name}})
+
+    rows = {row[0]: row[1:] for s in reply.sections if s.table for row in s.table.rows}
+    assert rows["label rack"] == ("r1", "r9 on forgot-02")
+    assert rows["taints"] == ("(none)", "team=alice:NoSchedule on forgot-02")
+    assert "label kubernetes.io/hostname" not in rows
