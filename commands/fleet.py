@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from commands import messages as msg
 from commands.clusters import clusters_section
+from commands.drift import drift_findings, notes_section, pool_sections
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
 from commands.reply import REQUEST_DRAIN, REQUEST_MIG, REQUEST_UPGRADE, Fact, Intent, Notice, Reply, Section, Table, error_reply
 from workflows.access import Role, public_name
@@ -39,12 +40,19 @@ def _notice(finding: Finding, *, runbook: str | None) -> Notice:
 def _fleet(call: Call) -> Fleet:
     """The fleet, with the findings that need gpuops' runs too: nodes a finished run left
     cordoned."""
-    fleet = call.services.fleet.fleet(call.now)
+    fleet = _with_forgotten(call, call.services.fleet.fleet(call.now))
     if call.services.runs is None:
         return fleet
     left = cordons_left_behind(fleet.cordoned_nodes(), now=call.now,
                                unfinished_runs=[str(view.id) for view in call.services.runs.unfinished()])
     return dataclasses.replace(fleet, findings=sort_findings((*fleet.findings, *left))) if left else fleet
+
+
+def _with_forgotten(call: Call, fleet: Fleet) -> Fleet:
+    """`fleet` with the restrictions a person left and nobody remembers, and the pods that
+    tolerate their way around a pool's placement (commands.drift)."""
+    forgotten = drift_findings(call, fleet)
+    return dataclasses.replace(fleet, findings=sort_findings((*fleet.findings, *forgotten))) if forgotten else fleet
 
 
 def _closest(name: str, names: Sequence[str]) -> list[str]:
@@ -190,6 +198,8 @@ def fleet_status(call: Call, pool_name: str | None = None) -> Reply:
         reply = _pool_status(call, fleet, pool, intents=intents, runs=runs,
                              workloads=policy.workloads if policy is not None else None,
                              operators=_pool_operators(call, policy) if policy is not None else None)
+        reply = dataclasses.replace(reply, sections=(*reply.sections[:-1], *pool_sections(call, fleet, pool),
+                                                     *reply.sections[-1:]))
         frozen = _freezes_section(call, pool=pool.name)
         return dataclasses.replace(reply, sections=(frozen, *reply.sections)) if frozen else reply
     critical = sum(f.severity == "critical" for f in fleet.findings)
@@ -337,6 +347,9 @@ def node(call: Call, args: list[str]) -> Reply:
     ]
     health, health_findings = _gpu_health(call, inv)
     sections.extend(health)
+    noted = notes_section(call, inv.name)
+    if noted is not None:
+        sections.insert(1, noted)
     findings = sort_findings((*fleet.findings_about(inv.name), *health_findings))
     if findings:
         sections.insert(0, _findings_section(call, findings, limit=None))

@@ -18,6 +18,7 @@ from workflows.engine.cordons import Cordons
 from workflows.engine.runs import RunService
 from workflows.fleet.clusters import ClusterGlance, ClusterSource
 from workflows.fleet.node_detail import NodeReads
+from workflows.fleet.notes import NoteService
 from workflows.fleet.summary import FleetSource
 from workflows.kinds import ChangeService
 from workflows.requests.records import RoleLookup
@@ -78,6 +79,8 @@ class Services:
     # What `/gpu node` reads when asked (who set the node's labels and taints, the budgets
     # of its GPU pods); needs the Kubernetes API. None: `/gpu node` says it is not read.
     node_reads: NodeReads | None = None
+    # Operators' notes on nodes (workflows.fleet.notes); needs the database.
+    notes: NoteService | None = None
     # With several clusters (`clusters:` in the configuration): the one these services
     # address, and every cluster by name (commands.clusters). None: one cluster.
     cluster: str | None = None
@@ -123,5 +126,6 @@ class Services:
                    database=database,
                    freezes=FreezeService(database, pools=config.pools, names=config.names, wake=wake_engine,
                                          cluster=config.cluster_name),
+                   notes=NoteService(database, names=config.names, cluster=config.cluster_name),
                    signals=signals if signals is not None else (
                        config.signals.service(cluster=fleet) if config.signals is not None else None))

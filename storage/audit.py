@@ -224,7 +224,8 @@ def verify(db: Database, *, expected: AuditHead | None = None) -> VerifyResult:
 
 # Tables whose every row is written with an audit row: an empty log beside any of them
 # was wiped (it is never the genesis of a log that has not started yet).
-_AUDITED_TABLES = ("requests", "approvals", "runs", "steps", "freezes", "handovers", "handover_acks")
+_AUDITED_TABLES = ("requests", "approvals", "runs", "steps", "freezes", "handovers", "handover_acks",
+                  "node_notes")
 
 
 def _unaudited(db: Database) -> str | None:

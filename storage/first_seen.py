@@ -30,6 +30,18 @@ def load_all(db: Database) -> dict[tuple[str, str], tuple[str, dt.datetime]]:
     return found
 
 
+def get(db: Database, *, aspect: str, node: str) -> tuple[str, dt.datetime] | None:
+    """(state, since) recorded for `node` in `aspect`; None when none (or unreadable)."""
+    value = kv.get(db, key=_key(aspect, node))
+    if value is None:
+        return None
+    try:
+        found = json.loads(value)
+        return str(found["state"]), codec.time_from_text(str(found["since"]))
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 def put(db: Database, *, aspect: str, node: str, state: str, since: dt.datetime) -> None:
     kv.put(db, key=_key(aspect, node), value=codec.json_to_text({"state": state, "since": codec.time_to_text(since)}))
 

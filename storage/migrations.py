@@ -396,6 +396,23 @@ def register_kinds(db: sqlite_utils.Database, *, request_kinds: Sequence[str], s
 
 KINDS_BY_REFERENCE = 11
 
+# Notes on nodes (storage/notes.py): why a node is cordoned or tainted, from an operator,
+# in force while until > now. Rows are never deleted: they are the history.
+NODE_NOTES = """
+CREATE TABLE node_notes (
+    id           INTEGER PRIMARY KEY,
+    node         TEXT NOT NULL CHECK (length(node) > 0),
+    cluster      TEXT CHECK (cluster IS NULL OR length(cluster) > 0),
+    text         TEXT NOT NULL CHECK (length(text) > 0),
+    until        TEXT NOT NULL,
+    set_by       TEXT NOT NULL,
+    set_by_name  TEXT NOT NULL,
+    created_at   TEXT NOT NULL,
+    CHECK (until > created_at)
+) STRICT;
+CREATE INDEX node_notes_in_force ON node_notes (cluster, node, until);
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -416,6 +433,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(10, "a running drain may wait for approval of a later window end (extension_*)", EXTENSION_COLUMNS),
     Migration(KINDS_BY_REFERENCE, "request and step kinds are reference rows (request_kinds, step_kinds), "
               "not CHECK lists", _kinds_by_reference, rebuilds_referenced=True),
+    Migration(12, "notes on nodes: why a node is cordoned or tainted, until when (node_notes)", NODE_NOTES),
 )
 
 _SCHEMA_MIGRATIONS = """

@@ -80,6 +80,10 @@ class InventoryConfig(_Model):
         "`upgrade-stuck` finding."))
     mig_pending_stuck_after: Duration = Field(default=dt.timedelta(minutes=30), description=(
         "How long a node's MIG change may stay unfinished before the `mig-change-stuck` finding."))
+    forgotten_after: Duration = Field(default=dt.timedelta(days=7), description=(
+        "How long a person's cordon or taint on a GPU node may stand, counted from when gpuops first saw "
+        "it, with no gpuops run on the node and no note (`/gpu note`), before the `restriction-forgotten` "
+        "finding."))
     operator_support: dict[str, OperatorSupportRow] = Field(default_factory=dict, description=(
         "GPU Operator release line (\"25.10\") -> the Kubernetes versions it supports; over the table "
         "gpuops ships (workflows/fleet/operator_support.yaml), row by row."))

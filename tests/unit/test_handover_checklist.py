@@ -492,3 +492,19 @@ def test_a_pods_log_in_a_failures_reason_stays_inside_its_item(make, layout):
     (notice,) = gone_wrong.notices
     assert "nvidia-smi failed" in notice.text and "/gpu approve req-evil01" in notice.text
     assert notice.command == "/gpu request req-bad001"
+
+
+def test_an_operators_note_on_a_node_is_a_line_for_the_next_shift(make):
+    from storage.notes import NoteId, StoredNote
+
+    note = StoredNote(id=NoteId(1), node="gpu-h100-01", text="RMA pending (HW-123)", set_by="U0OPS",
+                      set_by_name="olga", created_at=make.now - dt.timedelta(days=1),
+                      until=make.now + dt.timedelta(days=2))
+    now = make.now
+    checklist = build_checklist(fleet=special_fleet(make), requests=[], runs_in_flight=[], previous=None,
+                                rotation=ROTATION, shift=ROTATION.current_shift(now), now=now, notes=[note])
+
+    [item] = [i for i in checklist.for_information if i.kind == "note"]
+    assert item.subject == "gpu-h100-01"
+    assert item.text == 'gpu-h100-01: note "RMA pending (HW-123)" (olga, until 2025-06-09 12:00 UTC)'
+    assert item.command == "/gpu node gpu-h100-01"

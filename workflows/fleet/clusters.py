@@ -21,6 +21,7 @@ from workflows.fleet.summary import Fleet, FleetSource
 from workflows.fleet.watchcache import FleetCache
 from workflows.kube.errors import KubeError
 from workflows.kube.gateway import KubeGateway
+from workflows.kube.objects import NodeObject, PodObject
 
 log = logging.getLogger("gpuops.clusters")
 
@@ -133,6 +134,13 @@ class ClusterFleet:
             raise ClusterUnreachable(f"cluster {self.name} has not answered{since}{why}")
         return self._cache.fleet(now)
 
+    def node(self, name: str) -> NodeObject | None:
+        """The node object the cluster's watch cache keeps (None before it was listed)."""
+        return self._cache.node(name) if self._cache is not None else None
+
+    def pods_on(self, node: str) -> list[PodObject]:
+        return self._cache.pods_on(node) if self._cache is not None else []
+
 
 class WatchedCluster:
     """The home cluster's cache seen as one cluster of several (the bot starts it
@@ -147,6 +155,12 @@ class WatchedCluster:
 
     def fleet(self, now: dt.datetime) -> Fleet:
         return self.cache.fleet(now)
+
+    def node(self, name: str) -> NodeObject | None:
+        return self.cache.node(name)
+
+    def pods_on(self, node: str) -> list[PodObject]:
+        return self.cache.pods_on(node)
 
 
 class ClusterSource(FleetSource, Protocol):

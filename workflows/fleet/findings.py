@@ -11,13 +11,14 @@ This module only reads the assessment's values (`fleet.assessment`, `fleet.pool`
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
 from workflows.fleet.assessment import GpuResource, NodeInventory
 from workflows.fleet.operator_settings import ClusterInfo, ConfiguredRuntime
 from workflows.fleet.pool import PoolInventory
+from workflows.fleet.restrictions import Restricted, ToleratedAround
 from workflows.fleet.settings import InventorySettings
 from workflows.fleet.canaries import CanaryVerdict
 from workflows.fleet.platform import (
@@ -61,6 +62,8 @@ FindingCode: TypeAlias = Literal[
     "precompiled-kernel",
     "precompiled-kernels-mixed",
     "canary-failed",
+    "restriction-forgotten",
+    "placement-tolerated",
     # GPU health from DCGM (workflows.signals)
     "gpu-xid",
     "gpu-ecc-uncorrectable",
@@ -702,3 +705,71 @@ def msg_cordon_left_behind(inv: NodeInventory, *, now: dt.datetime) -> str:
     return (f"{inv.name} has been cordoned by {inv.cordoned_by or 'gpuops'}{since} in {inv.cordon_run}, which "
             f"is no longer running: {inv.advertised_gpus} GPUs out of service; check the run's outcome, "
             f"then `/gpu uncordon {inv.name}`")
+
+
+# --------------------------------------------------------------------------------------
+# Restrictions nobody remembers (needs gpuops' first-seen records, its runs and its notes,
+# so not part of `summarize`; see workflows.fleet.restrictions)
+
+
+def forgotten_restrictions(restricted: Iterable[Restricted], *, after: dt.timedelta, now: dt.datetime,
+                           nodes_in_runs: Collection[str], noted: Collection[str]) -> tuple[Finding, ...]:
+    """A warning per node a person cordoned or tainted more than `after` ago (as gpuops
+    first saw it) that no unfinished run works on (`nodes_in_runs`) and no note in force
+    explains (`noted`): capacity kept out, or kept for someone, that nobody may remember."""
+    found = []
+    for each in restricted:
+        inv = each.inv
+        if inv.name in nodes_in_runs or inv.name in noted:
+            continue
+        cordon_age = now - each.cordoned_since if each.cordoned_since is not None else None
+        taint_age = now - each.taints_since if each.taints_since is not None and each.taints else None
+        old_cordon = cordon_age is not None and cordon_age > after
+        old_taints = taint_age is not None and taint_age > after
+        if not old_cordon and not old_taints:
+            continue
+        found.append(Finding(severity="warning", code="restriction-forgotten", subject=inv.name, pool=inv.pool,
+                             message=msg_restriction_forgotten(
+                                 inv, cordon_age=cordon_age if old_cordon else None,
+                                 taints=each.taints if old_taints else (),
+                                 taint_age=taint_age if old_taints else None),
+                             command=note_command(inv.name)))
+    return tuple(found)
+
+
+def note_command(node: str) -> str:
+    return f"/gpu note {node}"
+
+
+def msg_restriction_forgotten(inv: NodeInventory, *, cordon_age: dt.timedelta | None, taints: Sequence[str],
+                              taint_age: dt.timedelta | None) -> str:
+    parts = []
+    if cordon_age is not None:
+        parts.append(f"cordoned by hand for at least {format_age(cordon_age)}")
+    if taint_age is not None and taints:
+        parts.append(f"tainted {', '.join(taints)} for at least {format_age(taint_age)}")
+    gpus = f" ({inv.advertised_gpus} GPUs)" if cordon_age is not None and inv.advertised_gpus else ""
+    return (f"{inv.name}{gpus} has been {' and '.join(parts)}, with no gpuops run on it and no note: if it is "
+            f"still needed, say why with `/gpu note {inv.name} <why> for <how long>`; if not, give the node back")
+
+
+def placement_tolerated(inv: NodeInventory, found: Sequence[ToleratedAround], *,
+                        rules: Mapping[str, str]) -> tuple[Finding, ...]:
+    """A warning per GPU pod on `inv` that the pool's placement does not take and that
+    reaches the node only by tolerating the taints meant to keep it off; `rules` is the
+    placement's text per use ("mig", "full_gpu")."""
+    return tuple(Finding(severity="warning", code="placement-tolerated", subject=inv.name, pool=inv.pool,
+                         message=msg_placement_tolerated(inv, each, rule=rules.get(each.use, "?")),
+                         command=node_command(inv.name))
+                 for each in found)
+
+
+def msg_placement_tolerated(inv: NodeInventory, found: ToleratedAround, *, rule: str) -> str:
+    what = "MIG slices" if found.use == "mig" else "whole GPUs"
+    key = "workloads.mig" if found.use == "mig" else "workloads.full_gpu"
+    how = ("a toleration of every taint" if found.tolerates_every_taint
+           else f"tolerating {', '.join(found.taints)}")
+    return (f"{found.pod} holds {what} on {inv.name} by {how}, though pool {inv.pool} keeps {what} for {rule} "
+            f"({key}): {'its taints do' if len(found.taints) > 1 else 'its taint does'} not keep the pod "
+            "out; narrow the pod's tolerations (or give it a node selector), or document it in the pool's "
+            "configuration")

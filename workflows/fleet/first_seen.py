@@ -7,6 +7,11 @@ database, so a restart does not make an old state young again) and the inventory
 states from that. A time gpuops itself wrote on the node wins (the simulator writes
 `gpuops.io/upgrade-state-since`), as do the controller's own start times.
 
+A person's cordon and taints have no age either: `stamp_restrictions` notes when gpuops
+first saw a node cordoned by a person (aspect `cordon`) and its person-set taints as a
+set (aspect `taints`, `workflows.fleet.restrictions`), for the `restriction-forgotten`
+finding.
+
 `FirstSeen.stamp(inventory, now)` is called by the watch cache whenever it assesses a node
 again (a node or its pods changed): in memory it is a dict lookup; the database is
 written only when a state changes.
@@ -17,16 +22,21 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from storage import first_seen as stored
 from storage.database import Database
 from workflows.fleet.assessment import NodeInventory
+from workflows.fleet.restrictions import cordon_state, taint_state
+from workflows.kube.objects import NodeName, NodeObject
 from workflows.kube.labels import PAUSED_FOR_MIG_CHANGE
 
 UPGRADE = "upgrade"
 MIG = "mig"
+CORDON = "cordon"
+TAINTS = "taints"
+ASPECTS = (UPGRADE, MIG, CORDON, TAINTS)
 # A node whose operands are paused for a MIG change but whose mig.config.state says
 # nothing (the wedge of gpu-operator#2833) is tracked in state PAUSED_FOR_MIG_CHANGE.
 
@@ -70,7 +80,7 @@ class FirstSeen:
 
     def forget(self, node: str, now: dt.datetime) -> None:
         """The node is gone (noticed at `now`)."""
-        for aspect in (UPGRADE, MIG):
+        for aspect in ASPECTS:
             self.since(aspect, node, None, now)
 
     def stamp(self, inv: NodeInventory, now: dt.datetime) -> NodeInventory:
@@ -85,3 +95,48 @@ class FirstSeen:
         if inv.mig.since is None and mig_seen is not None:
             changes["mig"] = dataclasses.replace(inv.mig, since=mig_seen)
         return dataclasses.replace(inv, **changes) if changes else inv
+
+    def stamp_restrictions(self, inv: NodeInventory, node: NodeObject | None,
+                           now: dt.datetime) -> dict[tuple[str, NodeName], dt.datetime]:
+        """Note a person's cordon of `inv` and (with its node object) its person-set taints;
+        (aspect, node) -> since for those it has. Without the node object its taints are
+        left as recorded (unknown is not "none")."""
+        found: dict[tuple[str, NodeName], dt.datetime] = {}
+        cordoned = self.since(CORDON, inv.name, cordon_state(inv), now)
+        if cordoned is not None:
+            found[(CORDON, inv.name)] = cordoned
+        if node is not None:
+            tainted = self.since(TAINTS, inv.name, taint_state(node), now)
+        else:
+            with self._lock:
+                seen = self._memory().get((TAINTS, inv.name))
+            tainted = seen[1] if seen is not None else None
+        if tainted is not None:
+            found[(TAINTS, inv.name)] = tainted
+        return found
+
+
+def restriction_ages(database: Database, nodes: Iterable[tuple[NodeInventory, NodeObject | None]], *,
+                     now: dt.datetime, cluster: str | None = None) -> dict[tuple[str, NodeName], dt.datetime]:
+    """When gpuops first saw each of `nodes` (nodes with a person's restriction, and the
+    node object where known) cordoned by a person and with its taints: read one record
+    each, not every record (a command at 5,000 nodes reads only the few restricted). One
+    not recorded yet (no watch cache noting them, or a record lost) is recorded now, so
+    it ages from the first look. Records of restrictions that ended are the watch cache's
+    to forget (`FirstSeen.forget` and `stamp_restrictions`)."""
+    prefix = f"{cluster}/" if cluster else ""
+    found: dict[tuple[str, NodeName], dt.datetime] = {}
+    for inv, node in nodes:
+        states = [(CORDON, cordon_state(inv))]
+        if node is not None:
+            states.append((TAINTS, taint_state(node)))
+        for aspect, state in states:
+            if state is None:
+                continue
+            seen = stored.get(database, aspect=aspect, node=prefix + inv.name)
+            if seen is not None and seen[0] == state:
+                found[(aspect, inv.name)] = seen[1]
+            else:
+                stored.put(database, aspect=aspect, node=prefix + inv.name, state=state, since=now)
+                found[(aspect, inv.name)] = now
+    return found

@@ -540,7 +540,12 @@ class FleetCache:
     def _assess(self, node: NodeObject, pods: list[PodObject], now: dt.datetime) -> NodeInventory:
         assert self._context is not None
         assessed = assess_node(node, pods_on_node=pods, context=self._context, settings=self._settings, now=now)
-        return self._first_seen.stamp(assessed, now) if self._first_seen is not None else assessed
+        if self._first_seen is None:
+            return assessed
+        # A person's cordon and taints are aged here, where the node object is at hand,
+        # so their age counts from the watch, not from the first command that asks.
+        self._first_seen.stamp_restrictions(assessed, node, now)
+        return self._first_seen.stamp(assessed, now)
 
     def fleet(self, now: dt.datetime, *, max_age: dt.timedelta = dt.timedelta(seconds=5)) -> Fleet:
         """The fleet view. Reused as it is while nothing changed and it is younger than

@@ -41,18 +41,21 @@ from workflows.fleet.summary import Fleet
 from workflows.kube.objects import NodeName
 from workflows.handover import messages as say
 from workflows.pools.freezes import Freeze, freeze_sentence
+from workflows.fleet.drift_messages import note_in_handover
+from workflows.fleet.notes import Note
 from workflows.requests.views import RequestView
 from workflows.signals.findings import SIGNAL_CODES
 from workflows.signals.service import Reading
 from workflows.wording import when
 
 CHECKLIST_FORMAT = 1
-ItemKind: TypeAlias = Literal["freeze", "cluster", "finding", "approval", "run", "cordon", "window", "failure"]
+ItemKind: TypeAlias = Literal["freeze", "cluster", "finding", "approval", "run", "cordon", "window", "failure",
+                              "note"]
 # Within one severity: a change freeze first (it changes what anyone may do this shift),
 # the other clusters (one that does not answer hides all of its problems), the cluster's
 # own problems, then what people must decide.
 _KIND_ORDER: dict[str, int] = {"freeze": 0, "cluster": 1, "finding": 2, "approval": 3, "run": 4, "cordon": 5,
-                               "window": 6, "failure": 7}
+                               "window": 6, "failure": 7, "note": 8}
 _WINDOW_STATES = frozenset({"approved", "scheduled"})
 
 
@@ -272,6 +275,7 @@ def build_checklist(
     freezes: Sequence[Freeze] = (),
     clusters: Sequence[ClusterGlance] = (),
     failures: Sequence[RunFailure] = (),
+    notes: Sequence[Note] = (),
 ) -> Checklist:
     """The checklist for `shift` of `rotation`, from what is known at `now`.
 
@@ -286,6 +290,8 @@ def build_checklist(
     does not answer, or has critical findings, needs the shift; the others are a line each.
     `failures` are what went wrong in runs since the previous handover: each says which
     run, step and node, why, which of the nodes it left cordoned still are, and who acts.
+    `notes` are the operators' notes on nodes in force (`/gpu note`): a line each, so the
+    next shift knows why a node is held.
     """
     zone = rotation.zone
     before = _Previous.read(previous)
@@ -307,6 +313,10 @@ def build_checklist(
             needs.append(_item("cluster", "critical", other.cluster, say.cluster_glance(other), command))
         else:
             info.append(_item("cluster", "info", other.cluster, say.cluster_glance(other), command))
+
+    for note in notes:
+        info.append(_item("note", "info", note.node, note_in_handover(note.node, note.text, by=note.set_by_name,
+                                                                      until=note.until), node_command(note.node)))
 
     finding_items = [_finding_item(f) for f in fleet.findings]
     for item in finding_items:

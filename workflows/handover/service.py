@@ -67,6 +67,7 @@ from workflows.handover.rotations import (
     split_members,
 )
 from workflows.pools import freezes
+from storage import notes as stored_notes
 from workflows.requests.records import RequestSettings
 from workflows.requests.service import RequestService
 from workflows.signals.service import SignalsService
@@ -233,6 +234,7 @@ class HandoverService:
             now=now,
             last_drains=self.last_drains(),
             freezes=freezes.in_force(self._db, now=now),
+            notes=stored_notes.in_force(self._db, now=now, every_cluster=True),
             clusters=self._others(now) if self._others is not None else (),
             late=late,
             missed=missed,
