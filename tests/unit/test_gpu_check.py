@@ -15,6 +15,7 @@ from workflows.engine.steps.contract import Done, Failed, StepParamsError, Waiti
 from workflows.engine.steps.gpu_check import RunGpuCheck
 from workflows.kube.errors import Conflict, NotFound
 from workflows.kube.gateway import PodOnNode, pod_on_node_from_json
+from workflows.step_params import GpuCheckParams
 
 NOW = dt.datetime(2026, 12, 4, 10, 0, tzinfo=dt.timezone.utc)
 PARAMS = {"namespace": "gpuops", "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
@@ -69,6 +70,7 @@ class _Pods:
 @dataclass
 class _Ctx:
     gateway: _Pods
+    kind: str = "gpu-check"
     params: dict[str, Any] = field(default_factory=lambda: dict(PARAMS))
     intent: dict[str, Any] = field(default_factory=dict)
     dry_run: bool = False
@@ -95,7 +97,7 @@ def _started(gateway: _Pods, **kw: Any) -> tuple[RunGpuCheck, _Ctx, str]:
 
 
 def test_the_check_pod_is_bound_to_its_node_asks_for_one_gpu_never_restarts_and_has_its_own_deadline():
-    spec = check_pod.CheckSpec.from_params(PARAMS)
+    spec = check_pod.CheckSpec.from_params(GpuCheckParams.from_json(PARAMS, kind="gpu-check"))
     assert spec is not None
     pod = check_pod.manifest(spec, name="gpuops-check-x", node="gpu-h100-01", run_id="run-7")
     assert pod["spec"]["nodeName"] == "gpu-h100-01"  # not the scheduler: the node is cordoned
