@@ -11,6 +11,9 @@ would make "you approved this plan" ambiguous.)
 
 Step parameters are JSON values (str, int, float, bool, None, and lists and maps of
 those); they are frozen on construction (maps become read-only, lists become tuples).
+Plans build them as typed records (`NodeStep.of`, `workflows.step_params`), whose codec
+writes the same JSON as the maps plans wrote before records existed: the hash of a plan
+does not depend on how it was built.
 Times in the summary must be timezone-aware; they are written as UTC text.
 """
 
@@ -29,6 +32,7 @@ from storage import codec
 from storage.steps import NewStep, StepKind
 from workflows.kinds import KINDS
 from workflows.kube.objects import NodeName
+from workflows.step_params import StepParams, encode
 
 PLAN_FORMAT = 1
 # How many hex digits of a plan hash people see ("hash 3f9a1c0e…"); also the shortest
@@ -80,6 +84,11 @@ class NodeStep(_ByCanonicalJson):
         if not self.node:
             raise ValueError("a step needs a node name")
         object.__setattr__(self, "params", _freeze_mapping(self.params, where="step params"))
+
+    @classmethod
+    def of(cls, kind: StepKind, node: NodeName, params: StepParams) -> NodeStep:
+        """The step of `kind` on `node` with a typed record's params, as stored."""
+        return cls(kind, node, encode(params))
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "node": self.node, "params": _thaw(self.params)}
