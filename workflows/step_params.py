@@ -134,6 +134,8 @@ def _value(hint: Any, value: Any, *, kind: str, key: str) -> Any:
         if value is None and type(None) in args:
             return None
         options = [a for a in args if a is not type(None)]
+        if len(options) == 1:  # the option's own words (which key of a map, say)
+            return _value(options[0], value, kind=kind, key=key)
         for option in options:
             try:
                 return _value(option, value, kind=kind, key=key)
