@@ -15,8 +15,7 @@ is below it; `tests/unit/test_layers.py` checks it with import-linter):
                                  to Prometheus and exporters' /metrics
     access | durations | wording who may do what; "1h30m"; shared phrasing;
       | logfields | kinds        the ids a log line is about; the kinds of change
-      | step_params              (drain, upgrade, mig, migrate), each described once;
-                                 step params as typed records, and their one codec
+                                 (drain, upgrade, mig, migrate), each described once
 
 Upgrades, MIG changes and host-driver migration land beside `drain` as packages of
 their own."""

@@ -11,7 +11,7 @@ would make "you approved this plan" ambiguous.)
 
 Step parameters are JSON values (str, int, float, bool, None, and lists and maps of
 those); they are frozen on construction (maps become read-only, lists become tuples).
-Plans build them as typed records (`NodeStep.of`, `workflows.step_params`), whose codec
+Plans build them as typed records (`NodeStep.of`, `storage.step_params`), whose codec
 writes the same JSON as the maps plans wrote before records existed: the hash of a plan
 does not depend on how it was built.
 Times in the summary must be timezone-aware; they are written as UTC text.
@@ -32,7 +32,7 @@ from storage import codec
 from storage.steps import NewStep, StepKind
 from workflows.kinds import KINDS
 from workflows.kube.objects import NodeName
-from workflows.step_params import StepParams, encode
+from storage.step_params import StepParams, encode
 
 PLAN_FORMAT = 1
 # How many hex digits of a plan hash people see ("hash 3f9a1c0e…"); also the shortest

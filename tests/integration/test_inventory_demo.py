@@ -17,7 +17,7 @@ from testenv.install import wait_until
 from workflows.engine import check_pod
 from workflows.kube.errors import Forbidden, TooManyRequests
 from workflows.kube.gateway import KubeGateway
-from workflows.step_params import GpuCheckParams
+from storage.step_params import GpuCheckParams
 
 from tests.integration.desk import grant_bot_rbac, revoke_bot_rbac
 from tests.integration.inventory_helpers import CONFIG, ROOT, _codes, _now, wait_fleet

@@ -15,7 +15,7 @@ from storage import runs as stored_runs
 from workflows.engine.steps.contract import StepParamsError, params_of
 from workflows.engine.steps.table import logic_for
 from workflows.kinds import KINDS
-from workflows.step_params import HoldParams, StepParams, decode, encode
+from storage.step_params import HoldParams, StepParams, decode, encode
 
 from tests.unit.test_engine_extension import NOW, Drain
 

@@ -50,7 +50,7 @@ from workflows.pools.capacity import (
     pool_nodes,
 )
 from workflows.pools.config import PoolConfig
-from workflows.step_params import EvictParams, HoldParams, WaitForParams
+from storage.step_params import EvictParams, HoldParams, WaitForParams
 from workflows.pools.windows import (
     END_OF_TIME,
     UTC,

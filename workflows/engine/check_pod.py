@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workflows.kube.objects import PodObject
-from workflows.step_params import GpuCheckParams
+from storage.step_params import GpuCheckParams
 
 LABEL_GPU_CHECK = "gpuops.io/gpu-check"
 ANNOTATION_CHECK_RUN = "gpuops.io/run"

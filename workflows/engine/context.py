@@ -25,7 +25,7 @@ from workflows.engine.steps.table import logic_for
 from workflows.fleet.assessment import NodeInventory
 from workflows.kube.gateway import KubeGateway
 from workflows.plans import Plan
-from workflows.step_params import StepParams, StepParamsError, decode
+from storage.step_params import StepParams, StepParamsError, decode
 
 
 class Changed(Exception):

@@ -41,7 +41,7 @@ from workflows.pools import planning
 from workflows.pools.capacity import MaxUnavailable, RollingOrder, gpu_pods_moved, ready_gpus
 from workflows.pools.config import GpuCheck, PoolConfig
 from workflows.pools.selectors import LabelSelector
-from workflows.step_params import GpuCheckParams, StepParams, WaitForParams
+from storage.step_params import GpuCheckParams, StepParams, WaitForParams
 
 # The driver owners a node may have to move, by direction (both: the move ends the race).
 MOVABLE = {"operator": ("host", "conflict"), "host": ("operator", "conflict")}

@@ -40,7 +40,7 @@ from workflows.pools.capacity import MaxUnavailable, OrderRefused, RollingOrder
 from workflows.pools.capacity import rolling_order as _rolling_order
 from workflows.pools.config import PoolConfig
 from workflows.pools.starts import WindowRefused, start_window
-from workflows.step_params import CordonParams, EvictParams, UncordonParams, WaitForJobsParams, WaitForParams
+from storage.step_params import CordonParams, EvictParams, UncordonParams, WaitForJobsParams, WaitForParams
 
 # A driver or MIG change and a move to the operator evict GPU pods only: other pods keep
 # running (a drain moves every pod but DaemonSets').

@@ -35,7 +35,7 @@ from workflows.pools import planning
 from workflows.pools.capacity import gpu_pods_moved
 from workflows.pools.config import GpuCheck, PoolConfig
 from workflows.pools.selectors import LabelSelector
-from workflows.step_params import GpuCheckParams, HoldParams
+from storage.step_params import GpuCheckParams, HoldParams
 from workflows.upgrade import messages as say
 from workflows.upgrade.step_logic import DriverParams, DriverVersionParams, OperatorHoldParams, OperatorUpgradeParams
 from workflows.upgrade.scope import (

@@ -31,7 +31,7 @@ node, and the table of which logic runs which step kind.
 
 - `contract`: what every step is given (`StepContext`) and answers (`Done`, `Waiting`,
   `StepNotice`, `LeftOut`, `Failed`), the `StepLogic` protocol, `StepParamsError` and
-  `params_of`. A step's params are a typed record (`workflows.step_params`): each logic
+  `params_of`. A step's params are a typed record (`storage.step_params`): each logic
   names its record (`params`), the engine decodes the stored row with it, and a family
   that has step kinds of its own declares their records beside its logic.
 - `cordoning`: `Cordon`, `Uncordon` and the cordon mark they leave on a node.

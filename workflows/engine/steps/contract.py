@@ -1,7 +1,7 @@
 """What every step is given and answers: the engine's `StepContext`, the outcomes
 (`Done`, `Waiting` with its `StepNotice`, `LeftOut`, `Failed`), the `StepLogic` protocol
 the families implement, and `params_of`, which gives a step its typed params (the record
-its logic names, `workflows.step_params`; a bad param is a `StepParamsError`, and the step
+its logic names, `storage.step_params`; a bad param is a `StepParamsError`, and the step
 fails with its words).
 """
 
@@ -15,7 +15,7 @@ from typing import Any, Protocol, TypeVar
 from storage.steps import StepKind
 from workflows.fleet.assessment import NodeInventory
 from workflows.kube.gateway import KubeGateway
-from workflows.step_params import StepParams, StepParamsError, decode
+from storage.step_params import StepParams, StepParamsError, decode
 
 __all__ = ["StepParamsError"]
 
@@ -133,7 +133,7 @@ class StepContext(Protocol):
 class StepLogic(Protocol):
     @property
     def params(self) -> type[StepParams]:
-        """The record this logic reads its params as (`workflows.step_params`)."""
+        """The record this logic reads its params as (`storage.step_params`)."""
 
     def timeout(self, ctx: StepContext) -> dt.timedelta | None: ...
 

@@ -15,7 +15,7 @@ from workflows.engine.steps.contract import Done, Failed, Outcome, StepContext, 
 from workflows.kube.errors import Conflict
 from workflows.kube.labels import ANNOTATION_CORDONED_BY
 from workflows.kube.objects import NodeObject
-from workflows.step_params import CordonParams, UncordonParams
+from storage.step_params import CordonParams, UncordonParams
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from workflows.kube.errors import Conflict, NotFound
 from workflows.kube.gateway import CLUSTER_POLICIES, NVIDIA_DRIVERS, PodOnNode
 from workflows.kube.labels import POD_SELECTOR_DRIVER
 from workflows.kube.objects import CustomObject
-from workflows.step_params import GpuGateParams, StepParams
+from storage.step_params import GpuGateParams, StepParams
 
 
 @dataclass(frozen=True, kw_only=True)

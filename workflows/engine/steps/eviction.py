@@ -27,7 +27,7 @@ from workflows.kube.errors import Conflict, NotFound, TooManyRequests
 from workflows.kube.gateway import PodOnNode
 from workflows.kube.labels import ANNOTATION_MIRROR, LABEL_GPU_USER
 from workflows.kube.objects import Toleration
-from workflows.step_params import EvictParams, GpuGateParams
+from storage.step_params import EvictParams, GpuGateParams
 
 # NVIDIA_VISIBLE_DEVICES values that hand a container no GPU.
 _NO_DEVICES = frozenset({"", "void", "none"})

@@ -21,7 +21,7 @@ from workflows.engine.steps.contract import (
     params_of,
 )
 from workflows.kube.errors import Conflict, NotFound
-from workflows.step_params import GpuCheckParams
+from storage.step_params import GpuCheckParams
 
 
 class RunGpuCheck:

@@ -24,7 +24,7 @@ from workflows.engine.steps.contract import (
 from workflows.fleet.assessment import NodeInventory
 from workflows.kube.errors import Conflict
 from workflows.kube.objects import Taint
-from workflows.step_params import StepParams
+from storage.step_params import StepParams
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -13,7 +13,7 @@ from workflows.engine.steps.contract import Done, Failed, Outcome, StepContext, 
 from workflows.engine.steps.eviction import gpu_pods_left
 from workflows.kube.labels import LABEL_DEPLOY_PREFIX, LABEL_MIG_CONFIG, LABEL_MIG_CONFIG_STATE, PAUSED_FOR_MIG_CHANGE
 from workflows.kube.objects import is_gpu_resource
-from workflows.step_params import GpuGateParams
+from storage.step_params import GpuGateParams
 
 
 @dataclass(frozen=True, kw_only=True)

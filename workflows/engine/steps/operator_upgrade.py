@@ -31,7 +31,7 @@ from workflows.kube.labels import (
     LABEL_UPGRADE_SKIP,
     LABEL_UPGRADE_STATE,
 )
-from workflows.step_params import StepParams
+from storage.step_params import StepParams
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -21,7 +21,7 @@ from workflows.engine.steps.contract import (
     params_of,
 )
 from workflows.fleet.assessment import NodeInventory
-from workflows.step_params import HoldParams, WaitForJobsParams, WaitForParams
+from storage.step_params import HoldParams, WaitForJobsParams, WaitForParams
 
 Check = Callable[[NodeInventory], tuple[bool, str]]
 
