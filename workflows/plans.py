@@ -29,10 +29,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from storage import codec
+from storage.step_params import StepParams, encode
 from storage.steps import NewStep, StepKind
 from workflows.kinds import KINDS
 from workflows.kube.objects import NodeName
-from storage.step_params import StepParams, encode
 
 PLAN_FORMAT = 1
 # How many hex digits of a plan hash people see ("hash 3f9a1c0e…"); also the shortest

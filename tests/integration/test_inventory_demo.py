@@ -13,11 +13,11 @@ from bot.render_text import render_text
 from commands.catalog import dispatch
 from commands.services import Services
 from storage.database import open_database
+from storage.step_params import GpuCheckParams
 from testenv.install import wait_until
 from workflows.engine import check_pod
 from workflows.kube.errors import Forbidden, TooManyRequests
 from workflows.kube.gateway import KubeGateway
-from storage.step_params import GpuCheckParams
 
 from tests.integration.desk import grant_bot_rbac, revoke_bot_rbac
 from tests.integration.inventory_helpers import CONFIG, ROOT, _codes, _now, wait_fleet

@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
+from storage.step_params import GpuCheckParams
 from workflows.engine import check_pod
 from workflows.engine.steps.contract import Done, Failed, StepParamsError, Waiting
 from workflows.engine.steps.gpu_check import RunGpuCheck
 from workflows.kube.errors import Conflict, NotFound
 from workflows.kube.gateway import PodOnNode, pod_on_node_from_json
-from storage.step_params import GpuCheckParams
 
 NOW = dt.datetime(2026, 12, 4, 10, 0, tzinfo=dt.timezone.utc)
 PARAMS = {"namespace": "gpuops", "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",

@@ -12,10 +12,10 @@ import json
 import pytest
 
 from storage import runs as stored_runs
+from storage.step_params import HoldParams, StepParams, decode, encode
 from workflows.engine.steps.contract import StepParamsError, params_of
 from workflows.engine.steps.table import logic_for
 from workflows.kinds import KINDS
-from storage.step_params import HoldParams, StepParams, decode, encode
 
 from tests.unit.test_engine_extension import NOW, Drain
 

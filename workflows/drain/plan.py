@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from storage.step_params import EvictParams, HoldParams, WaitForParams
 from workflows.drain import messages as say
 from workflows.engine.steps.eviction import DRAIN_PLAN_SCOPE
 from workflows.fleet.assessment import UNPOOLED, NodeInventory
@@ -50,7 +51,6 @@ from workflows.pools.capacity import (
     pool_nodes,
 )
 from workflows.pools.config import PoolConfig
-from storage.step_params import EvictParams, HoldParams, WaitForParams
 from workflows.pools.windows import (
     END_OF_TIME,
     UTC,

@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from workflows.kube.objects import PodObject
 from storage.step_params import GpuCheckParams
+from workflows.kube.objects import PodObject
 
 LABEL_GPU_CHECK = "gpuops.io/gpu-check"
 ANNOTATION_CHECK_RUN = "gpuops.io/run"

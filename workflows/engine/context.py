@@ -19,13 +19,13 @@ from storage.database import Database
 from storage.ids import RunId, StepId
 from storage.requests import Request
 from storage.runs import Run
+from storage.step_params import StepParams, StepParamsError, decode
 from storage.steps import Step, StepKind
 from workflows.engine.runs import step_intent, step_params
 from workflows.engine.steps.table import logic_for
 from workflows.fleet.assessment import NodeInventory
 from workflows.kube.gateway import KubeGateway
 from workflows.plans import Plan
-from storage.step_params import StepParams, StepParamsError, decode
 
 
 class Changed(Exception):

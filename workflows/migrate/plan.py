@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from storage.step_params import GpuCheckParams, StepParams, WaitForParams
 from workflows.fleet.assessment import NodeInventory
 from workflows.fleet.summary import Fleet
 from workflows.kube.labels import LABEL_DEPLOY_DRIVER, LABEL_DEPLOY_PREFIX
@@ -41,7 +42,6 @@ from workflows.pools import planning
 from workflows.pools.capacity import MaxUnavailable, RollingOrder, gpu_pods_moved, ready_gpus
 from workflows.pools.config import GpuCheck, PoolConfig
 from workflows.pools.selectors import LabelSelector
-from storage.step_params import GpuCheckParams, StepParams, WaitForParams
 
 # The driver owners a node may have to move, by direction (both: the move ends the race).
 MOVABLE = {"operator": ("host", "conflict"), "host": ("operator", "conflict")}

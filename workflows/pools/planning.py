@@ -31,6 +31,7 @@ import difflib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
+from storage.step_params import CordonParams, EvictParams, UncordonParams, WaitForJobsParams, WaitForParams
 from workflows.fleet.assessment import NodeInventory
 from workflows.fleet.summary import Fleet
 from workflows.kube.objects import NodeName
@@ -40,7 +41,6 @@ from workflows.pools.capacity import MaxUnavailable, OrderRefused, RollingOrder
 from workflows.pools.capacity import rolling_order as _rolling_order
 from workflows.pools.config import PoolConfig
 from workflows.pools.starts import WindowRefused, start_window
-from storage.step_params import CordonParams, EvictParams, UncordonParams, WaitForJobsParams, WaitForParams
 
 # A driver or MIG change and a move to the operator evict GPU pods only: other pods keep
 # running (a drain moves every pod but DaemonSets').

@@ -26,6 +26,7 @@ import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from storage.step_params import GpuCheckParams, HoldParams
 from workflows.fleet.assessment import NodeInventory
 from workflows.fleet.summary import Fleet
 from workflows.plans import NodeStep, Plan, PlanSummary, Wave
@@ -35,7 +36,6 @@ from workflows.pools import planning
 from workflows.pools.capacity import gpu_pods_moved
 from workflows.pools.config import GpuCheck, PoolConfig
 from workflows.pools.selectors import LabelSelector
-from storage.step_params import GpuCheckParams, HoldParams
 from workflows.upgrade import messages as say
 from workflows.upgrade.step_logic import DriverParams, DriverVersionParams, OperatorHoldParams, OperatorUpgradeParams
 from workflows.upgrade.scope import (

@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from storage.step_params import StepParams, StepParamsError, decode
 from storage.steps import StepKind
 from workflows.fleet.assessment import NodeInventory
 from workflows.kube.gateway import KubeGateway
-from storage.step_params import StepParams, StepParamsError, decode
 
 __all__ = ["StepParamsError"]
 

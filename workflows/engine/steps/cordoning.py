@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from storage import codec
+from storage.step_params import CordonParams, UncordonParams
 from workflows.engine import messages as say
 from workflows.engine.steps.contract import Done, Failed, Outcome, StepContext, Waiting, params_of
 from workflows.kube.errors import Conflict
 from workflows.kube.labels import ANNOTATION_CORDONED_BY
 from workflows.kube.objects import NodeObject
-from storage.step_params import CordonParams, UncordonParams
 
 
 @dataclass(frozen=True)

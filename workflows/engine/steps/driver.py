@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from storage.step_params import GpuGateParams, StepParams
 from workflows.engine import messages as say
 from workflows.engine.steps.contract import (
     Done,
@@ -28,7 +29,6 @@ from workflows.kube.errors import Conflict, NotFound
 from workflows.kube.gateway import CLUSTER_POLICIES, NVIDIA_DRIVERS, PodOnNode
 from workflows.kube.labels import POD_SELECTOR_DRIVER
 from workflows.kube.objects import CustomObject
-from storage.step_params import GpuGateParams, StepParams
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from storage.step_params import EvictParams, GpuGateParams
 from workflows.engine import messages as say
 from workflows.engine.steps.contract import (
     Done,
@@ -27,7 +28,6 @@ from workflows.kube.errors import Conflict, NotFound, TooManyRequests
 from workflows.kube.gateway import PodOnNode
 from workflows.kube.labels import ANNOTATION_MIRROR, LABEL_GPU_USER
 from workflows.kube.objects import Toleration
-from storage.step_params import EvictParams, GpuGateParams
 
 # NVIDIA_VISIBLE_DEVICES values that hand a container no GPU.
 _NO_DEVICES = frozenset({"", "void", "none"})

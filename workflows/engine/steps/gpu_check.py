@@ -8,6 +8,7 @@ import contextlib
 import datetime as dt
 from typing import Any
 
+from storage.step_params import GpuCheckParams
 from workflows.engine import check_pod
 from workflows.engine import messages as say
 from workflows.engine.steps.contract import (
@@ -21,7 +22,6 @@ from workflows.engine.steps.contract import (
     params_of,
 )
 from workflows.kube.errors import Conflict, NotFound
-from storage.step_params import GpuCheckParams
 
 
 class RunGpuCheck:

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from storage.step_params import StepParams
 from workflows.engine import messages as say
 from workflows.engine.steps.contract import (
     Done,
@@ -24,7 +25,6 @@ from workflows.engine.steps.contract import (
 from workflows.fleet.assessment import NodeInventory
 from workflows.kube.errors import Conflict
 from workflows.kube.objects import Taint
-from storage.step_params import StepParams
 
 
 @dataclass(frozen=True, kw_only=True)

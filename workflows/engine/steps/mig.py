@@ -8,12 +8,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from storage.step_params import GpuGateParams
 from workflows.engine import messages as say
 from workflows.engine.steps.contract import Done, Failed, Outcome, StepContext, StepParamsError, Waiting, params_of
 from workflows.engine.steps.eviction import gpu_pods_left
 from workflows.kube.labels import LABEL_DEPLOY_PREFIX, LABEL_MIG_CONFIG, LABEL_MIG_CONFIG_STATE, PAUSED_FOR_MIG_CHANGE
 from workflows.kube.objects import is_gpu_resource
-from storage.step_params import GpuGateParams
 
 
 @dataclass(frozen=True, kw_only=True)

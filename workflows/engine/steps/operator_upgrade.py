@@ -10,6 +10,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
+from storage.step_params import StepParams
 from workflows.engine import messages as say
 from workflows.engine.steps.contract import (
     Done,
@@ -31,7 +32,6 @@ from workflows.kube.labels import (
     LABEL_UPGRADE_SKIP,
     LABEL_UPGRADE_STATE,
 )
-from storage.step_params import StepParams
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from storage import codec
+from storage.step_params import HoldParams, WaitForJobsParams, WaitForParams
 from workflows.engine import messages as say
 from workflows.engine.steps.contract import (
     Done,
@@ -21,7 +22,6 @@ from workflows.engine.steps.contract import (
     params_of,
 )
 from workflows.fleet.assessment import NodeInventory
-from storage.step_params import HoldParams, WaitForJobsParams, WaitForParams
 
 Check = Callable[[NodeInventory], tuple[bool, str]]
 
