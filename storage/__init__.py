@@ -10,6 +10,9 @@ What belongs here:
   Each is a handful of typed functions (keyword-only arguments) that return frozen
   dataclasses and report compare-and-set outcomes as booleans.
 - `ids` (NewType ids), `codec` (how times and JSON are stored), `errors`.
+- `step_params`: a step row's params as typed records (one per step kind, the shared
+  ones here, a kind's own beside its step logic) and the one codec between them and the
+  stored JSON.
 
 What does not: policy (who may approve, which transitions are legal, when a request
 expires) lives in `workflows/`; storage records decisions and makes them atomic, it does

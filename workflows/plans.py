@@ -11,6 +11,9 @@ would make "you approved this plan" ambiguous.)
 
 Step parameters are JSON values (str, int, float, bool, None, and lists and maps of
 those); they are frozen on construction (maps become read-only, lists become tuples).
+Plans build them as typed records (`NodeStep.of`, `storage.step_params`), whose codec
+writes the same JSON as the maps plans wrote before records existed: the hash of a plan
+does not depend on how it was built.
 Times in the summary must be timezone-aware; they are written as UTC text.
 """
 
@@ -26,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from storage import codec
+from storage.step_params import StepParams, encode
 from storage.steps import NewStep, StepKind
 from workflows.kinds import KINDS
 from workflows.kube.objects import NodeName
@@ -80,6 +84,11 @@ class NodeStep(_ByCanonicalJson):
         if not self.node:
             raise ValueError("a step needs a node name")
         object.__setattr__(self, "params", _freeze_mapping(self.params, where="step params"))
+
+    @classmethod
+    def of(cls, kind: StepKind, node: NodeName, params: StepParams) -> NodeStep:
+        """The step of `kind` on `node` with a typed record's params, as stored."""
+        return cls(kind, node, encode(params))
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "node": self.node, "params": _thaw(self.params)}

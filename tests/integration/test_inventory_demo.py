@@ -13,6 +13,7 @@ from bot.render_text import render_text
 from commands.catalog import dispatch
 from commands.services import Services
 from storage.database import open_database
+from storage.step_params import GpuCheckParams
 from testenv.install import wait_until
 from workflows.engine import check_pod
 from workflows.kube.errors import Forbidden, TooManyRequests
@@ -179,7 +180,7 @@ def test_the_bots_service_account_reads_the_fleet_with_only_its_cluster_role(dem
     with pytest.raises(TooManyRequests):  # allowed, and refused by the PDB, as it should be
         bot.evict_pod("serving", replica["metadata"]["name"], uid=replica["metadata"]["uid"], dry_run=True)
     bot.create_lease("gpuops", "rbac-probe", holder="probe", duration_seconds=15, at=_now(), dry_run=True)
-    check = check_pod.manifest(check_pod.CheckSpec.from_params(CHECK_PARAMS), name="rbac-probe",  # type: ignore[arg-type]
+    check = check_pod.manifest(check_pod.CheckSpec.from_params(GpuCheckParams.from_json(CHECK_PARAMS, kind="gpu-check")), name="rbac-probe",  # type: ignore[arg-type]
                                node="serving-a-03", run_id="run-probe")
     bot.create_pod("gpuops", check, dry_run=True)  # the upgrade's check pod, in its own namespace
     assert not installer.get({"kind": "Node", "metadata": {"name": "serving-a-03"}})["spec"].get("unschedulable")

@@ -284,6 +284,7 @@ class HoldContext:
     intent: dict
     now: dt.datetime
     dry_run: bool = False
+    kind: str = "hold"
     window_end: dt.datetime | None = None
 
 

@@ -81,6 +81,7 @@ def test_the_cordon_mark_reads_back_what_gpuops_wrote_and_ignores_anything_else(
 @dataclass
 class _Ctx:
     inventory: NodeInventory | None = None
+    kind: str = "step"
     params: dict[str, Any] = field(default_factory=dict)
     intent: dict[str, Any] = field(default_factory=dict)
     dry_run: bool = False

@@ -67,6 +67,8 @@ class _Gateway:
 @dataclass
 class _Ctx:
     gateway: Any
+    kind: str = "evict"
+    params: dict[str, Any] = field(default_factory=dict)
     expired: bool = False
     intent: dict[str, Any] = field(default_factory=dict)
     node: str = "gpu-01"

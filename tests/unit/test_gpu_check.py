@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from storage.step_params import GpuCheckParams
 from workflows.engine import check_pod
 from workflows.engine.steps.contract import Done, Failed, StepParamsError, Waiting
 from workflows.engine.steps.gpu_check import RunGpuCheck
@@ -70,6 +71,7 @@ class _Pods:
 @dataclass
 class _Ctx:
     gateway: _Pods
+    kind: str = "gpu-check"
     params: dict[str, Any] = field(default_factory=lambda: dict(PARAMS))
     intent: dict[str, Any] = field(default_factory=dict)
     dry_run: bool = False
@@ -96,7 +98,7 @@ def _started(gateway: _Pods, **kw: Any) -> tuple[RunGpuCheck, _Ctx, str]:
 
 
 def test_the_check_pod_is_bound_to_its_node_asks_for_one_gpu_never_restarts_and_has_its_own_deadline():
-    spec = check_pod.CheckSpec.from_params(PARAMS)
+    spec = check_pod.CheckSpec.from_params(GpuCheckParams.from_json(PARAMS, kind="gpu-check"))
     assert spec is not None
     pod = check_pod.manifest(spec, name="gpuops-check-x", node="gpu-h100-01", run_id="run-7")
     assert pod["spec"]["nodeName"] == "gpu-h100-01"  # not the scheduler: the node is cordoned

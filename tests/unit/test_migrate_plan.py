@@ -81,6 +81,7 @@ class _Ctx:
     def __init__(self, params, *, window_end=None, inventory=None, intent=None):
         self.params, self.window_end, self.now = params, window_end, NOW
         self.node, self.run_id, self.request_id, self.dry_run = "h1", "run-7", "req-7", False
+        self.kind = "host-driver-removed"
         self.inventory, self.intent, self.records = inventory, dict(intent or {}), {}
 
     def node_inventory(self):

@@ -32,6 +32,7 @@ class Ctx:
 
     gateway: Any
     node: str = "gpu-01"
+    kind: str = "step"
     params: dict[str, Any] = field(default_factory=dict)
     intent: dict[str, Any] = field(default_factory=dict)
     dry_run: bool = False

@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from storage import codec
+from storage.step_params import EvictParams, HoldParams, WaitForParams
 from workflows.drain import messages as say
 from workflows.engine.steps.eviction import DRAIN_PLAN_SCOPE
 from workflows.fleet.assessment import UNPOOLED, NodeInventory
@@ -524,32 +524,32 @@ def _node_steps(node: NodeInventory, *, policy: PoolConfig, end: dt.datetime | N
                 waits: bool) -> list[NodeStep]:
     steps = [planning.cordon(node), *(planning.wait_for_jobs(node, policy) if waits else ())]
     steps += [
-        NodeStep("evict", node.name, {
-            "scope": DRAIN_PLAN_SCOPE,
-            "pdb_timeout_s": int(policy.drain_timeout.total_seconds()),
-            "pdb_timeout_action": policy.pdb_timeout_action,
-        }),
-        NodeStep("hold", node.name, _hold_params(end, policy)),
-        NodeStep("validate", node.name, {
-            "node_ready": True,
-            "device_plugin_ready": True,
-            "validator_ready": True,
-            "advertised_gpus": _gpus_to_expect(node),
-            "timeout_s": int(policy.validate_timeout.total_seconds()),
-        }),
+        NodeStep.of("evict", node.name, EvictParams(
+            scope=DRAIN_PLAN_SCOPE,
+            pdb_timeout_s=int(policy.drain_timeout.total_seconds()),
+            pdb_timeout_action=policy.pdb_timeout_action,
+        )),
+        NodeStep.of("hold", node.name, _hold_params(end, policy)),
+        NodeStep.of("validate", node.name, WaitForParams(
+            node_ready=True,
+            device_plugin_ready=True,
+            validator_ready=True,
+            advertised_gpus=_gpus_to_expect(node),
+            timeout_s=int(policy.validate_timeout.total_seconds()),
+        )),
         # A node that was cordoned before (by a person) stays cordoned.
         planning.uncordon(node),
     ]
     return steps
 
 
-def _hold_params(end: dt.datetime | None, policy: PoolConfig) -> dict[str, object]:
+def _hold_params(end: dt.datetime | None, policy: PoolConfig) -> HoldParams:
     """Until the window's (or `for`'s) end; with no end, until `drain done` (`until`
     None), at most the pool's `open_drain_max` when it sets one."""
-    params: dict[str, object] = {"until": codec.optional_time_to_text(end), "released_by": "drain done"}
-    if end is None and policy.open_drain_max is not None:
-        params["at_most_s"] = int(policy.open_drain_max.total_seconds())
-    return params
+    if end is not None:
+        return HoldParams(until=end, released_by="drain done")
+    at_most = int(policy.open_drain_max.total_seconds()) if policy.open_drain_max is not None else None
+    return HoldParams(open_ended=True, at_most_s=at_most, released_by="drain done")
 
 
 def _gpus_to_expect(node: NodeInventory) -> int:

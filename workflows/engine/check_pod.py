@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from storage.step_params import GpuCheckParams
 from workflows.kube.objects import PodObject
 
 LABEL_GPU_CHECK = "gpuops.io/gpu-check"
@@ -48,13 +49,12 @@ class CheckSpec:
     timeout_s: int
 
     @classmethod
-    def from_params(cls, params: Mapping[str, Any]) -> CheckSpec | None:
-        """The spec a plan wrote, or None when a value is missing or of the wrong type."""
-        namespace, image, command = params.get("namespace"), params.get("image"), params.get("command")
-        resource, timeout = params.get("resource"), params.get("timeout_s")
-        if not (isinstance(namespace, str) and namespace and isinstance(image, str) and image
-                and isinstance(command, (list, tuple)) and command and all(isinstance(c, str) for c in command)
-                and isinstance(resource, str) and resource and isinstance(timeout, int) and timeout > 0):
+    def from_params(cls, params: GpuCheckParams) -> CheckSpec | None:
+        """The spec a plan wrote, or None when a value is missing or not whole seconds."""
+        namespace, image, command = params.namespace, params.image, params.command
+        resource, timeout = params.resource, params.timeout_s
+        if not (namespace and image and command and resource
+                and isinstance(timeout, int) and timeout > 0):
             return None
         return cls(namespace=namespace, image=image, command=tuple(command), resource=resource, timeout_s=timeout)
 

@@ -19,8 +19,10 @@ from storage.database import Database
 from storage.ids import RunId, StepId
 from storage.requests import Request
 from storage.runs import Run
+from storage.step_params import StepParams, StepParamsError, decode
 from storage.steps import Step, StepKind
 from workflows.engine.runs import step_intent, step_params
+from workflows.engine.steps.table import logic_for
 from workflows.fleet.assessment import NodeInventory
 from workflows.kube.gateway import KubeGateway
 from workflows.plans import Plan
@@ -130,6 +132,17 @@ class EngineCore(Protocol):
     def node_inventory(self, node: str, now: dt.datetime) -> NodeInventory | None: ...
 
 
+def _typed_params(step: Step) -> StepParams | Mapping[str, Any]:
+    """The step's stored params as the record its logic reads. A row the codec refuses
+    stays as stored: the logic's first read of it (`params_of`) raises the same
+    `StepParamsError` inside the engine's call, and the step fails with its words."""
+    raw = step_params(step)
+    try:
+        return decode(logic_for(step.kind).params, raw, kind=step.kind)
+    except StepParamsError:
+        return raw
+
+
 class EngineStepContext:
     """`workflows.engine.steps.StepContext` for one evaluation of one step."""
 
@@ -146,7 +159,7 @@ class EngineStepContext:
         self.request_id: str = info.request.id
         self.node = step.node
         self.kind: StepKind = step.kind
-        self.params: Mapping[str, Any] = step_params(step)
+        self.params: StepParams | Mapping[str, Any] = _typed_params(step)
         self.intent = intent
         self.plan_kind: str = info.plan.kind
         self.dry_run = run.dry_run

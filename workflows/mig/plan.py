@@ -28,6 +28,7 @@ from workflows.fleet.summary import Fleet
 from workflows.kube.objects import NodeName, PodObject
 from workflows.mig import messages as say
 from workflows.mig.layouts import MigLayouts, MigRefused, resources
+from workflows.mig.step_logic import MigParams
 from workflows.plans import NodeStep, Plan, PlanSummary
 from workflows.pools import messages as pool_say
 from workflows.pools import planning
@@ -224,8 +225,8 @@ def _node_steps(node: NodeInventory, change: NodeChange, *, policy: PoolConfig,
         planning.cordon(node, takes_over=takes_over),
         *planning.wait_for_jobs(node, policy),
         planning.evict_gpu_pods(node, policy),
-        NodeStep("mig", node.name, {"config": change.layout, "expect": dict(change.after),
-                                    "timeout_s": int(policy.mig_timeout.total_seconds())}),
+        NodeStep.of("mig", node.name, MigParams(config=change.layout, expect=dict(change.after),
+                                                timeout_s=int(policy.mig_timeout.total_seconds()))),
         planning.validate(node, policy),
         planning.uncordon(node),
     ]

@@ -29,11 +29,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from storage.step_params import GpuCheckParams, StepParams, WaitForParams
 from workflows.fleet.assessment import NodeInventory
 from workflows.fleet.summary import Fleet
 from workflows.kube.labels import LABEL_DEPLOY_DRIVER, LABEL_DEPLOY_PREFIX
 from workflows.kube.objects import PodObject
 from workflows.migrate import messages as say
+from workflows.migrate.step_logic import HostDriverParams, NodeLabelsParams, RestoreParams
 from workflows.plans import NodeStep, Plan, PlanSummary
 from workflows.pools import messages as pool_say
 from workflows.pools import planning
@@ -151,28 +153,29 @@ def _node_steps(node: NodeInventory, *, policy: PoolConfig, check: GpuCheck,
                 to: Literal["operator", "host"], remove: Sequence[str] = ()) -> list[NodeStep]:
     validate = int(policy.validate_timeout.total_seconds())
     by_hand = int(policy.host_driver_timeout.total_seconds())
-    steps = [NodeStep("snapshot", node.name, {}), planning.cordon(node), *planning.wait_for_jobs(node, policy),
+    steps = [NodeStep.of("snapshot", node.name, StepParams()), planning.cordon(node), *planning.wait_for_jobs(node, policy),
              planning.evict_gpu_pods(node, policy)]
     # The hand-set labels go with the deploy label: GFD publishes its own once the
     # operator's driver runs.
-    deploy = NodeStep("node-labels", node.name, {"labels": {LABEL_DEPLOY_DRIVER: DEPLOY_VALUE[to],
-                                                            **{key: None for key in remove}}})
-    by_hand_params = {"timeout_s": by_hand, "evidence": policy.host_driver_evidence}
+    deploy = NodeStep.of("node-labels", node.name, NodeLabelsParams(labels={LABEL_DEPLOY_DRIVER: DEPLOY_VALUE[to],
+                                                                         **{key: None for key in remove}}))
+    by_hand_params = HostDriverParams(timeout_s=by_hand, evidence=policy.host_driver_evidence)
     if to == "operator":
         # The host driver goes first; then the operator deploys its own.
-        steps += [NodeStep("host-driver-removed", node.name, by_hand_params), deploy,
-                  NodeStep("wait-for", node.name, {"conditions": ["operator-driver-ready", "validator-ready"],
-                                                   "timeout_s": validate})]
+        steps += [NodeStep.of("host-driver-removed", node.name, by_hand_params), deploy,
+                  NodeStep.of("wait-for", node.name, WaitForParams(conditions=("operator-driver-ready", "validator-ready"),
+                                                                   timeout_s=validate))]
     else:
         # The operator takes its driver off first; then a person installs the host's.
-        steps += [deploy, NodeStep("wait-for", node.name, {"conditions": ["no-operator-driver"], "timeout_s": validate}),
-                  NodeStep("host-driver-installed", node.name, by_hand_params),
-                  NodeStep("wait-for", node.name, {"conditions": ["driver-ready", "validator-ready"],
-                                                   "timeout_s": validate})]
+        steps += [deploy, NodeStep.of("wait-for", node.name,
+                                      WaitForParams(conditions=("no-operator-driver",), timeout_s=validate)),
+                  NodeStep.of("host-driver-installed", node.name, by_hand_params),
+                  NodeStep.of("wait-for", node.name, WaitForParams(conditions=("driver-ready", "validator-ready"),
+                                                                   timeout_s=validate))]
     steps += [
-        NodeStep("gpu-check", node.name, {"namespace": check.namespace, "image": check.image,
-                                          "command": list(check.command), "resource": check.resource,
-                                          "timeout_s": int(check.timeout.total_seconds())}),
+        NodeStep.of("gpu-check", node.name, GpuCheckParams(namespace=check.namespace, image=check.image,
+                                                           command=tuple(check.command), resource=check.resource,
+                                                           timeout_s=int(check.timeout.total_seconds()))),
         planning.validate(node, policy),
         planning.uncordon(node),
     ]
@@ -184,5 +187,5 @@ def _rollback_steps(node: NodeInventory, snapshot: Mapping[str, Any], *, keys: S
     labels = dict(snapshot.get("labels") or {})
     restore_keys = sorted({*keys, *(k for k in labels if k.startswith(LABEL_DEPLOY_PREFIX))})
     return [planning.cordon(node, takes_over=run),
-            NodeStep("restore", node.name, {"labels": labels, "keys": restore_keys,
-                                            "taints": list(snapshot.get("taints") or [])})]
+            NodeStep.of("restore", node.name, RestoreParams(labels=labels, keys=tuple(restore_keys),
+                                                            taints=tuple(snapshot.get("taints") or ())))]

@@ -31,6 +31,7 @@ import difflib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
+from storage.step_params import CordonParams, EvictParams, UncordonParams, WaitForJobsParams, WaitForParams
 from workflows.fleet.assessment import NodeInventory
 from workflows.fleet.summary import Fleet
 from workflows.kube.objects import NodeName
@@ -146,36 +147,33 @@ def rolling_waves(order: RollingOrder, steps_of: Callable[[NodeName], Iterable[N
 def cordon(node: NodeInventory, *, takes_over: str | None = None) -> NodeStep:
     """Cordon, keeping a person's cordon (`was_cordoned`); a rollback takes over the cordon
     the run it undoes left (`takes_over`)."""
-    params: dict[str, object] = {"was_cordoned": node.cordoned}
-    if takes_over is not None:
-        params["takes_over"] = takes_over
-    return NodeStep("cordon", node.name, params)
+    return NodeStep.of("cordon", node.name, CordonParams(was_cordoned=node.cordoned, takes_over=takes_over))
 
 
 def wait_for_jobs(node: NodeInventory, policy: PoolConfig) -> list[NodeStep]:
     """Wait for the pool's `wait_for` jobs to finish; nothing when the pool names none."""
     if policy.wait_for is None:
         return []
-    return [NodeStep("wait-for-jobs", node.name, {
-        "selector": policy.wait_for.selector, "timeout_s": int(policy.wait_for.timeout.total_seconds())})]
+    return [NodeStep.of("wait-for-jobs", node.name, WaitForJobsParams(
+        selector=policy.wait_for.selector, timeout_s=int(policy.wait_for.timeout.total_seconds())))]
 
 
 def evict_gpu_pods(node: NodeInventory, policy: PoolConfig) -> NodeStep:
     """Evict the node's GPU pods, respecting PDBs for the pool's drain timeout, then its
     action; pods that come straight back are evicted again `evict_retries` times."""
-    return NodeStep("evict", node.name, {"scope": EVICT_SCOPE,
-                                         "pdb_timeout_s": int(policy.drain_timeout.total_seconds()),
-                                         "pdb_timeout_action": policy.pdb_timeout_action,
-                                         "evict_retries": policy.evict_retries})
+    return NodeStep.of("evict", node.name, EvictParams(scope=EVICT_SCOPE,
+                                                       pdb_timeout_s=int(policy.drain_timeout.total_seconds()),
+                                                       pdb_timeout_action=policy.pdb_timeout_action,
+                                                       evict_retries=policy.evict_retries))
 
 
 def validate(node: NodeInventory, policy: PoolConfig) -> NodeStep:
-    return NodeStep("validate", node.name, {"timeout_s": int(policy.validate_timeout.total_seconds())})
+    return NodeStep.of("validate", node.name, WaitForParams(timeout_s=int(policy.validate_timeout.total_seconds())))
 
 
 def uncordon(node: NodeInventory) -> NodeStep:
     """Uncordon, unless a person had cordoned the node before: then it stays cordoned."""
-    return NodeStep("uncordon", node.name, {"leave_cordoned": node.cordoned})
+    return NodeStep.of("uncordon", node.name, UncordonParams(leave_cordoned=node.cordoned))
 
 
 # ------------------------------------------------------------------ the plan

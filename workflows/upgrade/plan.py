@@ -26,6 +26,7 @@ import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from storage.step_params import GpuCheckParams, HoldParams
 from workflows.fleet.assessment import NodeInventory
 from workflows.fleet.summary import Fleet
 from workflows.plans import NodeStep, Plan, PlanSummary, Wave
@@ -36,6 +37,7 @@ from workflows.pools.capacity import gpu_pods_moved
 from workflows.pools.config import GpuCheck, PoolConfig
 from workflows.pools.selectors import LabelSelector
 from workflows.upgrade import messages as say
+from workflows.upgrade.step_logic import DriverParams, DriverVersionParams, OperatorHoldParams, OperatorUpgradeParams
 from workflows.upgrade.scope import (
     ClusterPolicyScope,
     UpgradeOrder,
@@ -114,15 +116,15 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
     by_name = {n.name: n for n in nodes}
     takes_over = rollback.run if rollback is not None else None
     kind, name = scope.manager.kind, scope.manager.name
-    set_version = NodeStep("driver-version", order.canary, {"object": kind, "name": name,
-                                                            "version": scope.target.text})
+    set_version = NodeStep.of("driver-version", order.canary,
+                              DriverVersionParams(object=kind, name=name, version=scope.target.text))
     check = _check_params(policy.gpu_check or gpu_check)
     steps_of = _gated_node_steps if gates else _node_steps
 
     def node_steps(node: NodeInventory) -> list[NodeStep]:
         steps = steps_of(node, policy=policy, version=scope.target.text, takes_over=takes_over)
         if check is not None:  # after validate (every GPU advertised), before the uncordon
-            steps.insert(len(steps) - 1, NodeStep("gpu-check", node.name, check))
+            steps.insert(len(steps) - 1, NodeStep.of("gpu-check", node.name, check))
         return steps
     first: list[NodeStep] = []
     held_after: list[str] = []
@@ -130,21 +132,23 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
         # Every node the new version reaches, held back before it changes; each wave's
         # operator-upgrade steps let go of their own nodes.
         held_after = [n for p in scope.also_moves for n in _driven(fleet, p)]
-        first.append(NodeStep("operator-hold", order.canary, {"nodes": [n.name for n in nodes] + held_after}))
+        first.append(NodeStep.of("operator-hold", order.canary,
+                                 OperatorHoldParams(nodes=(*(n.name for n in nodes), *held_after))))
     canary_steps = [*first, set_version,
                     *node_steps(by_name[order.canary]),
-                    NodeStep("hold", order.canary, {"seconds": int(policy.upgrade_soak.total_seconds())})]
+                    NodeStep.of("hold", order.canary, HoldParams(seconds=int(policy.upgrade_soak.total_seconds())))]
     if rollback is None:
         # Runs only if the canary fails (the engine's `on_failure`): the object is set back
         # before the run halts, so no driver pod that restarts meanwhile takes the failed
         # version. A rollback has none: its version is the one the object had before.
-        canary_steps.append(NodeStep("driver-version", order.canary, {
-            "object": kind, "name": name, "version": scope.target.text, "set_back": True, "on_failure": True}))
+        canary_steps.append(NodeStep.of("driver-version", order.canary, DriverVersionParams(
+            object=kind, name=name, version=scope.target.text, set_back=True, on_failure=True)))
     # The canary's wave is its own: the version set first, the soak after.
     waves = planning.rolling_waves(order, lambda n: canary_steps if n == order.canary else node_steps(by_name[n]))
     if rollback is not None and rollback.release:
         last = waves[-1]
-        release = NodeStep("operator-hold", last.nodes[-1], {"nodes": list(rollback.release), "release": True})
+        release = NodeStep.of("operator-hold", last.nodes[-1],
+                              OperatorHoldParams(nodes=tuple(rollback.release), release=True))
         waves[-1] = Wave(last.index, last.nodes, (*last.steps, release))
     largest = planning.largest_wave(waves, lambda n: by_name[n].physical_gpus or 0)
     notes = [say.plan_manager_note(scope.manager.ref, scope.current, scope.target.text),
@@ -161,7 +165,7 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
                                        [by_name[order.canary], *(by_name[m] for w in order.waves for m in w)]},
                                       by_operator=gates)
     if check is not None:
-        notes.append(say.plan_gpu_check_note(check["command"], check["image"], check["resource"], check["namespace"]))
+        notes.append(say.plan_gpu_check_note(check.command, check.image, check.resource, check.namespace))
     if skipped_by_person:
         notes.append(say.plan_skipped_by_person_note(skipped_by_person))
     if scope.also_moves:
@@ -181,12 +185,12 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
     return UpgradePlan(scope=scope, order=order, plan=plan, window_start=start, window_end=end)
 
 
-def _check_params(check: GpuCheck | None) -> dict[str, object] | None:
+def _check_params(check: GpuCheck | None) -> GpuCheckParams | None:
     """The gpu-check step's params for a configured (and enabled) canary pod."""
     if check is None or not check.enabled:
         return None
-    return {"namespace": check.namespace, "image": check.image, "command": list(check.command),
-            "resource": check.resource, "timeout_s": int(check.timeout.total_seconds())}
+    return GpuCheckParams(namespace=check.namespace, image=check.image, command=tuple(check.command),
+                          resource=check.resource, timeout_s=int(check.timeout.total_seconds()))
 
 
 def _driven(fleet: Fleet, pool: str) -> list[str]:
@@ -202,8 +206,8 @@ def _gated_node_steps(node: NodeInventory, *, policy: PoolConfig, version: str,
     wait = int((policy.wait_for.timeout if policy.wait_for is not None else dt.timedelta(0)).total_seconds())
     return [
         planning.cordon(node, takes_over=takes_over),
-        NodeStep("operator-upgrade", node.name, {
-            "version": version, "timeout_s": int(policy.drain_timeout.total_seconds()) + wait + validate}),
+        NodeStep.of("operator-upgrade", node.name, OperatorUpgradeParams(
+            version=version, timeout_s=int(policy.drain_timeout.total_seconds()) + wait + validate)),
         planning.validate(node, policy),
         planning.uncordon(node),
     ]
@@ -215,7 +219,8 @@ def _node_steps(node: NodeInventory, *, policy: PoolConfig, version: str,
         planning.cordon(node, takes_over=takes_over),
         *planning.wait_for_jobs(node, policy),
         planning.evict_gpu_pods(node, policy),
-        NodeStep("driver", node.name, {"version": version, "timeout_s": int(policy.validate_timeout.total_seconds())}),
+        NodeStep.of("driver", node.name,
+                    DriverParams(version=version, timeout_s=int(policy.validate_timeout.total_seconds()))),
         planning.validate(node, policy),
         planning.uncordon(node),
     ]

@@ -30,8 +30,10 @@ What belongs here: one module per family of steps, each a few gates and actions 
 node, and the table of which logic runs which step kind.
 
 - `contract`: what every step is given (`StepContext`) and answers (`Done`, `Waiting`,
-  `StepNotice`, `LeftOut`, `Failed`), the `StepLogic` protocol, `StepParamsError` and the
-  param readers every family shares.
+  `StepNotice`, `LeftOut`, `Failed`), the `StepLogic` protocol, `StepParamsError` and
+  `params_of`. A step's params are a typed record (`storage.step_params`): each logic
+  names its record (`params`), the engine decodes the stored row with it, and a family
+  that has step kinds of its own declares their records beside its logic.
 - `cordoning`: `Cordon`, `Uncordon` and the cordon mark they leave on a node.
 - `eviction`: which pods an eviction takes (`decide`, `gpu_use`), `Evict`, and the gate
   that keeps a driver or MIG change off a node GPU pods still run on.

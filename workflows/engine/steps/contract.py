@@ -1,7 +1,8 @@
 """What every step is given and answers: the engine's `StepContext`, the outcomes
 (`Done`, `Waiting` with its `StepNotice`, `LeftOut`, `Failed`), the `StepLogic` protocol
-the families implement, and the param readers they share (a bad param is a
-`StepParamsError`, and the step fails with its words).
+the families implement, and `params_of`, which gives a step its typed params (the record
+its logic names, `storage.step_params`; a bad param is a `StepParamsError`, and the step
+fails with its words).
 """
 
 from __future__ import annotations
@@ -9,11 +10,16 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
+from storage.step_params import StepParams, StepParamsError, decode
 from storage.steps import StepKind
 from workflows.fleet.assessment import NodeInventory
 from workflows.kube.gateway import KubeGateway
+
+__all__ = ["StepParamsError"]
+
+P = TypeVar("P", bound=StepParams)
 
 
 class LeaseLost(Exception):
@@ -80,7 +86,9 @@ class StepContext(Protocol):
     request_id: str
     node: str
     kind: StepKind
-    params: Mapping[str, Any]
+    # The step's params: the record its logic names (`StepLogic.params`), decoded from the
+    # stored row by the engine; a test may give the stored JSON itself (see `params_of`).
+    params: StepParams | Mapping[str, Any]
     # The intent `prepare` returned (stored with the move to running).
     intent: Mapping[str, Any]
     plan_kind: str
@@ -123,6 +131,10 @@ class StepContext(Protocol):
 
 
 class StepLogic(Protocol):
+    @property
+    def params(self) -> type[StepParams]:
+        """The record this logic reads its params as (`storage.step_params`)."""
+
     def timeout(self, ctx: StepContext) -> dt.timedelta | None: ...
 
     def prepare(self, ctx: StepContext) -> dict[str, Any]: ...
@@ -130,20 +142,15 @@ class StepLogic(Protocol):
     def advance(self, ctx: StepContext) -> Outcome: ...
 
 
-def timeout_param(params: Mapping[str, Any], default: float) -> dt.timedelta:
-    """How long the step may take: `timeout_s` (or `timeout_seconds`) seconds, else `default`."""
-    value = params.get("timeout_s", params.get("timeout_seconds", default))
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        raise StepParamsError(f"timeout_s must be a number of seconds, not {value!r}") from None
-    if seconds <= 0:
-        raise StepParamsError(f"timeout_s must be more than 0, not {value!r}")
-    return dt.timedelta(seconds=seconds)
-
-
-class StepParamsError(ValueError):
-    """A step's params cannot be used; the step fails with this message."""
+def params_of(ctx: StepContext, record: type[P]) -> P:
+    """The step's params as `record`: the engine gives the decoded record; stored JSON (a
+    test's context) goes through the same codec. StepParamsError for a row of another shape."""
+    params = ctx.params
+    if isinstance(params, record):
+        return params
+    if isinstance(params, StepParams):
+        raise StepParamsError(f"{ctx.kind} step: params are {type(params).__name__}, not {record.__name__}")
+    return decode(record, params, kind=ctx.kind)
 
 
 def pod_ref(pod: str) -> tuple[str, str]:

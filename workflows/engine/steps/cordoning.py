@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from storage import codec
+from storage.step_params import CordonParams, UncordonParams
 from workflows.engine import messages as say
-from workflows.engine.steps.contract import Done, Failed, Outcome, StepContext, Waiting, timeout_param
+from workflows.engine.steps.contract import Done, Failed, Outcome, StepContext, Waiting, params_of
 from workflows.kube.errors import Conflict
 from workflows.kube.labels import ANNOTATION_CORDONED_BY
 from workflows.kube.objects import NodeObject
@@ -55,8 +56,10 @@ class Cordon:
     will not uncordon it; unless `takes_over` names that (finished) run, as a rollback's
     does: then the mark becomes this run's, with that run's record of the node before it."""
 
+    params = CordonParams
+
     def timeout(self, ctx: StepContext) -> dt.timedelta | None:
-        return timeout_param(ctx.params, 120)
+        return params_of(ctx, CordonParams).timeout(120, kind=ctx.kind)
 
     def prepare(self, ctx: StepContext) -> dict[str, Any]:
         node = ctx.gateway.get_node(ctx.node)
@@ -77,7 +80,7 @@ class Cordon:
             if ctx.run_unfinished(mark.run):
                 # Two runs must never change one node at once: fail closed.
                 return Failed(say.node_in_other_run(ctx.node, mark.run, mark.by))
-            if mark.run != ctx.params.get("takes_over"):
+            if mark.run != params_of(ctx, CordonParams).takes_over:
                 return Done(say.cordoned_by_other_run(mark.run, mark.by),
                             {"prior_unschedulable": True, "held_by_run": mark.run})
             # A rollback takes over the cordon the run it undoes left, with that run's
@@ -96,7 +99,7 @@ class Cordon:
                                         resource_version=node.resource_version, dry_run=ctx.dry_run)
         except Conflict:
             return Waiting(say.node_changed_meanwhile(ctx.node), retry_in=0.2)
-        if mark is not None and node.unschedulable and mark.run == ctx.params.get("takes_over"):
+        if mark is not None and node.unschedulable and mark.run == params_of(ctx, CordonParams).takes_over:
             return Done(say.cordon_taken_over(mark.run, prior_unschedulable=prior), {"prior_unschedulable": prior})
         note = say.cordoned(prior_unschedulable=node.unschedulable, dry_run=ctx.dry_run)
         return Done(note, {"prior_unschedulable": node.unschedulable})
@@ -108,8 +111,10 @@ class Uncordon:
     when every earlier step of the node is done (so after validation), or when the node
     was left out of the run (then it is given back as it was)."""
 
+    params = UncordonParams
+
     def timeout(self, ctx: StepContext) -> dt.timedelta | None:
-        return timeout_param(ctx.params, 120)
+        return params_of(ctx, UncordonParams).timeout(120, kind=ctx.kind)
 
     def prepare(self, ctx: StepContext) -> dict[str, Any]:
         node = ctx.gateway.get_node(ctx.node)

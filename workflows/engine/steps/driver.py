@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from storage.step_params import GpuGateParams, StepParams
 from workflows.engine import messages as say
 from workflows.engine.steps.contract import (
     Done,
@@ -19,7 +21,7 @@ from workflows.engine.steps.contract import (
     StepParamsError,
     Waiting,
     pod_ref,
-    timeout_param,
+    params_of,
 )
 from workflows.engine.steps.eviction import gpu_pods_left
 from workflows.fleet.pods import image_tag, pod_state, version_of_tag
@@ -27,6 +29,24 @@ from workflows.kube.errors import Conflict, NotFound
 from workflows.kube.gateway.paths import CLUSTER_POLICIES, NVIDIA_DRIVERS
 from workflows.kube.labels import POD_SELECTOR_DRIVER
 from workflows.kube.objects import CustomObject, PodOnNode
+
+
+@dataclass(frozen=True, kw_only=True)
+class DriverParams(GpuGateParams):
+    """The driver `version` the node's new driver pod must run (None: any)."""
+
+    version: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class DriverVersionParams(StepParams):
+    """Set `version` on the `object` (ClusterPolicy or NVIDIADriver) called `name`;
+    `set_back`: put back the version this run's driver-version step replaced."""
+
+    object: str | None = None
+    name: str | None = None
+    version: str | None = None
+    set_back: bool | None = None
 
 # ---- driver and MIG
 
@@ -77,11 +97,13 @@ class Driver:
     tolerates the cordon came back) hold the restart until they are gone or time is up
     (`allow_gpu_pods: true` skips that gate). `timeout_s` defaults to 900."""
 
+    params = DriverParams
+
     def timeout(self, ctx: StepContext) -> dt.timedelta | None:
-        return timeout_param(ctx.params, 900)
+        return params_of(ctx, DriverParams).timeout(900, kind=ctx.kind)
 
     def prepare(self, ctx: StepContext) -> dict[str, Any]:
-        return {"driver_pod": driver_pod_intent(newest_driver_pod(ctx)), "version": ctx.params.get("version")}
+        return {"driver_pod": driver_pod_intent(newest_driver_pod(ctx)), "version": params_of(ctx, DriverParams).version}
 
     def advance(self, ctx: StepContext) -> Outcome:
         old = ctx.intent.get("driver_pod")
@@ -143,12 +165,15 @@ class SetDriverVersion:
     _PATHS = {"ClusterPolicy": (CLUSTER_POLICIES, ("driver", "version")),
               "NVIDIADriver": (NVIDIA_DRIVERS, ("version",))}
 
-    def timeout(self, ctx: StepContext) -> dt.timedelta | None:
-        return timeout_param(ctx.params, 120)
+    params = DriverVersionParams
 
-    def _where(self, params: Mapping[str, Any]) -> tuple[str, tuple[str, ...], str, str]:
-        kind, name, version = params.get("object"), params.get("name"), params.get("version")
-        if kind not in self._PATHS or not isinstance(name, str) or not name or not isinstance(version, str):
+    def timeout(self, ctx: StepContext) -> dt.timedelta | None:
+        return params_of(ctx, DriverVersionParams).timeout(120, kind=ctx.kind)
+
+    def _where(self, ctx: StepContext) -> tuple[str, tuple[str, ...], str, str]:
+        params = params_of(ctx, DriverVersionParams)
+        kind, name, version = params.object, params.name, params.version
+        if kind is None or kind not in self._PATHS or not name or version is None:
             raise StepParamsError(say.driver_version_params())
         path, field = self._PATHS[kind]
         return path, field, name, f"{kind} {name}"
@@ -161,16 +186,17 @@ class SetDriverVersion:
         return str(value) if value is not None else None
 
     def prepare(self, ctx: StepContext) -> dict[str, Any]:
-        path, field, name, ref = self._where(ctx.params)
+        path, field, name, ref = self._where(ctx)
         found = ctx.gateway.get_custom_object(path, name)
-        if ctx.params.get("set_back") is True:
+        params = params_of(ctx, DriverVersionParams)
+        if params.set_back is True:
             return self._prepare_back(ctx, found, field, ref)
-        return {"object": ref, "version": ctx.params["version"], "prior_version": self._version(found.spec, field)}
+        return {"object": ref, "version": params.version, "prior_version": self._version(found.spec, field)}
 
     def advance(self, ctx: StepContext) -> Outcome:
-        if ctx.params.get("set_back") is True:
+        if params_of(ctx, DriverVersionParams).set_back is True:
             return self._set_back(ctx)
-        path, field, name, ref = self._where(ctx.params)
+        path, field, name, ref = self._where(ctx)
         version, prior = ctx.intent["version"], ctx.intent.get("prior_version")
         found = ctx.gateway.get_custom_object(path, name)
         current = self._version(found.spec, field)
@@ -210,7 +236,7 @@ class SetDriverVersion:
         merge patch naming the resourceVersion it decided on; audited before it is sent.
         An object Git keeps (Argo CD, Flux) is not patched: the note says what to set back
         in Git, since a sync would put the run's version back."""
-        path, field, name, ref = self._where(ctx.params)
+        path, field, name, ref = self._where(ctx)
         back, run_set = ctx.intent.get("version"), ctx.intent.get("run_set")
         if not run_set or not back or back == run_set:
             return Done(say.set_back_nothing(ref))

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from storage.step_params import EvictParams, GpuGateParams
 from workflows.engine import messages as say
 from workflows.engine.steps.contract import (
     Done,
@@ -21,7 +22,7 @@ from workflows.engine.steps.contract import (
     StepParamsError,
     Waiting,
     pod_ref,
-    timeout_param,
+    params_of,
 )
 from workflows.kube.errors import Conflict, NotFound, TooManyRequests
 
@@ -85,7 +86,7 @@ def gpu_pods_left(ctx: StepContext) -> list[str]:
     cannot unload and a MIG layout cannot change under them. Pods that tolerate the
     cordon come back after an eviction; this gate keeps the change from starting on top
     of them (fail closed), unless params say `allow_gpu_pods: true`."""
-    if ctx.params.get("allow_gpu_pods") is True:
+    if params_of(ctx, GpuGateParams).allow_gpu_pods is True:
         return []
     in_the_way = []
     for pod in ctx.gateway.list_pods_on_node(ctx.node):
@@ -132,28 +133,34 @@ class Evict:
     def __init__(self, *, default_scope: EvictScope | None = None) -> None:
         self._default_scope = default_scope
 
+    params = EvictParams
+
     def scope(self, ctx: StepContext) -> EvictScope:
-        value = ctx.params.get("scope")
+        value = params_of(ctx, EvictParams).scope
         if value == DRAIN_PLAN_SCOPE:
             value = "all"  # what drain plans write: DaemonSet pods are skipped either way
         if value is None:
             value = self._default_scope or ("all" if ctx.plan_kind == "drain" else "gpu")
-        if value not in ("gpu", "all"):
-            raise StepParamsError(f"evict scope must be 'gpu' or 'all', not {value!r}")
-        return value
+        if value == "gpu":
+            return "gpu"
+        if value == "all":
+            return "all"
+        raise StepParamsError(f"evict scope must be 'gpu' or 'all', not {value!r}")
 
     def timeout(self, ctx: StepContext) -> dt.timedelta | None:
-        params = ctx.params
-        if "timeout_s" not in params and "pdb_timeout_s" in params:
-            params = {"timeout_s": params["pdb_timeout_s"]}  # a drain plan: the pool's drain_timeout
-        return timeout_param(params, 600)
+        params = params_of(ctx, EvictParams)
+        if params.timeout_s is None and params.pdb_timeout_s is not None:
+            # A drain plan: the pool's drain_timeout.
+            params = EvictParams(timeout_s=params.pdb_timeout_s)
+        return params.timeout(600, kind=ctx.kind)
 
     def prepare(self, ctx: StepContext) -> dict[str, Any]:
         scope = self.scope(ctx)
         # A drain plan says the pool's pdb_timeout_action: `wait` halts the run with the
         # node cordoned, for a person to decide; `skip` leaves the node out; `delete` deletes.
-        default = _ON_TIMEOUT.get(str(ctx.params.get("pdb_timeout_action")), "fail")
-        on_timeout = ctx.params.get("on_timeout", default)
+        params = params_of(ctx, EvictParams)
+        default = _ON_TIMEOUT.get(str(params.pdb_timeout_action), "fail")
+        on_timeout = params.on_timeout if params.on_timeout is not None else default
         if on_timeout not in ("fail", "skip", "delete"):
             raise StepParamsError(f"on_timeout must be 'fail', 'skip' or 'delete', not {on_timeout!r}")
         targets: list[dict[str, Any]] = []
@@ -241,7 +248,7 @@ class Evict:
         setting, 3 by default); a round more fails the step naming them and their owners.
         The thread hears it once. Each pod's eviction is on record (with its round) before
         the round's own record, so a restart between them counts no round twice."""
-        retries = _evict_retries(ctx.params)
+        retries = _evict_retries(ctx)
         rounds = _rounds(ctx)
         fresh = [t for t in returned if not t["deleting"] and not ctx.recorded(f"evict/{t['uid']}")]
         shown = [say.pod_and_owner(t["pod"], t.get("owner")) for t in returned]
@@ -347,12 +354,13 @@ RETURN_SETTLE = dt.timedelta(seconds=5)
 
 def _rounds(ctx: StepContext) -> int:
     """How many times pods that came back were evicted again (their rounds on record)."""
-    return next((k for k in range(_evict_retries(ctx.params), 0, -1) if ctx.recorded(f"returned/{k}")), 0)
+    return next((k for k in range(_evict_retries(ctx), 0, -1) if ctx.recorded(f"returned/{k}")), 0)
 
 
-def _evict_retries(params: Mapping[str, Any]) -> int:
-    value = params.get("evict_retries", DEFAULT_EVICT_RETRIES)
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+def _evict_retries(ctx: StepContext) -> int:
+    found = params_of(ctx, EvictParams).evict_retries
+    value = DEFAULT_EVICT_RETRIES if found is None else found
+    if value < 0:
         raise StepParamsError(f"evict_retries must be a whole number, 0 or more, not {value!r}")
     return value
 

@@ -8,6 +8,7 @@ import contextlib
 import datetime as dt
 from typing import Any
 
+from storage.step_params import GpuCheckParams
 from workflows.engine import check_pod
 from workflows.engine import messages as say
 from workflows.engine.steps.contract import (
@@ -18,7 +19,7 @@ from workflows.engine.steps.contract import (
     StepParamsError,
     Waiting,
     pod_ref,
-    timeout_param,
+    params_of,
 )
 from workflows.kube.errors import Conflict, NotFound
 
@@ -35,17 +36,19 @@ class RunGpuCheck:
     exist fails the step. The step allows `timeout_s` plus a minute; the pod's own
     deadline normally ends it first."""
 
+    params = GpuCheckParams
+
     def timeout(self, ctx: StepContext) -> dt.timedelta | None:
-        return timeout_param(ctx.params, 300) + dt.timedelta(seconds=check_pod.STEP_GRACE_SECONDS)
+        return params_of(ctx, GpuCheckParams).timeout(300, kind=ctx.kind) + dt.timedelta(seconds=check_pod.STEP_GRACE_SECONDS)
 
     def prepare(self, ctx: StepContext) -> dict[str, Any]:
-        spec = check_pod.CheckSpec.from_params(ctx.params)
+        spec = check_pod.CheckSpec.from_params(params_of(ctx, GpuCheckParams))
         if spec is None:
             raise StepParamsError(say.gpu_check_params())
         return {"pod": f"{spec.namespace}/{check_pod.pod_name(ctx.run_id, ctx.node)}"}
 
     def advance(self, ctx: StepContext) -> Outcome:
-        spec = check_pod.CheckSpec.from_params(ctx.params)
+        spec = check_pod.CheckSpec.from_params(params_of(ctx, GpuCheckParams))
         assert spec is not None  # prepare refused anything else
         namespace, name = pod_ref(ctx.intent["pod"])
         shown = check_pod.shown_command(spec.command)

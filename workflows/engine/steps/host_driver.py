@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from storage.step_params import StepParams
 from workflows.engine import messages as say
 from workflows.engine.steps.contract import (
     Done,
@@ -18,19 +20,49 @@ from workflows.engine.steps.contract import (
     StepNotice,
     StepParamsError,
     Waiting,
-    timeout_param,
+    params_of,
 )
 from workflows.fleet.assessment import NodeInventory
 from workflows.kube.errors import Conflict
 from workflows.kube.objects import Taint
 
 
+@dataclass(frozen=True, kw_only=True)
+class HostDriverParams(StepParams):
+    """Whether the node's own evidence completes the step (`evidence`, the pool's
+    `host_driver_evidence`), and who confirmed the change by hand, and when (written by
+    `RunService.confirm_host_driver` while the step waits)."""
+
+    evidence: bool | None = None
+    confirmed_by: str | None = None
+    confirmed_by_name: str | None = None
+    confirmed_at: dt.datetime | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeLabelsParams(StepParams):
+    """The `labels` to set on the node (None removes one)."""
+
+    labels: Mapping[str, str | None] | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RestoreParams(StepParams):
+    """What a snapshot recorded (`labels`, `taints`) and which labels to put back (`keys`)."""
+
+    labels: Mapping[str, str] | None = None
+    keys: tuple[str, ...] | None = None
+    taints: tuple[Mapping[str, Any], ...] | None = None
+
+
 class Snapshot:
     """Record the node's labels, annotations and taints (the step's intent), before the
     run changes anything: what a rollback restores in one step. No side effect."""
 
+    params = StepParams
+
     def timeout(self, ctx: StepContext) -> dt.timedelta | None:
-        return timeout_param(ctx.params, 60)
+        return params_of(ctx, StepParams).timeout(60, kind=ctx.kind)
 
     def prepare(self, ctx: StepContext) -> dict[str, Any]:
         node = ctx.gateway.get_node(ctx.node)
@@ -59,11 +91,13 @@ class HostDriverByHand:
     completes the step, audited as the evidence; otherwise it is shown in the waiting text
     and a person still confirms."""
 
+    params = HostDriverParams
+
     def __init__(self, *, install: bool) -> None:
         self.install = install
 
     def timeout(self, ctx: StepContext) -> dt.timedelta | None:
-        limit = timeout_param(ctx.params, 8 * 3600)
+        limit = params_of(ctx, HostDriverParams).timeout(8 * 3600, kind=ctx.kind)
         if ctx.window_end is not None:
             limit = min(limit, max(dt.timedelta(0), ctx.window_end - ctx.now))
         return limit
@@ -73,15 +107,16 @@ class HostDriverByHand:
         return {"driver_worked": inv is not None and _driver_works(inv)}
 
     def advance(self, ctx: StepContext) -> Outcome:
-        confirmed = ctx.params.get("confirmed_by_name") or ctx.params.get("confirmed_by")
+        params = params_of(ctx, HostDriverParams)
+        confirmed = params.confirmed_by_name or params.confirmed_by
         if confirmed:
-            return Done(say.host_driver_confirmed(ctx.node, str(confirmed), install=self.install),
-                        {"confirmed_by": ctx.params.get("confirmed_by")})
+            return Done(say.host_driver_confirmed(ctx.node, confirmed, install=self.install),
+                        {"confirmed_by": params.confirmed_by})
         if ctx.dry_run:
             return Done(say.would_wait_for_host_driver(ctx.node, install=self.install))
         waiting = say.waiting_for_host_driver(ctx.node, install=self.install)
         evidence = self._evidence(ctx)
-        if evidence is not None and ctx.params.get("evidence") is True:
+        if evidence is not None and params.evidence is True:
             action = "run.host-driver-installed" if self.install else "run.host-driver-removed"
             ctx.record(key="evidence", action=action, target=f"node {ctx.node}",
                        detail={"by": "evidence", "evidence": evidence})
@@ -126,12 +161,14 @@ class SetNodeLabels:
     """Set `labels` on the node (a value of None removes the label), by one merge patch,
     unless they are already so. The values found are kept in the intent."""
 
+    params = NodeLabelsParams
+
     def timeout(self, ctx: StepContext) -> dt.timedelta | None:
-        return timeout_param(ctx.params, 120)
+        return params_of(ctx, NodeLabelsParams).timeout(120, kind=ctx.kind)
 
     def prepare(self, ctx: StepContext) -> dict[str, Any]:
-        wanted = ctx.params.get("labels")
-        if not isinstance(wanted, Mapping) or not wanted:
+        wanted = params_of(ctx, NodeLabelsParams).labels
+        if not wanted:
             raise StepParamsError(say.node_labels_params())
         node = ctx.gateway.get_node(ctx.node)
         return {"labels": dict(wanted), "prior": {k: node.labels.get(k) for k in wanted}}
@@ -153,16 +190,19 @@ class Restore:
     the taints exactly as they were; one patch, audited. The node stays cordoned: what is
     left (reinstalling a host driver) is a person's."""
 
+    params = RestoreParams
+
     def timeout(self, ctx: StepContext) -> dt.timedelta | None:
-        return timeout_param(ctx.params, 120)
+        return params_of(ctx, RestoreParams).timeout(120, kind=ctx.kind)
 
     def prepare(self, ctx: StepContext) -> dict[str, Any]:
-        labels, keys, taints = ctx.params.get("labels"), ctx.params.get("keys"), ctx.params.get("taints")
-        if not isinstance(labels, Mapping) or not isinstance(keys, (list, tuple)) or not isinstance(taints, list):
+        params = params_of(ctx, RestoreParams)
+        labels, keys, taints = params.labels, params.keys, params.taints
+        if labels is None or keys is None or taints is None:
             raise StepParamsError(say.restore_params())
         node = ctx.gateway.get_node(ctx.node)
-        restore = {str(k): (str(labels[k]) if k in labels else None) for k in keys}
-        return {"labels": restore, "taints": taints,
+        restore = {k: (labels[k] if k in labels else None) for k in keys}
+        return {"labels": restore, "taints": [dict(t) for t in taints],
                 "found": {k: node.labels.get(k) for k in restore}}
 
     def advance(self, ctx: StepContext) -> Outcome:

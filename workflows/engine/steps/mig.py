@@ -5,13 +5,24 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from storage.step_params import GpuGateParams
 from workflows.engine import messages as say
-from workflows.engine.steps.contract import Done, Failed, Outcome, StepContext, StepParamsError, Waiting, timeout_param
+from workflows.engine.steps.contract import Done, Failed, Outcome, StepContext, StepParamsError, Waiting, params_of
 from workflows.engine.steps.eviction import gpu_pods_left
 from workflows.kube.labels import LABEL_DEPLOY_PREFIX, LABEL_MIG_CONFIG, LABEL_MIG_CONFIG_STATE, PAUSED_FOR_MIG_CHANGE
 from workflows.kube.objects import is_gpu_resource
+
+
+@dataclass(frozen=True, kw_only=True)
+class MigParams(GpuGateParams):
+    """The MIG layout to ask for (`config`) and the GPU resources the node should then
+    advertise (`expect`, {resource: count})."""
+
+    config: str | None = None
+    expect: Mapping[str, int] | None = None
 
 
 class Mig:
@@ -26,12 +37,14 @@ class Mig:
     the layout with state success is left alone. GPU pods still on the node hold the change
     as for the driver step. `timeout_s` defaults to 1800."""
 
+    params = MigParams
+
     def timeout(self, ctx: StepContext) -> dt.timedelta | None:
-        return timeout_param(ctx.params, 1800)
+        return params_of(ctx, MigParams).timeout(1800, kind=ctx.kind)
 
     def prepare(self, ctx: StepContext) -> dict[str, Any]:
-        config = ctx.params.get("config")
-        if not isinstance(config, str) or not config:
+        config = params_of(ctx, MigParams).config
+        if not config:
             raise StepParamsError("a mig step needs the MIG layout in params.config (e.g. all-1g.10gb)")
         node = ctx.gateway.get_node(ctx.node)
         return {"config": config, "prior_config": node.labels.get(LABEL_MIG_CONFIG),
@@ -55,7 +68,7 @@ class Mig:
         if ctx.dry_run:
             return Done(say.mig_applied(config))
         if state == "success":
-            expect = {str(k): int(v) for k, v in (ctx.params.get("expect") or {}).items() if int(v)}
+            expect = {str(k): int(v) for k, v in (params_of(ctx, MigParams).expect or {}).items() if v}
             if expect and advertised != expect:
                 return Waiting(say.mig_not_advertised(config, _counted(advertised), _counted(expect)), retry_in=5.0)
             return Done(say.mig_applied(config))

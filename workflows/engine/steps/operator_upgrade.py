@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
+from storage.step_params import StepParams
 from workflows.engine import messages as say
 from workflows.engine.steps.contract import (
     Done,
@@ -19,7 +20,7 @@ from workflows.engine.steps.contract import (
     StepParamsError,
     Waiting,
     pod_ref,
-    timeout_param,
+    params_of,
 )
 from workflows.engine.steps.driver import driver_pod_intent, driver_templates_not_at, newest_driver_pod
 from workflows.fleet.node_changes import UPGRADE_DONE, UPGRADE_FAILED
@@ -33,9 +34,24 @@ from workflows.kube.labels import (
 )
 
 
-def _node_names(params: Mapping[str, Any]) -> list[str]:
-    nodes = params.get("nodes")
-    if not isinstance(nodes, (list, tuple)) or not all(isinstance(n, str) and n for n in nodes):
+@dataclass(frozen=True, kw_only=True)
+class OperatorHoldParams(StepParams):
+    """The `nodes` to hold back (or, with `release`, to let go)."""
+
+    nodes: tuple[str, ...] | None = None
+    release: bool | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class OperatorUpgradeParams(StepParams):
+    """The driver `version` the operator's upgrade brings the node to."""
+
+    version: str | None = None
+
+
+def _node_names(params: OperatorHoldParams) -> list[str]:
+    nodes = params.nodes
+    if nodes is None or not all(nodes):
         raise StepParamsError(say.operator_hold_params())
     return list(nodes)
 
@@ -50,13 +66,16 @@ class OperatorHold:
     already held (by an earlier run too) stays as it is; a node that is gone is passed
     over. One audit row names every node it changes. `timeout_s` defaults to 120."""
 
+    params = OperatorHoldParams
+
     def timeout(self, ctx: StepContext) -> dt.timedelta | None:
-        return timeout_param(ctx.params, 120)
+        return params_of(ctx, OperatorHoldParams).timeout(120, kind=ctx.kind)
 
     def prepare(self, ctx: StepContext) -> dict[str, Any]:
-        release = bool(ctx.params.get("release"))
+        params = params_of(ctx, OperatorHoldParams)
+        release = bool(params.release)
         targets, persons = [], []
-        for name in _node_names(ctx.params):
+        for name in _node_names(params):
             try:
                 node = ctx.gateway.get_node(name)
             except NotFound:
@@ -105,12 +124,14 @@ class OperatorUpgrade:
     if the new one fails too. A person's skip label holds the step until it is removed or
     time is up. `timeout_s` defaults to 1800."""
 
+    params = OperatorUpgradeParams
+
     def timeout(self, ctx: StepContext) -> dt.timedelta | None:
-        return timeout_param(ctx.params, 1800)
+        return params_of(ctx, OperatorUpgradeParams).timeout(1800, kind=ctx.kind)
 
     def prepare(self, ctx: StepContext) -> dict[str, Any]:
-        version = ctx.params.get("version")
-        if not isinstance(version, str) or not version:
+        version = params_of(ctx, OperatorUpgradeParams).version
+        if not version:
             raise StepParamsError(say.operator_upgrade_params())
         node = ctx.gateway.get_node(ctx.node)
         return {"version": version, "state_before": node.labels.get(LABEL_UPGRADE_STATE),

@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from storage import codec
+from storage.step_params import HoldParams, WaitForJobsParams, WaitForParams
 from workflows.engine import messages as say
 from workflows.engine.steps.contract import (
     Done,
@@ -18,7 +19,7 @@ from workflows.engine.steps.contract import (
     StepNotice,
     StepParamsError,
     Waiting,
-    timeout_param,
+    params_of,
 )
 from workflows.fleet.assessment import NodeInventory
 
@@ -88,19 +89,22 @@ class WaitFor:
     Default for wait-for: node Ready, GPUs advertised, device plugin and validator Ready;
     `validate` adds the driver. `timeout_s` defaults to 600."""
 
+    params = WaitForParams
+
     def __init__(self, defaults: Sequence[str]) -> None:
         self._defaults = tuple(defaults)
 
     def conditions(self, ctx: StepContext) -> tuple[str, ...]:
-        wanted = ctx.params.get("conditions", ctx.params.get("condition", self._defaults))
-        names = (wanted,) if isinstance(wanted, str) else tuple(wanted)
+        params = params_of(ctx, WaitForParams)
+        wanted = params.conditions if params.conditions is not None else params.condition
+        names = self._defaults if wanted is None else (wanted,) if isinstance(wanted, str) else wanted
         unknown = [n for n in names if n not in CONDITIONS]
         if unknown or not names:
             raise StepParamsError(say.unknown_conditions(unknown, sorted(CONDITIONS)))
         return names
 
     def timeout(self, ctx: StepContext) -> dt.timedelta | None:
-        return timeout_param(ctx.params, 600)
+        return params_of(ctx, WaitForParams).timeout(600, kind=ctx.kind)
 
     def prepare(self, ctx: StepContext) -> dict[str, Any]:
         return {"conditions": list(self.conditions(ctx))}
@@ -124,14 +128,16 @@ class WaitForJobs:
     """Wait until no pod matching `selector` (a label selector) still runs on the node;
     at `timeout_s` (default 3600) fail, or carry on if `on_timeout` is `continue`."""
 
+    params = WaitForJobsParams
+
     def timeout(self, ctx: StepContext) -> dt.timedelta | None:
-        return timeout_param(ctx.params, 3600)
+        return params_of(ctx, WaitForJobsParams).timeout(3600, kind=ctx.kind)
 
     def prepare(self, ctx: StepContext) -> dict[str, Any]:
-        selector = ctx.params.get("selector")
-        if not isinstance(selector, str) or not selector:
+        params = params_of(ctx, WaitForJobsParams)
+        if not params.selector:
             raise StepParamsError("wait-for-jobs needs a label selector in params.selector")
-        return {"selector": selector, "on_timeout": ctx.params.get("on_timeout", "fail")}
+        return {"selector": params.selector, "on_timeout": params.on_timeout or "fail"}
 
     def advance(self, ctx: StepContext) -> Outcome:
         pods = ctx.gateway.list_pods_on_node(ctx.node, label_selector=ctx.intent["selector"])
@@ -156,25 +162,28 @@ class Hold:
     is told (once per run) so someone can ask for more time; an extended end is told
     again, once per new end (at once when less than the lead is left)."""
 
+    params = HoldParams
+
     def timeout(self, ctx: StepContext) -> dt.timedelta | None:
+        params_of(ctx, HoldParams)  # refuse unusable params before the hold starts
         return None
 
     def prepare(self, ctx: StepContext) -> dict[str, Any]:
+        params = params_of(ctx, HoldParams)
         until: dt.datetime | None
         open_ended = False
-        if ctx.params.get("released_at"):
+        if params.released_at is not None:
             # NB: `drain done` before the hold began: it ends as soon as it starts.
-            until = codec.optional_time_from_text(str(ctx.params["released_at"]))
-        elif ctx.params.get("until"):
-            until = dt.datetime.fromisoformat(str(ctx.params["until"]).replace("Z", "+00:00"))
-        elif "until" in ctx.params:
+            until = params.released_at
+        elif params.until is not None:
+            until = params.until
+        elif params.open_ended:
             # An open-ended drain (`until: None`): held until `drain done`, or for at
             # most the pool's `open_drain_max` when it sets one.
             open_ended = True
-            at_most = ctx.params.get("at_most_s")
-            until = ctx.now + dt.timedelta(seconds=float(at_most)) if at_most else None
-        elif "seconds" in ctx.params:
-            until = ctx.now + dt.timedelta(seconds=float(ctx.params["seconds"]))
+            until = ctx.now + dt.timedelta(seconds=params.at_most_s) if params.at_most_s else None
+        elif params.seconds is not None:
+            until = ctx.now + dt.timedelta(seconds=params.seconds)
         else:
             until = ctx.window_end
         # Warn before the end only when the hold outlasts the warning's lead.
@@ -186,12 +195,13 @@ class Hold:
         until = codec.optional_time_from_text(ctx.intent.get("until"))
         warn_at = codec.optional_time_from_text(ctx.intent.get("warn_at"))
         again_for = None
-        extended = codec.optional_time_from_text(ctx.params.get("extended_until"))
+        params = params_of(ctx, HoldParams)
+        extended = params.extended_until
         if extended is not None and until is not None and extended > until and not ctx.intent.get("open_ended"):
             # A later end, applied while it held: told again before it, once per new end.
             until, warn_at = extended, max(extended - WINDOW_ENDING_NOTICE, ctx.now)
-            again_for = str(ctx.params["extended_until"])
-        released = codec.optional_time_from_text(ctx.params.get("released_at"))
+            again_for = codec.time_to_text(extended)
+        released = params.released_at
         if released is not None:
             until = released if until is None else min(until, released)
         if until is None and ctx.intent.get("open_ended") and not ctx.dry_run:
