@@ -196,6 +196,9 @@ class FleetBuilder:
     ) -> PodObject:
         kwargs.setdefault("namespace", "ml")
         kwargs.setdefault("owner_kind", "Job")
+        # A workload's own image: a device plugin's image outside the operator's namespace is
+        # a second device plugin (workflows.fleet.pods).
+        kwargs.setdefault("image", "nvcr.io/nvidia/cuda:12.6.3-base-ubuntu24.04")
         return self.pod(node=node, gpu_requests={resource: gpus}, **kwargs)
 
     def operands(self, node: str) -> list[PodObject]:
