@@ -119,6 +119,8 @@ def default_confirm(action: str, label: str) -> Confirm:
         "cancel": ("Cancel this request?", "The request is withdrawn; approvals given so far are lost.",
                    "Cancel request"),
         "abort": ("Abort this run?", "The run stops between steps and leaves nodes as they are.", "Abort run"),
+        "rollback": ("Roll back this run?", "A rollback request is made for the nodes this run changed; "
+                     "it waits for the pool's approvals like any request.", "Ask for rollback"),
     }
     title, text, confirm = texts.get(action, (f"{label}?", "This cannot be undone.", label))
     return Confirm(title=title, text=text, confirm=confirm, deny="Go back")

@@ -95,12 +95,15 @@ def _cancel(view: RequestView) -> Intent:
     return Intent(action="cancel", label="Cancel request", value=view.id, style="danger")
 
 
-def card_intents(view: RequestView) -> tuple[Intent, ...]:
-    """The buttons of a pending request's message everyone sees (`/gpu request`, which
-    the channel card is): Approve and Deny for approvers, Cancel for the requester."""
+def card_intents(view: RequestView, open_to: frozenset[str] | None = None) -> tuple[Intent, ...]:
+    """The buttons of a pending request's message everyone sees (the channel card):
+    Approve and Deny for approvers, Cancel for the requester. Given `open_to` (a reply
+    only one person sees, `/gpu request`), only the buttons that person may press."""
     if view.state == "running" and view.extension is not None:
-        return _extension_intents(view)
-    return (*_decide_intents(view), _cancel(view)) if view.state == "pending" else ()
+        intents = _extension_intents(view)
+    else:
+        intents = (*_decide_intents(view), _cancel(view)) if view.state == "pending" else ()
+    return intents if open_to is None else tuple(i for i in intents if i.action in open_to)
 
 
 def rollback_intent(view: RequestView, runs: list[RunView]) -> tuple[Intent, ...]:
@@ -223,7 +226,9 @@ def _run_section(run: RunView, *, held_by: Freeze | None = None) -> Section:
                    table=Table(columns=msg.STEP_COLUMNS, rows=rows), bullets=tuple(bullets))
 
 
-def _request_reply(call: Call, view: RequestView, *, title: str | None = None) -> Reply:
+def _request_reply(call: Call, view: RequestView, *, title: str | None = None, for_channel: bool = False) -> Reply:
+    """The request as `call.actor` reads it; `for_channel`, as the channel card everyone
+    reads (its buttons are for whoever may press them)."""
     facts = (
         Fact("Requested by", view.requester_name),
         *((Fact("Cluster", view.cluster),) if view.cluster else ()),
@@ -253,7 +258,8 @@ def _request_reply(call: Call, view: RequestView, *, title: str | None = None) -
                  summary=msg.request_summary(view.state, view.approvals_counted, view.approvals_required,
                                              view.short_hash),
                  sections=tuple(sections),
-                 intents=card_intents(view) + rollback_intent(view, runs) + continue_intent(view, runs)
+                 intents=card_intents(view, None if for_channel else _requests(call).decisions_open_to(
+                     call.actor, view.id, now=call.now)) + rollback_intent(view, runs) + continue_intent(view, runs)
                  + host_driver_intent(view, runs))
 
 
@@ -281,13 +287,14 @@ def show_request(call: Call, args: list[str]) -> Reply:
     return request_reply(call, _one(args, "request, e.g. `/gpu request req-7f3a2c`"))
 
 
-def request_reply(call: Call, request_id: str) -> Reply:
-    """`/gpu request <id>` with its id read: the request, its plan, decisions and runs."""
+def request_reply(call: Call, request_id: str, *, for_channel: bool = False) -> Reply:
+    """`/gpu request <id>` with its id read: the request, its plan, decisions and runs
+    (`for_channel`: as its channel card, whose buttons are for everyone who may press them)."""
     try:
         view = _requests(call).get(request_id)
     except UnknownRequest as err:
         raise NotFoundError(str(err)) from None
-    return _request_reply(call, view)
+    return _request_reply(call, view, for_channel=for_channel)
 
 
 @REGISTRY.command("approve", usage="approve <id> [plan-hash]", role=Role.APPROVER,

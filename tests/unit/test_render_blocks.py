@@ -126,10 +126,11 @@ def test_sixty_sections_fit_in_fifty_blocks_and_keep_their_buttons_and_footer():
     assert blockkit.message_errors(blocks=rendered.blocks) == []
 
 
-def test_deny_cancel_and_abort_ask_for_confirmation_and_approve_does_not():
+def test_deny_cancel_abort_and_roll_back_ask_for_confirmation_and_approve_does_not():
     intents = (Intent("approve", "Approve", "req-1"), Intent("deny", "Deny", "req-1"),
                Intent("cancel", "Cancel request", "req-1"), Intent("abort", "Abort run", "run-1"),
-               Intent("ack", "L" * 120, "h-1", confirm=Confirm("Sure?", "It stays done.")))
+               Intent("ack", "L" * 120, "h-1", confirm=Confirm("Sure?", "It stays done.")),
+               Intent("rollback", "Roll back", "run-1"))
 
     (actions,) = [b for b in render_blocks(Reply(title="r", intents=intents)).blocks if b["type"] == "actions"]
 
@@ -139,6 +140,7 @@ def test_deny_cancel_and_abort_ask_for_confirmation_and_approve_does_not():
         assert buttons[action_id]["confirm"]["style"] == "danger"
     assert buttons["gpuops.ack.4"]["confirm"]["title"]["text"] == "Sure?"
     assert len(buttons["gpuops.ack.4"]["text"]["text"]) <= 75
+    assert buttons["gpuops.rollback.5"]["confirm"]["title"]["text"] == "Roll back this run?"
 
 
 def test_the_text_rendering_shows_every_row_and_numbers_the_buttons():

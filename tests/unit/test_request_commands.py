@@ -83,7 +83,7 @@ def test_approve_without_a_hash_shows_the_plan_and_the_exact_command_and_counts_
                              f"`/gpu approve {request.id} {request.short_hash}` to approve that plan.")
     plan = next(s for s in reply.sections if s.title == f"Plan {request.short_hash}")
     assert plan.table.rows == (("1", "gpu-01", "cordon → driver → uncordon"), ("2", "gpu-02", "cordon → driver → uncordon"))
-    assert [i.action for i in reply.intents] == ["approve", "deny", "cancel"]
+    assert [i.action for i in reply.intents] == ["approve", "deny"]  # bob may not cancel alice's request
     assert reply.intents[0].value == f"{request.id}/{request.plan_hash}"
     assert services.requests.get(request.id).approvals_counted == 0
 
@@ -128,6 +128,25 @@ def test_only_the_requester_or_an_admin_cancels_a_request(services):
     assert refused.summary == f"Only the requester (alice) or an admin can cancel {request.id}."
     reply = run(services, alice, f"cancel {request.id}")
     assert reply.ok and reply.title == f"Cancelled {request.id}" and reply.summary.startswith("cancelled")
+
+
+def test_a_request_shown_to_one_person_offers_only_the_buttons_they_may_press(services):
+    request = _submit(services)
+
+    def buttons(actor) -> list[str]:
+        return [i.label for i in run(services, actor, f"request {request.id}").intents]
+
+    assert buttons(alice) == ["Cancel request"]  # the requester, who may not approve her own
+    assert buttons(bob) == ["Approve", "Deny"]
+    assert buttons(dave) == []  # a viewer decides nothing
+    assert buttons(otto) == []  # another operator neither approves nor cancels alice's request
+    assert buttons(erin) == ["Approve", "Deny", "Cancel request"]
+    own = _submit(services, actor=erin)
+    assert buttons_of(run(services, erin, f"approve {own.id}")) == ["Cancel request"]
+
+
+def buttons_of(reply: Reply) -> list[str]:
+    return [i.label for i in reply.intents]
 
 
 def test_the_open_requests_say_how_many_wait_for_you(services):
