@@ -106,7 +106,7 @@ def _node_state(node: NodeInventory) -> str:
 def _cordon(node: NodeInventory) -> str:
     if not node.cordoned:
         return "-"
-    return f"by {node.cordoned_by}" if node.cordoned_by else "yes (not by gpuops)"
+    return msg.cordon_cell(by=node.cordoned_by, run=node.cordon_run, by_hand=node.cordoned_before_run)
 
 
 def _node_row(node: NodeInventory) -> tuple[str, ...]:
@@ -194,7 +194,8 @@ def fleet_status(call: Call, pool_name: str | None = None) -> Reply:
     nodes = sum(p.nodes_total for p in fleet.pools)
     # NB: from the pools' sums: a render walks no node (a warm status at 5,000 nodes spent
     # most of its time summing every node's MIG slices).
-    cordoned = [(n.cordon_run, n.advertised_gpus) for n in fleet.cordoned_nodes()]
+    # A person's cordon a run keeps (it was cordoned before the run) stays the person's.
+    cordoned = [(None if n.cordoned_before_run else n.cordon_run, n.advertised_gpus) for n in fleet.cordoned_nodes()]
     summary = msg.fleet_summary(
         nodes=nodes, ready=sum(p.nodes_ready for p in fleet.pools), cordoned=cordoned,
         physical=sum(p.gpus_physical for p in fleet.pools), advertised=sum(p.gpus_advertised for p in fleet.pools),

@@ -122,6 +122,14 @@ def fleet_summary(*, nodes: int, ready: int, cordoned: Sequence[tuple[str | None
     return " · ".join(parts)
 
 
+def cordon_cell(*, by: str | None, run: str | None, by_hand: bool) -> str:
+    """Who a cordoned node's cordon belongs to. `by_hand`: a person cordoned it before
+    the run named by the mark (if any), which keeps it cordoned and leaves it so."""
+    if by_hand:
+        return f"by hand (kept by {run})" if run else "by hand"
+    return f"by {by}" if by else "by hand"
+
+
 def no_gpu_nodes() -> str:
     return "No GPU nodes found (no node has nvidia.com/gpu.present=true, GFD labels or GPU capacity)."
 

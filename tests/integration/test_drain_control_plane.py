@@ -585,7 +585,7 @@ def test_gpu_uncordon_gives_back_what_a_failed_run_left_cordoned_and_a_hand_unco
     h.cordon_by_hand(installer, "short-02")
     wait_until(lambda: runtime.fleet.fleet(h.now()).nodes["short-02"].cordoned, timeout=30,  # type: ignore[attr-defined]
                what="the bot to see short-02 cordoned")
-    assert "cordoned yes (not by gpuops)" in _texts(gpu(runtime, "U0ALICE", "/gpu node short-02"))
+    assert "cordoned by hand" in _texts(gpu(runtime, "U0ALICE", "/gpu node short-02"))
     refused = gpu(runtime, "U0ALICE", "/gpu uncordon short-02")
     assert not refused.ok and "was not cordoned by gpuops" in _texts(refused)
     assert h.unschedulable(installer, "short-02")

@@ -164,6 +164,17 @@ def test_cordons_say_who_cordoned_and_for_how_long_when_known(make):
     assert [i.subject for i in checklist.for_information if i.kind == "cordon"] == ["gpu-run"]
 
 
+def test_a_persons_cordon_a_run_in_flight_keeps_is_called_the_persons(make):
+    fleet = make.fleet([make.node("gpu-run", unschedulable=True, annotations={"gpuops.io/cordoned-by": json.dumps(
+        {"by": "gpuops for ada", "run": "run-aaa111", "prior_unschedulable": True})})], make.operands("gpu-run"))
+
+    checklist = checklist_for(make, fleet=fleet, runs=[run_in_flight(make)])
+
+    (item,) = [i for i in checklist.items() if i.kind == "cordon"]
+    assert item.text == ("gpu-run is cordoned by hand, from before run-aaa111, which is in flight and leaves it "
+                         "cordoned when it ends")
+
+
 def test_a_node_cordoned_at_the_previous_handover_too_shows_since_when(make):
     first = checklist_for(make, now=make.now - 12 * HOUR)
     before = StoredBefore(shift_start=first.shift_start, content=checklist_to_json(first))

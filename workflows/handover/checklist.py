@@ -317,11 +317,15 @@ def build_checklist(
         if not node.cordoned:
             continue
         seen_before = before.cordons.get(name)
-        by_gpuops = node.cordoned_by is not None or node.cordon_run is not None
+        # A person's cordon a run took over (cordoned before it) stays the person's.
+        by_gpuops = (node.cordoned_by is not None or node.cordon_run is not None) and not node.cordoned_before_run
         run = runs.get(node.cordon_run) if node.cordon_run else None
         exact = run.cordoned_at(name) if run is not None else None
         cordons.append(CordonSeen(node=name, since=exact or seen_before or now))
-        if by_gpuops and run is not None:
+        if node.cordoned_before_run and run is not None:
+            text = say.cordoned_by_hand_kept_by_run(name, run=run.run_id)
+            info.append(_item("cordon", "info", name, text, say.request_command(run.request_id)))
+        elif by_gpuops and run is not None:
             text = say.cordoned_for_run(name, run=run.run_id, at=exact, now=now)
             info.append(_item("cordon", "info", name, text, say.request_command(run.request_id)))
         elif by_gpuops:

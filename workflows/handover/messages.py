@@ -67,6 +67,10 @@ def cordon_left_behind(node: str, *, by: str | None, run: str | None) -> str:
     )
 
 
+def cordoned_by_hand_kept_by_run(node: str, *, run: str) -> str:
+    return f"{node} is cordoned by hand, from before {run}, which is in flight and leaves it cordoned when it ends"
+
+
 def cordoned_for_run(node: str, *, run: str, at: dt.datetime | None, now: dt.datetime) -> str:
     since = f" for {format_age(now - at)}" if at is not None else ""
     return f"{node} is cordoned by gpuops{since} for {run}, which is in flight"
