@@ -435,23 +435,26 @@ def pool_workloads(mig: str | None, full_gpu: str | None) -> str:
     return "; ".join([f"MIG slices for {mig or 'any workload'}", f"whole GPUs for {full_gpu or 'any workload'}"])
 
 
-MIGRATE_USAGE = "migrate <pool|node...> to operator [at <time> | next-window] [--dry-run] [reason]"
+MIGRATE_USAGE = "migrate <pool|node...> to operator|host [at <time> | next-window] [--dry-run] [reason]"
+# A move's title by where it goes ("rollback": back to the snapshots its run took).
+_MOVE_TITLES = {"operator": "Move to the operator", "host": "Move back to host drivers",
+                "rollback": "Rollback of a driver move"}
 
 
 def migrate_needs_words() -> str:
     return f"Say which pool (or nodes of one pool) and where their driver goes: /gpu {MIGRATE_USAGE}"
 
 
-def migrate_title(request_id: str, pool: str) -> str:
-    return f"Move to the operator {request_id} · {pool}"
+def migrate_title(request_id: str, pool: str, direction: str) -> str:
+    return f"{_MOVE_TITLES.get(direction, direction)} {request_id} · {pool}"
 
 
-def migrate_preview_title(pool: str) -> str:
-    return f"Move to the operator, plan (dry run) · {pool}"
+def migrate_preview_title(pool: str, direction: str) -> str:
+    return f"{_MOVE_TITLES.get(direction, direction)}, plan (dry run) · {pool}"
 
 
 def migrate_refused_title(code: str) -> str:
-    return f"Move to the operator refused ({code})"
+    return f"Driver move refused ({code})"
 
 
 def host_driver_by_hand_label(node: str, *, install: bool) -> str:
