@@ -190,7 +190,7 @@ def test_runs_in_flight_show_their_current_step_and_a_paused_run_needs_action(ma
     paused = checklist_for(make, runs=[run_in_flight(make, state="paused", halted_reason="validator failed on gpu-run")])
 
     (item,) = running.in_flight
-    assert item.text == ("run-aaa111: upgrade of train-a for req-aaa111: wave 0, driver on gpu-run running "
+    assert item.text == ("run-aaa111: upgrade of train-a for req-aaa111: wave 1, driver on gpu-run running "
                          "for 20m, attempt 2; 2/4 steps done")
     assert item.command == "/gpu request req-aaa111"
     assert paused.in_flight == ()

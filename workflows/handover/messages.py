@@ -155,7 +155,8 @@ def step_line(*, kind: str, node: str, wave: int, state: str, attempt: int,
     tries = f", attempt {attempt}" if attempt > 1 else ""
     more = f" (and {more_running} more running)" if more_running else ""
     verb = "running" if state == "running" else "next"
-    return f"wave {wave}, {kind} on {node} {verb}{since}{tries}{more}"
+    # Waves are counted from 1 for people, as the request view and the run's thread count them.
+    return f"wave {wave + 1}, {kind} on {node} {verb}{since}{tries}{more}"
 
 
 def last_drain(*, request_id: str, kind: str, at: dt.datetime, nodes: int, outcome: str,
