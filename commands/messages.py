@@ -303,7 +303,20 @@ def drain_summary(state: str, counted: int, required: int, short_hash: str) -> s
 
 
 def drain_window(start: str, end: str | None) -> str:
-    return f"{start} - {end}" if end else f"{start} until `/gpu drain done`"
+    return f"{start} - {end}" if end else f"{start} {open_window_end('drain')}"
+
+
+def open_window_end(kind: str) -> str:
+    """What ends a window that has no end time: a drain holds until someone says so; the
+    other kinds' pools allow changes at any time."""
+    return "until `/gpu drain done`" if kind == "drain" else "with no end (the pool's windows: always)"
+
+
+def request_window(kind: str, start: str | None, end: str | None) -> str:
+    """A request's window as every view writes it (the times already written with their zone)."""
+    if start is None:
+        return "as soon as approved"
+    return f"{start} - {end}" if end else f"{start} {open_window_end(kind)}"
 
 
 def drain_wave_capacity(unavailable: int, allowed: int) -> str:

@@ -61,10 +61,10 @@ def read_migrate_words(args: list[str], *, call: Call, fleet: Fleet) -> MigrateA
 
 
 def _reply(call: Call, planned: MigratePlan, view: RequestView | None = None) -> Reply:
-    zone = call.services.config.pools[planned.pool].window_set.zone or UTC
-    end = local_time(planned.window_end, zone) if planned.window_end else "none (windows: always)"
+    zone = call.services.config.pools[planned.pool].window_set.zone or call.services.config.display_zone
+    end = local_time(planned.window_end, zone) if planned.window_end else None
     facts = (Fact("Pool", planned.pool), Fact("Nodes", ", ".join(planned.nodes)),
-             Fact("Window", f"{local_time(planned.window_start, zone)} - {end}"))
+             Fact("Window", msg.request_window("migrate", local_time(planned.window_start, zone), end)))
     rows = tuple((str(w.index + 1), ", ".join(w.nodes)) for w in planned.plan.waves)
     waves = Section(title="One node at a time", table=Table(columns=msg.MIG_WAVE_COLUMNS, rows=rows),
                     bullets=planned.plan.summary.notes)

@@ -28,7 +28,7 @@ from workflows.pools.freezes import Freeze, covering, freeze_sentence, holds_run
 from workflows.requests.errors import RequestRefused, UnknownRequest
 from workflows.requests.service import RequestService
 from workflows.requests.views import RequestView
-from workflows.wording import when
+from workflows.wording import local_time, when
 
 AUDIT_DEFAULT = 20
 AUDIT_LIMIT = 200
@@ -229,17 +229,18 @@ def _run_section(run: RunView, *, held_by: Freeze | None = None) -> Section:
 def _request_reply(call: Call, view: RequestView, *, title: str | None = None, for_channel: bool = False) -> Reply:
     """The request as `call.actor` reads it; `for_channel`, as the channel card everyone
     reads (its buttons are for whoever may press them)."""
+    zone = call.services.config.display_zone
     facts = (
         Fact("Requested by", view.requester_name),
         *((Fact("Cluster", view.cluster),) if view.cluster else ()),
         Fact("Reason", view.reason),
-        Fact("Window", f"{when(view.window_start, style='table')} - {when(view.window_end, style='table')}"
-             if view.window_start and view.window_end else "none"),
+        Fact("Window", msg.request_window(view.kind, *(local_time(t, zone) if t else None
+                                                        for t in (view.window_start, view.window_end)))),
         Fact("Plan hash", view.plan_hash),
         *((Fact("Extension", msg.request_extension(
-            window_end=when(view.extension.window_end, style="table"), counted=len(view.extension.approvers),
+            window_end=local_time(view.extension.window_end, zone), counted=len(view.extension.approvers),
             required=view.approvals_required, short_hash=view.extension.short_hash,
-            lapses=when(view.extension.expires_at, style="table"))),) if view.extension else ()),
+            lapses=local_time(view.extension.expires_at, zone))),) if view.extension else ()),
     )
     runs = call.services.runs.for_request(view.id) if call.services.runs is not None else []
     waits = request_waits(call.services, view, now=call.now, runs=runs)

@@ -88,13 +88,13 @@ def _reply(call: Call, planned: UpgradePlan, view: RequestView | None = None) ->
     """The plan as the operator reads it; with the stored request (`view`), its id, who
     asked and the approval buttons, else (a dry run) that nothing was stored."""
     scope = planned.scope
-    zone = call.services.config.pools[scope.pool].window_set.zone or UTC
-    end = local_time(planned.window_end, zone) if planned.window_end else "none (windows: always)"
+    zone = call.services.config.pools[scope.pool].window_set.zone or call.services.config.display_zone
+    end = local_time(planned.window_end, zone) if planned.window_end else None
     facts = (
         Fact("Driver set by", f"{scope.manager.ref} (autoUpgrade {scope.manager.auto_upgrade.state}: "
                               f"{'gpuops gates the operator' if scope.mode == 'gates-operator' else 'gpuops drives'})"),
         Fact("Versions", msg.upgrade_versions(scope.current, scope.target.text)),
-        Fact("Window", f"{local_time(planned.window_start, zone)} - {end}"),
+        Fact("Window", msg.request_window("upgrade", local_time(planned.window_start, zone), end)),
         Fact("Canary", planned.order.canary),
     )
     fleet_nodes = call.services.fleet.fleet(call.now).nodes

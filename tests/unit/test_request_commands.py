@@ -214,3 +214,29 @@ def test_request_commands_say_so_where_no_database_is_configured():
     bare = Services(config=CONFIG, fleet=NoFleet())
     reply = dispatch("requests", actor=dave, services=bare, now=NOW)
     assert (reply.ok, reply.summary) == (False, "Requests are not available here: this gpuops has no database configured.")
+
+
+def test_a_requests_window_is_written_in_the_display_zone_with_its_zone_and_an_open_end_says_what_ends_it(tmp_path):
+    config = CONFIG.model_copy(update={"display": CONFIG.display.model_copy(update={"timezone": "Europe/Berlin"})})
+    db = open_database(tmp_path / "zoned.db")
+    services = Services.on_database(config=config, fleet=NoFleet(), database=db)
+
+    def window(end: dt.datetime | None) -> str:
+        view = services.requests.submit(alice, kind="drain", pool="train-a", targets=["gpu-01", "gpu-02"],  # type: ignore[union-attr]
+                                        plan=_plan("drain", "train-a"), window_start=NOW + dt.timedelta(hours=1),
+                                        window_end=end, reason="rack move", now=NOW)
+        reply = run(services, alice, f"request {view.id}")
+        return next(f.value for s in reply.sections for f in s.facts if f.label == "Window")
+
+    assert window(NOW + dt.timedelta(hours=3)) == "Sat 2025-06-07 15:00 CEST - Sat 2025-06-07 17:00 CEST"
+    assert window(None) == "Sat 2025-06-07 15:00 CEST until `/gpu drain done`"
+    db.close()
+
+
+def test_the_display_zone_is_the_first_rotations_unless_set_else_utc():
+    rotation = {"name": "platform", "team": "gpu", "channel": "C0GPU", "timezone": "Europe/Berlin",
+                "shifts": [{"name": "day", "starts": "0 8 * * *", "members": ["U0ALICE"]}]}
+    assert str(GpuopsConfig.model_validate({}).display_zone) == "UTC"
+    assert str(GpuopsConfig.model_validate({"rotations": [rotation]}).display_zone) == "Europe/Berlin"
+    assert str(GpuopsConfig.model_validate({"rotations": [rotation], "display": {"timezone": "Asia/Tokyo"}})
+               .display_zone) == "Asia/Tokyo"
