@@ -525,6 +525,13 @@ def console_no_such_button(number: str, count: int) -> str:
     return f"There is no button {number}: choose 1 to {count}."
 
 
+def text_heading(title: str, ok: bool) -> str:
+    """A reply's title in text: one that did not work says so, unless its title does already
+    ("Refused", "Not allowed", "... refused (code)")."""
+    said = any(word in title.lower() for word in ("refused", "not allowed", "failed", "not found", "not done"))
+    return title if ok or said else f"{title} (failed)"
+
+
 def console_confirm(title: str, text: str, confirm: str) -> str:
     return f"{title} {text} Type yes to {confirm.lower()}, anything else to go back."
 

@@ -143,6 +143,14 @@ def test_deny_cancel_abort_and_roll_back_ask_for_confirmation_and_approve_does_n
     assert buttons["gpuops.rollback.5"]["confirm"]["title"]["text"] == "Roll back this run?"
 
 
+def test_a_failed_reply_says_so_once_and_its_underline_fits_what_is_written():
+    unknown = render_text(Reply(title="Unknown command: findngs", ok=False)).splitlines()
+    refused = render_text(Reply(title="Refused", summary="no", ok=False)).splitlines()
+
+    assert unknown[:2] == ["Unknown command: findngs (failed)", "=" * len("Unknown command: findngs (failed)")]
+    assert refused[:2] == ["Refused", "======="]  # not "Refused (failed)"
+
+
 def test_the_text_rendering_shows_every_row_and_numbers_the_buttons():
     reply = Reply(title="Nodes", sections=(Section(table=node_table(1000)),),
                   intents=(Intent("approve", "Approve", "req-1"), Intent("deny", "Deny", "req-1")))
