@@ -116,11 +116,11 @@ def _node_row(node: NodeInventory) -> tuple[str, ...]:
             str(node.requested_gpus), node.effective_driver_version or "-", node.driver.owner, _node_state(node))
 
 
-def _findings_section(findings: tuple[Finding, ...], *, limit: int | None) -> Section:
+def _findings_section(findings: tuple[Finding, ...], *, limit: int | None, title: str | None = "Findings") -> Section:
     shown = findings if limit is None else findings[:limit]
     notices = tuple(_notice(f) for f in shown)
     more = len(findings) - len(shown)
-    return Section(title="Findings", notices=notices, text=msg.more_findings(more) if more > 0 else None)
+    return Section(title=title, notices=notices, text=msg.more_findings(more) if more > 0 else None)
 
 
 def _drain_button(call: Call, *, pool: str, target: str) -> tuple[Intent, ...]:
@@ -441,4 +441,4 @@ def findings(call: Call, args: list[str]) -> Reply:
     if not selected:
         return Reply(title=msg.findings_title(scope), summary=msg.no_findings(scope), sections=unread)
     return Reply(title=msg.findings_title(scope), summary=f"{len(selected)} found",
-                 sections=(*unread, _findings_section(selected, limit=None)))
+                 sections=(*unread, _findings_section(selected, limit=None, title=None)))  # the reply's title says it

@@ -86,3 +86,13 @@ def test_a_persons_cordon_a_run_keeps_stays_the_persons_in_the_status_line_and_t
     rows = [row for s in pool.sections if s.table for row in s.table.rows if row[0] == "gpu-a-01"]
     assert rows and rows[0][2] == "by hand (kept by run-n0w000)", rows
     services.database.close()  # type: ignore[union-attr]
+
+
+def test_the_findings_reply_names_findings_once(make, tmp_path):
+    services = services_for(make, tmp_path)
+    reply = dispatch("findings", actor=CONFIG.actor("U0DAVE"), services=services, now=NOW)
+
+    assert reply.title == "Findings"
+    assert "Findings" not in [s.title for s in reply.sections]
+    assert any(s.notices for s in reply.sections)
+    services.database.close()  # type: ignore[union-attr]
