@@ -193,7 +193,7 @@ class Evict:
             if settling is not None:
                 return settling
         if not remaining:
-            return Done(say.evicted(len(ctx.intent.get("evict", ())), len(ctx.intent.get("skipped", ())),
+            return Done(say.evicted(len(ctx.intent.get("evict", ())), [str(t["pod"]) for t in ctx.intent.get("skipped", ())],
                                     dry_run=ctx.dry_run), summary)
         outcome = self._evict(ctx, remaining, present, summary)
         if notice is not None and isinstance(outcome, Waiting) and outcome.notice is None:
@@ -287,7 +287,7 @@ class Evict:
             except (NotFound, Conflict):
                 continue  # gone, or replaced by a pod with another uid
         if ctx.dry_run:
-            return Done(say.would_evict(len(remaining), blocked, len(ctx.intent.get("skipped", ()))),
+            return Done(say.would_evict(len(remaining), blocked, [str(t["pod"]) for t in ctx.intent.get("skipped", ())]),
                         {**summary, "blocked": blocked})
         if blocked and ctx.expired:
             on_timeout = ctx.intent.get("on_timeout")
