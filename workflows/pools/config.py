@@ -231,15 +231,15 @@ class PoolConfig(_Model):
     # GPUs that must stay Ready (advertised on Ready, schedulable nodes) during a drain.
     min_ready_gpus: Annotated[int, Field(ge=0)] = 0
     # How long an eviction may be held up by a PodDisruptionBudget before
-    # `pdb_timeout_action`: wait (the run halts with the node cordoned, for a person to
-    # decide), skip (the node is left out: uncordoned, its pods keep running, the run goes
+    # `pdb_timeout_action`: halt (the run halts with the node cordoned, for a person to
+    # decide; `wait`, its former name, still reads as halt), skip (the node is left out: uncordoned, its pods keep running, the run goes
     # on) or delete (the pods, ignoring the PDB; only with allow_delete: true).
     drain_timeout: Duration = dt.timedelta(minutes=30)
     allow_delete: bool = False
     # How long a drained node may take to come back (Ready, driver, device plugin and
     # validator healthy, every physical GPU advertised) before the run halts with it cordoned.
     validate_timeout: Duration = dt.timedelta(minutes=10)
-    pdb_timeout_action: Literal["wait", "skip", "delete"] = "wait"
+    pdb_timeout_action: Literal["halt", "skip", "delete"] = "halt"
     # Pods that come straight back to the cordoned node after eviction (they tolerate
     # node.kubernetes.io/unschedulable) before a driver or MIG change: evicted again this
     # many times, then the run halts naming them and their owners (0: halt at once).
@@ -296,6 +296,12 @@ class PoolConfig(_Model):
     def _max_unavailable(cls, value: Any) -> int | str:
         budget = MaxUnavailable.parse(value)
         return budget.count if budget.count is not None else str(budget)
+
+    @field_validator("pdb_timeout_action", mode="before")
+    @classmethod
+    def _wait_is_halt(cls, value: object) -> object:
+        # `wait` was this value's first name; the run never waited: it halted.
+        return "halt" if value == "wait" else value
 
     @field_validator("pdb_timeout_action")
     @classmethod

@@ -37,7 +37,8 @@ DRAIN_PLAN_SCOPE = "all-non-daemonset"
 
 
 # A pool's pdb_timeout_action (config) as the evict step's on_timeout.
-_ON_TIMEOUT = {"wait": "fail", "skip": "skip", "delete": "delete"}
+# Plans made before `halt` was named so carry `wait`.
+_ON_TIMEOUT = {"halt": "fail", "wait": "fail", "skip": "skip", "delete": "delete"}
 
 
 @dataclass(frozen=True)
@@ -150,7 +151,7 @@ class Evict:
 
     def prepare(self, ctx: StepContext) -> dict[str, Any]:
         scope = self.scope(ctx)
-        # A drain plan says the pool's pdb_timeout_action: `wait` halts the run with the
+        # A drain plan says the pool's pdb_timeout_action: `halt` halts the run with the
         # node cordoned, for a person to decide; `skip` leaves the node out; `delete` deletes.
         default = _ON_TIMEOUT.get(str(ctx.params.get("pdb_timeout_action")), "fail")
         on_timeout = ctx.params.get("on_timeout", default)
