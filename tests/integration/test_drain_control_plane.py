@@ -602,7 +602,7 @@ def test_a_pool_that_waits_halts_the_run_at_the_timeout_with_the_blocked_node_co
     installer, solo = _pool_with_a_protected_pod(fleet, cluster, runtime, "wait")
 
     _, request, run = ask_approve_start(runtime, '/gpu drain wait-01 for 10m "firmware"')
-    assert _evict_params(request)["pdb_timeout_action"] == "wait"  # what the pool says, in the plan
+    assert _evict_params(request)["pdb_timeout_action"] == "halt"  # what the pool says (`wait`, read as halt), in the plan
     db = runtime.database.get()
     with caplog.at_level(logging.INFO, logger="gpuops.kube"), h.EngineThread(cluster.kubeconfig, db.path):
         finished = h.wait_run(db, run.id)
