@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import textwrap
 from collections.abc import Sequence
 
 from workflows.access import Actor, Role, effective_roles, unread_note
@@ -70,12 +71,25 @@ def role_needed(role: Role, held: bool) -> str:
     return f"Needs the {role} role" + (" (you have it)." if held else " (you do not have it).")
 
 
+# /gpu help fits a 100-column terminal: the command's name (its usage is one `/gpu help
+# <command>` away), what it does wrapped onto rows of its own, and the role.
+HELP_WIDTH = 100
+_HELP_NAME_WIDTH = 22
+_HELP_ROLE_WIDTH = 8
+
+
+def help_rows(name: str, summary: str, role: str) -> list[tuple[str, str, str]]:
+    width = HELP_WIDTH - _HELP_NAME_WIDTH - _HELP_ROLE_WIDTH - 4  # two spaces between columns
+    lines = textwrap.wrap(summary, width) or [""]
+    return [(f"/gpu {name}" if i == 0 else "", line, role if i == 0 else "") for i, line in enumerate(lines)]
+
+
 def help_title() -> str:
     return "gpuops: GPU fleet operations"
 
 
 def help_summary() -> str:
-    return "Commands you can run. `/gpu help <command>` shows examples."
+    return "Commands you can run. `/gpu help <command>` shows its words and examples."
 
 
 # --- fleet -----------------------------------------------------------------------------

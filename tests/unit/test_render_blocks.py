@@ -191,3 +191,19 @@ def test_any_reply_renders_to_a_message_slack_accepts(reply):
 
     assert blockkit.message_errors(blocks=rendered.blocks) == []
     assert len(rendered.text) <= 4000
+
+
+def test_gpu_help_fits_a_100_column_terminal():
+    import datetime as dt
+
+    from commands.catalog import dispatch
+    from commands.services import Services
+    from workflows.config import GpuopsConfig
+
+    config = GpuopsConfig.model_validate({"access": {"users": {"U0ERIN": ["admin"]}}})
+    reply = dispatch("help", actor=config.actor("U0ERIN"), services=Services(config=config, fleet=None),  # type: ignore[arg-type]
+                     now=dt.datetime(2026, 12, 5, tzinfo=dt.timezone.utc))
+
+    lines = render_text(reply).splitlines()
+    assert max(len(line) for line in lines) <= 100, max(lines, key=len)
+    assert any(line.startswith("/gpu migrate ") for line in lines)
