@@ -193,6 +193,16 @@ FINDING_COLUMNS = ("severity", "subject", "finding")
 
 REQUEST_COLUMNS = ("request", "kind", "pool", "state", "requester", "approvals", "plan", "expires")
 STEP_COLUMNS = ("wave", "node", "step", "state", "note")
+# An audit row's "what" cell, at most this long: the whole entry stays in the log.
+AUDIT_WHAT_MAX = 200
+
+
+def audit_what(what: str, *, step: str | None = None) -> str:
+    """An audit row's "what": a step's entry names its step ("evict: pending → running")."""
+    text = f"{step}: {what}" if step else what
+    return text if len(text) <= AUDIT_WHAT_MAX else text[:AUDIT_WHAT_MAX - 1] + "…"
+
+
 AUDIT_COLUMNS = ("seq", "at (UTC)", "who", "action", "target", "what")
 WAVE_COLUMNS = ("wave", "nodes", "steps per node")
 

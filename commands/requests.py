@@ -448,7 +448,9 @@ def _audit_row(entry: AuditEntry, names: dict[str, str]) -> tuple[str, ...]:
     if not what and (entry.before is not None or entry.after is not None):
         what = f"{entry.before} → {entry.after}"
     who = names.get(entry.actor, entry.actor) + (f" as {entry.k8s_identity}" if entry.k8s_identity else "")
-    return (str(entry.seq), when(entry.at, style="table"), who, entry.action, entry.target, str(what))
+    step = detail.get("kind") if entry.action.startswith("step.") else None
+    return (str(entry.seq), when(entry.at, style="table"), who, entry.action, entry.target,
+            msg.audit_what(str(what), step=str(step) if step else None))
 
 
 @REGISTRY.command("audit", usage="audit [n | request-id]", role=Role.VIEWER, changes=False,

@@ -240,3 +240,19 @@ def test_the_display_zone_is_the_first_rotations_unless_set_else_utc():
     assert str(GpuopsConfig.model_validate({"rotations": [rotation]}).display_zone) == "Europe/Berlin"
     assert str(GpuopsConfig.model_validate({"rotations": [rotation], "display": {"timezone": "Asia/Tokyo"}})
                .display_zone) == "Asia/Tokyo"
+
+
+def test_an_audit_row_of_a_step_names_the_step_and_a_long_what_is_cut(services):
+    from storage import audit
+
+    db = services.database
+    with db.transaction():
+        audit.append(db, actor="gpuops", k8s_identity=None, action="step.running", target="gpu-01", at=NOW,
+                     before="pending", after="running", detail={"step": 7, "kind": "evict", "intent": {}})
+        audit.append(db, actor="gpuops", k8s_identity=None, action="step.failed", target="gpu-01", at=NOW,
+                     before="running", after="failed", detail={"kind": "validate", "reason": "x" * 1000})
+
+    rows = run(services, dave, "audit 2").sections[0].table.rows
+
+    assert rows[1][5] == "evict: pending → running"
+    assert rows[0][5].startswith("validate: xxx") and len(rows[0][5]) <= 200 and rows[0][5].endswith("…")
