@@ -203,6 +203,12 @@ def audit_what(what: str, *, step: str | None = None) -> str:
     return text if len(text) <= AUDIT_WHAT_MAX else text[:AUDIT_WHAT_MAX - 1] + "…"
 
 
+def run_not_started(nodes: Sequence[str], *, first_wave: int, last_wave: int) -> str:
+    waves = f"wave {first_wave}" if first_wave == last_wave else f"waves {first_wave}-{last_wave}"
+    shown = ", ".join(nodes[:6]) + (f" and {len(nodes) - 6} more" if len(nodes) > 6 else "")
+    return f"Not started ({len(nodes)} node{'s' if len(nodes) != 1 else ''}, {waves}): {shown}"
+
+
 AUDIT_COLUMNS = ("seq", "at (UTC)", "who", "action", "target", "what")
 WAVE_COLUMNS = ("wave", "nodes", "steps per node")
 

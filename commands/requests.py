@@ -213,17 +213,29 @@ def open_waits(services: Services, *, now: dt.datetime) -> list[tuple[RequestVie
 
 
 def _run_section(run: RunView, *, held_by: Freeze | None = None) -> Section:
+    # A run that ended early: the nodes it never started are one line, not a row per step.
+    untouched: set[str] = set()
+    if run.state in ("failed", "aborted"):
+        by_node: dict[str, list[Any]] = {}
+        for s in run.steps:
+            by_node.setdefault(s.node, []).append(s)
+        untouched = {node for node, steps in by_node.items()
+                     if all(s.state == "skipped" and s.started_at is None for s in steps)}
     rows = tuple((str(s.wave + 1), s.node, s.kind, s.state, s.error or step_note(s) or "")
-                 for s in run.steps)
+                 for s in run.steps if s.node not in untouched)
     bullets = []
     if held_by is not None:
         bullets.append(msg.run_held_by_freeze(freeze_sentence(held_by)))
     if run.run.halted_reason:
         bullets.append(run.run.halted_reason)
+    if untouched:
+        waves = sorted({s.wave + 1 for s in run.steps if s.node in untouched})
+        bullets.append(msg.run_not_started([n for n in dict.fromkeys(s.node for s in run.steps) if n in untouched],
+                                           first_wave=waves[0], last_wave=waves[-1]))
     if run.left_cordoned and run.state in ("failed", "aborted"):
         bullets.append(msg.run_left_cordoned(run.left_cordoned))
     return Section(title=msg.run_section_title(run.id, run.state, run.run.dry_run),
-                   table=Table(columns=msg.STEP_COLUMNS, rows=rows), bullets=tuple(bullets))
+                   table=Table(columns=msg.STEP_COLUMNS, rows=rows) if rows else None, bullets=tuple(bullets))
 
 
 def _request_reply(call: Call, view: RequestView, *, title: str | None = None, for_channel: bool = False) -> Reply:
