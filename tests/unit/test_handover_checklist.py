@@ -175,6 +175,22 @@ def test_a_persons_cordon_a_run_in_flight_keeps_is_called_the_persons(make):
                          "cordoned when it ends")
 
 
+def test_driver_pods_behind_while_an_upgrade_of_the_pool_is_in_flight_are_one_line_saying_the_run_is_on_it(make):
+    new = "580.105.08"
+    nodes = [make.node("a"), make.node("b"), make.node("c")]
+    pods = [p for n in ("a", "b") for p in (make.driver_pod(n), make.device_plugin_pod(n), make.validator_pod(n))]
+    pods += [make.driver_pod("c", version=new, generation="2"), make.device_plugin_pod("c"), make.validator_pod("c")]
+    fleet = make.fleet(nodes, pods, driver_templates=[make.driver_template(version=new, generation="2")])
+    assert any(f.code == "driver-pods-behind-template" for f in fleet.findings)
+
+    checklist = checklist_for(make, fleet=fleet, runs=[run_in_flight(make)])
+
+    assert not [i for i in checklist.needs_action if i.code == "driver-pods-behind-template"]
+    (item,) = [i for i in checklist.for_information if i.code == "driver-pods-behind-template"]
+    assert item.text.startswith("run-aaa111 (upgrade) is in flight on it: 2 of 3 nodes (a, b) run a driver pod older")
+    assert item.command == "/gpu request req-aaa111"
+
+
 def test_a_node_cordoned_at_the_previous_handover_too_shows_since_when(make):
     first = checklist_for(make, now=make.now - 12 * HOUR)
     before = StoredBefore(shift_start=first.shift_start, content=checklist_to_json(first))

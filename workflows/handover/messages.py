@@ -67,6 +67,12 @@ def cordon_left_behind(node: str, *, by: str | None, run: str | None) -> str:
     )
 
 
+def findings_a_run_is_on(messages: Sequence[str], *, run: str, kind: str) -> str:
+    first = messages[0]
+    more = f" (and {len(messages) - 1} more like it)" if len(messages) > 1 else ""
+    return f"{run} ({kind}) is in flight on it: {first}{more}"
+
+
 def cordoned_by_hand_kept_by_run(node: str, *, run: str) -> str:
     return f"{node} is cordoned by hand, from before {run}, which is in flight and leaves it cordoned when it ends"
 
