@@ -135,6 +135,25 @@ def upgrade(call: Call, args: list[str]) -> Reply:
     return request_upgrade(call, ask)
 
 
+def preview_upgrade(call: Call, args: list[str]) -> Reply:
+    """`gpuops upgrade ... --dry-run`: the plan `/gpu upgrade` would ask approval for, with
+    the same words and options, for whoever may read the fleet (nothing is stored, so the
+    operator role it takes to ask is not needed to look)."""
+    try:
+        ask = read_upgrade_words(args, pools=call.services.config.pools, now=call.now)
+        planned = _upgrades(call).preview(call.actor, ask, fleet=call.services.fleet.fleet(call.now), now=call.now,
+                                          reader=True)
+    except DrainRequestError as err:
+        return error_reply(msg.upgrade_refused_title(err.code), str(err))
+    except UpgradeRefused as err:
+        return error_reply(msg.upgrade_refused_title(err.code), err.reason)
+    except UsageError as err:
+        return error_reply(msg.usage_title(msg.UPGRADE_USAGE), str(err))
+    except (NotFoundError, AccessDenied) as err:
+        return error_reply(msg.refused_title(), str(err))
+    return _reply(call, planned)
+
+
 def request_upgrade(call: Call, ask: UpgradeAsk) -> Reply:
     """Plan, check and store the upgrade `ask` describes, and the reply showing it: what
     `/gpu upgrade` does after reading its words, and what the upgrade form does with its
