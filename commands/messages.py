@@ -191,7 +191,7 @@ FINDING_COLUMNS = ("severity", "subject", "finding")
 
 # --- requests, runs and the audit log (commands/requests.py) ---------------------------------
 
-REQUEST_COLUMNS = ("request", "kind", "pool", "state", "requester", "approvals", "plan", "expires")
+REQUEST_COLUMNS = ("request", "kind", "pool", "state", "requester", "approvals", "plan", "expires (UTC)")
 STEP_COLUMNS = ("wave", "node", "step", "state", "note")
 # An audit row's "what" cell, at most this long: the whole entry stays in the log.
 AUDIT_WHAT_MAX = 200
@@ -415,7 +415,7 @@ def last_drains_title() -> str:
     return "Drains"
 
 
-DRAIN_HISTORY_COLUMNS = ("pool", "last drain", "ended (UTC)", "nodes", "active window")
+DRAIN_HISTORY_COLUMNS = ("pool", "last drain", "ended (UTC)", "nodes", "active window (UTC)")
 
 
 # The words of /gpu drain, as the registry, the help, the form and every usage error show them.

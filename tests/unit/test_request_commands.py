@@ -258,3 +258,9 @@ def test_an_audit_row_of_a_step_names_the_step_and_a_long_what_is_cut(services):
 
     assert rows[1][5] == "evict: pending → running"
     assert rows[0][5].startswith("validate: xxx") and len(rows[0][5]) <= 200 and rows[0][5].endswith("…")
+
+
+def test_the_open_requests_table_says_the_zone_of_its_expiry_times(services):
+    _submit(services)
+    table = next(s.table for s in run(services, bob, "requests").sections if s.table)
+    assert table.columns[-1] == "expires (UTC)" and table.rows[0][-1] == "2025-06-08 12:00"
