@@ -45,6 +45,8 @@ from bot.metrics import Metrics
 from bot.render_text import render_text
 from bot.wiring import Runtime, build_runtime, count_api_calls, database_path, replica_identity
 from commands.catalog import dispatch_words
+from commands.registry import Call
+from commands.upgrade import preview_upgrade
 from commands.reply import Reply
 from commands.services import Services
 from storage import audit
@@ -88,6 +90,19 @@ def _one_command(args: argparse.Namespace, words: list[str]) -> int:
     try:
         reply = one_command(words, actor=_cli_actor(config), services=runtime.services(),
                             now=dt.datetime.now(dt.timezone.utc))
+    finally:
+        runtime.close()
+    print(render_text(reply), end="")
+    return 0 if reply.ok else EXIT_FAILED
+
+
+def _upgrade_preview(args: argparse.Namespace, words: list[str]) -> int:
+    """`gpuops upgrade ... --dry-run`: the preview, for the command line's reader role."""
+    config = load_config(args.config)
+    runtime = _runtime(args, config, watch=False)
+    try:
+        now = dt.datetime.now(dt.timezone.utc)
+        reply = preview_upgrade(Call(actor=_cli_actor(config), now=now, services=runtime.services()), words)
     finally:
         runtime.close()
     print(render_text(reply), end="")
@@ -299,6 +314,8 @@ def parser() -> argparse.ArgumentParser:
                                    "nothing is stored. Ask for it in Slack, where the approvers are.")
     p.add_argument("words", nargs="+", metavar="WORD", help="POOL to VERSION [at TIME | next-window] [reason]")
     p.add_argument("--downgrade", action="store_true", help="allow a version older than the pool runs")
+    p.add_argument("--also", action="append", metavar="POOL[,POOL...]",
+                   help="other pools the shared ClusterPolicy moves too, as /gpu upgrade --also")
     p.add_argument("--dry-run", action="store_true", help="required: the command line only previews")
     p = sub.add_parser("run", parents=shared, help="run the Slack bot (Socket Mode unless --http)",
                        description="Run the Slack bot. Socket Mode (default) needs SLACK_BOT_TOKEN and "
@@ -382,8 +399,8 @@ def main(argv: list[str] | None = None) -> int:
             if not args.dry_run:
                 print(f"gpuops upgrade: {msg.upgrade_only_dry_run()}", file=sys.stderr)
                 return EXIT_FAILED
-            return _one_command(args, ["upgrade", *args.words, *(["--downgrade"] if args.downgrade else []),
-                                       "--dry-run"])
+            return _upgrade_preview(args, [*args.words, *(["--downgrade"] if args.downgrade else []),
+                                           *(["--also", ",".join(args.also)] if args.also else [])])
         words = [args.command] + [w for w in (getattr(args, "pool", None), getattr(args, "name", None),
                                               getattr(args, "scope", None)) if w]
         return _one_command(args, words)

@@ -81,7 +81,7 @@ def current_card(request_id: str, services: Services, *, actor: Actor, now: dt.d
     message keeps its layout when a click updates it), else `request_card`. The id is
     handed to the command as it is, never written into a line to be split again."""
     try:
-        reply = run_command("request", lambda call: request_reply(call, request_id), actor=actor,
+        reply = run_command("request", lambda call: request_reply(call, request_id, for_channel=True), actor=actor,
                             services=services, now=now, about=request_id)
         if reply.ok:
             return reply

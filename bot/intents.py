@@ -16,8 +16,9 @@ from bot import messages as msg
 from commands.reply import HOST_DRIVER_REMOVED, REQUEST_DRAIN, REQUEST_MIG, REQUEST_UPGRADE, Confirm, Intent
 
 ACTION_PREFIX = "gpuops."
-# Clicking these cannot be undone, so Slack (and the console) ask first.
-DESTRUCTIVE = frozenset({"deny", "abort", "cancel"})
+# Clicking these cannot be undone (a rollback asks for changes to nodes that just changed),
+# so Slack (and the console) ask first.
+DESTRUCTIVE = frozenset({"deny", "abort", "cancel", "rollback"})
 KNOWN_ACTIONS = frozenset({"approve", "deny", "cancel", "abort", "handover-ack", "rollback", "continue", REQUEST_DRAIN,
                            REQUEST_UPGRADE, REQUEST_MIG, HOST_DRIVER_REMOVED})
 

@@ -119,6 +119,8 @@ def default_confirm(action: str, label: str) -> Confirm:
         "cancel": ("Cancel this request?", "The request is withdrawn; approvals given so far are lost.",
                    "Cancel request"),
         "abort": ("Abort this run?", "The run stops between steps and leaves nodes as they are.", "Abort run"),
+        "rollback": ("Roll back this run?", "A rollback request is made for the nodes this run changed; "
+                     "it waits for the pool's approvals like any request.", "Ask for rollback"),
     }
     title, text, confirm = texts.get(action, (f"{label}?", "This cannot be undone.", label))
     return Confirm(title=title, text=text, confirm=confirm, deny="Go back")
@@ -521,6 +523,13 @@ def console_no_such_button(number: str, count: int) -> str:
     if count == 0:
         return f"There is no button {number}: the last reply has none."
     return f"There is no button {number}: choose 1 to {count}."
+
+
+def text_heading(title: str, ok: bool) -> str:
+    """A reply's title in text: one that did not work says so, unless its title does already
+    ("Refused", "Not allowed", "... refused (code)")."""
+    said = any(word in title.lower() for word in ("refused", "not allowed", "failed", "not found", "not done"))
+    return title if ok or said else f"{title} (failed)"
 
 
 def console_confirm(title: str, text: str, confirm: str) -> str:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import jinja2
 
+from bot import messages as msg
 from bot.intents import confirm_for
 from commands.reply import Fact, Intent, Reply, Table
 
@@ -70,6 +71,7 @@ _ENV.filters["table"] = _table
 _ENV.filters["ljust"] = lambda text, width: str(text).ljust(width)
 _ENV.globals["label_width"] = _label_width
 _ENV.globals["asks_to_confirm"] = _asks_to_confirm
+_ENV.globals["text_heading"] = msg.text_heading
 
 
 def render_text(reply: Reply) -> str:

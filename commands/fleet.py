@@ -116,7 +116,7 @@ def _node_state(node: NodeInventory) -> str:
 def _cordon(node: NodeInventory) -> str:
     if not node.cordoned:
         return "-"
-    return f"by {node.cordoned_by}" if node.cordoned_by else "yes (not by gpuops)"
+    return msg.cordon_cell(by=node.cordoned_by, run=node.cordon_run, by_hand=node.cordoned_before_run)
 
 
 def _node_row(node: NodeInventory) -> tuple[str, ...]:
@@ -126,12 +126,13 @@ def _node_row(node: NodeInventory) -> tuple[str, ...]:
             str(node.requested_gpus), node.effective_driver_version or "-", node.driver.owner, _node_state(node))
 
 
-def _findings_section(call: Call, findings: tuple[Finding, ...], *, limit: int | None) -> Section:
+def _findings_section(call: Call, findings: tuple[Finding, ...], *, limit: int | None,
+                      title: str | None = "Findings") -> Section:
     shown = findings if limit is None else findings[:limit]
     config = call.services.config
     notices = tuple(_notice(f, runbook=config.runbook_url(f"findings/{f.code}")) for f in shown)
     more = len(findings) - len(shown)
-    return Section(title="Findings", notices=notices, text=msg.more_findings(more) if more > 0 else None)
+    return Section(title=title, notices=notices, text=msg.more_findings(more) if more > 0 else None)
 
 
 def _drain_button(call: Call, *, pool: str, target: str) -> tuple[Intent, ...]:
@@ -207,7 +208,8 @@ def fleet_status(call: Call, pool_name: str | None = None) -> Reply:
     nodes = sum(p.nodes_total for p in fleet.pools)
     # NB: from the pools' sums: a render walks no node (a warm status at 5,000 nodes spent
     # most of its time summing every node's MIG slices).
-    cordoned = [(n.cordon_run, n.advertised_gpus) for n in fleet.cordoned_nodes()]
+    # A person's cordon a run keeps (it was cordoned before the run) stays the person's.
+    cordoned = [(None if n.cordoned_before_run else n.cordon_run, n.advertised_gpus) for n in fleet.cordoned_nodes()]
     summary = msg.fleet_summary(
         nodes=nodes, ready=sum(p.nodes_ready for p in fleet.pools), cordoned=cordoned,
         physical=sum(p.gpus_physical for p in fleet.pools), advertised=sum(p.gpus_advertised for p in fleet.pools),
@@ -500,4 +502,4 @@ def findings(call: Call, args: list[str]) -> Reply:
     if not selected:
         return Reply(title=msg.findings_title(scope), summary=msg.no_findings(scope), sections=unread)
     return Reply(title=msg.findings_title(scope), summary=f"{len(selected)} found",
-                 sections=(*unread, _findings_section(call, selected, limit=None)))
+                 sections=(*unread, _findings_section(call, selected, limit=None, title=None)))  # the reply's title says it

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import textwrap
 from collections.abc import Sequence
 
 from workflows.access import Actor, Role, effective_roles, unread_note
@@ -70,12 +71,25 @@ def role_needed(role: Role, held: bool) -> str:
     return f"Needs the {role} role" + (" (you have it)." if held else " (you do not have it).")
 
 
+# /gpu help fits a 100-column terminal: the command's name (its usage is one `/gpu help
+# <command>` away), what it does wrapped onto rows of its own, and the role.
+HELP_WIDTH = 100
+_HELP_NAME_WIDTH = 22
+_HELP_ROLE_WIDTH = 8
+
+
+def help_rows(name: str, summary: str, role: str) -> list[tuple[str, str, str]]:
+    width = HELP_WIDTH - _HELP_NAME_WIDTH - _HELP_ROLE_WIDTH - 4  # two spaces between columns
+    lines = textwrap.wrap(summary, width) or [""]
+    return [(f"/gpu {name}" if i == 0 else "", line, role if i == 0 else "") for i, line in enumerate(lines)]
+
+
 def help_title() -> str:
     return "gpuops: GPU fleet operations"
 
 
 def help_summary() -> str:
-    return "Commands you can run. `/gpu help <command>` shows examples."
+    return "Commands you can run. `/gpu help <command>` shows its words and examples."
 
 
 # --- fleet -----------------------------------------------------------------------------
@@ -120,6 +134,14 @@ def fleet_summary(*, nodes: int, ready: int, cordoned: Sequence[tuple[str | None
     parts.append(f"{advertised}/{expected} advertised{slices_text}")
     parts.append(health)
     return " · ".join(parts)
+
+
+def cordon_cell(*, by: str | None, run: str | None, by_hand: bool) -> str:
+    """Who a cordoned node's cordon belongs to. `by_hand`: a person cordoned it before
+    the run named by the mark (if any), which keeps it cordoned and leaves it so."""
+    if by_hand:
+        return f"by hand (kept by {run})" if run else "by hand"
+    return f"by {by}" if by else "by hand"
 
 
 def no_gpu_nodes() -> str:
@@ -227,8 +249,24 @@ FINDING_COLUMNS = ("severity", "subject", "finding")
 
 # --- requests, runs and the audit log (commands/requests.py) ---------------------------------
 
-REQUEST_COLUMNS = ("request", "kind", "pool", "state", "requester", "approvals", "plan", "expires")
+REQUEST_COLUMNS = ("request", "kind", "pool", "state", "requester", "approvals", "plan", "expires (UTC)")
 STEP_COLUMNS = ("wave", "node", "step", "state", "note")
+# An audit row's "what" cell, at most this long: the whole entry stays in the log.
+AUDIT_WHAT_MAX = 200
+
+
+def audit_what(what: str, *, step: str | None = None) -> str:
+    """An audit row's "what": a step's entry names its step ("evict: pending → running")."""
+    text = f"{step}: {what}" if step else what
+    return text if len(text) <= AUDIT_WHAT_MAX else text[:AUDIT_WHAT_MAX - 1] + "…"
+
+
+def run_not_started(nodes: Sequence[str], *, first_wave: int, last_wave: int) -> str:
+    waves = f"wave {first_wave}" if first_wave == last_wave else f"waves {first_wave}-{last_wave}"
+    shown = ", ".join(nodes[:6]) + (f" and {len(nodes) - 6} more" if len(nodes) > 6 else "")
+    return f"Not started ({len(nodes)} node{'s' if len(nodes) != 1 else ''}, {waves}): {shown}"
+
+
 AUDIT_COLUMNS = ("seq", "at (UTC)", "who", "action", "target", "what")
 WAVE_COLUMNS = ("wave", "nodes", "steps per node")
 
@@ -353,7 +391,20 @@ def drain_summary(state: str, counted: int, required: int, short_hash: str) -> s
 
 
 def drain_window(start: str, end: str | None) -> str:
-    return f"{start} - {end}" if end else f"{start} until `/gpu drain done`"
+    return f"{start} - {end}" if end else f"{start} {open_window_end('drain')}"
+
+
+def open_window_end(kind: str) -> str:
+    """What ends a window that has no end time: a drain holds until someone says so; the
+    other kinds' pools allow changes at any time."""
+    return "until `/gpu drain done`" if kind == "drain" else "with no end (the pool's windows: always)"
+
+
+def request_window(kind: str, start: str | None, end: str | None) -> str:
+    """A request's window as every view writes it (the times already written with their zone)."""
+    if start is None:
+        return "as soon as approved"
+    return f"{start} - {end}" if end else f"{start} {open_window_end(kind)}"
 
 
 def drain_wave_capacity(unavailable: int, allowed: int) -> str:
@@ -422,7 +473,7 @@ def last_drains_title() -> str:
     return "Drains"
 
 
-DRAIN_HISTORY_COLUMNS = ("pool", "last drain", "ended (UTC)", "nodes", "active window")
+DRAIN_HISTORY_COLUMNS = ("pool", "last drain", "ended (UTC)", "nodes", "active window (UTC)")
 
 
 # The words of /gpu drain, as the registry, the help, the form and every usage error show them.
@@ -485,23 +536,26 @@ def pool_workloads(mig: str | None, full_gpu: str | None) -> str:
     return "; ".join([f"MIG slices for {mig or 'any workload'}", f"whole GPUs for {full_gpu or 'any workload'}"])
 
 
-MIGRATE_USAGE = "migrate <pool|node...> to operator [at <time> | next-window] [--dry-run] [reason]"
+MIGRATE_USAGE = "migrate <pool|node...> to operator|host [at <time> | next-window] [--dry-run] [reason]"
+# A move's title by where it goes ("rollback": back to the snapshots its run took).
+_MOVE_TITLES = {"operator": "Move to the operator", "host": "Move back to host drivers",
+                "rollback": "Rollback of a driver move"}
 
 
 def migrate_needs_words() -> str:
     return f"Say which pool (or nodes of one pool) and where their driver goes: /gpu {MIGRATE_USAGE}"
 
 
-def migrate_title(request_id: str, pool: str) -> str:
-    return f"Move to the operator {request_id} · {pool}"
+def migrate_title(request_id: str, pool: str, direction: str) -> str:
+    return f"{_MOVE_TITLES.get(direction, direction)} {request_id} · {pool}"
 
 
-def migrate_preview_title(pool: str) -> str:
-    return f"Move to the operator, plan (dry run) · {pool}"
+def migrate_preview_title(pool: str, direction: str) -> str:
+    return f"{_MOVE_TITLES.get(direction, direction)}, plan (dry run) · {pool}"
 
 
 def migrate_refused_title(code: str) -> str:
-    return f"Move to the operator refused ({code})"
+    return f"Driver move refused ({code})"
 
 
 def host_driver_by_hand_label(node: str, *, install: bool) -> str:

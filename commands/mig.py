@@ -70,13 +70,13 @@ def read_mig_words(args: list[str], *, call: Call, fleet: Fleet) -> MigAsk:
 def _reply(call: Call, planned: MigPlan, view: RequestView | None = None) -> Reply:
     """The plan as an approver reads it: the capacity change first, then the waves; with
     the stored request (`view`), its id, who asked and the approval buttons."""
-    zone = call.services.config.pools[planned.pool].window_set.zone or UTC
-    end = local_time(planned.window_end, zone) if planned.window_end else "none (windows: always)"
+    zone = call.services.config.pools[planned.pool].window_set.zone or call.services.config.display_zone
+    end = local_time(planned.window_end, zone) if planned.window_end else None
     layouts = sorted({c.layout for c in planned.changes})
     facts = (
         Fact("Layout", ", ".join(layouts)),
         Fact("Pool", f"{resources_text(planned.pool_before)} -> {resources_text(planned.pool_after)}"),
-        Fact("Window", f"{local_time(planned.window_start, zone)} - {end}"),
+        Fact("Window", msg.request_window("mig", local_time(planned.window_start, zone), end)),
         Fact("First", planned.order.canary),
     )
     capacity = Section(title="Capacity", table=Table(columns=msg.MIG_NODE_COLUMNS, rows=tuple(

@@ -25,7 +25,7 @@ from workflows.drain.plan import DrainRequestError
 from workflows.engine.runs import PERSON_STEPS, RunRefused, UnknownRun
 from workflows.fleet.summary import Fleet
 from workflows.kube.objects import NodeName
-from workflows.migrate.plan import MigrateAsk, MigratePlan, MigrateRefused
+from workflows.migrate.plan import MigrateAsk, MigratePlan, MigrateRefused, direction_of
 from workflows.migrate.service import MigrateRequested, MigrateService
 from workflows.plans import plan_hash
 from workflows.pools.windows import UTC
@@ -61,18 +61,18 @@ def read_migrate_words(args: list[str], *, call: Call, fleet: Fleet) -> MigrateA
 
 
 def _reply(call: Call, planned: MigratePlan, view: RequestView | None = None) -> Reply:
-    zone = call.services.config.pools[planned.pool].window_set.zone or UTC
-    end = local_time(planned.window_end, zone) if planned.window_end else "none (windows: always)"
+    zone = call.services.config.pools[planned.pool].window_set.zone or call.services.config.display_zone
+    end = local_time(planned.window_end, zone) if planned.window_end else None
     facts = (Fact("Pool", planned.pool), Fact("Nodes", ", ".join(planned.nodes)),
-             Fact("Window", f"{local_time(planned.window_start, zone)} - {end}"))
+             Fact("Window", msg.request_window("migrate", local_time(planned.window_start, zone), end)))
     rows = tuple((str(w.index + 1), ", ".join(w.nodes)) for w in planned.plan.waves)
     waves = Section(title="One node at a time", table=Table(columns=msg.MIG_WAVE_COLUMNS, rows=rows),
                     bullets=planned.plan.summary.notes)
     if view is None:
-        return Reply(title=msg.migrate_preview_title(planned.pool),
+        return Reply(title=msg.migrate_preview_title(planned.pool, direction_of(planned.plan)),
                      summary=msg.upgrade_preview_summary(plan_hash(planned.plan)[:8]),
                      sections=(Section(facts=facts), waves))
-    return Reply(title=msg.migrate_title(view.id, view.pool),
+    return Reply(title=msg.migrate_title(view.id, view.pool, direction_of(planned.plan)),
                  summary=msg.drain_summary(view.state, view.approvals_counted, view.approvals_required,
                                            view.short_hash),
                  sections=(Section(facts=facts), waves,
@@ -82,8 +82,9 @@ def _reply(call: Call, planned: MigratePlan, view: RequestView | None = None) ->
 
 
 @REGISTRY.command("migrate", usage=msg.MIGRATE_USAGE, role=Role.OPERATOR,
-                  summary="Ask to move nodes from host drivers to the GPU Operator, one at a time, after approvals",
-                  examples=("/gpu migrate training-a to operator one driver source for the pool",))
+                  summary="Move nodes between host drivers and the GPU Operator, one at a time, after approvals",
+                  examples=("/gpu migrate training-a to operator one driver source for the pool",
+                            "/gpu migrate training-a to host back to host drivers"))
 def migrate(call: Call, args: list[str]) -> Reply:
     fleet = call.services.fleet.fleet(call.now)
     try:

@@ -251,7 +251,7 @@ def help_reply(actor: Actor, args: list[str], *, services: Services | None = Non
     visible = REGISTRY.visible_to(actor)
     if not visible:
         return error_reply(msg.not_allowed_title(), msg.no_role(actor))
-    rows = tuple((f"/gpu {spec.usage}", spec.summary, str(spec.role)) for spec in visible)
+    rows = tuple(row for spec in visible for row in msg.help_rows(spec.name, spec.summary, str(spec.role)))
     return Reply(title=msg.help_title(), summary=msg.help_summary(),
                  sections=(Section(table=Table(columns=msg.HELP_COLUMNS, rows=rows)),))
 

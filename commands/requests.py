@@ -28,7 +28,7 @@ from workflows.pools.freezes import Freeze, covering, freeze_sentence, holds_run
 from workflows.requests.errors import RequestRefused, UnknownRequest
 from workflows.requests.service import RequestService
 from workflows.requests.views import RequestView
-from workflows.wording import when
+from workflows.wording import local_time, when
 
 AUDIT_DEFAULT = 20
 AUDIT_LIMIT = 200
@@ -95,12 +95,15 @@ def _cancel(view: RequestView) -> Intent:
     return Intent(action="cancel", label="Cancel request", value=view.id, style="danger")
 
 
-def card_intents(view: RequestView) -> tuple[Intent, ...]:
-    """The buttons of a pending request's message everyone sees (`/gpu request`, which
-    the channel card is): Approve and Deny for approvers, Cancel for the requester."""
+def card_intents(view: RequestView, open_to: frozenset[str] | None = None) -> tuple[Intent, ...]:
+    """The buttons of a pending request's message everyone sees (the channel card):
+    Approve and Deny for approvers, Cancel for the requester. Given `open_to` (a reply
+    only one person sees, `/gpu request`), only the buttons that person may press."""
     if view.state == "running" and view.extension is not None:
-        return _extension_intents(view)
-    return (*_decide_intents(view), _cancel(view)) if view.state == "pending" else ()
+        intents = _extension_intents(view)
+    else:
+        intents = (*_decide_intents(view), _cancel(view)) if view.state == "pending" else ()
+    return intents if open_to is None else tuple(i for i in intents if i.action in open_to)
 
 
 def rollback_intent(view: RequestView, runs: list[RunView]) -> tuple[Intent, ...]:
@@ -210,31 +213,46 @@ def open_waits(services: Services, *, now: dt.datetime) -> list[tuple[RequestVie
 
 
 def _run_section(run: RunView, *, held_by: Freeze | None = None) -> Section:
+    # A run that ended early: the nodes it never started are one line, not a row per step.
+    untouched: set[str] = set()
+    if run.state in ("failed", "aborted"):
+        by_node: dict[str, list[Any]] = {}
+        for s in run.steps:
+            by_node.setdefault(s.node, []).append(s)
+        untouched = {node for node, steps in by_node.items()
+                     if all(s.state == "skipped" and s.started_at is None for s in steps)}
     rows = tuple((str(s.wave + 1), s.node, s.kind, s.state, s.error or step_note(s) or "")
-                 for s in run.steps)
+                 for s in run.steps if s.node not in untouched)
     bullets = []
     if held_by is not None:
         bullets.append(msg.run_held_by_freeze(freeze_sentence(held_by)))
     if run.run.halted_reason:
         bullets.append(run.run.halted_reason)
+    if untouched:
+        waves = sorted({s.wave + 1 for s in run.steps if s.node in untouched})
+        bullets.append(msg.run_not_started([n for n in dict.fromkeys(s.node for s in run.steps) if n in untouched],
+                                           first_wave=waves[0], last_wave=waves[-1]))
     if run.left_cordoned and run.state in ("failed", "aborted"):
         bullets.append(msg.run_left_cordoned(run.left_cordoned))
     return Section(title=msg.run_section_title(run.id, run.state, run.run.dry_run),
-                   table=Table(columns=msg.STEP_COLUMNS, rows=rows), bullets=tuple(bullets))
+                   table=Table(columns=msg.STEP_COLUMNS, rows=rows) if rows else None, bullets=tuple(bullets))
 
 
-def _request_reply(call: Call, view: RequestView, *, title: str | None = None) -> Reply:
+def _request_reply(call: Call, view: RequestView, *, title: str | None = None, for_channel: bool = False) -> Reply:
+    """The request as `call.actor` reads it; `for_channel`, as the channel card everyone
+    reads (its buttons are for whoever may press them)."""
+    zone = call.services.config.display_zone
     facts = (
         Fact("Requested by", view.requester_name),
         *((Fact("Cluster", view.cluster),) if view.cluster else ()),
         Fact("Reason", view.reason),
-        Fact("Window", f"{when(view.window_start, style='table')} - {when(view.window_end, style='table')}"
-             if view.window_start and view.window_end else "none"),
+        Fact("Window", msg.request_window(view.kind, *(local_time(t, zone) if t else None
+                                                        for t in (view.window_start, view.window_end)))),
         Fact("Plan hash", view.plan_hash),
         *((Fact("Extension", msg.request_extension(
-            window_end=when(view.extension.window_end, style="table"), counted=len(view.extension.approvers),
+            window_end=local_time(view.extension.window_end, zone), counted=len(view.extension.approvers),
             required=view.approvals_required, short_hash=view.extension.short_hash,
-            lapses=when(view.extension.expires_at, style="table"))),) if view.extension else ()),
+            lapses=local_time(view.extension.expires_at, zone))),) if view.extension else ()),
     )
     runs = call.services.runs.for_request(view.id) if call.services.runs is not None else []
     waits = request_waits(call.services, view, now=call.now, runs=runs)
@@ -253,7 +271,8 @@ def _request_reply(call: Call, view: RequestView, *, title: str | None = None) -
                  summary=msg.request_summary(view.state, view.approvals_counted, view.approvals_required,
                                              view.short_hash),
                  sections=tuple(sections),
-                 intents=card_intents(view) + rollback_intent(view, runs) + continue_intent(view, runs)
+                 intents=card_intents(view, None if for_channel else _requests(call).decisions_open_to(
+                     call.actor, view.id, now=call.now)) + rollback_intent(view, runs) + continue_intent(view, runs)
                  + host_driver_intent(view, runs))
 
 
@@ -281,13 +300,14 @@ def show_request(call: Call, args: list[str]) -> Reply:
     return request_reply(call, _one(args, "request, e.g. `/gpu request req-7f3a2c`"))
 
 
-def request_reply(call: Call, request_id: str) -> Reply:
-    """`/gpu request <id>` with its id read: the request, its plan, decisions and runs."""
+def request_reply(call: Call, request_id: str, *, for_channel: bool = False) -> Reply:
+    """`/gpu request <id>` with its id read: the request, its plan, decisions and runs
+    (`for_channel`: as its channel card, whose buttons are for everyone who may press them)."""
     try:
         view = _requests(call).get(request_id)
     except UnknownRequest as err:
         raise NotFoundError(str(err)) from None
-    return _request_reply(call, view)
+    return _request_reply(call, view, for_channel=for_channel)
 
 
 @REGISTRY.command("approve", usage="approve <id> [plan-hash]", role=Role.APPROVER,
@@ -440,7 +460,9 @@ def _audit_row(entry: AuditEntry, names: dict[str, str]) -> tuple[str, ...]:
     if not what and (entry.before is not None or entry.after is not None):
         what = f"{entry.before} → {entry.after}"
     who = names.get(entry.actor, entry.actor) + (f" as {entry.k8s_identity}" if entry.k8s_identity else "")
-    return (str(entry.seq), when(entry.at, style="table"), who, entry.action, entry.target, str(what))
+    step = detail.get("kind") if entry.action.startswith("step.") else None
+    return (str(entry.seq), when(entry.at, style="table"), who, entry.action, entry.target,
+            msg.audit_what(str(what), step=str(step) if step else None))
 
 
 @REGISTRY.command("audit", usage="audit [n | request-id]", role=Role.VIEWER, changes=False,

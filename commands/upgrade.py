@@ -88,13 +88,13 @@ def _reply(call: Call, planned: UpgradePlan, view: RequestView | None = None) ->
     """The plan as the operator reads it; with the stored request (`view`), its id, who
     asked and the approval buttons, else (a dry run) that nothing was stored."""
     scope = planned.scope
-    zone = call.services.config.pools[scope.pool].window_set.zone or UTC
-    end = local_time(planned.window_end, zone) if planned.window_end else "none (windows: always)"
+    zone = call.services.config.pools[scope.pool].window_set.zone or call.services.config.display_zone
+    end = local_time(planned.window_end, zone) if planned.window_end else None
     facts = (
         Fact("Driver set by", f"{scope.manager.ref} (autoUpgrade {scope.manager.auto_upgrade.state}: "
                               f"{'gpuops gates the operator' if scope.mode == 'gates-operator' else 'gpuops drives'})"),
         Fact("Versions", msg.upgrade_versions(scope.current, scope.target.text)),
-        Fact("Window", f"{local_time(planned.window_start, zone)} - {end}"),
+        Fact("Window", msg.request_window("upgrade", local_time(planned.window_start, zone), end)),
         Fact("Canary", planned.order.canary),
     )
     fleet_nodes = call.services.fleet.fleet(call.now).nodes
@@ -133,6 +133,25 @@ def upgrade(call: Call, args: list[str]) -> Reply:
         except UpgradeRefused as err:
             return error_reply(msg.upgrade_refused_title(err.code), err.reason)
     return request_upgrade(call, ask)
+
+
+def preview_upgrade(call: Call, args: list[str]) -> Reply:
+    """`gpuops upgrade ... --dry-run`: the plan `/gpu upgrade` would ask approval for, with
+    the same words and options, for whoever may read the fleet (nothing is stored, so the
+    operator role it takes to ask is not needed to look)."""
+    try:
+        ask = read_upgrade_words(args, pools=call.services.config.pools, now=call.now)
+        planned = _upgrades(call).preview(call.actor, ask, fleet=call.services.fleet.fleet(call.now), now=call.now,
+                                          reader=True)
+    except DrainRequestError as err:
+        return error_reply(msg.upgrade_refused_title(err.code), str(err))
+    except UpgradeRefused as err:
+        return error_reply(msg.upgrade_refused_title(err.code), err.reason)
+    except UsageError as err:
+        return error_reply(msg.usage_title(msg.UPGRADE_USAGE), str(err))
+    except (NotFoundError, AccessDenied) as err:
+        return error_reply(msg.refused_title(), str(err))
+    return _reply(call, planned)
 
 
 def request_upgrade(call: Call, ask: UpgradeAsk) -> Reply:

@@ -12,6 +12,7 @@ import datetime as dt
 import os
 import re
 import urllib.parse
+import zoneinfo
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -34,6 +35,7 @@ from workflows.fleet.settings import InventorySettings
 from workflows.fleet.platform import KubernetesRange, release_line, shipped_operator_support
 from workflows.handover.rotations import RotationConfig
 from workflows.pools.config import GpuCheck, PoolConfig, PoolKey
+from workflows.pools.windows import parse_zone
 from workflows.kube.labels import POD_SELECTOR_DCGM_EXPORTER
 from workflows.prometheus.client import BasicAuth, Endpoint
 from workflows.signals.exporters import ClusterPods, ExporterPages, ExporterSettings
@@ -107,6 +109,19 @@ class EngineConfig(_Model):
     max_parallel_nodes: int = Field(default=4, ge=1, le=500, description=(
         "Nodes of one wave the engine changes at once; a plan's waves (max_unavailable, "
         "min_ready_gpus) decide what may be out together, this caps it for the API's sake."))
+
+
+class DisplayConfig(_Model):
+    timezone: str | None = Field(default=None, description=(
+        "The IANA time zone every time gpuops shows is written in, with its zone "
+        "(\"Europe/Berlin\"). Unset: the zone of the first rotation, else UTC."))
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone_name(cls, name: str | None) -> str | None:
+        if name is not None:
+            parse_zone(name)
+        return name
 
 
 class UpgradesConfig(_Model):
@@ -406,6 +421,8 @@ class GpuopsConfig(_Model):
         "/var/lib/gpuops/gpuops.db in a pod)."))
     rotations: tuple[RotationConfig, ...] = Field(default=(), description=(
         "On-call rotations that get the shift handover checklist at every shift change."))
+    display: DisplayConfig = Field(default_factory=DisplayConfig, description=(
+        "How gpuops writes what people read (the time zone of its times)."))
     signals: SignalsConfig | None = Field(default=None, description=(
         "GPU health from DCGM (unset: gpuops says nothing about it)."))
     docs_url: str | None = Field(default=None, description=(
@@ -483,6 +500,13 @@ class GpuopsConfig(_Model):
         if channel is None:
             return None
         return next((name for name, entry in self.clusters.items() if channel in entry.channels), None)
+
+    @property
+    def display_zone(self) -> zoneinfo.ZoneInfo:
+        """The zone times are shown in: `display.timezone`, else the first rotation's, else UTC."""
+        if self.display.timezone is not None:
+            return parse_zone(self.display.timezone)
+        return self.rotations[0].zone if self.rotations else zoneinfo.ZoneInfo("UTC")
 
     @property
     def cluster_name(self) -> str | None:

@@ -169,7 +169,7 @@ KINDS = KindRegistry(
                    step_kinds=("wait-for-jobs", "cordon", "evict", "mig", "validate", "uncordon"),
                    default_approvals={"serving": 2, "training": 1}, rollback=True,
                    step_logic=logic_in("workflows.mig.step_logic")),
-        ChangeKind(name="migrate", noun="a move from host drivers to the operator", title="Move to the operator",
+        ChangeKind(name="migrate", noun="a move between host drivers and the operator", title="Driver move",
                    step_kinds=("snapshot", "cordon", "wait-for-jobs", "evict", "host-driver-removed", "node-labels",
                                "wait-for", "host-driver-installed", "gpu-check", "validate", "uncordon", "restore"),
                    default_approvals={"serving": 2, "training": 1}, rollback=True, confirmation=True,

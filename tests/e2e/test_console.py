@@ -53,8 +53,8 @@ def test_the_two_person_rule_holds_in_the_console_as_in_slack(runtime):
 
     code, transcript = console(runtime, f"""
 /gpu request {request.id}
-1
 :as U0BOB
+/gpu request {request.id}
 1
 1
 :as U0CAROL
@@ -62,8 +62,10 @@ def test_the_two_person_rule_holds_in_the_console_as_in_slack(runtime):
 """, as_user="U0ERIN")
 
     assert code == 0
+    # erin, admin and approver, is offered no Approve on her own request: only Cancel.
+    erin_sees = transcript[:transcript.index(":as U0BOB")]
+    assert "[1] Cancel request (asks to confirm)" in erin_sees and "Approve" not in erin_sees.split("Plan ")[-1]
     assert "[1] Approve\n[2] Deny (asks to confirm)" in transcript
-    assert "(two-person rule)" in transcript  # erin cannot approve her own request
     assert "Now acting as bob (U0BOB, approver, viewer, approver of inference-mig, approver of serving-a)." in transcript
     assert f"Done: You approved {request.id} (1 of 2)." in transcript
     assert f"Not done: You already approved {request.id}" in transcript  # bob's second click
@@ -91,12 +93,13 @@ the capacity floor of serving-a is reached
     assert runtime.services().requests.get(request.id).state == "denied"
 
 
-def test_a_viewer_clicking_approve_in_the_console_is_refused(runtime):
+def test_a_viewer_is_offered_no_buttons_on_a_request_in_the_console(runtime):
     request = submit_upgrade(runtime)
 
     code, transcript = console(runtime, f"/gpu request {request.id}\n1")
 
-    assert code == 1 and "needs the approver role for pool serving-a" in transcript
+    assert "There is no button 1: the last reply has none." in transcript
+    assert "Approve" not in transcript.split("Plan ")[-1]
 
 
 def test_approving_after_the_deadline_says_when_it_expired(runtime):
@@ -104,11 +107,12 @@ def test_approving_after_the_deadline_says_when_it_expired(runtime):
     with freeze_time(START, ignore=["kubernetes"]) as clock:
         request = submit_upgrade(runtime, now=START)
         clock.tick(dt.timedelta(hours=25))
-        code, transcript = console(runtime, f"/gpu request {request.id}\n1", as_user="U0BOB")
+        code, transcript = console(runtime, f"/gpu request {request.id}\n/gpu approve {request.id} {request.short_hash}",
+                                   as_user="U0BOB")
 
     assert code == 1
-    assert f"Not done: {request.id} expired at 2025-06-08 12:00 UTC before it had enough approvals" in transcript
-    assert "expired · 0 of 2 approvals" in transcript  # the request shown again, as it is now
+    assert "[1] Approve" not in transcript  # past its deadline, nothing is offered
+    assert f"{request.id} expired at 2025-06-08 12:00 UTC before it had enough approvals" in transcript
 
 
 def test_console_commands_help_and_unknown_ones(runtime):
@@ -198,7 +202,7 @@ def test_unicode_digits_get_usage_not_a_crash(runtime):
 """, as_user="U0BOB")
 
     assert code == 0  # the console lived to run the last line
-    assert "bob> ²\nThere is no button ²: choose 1 to 3." in transcript
+    assert "bob> ²\nThere is no button ²: choose 1 to 2." in transcript
     assert "bob> /gpu audit ²\nUsage" in transcript and "digits 0-9, e.g. `/gpu audit 50`" in transcript
     assert "bob> /gpu handover history ²\nUsage" in transcript and "(digits 0-9, e.g. 20)" in transcript
     assert "bob> /gpu status\nGPU fleet status" in transcript

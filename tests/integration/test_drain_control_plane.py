@@ -585,7 +585,7 @@ def test_gpu_uncordon_gives_back_what_a_failed_run_left_cordoned_and_a_hand_unco
     h.cordon_by_hand(installer, "short-02")
     wait_until(lambda: runtime.fleet.fleet(h.now()).nodes["short-02"].cordoned, timeout=30,  # type: ignore[attr-defined]
                what="the bot to see short-02 cordoned")
-    assert "cordoned yes (not by gpuops)" in _texts(gpu(runtime, "U0ALICE", "/gpu node short-02"))
+    assert "cordoned by hand" in _texts(gpu(runtime, "U0ALICE", "/gpu node short-02"))
     refused = gpu(runtime, "U0ALICE", "/gpu uncordon short-02")
     assert not refused.ok and "was not cordoned by gpuops" in _texts(refused)
     assert h.unschedulable(installer, "short-02")
@@ -602,7 +602,7 @@ def test_a_pool_that_waits_halts_the_run_at_the_timeout_with_the_blocked_node_co
     installer, solo = _pool_with_a_protected_pod(fleet, cluster, runtime, "wait")
 
     _, request, run = ask_approve_start(runtime, '/gpu drain wait-01 for 10m "firmware"')
-    assert _evict_params(request)["pdb_timeout_action"] == "wait"  # what the pool says, in the plan
+    assert _evict_params(request)["pdb_timeout_action"] == "halt"  # what the pool says (`wait`, read as halt), in the plan
     db = runtime.database.get()
     with caplog.at_level(logging.INFO, logger="gpuops.kube"), h.EngineThread(cluster.kubeconfig, db.path):
         finished = h.wait_run(db, run.id)

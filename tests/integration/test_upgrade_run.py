@@ -193,7 +193,7 @@ def test_a_halted_upgrade_rolled_back_puts_the_old_version_back_and_gives_the_ca
     (button,) = [i for i in card.intents if i.action == "rollback"]
     asked = desk.click(button)
     assert asked.ok, asked.summary
-    assert any(f"a rollback of run {halted.id}: upg-01 go back to {OLD}" in b for b in asked.sections[1].bullets)
+    assert any(f"a rollback of run {halted.id}: upg-01 goes back to {OLD}" in b for b in asked.sections[1].bullets)
     assert [row[1] for row in asked.sections[1].table.rows] == ["upg-01"]  # only what the run changed
     again = desk.click(button)
     assert not again.ok and f"a rollback of run {halted.id} is already asked for" in again.summary

@@ -272,7 +272,8 @@ def test_continue_needs_the_operator_role_a_run_and_at_most_one_skip(services, p
         assert not say(services, "U0ALICE", words, now).ok, words
     assert services.requests.continuation_of(run_id, pool="serve-a") is None  # type: ignore[union-attr]
     rows = say(services, "U0ALICE", "help", now).sections[0].table.rows
-    assert any("continue <run> [--skip <node>]" in " ".join(row) for row in rows)
+    assert any(row[0] == "/gpu continue" for row in rows)
+    assert "continue <run> [--skip <node>]" in say(services, "U0ALICE", "help continue", now).title
 
 
 def test_the_halted_requests_card_offers_continue_and_the_click_asks_as_the_command_would(services, pool, now):

@@ -121,10 +121,10 @@ def test_a_drain_request_shows_the_plan_first_and_is_stored_pending(make, tmp_pa
     assert section(reply, "To be evicted").table.rows == (
         ("gpu-a-01", "ml/trainer-0", "4", "Job", "-"), ("gpu-a-02", "serve/api-0", "8", "ReplicaSet", "serve/api-pdb"))
     assert any("may block" in b for b in section(reply, "PodDisruptionBudgets").bullets)
-    # Alice may not approve her own request: her reply offers Cancel; the shared card, all three.
+    # Alice may not approve her own request: her reply offers Cancel; bob's, Approve and Deny.
     assert [(i.action, i.value) for i in reply.intents] == [("cancel", request.id)]
     assert [i.action for i in run(services, "U0BOB", f"request {request.id}", now).intents] == [
-        "approve", "deny", "cancel"]
+        "approve", "deny"]
     assert request.window_start == dt.datetime(2026, 12, 5, 2, 0, tzinfo=UTC)
     services.database.close()  # type: ignore[union-attr]
 

@@ -279,8 +279,8 @@ def test_the_approve_button_of_a_pending_extension_is_bound_to_its_hash_and_not_
 
     shown = gpu(services, "U0BOB", f"request {request_id}", start)
     facts = {f.label: f.value for section in shown.sections for f in section.facts}
-    assert facts["Extension"] == ("to 2026-12-05 03:30, 0 of 2 approvals "
-                                  f"(plan {extension.short_hash}); lapses at 2026-12-05 03:00 if not approved")
+    assert facts["Extension"] == ("to Sat 2026-12-05 03:30 UTC, 0 of 2 approvals "
+                                  f"(plan {extension.short_hash}); lapses at Sat 2026-12-05 03:00 UTC if not approved")
     assert [(i.action, i.value) for i in shown.intents if i.action == "approve"] == [
         ("approve", f"{request_id}/{extension.plan_hash}")]
     assert [i for i in gpu(services, "U0ALICE", f"drain extend {request_id} 30m", start).intents] == []

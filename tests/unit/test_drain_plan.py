@@ -35,7 +35,7 @@ POOLS = {
         "max_unavailable": 2,
         "min_ready_gpus": 8,
         "drain_timeout": "30m",
-        "pdb_timeout_action": "wait",
+        "pdb_timeout_action": "halt",
         "wait_for": {"selector": "gpuops.io/must-finish=true", "timeout": "6h"},
     },
     "serve-b": {"kind": "serving", "windows": "always", "max_unavailable": "50%"},
@@ -374,7 +374,7 @@ def test_each_node_is_cordoned_evicted_held_validated_and_uncordoned(cluster, no
     assert [s.kind for s in steps] == ["cordon", "evict", "hold", "validate", "uncordon"]
     evict, hold, validate = steps[1], steps[2], steps[3]
     assert evict.params == {"scope": "all-non-daemonset", "pdb_timeout_s": 1800,
-                            "pdb_timeout_action": "wait"}
+                            "pdb_timeout_action": "halt"}
     assert hold.params == {"until": codec.time_to_text(berlin("2026-12-05 06:00")),
                            "released_by": "drain done"}
     assert validate.params == {"node_ready": True, "device_plugin_ready": True,
@@ -414,7 +414,7 @@ def test_the_preview_lists_the_pdbs_that_apply_and_warns_when_one_may_block(clus
         ("serve/api-pdb", 0, ("serve/api-0",), True)]
     assert drain.preview.nodes[1].workloads[0].pdbs == ("serve/api-pdb",)
     assert ("PDB serve/api-pdb allows 0 disruptions now but a wave evicts 1 of its pods: eviction "
-            "retries for up to 30m, then waits for a person to act.") in drain.plan.summary.notes
+            "retries for up to 30m, then halts the run with the node cordoned, for a person to decide.") in drain.plan.summary.notes
 
 
 def test_the_preview_shows_the_capacity_left_during_each_wave(make, now):
@@ -479,7 +479,12 @@ def test_a_pool_policy_has_fail_closed_defaults():
     assert pool.window_set.never
     assert (str(pool.unavailable_budget), pool.min_ready_gpus) == ("1", 0)
     assert pool.drain_timeout == dt.timedelta(minutes=30)
-    assert (pool.pdb_timeout_action, pool.allow_delete, pool.wait_for) == ("wait", False, None)
+    assert (pool.pdb_timeout_action, pool.allow_delete, pool.wait_for) == ("halt", False, None)
+
+
+def test_pdb_timeout_action_wait_is_read_as_halt_what_it_does():
+    pool = GpuopsConfig.model_validate({"pools": {"p": {"kind": "serving", "pdb_timeout_action": "wait"}}}).pools["p"]
+    assert pool.pdb_timeout_action == "halt"
 
 
 @pytest.mark.parametrize(

@@ -425,6 +425,22 @@ def test_a_version_mix_that_comes_from_host_installed_drivers_says_so_not_finish
     assert "finish or roll back" not in finding.message
 
 
+def test_a_version_mix_with_a_host_driver_on_a_version_the_operator_also_runs_is_no_upgrade_to_finish(make):
+    nodes = [make.node("a"), make.node("b", labels={"nvidia.com/cuda.driver-version.full": "570.172.08",
+                                                    "nvidia.com/gpu.deploy.driver": "false"}),
+             make.node("c", labels={"nvidia.com/cuda.driver-version.full": "570.172.08"})]
+    pods = make.operands("a") + [make.device_plugin_pod("b"), make.validator_pod("b"),
+                                 make.driver_pod("c", version="570.172.08"), make.device_plugin_pod("c"),
+                                 make.validator_pod("c")]
+    fleet = make.fleet(nodes, pods)
+    assert fleet.nodes["b"].driver.owner == "host"
+
+    finding = only(fleet.findings, "mixed-driver-versions")
+
+    assert "570.172.08 (2 nodes, host/operator-installed)" in finding.message, finding.message
+    assert "finish or roll back" not in finding.message
+
+
 def test_unpooled_gpu_nodes_are_reported_once_with_their_count(make):
     nodes = [make.node("a", pool=None), make.node("b", pool=None), make.node("c")]
 

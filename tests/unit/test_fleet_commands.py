@@ -70,3 +70,29 @@ def test_a_node_a_finished_run_left_cordoned_is_a_finding_with_who_since_when_an
     assert "gpu-a-02 has been cordoned by gpuops for alice for 2h in run-0ld000, which is no longer running" in joined
     assert "/gpu uncordon gpu-a-02" in joined
     services.database.close()  # type: ignore[union-attr]
+
+
+def test_a_persons_cordon_a_run_keeps_stays_the_persons_in_the_status_line_and_the_node_table(make, tmp_path):
+    kept = {ANNOTATION_CORDONED_BY: json.dumps({"run": "run-n0w000", "by": "gpuops for alice",
+                                                "prior_unschedulable": True, "at": "2025-06-07T10:00:00.000000Z"})}
+    nodes = [make.node("gpu-a-01", unschedulable=True, annotations=kept), make.node("gpu-a-02")]
+    services = Services.on_database(config=CONFIG, fleet=StaticFleet(make.fleet(nodes, [
+        p for n in nodes for p in make.operands(n.name)])), database=open_database(tmp_path / "gpuops.db"))
+
+    status = dispatch("status", actor=CONFIG.actor("U0DAVE"), services=services, now=NOW)
+    pool = dispatch("status train-a", actor=CONFIG.actor("U0DAVE"), services=services, now=NOW)
+
+    assert "1 cordoned, 8 GPUs out (1 by hand)" in (status.summary or "")
+    rows = [row for s in pool.sections if s.table for row in s.table.rows if row[0] == "gpu-a-01"]
+    assert rows and rows[0][2] == "by hand (kept by run-n0w000)", rows
+    services.database.close()  # type: ignore[union-attr]
+
+
+def test_the_findings_reply_names_findings_once(make, tmp_path):
+    services = services_for(make, tmp_path)
+    reply = dispatch("findings", actor=CONFIG.actor("U0DAVE"), services=services, now=NOW)
+
+    assert reply.title == "Findings"
+    assert "Findings" not in [s.title for s in reply.sections]
+    assert any(s.notices for s in reply.sections)
+    services.database.close()  # type: ignore[union-attr]

@@ -164,6 +164,33 @@ def test_cordons_say_who_cordoned_and_for_how_long_when_known(make):
     assert [i.subject for i in checklist.for_information if i.kind == "cordon"] == ["gpu-run"]
 
 
+def test_a_persons_cordon_a_run_in_flight_keeps_is_called_the_persons(make):
+    fleet = make.fleet([make.node("gpu-run", unschedulable=True, annotations={"gpuops.io/cordoned-by": json.dumps(
+        {"by": "gpuops for ada", "run": "run-aaa111", "prior_unschedulable": True})})], make.operands("gpu-run"))
+
+    checklist = checklist_for(make, fleet=fleet, runs=[run_in_flight(make)])
+
+    (item,) = [i for i in checklist.items() if i.kind == "cordon"]
+    assert item.text == ("gpu-run is cordoned by hand, from before run-aaa111, which is in flight and leaves it "
+                         "cordoned when it ends")
+
+
+def test_driver_pods_behind_while_an_upgrade_of_the_pool_is_in_flight_are_one_line_saying_the_run_is_on_it(make):
+    new = "580.105.08"
+    nodes = [make.node("a"), make.node("b"), make.node("c")]
+    pods = [p for n in ("a", "b") for p in (make.driver_pod(n), make.device_plugin_pod(n), make.validator_pod(n))]
+    pods += [make.driver_pod("c", version=new, generation="2"), make.device_plugin_pod("c"), make.validator_pod("c")]
+    fleet = make.fleet(nodes, pods, driver_templates=[make.driver_template(version=new, generation="2")])
+    assert any(f.code == "driver-pods-behind-template" for f in fleet.findings)
+
+    checklist = checklist_for(make, fleet=fleet, runs=[run_in_flight(make)])
+
+    assert not [i for i in checklist.needs_action if i.code == "driver-pods-behind-template"]
+    (item,) = [i for i in checklist.for_information if i.code == "driver-pods-behind-template"]
+    assert item.text.startswith("run-aaa111 (upgrade) is in flight on it: 2 of 3 nodes (a, b) run a driver pod older")
+    assert item.command == "/gpu request req-aaa111"
+
+
 def test_a_node_cordoned_at_the_previous_handover_too_shows_since_when(make):
     first = checklist_for(make, now=make.now - 12 * HOUR)
     before = StoredBefore(shift_start=first.shift_start, content=checklist_to_json(first))
@@ -179,7 +206,7 @@ def test_runs_in_flight_show_their_current_step_and_a_paused_run_needs_action(ma
     paused = checklist_for(make, runs=[run_in_flight(make, state="paused", halted_reason="validator failed on gpu-run")])
 
     (item,) = running.in_flight
-    assert item.text == ("run-aaa111: upgrade of train-a for req-aaa111: wave 0, driver on gpu-run running "
+    assert item.text == ("run-aaa111: upgrade of train-a for req-aaa111: wave 1, driver on gpu-run running "
                          "for 20m, attempt 2; 2/4 steps done")
     assert item.command == "/gpu request req-aaa111"
     assert paused.in_flight == ()

@@ -382,7 +382,7 @@ def test_runs_in_flight_and_the_last_drain_come_from_storage(db, source):
     assert [d.text for d in checklist.last_drains] == [
         "last drained Fri 06 Jun 04:00 CEST (1d 4h ago): 1 node by %s (drain, succeeded)" % done.id]
     (in_flight,) = checklist.in_flight
-    assert in_flight.text == (f"{run.id}: upgrade of train-a for {busy.id}: wave 0, driver on gpu-02 running "
+    assert in_flight.text == (f"{run.id}: upgrade of train-a for {busy.id}: wave 1, driver on gpu-02 running "
                               "for 41m; 1/2 steps done")
 
 

@@ -229,3 +229,33 @@ def test_a_node_whose_driver_was_already_off_when_the_step_began_waits_for_a_per
     assert isinstance(waiting, Waiting)
     assert waiting.reason == ("h1 had no working host driver when this step began, so its evidence cannot tell the "
                             "change: waiting for a person to confirm")
+
+
+def test_a_move_says_which_way_it_goes_and_a_label_already_set_is_not_shown_as_a_change(make):
+    from commands import messages as msg
+    from workflows.migrate import messages as say
+    from workflows.migrate.plan import direction_of
+
+    there = _plan(_fleet(make, operator=("h3",)))
+    back = _plan(_fleet(make, operator=("h1", "h2")), targets=("h1", "h2"), to="host")
+    rollback = _plan(_fleet(make, operator=("h1",)), rollback=MigrateRollbackOf(
+        run="run-7", snapshots=(("h1", {"labels": {}, "taints": []}),), keys=()))
+
+    assert [msg.migrate_title("req-1", "hosts", direction_of(p.plan)) for p in (there, back, rollback)] == [
+        "Move to the operator req-1 · hosts", "Move back to host drivers req-1 · hosts",
+        "Rollback of a driver move req-1 · hosts"]
+    note = say.node_note("h1", "conflict", (), "nvidia.com/gpu.deploy.driver", "true", "true")
+    assert note.endswith("nvidia.com/gpu.deploy.driver: already true") and "true -> true" not in note
+
+
+def test_help_for_migrate_offers_both_ways():
+    from commands.catalog import dispatch
+    from commands.services import Services
+    from workflows.config import GpuopsConfig
+
+    config = GpuopsConfig.model_validate({"access": {"users": {"U0ERIN": ["admin"]}}})
+    reply = dispatch("help migrate", actor=config.actor("U0ERIN"), services=Services(config=config, fleet=None),  # type: ignore[arg-type]
+                     now=NOW)
+
+    assert "to operator|host" in reply.title
+    assert any("to host" in b for s in reply.sections for b in s.bullets)

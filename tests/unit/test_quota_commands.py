@@ -190,7 +190,7 @@ def test_without_a_kubernetes_api_quotas_are_not_available_here(make, tmp_path):
 
 def test_help_lists_quotas_for_a_viewer(make, tmp_path):
     reply = ask(services(make, tmp_path, quotas=None), "help")
-    assert any(row[0] == "/gpu quotas [namespace|pool]" for s in reply.sections if s.table for row in s.table.rows)
+    assert any(row[0] == "/gpu quotas" for s in reply.sections if s.table for row in s.table.rows)
 
 
 def test_a_name_close_to_nothing_says_how_many_pools_and_namespaces_there_are(make, tmp_path):

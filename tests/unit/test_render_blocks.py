@@ -126,10 +126,11 @@ def test_sixty_sections_fit_in_fifty_blocks_and_keep_their_buttons_and_footer():
     assert blockkit.message_errors(blocks=rendered.blocks) == []
 
 
-def test_deny_cancel_and_abort_ask_for_confirmation_and_approve_does_not():
+def test_deny_cancel_abort_and_roll_back_ask_for_confirmation_and_approve_does_not():
     intents = (Intent("approve", "Approve", "req-1"), Intent("deny", "Deny", "req-1"),
                Intent("cancel", "Cancel request", "req-1"), Intent("abort", "Abort run", "run-1"),
-               Intent("ack", "L" * 120, "h-1", confirm=Confirm("Sure?", "It stays done.")))
+               Intent("ack", "L" * 120, "h-1", confirm=Confirm("Sure?", "It stays done.")),
+               Intent("rollback", "Roll back", "run-1"))
 
     (actions,) = [b for b in render_blocks(Reply(title="r", intents=intents)).blocks if b["type"] == "actions"]
 
@@ -139,6 +140,15 @@ def test_deny_cancel_and_abort_ask_for_confirmation_and_approve_does_not():
         assert buttons[action_id]["confirm"]["style"] == "danger"
     assert buttons["gpuops.ack.4"]["confirm"]["title"]["text"] == "Sure?"
     assert len(buttons["gpuops.ack.4"]["text"]["text"]) <= 75
+    assert buttons["gpuops.rollback.5"]["confirm"]["title"]["text"] == "Roll back this run?"
+
+
+def test_a_failed_reply_says_so_once_and_its_underline_fits_what_is_written():
+    unknown = render_text(Reply(title="Unknown command: findngs", ok=False)).splitlines()
+    refused = render_text(Reply(title="Refused", summary="no", ok=False)).splitlines()
+
+    assert unknown[:2] == ["Unknown command: findngs (failed)", "=" * len("Unknown command: findngs (failed)")]
+    assert refused[:2] == ["Refused", "======="]  # not "Refused (failed)"
 
 
 def test_the_text_rendering_shows_every_row_and_numbers_the_buttons():
@@ -181,3 +191,19 @@ def test_any_reply_renders_to_a_message_slack_accepts(reply):
 
     assert blockkit.message_errors(blocks=rendered.blocks) == []
     assert len(rendered.text) <= 4000
+
+
+def test_gpu_help_fits_a_100_column_terminal():
+    import datetime as dt
+
+    from commands.catalog import dispatch
+    from commands.services import Services
+    from workflows.config import GpuopsConfig
+
+    config = GpuopsConfig.model_validate({"access": {"users": {"U0ERIN": ["admin"]}}})
+    reply = dispatch("help", actor=config.actor("U0ERIN"), services=Services(config=config, fleet=None),  # type: ignore[arg-type]
+                     now=dt.datetime(2026, 12, 5, tzinfo=dt.timezone.utc))
+
+    lines = render_text(reply).splitlines()
+    assert max(len(line) for line in lines) <= 100, max(lines, key=len)
+    assert any(line.startswith("/gpu migrate ") for line in lines)

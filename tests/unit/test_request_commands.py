@@ -83,7 +83,7 @@ def test_approve_without_a_hash_shows_the_plan_and_the_exact_command_and_counts_
                              f"`/gpu approve {request.id} {request.short_hash}` to approve that plan.")
     plan = next(s for s in reply.sections if s.title == f"Plan {request.short_hash}")
     assert plan.table.rows == (("1", "gpu-01", "cordon → driver → uncordon"), ("2", "gpu-02", "cordon → driver → uncordon"))
-    assert [i.action for i in reply.intents] == ["approve", "deny", "cancel"]
+    assert [i.action for i in reply.intents] == ["approve", "deny"]  # bob may not cancel alice's request
     assert reply.intents[0].value == f"{request.id}/{request.plan_hash}"
     assert services.requests.get(request.id).approvals_counted == 0
 
@@ -130,6 +130,25 @@ def test_only_the_requester_or_an_admin_cancels_a_request(services):
     assert reply.ok and reply.title == f"Cancelled {request.id}" and reply.summary.startswith("cancelled")
 
 
+def test_a_request_shown_to_one_person_offers_only_the_buttons_they_may_press(services):
+    request = _submit(services)
+
+    def buttons(actor) -> list[str]:
+        return [i.label for i in run(services, actor, f"request {request.id}").intents]
+
+    assert buttons(alice) == ["Cancel request"]  # the requester, who may not approve her own
+    assert buttons(bob) == ["Approve", "Deny"]
+    assert buttons(dave) == []  # a viewer decides nothing
+    assert buttons(otto) == []  # another operator neither approves nor cancels alice's request
+    assert buttons(erin) == ["Approve", "Deny", "Cancel request"]
+    own = _submit(services, actor=erin)
+    assert buttons_of(run(services, erin, f"approve {own.id}")) == ["Cancel request"]
+
+
+def buttons_of(reply: Reply) -> list[str]:
+    return [i.label for i in reply.intents]
+
+
 def test_the_open_requests_say_how_many_wait_for_you(services):
     first, second = _submit(services), _submit(services, kind="drain", pool="train-a")
     reply = run(services, bob, "requests")
@@ -168,7 +187,9 @@ def test_an_operator_pauses_resumes_and_aborts_a_run_and_abort_says_nodes_stay_a
     assert services.requests.get(request.id).state == "failed"
     shown = run(services, dave, f"request {request.id}")
     steps = next(s for s in shown.sections if s.title == f"Run {run_id}: aborted")
-    assert {row[3] for row in steps.table.rows} == {"skipped"}
+    # Nothing had started: one line says so, not a "skipped" row per step.
+    assert steps.table is None
+    assert steps.bullets[-1] == "Not started (2 nodes, waves 1-2): gpu-01, gpu-02"
 
 
 def test_a_viewer_cannot_abort_a_run_and_an_unknown_run_is_not_found(services):
@@ -195,3 +216,51 @@ def test_request_commands_say_so_where_no_database_is_configured():
     bare = Services(config=CONFIG, fleet=NoFleet())
     reply = dispatch("requests", actor=dave, services=bare, now=NOW)
     assert (reply.ok, reply.summary) == (False, "Requests are not available here: this gpuops has no database configured.")
+
+
+def test_a_requests_window_is_written_in_the_display_zone_with_its_zone_and_an_open_end_says_what_ends_it(tmp_path):
+    config = CONFIG.model_copy(update={"display": CONFIG.display.model_copy(update={"timezone": "Europe/Berlin"})})
+    db = open_database(tmp_path / "zoned.db")
+    services = Services.on_database(config=config, fleet=NoFleet(), database=db)
+
+    def window(end: dt.datetime | None) -> str:
+        view = services.requests.submit(alice, kind="drain", pool="train-a", targets=["gpu-01", "gpu-02"],  # type: ignore[union-attr]
+                                        plan=_plan("drain", "train-a"), window_start=NOW + dt.timedelta(hours=1),
+                                        window_end=end, reason="rack move", now=NOW)
+        reply = run(services, alice, f"request {view.id}")
+        return next(f.value for s in reply.sections for f in s.facts if f.label == "Window")
+
+    assert window(NOW + dt.timedelta(hours=3)) == "Sat 2025-06-07 15:00 CEST - Sat 2025-06-07 17:00 CEST"
+    assert window(None) == "Sat 2025-06-07 15:00 CEST until `/gpu drain done`"
+    db.close()
+
+
+def test_the_display_zone_is_the_first_rotations_unless_set_else_utc():
+    rotation = {"name": "platform", "team": "gpu", "channel": "C0GPU", "timezone": "Europe/Berlin",
+                "shifts": [{"name": "day", "starts": "0 8 * * *", "members": ["U0ALICE"]}]}
+    assert str(GpuopsConfig.model_validate({}).display_zone) == "UTC"
+    assert str(GpuopsConfig.model_validate({"rotations": [rotation]}).display_zone) == "Europe/Berlin"
+    assert str(GpuopsConfig.model_validate({"rotations": [rotation], "display": {"timezone": "Asia/Tokyo"}})
+               .display_zone) == "Asia/Tokyo"
+
+
+def test_an_audit_row_of_a_step_names_the_step_and_a_long_what_is_cut(services):
+    from storage import audit
+
+    db = services.database
+    with db.transaction():
+        audit.append(db, actor="gpuops", k8s_identity=None, action="step.running", target="gpu-01", at=NOW,
+                     before="pending", after="running", detail={"step": 7, "kind": "evict", "intent": {}})
+        audit.append(db, actor="gpuops", k8s_identity=None, action="step.failed", target="gpu-01", at=NOW,
+                     before="running", after="failed", detail={"kind": "validate", "reason": "x" * 1000})
+
+    rows = run(services, dave, "audit 2").sections[0].table.rows
+
+    assert rows[1][5] == "evict: pending → running"
+    assert rows[0][5].startswith("validate: xxx") and len(rows[0][5]) <= 200 and rows[0][5].endswith("…")
+
+
+def test_the_open_requests_table_says_the_zone_of_its_expiry_times(services):
+    _submit(services)
+    table = next(s.table for s in run(services, bob, "requests").sections if s.table)
+    assert table.columns[-1] == "expires (UTC)" and table.rows[0][-1] == "2025-06-08 12:00"

@@ -338,7 +338,7 @@ def test_evicting_sends_each_chosen_pod_through_the_eviction_api_once_on_record_
                          "detail": {"node": "gpu-01", "uid": "u-side",
                                     "why": "uses no GPU; evicted because a drain empties the node (scope all)"}}}
     pods.terminate("u-going")
-    assert Evict().advance(ctx) == Done("evicted 2 pods; 2 left alone (see detail)",
+    assert Evict().advance(ctx) == Done("evicted 2 pods; 2 left alone (gpu-operator/ds and ml/done)",
                                         {"evicted": ["ml/job", "ml/side"], "skipped": DRAIN_INTENT["skipped"]})
     assert len(pods.writes) == 2
 
@@ -453,7 +453,7 @@ def test_a_dry_run_evict_asks_the_api_with_dry_run_and_reports_what_a_budget_wou
     outcome = Evict().advance(ctx)
 
     budget = "Cannot evict pod as it would violate the pod's disruption budget."
-    assert outcome == Done("would evict 3 pods; 2 left alone (see detail); a PodDisruptionBudget would block ml/job "
+    assert outcome == Done("would evict 3 pods; 2 left alone (gpu-operator/ds and ml/done); a PodDisruptionBudget would block ml/job "
                            "right now", {"evicted": ["ml/job", "ml/side"], "skipped": DRAIN_INTENT["skipped"],
                                          "blocked": {"ml/job": budget}})
     assert [(w.target, w.args["dry_run"]) for w in pods.writes] == [("ml/job", True), ("ml/side", True)]
@@ -463,7 +463,7 @@ def test_a_dry_run_evict_asks_the_api_with_dry_run_and_reports_what_a_budget_wou
     pods.terminate("u-job")
     pods.terminate("u-side")
     assert Evict().advance(Ctx(pods, intent=DRAIN_INTENT, dry_run=True)) == Done(
-        "would evict 2 pods; 2 left alone (see detail)", {"evicted": ["ml/job", "ml/side"],
+        "would evict 2 pods; 2 left alone (gpu-operator/ds and ml/done)", {"evicted": ["ml/job", "ml/side"],
                                                           "skipped": DRAIN_INTENT["skipped"]})
 
 

@@ -258,3 +258,20 @@ def test_the_command_lines_words_are_read_as_given_so_a_quote_in_a_reason_is_jus
     # A word holding a space or an option is one word: a node's name, not a cluster choice.
     node = one_command(["node", "s1 --cluster west"], actor=alice, services=services, now=now)
     assert not node.ok and node.summary.startswith("No GPU node named `s1 --cluster west`"), node
+
+
+def test_the_command_lines_dry_run_works_for_a_reader_takes_the_commands_options_and_stores_nothing(services, now):
+    from bot.cli import parser
+    from commands.registry import Call
+    from commands.upgrade import preview_upgrade
+
+    dave = services.config.actor("U0DAVE")  # a viewer: the command line's shipped role
+    assert not run(services, "U0DAVE", f"upgrade serve-a to {NEW} --dry-run", now).ok  # Slack asks the operator role
+
+    reply = preview_upgrade(Call(actor=dave, now=now, services=services), ["serve-a", "to", NEW, "--also", "train-a"])
+
+    assert reply.ok, reply.summary
+    assert reply.title.startswith("Driver upgrade plan (dry run)"), reply.title
+    assert services.requests.open_requests() == []  # type: ignore[union-attr]
+    args = parser().parse_args(["upgrade", "serve-a", "to", NEW, "--also", "train-a", "--dry-run"])
+    assert (args.words, args.also) == (["serve-a", "to", NEW], ["train-a"])

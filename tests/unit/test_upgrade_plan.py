@@ -107,7 +107,15 @@ def test_a_gated_rollback_gives_the_nodes_the_run_held_and_never_moved_back_at_t
     last = only.steps[-1]
     assert (last.kind, dict(last.params)) == ("operator-hold", {"nodes": ("s2", "s3"), "release": True})
     assert any("s2" in n and "s3" in n and "given back to the operator" in n for n in planned.plan.summary.notes)
-    assert any("also drives training-a (as run run-old changed it for them)" in n for n in planned.plan.summary.notes)
+    notes = planned.plan.summary.notes
+    assert any("also drives training-a (as run run-old changed it for them)" in n for n in notes)
+    # The other pool was held back from the run's version: it runs 580.95.05 already.
+    also = next(n for n in notes if "also drives training-a" in n)
+    assert "still run 580.95.05" in also and "/gpu upgrade" not in also, also
+    # One node: no next wave to wait for, and one node goes back.
+    assert not any("before the next wave" in n for n in notes), notes
+    assert any("s1 is the only node" in n for n in notes), notes
+    assert any("a rollback of run run-old: s1 goes back to 580.95.05" in n for n in notes), notes
 
 
 def test_a_request_that_names_every_other_pool_of_the_cluster_policy_is_planned_and_says_they_were_named(make):

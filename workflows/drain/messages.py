@@ -134,7 +134,8 @@ def note_stays_cordoned(node: str) -> str:
 
 
 _PDB_ACTIONS = {
-    "wait": "waits for a person to act",
+    "halt": "halts the run with the node cordoned, for a person to decide",
+    "wait": "halts the run with the node cordoned, for a person to decide",
     "skip": "leaves the node out of the drain (uncordoned, its pods keep running)",
     "delete": "deletes the pods in spite of the PDB",
 }

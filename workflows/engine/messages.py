@@ -15,7 +15,7 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 
 from workflows.engine.phrases import listed, span
-from workflows.wording import when
+from workflows.wording import names, when
 
 
 # --- cordon and uncordon -------------------------------------------------------------------
@@ -103,12 +103,13 @@ def not_a_gpu_pod() -> str:
     return "uses no GPU: left running (scope gpu)"
 
 
-def evicted(count: int, skipped: int, *, dry_run: bool) -> str:
+def evicted(count: int, skipped: Sequence[str], *, dry_run: bool) -> str:
+    """`skipped`: the pods left alone, named (the step's detail is nothing a person can open)."""
     text = f"{'would evict' if dry_run else 'evicted'} {count} pod{'s' if count != 1 else ''}"
-    return text + (f"; {skipped} left alone (see detail)" if skipped else "")
+    return text + (f"; {len(skipped)} left alone ({names(skipped, at_most=3)})" if skipped else "")
 
 
-def would_evict(count: int, blocked: Mapping[str, str], skipped: int) -> str:
+def would_evict(count: int, blocked: Mapping[str, str], skipped: Sequence[str]) -> str:
     text = evicted(count, skipped, dry_run=True)
     if blocked:
         text += "; a PodDisruptionBudget would block " + listed(sorted(blocked)) + " right now"

@@ -564,7 +564,9 @@ def msg_mixed_driver_versions(pool: PoolInventory) -> str:
         for version, count in pool.driver_versions.items()
     )
     host_only = [v for v in pool.driver_versions if owners.get(v) == ("host",)]
-    if host_only and len(host_only) < len(pool.driver_versions):
+    # A version some host installed is no upgrade in flight, even where the operator runs it too.
+    host_any = [v for v in pool.driver_versions if "host" in owners.get(v, ())]
+    if host_any and len(host_only) < len(pool.driver_versions):
         advice = ("the mix comes from host-installed drivers, not an upgrade in flight: move those "
                   "nodes to the operator's driver or bring their host driver to the pool's version")
     elif host_only:

@@ -319,6 +319,22 @@ def build_checklist(
                                                                       until=note.until), node_command(note.node)))
 
     finding_items = [_finding_item(f) for f in fleet.findings]
+    # What a driver change in flight on the finding's pool is fixing is for information,
+    # one line per run, saying the run is on it.
+    fixing: dict[str, list[tuple[Finding, RunInFlight]]] = {}
+    for finding in fleet.findings:
+        run = next((r for r in runs_in_flight if not r.dry_run and r.kind in _FIXES.get(finding.code, ())
+                    and r.pool == finding.pool and r.state == "running"), None)
+        if run is not None and finding.severity != "critical":
+            fixing.setdefault(run.run_id, []).append((finding, run))
+    on_it = {id(f) for pairs in fixing.values() for f, _ in pairs}
+    finding_items = [item for f, item in zip(fleet.findings, finding_items) if id(f) not in on_it]
+    for pairs in fixing.values():
+        run = pairs[0][1]
+        info.append(ChecklistItem(kind="finding", severity="info", subject=run.pool, code=pairs[0][0].code,
+                                  text=say.findings_a_run_is_on([f.message for f, _ in pairs], run=run.run_id,
+                                                                kind=run.kind),
+                                  command=say.request_command(run.request_id)))
     for item in finding_items:
         (info if item.severity == "info" else needs).append(item)
 
@@ -327,11 +343,15 @@ def build_checklist(
         if not node.cordoned:
             continue
         seen_before = before.cordons.get(name)
-        by_gpuops = node.cordoned_by is not None or node.cordon_run is not None
+        # A person's cordon a run took over (cordoned before it) stays the person's.
+        by_gpuops = (node.cordoned_by is not None or node.cordon_run is not None) and not node.cordoned_before_run
         run = runs.get(node.cordon_run) if node.cordon_run else None
         exact = run.cordoned_at(name) if run is not None else None
         cordons.append(CordonSeen(node=name, since=exact or seen_before or now))
-        if by_gpuops and run is not None:
+        if node.cordoned_before_run and run is not None:
+            text = say.cordoned_by_hand_kept_by_run(name, run=run.run_id)
+            info.append(_item("cordon", "info", name, text, say.request_command(run.request_id)))
+        elif by_gpuops and run is not None:
             text = say.cordoned_for_run(name, run=run.run_id, at=exact, now=now)
             info.append(_item("cordon", "info", name, text, say.request_command(run.request_id)))
         elif by_gpuops:
@@ -436,6 +456,11 @@ def _pool_of(request: RequestView, *, qualified: bool) -> str:
 
 def _item(kind: ItemKind, severity: Severity, subject: str, text: str, command: str) -> ChecklistItem:
     return ChecklistItem(kind=kind, severity=severity, subject=subject, text=text, command=command)
+
+
+# Findings a run of these kinds, in flight on the finding's pool, is there to fix.
+_FIXES: dict[str, tuple[str, ...]] = {"driver-pods-behind-template": ("upgrade",),
+                                      "mixed-driver-versions": ("upgrade", "migrate")}
 
 
 def _finding_item(finding: Finding) -> ChecklistItem:

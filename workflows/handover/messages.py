@@ -67,6 +67,16 @@ def cordon_left_behind(node: str, *, by: str | None, run: str | None) -> str:
     )
 
 
+def findings_a_run_is_on(messages: Sequence[str], *, run: str, kind: str) -> str:
+    first = messages[0]
+    more = f" (and {len(messages) - 1} more like it)" if len(messages) > 1 else ""
+    return f"{run} ({kind}) is in flight on it: {first}{more}"
+
+
+def cordoned_by_hand_kept_by_run(node: str, *, run: str) -> str:
+    return f"{node} is cordoned by hand, from before {run}, which is in flight and leaves it cordoned when it ends"
+
+
 def cordoned_for_run(node: str, *, run: str, at: dt.datetime | None, now: dt.datetime) -> str:
     since = f" for {format_age(now - at)}" if at is not None else ""
     return f"{node} is cordoned by gpuops{since} for {run}, which is in flight"
@@ -151,7 +161,8 @@ def step_line(*, kind: str, node: str, wave: int, state: str, attempt: int,
     tries = f", attempt {attempt}" if attempt > 1 else ""
     more = f" (and {more_running} more running)" if more_running else ""
     verb = "running" if state == "running" else "next"
-    return f"wave {wave}, {kind} on {node} {verb}{since}{tries}{more}"
+    # Waves are counted from 1 for people, as the request view and the run's thread count them.
+    return f"wave {wave + 1}, {kind} on {node} {verb}{since}{tries}{more}"
 
 
 def last_drain(*, request_id: str, kind: str, at: dt.datetime, nodes: int, outcome: str,

@@ -27,7 +27,8 @@ def nothing_to_move(already: Sequence[str], to: str) -> str:
 def node_note(node: str, owner: str, evidence: Sequence[str], label: str, before: str | None, after: str,
               *, hand_set: Mapping[str, tuple[str, str]] | None = None) -> str:
     shown = "; ".join(evidence[:2]) if evidence else "no evidence recorded"
-    text = f"{node}: driver owner {owner} ({shown}); {label}: {before or 'unset'} -> {after}"
+    change = f"already {after}" if before == after else f"{before or 'unset'} -> {after}"
+    text = f"{node}: driver owner {owner} ({shown}); {label}: {change}"
     if hand_set:
         labels = ", ".join(f"{k}={v} (set by {who})" for k, (v, who) in sorted(hand_set.items()))
         text += f"; hand-set labels removed for GFD to publish its own (a rollback puts them back): {labels}"
@@ -67,7 +68,7 @@ def snapshots_back_note(run: str, nodes: Sequence[str]) -> str:
 
 
 def rollback_not_migrate(run: str, kind: str) -> str:
-    return f"run {run} is a {kind}, not a move to the operator"
+    return f"run {run} is a {kind}, not a move between host drivers and the operator"
 
 
 # What a run of this kind changes (`pools.messages.nothing_to_roll_back`).

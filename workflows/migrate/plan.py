@@ -149,6 +149,19 @@ def plan_migrate(ask: MigrateAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolC
     return MigratePlan(pool=pool, nodes=tuple(by_name), order=order, plan=plan, window_start=start, window_end=end)
 
 
+Direction = Literal["operator", "host", "rollback"]
+
+
+def direction_of(plan: Plan) -> Direction:
+    """Which way a move's plan goes, read from its step kinds (a person removes the host
+    driver on the way to the operator, installs it on the way back; a rollback restores
+    the snapshots its run took)."""
+    kinds = {step.kind for wave in plan.waves for step in wave.steps}
+    if "restore" in kinds:
+        return "rollback"
+    return "host" if "host-driver-installed" in kinds else "operator"
+
+
 def _node_steps(node: NodeInventory, *, policy: PoolConfig, check: GpuCheck,
                 to: Literal["operator", "host"], remove: Sequence[str] = ()) -> list[NodeStep]:
     validate = int(policy.validate_timeout.total_seconds())

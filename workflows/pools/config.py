@@ -249,7 +249,8 @@ class PoolConfig(_Model):
         "GPUs that must stay Ready (advertised on Ready, schedulable nodes) during a drain."))
     drain_timeout: Duration = Field(default=dt.timedelta(minutes=30), description=(
         "How long an eviction may be held up by a PodDisruptionBudget before `pdb_timeout_action`: "
-        "wait (the run halts with the node cordoned, for a person to decide), skip (the node is left "
+        "halt (the run halts with the node cordoned, for a person to decide; `wait`, its former name, "
+        "still reads as halt), skip (the node is left "
         "out: uncordoned, its pods keep running, the run goes on) or delete (the pods, ignoring the "
         "PDB; only with allow_delete: true)."))
     allow_delete: bool = Field(default=False, description=(
@@ -258,9 +259,9 @@ class PoolConfig(_Model):
     validate_timeout: Duration = Field(default=dt.timedelta(minutes=10), description=(
         "How long a drained node may take to come back (Ready, driver, device plugin and validator "
         "healthy, every physical GPU advertised) before the run halts with it cordoned."))
-    pdb_timeout_action: Literal["wait", "skip", "delete"] = Field(default="wait", description=(
-        "What happens when a PodDisruptionBudget still blocks an eviction at `drain_timeout`: wait, "
-        "skip or delete."))
+    pdb_timeout_action: Literal["halt", "skip", "delete"] = Field(default="halt", description=(
+        "What happens when a PodDisruptionBudget still blocks an eviction at `drain_timeout`: halt, "
+        "skip or delete (`wait` is the former name of halt and still accepted)."))
     evict_retries: Annotated[int, Field(ge=0, le=20)] = Field(default=3, description=(
         "Pods that come straight back to the cordoned node after eviction (they tolerate "
         "node.kubernetes.io/unschedulable) before a driver or MIG change: evicted again this many "
@@ -317,6 +318,12 @@ class PoolConfig(_Model):
     def _max_unavailable(cls, value: Any) -> int | str:
         budget = MaxUnavailable.parse(value)
         return budget.count if budget.count is not None else str(budget)
+
+    @field_validator("pdb_timeout_action", mode="before")
+    @classmethod
+    def _wait_is_halt(cls, value: object) -> object:
+        # `wait` was this value's first name; the run never waited: it halted.
+        return "halt" if value == "wait" else value
 
     @field_validator("pdb_timeout_action")
     @classmethod

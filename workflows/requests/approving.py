@@ -113,6 +113,29 @@ class Approving(DrainExtensions):
         if verdict.refusal is not None:
             raise refusal_error(verdict.refusal)
 
+    def decisions_open_to(self, actor: Actor, request_id: str, *, now: dt.datetime) -> frozenset[str]:
+        """Which of approve, deny and cancel `actor` may do on the request now, by the same
+        rules those actions check (a reply only `actor` sees offers only these buttons).
+        Reads only; a running drain's pending extension is approved, never denied."""
+        request = self._load(request_id)
+        decisions = self._decisions(request)
+        extending = request.state == "running" and request.extension is not None
+        check = policy.check_extension_approval if extending else policy.check_approval
+        open_to: set[str] = set()
+        if check(request=request, approvals_so_far=decisions, approver=actor,
+                 plan_hash=(request.extension.plan_hash if extending and request.extension else request.plan_hash),
+                 pool_policy=self._pool(request), now=now, approver_now=self._approver_now(request),
+                 names=self._names).counted:
+            open_to.add("approve")
+        if not extending and policy.check_deny(request=request, approvals_so_far=decisions, approver=actor,
+                                               reason="(asked for the buttons)", now=now,
+                                               names=self._names).allowed:
+            open_to.add("deny")
+        if policy.check_cancel(request=request, actor=actor, now=now, approvals_so_far=decisions,
+                               names=self._names).allowed:
+            open_to.add("cancel")
+        return frozenset(open_to)
+
     def reopen_for_approval(self, request: Request, *, counted: Sequence[str], required: int,
                             now: dt.datetime) -> None:
         """An approved request whose approvals no longer suffice (an approver lost the

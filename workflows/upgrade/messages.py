@@ -55,6 +55,13 @@ def plan_also_moves_note(ref: str, pools: Sequence[str], version: str, *, held: 
                          rollback_of: str | None = None) -> str:
     why = (f"as run {rollback_of} changed it for them" if rollback_of else
            "named in the request" if named else "upgrades.cluster_policy_scope: all-pools")
+    if held and rollback_of:
+        # Held back from the run being undone, they never left `version`: nothing to upgrade.
+        return (f"{ref} also drives {names(pools)} ({why}): their nodes were held back from that run's version, "
+                f"still run {version}, and stay held after this run")
+    if rollback_of:
+        return (f"{ref} also drives {names(pools)} ({why}): their driver pods that restarted since run "
+                f"{rollback_of} take {version} again on their next restart (OnDelete)")
     if held:
         return (f"{ref} also drives {names(pools)} ({why}): their nodes are held back from the operator's upgrade "
                 f"and stay held after this run; upgrade them in turn with /gpu upgrade <pool> to {version}")
@@ -66,7 +73,9 @@ def plan_release_note(run: str, nodes: Sequence[str]) -> str:
     return f"at the end, {names(nodes)} (held back by {run} and never upgraded) are given back to the operator"
 
 
-def plan_canary_note(canary: str, soak: dt.timedelta) -> str:
+def plan_canary_note(canary: str, soak: dt.timedelta, *, only_node: bool = False) -> str:
+    if only_node:
+        return f"{canary} is the only node; the run watches it {duration_text(soak)} after its upgrade, then ends"
     return f"{canary} goes first, alone; the pool then waits {duration_text(soak)} before the next wave"
 
 
@@ -126,8 +135,8 @@ def no_nodes_to_upgrade() -> str:
 
 
 def plan_rollback_note(run: str, version: str, nodes: Sequence[str]) -> str:
-    return (f"a rollback of run {run}: {names(nodes)} go back to {version}, each taking over the cordon "
-            "that run left")
+    return (f"a rollback of run {run}: {names(nodes)} go{'es' if len(nodes) == 1 else ''} back to {version}, "
+            f"taking over the cordon{'s' if len(nodes) != 1 else ''} that run left")
 
 
 def rollback_not_an_upgrade(run: str, kind: str) -> str:

@@ -152,7 +152,7 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
         waves[-1] = Wave(last.index, last.nodes, (*last.steps, release))
     largest = planning.largest_wave(waves, lambda n: by_name[n].physical_gpus or 0)
     notes = [say.plan_manager_note(scope.manager.ref, scope.current, scope.target.text),
-             say.plan_canary_note(order.canary, policy.upgrade_soak)]
+             say.plan_canary_note(order.canary, policy.upgrade_soak, only_node=len(waves) == 1)]
     if rollback is None:
         notes.append(say.plan_set_back_note(scope.manager.ref, scope.manager.version, scope.target.text,
                                                order.canary))

@@ -43,9 +43,11 @@ class UpgradeService:
         self._allowed_versions = tuple(allowed_versions)
         self._cluster_policy_scope: ClusterPolicyScope = cluster_policy_scope
 
-    def preview(self, actor: Actor, ask: UpgradeAsk, *, fleet: Fleet, now: dt.datetime) -> UpgradePlan:
-        """The plan `request` would store, checked the same way; nothing is stored."""
-        require(actor, Role.OPERATOR, action="Planning a driver upgrade", pool=ask.pool)
+    def preview(self, actor: Actor, ask: UpgradeAsk, *, fleet: Fleet, now: dt.datetime,
+                reader: bool = False) -> UpgradePlan:
+        """The plan `request` would store, checked the same way; nothing is stored.
+        `reader`: a dry run of the command line, for whoever may read the fleet."""
+        require(actor, Role.VIEWER if reader else Role.OPERATOR, action="Planning a driver upgrade", pool=ask.pool)
         return plan_upgrade(ask, fleet=fleet, policy=self._pools.get(ask.pool), now=now,
                             requested_by=actor.user_id, allowed_versions=self._allowed_versions,
                             cluster_policy_scope=self._cluster_policy_scope, gpu_check=self._gpu_check,

@@ -38,7 +38,8 @@ DRAIN_PLAN_SCOPE = "all-non-daemonset"
 
 
 # A pool's pdb_timeout_action (config) as the evict step's on_timeout.
-_ON_TIMEOUT = {"wait": "fail", "skip": "skip", "delete": "delete"}
+# Plans made before `halt` was named so carry `wait`.
+_ON_TIMEOUT = {"halt": "fail", "wait": "fail", "skip": "skip", "delete": "delete"}
 
 
 @dataclass(frozen=True)
@@ -156,7 +157,7 @@ class Evict:
 
     def prepare(self, ctx: StepContext) -> dict[str, Any]:
         scope = self.scope(ctx)
-        # A drain plan says the pool's pdb_timeout_action: `wait` halts the run with the
+        # A drain plan says the pool's pdb_timeout_action: `halt` halts the run with the
         # node cordoned, for a person to decide; `skip` leaves the node out; `delete` deletes.
         params = params_of(ctx, EvictParams)
         default = _ON_TIMEOUT.get(str(params.pdb_timeout_action), "fail")
@@ -200,7 +201,7 @@ class Evict:
             if settling is not None:
                 return settling
         if not remaining:
-            return Done(say.evicted(len(ctx.intent.get("evict", ())), len(ctx.intent.get("skipped", ())),
+            return Done(say.evicted(len(ctx.intent.get("evict", ())), [str(t["pod"]) for t in ctx.intent.get("skipped", ())],
                                     dry_run=ctx.dry_run), summary)
         outcome = self._evict(ctx, remaining, present, summary)
         if notice is not None and isinstance(outcome, Waiting) and outcome.notice is None:
@@ -294,7 +295,7 @@ class Evict:
             except (NotFound, Conflict):
                 continue  # gone, or replaced by a pod with another uid
         if ctx.dry_run:
-            return Done(say.would_evict(len(remaining), blocked, len(ctx.intent.get("skipped", ()))),
+            return Done(say.would_evict(len(remaining), blocked, [str(t["pod"]) for t in ctx.intent.get("skipped", ())]),
                         {**summary, "blocked": blocked})
         if blocked and ctx.expired:
             on_timeout = ctx.intent.get("on_timeout")
