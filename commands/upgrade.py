@@ -26,7 +26,7 @@ from commands.requests import approval_intents
 from workflows.access import AccessDenied, Role
 from workflows.drain.plan import DrainRequestError
 from workflows.engine.runs import UnknownRun
-from workflows.kinds import KINDS, RollsBack
+from workflows.kinds import RollsBack, kinds_in_force
 from workflows.pools.config import PoolConfig
 from workflows.pools.windows import UTC
 from workflows.plans import plan_hash
@@ -164,7 +164,7 @@ def rollback_run(call: Call, run_id: str) -> Reply:
     fleet = call.services.fleet.fleet(call.now)
     # The run's kind rolls itself back (workflows/kinds.py says which kinds can); any other
     # run is the driver upgrade service's to refuse, saying it is not an upgrade.
-    kind = KINDS.get(run.kind)
+    kind = kinds_in_force().get(run.kind)
     found = call.services.changes.get(run.kind) if kind is not None and kind.rollback else None
     own = found if isinstance(found, RollsBack) else None
     answer = ANSWERS.get(run.kind) if own is not None else None
