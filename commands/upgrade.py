@@ -19,9 +19,9 @@ from collections.abc import Callable, Mapping
 
 from commands import messages as msg
 from commands.drain_grammar import read_start_words
-from commands.kinds import ANSWERS, answers
+from commands.kinds import ANSWERS, RequestButton, answers, request_button
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
-from commands.reply import Fact, Reply, Section, Table, error_reply
+from commands.reply import REQUEST_UPGRADE, Fact, Reply, Section, Table, error_reply
 from commands.requests import approval_intents
 from workflows.access import AccessDenied, Role
 from workflows.drain.plan import DrainRequestError
@@ -117,6 +117,8 @@ def _reply(call: Call, planned: UpgradePlan, view: RequestView | None = None) ->
                                            view.short_hash),
                  sections=sections, intents=approval_intents(view, call.actor))
 
+
+request_button(RequestButton(kind="upgrade", action=REQUEST_UPGRADE, label=msg.request_upgrade_label()))
 
 @REGISTRY.command("upgrade", usage=msg.UPGRADE_USAGE, role=Role.OPERATOR,
                   summary="Ask for a pool's driver upgrade: canary, then waves, after approvals",
