@@ -10,14 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from commands.reply import Reply
 from commands.registry import Call
-
-if TYPE_CHECKING:
-    from workflows.fleet.pool import PoolInventory
-    from workflows.fleet.summary import Fleet
+from workflows.fleet.pool import PoolInventory
+from workflows.fleet.summary import Fleet
 
 # What a kind's command makes of its service's call: the reply, or the refusal's.
 Answer = Callable[[Call, Callable[[], Any]], Reply]
