@@ -76,10 +76,6 @@ def cannot_request_drain(actor: Actor) -> str | None:
     return cannot_request("drain", actor)
 
 
-def may_request_drain(actor: Actor) -> bool:
-    return cannot_request_drain(actor) is None
-
-
 def drain_usage(target: str) -> str:
     """`/gpu drain`'s usage, with the target filled in when there is one."""
     return usage_for("drain", _TARGET_PLACEHOLDER, target)

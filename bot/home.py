@@ -10,6 +10,7 @@ user opens the tab, and again after they click one of its buttons."""
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
 from typing import Any
 
 from slack_sdk.models.blocks import Block, DividerBlock, HeaderBlock, PlainTextObject, SectionBlock
@@ -27,8 +28,7 @@ from bot.render_blocks import (
     reply_blocks,
 )
 from bot.request_card import request_card
-from commands import messages as command_msg
-from commands.reply import REQUEST_DRAIN, REQUEST_MIG, REQUEST_UPGRADE, Intent, Reply
+from commands.reply import Intent, Reply
 from workflows.requests.views import RequestView
 from workflows.wording import when
 
@@ -70,24 +70,16 @@ def _waits_blocks(waits: list[tuple[RequestView, str]]) -> list[Block]:
 
 
 def home_view(fleet_reply: Reply, waiting: list[RequestView], *, now: dt.datetime,
-              notice: Reply | None = None, drain_button: bool = False,
-              upgrade_button: bool = False, mig_button: bool = False,
+              notice: Reply | None = None, buttons: Sequence[Intent] = (),
               waits: list[tuple[RequestView, str]] | None = None) -> dict[str, Any]:
     """The Home tab for one user; `notice` (the outcome of their last click) on top;
-    `drain_button` for someone who may request drains, `upgrade_button` upgrades,
-    `mig_button` MIG changes; `waits`: the open requests that wait, with why."""
+    `buttons`: the request forms they may open (bot.request_forms.home_buttons); `waits`:
+    the open requests that wait, with why."""
     top: list[Block] = [HeaderBlock(text=PlainTextObject(text=msg.home_title(), emoji=True))]
     if notice is not None and (notice.summary or notice.title):
         top.append(context_block(escape(f"{header_text(notice)}: {notice.summary or ''}")))
-    requests = []
-    if drain_button:
-        requests.append(Intent(action=REQUEST_DRAIN, label=command_msg.request_drain_label(), value=""))
-    if upgrade_button:
-        requests.append(Intent(action=REQUEST_UPGRADE, label=command_msg.request_upgrade_label(), value=""))
-    if mig_button:
-        requests.append(Intent(action=REQUEST_MIG, label=command_msg.request_mig_label(), value=""))
-    if requests:
-        top.extend(actions_blocks(requests, block_id="request-drain"))
+    if buttons:
+        top.extend(actions_blocks(list(buttons), block_id="request-drain"))
     pending = _waiting_blocks(waiting, now=now) + [DividerBlock()] + _waits_blocks(waits or [])
     footer = [context_block(escape(msg.home_updated_at(when(now))))]
     status_title = SectionBlock(text=Mrkdwn(f"*{escape(fleet_reply.title)}*"))

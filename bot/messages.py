@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from commands.reply import Confirm
 from workflows.fleet.findings import format_age
-from workflows.kinds import KINDS
+from workflows.kinds import kinds_in_force
 
 # ------------------------------------------------------------------ credentials
 
@@ -411,7 +411,7 @@ def mig_form_in_console(usage: str) -> str:
 
 def _kind_title(kind: str) -> str:
     """"Drain": how a card's title names a request of `kind` (workflows/kinds.py)."""
-    known = KINDS.get(kind)
+    known = kinds_in_force().get(kind)
     return known.title if known is not None else kind
 
 

@@ -59,10 +59,6 @@ def cannot_request_mig(actor: Actor) -> str | None:
     return cannot_request("mig", actor)
 
 
-def may_request_mig(actor: Actor) -> bool:
-    return cannot_request_mig(actor) is None
-
-
 def mig_usage(pool: str) -> str:
     """`/gpu mig`'s usage, with the pool filled in when there is one."""
     return usage_for("mig", "<pool|node...>", pool)

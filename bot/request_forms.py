@@ -18,10 +18,11 @@ from bot.forms import FormContext, FormReading
 from bot.mig_form import MIG_CALLBACK, cannot_request_mig, mig_form, mig_usage, read_mig_form
 from bot.upgrade_form import UPGRADE_CALLBACK, cannot_request_upgrade, read_upgrade_form, upgrade_form, upgrade_usage
 from commands.catalog import REGISTRY
+from commands.kinds import BUTTONS
 from commands.drain import request_drain
 from commands.mig import request_mig
 from commands.registry import Call, CommandSpec
-from commands.reply import REQUEST_DRAIN, REQUEST_MIG, REQUEST_UPGRADE, Reply
+from commands.reply import REQUEST_DRAIN, REQUEST_MIG, REQUEST_UPGRADE, Intent, Reply
 from commands.upgrade import request_upgrade
 from workflows.access import Actor
 
@@ -76,6 +77,11 @@ class RequestForm:
     def command(self) -> CommandSpec:
         return REGISTRY.commands[(self.kind,)]
 
+    @property
+    def home_button(self) -> Intent:
+        """The button that opens it with nothing filled in (the kind's `RequestButton`'s words)."""
+        return Intent(action=self.action, label=BUTTONS[self.kind].label, value="")
+
 
 FORMS: tuple[RequestForm, ...] = (
     RequestForm(kind="drain", action=REQUEST_DRAIN, callback=DRAIN_CALLBACK, title=msg.DRAIN_FORM_TITLE,
@@ -109,3 +115,8 @@ def form_opened_by(action: str) -> RequestForm | None:
 def form_of(kind: str) -> RequestForm:
     """The request form of a kind of change that has one."""
     return next(form for form in FORMS if form.kind == kind)
+
+
+def home_buttons(actor: Actor) -> tuple[Intent, ...]:
+    """The Home tab's buttons for `actor`: each form they may open, in the forms' order."""
+    return tuple(form.home_button for form in FORMS if form.cannot(actor) is None)

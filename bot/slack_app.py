@@ -41,11 +41,8 @@ from slack_sdk.errors import SlackApiError
 
 from bot import messages as msg
 from bot.clicks import Click, ClickOutcome, press
-from bot.drain_form import may_request_drain
 from bot.forms import FormContext, form_context
-from bot.mig_form import may_request_mig
-from bot.request_forms import FORMS, RequestForm, form_of
-from bot.upgrade_form import may_request_upgrade
+from bot.request_forms import FORMS, RequestForm, form_of, home_buttons
 from bot.home import home_view
 from bot.identity import SlackDirectory
 from bot.intents import action_of
@@ -350,9 +347,7 @@ class SlackBot:
         waiting = services.requests.waiting_for(actor, now=now) if services.requests is not None else []
         return self.api.publish_home(user, home_view(fleet_reply, waiting, now=now, notice=notice,
                                                      waits=open_waits(services, now=now),
-                                                     drain_button=may_request_drain(actor),
-                                                     upgrade_button=may_request_upgrade(actor),
-                                                     mig_button=may_request_mig(actor)))
+                                                     buttons=home_buttons(actor)))
 
     def answer(self, reply: Reply, *, user: str, channel: str | None, response_url: str | None,
                ephemeral_in_channel: bool = False) -> None:

@@ -72,10 +72,6 @@ def cannot_request_upgrade(actor: Actor) -> str | None:
     return cannot_request("upgrade", actor)
 
 
-def may_request_upgrade(actor: Actor) -> bool:
-    return cannot_request_upgrade(actor) is None
-
-
 def upgrade_usage(pool: str) -> str:
     """`/gpu upgrade`'s usage, with the pool filled in when there is one."""
     return usage_for("upgrade", "<pool>", pool)

@@ -39,7 +39,7 @@ from commands.services import Services
 from storage import idempotency
 from storage import requests as stored_requests
 from storage.database import PerThreadDatabase, default_database_path
-from workflows.kinds import KINDS
+from workflows.kinds import kinds_in_force
 from workflows.access import Actor
 from workflows.config import ConfigError, GpuopsConfig
 from workflows.engine.cordons import Cordons
@@ -213,7 +213,7 @@ def kinds_database(database: str | Path) -> PerThreadDatabase:
     """The database on every thread, knowing each kind of change (workflows/kinds.py): its
     reference rows are written when it opens, so the database takes requests and steps of
     those kinds and refuses others."""
-    kinds = KINDS.storage_kinds()
+    kinds = kinds_in_force().storage_kinds()
     return PerThreadDatabase(database, request_kinds=kinds.request_kinds, step_kinds=kinds.step_kinds)
 
 

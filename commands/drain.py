@@ -19,8 +19,9 @@ from collections.abc import Callable
 
 from commands import messages as msg
 from commands.drain_grammar import read_drain_words
+from commands.kinds import RequestButton, request_button
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
-from commands.reply import Fact, Reply, Section, Table, error_reply
+from commands.reply import REQUEST_DRAIN, Fact, Reply, Section, Table, error_reply
 from commands.requests import approval_intents
 from workflows.access import AccessDenied, Role
 from workflows.drain.plan import DrainAsk, DrainPlan, DrainRefused, DrainRequestError
@@ -112,6 +113,9 @@ def _answer(call: Call, planned: Callable[[], DrainRequested], *, title: str | N
         return error_reply(msg.refused_title(), str(err))
     return _drain_reply(call, done, title=title)
 
+
+# "Request a drain" of a pool, or of one node.
+request_button(RequestButton(kind="drain", action=REQUEST_DRAIN, label=msg.request_drain_label(), on_nodes=True))
 
 @REGISTRY.command("drain", usage=msg.DRAIN_USAGE,
                   role=Role.OPERATOR, summary="Ask for a drain window: plan, policy check, then approvals",

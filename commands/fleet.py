@@ -10,8 +10,9 @@ from collections.abc import Sequence
 from commands import messages as msg
 from commands.clusters import clusters_section
 from commands.drift import drift_findings, notes_section, pool_sections
+from commands.kinds import BUTTONS
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
-from commands.reply import REQUEST_DRAIN, REQUEST_MIG, REQUEST_UPGRADE, Fact, Intent, Notice, Reply, Section, Table, error_reply
+from commands.reply import Fact, Intent, Notice, Reply, Section, Table, error_reply
 from workflows.access import Role, public_name
 from workflows.drain.history import drain_history
 from workflows.engine.cordons import UncordonRefused
@@ -22,6 +23,7 @@ from workflows.fleet.clusters import ClusterUnreachable
 from workflows.fleet.node_detail import read_node_detail
 from workflows.fleet.findings import Finding, cordons_left_behind, format_age, sort_findings
 from workflows.fleet.summary import Fleet
+from workflows.kinds import kinds_in_force
 from workflows.kube.objects import NodeName
 from workflows.pools.config import PoolConfig, Workloads
 from workflows.pools.freezes import CLUSTER, freeze_sentence
@@ -135,25 +137,17 @@ def _findings_section(call: Call, findings: tuple[Finding, ...], *, limit: int |
     return Section(title=title, notices=notices, text=msg.more_findings(more) if more > 0 else None)
 
 
-def _drain_button(call: Call, *, pool: str, target: str) -> tuple[Intent, ...]:
-    """"Request a drain" of `target`, for whoever `/gpu drain` would let drain `pool`
-    (the drain checks again when asked); none for a pool without a drain policy."""
-    return _form_button(call, "drain", pool=pool, action=REQUEST_DRAIN, label=msg.request_drain_label(),
-                        value=target)
-
-
-def _upgrade_button(call: Call, *, pool: str) -> tuple[Intent, ...]:
-    """"Request a driver upgrade" of `pool`, for whoever `/gpu upgrade` would let ask."""
-    return _form_button(call, "upgrade", pool=pool, action=REQUEST_UPGRADE, label=msg.request_upgrade_label(),
-                        value=pool)
-
-
-def _mig_button(call: Call, *, pool: PoolInventory, fleet: Fleet) -> tuple[Intent, ...]:
-    """"Request a MIG change" of a pool with MIG-capable GPUs, for whoever `/gpu mig` would let ask."""
-    if not any(fleet.nodes[n].mig.capable for n in pool.nodes if n in fleet.nodes):
-        return ()
-    return _form_button(call, "mig", pool=pool.name, action=REQUEST_MIG, label=msg.request_mig_label(),
-                        value=pool.name)
+def _form_buttons(call: Call, fleet: Fleet, *, pool: str, node: str | None = None) -> tuple[Intent, ...]:
+    """Each kind's "Request a ..." button for `pool` (or for one `node` of it: the kinds
+    asked for node by node), in the kinds' order, for whoever that kind's command would
+    let ask (it checks again when asked); none for a pool without a policy."""
+    inventory = fleet.pool(pool)
+    buttons = [BUTTONS[kind.name] for kind in kinds_in_force() if kind.name in BUTTONS]
+    return tuple(intent for button in buttons
+                 if (node is None or button.on_nodes)
+                 and (button.offered is None or (inventory is not None and button.offered(inventory, fleet)))
+                 for intent in _form_button(call, button.kind, pool=pool, action=button.action, label=button.label,
+                                            value=node or pool))
 
 
 def _form_button(call: Call, command: str, *, pool: str, action: str, label: str, value: str) -> tuple[Intent, ...]:
@@ -193,8 +187,7 @@ def fleet_status(call: Call, pool_name: str | None = None) -> Reply:
     if pool_name is not None:
         pool = _find_pool(fleet, pool_name)
         runs = tuple(call.services.runs.unfinished()) if call.services.runs is not None else ()
-        intents = (_drain_button(call, pool=pool.name, target=pool.name) + _upgrade_button(call, pool=pool.name)
-                   + _mig_button(call, pool=pool, fleet=fleet))
+        intents = _form_buttons(call, fleet, pool=pool.name)
         policy = call.services.config.pools.get(pool.name)
         reply = _pool_status(call, fleet, pool, intents=intents, runs=runs,
                              workloads=policy.workloads if policy is not None else None,
@@ -357,7 +350,7 @@ def node(call: Call, args: list[str]) -> Reply:
         sections.insert(0, _findings_section(call, findings, limit=None))
     return Reply(title=msg.node_title(inv.name), summary=f"{inv.advertised_gpus}/{inv.expected_advertised or '?'} "
                  f"GPUs advertised · driver owner {inv.driver.owner}", sections=tuple(sections),
-                 intents=_drain_button(call, pool=inv.pool, target=inv.name))
+                 intents=_form_buttons(call, fleet, pool=inv.pool, node=inv.name))
 
 
 def _depth_sections(call: Call, fleet: Fleet, inv: NodeInventory) -> tuple[Section, ...]:

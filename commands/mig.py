@@ -17,12 +17,13 @@ from collections.abc import Callable
 
 from commands import messages as msg
 from commands.drain_grammar import read_start_words
-from commands.kinds import answers
+from commands.kinds import RequestButton, answers, request_button
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
-from commands.reply import Fact, Reply, Section, Table, error_reply
+from commands.reply import REQUEST_MIG, Fact, Reply, Section, Table, error_reply
 from commands.requests import approval_intents
 from workflows.access import AccessDenied, Role
 from workflows.drain.plan import DrainRequestError
+from workflows.fleet.pool import PoolInventory
 from workflows.fleet.summary import Fleet
 from workflows.kube.objects import NodeName
 from workflows.mig.layouts import MigRefused
@@ -97,6 +98,14 @@ def _reply(call: Call, planned: MigPlan, view: RequestView | None = None) -> Rep
                            Section(facts=(Fact("Request", view.id), Fact("Requested by", view.requester_name),
                                           Fact("Reason", view.reason or "-"), Fact("Plan hash", view.plan_hash)))),
                  intents=approval_intents(view, call.actor))
+
+
+def _mig_capable(pool: PoolInventory, fleet: Fleet) -> bool:
+    """A pool with MIG-capable GPUs (the MIG form is offered for it)."""
+    return any(fleet.nodes[n].mig.capable for n in pool.nodes if n in fleet.nodes)
+
+
+request_button(RequestButton(kind="mig", action=REQUEST_MIG, label=msg.request_mig_label(), offered=_mig_capable))
 
 
 @REGISTRY.command("mig", usage=msg.MIG_USAGE, role=Role.OPERATOR,

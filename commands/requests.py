@@ -22,7 +22,7 @@ from storage.audit import AuditEntry
 from workflows.access import AccessDenied, Actor, Role, effective_roles
 from workflows.engine.continuing import ContinueRefused, ContinueService
 from workflows.engine.runs import PERSON_STEPS, RunRefused, RunService, RunView, UnknownRun, step_note
-from workflows.kinds import KINDS
+from workflows.kinds import kinds_in_force
 from workflows.engine.waits import why_waiting
 from workflows.pools.freezes import Freeze, covering, freeze_sentence, holds_run
 from workflows.requests.errors import RequestRefused, UnknownRequest
@@ -110,7 +110,7 @@ def rollback_intent(view: RequestView, runs: list[RunView]) -> tuple[Intent, ...
     """A Roll back button on an upgrade or MIG change whose run halted (it asks for the
     rollback; the rollback itself waits for the pool's approvals like any request)."""
     halted = [r for r in runs if r.state == "failed" and not r.run.dry_run]
-    kind = KINDS.get(view.kind)
+    kind = kinds_in_force().get(view.kind)
     if kind is None or not kind.rollback or not halted:
         return ()
     return (Intent(action="rollback", label="Roll back", value=halted[-1].id),)
@@ -128,7 +128,7 @@ def continue_intent(view: RequestView, runs: list[RunView]) -> tuple[Intent, ...
 def host_driver_intent(view: RequestView, runs: list[RunView]) -> tuple[Intent, ...]:
     """A Host driver removed (or installed) button per node a move waits on for a person
     at its host driver (each names its node: pressing one confirms that node only)."""
-    kind = KINDS.get(view.kind)
+    kind = kinds_in_force().get(view.kind)
     if kind is None or not kind.confirmation:
         return ()
     for run in runs:

@@ -19,14 +19,14 @@ from collections.abc import Callable, Mapping
 
 from commands import messages as msg
 from commands.drain_grammar import read_start_words
-from commands.kinds import ANSWERS, answers
+from commands.kinds import ANSWERS, RequestButton, answers, request_button
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
-from commands.reply import Fact, Reply, Section, Table, error_reply
+from commands.reply import REQUEST_UPGRADE, Fact, Reply, Section, Table, error_reply
 from commands.requests import approval_intents
 from workflows.access import AccessDenied, Role
 from workflows.drain.plan import DrainRequestError
 from workflows.engine.runs import UnknownRun
-from workflows.kinds import KINDS, RollsBack
+from workflows.kinds import RollsBack, kinds_in_force
 from workflows.pools.config import PoolConfig
 from workflows.pools.windows import UTC
 from workflows.plans import plan_hash
@@ -118,6 +118,8 @@ def _reply(call: Call, planned: UpgradePlan, view: RequestView | None = None) ->
                  sections=sections, intents=approval_intents(view, call.actor))
 
 
+request_button(RequestButton(kind="upgrade", action=REQUEST_UPGRADE, label=msg.request_upgrade_label()))
+
 @REGISTRY.command("upgrade", usage=msg.UPGRADE_USAGE, role=Role.OPERATOR,
                   summary="Ask for a pool's driver upgrade: canary, then waves, after approvals",
                   examples=("/gpu upgrade serving-a to 580.105.08 security fix",))
@@ -183,7 +185,7 @@ def rollback_run(call: Call, run_id: str) -> Reply:
     fleet = call.services.fleet.fleet(call.now)
     # The run's kind rolls itself back (workflows/kinds.py says which kinds can); any other
     # run is the driver upgrade service's to refuse, saying it is not an upgrade.
-    kind = KINDS.get(run.kind)
+    kind = kinds_in_force().get(run.kind)
     found = call.services.changes.get(run.kind) if kind is not None and kind.rollback else None
     own = found if isinstance(found, RollsBack) else None
     answer = ANSWERS.get(run.kind) if own is not None else None

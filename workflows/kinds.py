@@ -3,7 +3,8 @@ operator), each described once: its name, how people read it, the steps its plan
 the approvals a pool wants by default, and whether a rollback or a person's confirmation
 applies to it.
 
-Everything that needs to know the kinds reads them here: plans (which kinds a plan may
+Everything that needs to know the kinds reads the registry in force here
+(`kinds_in_force()`): plans (which kinds a plan may
 be), the request service's and the cards' wording, a pool's default approvals, the
 commands that offer Roll back or a person's confirmation, and the database, whose
 reference rows of request and step kinds are these (`storage_kinds`, written when the
@@ -13,7 +14,12 @@ kind's package gives (`step_logic`).
 
 A kind's own behaviour stays in its package (`workflows/drain`, `workflows/upgrade`, ...):
 its service answers the one `ChangeService` protocol below, and its `step_logic` module
-maps the step kinds only it uses to the engine logic that runs them. This module sits at
+maps the step kinds only it uses to the engine logic that runs them.
+
+`KINDS` is the product's list. A process's composition root may put another registry in
+force (`put_in_force(KINDS.with_kind(...))`, before it reads its configuration or opens
+its database): the tests' own kinds are added that way, and every layer above reads the
+one in force, so a new kind edits none of them. This module sits at
 the bottom of the domain (it imports nothing of gpuops: a kind names its step logic's
 module, read when the engine first asks) so every layer may read it.
 """
@@ -178,3 +184,24 @@ KINDS = KindRegistry(
     # Plans once drained a node in one step; the engine still runs one a run holds.
     retired_step_kinds=("drain",),
 )
+
+
+# The registry every layer reads; a composition root replaces it (`put_in_force`).
+_in_force: list[KindRegistry] = [KINDS]
+
+
+def kinds_in_force() -> KindRegistry:
+    """The kinds of change this process knows: `KINDS`, unless its composition root put
+    another registry in force."""
+    return _in_force[0]
+
+
+def put_in_force(kinds: KindRegistry) -> KindRegistry:
+    """Make `kinds` the registry plans, pool configurations, wording, commands, the engine
+    and the database read from now on; returns the one it replaces (to put back).
+
+    NB: one per process, set by its composition root before it parses its configuration
+    (a pool's `approvals` name kinds) or opens its database (the reference rows)."""
+    replaced = _in_force[0]
+    _in_force[0] = kinds
+    return replaced

@@ -31,15 +31,13 @@ from typing import Any
 from storage import codec
 from storage.step_params import StepParams, encode
 from storage.steps import NewStep, StepKind
-from workflows.kinds import KINDS
+from workflows.kinds import kinds_in_force
 from workflows.kube.objects import NodeName
 
 PLAN_FORMAT = 1
 # How many hex digits of a plan hash people see ("hash 3f9a1c0e…"); also the shortest
 # prefix an approver may type instead of the whole hash.
 SHORT_HASH_LENGTH = 8
-
-_STEP_KINDS = frozenset(KINDS.step_kinds)
 
 
 class PlanFormatError(ValueError):
@@ -79,8 +77,9 @@ class NodeStep(_ByCanonicalJson):
     params: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.kind not in _STEP_KINDS:
-            raise ValueError(f"unknown step kind {self.kind!r}; use one of {sorted(_STEP_KINDS)}")
+        known = kinds_in_force().step_kinds
+        if self.kind not in known:
+            raise ValueError(f"unknown step kind {self.kind!r}; use one of {sorted(known)}")
         if not self.node:
             raise ValueError("a step needs a node name")
         object.__setattr__(self, "params", _freeze_mapping(self.params, where="step params"))
@@ -178,8 +177,8 @@ class Plan(_ByCanonicalJson):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "waves", tuple(self.waves))
-        if self.kind not in KINDS:
-            raise ValueError(f"unknown plan kind {self.kind!r}; use one of {sorted(KINDS.names)}")
+        if self.kind not in kinds_in_force():
+            raise ValueError(f"unknown plan kind {self.kind!r}; use one of {sorted(kinds_in_force().names)}")
         if not self.pool:
             raise ValueError("a plan needs a pool")
         indexes = [w.index for w in self.waves]

@@ -135,13 +135,14 @@ class EngineThread:
 def engine_process(kubeconfig: Path, db_path: Path, *, identity: str, lease_name: str, log: Path,
                    crash_after: int | str | None = None, lease_seconds: float = 3.0,
                    exit_when_idle: bool = True, max_parallel_nodes: int | None = None,
-                   context: str = "admin") -> subprocess.Popen[bytes]:
-    """`python -m bot.engine_process` against the test control plane as `context` ("bot":
-    the bot's ServiceAccount); its log goes to `log`."""
+                   context: str = "admin", module: str = "bot.engine_process") -> subprocess.Popen[bytes]:
+    """`python -m bot.engine_process` (or `module`, one that runs it with more kinds of
+    change) against the test control plane as `context` ("bot": the bot's
+    ServiceAccount); its log goes to `log`."""
     env = {k: v for k, v in os.environ.items() if k != "GPUOPS_TEST_CRASH_AFTER"}
     if crash_after is not None:
         env["GPUOPS_TEST_CRASH_AFTER"] = str(crash_after)
-    args = [sys.executable, "-m", "bot.engine_process", "--db", str(db_path), "--kubeconfig", str(kubeconfig),
+    args = [sys.executable, "-m", module, "--db", str(db_path), "--kubeconfig", str(kubeconfig),
             "--context", context, "--identity", identity,
             # The bot's Lease is in its own namespace, where deploy/rbac.yaml lets it hold one.
             "--lease-namespace", "gpuops" if context == "bot" else "default",
@@ -156,18 +157,20 @@ def engine_process(kubeconfig: Path, db_path: Path, *, identity: str, lease_name
 
 
 def crash_and_resume(kubeconfig: Path, db_path: Path, *, crash_after: int, logs: Sequence[Path],
-                     identity: str, lease_name: str, timeout: float = 90) -> bool:
+                     identity: str, lease_name: str, timeout: float = 90, context: str = "admin",
+                     module: str = "bot.engine_process") -> bool:
     """Run the queued work in an engine process that SIGKILLs itself after its
     `crash_after`th commit; if it did, a second process with the same identity (a
     restarted pod) finishes. Returns whether the first was killed (False: it finished
     first, so this run has no commit `crash_after`). `logs`: the two processes' logs."""
     first = engine_process(kubeconfig, db_path, identity=identity, lease_name=lease_name, log=logs[0],
-                           crash_after=crash_after)
+                           crash_after=crash_after, context=context, module=module)
     code = _wait_exit(first, timeout=timeout)
     killed = code == -signal.SIGKILL
     assert killed or code == 0, logs[0].read_text()
     if killed:
-        second = engine_process(kubeconfig, db_path, identity=identity, lease_name=lease_name, log=logs[1])
+        second = engine_process(kubeconfig, db_path, identity=identity, lease_name=lease_name, log=logs[1],
+                                context=context, module=module)
         assert _wait_exit(second, timeout=timeout) == 0, logs[1].read_text()
     return killed
 

@@ -21,7 +21,7 @@ from bot.drain_form import (
 )
 from bot.forms import CHANNEL, REASON, TARGETS, TIME, FormContext, form_context
 from bot.home import home_view
-from bot.request_forms import WantedForm
+from bot.request_forms import WantedForm, form_of
 from commands.catalog import dispatch
 from commands.reply import Reply
 from commands.services import Services
@@ -243,7 +243,7 @@ def test_clicking_request_a_drain_asks_for_the_form_only_for_someone_who_may_dra
 def test_the_home_tab_has_the_drain_button_without_a_target_only_when_asked_for(services):
     fleet_reply = dispatch("status", actor=CONFIG.actor("U0ALICE"), services=services, now=NOW)
 
-    with_button = home_view(fleet_reply, [], now=NOW, drain_button=True)
+    with_button = home_view(fleet_reply, [], now=NOW, buttons=(form_of("drain").home_button,))
     without = home_view(fleet_reply, [], now=NOW)
 
     assert blockkit.view_errors(with_button, expected_type="home") == []

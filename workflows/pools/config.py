@@ -15,7 +15,7 @@ from storage.requests import RequestKind
 from workflows.durations import Duration
 from workflows.fleet.assessment import UNPOOLED
 from workflows.fleet.settings import PodMatch, PoolPlacement
-from workflows.kinds import KINDS
+from workflows.kinds import kinds_in_force
 from workflows.kube.objects import is_gpu_resource
 from workflows.pools import messages as say
 from workflows.pools.capacity import MaxUnavailable
@@ -47,8 +47,9 @@ PoolKey = Annotated[str, AfterValidator(_pool_name)]
 
 
 def _change_kind(name: str) -> str:
-    if name not in KINDS:
-        raise ValueError(say.unknown_change_kind(name, known=KINDS.names))
+    kinds = kinds_in_force()
+    if name not in kinds:
+        raise ValueError(say.unknown_change_kind(name, known=kinds.names))
     return name
 
 
@@ -364,4 +365,4 @@ class PoolConfig(_Model):
         # Defaults are the kind's (workflows/kinds.py): serving pools want two people for
         # upgrades, MIG changes and moves to the operator, one for drains; training pools
         # one for those and none for drains.
-        return KINDS[kind].approvals_for(self.kind)
+        return kinds_in_force()[kind].approvals_for(self.kind)

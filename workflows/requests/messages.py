@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Sequence
 
-from workflows.kinds import KINDS
+from workflows.kinds import kinds_in_force
 from workflows.plans import short_hash
 from workflows.wording import names, when
 
@@ -36,7 +36,7 @@ def roles_held(roles: Iterable[str]) -> str:
 
 def _kind_noun(kind: str) -> str:
     """"a drain": how a sentence names a request of `kind` (workflows/kinds.py)."""
-    known = KINDS.get(kind)
+    known = kinds_in_force().get(kind)
     return known.noun if known is not None else kind
 
 

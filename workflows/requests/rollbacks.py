@@ -28,9 +28,10 @@ class RollbackLookups(RequestRecords):
     """Rollbacks and continuations of runs, as requests."""
 
     def rollback_asked(self, run_id: str, *, pool: str) -> RequestView | None:
-        """The open request that rolls back `run_id` (its cordons take over that run's), if any."""
+        """The open request that rolls back `run_id` (a step of its plan takes over that
+        run's: its cordons, or a kind's own step for a kind that cordons nothing), if any."""
         return next((view for view in self.open_requests(pool) if continues(view.plan) is None and any(
-            step.kind == "cordon" and step.params.get("takes_over") == run_id
+            step.params.get("takes_over") == run_id
             for wave in view.plan.waves for step in wave.steps)), None)
 
     def continuation_of(self, run_id: str, *, pool: str) -> RequestView | None:

@@ -13,7 +13,7 @@ from workflows.engine.steps.cordoning import Cordon, Uncordon
 from workflows.engine.steps.eviction import Evict
 from workflows.engine.steps.gpu_check import RunGpuCheck
 from workflows.engine.steps.waiting import DEFAULT_VALIDATE, DEFAULT_WAIT_FOR, Hold, WaitFor, WaitForJobs
-from workflows.kinds import KINDS, KindRegistry
+from workflows.kinds import KindRegistry, kinds_in_force
 
 # The step kinds the engine runs for any kind of change.
 SHARED: dict[str, StepLogic] = {
@@ -30,13 +30,14 @@ SHARED: dict[str, StepLogic] = {
 }
 
 
-def logic_for(kind: str, *, kinds: KindRegistry = KINDS) -> StepLogic:
+def logic_for(kind: str, *, kinds: KindRegistry | None = None) -> StepLogic:
     """The logic that runs steps of `kind`: the engine's own, else that of the kind of
-    change in `kinds` that lists it and gives its logic. KeyError if none does."""
+    change in `kinds` (default: the registry in force) that lists it and gives its logic.
+    KeyError if none does."""
     shared = SHARED.get(kind)
     if shared is not None:
         return shared
-    for change in kinds:
+    for change in kinds if kinds is not None else kinds_in_force():
         if kind in change.step_kinds:
             logic = change.step_logic().get(kind)
             if logic is not None:
