@@ -113,7 +113,7 @@ def result_of(pod: PodObject) -> CheckResult | None:
     return CheckResult(False, None, pod.status_reason, pod.status_message)
 
 
-def waiting_for(pod: PodObject) -> str | None:
+def waiting_reason(pod: PodObject) -> str | None:
     """Why the pod has not finished yet, in the kubelet's word (ContainerCreating,
     ErrImagePull, ...), or None when it is running."""
     container = next((c for c in pod.containers if c.name == CONTAINER), None)

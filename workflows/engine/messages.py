@@ -233,7 +233,7 @@ def conditions_hold(names: Sequence[str]) -> str:
     return "holds: " + ", ".join(names)
 
 
-def waiting_for(unmet: Sequence[str]) -> str:
+def waiting_on_conditions(unmet: Sequence[str]) -> str:
     return "waiting: " + "; ".join(unmet)
 
 

@@ -86,7 +86,7 @@ class RunGpuCheck:
             return Waiting(say.gpu_check_deleted_meanwhile(ctx.intent["pod"]), retry_in=2.0)
         result = check_pod.result_of(pod)
         if result is None:
-            return Waiting(say.gpu_check_running(ctx.intent["pod"], shown, check_pod.waiting_for(pod)),
+            return Waiting(say.gpu_check_running(ctx.intent["pod"], shown, check_pod.waiting_reason(pod)),
                            retry_in=2.0)
         if not result.passed:
             return Failed(say.gpu_check_failed(ctx.node, ctx.intent["pod"], shown, exit_code=result.exit_code,

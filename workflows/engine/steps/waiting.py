@@ -121,7 +121,7 @@ class WaitFor:
             return Done(say.conditions_hold(names))
         if ctx.dry_run:
             return Done(say.would_wait_for(unmet))
-        return Waiting(say.waiting_for(unmet))
+        return Waiting(say.waiting_on_conditions(unmet))
 
 
 class WaitForJobs:
