@@ -2,8 +2,9 @@
 (mkdocs.yml names this file as a hook): the command reference from the command registry,
 the configuration reference from the pydantic models, the metrics from bot/metrics.py, the
 findings from `FindingCode`, and one runbook page per finding code and per reason a run
-halts (their words in docs/runbooks.yaml). tests/unit/test_docs_reference.py fails when a
-command, key, metric or finding has no entry.
+halts (their words in docs/runbooks.yaml), and the `<!-- generated: name -->` parts of the
+results pages from the results files (a missing or malformed file stops the build).
+tests/unit/test_docs_reference.py fails when a command, key, metric or finding has no entry.
 
 Each page is a function returning Markdown, so the tests read exactly what the site shows.
 """
@@ -498,8 +499,7 @@ def mutation_results() -> str:
 
 def kill_points() -> str:
     """Where the engine was killed in the drain runs (tests/reliability/results/kills-drains.json)."""
-    runs = json.loads((ROOT / "tests" / "reliability" / "results" / "kills-drains.json").read_text())
-    latest = runs[-1]
+    latest = reliability_runs("kills-drains.json")[-1]
     points = sorted(latest["kill_points"].items(), key=lambda kv: -kv[1])
     return "\n".join([
         f"Where the {latest['kills']} kills of {latest['runs']} drain runs landed (seed {latest['seed']}, "
@@ -509,7 +509,167 @@ def kill_points() -> str:
         f'    y-axis "kills" 0 --> {points[0][1] + 2}', f"    bar [{', '.join(str(n) for _, n in points)}]", "```"])
 
 
-GENERATED_PARTS = {"suite-times": suite_times, "mutation": mutation_results, "kills": kill_points, "inventory": inventory_results, "scaling": scaling_results, "upgrade": upgrade_results,
+# --- the reliability page: every run of every suite, from tests/reliability/results/ ----
+
+RELIABILITY = ROOT / "tests" / "reliability" / "results"
+
+
+class ResultsFileError(Exception):
+    """A results file the site is built from is missing or not in the shape its page reads."""
+
+
+def reliability_runs(name: str) -> Any:
+    """The runs of one results file; a missing or malformed file stops the build, naming it."""
+    path = RELIABILITY / name
+    try:
+        loaded = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ResultsFileError(f"{path.relative_to(ROOT)} is missing: the reliability page is built from it") from None
+    except (OSError, ValueError) as error:
+        raise ResultsFileError(f"{path.relative_to(ROOT)} is not readable JSON: {error}") from None
+    lists = loaded.values() if isinstance(loaded, dict) and name == "fuzz.json" else [loaded]
+    if not all(isinstance(runs, list) and runs and all(isinstance(r, dict) for r in runs) for runs in lists):
+        raise ResultsFileError(f"{path.relative_to(ROOT)} must hold a non-empty list of runs"
+                               + (" per fuzz target" if name == "fuzz.json" else ""))
+    return loaded
+
+
+def _n(value: Any) -> str:
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def _of(part: int, whole: int) -> str:
+    return f"{_n(part)} of {_n(whole)}"
+
+
+def _fuzz_rows(results: dict[str, list[dict[str, Any]]]) -> Iterator[tuple[str, dict[str, Any], str, str]]:
+    for target, runs in results.items():
+        for r in runs:
+            outcomes = ", ".join(f"{_n(n)} {outcome}" for outcome, n in r["outcomes"].items())
+            yield (f"fuzz: {target}", r, f"{_n(r['cases'])} cases ({outcomes})",
+                   f"{r['tracebacks']} tracebacks, {r['refusals_without_a_sentence']} refusals without a sentence, "
+                   f"{r['stored_on_refusal']} stored on refusal")
+
+
+def _kill_rows(suite: str) -> Any:
+    def rows(runs: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any], str, str]]:
+        for r in runs:
+            cordons = (f", {r['human_cordons_undone']} human cordons undone" if "human_cordons_undone" in r else "")
+            yield (suite, r, f"{_n(r['runs'])} runs, {_n(r['kills'])} kills, {_n(r['engine_processes'])} processes",
+                   f"{r['lost_runs']} lost runs, {r['side_effects_twice']} writes twice{cordons}; "
+                   f"audit chain {r['audit_chain']}")
+    return rows
+
+
+def _api_fault_rows(runs: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any], str, str]]:
+    for r in runs:
+        yield ("API faults", r,
+               f"{_n(r['runs'])} runs ({r['drain_runs']} drains, {r['upgrade_runs']} upgrades); "
+               f"{sum(r['webhook_refusals'].values())} refusals, {r['connection_cuts']} cuts, "
+               f"{r['etcd_compactions']} compactions, {r['relists_after_410']} relists after 410",
+               f"{_of(r['succeeded'], r['runs'])} succeeded, {r['duplicates']} writes twice, "
+               f"{r['human_cordons_undone']} human cordons undone, {r['watch_cache_mismatches']} watch cache "
+               f"mismatches, {r['thread_messages_claiming_a_budget']} budget notices for a throttled eviction; "
+               f"audit chain {r['audit_chain']}")
+
+
+def _security_rows(runs: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any], str, str]]:
+    for r in runs:
+        rows = r["rows"]
+        for part, name in (("forged", "forged requests"), ("stale", "stale requests")):
+            x = rows[part]
+            yield (f"security: {name}", r, f"{_n(x['cases'])} cases",
+                   f"{_of(x['refused'], x['cases'])} refused ({', '.join(x['statuses'])}), "
+                   f"{x['stored_on_refusal']} stored, {x['posted_to_slack']} posted, {x['dispatched']} dispatched")
+        x = rows["replayed"]
+        yield ("security: replays", r, f"{_n(x['cases'])} cases, {_n(x['replays_sent'])} replays",
+               f"{_of(x['acknowledged_200'], x['replays_sent'])} answered 200, {x['acted_on_twice']} acted on twice, "
+               f"{x['stored_on_replay']} stored, {x['posted_on_replay']} posted again")
+        x = rows["approver_access"]
+        yield ("security: approver presses that must fail", r, f"{_n(x['cases'])} cases",
+               f"{_of(x['refused'], x['cases'])} refused, {_of(x['refused_with_reason'], x['refused'])} with a "
+               f"sentence, {x['stored_on_refusal']} stored")
+        x = rows["approver_removed_by_config"]
+        yield ("security: approver dropped from the configuration", r, f"{_n(x['cases'])} presses",
+               f"{_of(x['refused'], x['cases'])} refused, {x['stored_on_refusal']} stored; "
+               f"{_of(x['earlier_approvals_no_longer_counted'], x['earlier_approvals'])} earlier approvals "
+               "no longer count")
+        for kind, x in rows["audit_tampering"]["by_kind"].items():
+            yield (f"security: audit tampering, {kind}", r, f"{_n(x['cases'])} cases",
+                   f"{_of(x['detected'], x['cases'])} found from the file, "
+                   f"{_of(x['detected_with_published_head'], x['cases'])} with a published head")
+        x = rows["secrets_in_logs"]
+        yield ("security: secrets in logs", r,
+               f"{_n(x['cases'])} operations of {x['operations']} kinds, {_n(x['lines_written'])} lines",
+               f"{x['leaks']} leaks")
+
+
+def _load_rows(runs: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any], str, str]]:
+    for r in runs:
+        ack = r["ack_ms"]
+        yield ("load", r, f"{_n(r['actions'])} actions by {r['people']} people; ack p50 {ack['p50']} ms, "
+                          f"p99 {ack['p99']} ms, max {ack['max']} ms",
+               f"{r['ack_over_3s']} acks over 3 s, {r['lost']} lost, {r['duplicated']} duplicated, "
+               f"{r['non_200']} not 200; the drain {r['drain']['state']} ({r['drain']['nodes']} nodes, "
+               f"{r['drain']['evictions']} evictions)")
+
+
+def _slow_client_rows(runs: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any], str, str]]:
+    for r in runs:
+        h, a, closed = r["healthz"], r["slack_acks"], r["closed"]
+        yield ("slow clients", r,
+               f"{_n(r['attackers']['connections_opened'])} attacking connections; `/healthz` p99 {h['p99_ms']} ms, "
+               f"Slack acks p99 {a['p99_ms']} ms; closed late {_n(closed['slack_port']['late'])} and "
+               f"{_n(closed['health_port']['late'])}, for room {_n(closed['slack_port']['for_room'])} and "
+               f"{_n(closed['health_port']['for_room'])} (Slack and health ports)",
+               f"`/healthz` {_of(h['ok'], h['count'])} answered, {h['over_1s']} over 1 s; Slack "
+               f"{_of(a['ok'], a['count'])} acknowledged, {a['over_3s']} over 3 s")
+
+
+def _hostile_rows(runs: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any], str, str]]:
+    for r in runs:
+        yield ("hostile sources", r,
+               f"{_n(r['cases'])} cases, {_n(r['commands'])} commands; slowest {r['slowest_command_seconds']} s, "
+               f"most memory {r['max_memory_mb']} MB",
+               f"{r['hung']} hung, {r['crashes']} crashes, {r['left_reading']} readers left reading")
+
+
+RELIABILITY_SUITES: dict[str, Any] = {
+    "fuzz.json": _fuzz_rows,
+    "kills-drains.json": _kill_rows("SIGKILLs across drains"),
+    "kills-upgrades.json": _kill_rows("SIGKILLs across upgrades"),
+    "api-faults.json": _api_fault_rows,
+    "security.json": _security_rows,
+    "load.json": _load_rows,
+    "slow-clients.json": _slow_client_rows,
+    "hostile-sources.json": _hostile_rows,
+}
+
+
+def reliability_rows() -> list[tuple[str, dict[str, Any], str, str]]:
+    """(suite, run, what ran, the figures that must be zero or whole), suite by suite."""
+    rows = []
+    for name, to_rows in RELIABILITY_SUITES.items():
+        try:
+            rows += list(to_rows(reliability_runs(name)))
+        except (KeyError, TypeError, AttributeError) as error:
+            raise ResultsFileError(f"{(RELIABILITY / name).relative_to(ROOT)}: a run lacks {error} "
+                                   "(or holds it in another shape)") from None
+    return rows
+
+
+def reliability_results() -> str:
+    out = ["From `tests/reliability/results/`, every run kept, suite by suite:", "",
+           "| suite | when (UTC) | seed | machine | what ran | must be zero or whole |",
+           "| --- | --- | --- | --- | --- | --- |"]
+    for suite, run, ran, figures in reliability_rows():
+        when = str(run["at"])[:16].replace("T", " ")
+        out.append(f"| {suite} | {when} | {run['seed']} | {_cell(str(run['machine']))} | {_cell(ran)} | "
+                   f"{_cell(figures)} |")
+    return "\n".join(out)
+
+
+GENERATED_PARTS = {"suite-times": suite_times, "mutation": mutation_results, "kills": kill_points, "reliability": reliability_results, "inventory": inventory_results, "scaling": scaling_results, "upgrade": upgrade_results,
                    "ack": ack_results}
 PART = re.compile(r"<!-- generated: ([a-z-]+) -->")
 
@@ -562,7 +722,12 @@ def generated_pages() -> dict[str, str]:
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
-    return fill_parts(markdown)
+    from mkdocs.exceptions import PluginError
+
+    try:
+        return fill_parts(markdown)
+    except ResultsFileError as error:
+        raise PluginError(f"{page.file.src_path}: {error}") from None
 
 
 def on_files(files: Any, config: Any) -> Any:

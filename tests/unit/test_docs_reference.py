@@ -183,3 +183,78 @@ def test_every_generated_part_of_a_page_is_known_and_filled():
     for page in (ROOT / "docs").rglob("*.md"):
         text = page.read_text()
         assert "<!-- generated:" not in HOOKS.fill_parts(text), page
+
+
+# --- the reliability page: its figures come from tests/reliability/results/ -------------
+
+RELIABILITY_RESULTS = ROOT / "tests" / "reliability" / "results"
+# The count of each suite's run that its row must show.
+RUN_COUNTS = {
+    "fuzz.json": lambda r: r["cases"],
+    "kills-drains.json": lambda r: r["runs"],
+    "kills-upgrades.json": lambda r: r["runs"],
+    "api-faults.json": lambda r: r["runs"],
+    "security.json": lambda r: r["rows"]["forged"]["cases"],
+    "load.json": lambda r: r["actions"],
+    "slow-clients.json": lambda r: r["attackers"]["connections_opened"],
+    "hostile-sources.json": lambda r: r["cases"],
+}
+
+
+def _typed_numbers(markdown: str) -> list[str]:
+    """The numbers typed in a page's own words: outside code spans and generated parts."""
+    text = HOOKS.PART.sub("", re.sub(r"`[^`\n]*`", "", markdown))
+    return re.findall(r"\d[\d,.]*", text)
+
+
+def test_the_reliability_page_shows_every_run_of_every_results_file_and_types_no_figure():
+    page = (ROOT / "docs" / "results" / "reliability.md").read_text()
+    assert "<!-- generated: reliability -->" in page
+    assert _typed_numbers("| load | 1,000 actions, seed 7 | `make reliability SEED=n` |") == ["1,000", "7"]
+    assert _typed_numbers(page) == [], "a figure typed on the reliability page: put it in the generated part"
+    assert set(RUN_COUNTS) == {p.name for p in RELIABILITY_RESULTS.glob("*.json")} == set(HOOKS.RELIABILITY_SUITES)
+    rows = HOOKS.reliability_results().splitlines()
+    for name, count in RUN_COUNTS.items():
+        loaded = json.loads((RELIABILITY_RESULTS / name).read_text())
+        runs = [run for runs in loaded.values() for run in runs] if isinstance(loaded, dict) else loaded
+        for run in runs:
+            when = run["at"][:16].replace("T", " ")
+            its_rows = [row for row in rows if f"| {when} | {run['seed']} | {run['machine']} |" in row]
+            assert its_rows, f"{name}: the run at {run['at']} has no row"
+            assert any(f"{count(run):,}" in row for row in its_rows), f"{name}: the run at {run['at']}"
+
+
+def _results_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    for path in RELIABILITY_RESULTS.glob("*.json"):
+        (tmp_path / path.name).write_text(path.read_text())
+    monkeypatch.setattr(HOOKS, "RELIABILITY", tmp_path)
+    monkeypatch.setattr(HOOKS, "ROOT", tmp_path.parent)
+    return tmp_path
+
+
+def test_a_figure_changed_in_a_results_file_changes_the_reliability_page(tmp_path, monkeypatch):
+    results = _results_copy(tmp_path, monkeypatch)
+    runs = json.loads((results / "kills-drains.json").read_text())
+    assert "0 lost runs, 0 writes twice" in HOOKS.reliability_results()
+    runs[-1].update(lost_runs=3, side_effects_twice=2)
+    (results / "kills-drains.json").write_text(json.dumps(runs))
+    assert "3 lost runs, 2 writes twice" in HOOKS.reliability_results()
+
+
+def test_a_missing_or_malformed_results_file_stops_the_build_naming_it(tmp_path, monkeypatch):
+    results = _results_copy(tmp_path, monkeypatch)
+    (results / "load.json").unlink()
+    with pytest.raises(HOOKS.ResultsFileError, match=r"load\.json is missing"):
+        HOOKS.fill_parts("<!-- generated: reliability -->")
+    (results / "load.json").write_text("[{")
+    with pytest.raises(HOOKS.ResultsFileError, match=r"load\.json is not readable JSON"):
+        HOOKS.reliability_results()
+    runs = json.loads((RELIABILITY_RESULTS / "hostile-sources.json").read_text())
+    del runs[0]["hung"]
+    (results / "load.json").write_text((RELIABILITY_RESULTS / "load.json").read_text())
+    (results / "hostile-sources.json").write_text(json.dumps(runs))
+    with pytest.raises(HOOKS.ResultsFileError, match=r"hostile-sources\.json: a run lacks 'hung'"):
+        HOOKS.reliability_results()
+    (results / "hostile-sources.json").write_text("{}")
+    with pytest.raises(HOOKS.ResultsFileError, match=r"hostile-sources\.json must hold a non-empty list of runs"):
+        HOOKS.reliability_results()
