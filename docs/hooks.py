@@ -500,6 +500,8 @@ def mutation_results() -> str:
 def kill_points() -> str:
     """Where the engine was killed in the drain runs (tests/reliability/results/kills-drains.json)."""
     latest = reliability_runs("kills-drains.json")[-1]
+    if not isinstance(latest.get("kill_points"), dict) or not latest["kill_points"]:
+        raise ResultsFileError("tests/reliability/results/kills-drains.json: its last run has no kill_points")
     points = sorted(latest["kill_points"].items(), key=lambda kv: -kv[1])
     return "\n".join([
         f"Where the {latest['kills']} kills of {latest['runs']} drain runs landed (seed {latest['seed']}, "
