@@ -218,7 +218,7 @@ def hand_set_unknown(reason: str) -> str:
     return f"Who set the node's labels, taints and annotations is unknown: {reason}."
 
 
-def budgets_unknown(reason: str) -> str:
+def budgets_unknown_notice(reason: str) -> str:
     return f"The disruption budgets covering these pods are unknown: {reason}."
 
 

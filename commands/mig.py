@@ -134,7 +134,7 @@ def request_mig(call: Call, ask: MigAsk) -> Reply:
 
 
 @answers("mig")
-def answer(call: Call, planned: Callable[[], MigRequested]) -> Reply:
+def _answer(call: Call, planned: Callable[[], MigRequested]) -> Reply:
     try:
         done = planned()
     except MigRefused as err:

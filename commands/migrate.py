@@ -126,7 +126,7 @@ def confirm_host_driver(call: Call, run_id: str, *, node: str | None) -> Reply:
 
 
 @answers("migrate")
-def answer(call: Call, planned: Callable[[], MigrateRequested]) -> Reply:
+def _answer(call: Call, planned: Callable[[], MigrateRequested]) -> Reply:
     try:
         done = planned()
     except MigrateRefused as err:
