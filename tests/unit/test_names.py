@@ -3,7 +3,8 @@ storage) is defined in one module, so `Delivery` or `rolling_order` means one th
 it is read. Where two modules mean the same thing it is defined once and imported; where
 they mean different things they are named apart (an outbox delivery to Slack is not a
 delivery from Slack). The few names one per module by protocol are listed below, each
-with the modules it may be defined in."""
+with the modules it may be defined in. And rooms by task, none a warehouse: no product
+module runs over 800 lines."""
 
 from __future__ import annotations
 
@@ -72,3 +73,14 @@ def test_the_name_finder_sees_functions_classes_and_assignments_but_not_private_
     source = ("from x import imported\nA, B = 1, 2\nC: int = 3\n_hidden = 4\nlog = None\n"
               "def utc_now(): ...\nclass Delivery: ...\n")
     assert defined_names(source) == {"A", "B", "C", "utc_now", "Delivery"}
+
+
+# Rooms by task, none a warehouse: a product module past this many lines holds more than
+# one topic, and is split by topic into modules of its package.
+MAX_LINES = 800
+
+
+def test_no_product_module_is_over_800_lines():
+    long = {str(path.relative_to(ROOT)): lines for path in product_files()
+            if (lines := len(path.read_text().splitlines())) > MAX_LINES}
+    assert long == {}
