@@ -17,7 +17,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from commands import messages as msg
+from commands import cluster_messages as cluster_msg
 from commands.reply import Reply, Section, Table
 from commands.services import ClusterDirectory, Services
 from workflows.access import Actor
@@ -76,7 +76,7 @@ def choose_cluster(args: list[str], services: Services, *, channel: str | None) 
         if word == CLUSTER_FLAG:
             value = next(words, None)
             if value is None:
-                raise ClusterChoiceError(msg.cluster_flag_without_name())
+                raise ClusterChoiceError(cluster_msg.cluster_flag_without_name())
             named.add(value)
         elif word.startswith(CLUSTER_FLAG + "="):
             named.add(word.removeprefix(CLUSTER_FLAG + "="))
@@ -87,16 +87,16 @@ def choose_cluster(args: list[str], services: Services, *, channel: str | None) 
             rest.append(word)
     if directory is None:
         if named:
-            raise ClusterChoiceError(msg.one_cluster_only())
+            raise ClusterChoiceError(cluster_msg.one_cluster_only())
         return rest, services
     unknown = sorted(name for name in named if name not in directory.sources)
     if unknown:
-        raise ClusterChoiceError(msg.unknown_cluster(unknown[0], directory.names()))
+        raise ClusterChoiceError(cluster_msg.unknown_cluster(unknown[0], directory.names()))
     if len(named) > 1:
-        raise ClusterChoiceError(msg.two_clusters(sorted(named)))
+        raise ClusterChoiceError(cluster_msg.two_clusters(sorted(named)))
     stored = _cluster_of_ids(services, rest, home=directory.home)
     if stored is not None and named and stored[1] not in named:
-        raise ClusterChoiceError(msg.id_of_other_cluster(stored[0], stored[1], next(iter(named))))
+        raise ClusterChoiceError(cluster_msg.id_of_other_cluster(stored[0], stored[1], next(iter(named))))
     chosen = next(iter(named)) if named else stored[1] if stored is not None else directory.default_for(channel)
     return rest, directory.services_for(chosen, services)
 
@@ -181,17 +181,17 @@ def clusters_section(services: Services, *, now: dt.datetime) -> Section | None:
             rows.append((label, reach, "-", "-", "-"))
             continue
         rows.append((label, reach, f"{seen.ready}/{seen.nodes}", f"{seen.advertised}/{seen.physical}",
-                     msg.problem_counts(critical=seen.critical, warning=seen.warning)))
-    return Section(title=msg.clusters_title(), table=Table(columns=msg.CLUSTER_COLUMNS, rows=tuple(rows)))
+                     cluster_msg.problem_counts(critical=seen.critical, warning=seen.warning)))
+    return Section(title=cluster_msg.clusters_title(), table=Table(columns=cluster_msg.CLUSTER_COLUMNS, rows=tuple(rows)))
 
 
 def _reach_text(reach: Reach, *, now: dt.datetime) -> str:
-    return msg.cluster_reach(reach.state, since=reach.since, now=now, reason=reach.reason)
+    return cluster_msg.cluster_reach(reach.state, since=reach.since, now=now, reason=reach.reason)
 
 
 def name_cluster(reply: Reply, services: Services) -> Reply:
     """With several clusters, every reply's title names the cluster it is about."""
     if services.clusters is None or services.cluster is None:
         return reply
-    return dataclasses.replace(reply, title=msg.in_cluster(reply.title, services.cluster))
+    return dataclasses.replace(reply, title=cluster_msg.in_cluster(reply.title, services.cluster))
 

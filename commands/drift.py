@@ -231,10 +231,10 @@ def policy_section(config: GpuopsConfig, policy: PoolConfig, pool: PoolInventory
     if windows.always:
         window_text = say.any_time()
     elif not windows.windows:
-        window_text = say.no_windows()
+        window_text = say.no_windows_set()
     else:
         window_text = windows_text(windows)
-    approvals = say.approvals_line([(kind, policy.approvals_required(kind)) for kind in KINDS.names])
+    approvals = say.approvals_required_line([(kind, policy.approvals_required(kind)) for kind in KINDS.names])
     names = config.names
     approvers = say.approvers_line([a.removeprefix("group:") + " (user group)" if a.startswith("group:")
                                     else public_name(a, names=names) for a in policy.approvers])

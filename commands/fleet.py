@@ -371,7 +371,7 @@ def _depth_sections(call: Call, fleet: Fleet, inv: NodeInventory) -> tuple[Secti
     if detail is None:
         notices.append(Notice(severity="info", subject=inv.name, text=msg.node_reads_unavailable()))
     elif detail.budgets_unknown is not None and inv.gpu_pods:
-        notices.append(Notice(severity="warning", subject=inv.name, text=msg.budgets_unknown(detail.budgets_unknown)))
+        notices.append(Notice(severity="warning", subject=inv.name, text=msg.budgets_unknown_notice(detail.budgets_unknown)))
 
     def budget(ref: str) -> str:
         if budgets is None:
@@ -457,7 +457,7 @@ def _canary_facts(fleet: Fleet, inv: NodeInventory, *, now: dt.datetime) -> tupl
 @REGISTRY.command("uncordon", usage="uncordon <node>", role=Role.OPERATOR,
                   summary="Give back a node a finished gpuops run left cordoned",
                   examples=("/gpu uncordon serving-a-05",))
-def uncordon(call: Call, args: list[str]) -> Reply:
+def uncordon_node(call: Call, args: list[str]) -> Reply:
     if len(args) != 1:
         raise UsageError(msg.uncordon_usage())
     if call.services.cordons is None:

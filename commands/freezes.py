@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from commands import messages as msg
+from commands import freeze_messages as freeze_msg
 from commands.drain_grammar import read_time, take_time_words
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
 from commands.reply import Fact, Reply, Section, Table, error_reply
@@ -42,14 +43,14 @@ def read_freeze_words(args: Sequence[str], *, pools: dict[str, PoolConfig], now:
     words = [word for arg in args for word in arg.split()]
     flags = [w for w in words if w.startswith("--")]
     for flag in flags:
-        if flag.lower() != msg.FREEZE_FLAG:
-            raise UsageError(msg.freeze_unknown_flag(flag))
+        if flag.lower() != freeze_msg.FREEZE_FLAG:
+            raise UsageError(freeze_msg.freeze_unknown_flag(flag))
     words = [w for w in words if not w.startswith("--")]
     if not words:
-        raise UsageError(msg.freeze_needs_target())
+        raise UsageError(freeze_msg.freeze_needs_target())
     target = words[0]
     if len(words) < 2 or words[1].lower() != "until":
-        raise UsageError(msg.freeze_needs_until(words[1] if len(words) > 1 else None))
+        raise UsageError(freeze_msg.freeze_needs_until(words[1] if len(words) > 1 else None))
     pool = pools.get(target)
     zone = (pool.window_set.zone if pool is not None else None) or UTC
     try:
@@ -57,7 +58,7 @@ def read_freeze_words(args: Sequence[str], *, pools: dict[str, PoolConfig], now:
         until, _ = read_time(when_words, zone=zone, now=now)
     except DrainRequestError as err:
         if err.code == "bad-time":
-            raise UsageError(msg.freeze_bad_time(" ".join(words[2:4]))) from None
+            raise UsageError(freeze_msg.freeze_bad_time(" ".join(words[2:4]))) from None
         raise UsageError(err.reason) from None
     return FreezeAsk(target=target, until=until, reason=" ".join(words[at:]).strip(),
                      let_running_finish=bool(flags))
@@ -78,10 +79,10 @@ def _covered(call: Call, freeze: Freeze) -> tuple[list[str], list[str]]:
     return runs, waiting
 
 
-@REGISTRY.command("freeze", usage=msg.FREEZE_USAGE, role=Role.ADMIN,
+@REGISTRY.command("freeze", usage=freeze_msg.FREEZE_USAGE, role=Role.ADMIN,
                   summary="Freeze changes to a pool or the cluster until a time: no new requests, no run starts",
                   examples=("/gpu freeze serving-a until tomorrow 09:00 incident 4711",
-                            f"/gpu freeze cluster until 2026-12-28 08:00 Europe/Berlin {msg.FREEZE_FLAG} holidays"))
+                            f"/gpu freeze cluster until 2026-12-28 08:00 Europe/Berlin {freeze_msg.FREEZE_FLAG} holidays"))
 def freeze(call: Call, args: list[str]) -> Reply:
     service = _freezes(call)
     ask = read_freeze_words(args, pools=call.services.config.pools, now=call.now)
@@ -97,31 +98,31 @@ def freeze(call: Call, args: list[str]) -> Reply:
     runs, waiting = _covered(call, frozen)
     bullets = []
     if done.replaced is not None:
-        bullets.append(msg.freeze_replaced(freeze_sentence(done.replaced)))
+        bullets.append(freeze_msg.freeze_replaced(freeze_sentence(done.replaced)))
     if runs:
-        bullets.append(msg.freeze_held_runs(runs, let_running_finish=frozen.let_running_finish))
+        bullets.append(freeze_msg.freeze_held_runs(runs, let_running_finish=frozen.let_running_finish))
     if waiting:
-        bullets.append(msg.freeze_held_requests(waiting))
+        bullets.append(freeze_msg.freeze_held_requests(waiting))
     facts = (Fact("Until", when(frozen.until)), Fact("Reason", frozen.reason or "-"),
              Fact("Runs in flight", "finish" if frozen.let_running_finish else "stop at their next node boundary"))
-    return Reply(title=msg.frozen_title(frozen.target), summary=freeze_sentence(frozen), visibility="in_channel",
+    return Reply(title=freeze_msg.frozen_title(frozen.target), summary=freeze_sentence(frozen), visibility="in_channel",
                  sections=(Section(facts=facts, bullets=tuple(bullets)),))
 
 
-@REGISTRY.command("unfreeze", usage=msg.UNFREEZE_USAGE, role=Role.ADMIN,
+@REGISTRY.command("unfreeze", usage=freeze_msg.UNFREEZE_USAGE, role=Role.ADMIN,
                   summary="Lift a pool's or the cluster's freeze now; runs it held go on",
                   examples=("/gpu unfreeze serving-a incident resolved",))
 def unfreeze(call: Call, args: list[str]) -> Reply:
     service = _freezes(call)
     words = [word for arg in args for word in arg.split()]
     if not words:
-        raise UsageError(msg.unfreeze_needs_target())
+        raise UsageError(freeze_msg.unfreeze_needs_target())
     try:
         lifted = service.lift(call.actor, target=words[0], reason=" ".join(words[1:]), now=call.now)
     except FreezeRefused as err:
         return error_reply(msg.refused_title(), str(err))
-    return Reply(title=msg.unfrozen_title(lifted.target), visibility="in_channel",
-                 summary=msg.unfreeze_summary(by=lifted.lifted_by_name or call.actor.name, set_by=lifted.set_by_name,
+    return Reply(title=freeze_msg.unfrozen_title(lifted.target), visibility="in_channel",
+                 summary=freeze_msg.unfreeze_summary(by=lifted.lifted_by_name or call.actor.name, set_by=lifted.set_by_name,
                                               until=when(lifted.until), reason=lifted.lift_reason or ""))
 
 
@@ -133,11 +134,11 @@ def freezes(call: Call, args: list[str]) -> Reply:
         raise UsageError(f"freezes takes no words, got {len(args)}")
     found = _freezes(call).in_force(call.now)
     if not found:
-        return Reply(title=msg.freezes_title(0), summary=msg.freezes_none())
+        return Reply(title=freeze_msg.freezes_title(0), summary=freeze_msg.freezes_none())
     rows = []
     for frozen in found:
         runs, _ = _covered(call, frozen)
         rows.append((frozen.target, when(frozen.until, style="table"), frozen.set_by_name,
-                     msg.freeze_runs_cell(runs, let_running_finish=frozen.let_running_finish), frozen.reason or "-"))
-    return Reply(title=msg.freezes_title(len(found)),
-                 sections=(Section(table=Table(columns=msg.FREEZE_COLUMNS, rows=tuple(rows))),))
+                     freeze_msg.freeze_runs_cell(runs, let_running_finish=frozen.let_running_finish), frozen.reason or "-"))
+    return Reply(title=freeze_msg.freezes_title(len(found)),
+                 sections=(Section(table=Table(columns=freeze_msg.FREEZE_COLUMNS, rows=tuple(rows))),))

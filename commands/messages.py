@@ -1,14 +1,13 @@
-"""Every sentence the /gpu commands say, in one place."""
+"""The sentences the /gpu commands say; those of change freezes, GPU quotas and several
+clusters live in `freeze_messages`, `quota_messages` and `cluster_messages` beside it."""
 
 from __future__ import annotations
 
-import datetime as dt
 import textwrap
 from collections.abc import Sequence
 
 from workflows.access import Actor, Role, effective_roles, unread_note
 from workflows.fleet.pool import PoolInventory
-from workflows.fleet.findings import format_age
 
 HELP_COLUMNS = ("command", "what it does", "role")
 
@@ -218,7 +217,7 @@ def hand_set_unknown(reason: str) -> str:
     return f"Who set the node's labels, taints and annotations is unknown: {reason}."
 
 
-def budgets_unknown(reason: str) -> str:
+def budgets_unknown_notice(reason: str) -> str:
     return f"The disruption budgets covering these pods are unknown: {reason}."
 
 
@@ -643,47 +642,6 @@ def pool_run(request: str, run: str, kind: str, state: str, wave: int | None, wa
     return f"{kind} run {run} ({state}{where}): /gpu request {request}"
 
 
-# --- GPU quotas (commands/quotas.py) ------------------------------------------------------
-
-QUOTA_COLUMNS = ("namespace", "quota", "used", "can land on", "capacity", "flags")
-QUOTA_POD_COLUMNS = ("pod", "phase", "node", "asks", "constraints", "can land on")
-QUOTA_ENTRY_COLUMNS = ("quota", "entry", "hard", "used (quota status)", "scopes")
-QUOTA_FLAG_WORDS = {"exceeds": "exceeds pools", "overcommit": "overcommitted",
-                    "unquoted-serving": "no quota, serving pool", "not-enforced": "entry not enforced"}
-
-
-def quotas_title(scope: str | None = None, *, kind: str | None = None) -> str:
-    return f"GPU quotas · {kind} {scope}" if scope and kind else "GPU quotas"
-
-
-def quotas_summary(*, namespaces: int, quotas: int, flags: int) -> str:
-    flagged = f"{flags} flag{'s' if flags != 1 else ''}" if flags else "nothing flagged"
-    return (f"{namespaces} namespace{'s' if namespaces != 1 else ''} with a GPU quota or GPU pods · "
-            f"{quotas} ResourceQuota{'s' if quotas != 1 else ''} on GPUs · {flagged}")
-
-
-def no_quotas_or_gpu_pods() -> str:
-    return "No namespace has a GPU quota or GPU pods."
-
-
-def quotas_unavailable() -> str:
-    return "GPU quotas are not available here: this gpuops has no Kubernetes API to read them from."
-
-
-def quotas_unreadable_title() -> str:
-    return "Cannot read GPU quotas"
-
-
-def pool_landing_summary(namespaces: int) -> str:
-    if not namespaces:
-        return "No namespace's GPU pods or quota can land on this pool."
-    return f"{namespaces} namespace{'s' if namespaces != 1 else ''} can land on this pool"
-
-
-def no_gpu_quota() -> str:
-    return "none"
-
-
 # ---- a node's host and its last GPU check (/gpu node)
 
 
@@ -706,79 +664,6 @@ def unknown_pool_or_namespace(name: str, closest: list[str], *, pools: int, name
             f"namespace{'s' if namespaces != 1 else ''} with a GPU quota or GPU pods known).")
 
 
-# ------------------------------------------------------------------ change freezes
-
-FREEZE_FLAG = "--let-running-finish"
-FREEZE_USAGE = f"freeze <pool|cluster> until <time> [{FREEZE_FLAG}] [reason]"
-UNFREEZE_USAGE = "unfreeze <pool|cluster> [reason]"
-FREEZE_COLUMNS = ("frozen", "until (UTC)", "by", "runs in flight", "reason")
-
-
-def freeze_needs_target() -> str:
-    return f"Say what to freeze (`cluster` or a pool) and until when: /gpu {FREEZE_USAGE}"
-
-
-def freeze_needs_until(word: str | None) -> str:
-    got = f"got {word!r}" if word else "nothing follows the target"
-    return (f"A freeze needs an end: `until <time>` after the target ({got}), e.g. "
-            "`/gpu freeze serving-a until tomorrow 09:00 incident 4711`.")
-
-
-def freeze_bad_time(text: str) -> str:
-    got = f"Cannot read the time {text!r}" if text else "`until` needs a time"
-    return (f"{got}; write until 2026-12-05 09:00, until sat 09:00, until tomorrow 09:00 or until 17:30, "
-            "optionally followed by a zone such as Europe/Berlin.")
-
-
-def freeze_unknown_flag(word: str) -> str:
-    return f"Unknown option {word!r}; the one option is {FREEZE_FLAG} (runs already going finish)."
-
-
-def unfreeze_needs_target() -> str:
-    return f"Say which freeze to lift: /gpu {UNFREEZE_USAGE}"
-
-
-def frozen_title(target: str) -> str:
-    return "Froze the cluster" if target == "cluster" else f"Froze pool {target}"
-
-
-def unfrozen_title(target: str) -> str:
-    return "Lifted the cluster's freeze" if target == "cluster" else f"Lifted the freeze of pool {target}"
-
-
-def freeze_replaced(line: str) -> str:
-    return f"Replaces the freeze that was in force: {line}"
-
-
-def freeze_held_runs(runs: list[str], *, let_running_finish: bool) -> str:
-    what = "go on to their end" if let_running_finish else "stop at their next node boundary, then wait"
-    return f"Runs in flight that {what}: {', '.join(runs)}"
-
-
-def freeze_held_requests(requests: list[str]) -> str:
-    return f"Approved requests that do not start while it is in force: {', '.join(requests)}"
-
-
-def unfreeze_summary(*, by: str, set_by: str, until: str, reason: str) -> str:
-    why = f": {reason}" if reason else ""
-    return (f"{by} lifted the freeze set by {set_by} (it would have lasted until {until}){why}. New requests are "
-            "accepted again and runs it held go on from where they stopped.")
-
-
-def freezes_title(count: int) -> str:
-    return "No freeze in force" if count == 0 else f"{count} freeze{'' if count == 1 else 's'} in force"
-
-
-def freezes_none() -> str:
-    return "Requests and runs go ahead as their pools' policies allow."
-
-
-def freeze_runs_cell(runs: list[str], *, let_running_finish: bool) -> str:
-    if not runs:
-        return "-"
-    return ", ".join(runs) + (" (finish)" if let_running_finish else " (stop at the next node)")
-
-
 # The request view's fact saying why a request or its run waits (workflows.engine.waits).
 WAITS_LABEL = "Why it waits"
 
@@ -790,59 +675,3 @@ def approver_group(name: str) -> str:
 def run_held_by_freeze(line: str) -> str:
     return ("A change freeze holds this run: nodes under way finish, no new node starts, and it goes on by itself "
             f"when the freeze ends. {line}")
-
-
-# --- several clusters (commands/clusters.py) ----------------------------------------------
-
-CLUSTER_COLUMNS = ("cluster", "API", "nodes ready", "GPUs adv/physical", "problems")
-
-
-def clusters_title() -> str:
-    return "Clusters"
-
-
-def in_cluster(title: str, cluster: str) -> str:
-    return f"{title} · {cluster}"
-
-
-def cluster_reach(state: str, *, since: dt.datetime | None, now: dt.datetime, reason: str | None) -> str:
-    """A cluster's API in a table cell: up, or down/not reached yet with since when."""
-    if state == "up":
-        return "up"
-    age = f" for {format_age(now - since)}" if since is not None else ""
-    why = f" ({reason})" if reason else ""
-    if state == "connecting":
-        return f"not reached yet{age}{why}"
-    return f"DOWN{age}{why}; figures as last seen"
-
-
-def problem_counts(*, critical: int, warning: int) -> str:
-    parts = [f"{critical} critical"] if critical else []
-    if warning:
-        parts.append(f"{warning} warning")
-    return ", ".join(parts) or "none"
-
-
-def cluster_flag_without_name() -> str:
-    return "--cluster needs a cluster name, e.g. `--cluster west`"
-
-
-def one_cluster_only() -> str:
-    return ("this gpuops serves one cluster; --cluster and cluster/ names need `clusters:` in its "
-            "configuration")
-
-
-def unknown_cluster(name: str, known: Sequence[str]) -> str:
-    return f"there is no cluster {name!r}; gpuops serves {', '.join(known)}"
-
-
-def two_clusters(named: Sequence[str]) -> str:
-    return f"the command names two clusters ({' and '.join(named)}); one command addresses one cluster"
-
-
-def cluster_unreachable_title() -> str:
-    return "Cluster not reached"
-
-
-def id_of_other_cluster(stored_id: str, cluster: str, named: str) -> str:
-    return f"{stored_id} is about cluster {cluster}, not {named}; leave --cluster out, or name {cluster}"

@@ -129,12 +129,12 @@ def request_mig(call: Call, ask: MigAsk) -> Reply:
     """Plan, check and store the MIG change `ask` describes, and the reply showing it: what
     `/gpu mig` does after reading its words, and what the MIG form does with its fields."""
     fleet = call.services.fleet.fleet(call.now)
-    return answer(call, lambda: _migs(call).request(call.actor, ask, fleet=fleet, now=call.now,
+    return _answer(call, lambda: _migs(call).request(call.actor, ask, fleet=fleet, now=call.now,
                                                      channel=call.channel))
 
 
 @answers("mig")
-def answer(call: Call, planned: Callable[[], MigRequested]) -> Reply:
+def _answer(call: Call, planned: Callable[[], MigRequested]) -> Reply:
     try:
         done = planned()
     except MigRefused as err:

@@ -96,7 +96,7 @@ def migrate(call: Call, args: list[str]) -> Reply:
             return _reply(call, _migrations(call).preview(call.actor, ask, fleet=fleet, now=call.now))
         except MigrateRefused as err:
             return error_reply(msg.migrate_refused_title(err.code), err.reason)
-    return answer(call, lambda: _migrations(call).request(call.actor, ask, fleet=fleet, now=call.now,
+    return _answer(call, lambda: _migrations(call).request(call.actor, ask, fleet=fleet, now=call.now,
                                                            channel=call.channel))
 
 
@@ -126,7 +126,7 @@ def confirm_host_driver(call: Call, run_id: str, *, node: str | None) -> Reply:
 
 
 @answers("migrate")
-def answer(call: Call, planned: Callable[[], MigrateRequested]) -> Reply:
+def _answer(call: Call, planned: Callable[[], MigrateRequested]) -> Reply:
     try:
         done = planned()
     except MigrateRefused as err:

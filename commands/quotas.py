@@ -7,6 +7,7 @@ import difflib
 from collections.abc import Iterable, Mapping
 
 from commands import messages as msg
+from commands import quota_messages as quota_msg
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
 from commands.reply import Fact, Notice, Reply, Section, Table, error_reply
 from workflows.access import Role
@@ -38,18 +39,18 @@ def _used(ns: NamespaceQuota) -> str:
 
 def _row(ns: NamespaceQuota) -> tuple[str, ...]:
     reach = say.pools_text(ns.pools) + (" (no GPU pods: any pool)" if ns.assumed_reach else "")
-    flags = ", ".join(dict.fromkeys(msg.QUOTA_FLAG_WORDS[f.kind] for f in ns.flags)) or "-"
-    return (ns.namespace, _amounts(ns.quota) if ns.quota else msg.no_gpu_quota(), _used(ns), reach,
+    flags = ", ".join(dict.fromkeys(quota_msg.QUOTA_FLAG_WORDS[f.kind] for f in ns.flags)) or "-"
+    return (ns.namespace, _amounts(ns.quota) if ns.quota else quota_msg.no_gpu_quota(), _used(ns), reach,
             _amounts(ns.capacity, sorted(set(ns.quota) | set(ns.used))), flags)
 
 
 def _table(namespaces: Iterable[NamespaceQuota]) -> Table:
-    return Table(columns=msg.QUOTA_COLUMNS, rows=tuple(_row(ns) for ns in namespaces))
+    return Table(columns=quota_msg.QUOTA_COLUMNS, rows=tuple(_row(ns) for ns in namespaces))
 
 
 def _report(call: Call) -> QuotaReport:
     if call.services.quotas is None:
-        raise NotFoundError(msg.quotas_unavailable())
+        raise NotFoundError(quota_msg.quotas_unavailable())
     return call.services.quotas.report(call.now)
 
 
@@ -62,7 +63,7 @@ def quotas(call: Call, args: list[str]) -> Reply:
     try:
         report = _report(call)
     except QuotasUnreadable as err:
-        return error_reply(msg.quotas_unreadable_title(), str(err))
+        return error_reply(quota_msg.quotas_unreadable_title(), str(err))
     if not args:
         return _everything(report)
     name = args[0]
@@ -80,12 +81,12 @@ def quotas(call: Call, args: list[str]) -> Reply:
 
 def _everything(report: QuotaReport) -> Reply:
     if not report.namespaces:
-        return Reply(title=msg.quotas_title(), summary=msg.no_quotas_or_gpu_pods())
+        return Reply(title=quota_msg.quotas_title(), summary=quota_msg.no_quotas_or_gpu_pods())
     sections = []
     if report.flags:
         sections.append(Section(title="Flags", notices=tuple(_notice(f) for f in report.flags)))
     sections.append(Section(title="Namespaces", table=_table(report.namespaces)))
-    return Reply(title=msg.quotas_title(), sections=tuple(sections), summary=msg.quotas_summary(
+    return Reply(title=quota_msg.quotas_title(), sections=tuple(sections), summary=quota_msg.quotas_summary(
         namespaces=len(report.namespaces), quotas=report.quotas_found, flags=len(report.flags)))
 
 
@@ -105,13 +106,13 @@ def _pool(report: QuotaReport, pool: PoolCapacity) -> Reply:
         sections.append(Section(title="Flags", notices=tuple(_notice(f) for f in flags)))
     if landing:
         sections.append(Section(title="Namespaces that can land here", table=_table(landing)))
-    return Reply(title=msg.quotas_title(pool.name, kind="pool"), summary=msg.pool_landing_summary(len(landing)),
+    return Reply(title=quota_msg.quotas_title(pool.name, kind="pool"), summary=quota_msg.pool_landing_summary(len(landing)),
                  sections=tuple(sections))
 
 
 def _namespace(ns: NamespaceQuota) -> Reply:
     facts = [
-        Fact("Quota", _amounts(ns.quota) if ns.quota else msg.no_gpu_quota()),
+        Fact("Quota", _amounts(ns.quota) if ns.quota else quota_msg.no_gpu_quota()),
         Fact("Used", _used(ns)),
         Fact("Can land on", say.pools_text(ns.pools)),
         Fact("They advertise", _amounts(ns.capacity)),
@@ -122,14 +123,14 @@ def _namespace(ns: NamespaceQuota) -> Reply:
     if ns.flags:
         sections.append(Section(title="Flags", notices=tuple(_notice(f) for f in ns.flags)))
     if ns.entries:
-        sections.append(Section(title="ResourceQuotas", table=Table(columns=msg.QUOTA_ENTRY_COLUMNS, rows=tuple(
+        sections.append(Section(title="ResourceQuotas", table=Table(columns=quota_msg.QUOTA_ENTRY_COLUMNS, rows=tuple(
             (e.quota, e.key + ("" if e.enforced else " (not enforced)"), str(e.hard) if e.hard is not None else "?",
              str(e.used) if e.used is not None else "-", ", ".join(e.scopes) or "-") for e in ns.entries))))
     if ns.pods:
         sections.append(Section(title="Pods that decide where it can land", table=Table(
-            columns=msg.QUOTA_POD_COLUMNS, rows=tuple(
+            columns=quota_msg.QUOTA_POD_COLUMNS, rows=tuple(
                 (p.name, p.phase, p.node or "-", _amounts(p.requests), say.placement_text(p.placement),
                  say.pools_text(p.pools)) for p in ns.pods))))
-    return Reply(title=msg.quotas_title(ns.namespace, kind="namespace"),
+    return Reply(title=quota_msg.quotas_title(ns.namespace, kind="namespace"),
                  summary=f"quota {facts[0].value} · used {facts[1].value} · can land on {facts[2].value}",
                  sections=tuple(sections))

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from commands import messages as msg
+from commands import cluster_messages as cluster_msg
 from commands.clusters import ClusterChoiceError, actor_in, choose_cluster, name_cluster, services_about
 from commands.reply import Reply, Section, Table, error_reply
 from commands.services import Services
@@ -235,7 +236,7 @@ def invoke(spec: CommandSpec, run: Callable[[Call], Reply], *, actor: Actor, ser
     except AccessDenied as err:
         return error_reply(msg.not_allowed_title(), str(err))
     except ClusterUnreachable as err:
-        return error_reply(msg.cluster_unreachable_title(), str(err))
+        return error_reply(cluster_msg.cluster_unreachable_title(), str(err))
 
 
 def help_reply(actor: Actor, args: list[str], *, services: Services | None = None,

@@ -34,7 +34,7 @@ from typing import Any, ClassVar, TypeVar
 
 from storage import codec
 
-P = TypeVar("P", bound="StepParams")
+_P = TypeVar("_P", bound="StepParams")
 
 
 class StepParamsError(ValueError):
@@ -64,14 +64,14 @@ class StepParams:
         return dt.timedelta(seconds=seconds)
 
     @classmethod
-    def from_json(cls: type[P], raw: Mapping[str, Any], *, kind: str) -> P:
+    def from_json(cls: type[_P], raw: Mapping[str, Any], *, kind: str) -> _P:
         return cls(**_fields_from_json(cls, raw, kind=kind))
 
     def to_json(self) -> dict[str, Any]:
         return _fields_to_json(self)
 
 
-def decode(record: type[P], raw: object, *, kind: str) -> P:
+def decode(record: type[_P], raw: object, *, kind: str) -> _P:
     """The record `raw` (a step row's stored params) holds; StepParamsError if it cannot."""
     if not isinstance(raw, Mapping):
         raise StepParamsError(f"{kind} step: params must be a JSON object, not {raw!r}")

@@ -285,7 +285,7 @@ def test_status_app_home_and_the_handover_show_a_freeze_first(services, make):
         "shifts": [{"name": "day", "starts": "0 8 * * *", "members": ["U0ALICE"]}]})
     checklist = build_checklist(fleet=services.fleet.fleet(NOW), requests=[], runs_in_flight=[], previous=None,
                                 rotation=rotation, shift=rotation.current_shift(NOW), now=NOW,
-                                freezes=freezes.in_force(services.database, now=NOW))  # type: ignore[arg-type]
+                                freezes=freezes.all_in_force(services.database, now=NOW))  # type: ignore[arg-type]
     first = checklist.needs_action[0]
     assert (first.kind, first.severity, first.subject, first.text, first.command) == (
         "freeze", "warning", "train-a", line, "/gpu freezes")

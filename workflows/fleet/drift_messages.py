@@ -108,7 +108,7 @@ def policy_windows(text: str) -> str:
     return text
 
 
-def no_windows() -> str:
+def no_windows_set() -> str:
     return "none: no drain or change may start (write windows, or `windows: always`)"
 
 
@@ -116,7 +116,7 @@ def any_time() -> str:
     return "any time (windows: always)"
 
 
-def approvals_line(parts: Sequence[tuple[str, int]]) -> str:
+def approvals_required_line(parts: Sequence[tuple[str, int]]) -> str:
     return ", ".join(f"{kind} {count}" for kind, count in parts)
 
 

@@ -26,7 +26,7 @@ def budgets_unknown(namespace: str, reason: str) -> str:
     return f"budgets of namespace {namespace} not read: {reason}"
 
 
-def taint_text(key: str, *, value: Any, effect: str) -> str:
+def spec_taint_text(key: str, *, value: Any, effect: str) -> str:
     """As kubectl writes a taint: key=value:effect (key:effect without a value)."""
     return f"{key}={value}:{effect}" if value not in (None, "") else f"{key}:{effect}"
 

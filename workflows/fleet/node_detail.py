@@ -121,7 +121,7 @@ def hand_set_fields(node: Mapping[str, Any]) -> tuple[HandSet, ...]:
             raise BadShape(say.managed_fields_shape("f:spec"))
         if "f:taints" in fspec:
             for taint in _owned_taints(fspec["f:taints"], taints):
-                text = say.taint_text(str(taint.get("key") or ""), value=taint.get("value"),
+                text = say.spec_taint_text(str(taint.get("key") or ""), value=taint.get("value"),
                                       effect=str(taint.get("effect") or ""))
                 found[("taint", text)] = HandSet(what="taint", key=str(taint.get("key") or ""), value=text,
                                                  manager=manager, at=at)

@@ -115,12 +115,15 @@ def restricted_nodes(invs: Iterable[NodeInventory], *, objects: Mapping[NodeName
 
 
 def tolerates(toleration: Toleration, taint: Taint) -> bool:
-    """Whether `toleration` tolerates `taint`, as the scheduler reads it."""
+    """Kubernetes' ToleratesTaint: the effect matches (or the toleration names none), and
+    the key and value match (Exists takes any value; an empty key with Exists, any key)."""
     if toleration.effect and toleration.effect != taint.effect:
         return False
+    if toleration.key and toleration.key != taint.key:
+        return False
     if toleration.operator == "Exists":
-        return toleration.key in ("", taint.key)
-    return toleration.key == taint.key and toleration.value == taint.value
+        return True
+    return toleration.operator in ("", "Equal") and toleration.key == taint.key and toleration.value == taint.value
 
 
 def keeping_taints(node: NodeObject) -> tuple[Taint, ...]:

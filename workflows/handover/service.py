@@ -233,7 +233,7 @@ class HandoverService:
             shift=shift,
             now=now,
             last_drains=self.last_drains(),
-            freezes=freezes.in_force(self._db, now=now),
+            freezes=freezes.all_in_force(self._db, now=now),
             notes=stored_notes.in_force(self._db, now=now, every_cluster=True),
             clusters=self._others(now) if self._others is not None else (),
             late=late,

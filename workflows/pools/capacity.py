@@ -409,7 +409,7 @@ class RollingOrder:
     waves: tuple[tuple[NodeName, ...], ...]
 
 
-def rolling_order(nodes: Sequence[NodeInventory], *, pool: Sequence[NodeInventory], budget: MaxUnavailable,
+def waves_within_budget(nodes: Sequence[NodeInventory], *, pool: Sequence[NodeInventory], budget: MaxUnavailable,
                   canary: str | None = None, min_ready_gpus: int = 0, what: str = "change",
                   ready_after: Mapping[str, int] | None = None) -> RollingOrder:
     """The order a rolling change (a driver upgrade, a MIG layout) takes `nodes`, all of

@@ -33,7 +33,7 @@ from workflows.access import Actor, Role, public_name, require
 from workflows.pools import messages as say
 
 __all__ = ["CLUSTER", "Freeze", "FreezeRefused", "FreezeService", "FreezeSet", "covering", "freeze_sentence",
-           "holding_requests", "holding_run", "holds_run", "in_force"]
+           "holding_requests", "holding_run", "holds_run", "all_in_force"]
 
 Freeze = StoredFreeze
 
@@ -61,7 +61,7 @@ def holds_run(freeze: Freeze, *, started: bool) -> bool:
     return not (freeze.let_running_finish and started)
 
 
-def in_force(db: Database, *, now: dt.datetime) -> list[Freeze]:
+def all_in_force(db: Database, *, now: dt.datetime) -> list[Freeze]:
     """Every freeze in force at `now`, the cluster's first (what views and the handover show)."""
     return stored_freezes.in_force(db, now=now)
 

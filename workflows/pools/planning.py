@@ -14,7 +14,7 @@ asked.
 - **window** (`window`): when the change may start and the end it must start before
   (`starts.start_window`).
 - **rolling order** (`rolling_order`): the canary alone, then waves within
-  `max_unavailable` and `min_ready_gpus` (`capacity.rolling_order`).
+  `max_unavailable` and `min_ready_gpus` (`capacity.waves_within_budget`).
 - **waves** (`waves`, `rolling_waves`): each wave's nodes in order, each node's steps in
   turn; the per-node steps every kind shares (`cordon`, `wait_for_jobs`,
   `evict_gpu_pods`, `validate`, `uncordon`).
@@ -38,7 +38,7 @@ from workflows.kube.objects import NodeName
 from workflows.plans import NodeStep, Plan, PlanSummary, Wave
 from workflows.pools import messages as say
 from workflows.pools.capacity import MaxUnavailable, OrderRefused, RollingOrder
-from workflows.pools.capacity import rolling_order as _rolling_order
+from workflows.pools.capacity import waves_within_budget
 from workflows.pools.config import PoolConfig
 from workflows.pools.starts import WindowRefused, start_window
 
@@ -47,7 +47,7 @@ from workflows.pools.starts import WindowRefused, start_window
 EVICT_SCOPE = "gpu"
 
 
-class Refusal(Protocol):
+class Refuser(Protocol):
     """A kind's refusal: its exception, built from the sentence a person reads and a code."""
 
     def __call__(self, reason: str, *, code: str) -> Exception: ...
@@ -78,7 +78,7 @@ def resolve_targets(targets: Sequence[str], fleet: Fleet, *, what: str) -> tuple
 
 
 def targets_in_one_pool(targets: Sequence[str], fleet: Fleet, *, what: str,
-                        refused: Refusal) -> tuple[str, list[NodeInventory]]:
+                        refused: Refuser) -> tuple[str, list[NodeInventory]]:
     """`resolve_targets`, refused as the kind refuses."""
     try:
         return resolve_targets(targets, fleet, what=what)
@@ -96,7 +96,7 @@ def members(fleet: Fleet, pool: str) -> list[NodeInventory]:
 # ------------------------------------------------------------------ policy
 
 
-def require_policy(pool: str, policy: PoolConfig | None, *, refused: Refusal, rule: str) -> PoolConfig:
+def require_policy(pool: str, policy: PoolConfig | None, *, refused: Refuser, rule: str) -> PoolConfig:
     """The pool's policy; a pool without one is not changed (`rule` says what the kind
     does only in configured pools)."""
     if policy is None:
@@ -108,7 +108,7 @@ def require_policy(pool: str, policy: PoolConfig | None, *, refused: Refusal, ru
 
 
 def window(policy: PoolConfig, *, pool: str, now: dt.datetime, at: dt.datetime | None, next_window: bool,
-           what: str, refused: Refusal) -> tuple[dt.datetime, dt.datetime | None]:
+           what: str, refused: Refuser) -> tuple[dt.datetime, dt.datetime | None]:
     """When the change starts and the end it must start before (`starts.start_window`)."""
     try:
         return start_window(policy.window_set, pool=pool, now=now, at=at, next_window=next_window, what=what)
@@ -120,11 +120,11 @@ def window(policy: PoolConfig, *, pool: str, now: dt.datetime, at: dt.datetime |
 
 
 def rolling_order(nodes: Sequence[NodeInventory], *, pool: Sequence[NodeInventory], budget: MaxUnavailable,
-                  canary: str | None, min_ready_gpus: int, what: str, refused: Refusal,
+                  canary: str | None, min_ready_gpus: int, what: str, refused: Refuser,
                   ready_after: Mapping[str, int] | None = None) -> RollingOrder:
-    """`capacity.rolling_order`, refused as the kind refuses."""
+    """`capacity.waves_within_budget`, refused as the kind refuses."""
     try:
-        return _rolling_order(nodes, pool=pool, budget=budget, canary=canary, min_ready_gpus=min_ready_gpus,
+        return waves_within_budget(nodes, pool=pool, budget=budget, canary=canary, min_ready_gpus=min_ready_gpus,
                               what=what, ready_after=ready_after)
     except OrderRefused as refusal:
         raise refused(refusal.reason, code=refusal.code) from None

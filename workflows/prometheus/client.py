@@ -120,7 +120,7 @@ def _get(endpoint: Endpoint, url: str, deadline: Deadline | None) -> bytes:
     shown = endpoint.shown_url
     try:
         context = ssl.create_default_context(cafile=str(endpoint.ca_file)) if endpoint.ca_file else None
-        return fetching.get(url, headers=endpoint._headers(), context=context, deadline=deadline,
+        return fetching.get_bytes(url, headers=endpoint._headers(), context=context, deadline=deadline,
                             max_bytes=endpoint.max_answer_bytes)
     except fetching.Refused as err:
         detail = ""

@@ -164,7 +164,7 @@ def _read(answer: _Readable, *, max_bytes: int, cut: bool = False) -> bytes:
         pieces.append(piece)
 
 
-def get(url: str, *, headers: Mapping[str, str], context: Any, deadline: Deadline, max_bytes: int) -> bytes:
+def get_bytes(url: str, *, headers: Mapping[str, str], context: Any, deadline: Deadline, max_bytes: int) -> bytes:
     """The body of a GET of `url`, read whole by `deadline` and at most `max_bytes` long.
 
     Raises DeadlinePassed, AnswerTooLarge, Refused (an HTTP error status), or what urllib

@@ -12,22 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from workflows.kube.objects import NodeObject, NodeRequirement, NodeSelectorTerm, Placement, Taint, Toleration
+from workflows.fleet.restrictions import tolerates
+from workflows.kube.objects import NodeObject, NodeRequirement, NodeSelectorTerm, Placement, Taint
 
 BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 STATE_TAINT_PREFIX = "node.kubernetes.io/"
-
-
-def tolerates(toleration: Toleration, taint: Taint) -> bool:
-    """Kubernetes' ToleratesTaint: the effect matches (or the toleration names none), and
-    the key and value match (Exists takes any value; an empty key with Exists, any key)."""
-    if toleration.effect and toleration.effect != taint.effect:
-        return False
-    if toleration.key and toleration.key != taint.key:
-        return False
-    if toleration.operator == "Exists":
-        return True
-    return toleration.operator in ("", "Equal") and toleration.key == taint.key and toleration.value == taint.value
 
 
 def blocking_taints(node: NodeObject) -> tuple[Taint, ...]:

@@ -162,7 +162,7 @@ UpgradeOrder = RollingOrder
 
 def upgrade_order(nodes: Sequence[NodeInventory], *, pool: Sequence[NodeInventory], budget: MaxUnavailable,
                   canary: str | None = None, min_ready_gpus: int = 0) -> UpgradeOrder:
-    """`pools.capacity.rolling_order` for the nodes an upgrade changes; UpgradeRefused when
+    """`pools.planning.rolling_order` for the nodes an upgrade changes; UpgradeRefused when
     there are none or no order keeps the pool within its rules."""
     if not nodes:
         raise UpgradeRefused(say.no_nodes_to_upgrade(), code="no-nodes")

@@ -19,7 +19,7 @@ from workflows.kube.gateway import KubeGateway
 
 __all__ = ["StepParamsError"]
 
-P = TypeVar("P", bound=StepParams)
+_P = TypeVar("_P", bound=StepParams)
 
 
 class LeaseLost(Exception):
@@ -142,7 +142,7 @@ class StepLogic(Protocol):
     def advance(self, ctx: StepContext) -> Outcome: ...
 
 
-def params_of(ctx: StepContext, record: type[P]) -> P:
+def params_of(ctx: StepContext, record: type[_P]) -> _P:
     """The step's params as `record`: the engine gives the decoded record; stored JSON (a
     test's context) goes through the same codec. StepParamsError for a row of another shape."""
     params = ctx.params
