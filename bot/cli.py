@@ -5,9 +5,9 @@
                                       scheduler and the notifier ($POD_NAME names it)
     gpuops console --as U0ALICE       the bot's logic in a terminal
     gpuops status|node|findings       one command, printed, from the cluster
-    gpuops upgrade POOL to VERSION --dry-run
+    gpuops upgrade POOL to VERSION [--also POOL,...] --dry-run
                                       the plan /gpu upgrade would ask approval for (nothing is
-                                      stored; the CLI user needs the operator role: cli_roles)
+                                      stored; whoever may read the fleet: cli_roles)
     gpuops audit verify|export        check or export the hash-chained audit log
     gpuops config check|schema        check a configuration file, or print its JSON Schema
 
