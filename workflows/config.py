@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
-import urllib.parse
 import zoneinfo
 from collections.abc import Mapping
 from pathlib import Path
@@ -35,7 +34,7 @@ from workflows.fleet.platform import KubernetesRange, release_line, shipped_oper
 from workflows.handover.rotations import RotationConfig
 from workflows.pools.config import GpuCheck, PoolConfig, PoolKey
 from workflows.pools.windows import parse_zone
-from workflows.signals.config import SignalsConfig
+from workflows.signals.config import SignalsConfig, http_address
 from workflows.upgrade.scope import ClusterPolicyScope, DriverVersion, UpgradeRefused
 from workflows.wording import duration_text, quoted, shown
 
@@ -229,11 +228,7 @@ class GpuopsConfig(_Model):
     @field_validator("docs_url")
     @classmethod
     def _docs_url(cls, value: str | None) -> str | None:
-        if value is not None:
-            parts = urllib.parse.urlsplit(value)
-            if parts.scheme not in ("http", "https") or not parts.netloc:
-                raise ValueError(f"{value!r} is not an http:// or https:// address")
-        return value
+        return http_address(value) if value is not None else None
 
     def runbook_url(self, page: str) -> str | None:
         """The runbook `page` ("findings/gpu-xid", "halts/evict") on the documentation site,

@@ -41,6 +41,15 @@ def _command_timeout(value: dt.timedelta) -> dt.timedelta:
     return value
 
 
+def http_address(value: str) -> str:
+    """`value` if it is an http:// or https:// address with a host (a configuration key's
+    check: Prometheus's URL, the documentation site's)."""
+    parts = urllib.parse.urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"{value!r} is not an http:// or https:// address")
+    return value
+
+
 class PrometheusConfig(_Model):
     url: str = Field(description=(
         "Prometheus's address, e.g. http://prometheus-operated.monitoring:9090 (a path prefix is "
@@ -58,10 +67,7 @@ class PrometheusConfig(_Model):
     @field_validator("url")
     @classmethod
     def _url(cls, value: str) -> str:
-        parts = urllib.parse.urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ValueError(f"{value!r} is not an http:// or https:// address")
-        return value
+        return http_address(value)
 
     @field_validator("timeout")
     @classmethod
