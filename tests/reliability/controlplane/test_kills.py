@@ -7,7 +7,10 @@ seeded random delay, so the kill lands anywhere: during start-up, between a writ
 commit that records it, in the middle of a call, in a wait. Each run is killed 1-3 times
 (seeded) and a fresh process with the same identity (a restarted pod) resumes it; each
 delay is drawn over the length of an undisturbed run measured first, counted from the
-process's first commit (a kill during start-up would find nothing in flight).
+process's first commit (a kill during start-up would find nothing in flight). A run that
+finishes before its first kill shortens that length to its own, and when too few kills
+landed the suite runs a few more (at most `EXTRA_RUNS`), so the figure never rests on how
+fast one run happened to be.
 
 The engine runs as the bot's ServiceAccount (deploy/rbac.yaml), and what it did is read
 from the API server's audit log (`testenv.apiaudit`), not from its own log: a write the
@@ -24,13 +27,14 @@ the canary pod, uncordon; each run moves to the other of two versions.
 
 from __future__ import annotations
 
+import itertools
 import random
 import signal
 import subprocess
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from storage import audit
 from storage.database import Database, open_database
@@ -45,6 +49,7 @@ from tests.reliability import figures
 
 DRAINS = figures.count(3, 100)
 UPGRADES = figures.count(1, 20)
+EXTRA_RUNS = 3  # runs beyond the count when too few kills landed inside one
 IDENTITY = "engine-0"  # a restarted pod keeps its name
 DRAIN_FLEET = fl.FleetSpec(name="kill", system_nodes=0, pools=(fl.PoolSpec(name="kill", nodes=2),),
                            special_nodes=(fl.SpecialNode(node="kill-02", cordoned=True),),
@@ -70,6 +75,8 @@ class Killer:
     def __init__(self, cluster, tmp_path: Path, rng: random.Random, *, lease_name: str) -> None:
         self.cluster, self.tmp_path, self.rng, self.lease_name = cluster, tmp_path, rng, lease_name
         self.kills = 0
+        self.killed_runs = 0  # the runs killed in, extra ones counted
+        self.horizon = 0.0  # how long a run works, first commit to last: the kills' range
         self.points: Counter[str] = Counter()  # the newest audit row (and its step) when a kill landed
         self.processes = 0
 
@@ -78,25 +85,35 @@ class Killer:
         return h.engine_process(self.cluster.kubeconfig, db.path, identity=IDENTITY, lease_name=self.lease_name,
                                 log=self.tmp_path / f"{label}.log", context="bot")
 
-    def undisturbed(self, db: Database, label: str, *, timeout: float) -> float:
+    def undisturbed(self, db: Database, label: str, *, timeout: float) -> None:
         """Run the work in one process; how long it worked, from its first commit to its
         last, as the audit log's times say (its start-up, imports and the watch cache's
-        first list, is not the run)."""
+        first list, is not the run), becomes the horizon."""
         newest = _newest(db)
         process = self._process(db, label)
         assert _wait(process, timeout, self.tmp_path / f"{label}.log") == 0
-        rows = [r for r in audit.recent(db, 1000) if r.seq > newest]
-        return (max(r.at for r in rows) - min(r.at for r in rows)).total_seconds()
+        self.horizon = _worked(db, after=newest)
 
-    def run_with_kills(self, db: Database, label: str, *, horizon: float, timeout: float) -> int:
+    def runs(self, count: int, *, needed: int) -> Iterator[int]:
+        """The runs to kill in, numbered from 1: `count` of them, and up to EXTRA_RUNS more
+        while fewer than `needed` kills landed."""
+        index = 1
+        while index <= count or (self.kills < needed and index <= count + EXTRA_RUNS):
+            yield index
+            self.killed_runs = index
+            index += 1
+
+    def run_with_kills(self, db: Database, label: str, *, timeout: float) -> int:
         """Up to 1-3 kills, each after a delay drawn from [0, horizon) counted from the
         process's first commit; then a process runs the work to the end. Returns the
-        kills that landed."""
+        kills that landed. A first process that outran its kill shortens the horizon to
+        the time it took."""
         landed = 0
         for attempt in range(self.rng.randint(1, 3)):
             process = self._process(db, f"{label}-{attempt}")
-            delay = self.rng.uniform(0.0, horizon)
-            _first_commit(db, process, after=_newest(db))
+            delay = self.rng.uniform(0.0, self.horizon)
+            started = _newest(db)
+            _first_commit(db, process, after=started)
             try:
                 code = process.wait(timeout=delay)
             except subprocess.TimeoutExpired:
@@ -108,6 +125,8 @@ class Killer:
                 self.points[f"{newest.action} {kind}" if kind else newest.action] += 1
                 continue
             assert code == 0, (self.tmp_path / f"{label}-{attempt}.log").read_text()
+            if attempt == 0 and _newest(db) > started:
+                self.horizon = min(self.horizon, _worked(db, after=started))
             break  # it finished before the kill: nothing left to kill
         final = self._process(db, f"{label}-final")
         assert _wait(final, timeout, self.tmp_path / f"{label}-final.log") == 0
@@ -118,6 +137,12 @@ class Killer:
 def _newest(db: Database) -> int:
     newest = audit.recent(db, 1)
     return int(newest[0].seq) if newest else 0
+
+
+def _worked(db: Database, *, after: int) -> float:
+    """Seconds from the first audit row after `after` to the newest."""
+    rows = [r for r in audit.recent(db, 1000) if r.seq > after]
+    return (max(r.at for r in rows) - min(r.at for r in rows)).total_seconds()
 
 
 def _first_commit(db: Database, process: subprocess.Popen[bytes], *, after: int) -> None:
@@ -173,15 +198,14 @@ def test_random_kills_across_drain_runs_lose_no_run_and_repeat_no_side_effect(fl
         killer = Killer(cluster, tmp_path, rng, lease_name="kill-drains")
         db = open_database(tmp_path / "drains.db")
         try:
-            horizon = 0.0
-            for index in range(DRAINS + 1):  # run 0 is the undisturbed one that sets the horizon
+            for index in itertools.chain([0], killer.runs(DRAINS, needed=DRAINS // 2)):  # run 0 sets the horizon
                 pod = _pod_on(installer, "killjobs", "trainer")
                 mark = log.mark()
                 run = h.start_run(db, h.plan("drain", "kill", [["kill-01"], ["kill-02"]]))
                 if index == 0:
-                    horizon = killer.undisturbed(db, "drain-0", timeout=120)
+                    killer.undisturbed(db, "drain-0", timeout=120)
                 else:
-                    killer.run_with_kills(db, f"drain-{index}", horizon=horizon, timeout=120)
+                    killer.run_with_kills(db, f"drain-{index}", timeout=120)
                 _check_drain(cluster, db, run.id, log.counts(since=mark), pod, f"drain {index} (seed {figures.SEED})")
             assert audit.verify(db).ok
         finally:
@@ -189,8 +213,8 @@ def test_random_kills_across_drain_runs_lose_no_run_and_repeat_no_side_effect(fl
         print(f"{killer.kills} kills landed; the newest audit row at each: {dict(killer.points)}")
         assert killer.kills >= DRAINS // 2  # most kills land inside a run, not after it
         figures.record("kills-drains", {
-            "runs": DRAINS, "kills": killer.kills, "engine_processes": killer.processes,
-            "horizon_s": round(horizon, 2), "lost_runs": 0, "side_effects_twice": 0, "human_cordons_undone": 0,
+            "runs": killer.killed_runs, "kills": killer.kills, "engine_processes": killer.processes,
+            "horizon_s": round(killer.horizon, 2), "lost_runs": 0, "side_effects_twice": 0, "human_cordons_undone": 0,
             "audit_chain": "verifies", "kill_points": dict(sorted(killer.points.items()))})
 
 
@@ -205,16 +229,15 @@ def test_random_kills_across_upgrade_runs_lose_no_run_and_repeat_no_side_effect(
         killer = Killer(cluster, tmp_path, rng, lease_name="kill-upgrades")
         db = open_database(tmp_path / "upgrades.db")
         try:
-            horizon = 0.0
-            for index in range(UPGRADES + 1):
+            for index in itertools.chain([0], killer.runs(UPGRADES, needed=max(1, UPGRADES // 2))):  # run 0 sets the horizon
                 version = VERSIONS[(index + 1) % 2]  # the other one than the pool runs now
                 where = f"upgrade {index} to {version} (seed {figures.SEED})"
                 mark = log.mark()
                 run = h.start_run(db, h.plan("upgrade", "upg", [["upg-01"]], _upgrade_steps(version)))
                 if index == 0:
-                    horizon = killer.undisturbed(db, "upgrade-0", timeout=180)
+                    killer.undisturbed(db, "upgrade-0", timeout=180)
                 else:
-                    killer.run_with_kills(db, f"upgrade-{index}", horizon=horizon, timeout=180)
+                    killer.run_with_kills(db, f"upgrade-{index}", timeout=180)
                 finished = h.wait_run(db, run.id, timeout=5)
                 assert finished.state == "succeeded", (where, finished.halted_reason)
                 writes = log.writes(since=mark)
@@ -235,6 +258,6 @@ def test_random_kills_across_upgrade_runs_lose_no_run_and_repeat_no_side_effect(
         print(f"{killer.kills} kills landed; the newest audit row at each: {dict(killer.points)}")
         assert killer.kills >= max(1, UPGRADES // 2)
         figures.record("kills-upgrades", {
-            "runs": UPGRADES, "kills": killer.kills, "engine_processes": killer.processes,
-            "horizon_s": round(horizon, 2), "lost_runs": 0, "side_effects_twice": 0,
+            "runs": killer.killed_runs, "kills": killer.kills, "engine_processes": killer.processes,
+            "horizon_s": round(killer.horizon, 2), "lost_runs": 0, "side_effects_twice": 0,
             "audit_chain": "verifies", "kill_points": dict(sorted(killer.points.items()))})
