@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from bot.wiring import check_permissions
+from testenv.install import wait_until
 from tests.integration.desk import grant_bot_rbac, operator_namespace_as_found, revoke_bot_rbac
 from workflows.config import ConfigError, GpuopsConfig
 from workflows.kube.errors import Forbidden
@@ -91,6 +92,9 @@ def test_deleting_pods_anywhere_is_an_opt_in_the_bot_checks_before_it_starts(clu
     try:
         for doc in opt_in:
             installer.create(doc, exist_ok=True)
+        # The API server's RBAC authorizer learns of a new binding from its own watch: wait
+        # for it to answer with the grant, then the start-up check must pass.
+        wait_until(lambda: bot.may("delete", "pods"), timeout=30, what="the authorizer to see the pod-delete grant")
         check_permissions(config, bot)
         assert bot.may("delete", "pods") and bot.may("delete", "pods", namespace="ml-team")
     finally:
