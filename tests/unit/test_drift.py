@@ -227,6 +227,32 @@ def test_compare_groups_the_nodes_that_differ_from_the_majority_by_property(make
     assert "watch cache" in shown
 
 
+def test_compare_shows_every_operands_version_and_a_node_missing_an_operand(make, tmp_path):
+    nodes = drifting(make)
+
+    def operands(node: str, *, exporter: str | None = "3.3.9-4.1.1-ubuntu22.04") -> list[PodObject]:
+        pods = [*make.operands(node),
+                make.pod(node=node, labels={"app": "nvidia-container-toolkit-daemonset"},
+                         image="nvcr.io/nvidia/k8s/container-toolkit:v1.17.8-ubuntu20.04"),
+                make.pod(node=node, labels={"app": "gpu-feature-discovery"},
+                         image="nvcr.io/nvidia/k8s-device-plugin:v0.17.2")]
+        if exporter is not None:
+            pods.append(make.pod(node=node, labels={"app": "nvidia-dcgm-exporter"},
+                                 image=f"nvcr.io/nvidia/k8s/dcgm-exporter:{exporter}"))
+        return pods
+
+    pods_of = {"gpu-a-01": operands("gpu-a-01"), "gpu-a-02": operands("gpu-a-02", exporter="4.2.3-4.1.3-ubuntu22.04"),
+               "gpu-a-03": operands("gpu-a-03"), "gpu-a-04": operands("gpu-a-04", exporter=None)}
+    services = services_for(make, tmp_path, nodes, pods_of=pods_of)
+    shown = text_of(dispatch("compare train-a", actor=CONFIG.actor("U0VIC"), services=services, now=NOW))
+
+    assert ("nvidia-dcgm-exporter image | 3.3.9-4.1.1-ubuntu22.04 | (none) on gpu-a-04; "
+            "4.2.3-4.1.3-ubuntu22.04 on gpu-a-02") in shown
+    # The same version on every node is no drift.
+    assert "nvidia-container-toolkit-daemonset image" not in shown
+    assert "gpu-feature-discovery image" not in shown
+
+
 def test_the_pools_status_shows_its_policy_as_plans_apply_it_and_its_drift(make, tmp_path):
     services = services_for(make, tmp_path, drifting(make))
     shown = text_of(dispatch("status train-a", actor=CONFIG.actor("U0VIC"), services=services, now=NOW))
