@@ -132,7 +132,7 @@ def _findings_section(call: Call, findings: tuple[Finding, ...], *, limit: int |
                       title: str | None = "Findings") -> Section:
     shown = findings if limit is None else findings[:limit]
     config = call.services.config
-    notices = tuple(_notice(f, runbook=config.runbook_url(f"findings/{f.code}")) for f in shown)
+    notices = tuple(_notice(f, runbook=config.finding_runbook_url(f.code)) for f in shown)
     more = len(findings) - len(shown)
     return Section(title=title, notices=notices, text=msg.more_findings(more) if more > 0 else None)
 
