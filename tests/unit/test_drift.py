@@ -25,6 +25,8 @@ from storage.database import open_database
 from workflows.config import GpuopsConfig
 from workflows.fleet.compare import drift_of
 from workflows.fleet.first_seen import CORDON, FirstSeen
+from workflows.fleet.node_detail import HandSet
+from workflows.fleet.restrictions import hand_set_marks
 from workflows.fleet.summary import Fleet
 from workflows.kube.objects import NodeName, NodeObject, Placement, PodObject, Taint, Toleration
 
@@ -185,6 +187,22 @@ def test_a_persons_taint_is_forgotten_but_a_taint_the_whole_pool_carries_is_not(
     assert "gpu-a-02 has been tainted team=alice:NoSchedule for at least 8d" in old
     assert "nvidia.com/gpu=present" not in old
     assert "gpu-a-01" not in old and "gpu-a-03" not in old
+
+
+def test_what_a_person_set_by_hand_counts_but_the_pool_label_and_what_every_node_carries_alike(make):
+    def by_hand(what, key, value):
+        return HandSet(what=what, key=key, value=value, manager="kubectl-label", at=None)
+
+    found = [by_hand("label", "team", "vision"), by_hand("label", "site", "a"), by_hand("label", "gpuops.io/pool", "x"),
+             by_hand("annotation", "ops.example/why", "a long reason"),
+             by_hand("taint", "team", "team=alice:NoSchedule")]
+    pool = [make.node("gpu-a-01", labels={"team": "vision", "site": "a"}), make.node("gpu-a-02", labels={"site": "a"})]
+
+    assert hand_set_marks(found, pool_label="gpuops.io/pool", pool_nodes=pool) == (
+        "annotation ops.example/why", "label team=vision")
+    # Alone in its pool, nothing is the pool's design but its label.
+    assert hand_set_marks(found, pool_label="gpuops.io/pool", pool_nodes=pool[:1]) == (
+        "annotation ops.example/why", "label site=a", "label team=vision")
 
 
 def test_forgotten_after_is_read_from_the_configuration(make, tmp_path):
