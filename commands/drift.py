@@ -146,7 +146,7 @@ def _forgotten(call: Call, restricted: Sequence[Restricted]) -> tuple[Finding, .
                                   nodes_in_runs=busy, noted=set(notes_in_force(call)))
 
 
-def node_findings(call: Call, fleet: Fleet, inv: NodeInventory,
+def findings_on_node(call: Call, fleet: Fleet, inv: NodeInventory,
                   hand_set: Sequence[HandMark] | None) -> tuple[Finding, ...]:
     """The node's findings for `/gpu node`: `fleet`'s, with its `restriction-forgotten`
     counting also the labels and annotations a person's tool set (`hand_set`, from the

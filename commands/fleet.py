@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from commands import messages as msg
 from commands.clusters import clusters_section
-from commands.drift import drift_findings, node_findings, notes_section, pool_sections
+from commands.drift import drift_findings, findings_on_node, notes_section, pool_sections
 from commands.kinds import BUTTONS
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
 from commands.reply import Fact, Intent, Notice, Reply, Section, Table, error_reply
@@ -347,7 +347,7 @@ def node(call: Call, args: list[str]) -> Reply:
     noted = notes_section(call, inv.name)
     if noted is not None:
         sections.insert(1, noted)
-    findings = sort_findings((*node_findings(call, fleet, inv, detail.hand_set if detail is not None else None),
+    findings = sort_findings((*findings_on_node(call, fleet, inv, detail.hand_set if detail is not None else None),
                               *health_findings))
     if findings:
         sections.insert(0, _findings_section(call, findings, limit=None))
