@@ -75,6 +75,7 @@ from storage.ids import RequestId
 from storage.outbox import OutboxMessage
 from workflows.access import Actor, Role, UserId
 from workflows.config import GpuopsConfig
+from workflows.engine.halt_messages import HALT_CODES
 from workflows.handover.service import HandoverService, HandoverView, UnknownHandover
 
 log = logging.getLogger("gpuops.bot.notifier")
@@ -431,7 +432,8 @@ class Notifier:
             thread = request.thread_ts  # queued before the thread existed
         text = _with_people(payload.get("people"), _text(str(payload.get("text") or request_id)))
         if payload.get("event") == "run.failed":
-            text += _runbook(self._host.services().config, str(payload.get("halted_on") or "window-ended"))
+            halted_on = payload.get("halted_on")
+            text += _runbook(self._host.services().config, str(halted_on) if halted_on else None)
         if thread is None:
             # The first message of the request opens its thread with the card.
             card = self._card_message(request_id, now=now)
@@ -548,11 +550,12 @@ def mention_markup(mentions: Any) -> str:
     return " ".join(parts)
 
 
-def _runbook(config: GpuopsConfig, halted_on: str) -> str:
-    """The link to a halted run's runbook (by the step kind it failed on; a halt before a
-    wave is its window's end), or "" when the configuration names no `docs_url`."""
-    page = halted_on if re.fullmatch(r"[a-z][a-z-]*", halted_on) else "window-ended"
-    url = config.runbook_url(f"halts/{page}")
+def _runbook(config: GpuopsConfig, halted_on: str | None) -> str:
+    """The link to a halted run's runbook (by its `HaltCode`; a message queued by an older
+    gpuops names a step kind, or nothing for a halt before a wave), or "" when the
+    configuration names no `docs_url`."""
+    page = halted_on if halted_on in HALT_CODES else "window-ended" if halted_on is None else "step-failed"
+    url = config.halt_runbook_url(page)
     return msg.runbook_link(escape(url)) if url else ""
 
 

@@ -11,6 +11,7 @@ an empty text or a missing role each get their own sentence and store nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import difflib
 from collections.abc import Sequence
@@ -24,13 +25,17 @@ from workflows.durations import parse_duration
 from workflows.fleet import drift_messages as say
 from workflows.fleet.assessment import NodeInventory
 from workflows.fleet.compare import PoolComparison, compare_pool, node_objects
-from workflows.fleet.findings import Finding, forgotten_restrictions, placement_tolerated
-from workflows.fleet.first_seen import restriction_ages
+from workflows.fleet.findings import Finding, forgotten_restrictions, placement_tolerated, sort_findings
+from workflows.fleet.first_seen import hand_set_age, restriction_ages
 from workflows.fleet.notes import DEFAULT_NOTE_FOR, Note, NoteRefused
 from workflows.fleet.pool import PoolInventory
 from workflows.fleet.restrictions import (
+    HandMark,
     PodsOnNodes,
+    Restricted,
     cordon_state,
+    hand_set_marks,
+    marks_state,
     person_taints,
     restricted_nodes,
     tolerated_around,
@@ -129,12 +134,46 @@ def forgotten_findings(call: Call, fleet: Fleet) -> tuple[Finding, ...]:
     since = restriction_ages(database, candidates, now=call.now, cluster=_first_seen_cluster(call))
     restricted = restricted_nodes((inv for inv, _ in candidates), objects=objects,
                                   pools={p.name: p.nodes for p in fleet.pools}, since=since)
+    return _forgotten(call, restricted)
+
+
+def _forgotten(call: Call, restricted: Sequence[Restricted]) -> tuple[Finding, ...]:
     if not restricted:
         return ()
     runs = call.services.runs.unfinished() if call.services.runs is not None else ()
     busy = {s.node for r in runs for s in r.steps} | {n for r in runs for n in r.left_cordoned}
     return forgotten_restrictions(restricted, after=call.services.config.inventory.forgotten_after, now=call.now,
                                   nodes_in_runs=busy, noted=set(notes_in_force(call)))
+
+
+def findings_on_node(call: Call, fleet: Fleet, inv: NodeInventory,
+                  hand_set: Sequence[HandMark] | None) -> tuple[Finding, ...]:
+    """The node's findings for `/gpu node`: `fleet`'s, with its `restriction-forgotten`
+    counting also the labels and annotations a person's tool set (`hand_set`, from the
+    node's managed fields as `/gpu node` read them; None: unknown, the fleet's finding
+    stands). Their age is gpuops' first-seen record of them, written here (the watch cache
+    keeps no managed fields: workflows.fleet.restrictions)."""
+    found = fleet.findings_about(inv.name)
+    database = call.services.database
+    if hand_set is None or database is None:
+        return found
+    pool = fleet.pool(inv.pool)
+    names = list(pool.nodes) if pool is not None else [inv.name]
+    objects = node_objects(call.services.fleet, names)
+    others = [o for o in (objects or {}).values()]
+    marks = hand_set_marks(hand_set, pool_label=call.services.config.cluster.pool_label, pool_nodes=others)
+    cluster = _first_seen_cluster(call)
+    marks_since = hand_set_age(database, inv.name, marks_state(marks), now=call.now, cluster=cluster)
+    if not marks:
+        return found
+    obj = objects.get(inv.name) if objects is not None else None
+    since = restriction_ages(database, [(inv, obj)], now=call.now, cluster=cluster)
+    restricted = restricted_nodes([inv], objects=objects, pools={inv.pool: names}, since=since)
+    node = restricted[0] if restricted else Restricted(inv=inv, taints_known=objects is not None)
+    forgotten = _forgotten(call, [dataclasses.replace(node, marks=marks, marks_since=marks_since)])
+    if not forgotten:
+        return found
+    return sort_findings((*(f for f in found if f.code != "restriction-forgotten"), *forgotten))
 
 
 def tolerated_findings(call: Call, fleet: Fleet) -> tuple[Finding, ...]:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from commands import messages as msg
 from commands.clusters import clusters_section
-from commands.drift import drift_findings, notes_section, pool_sections
+from commands.drift import drift_findings, findings_on_node, notes_section, pool_sections
 from commands.kinds import BUTTONS
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
 from commands.reply import Fact, Intent, Notice, Reply, Section, Table, error_reply
@@ -20,7 +20,7 @@ from workflows.engine.runs import RunView
 from workflows.fleet.assessment import NodeInventory
 from workflows.fleet.pool import PoolInventory
 from workflows.fleet.clusters import ClusterUnreachable
-from workflows.fleet.node_detail import read_node_detail
+from workflows.fleet.node_detail import NodeDetail, read_node_detail
 from workflows.fleet.findings import Finding, cordons_left_behind, format_age, sort_findings
 from workflows.fleet.summary import Fleet
 from workflows.kinds import kinds_in_force
@@ -132,7 +132,7 @@ def _findings_section(call: Call, findings: tuple[Finding, ...], *, limit: int |
                       title: str | None = "Findings") -> Section:
     shown = findings if limit is None else findings[:limit]
     config = call.services.config
-    notices = tuple(_notice(f, runbook=config.runbook_url(f"findings/{f.code}")) for f in shown)
+    notices = tuple(_notice(f, runbook=config.finding_runbook_url(f.code)) for f in shown)
     more = len(findings) - len(shown)
     return Section(title=title, notices=notices, text=msg.more_findings(more) if more > 0 else None)
 
@@ -334,18 +334,21 @@ def node(call: Call, args: list[str]) -> Reply:
              if inv.mig.config else ("capable, not configured" if inv.mig.capable else "not MIG-capable")),
         Fact("Paused operands", ", ".join(f"{k}={v}" for k, v in inv.paused_operands.items()) or "none"),
     )
+    reads = call.services.node_reads
+    detail = read_node_detail(reads, inv.name, inv.gpu_pods) if reads is not None else None
     sections = [
         Section(facts=facts),
         Section(title=f"Driver owner: {inv.driver.owner}", bullets=inv.driver.evidence),
         Section(title="GPUs", table=gpus),
-        *_depth_sections(call, fleet, inv),
+        *_depth_sections(call, fleet, inv, detail),
     ]
     health, health_findings = _gpu_health(call, inv)
     sections.extend(health)
     noted = notes_section(call, inv.name)
     if noted is not None:
         sections.insert(1, noted)
-    findings = sort_findings((*fleet.findings_about(inv.name), *health_findings))
+    findings = sort_findings((*findings_on_node(call, fleet, inv, detail.hand_set if detail is not None else None),
+                              *health_findings))
     if findings:
         sections.insert(0, _findings_section(call, findings, limit=None))
     return Reply(title=msg.node_title(inv.name), summary=f"{inv.advertised_gpus}/{inv.expected_advertised or '?'} "
@@ -353,7 +356,7 @@ def node(call: Call, args: list[str]) -> Reply:
                  intents=_form_buttons(call, fleet, pool=inv.pool, node=inv.name))
 
 
-def _depth_sections(call: Call, fleet: Fleet, inv: NodeInventory) -> tuple[Section, ...]:
+def _depth_sections(call: Call, fleet: Fleet, inv: NodeInventory, detail: NodeDetail | None) -> tuple[Section, ...]:
     """The operator's pods on the node, any device plugin not the operator's, the GPU pods
     with their owners and budgets, and what a person's tool set on the node: the last two
     read from the API when asked (workflows.fleet.node_detail)."""
@@ -364,8 +367,6 @@ def _depth_sections(call: Call, fleet: Fleet, inv: NodeInventory) -> tuple[Secti
     others = (Section(title=msg.other_device_plugins_title(), table=Table(columns=msg.OPERAND_COLUMNS, rows=tuple(
         ("device-plugin", p.name or "?", p.text, str(p.restarts), p.version or "?")
         for p in inv.other_device_plugins))),) if inv.other_device_plugins else ()
-    reads = call.services.node_reads
-    detail = read_node_detail(reads, inv.name, inv.gpu_pods) if reads is not None else None
     budgets = detail.budgets if detail is not None else None
     notices: list[Notice] = []
     if detail is None:

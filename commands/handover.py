@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from commands import messages as msg
@@ -51,22 +52,24 @@ class _Layout:
 
 
 def render_checklist(
-    checklist: Checklist, template: ChecklistTemplate | None = None, *, handover: HandoverView | None = None
+    checklist: Checklist, template: ChecklistTemplate | None = None, *, handover: HandoverView | None = None,
+    runbook: Callable[[str | None], str | None] | None = None,
 ) -> Reply:
     """The checklist as its message: in gpuops's own layout, or in the lines a rotation's
     own `template` writes (what it receives and writes: `ChecklistTemplate`). A template
     that fails on this checklist is not the shift's problem: the checklist is shown in
     gpuops's own layout, saying the template failed and why. With the stored `handover`,
     the reply carries the Acknowledge button until someone on the incoming shift has
-    acknowledged, and says who did."""
+    acknowledged, and says who did. `runbook` gives a finding's runbook link from its code
+    (`GpuopsConfig.finding_runbook_url`), in gpuops's own layout."""
     if template is None:
-        layout = _own_layout(checklist)
+        layout = _own_layout(checklist, runbook=runbook)
     else:
         try:
             layout = _template_layout(checklist, template)
         except TemplateProblem as problem:
             log.error(say.template_failed_log(checklist.rotation, str(problem)))
-            layout = _own_layout(checklist)
+            layout = _own_layout(checklist, runbook=runbook)
             layout.sections.insert(0, Section(notices=(
                 Notice(severity="warning", text=say.template_failed(str(problem))),)))
     footer = layout.footer
@@ -93,7 +96,7 @@ def render_checklist(
     )
 
 
-def _own_layout(checklist: Checklist) -> _Layout:
+def _own_layout(checklist: Checklist, *, runbook: Callable[[str | None], str | None] | None = None) -> _Layout:
     """gpuops's own layout, from the checklist's values: what needs action first, then
     what went wrong, what is in flight, this shift's windows, what changed, the rest."""
     zone = checklist.zone
@@ -109,7 +112,9 @@ def _own_layout(checklist: Checklist) -> _Layout:
 
     def items(title: str, listed: tuple[ChecklistItem, ...]) -> list[Section]:
         return [Section(title=title, notices=tuple(
-            Notice(severity=i.severity, text=i.text, command=i.command or None) for i in listed))] if listed else []
+            Notice(severity=i.severity, text=i.text, command=i.command or None,
+                   runbook=runbook(i.code) if runbook is not None and i.kind == "finding" else None)
+            for i in listed))] if listed else []
 
     changes = checklist.changes
     if changes is None:
@@ -190,7 +195,7 @@ def handover_message(view: HandoverView, config: GpuopsConfig) -> Reply:
     acknowledgement as it stands now."""
     rotation = next((r for r in config.rotations if r.name == view.rotation), None)
     template = rotation.checklist_template if rotation is not None else None
-    return render_checklist(view.checklist, template, handover=view)
+    return render_checklist(view.checklist, template, handover=view, runbook=config.finding_runbook_url)
 
 
 # --------------------------------------------------------------------------------------
@@ -209,7 +214,8 @@ def handover(call: Call, args: list[str]) -> Reply:
     fleet = call.services.fleet.fleet(call.now)
     checklist = service.checklist(rotation, shift, fleet=fleet, now=call.now)
     return render_checklist(checklist, rotation.checklist_template,
-                            handover=service.for_shift(rotation.name, shift.start))
+                            handover=service.for_shift(rotation.name, shift.start),
+                            runbook=call.services.config.finding_runbook_url)
 
 
 @REGISTRY.command("handover history", usage="handover history [rotation] [n]", role=Role.VIEWER, changes=False,

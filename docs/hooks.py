@@ -278,15 +278,10 @@ def finding_codes() -> list[str]:
 
 
 def halt_reasons() -> list[str]:
-    """What a run can halt on: each step kind of a change kind (a step that fails), and the
-    checks before a wave."""
-    from workflows.kinds import KINDS
-    return [*dict.fromkeys(step for kind in KINDS.kinds for step in kind.step_kinds), *BEFORE_A_WAVE]
-
-
-# A run also halts before a wave starts (workflows/engine/loop.py): its window ended while
-# it waited for the pool's capacity, a PodDisruptionBudget or a freeze.
-BEFORE_A_WAVE = ("window-ended",)
+    """Every reason a run halts: the codes of `HaltCode` (a step that fails, the engine's
+    own, the checks before a wave), each given where the halt is decided."""
+    from workflows.engine.halt_messages import HALT_CODES
+    return list(HALT_CODES)
 
 
 def runbooks() -> dict[str, dict[str, dict[str, str]]]:
@@ -322,7 +317,7 @@ def runbooks_index() -> str:
            "run's thread and `/gpu request <id>` name the step, the node and the reason. Then either",
            "`/gpu continue <run>` once the cause is fixed (optionally `--skip <node>`), or `/gpu rollback",
            "<run>` for an upgrade, a MIG change or a move, or `/gpu uncordon` for what it left cordoned.",
-           "", "| step or check | page |", "| --- | --- |"]
+           "", "| reason | page |", "| --- | --- |"]
     book = runbooks()
     out += [f"| `{key}` | [{book['halts'][key].get('title', key)}](halts/{key}.md) |" for key in halt_reasons()]
     out += ["", "## Findings", "", "| finding | page |", "| --- | --- |"]

@@ -235,6 +235,15 @@ class GpuopsConfig(_Model):
         or None when `docs_url` is unset."""
         return f"{self.docs_url.rstrip('/')}/runbooks/{page}/" if self.docs_url else None
 
+    def finding_runbook_url(self, code: str | None) -> str | None:
+        """The runbook of the finding `code` wherever a finding is shown (`/gpu findings`,
+        `/gpu status`, `/gpu node`, the handover); None without a code or `docs_url`."""
+        return self.runbook_url(f"findings/{code}") if code else None
+
+    def halt_runbook_url(self, code: str) -> str | None:
+        """The runbook of the reason a run halted (its `HaltCode`); None without `docs_url`."""
+        return self.runbook_url(f"halts/{code}")
+
     @field_validator("clusters")
     @classmethod
     def _cluster_names(cls, clusters: dict[str, ClusterEntry]) -> dict[str, ClusterEntry]:

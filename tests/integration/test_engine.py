@@ -94,7 +94,7 @@ def test_an_eviction_a_pod_disruption_budget_blocks_times_out_and_halts_the_run_
     assert not [m for m in h.mutations(caplog.text) if m.startswith("evict pod serving/")]  # all refused
     failed = [m for m in h.thread_messages(db) if m["event"] == "run.failed"]
     assert len(failed) == 1 and failed[0]["text"] == finished.halted_reason
-    assert failed[0]["halted_on"] == "evict"  # Slack links the evict step's runbook
+    assert failed[0]["halted_on"] == "eviction-blocked"  # Slack links the runbook of this reason to halt
     assert audit.verify(db).ok
 
 

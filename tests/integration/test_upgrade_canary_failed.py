@@ -91,8 +91,11 @@ def test_a_failed_canary_sets_the_shared_cluster_policy_back_and_the_rollback_st
     assert [(r.target, r.detail["from"], r.detail["to"]) for r in rows if r.action == "driver-version.set-back"] == [
         (f"ClusterPolicy {POLICY}", NEW, OLD)]
     assert audit.verify(db).ok
-    (said,) = [m["text"] for m in h.thread_messages(db) if m["event"] == "run.failed"]
+    (told,) = [m for m in h.thread_messages(db) if m["event"] == "run.failed"]
+    said = told["text"]
     assert f"ClusterPolicy {POLICY} set back from {NEW} to {OLD}" in said, said
+    # Why it halted is the canary's failure, not the set-back that ran after it: its runbook.
+    assert told["halted_on"] == "new-driver-failing"
     assert f"`/gpu rollback {halted.id}`" in said and said == halted.halted_reason
     # The canary keeps what it was given, cordoned, for the rollback; nothing else moved.
     assert h.unschedulable(installer, "upg-01")

@@ -126,9 +126,9 @@ def test_the_home_page_draws_its_diagram_from_the_sites_own_mermaid(site, browse
 def test_a_runbook_renders_with_its_diagram(site, browser):
     from selenium.webdriver.common.by import By
 
-    _open(browser, f"{site}/runbooks/halts/evict/")
+    _open(browser, f"{site}/runbooks/halts/eviction-blocked/")
     heading = browser.find_element(By.CSS_SELECTOR, "article h1")  # type: ignore[attr-defined]
-    assert heading.text == "Halted: evicting GPU pods did not finish"
+    assert heading.text == "Halted: a PodDisruptionBudget blocked the drain"
     assert _drawn(browser) == 1
     text = browser.find_element(By.CSS_SELECTOR, "article").text  # type: ignore[attr-defined]
     assert "What to check first" in text and "/gpu continue <run>" in text

@@ -22,6 +22,7 @@ import yaml
 from bot.cli import main
 from commands.catalog import REGISTRY
 from workflows.config import GpuopsConfig, config_json_schema
+from workflows.engine.halt_messages import HALT_CODES
 from workflows.fleet.findings import FindingCode
 from workflows.kinds import KINDS
 
@@ -107,23 +108,29 @@ def test_every_finding_code_has_a_complete_runbook_linked_from_the_findings_refe
         assert f"(../runbooks/findings/{code}.md)" in HOOKS.findings_page()
 
 
-def test_every_step_a_run_can_halt_on_has_a_complete_runbook():
+def test_every_reason_a_run_halts_has_a_complete_runbook():
     book = yaml.safe_load((ROOT / "docs" / "runbooks.yaml").read_text())
-    steps = {step for kind in KINDS.kinds for step in kind.step_kinds}
-    assert steps | set(HOOKS.BEFORE_A_WAVE) == set(book["halts"]), "runbooks.yaml must have one halt entry per step kind"
+    codes = set(HALT_CODES)
+    assert set(book["halts"]) == codes, "runbooks.yaml must have one halt entry per HaltCode, and no other"
     pages = HOOKS.generated_pages()
-    for step in steps:
-        page = pages[f"runbooks/halts/{step}.md"]
+    for code in codes:
+        entry = book["halts"][code]
+        assert all(entry.get(field, "").strip() for field in ("title", "means", "check", "commands", "roll_back")), code
+        page = pages[f"runbooks/halts/{code}.md"]
         for heading in ("## What it means", "## What to check first", "## Commands", "## When to roll back"):
             assert heading in page
+        assert f"(halts/{code}.md)" in pages["runbooks/index.md"]
 
 
-def test_each_change_kind_has_a_page_with_its_state_diagram_linking_each_steps_runbook():
+def test_each_change_kind_has_a_page_with_its_state_diagram_linking_the_runbooks_each_step_halts_with():
     for kind in KINDS.kinds:
         page = (ROOT / "docs" / "changes" / f"{kind.name}.md").read_text()
         assert "```mermaid\nstateDiagram-v2" in page, kind.name
         for step in kind.step_kinds:
-            assert f"(../runbooks/halts/{step}.md)" in page, f"{kind.name}: {step} has no runbook link"
+            row = next((line for line in page.splitlines() if line.startswith(f"| {step} |")), "")
+            linked = re.findall(r"\(\.\./runbooks/halts/([a-z-]+)\.md\)", row)
+            assert linked, f"{kind.name}: {step} links no runbook of a reason it halts"
+            assert set(linked) <= set(HALT_CODES), f"{kind.name}: {step} links a runbook no HaltCode has"
 
 
 def test_gpuops_config_schema_prints_every_key_with_its_description():

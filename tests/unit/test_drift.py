@@ -25,6 +25,8 @@ from storage.database import open_database
 from workflows.config import GpuopsConfig
 from workflows.fleet.compare import drift_of
 from workflows.fleet.first_seen import CORDON, FirstSeen
+from workflows.fleet.node_detail import HandSet
+from workflows.fleet.restrictions import hand_set_marks
 from workflows.fleet.summary import Fleet
 from workflows.kube.objects import NodeName, NodeObject, Placement, PodObject, Taint, Toleration
 
@@ -187,6 +189,22 @@ def test_a_persons_taint_is_forgotten_but_a_taint_the_whole_pool_carries_is_not(
     assert "gpu-a-01" not in old and "gpu-a-03" not in old
 
 
+def test_what_a_person_set_by_hand_counts_but_the_pool_label_and_what_every_node_carries_alike(make):
+    def by_hand(what, key, value):
+        return HandSet(what=what, key=key, value=value, manager="kubectl-label", at=None)
+
+    found = [by_hand("label", "team", "vision"), by_hand("label", "site", "a"), by_hand("label", "gpuops.io/pool", "x"),
+             by_hand("annotation", "ops.example/why", "a long reason"),
+             by_hand("taint", "team", "team=alice:NoSchedule")]
+    pool = [make.node("gpu-a-01", labels={"team": "vision", "site": "a"}), make.node("gpu-a-02", labels={"site": "a"})]
+
+    assert hand_set_marks(found, pool_label="gpuops.io/pool", pool_nodes=pool) == (
+        "annotation ops.example/why", "label team=vision")
+    # Alone in its pool, nothing is the pool's design but its label.
+    assert hand_set_marks(found, pool_label="gpuops.io/pool", pool_nodes=pool[:1]) == (
+        "annotation ops.example/why", "label site=a", "label team=vision")
+
+
 def test_forgotten_after_is_read_from_the_configuration(make, tmp_path):
     config = GpuopsConfig.model_validate({**CONFIG_VALUES, "inventory": {"forgotten_after": "1d"}})
     services = services_for(make, tmp_path, three_nodes(make), config=config)
@@ -225,6 +243,32 @@ def test_compare_groups_the_nodes_that_differ_from_the_majority_by_property(make
     assert "kernel | " in shown and "6.8.0-1015-nvidia on gpu-a-03" in shown
     assert "label kubernetes.io/hostname" not in shown  # a node's own label is not drift
     assert "watch cache" in shown
+
+
+def test_compare_shows_every_operands_version_and_a_node_missing_an_operand(make, tmp_path):
+    nodes = drifting(make)
+
+    def operands(node: str, *, exporter: str | None = "3.3.9-4.1.1-ubuntu22.04") -> list[PodObject]:
+        pods = [*make.operands(node),
+                make.pod(node=node, labels={"app": "nvidia-container-toolkit-daemonset"},
+                         image="nvcr.io/nvidia/k8s/container-toolkit:v1.17.8-ubuntu20.04"),
+                make.pod(node=node, labels={"app": "gpu-feature-discovery"},
+                         image="nvcr.io/nvidia/k8s-device-plugin:v0.17.2")]
+        if exporter is not None:
+            pods.append(make.pod(node=node, labels={"app": "nvidia-dcgm-exporter"},
+                                 image=f"nvcr.io/nvidia/k8s/dcgm-exporter:{exporter}"))
+        return pods
+
+    pods_of = {"gpu-a-01": operands("gpu-a-01"), "gpu-a-02": operands("gpu-a-02", exporter="4.2.3-4.1.3-ubuntu22.04"),
+               "gpu-a-03": operands("gpu-a-03"), "gpu-a-04": operands("gpu-a-04", exporter=None)}
+    services = services_for(make, tmp_path, nodes, pods_of=pods_of)
+    shown = text_of(dispatch("compare train-a", actor=CONFIG.actor("U0VIC"), services=services, now=NOW))
+
+    assert ("nvidia-dcgm-exporter image | 3.3.9-4.1.1-ubuntu22.04 | (none) on gpu-a-04; "
+            "4.2.3-4.1.3-ubuntu22.04 on gpu-a-02") in shown
+    # The same version on every node is no drift.
+    assert "nvidia-container-toolkit-daemonset image" not in shown
+    assert "gpu-feature-discovery image" not in shown
 
 
 def test_the_pools_status_shows_its_policy_as_plans_apply_it_and_its_drift(make, tmp_path):

@@ -251,6 +251,19 @@ def test_a_blocked_eviction_is_retried_and_told_once_then_with_wait_the_run_halt
     assert drain.step("gpu-01", "uncordon") == "skipped"
 
 
+def test_a_run_halted_by_a_budget_names_why_by_its_code_in_the_audit_and_the_threads_message(db, cluster):
+    cluster.blocked.add("uid-job-01")
+    drain = Drain(db, cluster, "wait")
+    drain.drive(drain.finished)
+
+    assert drain.run().state == "failed"
+    (halt,) = [e for e in audit.for_run(db, drain.run_id) if e.action == "run.failed"]
+    assert halt.detail["code"] == "eviction-blocked"
+    rows = [json.loads(r["payload"]) for r in db.query("SELECT payload FROM outbox ORDER BY id")]
+    (told,) = [p for p in rows if p["event"] == "run.failed"]
+    assert told["halted_on"] == "eviction-blocked"  # the runbook Slack links
+
+
 def test_with_skip_a_node_still_blocked_at_the_timeout_is_left_out_and_given_back_and_the_rest_drains(db, cluster):
     cluster.blocked.add("uid-job-01")
     drain = Drain(db, cluster, "skip")

@@ -145,7 +145,8 @@ def test_a_node_another_run_holds_is_named_in_the_intent_and_left_to_that_run(cl
         {"prior_unschedulable": True, "held_by_run": "run-1"})
     assert Cordon().advance(Ctx(cluster, unfinished=("run-1",))) == Failed(
         "gpu-01 is cordoned by gpuops run run-1 (gpuops for alice), which has not finished; two runs must not "
-        "change one node at once. Let that run finish, or abort it, then start this one again")
+        "change one node at once. Let that run finish, or abort it, then start this one again",
+        code="node-in-another-run")
     assert cluster.writes == []
     # This run's own mark is not "another run's".
     set_node(cluster, make, unschedulable=True, mark=(False, RUN))
@@ -391,7 +392,8 @@ def test_at_the_deadline_a_blocked_eviction_fails_leaves_the_node_out_or_deletes
 
     assert Evict().advance(at_deadline("fail")) == Failed(
         f"gpu-01: eviction of ml/job is blocked by a PodDisruptionBudget: {budget}; gave up after 10m. Free the "
-        "budget (scale the workload up elsewhere) or move the pod by hand, then start a new run", summary)
+        "budget (scale the workload up elsewhere) or move the pod by hand, then start a new run", summary,
+        code="eviction-blocked")
     assert Evict().advance(at_deadline("skip")) == LeftOut(
         f"gpu-01 is left out of this run: eviction of ml/job is blocked by a PodDisruptionBudget: {budget} still, "
         "after 10m. Its remaining pods keep running; it is uncordoned and the run goes on with the other nodes",
@@ -426,7 +428,7 @@ def test_a_deleted_pod_is_waited_for_two_minutes_past_the_deadline_then_the_step
     assert Evict().advance(at(just_before)) == Waiting("waiting for ml/job to terminate", retry_in=1.0,
                                                        overdue_ok=True)
     assert Evict().advance(at(deadline + dt.timedelta(seconds=120))) == Failed(
-        "ml/job did not terminate within 2 minutes of being deleted")
+        "ml/job did not terminate within 2 minutes of being deleted", code="pods-would-not-go")
     assert pods.writes == []  # terminating: never evicted or deleted again
     # Before the deadline a deleted pod is simply waited for.
     assert Evict().advance(at(NOW)) == Waiting("waiting for ml/job to terminate", retry_in=1.0)

@@ -1,12 +1,46 @@
 """What a person reads when a run stops short: a step failed and the run halted (with the
 wave's fallback step's note), a wave that can no longer start, a run aborted, and the
-nodes each leaves cordoned for a person to check. Nothing here decides anything."""
+nodes each leaves cordoned for a person to check. Nothing here decides anything.
+
+Every reason a run halts has a stable code (`HaltCode`), given where the halt is decided:
+a step's `Failed(..., code=...)`, the engine's own (a step timed out, the API refused, bad
+params), the gate before a wave (its window ended). The code is audited with the halt, names
+the halt's runbook (docs/runbooks.yaml, `halts:`; a test requires one entry per code), and
+the halt message in Slack links to it when `docs_url` is set. A code, once published, is not
+renamed: links to its runbook live on in old threads."""
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Sequence
+from typing import Literal
 
 from workflows.engine.phrases import listed
+
+HaltCode = Literal[
+    # A step failed (workflows/engine/steps/, and a change kind's own steps).
+    "node-in-another-run",  # cordon: another unfinished run marked the node
+    "no-driver-pod",  # driver upgrade: no driver pod of the operator on the node
+    "new-driver-failing",  # driver upgrade: the new driver pod crashes or fails to build
+    "driver-wrong-version",  # driver upgrade: the new driver pod runs another version
+    "driver-changed-meanwhile",  # driver upgrade: someone changed the driver version during the run
+    "operator-upgrade-failed",  # the operator's own upgrade of the node ended in upgrade-failed
+    "mig-failed",  # MIG manager set mig.config.state=failed
+    "gpu-check-failed",  # the GPU check pod failed on the node
+    "gpu-check-no-namespace",  # the GPU check's namespace does not exist
+    "pods-keep-returning",  # drain: pods come back on the node after eviction
+    "eviction-blocked",  # drain: PodDisruptionBudgets blocked eviction past the timeout (action halt)
+    "pods-would-not-go",  # drain: evicted pods would not terminate in time
+    # The engine's own, for any step.
+    "step-timed-out",  # the step waited past its timeout
+    "api-refused",  # the Kubernetes API refused (forbidden, invalid, not found)
+    "bad-params",  # the step's stored params cannot be read
+    "step-failed",  # a step failed for a reason without a code of its own
+    # Before a wave (workflows/engine/wave_gates.py).
+    "window-ended",  # the next wave waited for capacity until the window ended
+    "window-ended-while-frozen",  # a change freeze held the run past its window's end
+]
+HALT_CODES: tuple[HaltCode, ...] = typing.get_args(HaltCode)
 
 
 def halted(node: str, kind: str, reason: str, *, left_cordoned: Sequence[str], after: str | None = None) -> str:

@@ -78,7 +78,7 @@ from workflows import logfields
 from workflows.engine import run_messages as say
 from workflows.engine.context import Changed, LiveStep, NodeSource, RunInfo
 from workflows.engine.lease import EngineLease, LeaseSettings
-from workflows.engine.runs import nodes_left_cordoned, step_params
+from workflows.engine.runs import halt_code_of, nodes_left_cordoned, step_params
 from workflows.engine.steps.contract import Done, Failed, LeaseLost, LeftOut
 from workflows.engine.transitions import StepTransitions
 from workflows.engine.wave_gates import WaveGates
@@ -292,7 +292,8 @@ class Engine:
             fallback = fallback_of(failed, steps)
             if fallback is not None:  # it runs before the run halts
                 return self.transitions.run_fallback(run, info, fallback, steps, due, seen, evaluated)
-            self.transitions.halt(run, info, failed, failed.error or "failed")  # not yet turned into a halt (defensive)
+            self.transitions.halt(run, info, failed, failed.error or "failed",  # not yet turned into a halt (defensive)
+                                 code=halt_code_of(failed))
             return False
         if run.current_wave is None:
             if run.state == "paused":
@@ -333,7 +334,8 @@ class Engine:
                     progressed = True
                 elif isinstance(outcome, Failed):
                     # NB: True when the wave's fallback step runs first (the next turn starts it).
-                    return self.transitions.halt(run, info, step, outcome.reason, detail=outcome.detail)
+                    return self.transitions.halt(run, info, step, outcome.reason, detail=outcome.detail,
+                                                 code=outcome.code)
                 elif isinstance(outcome, LeftOut):
                     self.transitions.leave_out(run, info, step, outcome)
                     progressed = True
@@ -407,7 +409,7 @@ class Engine:
         self.audit(run, info, action="run.failed", target=info.request.pool, before=run.state, after="failed",
                    detail={**detail, "left_cordoned": list(left), "text": said})
         self.notify(run, info, event="run.failed", state="failed", text=said, kind="post",
-                    dedupe=f"{run.id}/failed", halted_on=detail.get("kind"))
+                    dedupe=f"{run.id}/failed", halted_on=detail.get("code"))
         for other in stored_steps.for_run(self.db, run_id=run.id):
             self.live.pop(other.id, None)
         log.warning("%s: run %s halted: %s", self.replica, run.id, said)
@@ -430,7 +432,7 @@ class Engine:
                                    "dry_run": run.dry_run}
         if node is not None:
             payload["node"] = node
-        if halted_on is not None:  # the step kind a halted run failed on (its runbook)
+        if halted_on is not None:  # why a run halted, its `HaltCode` (its runbook)
             payload["halted_on"] = halted_on
         outbox.enqueue(self.db, channel=request.channel, thread_ts=request.thread_ts, kind=kind,
                        payload=payload, at=self.clock(), dedupe_key=dedupe)

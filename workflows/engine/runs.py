@@ -46,6 +46,7 @@ from storage.runs import Run, RunState
 from storage.steps import NewStep, Step
 from workflows.access import Actor, Role, public_name, require
 from workflows.engine import halt_messages, refusal_messages, run_messages
+from workflows.engine.halt_messages import HALT_CODES, HaltCode
 from workflows.plans import plan_from_json
 from workflows.plans import plan_hash as compute_plan_hash
 from workflows.pools import freezes
@@ -125,6 +126,17 @@ def _detail(step: Step) -> dict[str, Any]:
 def step_intent(step: Step) -> dict[str, Any]:
     intent = _detail(step).get("intent")
     return intent if isinstance(intent, dict) else {}
+
+
+# Where a failed step's detail keeps why the run halts (its `HaltCode`).
+HALT_CODE = "halt_code"
+
+
+def halt_code_of(step: Step) -> HaltCode:
+    """Why the failed `step` halts its run; "step-failed" for a step failed before halts
+    had codes, or with one no longer known."""
+    code = _detail(step).get(HALT_CODE)
+    return code if code in HALT_CODES else "step-failed"
 
 
 def step_params(step: Step) -> dict[str, Any]:

@@ -33,7 +33,8 @@ from storage.steps import Step
 from workflows import logfields
 from workflows.engine import halt_messages, run_messages
 from workflows.engine.context import Changed, EngineCore, EngineStepContext, LiveStep, RunInfo
-from workflows.engine.runs import WAITING, step_intent, step_params
+from workflows.engine.halt_messages import HaltCode
+from workflows.engine.runs import HALT_CODE, WAITING, halt_code_of, step_intent, step_params
 from workflows.engine.steps.contract import (
     Done,
     Failed,
@@ -71,10 +72,10 @@ class StepTransitions:
             intent = logic.prepare(ctx)
             logic.timeout(ctx)  # refuse unusable params before anything starts
         except StepParamsError as err:
-            self.halt(run, info, step, run_messages.bad_params(str(err)))
+            self.halt(run, info, step, run_messages.bad_params(str(err)), code="bad-params")
             return True
         except (Forbidden, Invalid, NotFound) as err:
-            self.halt(run, info, step, run_messages.api_refused(str(err)))
+            self.halt(run, info, step, run_messages.api_refused(str(err)), code="api-refused")
             return True
         except KubeError as err:
             if step.id not in self._cannot_start:  # one line when it starts failing, not one per try
@@ -130,16 +131,16 @@ class StepTransitions:
         except LeaseLost:
             raise
         except StepParamsError as err:
-            outcome = Failed(run_messages.bad_params(str(err)))
+            outcome = Failed(run_messages.bad_params(str(err)), code="bad-params")
         except (Forbidden, Invalid, NotFound) as err:
-            outcome = Failed(run_messages.api_refused(str(err)))
+            outcome = Failed(run_messages.api_refused(str(err)), code="api-refused")
         except KubeError as err:
             live.failures += 1
             retry = min(self._engine.settings.api_retry_max.total_seconds(), 0.5 * 2 ** live.failures)
             outcome = Waiting(run_messages.api_unreachable(str(err)), retry_in=retry)
         if isinstance(outcome, Waiting):
             if ctx.expired and not outcome.overdue_ok:
-                return Failed(run_messages.step_timed_out(ctx.timeout, outcome.reason))
+                return Failed(run_messages.step_timed_out(ctx.timeout, outcome.reason), code="step-timed-out")
             delay = outcome.retry_in if outcome.retry_in is not None else self._engine.settings.resync.total_seconds()
             if ctx.deadline is not None and not outcome.overdue_ok:
                 delay = min(delay, max(0.0, (ctx.deadline - ctx.now).total_seconds()) + 0.05)
@@ -228,15 +229,17 @@ class StepTransitions:
         live.noticed.add(key)
 
     def halt(self, run: Run, info: RunInfo, step: Step, reason: str,
-             detail: Mapping[str, Any] | None = None) -> bool:
+             detail: Mapping[str, Any] | None = None, *, code: HaltCode = "step-failed") -> bool:
         """The step failed: the run stops here, every node left as it is; unless its wave
         has a step that runs on a failure (`on_failure`) still to run: then only the step
-        fails now, and the run halts once that one has ended. True in that case."""
+        fails now, and the run halts once that one has ended. True in that case. `code` is
+        why (`HaltCode`), kept with the failed step so the halt after its fallback still
+        names it."""
         now = self._engine.clock()
         with self._engine.commit():
             if step.state in ("pending", "running"):
                 step_detail: dict[str, JsonInput] = {"params": step_params(step), "intent": step_intent(step),
-                                                     "note": reason, "result": dict(detail or {})}
+                                                     "note": reason, "result": dict(detail or {}), HALT_CODE: code}
                 if not stored_steps.transition(self._engine.db, id=step.id, expected=step.state, new="failed", at=now,
                                                detail=step_detail, error=reason):
                     raise Changed()
@@ -248,11 +251,12 @@ class StepTransitions:
             failed = step if not on_failure(step) else next(
                 (s for s in steps if s.state == "failed" and not on_failure(s)), step)
             why = reason if failed is step else (failed.error or "failed")
+            why_code = code if failed is step else halt_code_of(failed)
             after = fallback_note(failed, steps)
             self._engine.fail_run(run, info, now, stopped=halt_messages.halted_elsewhere(failed.node),
                                   text=lambda left: halt_messages.halted(failed.node, failed.kind, why,
                                                                          left_cordoned=left, after=after),
-                                  detail={"node": failed.node, "kind": failed.kind, "reason": why,
+                                  detail={"node": failed.node, "kind": failed.kind, "reason": why, "code": why_code,
                                           **({"after": after} if after else {})})
         return False
 
@@ -277,7 +281,8 @@ class StepTransitions:
                 self.finish(run, info, step, outcome)
                 return True
             if isinstance(outcome, (Failed, LeftOut)):
-                self.halt(run, info, step, outcome.reason, detail=outcome.detail)
+                self.halt(run, info, step, outcome.reason, detail=outcome.detail,
+                          code=outcome.code if isinstance(outcome, Failed) else "step-failed")
                 return False
             self.show_waiting(run, info, step, live, outcome.reason)
             if outcome.notice is not None:

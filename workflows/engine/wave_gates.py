@@ -35,6 +35,7 @@ from storage.runs import Run
 from storage.steps import Step
 from workflows.engine import halt_messages, run_messages
 from workflows.engine.context import EngineCore, RunInfo
+from workflows.engine.halt_messages import HaltCode
 from workflows.engine.runs import step_params
 from workflows.engine.waves import on_failure
 from workflows.kube.objects import NodeName
@@ -150,7 +151,8 @@ class WaveGates:
                for node in by_node.values()):
             return  # a node under way finishes first
         self._halt_before_wave(run, info, gate_say.run_window_ended_while_frozen(run_id=run.id, target=freeze.target,
-                                                                                 window_end=end), wave=wave)
+                                                                                 window_end=end), wave=wave,
+                                code="window-ended-while-frozen")
         self._frozen.pop(run.id, None)
 
     def wave_may_start(self, run: Run, info: RunInfo, steps: Sequence[Step], wave: int) -> bool:
@@ -168,7 +170,7 @@ class WaveGates:
             return True
         reason = verdict.reason or ""
         if verdict.over and not run.dry_run:
-            self._halt_before_wave(run, info, reason, wave=wave)
+            self._halt_before_wave(run, info, reason, wave=wave, code="window-ended")
             return False
         if self._gated.get(run.id) != reason:
             with self._engine.commit():
@@ -216,11 +218,11 @@ class WaveGates:
                           max_unavailable=policy.unavailable_budget, min_ready_gpus=policy.min_ready_gpus,
                           concurrent=concurrent, busy=busy, taken_over=taken_over)
 
-    def _halt_before_wave(self, run: Run, info: RunInfo, reason: str, *, wave: int) -> None:
+    def _halt_before_wave(self, run: Run, info: RunInfo, reason: str, *, wave: int, code: HaltCode) -> None:
         """The run cannot go on (its next wave missed the window): it stops before that
         wave, every node left as it is."""
         with self._engine.commit():
             self._engine.fail_run(run, info, self._engine.clock(), stopped=reason,
                                   text=lambda left: halt_messages.halted_before_wave(reason, left_cordoned=left),
-                                  detail={"wave": wave, "reason": reason})
+                                  detail={"wave": wave, "reason": reason, "code": code})
         self._gated.pop(run.id, None)

@@ -1,7 +1,10 @@
 """The nodes of one pool compared: for each property (a label, the taints, the driver
-version, kernel, container runtime, MIG layout, each operand's version), the value most
-of the pool's nodes have and the nodes that differ, so drift is one look
-(`/gpu compare <pool>` and a section of `/gpu status <pool>`).
+version, kernel, container runtime, MIG layout, and the image version of every operand the
+operator runs on them: driver, container toolkit, device plugin, dcgm-exporter, GFD, MIG
+manager, validator and any other pod of its namespace, by operand), the value most of the
+pool's nodes have and the nodes that differ, so drift is one look (`/gpu compare <pool>`
+and a section of `/gpu status <pool>`). A node that does not run an operand the others run
+differs with "(none)".
 
 Where it reads from: the watch cache. The cache keeps every GPU node's object (labels,
 taints, `status.nodeInfo`) and the operator's pods on it, which is all this needs: no
@@ -91,10 +94,35 @@ _INVENTORY: tuple[tuple[str, Callable[[NodeInventory], str | None]], ...] = (
     ("kernel", lambda i: i.node_info.kernel_version),
     ("container runtime", lambda i: i.node_info.container_runtime_version),
     ("MIG layout", lambda i: i.mig.config),
+)
+# What the inventory knows of the operands when it lists none by name (a fleet source
+# that keeps no operand pods).
+_KNOWN_OPERANDS: tuple[tuple[str, Callable[[NodeInventory], str | None]], ...] = (
     ("driver pod image", lambda i: i.driver_pod.image_tag),
     ("device plugin image", lambda i: i.device_plugin_pod.image_tag),
     ("validator image", lambda i: i.validator_pod.image_tag),
 )
+
+
+def operand_versions(inv: NodeInventory) -> dict[str, str]:
+    """Operand (its `app` label) -> the image tag its best pod on the node runs (live,
+    newest first, as `every_operand` orders them)."""
+    found: dict[str, str] = {}
+    for each in inv.operands:
+        found.setdefault(each.operand, each.state.image_tag or NONE)
+    return found
+
+
+def _operand_drifts(invs: Sequence[NodeInventory]) -> list[Drift]:
+    versions = {i.name: operand_versions(i) for i in invs}
+    operands = sorted({operand for found in versions.values() for operand in found})
+    if operands:
+        values = {f"{operand} image": {i.name: versions[i.name].get(operand, NONE) for i in invs}
+                  for operand in operands}
+    else:
+        values = {name: {i.name: read(i) or NONE for i in invs} for name, read in _KNOWN_OPERANDS}
+    found = (drift_of(name, by_node) for name, by_node in values.items())
+    return [each for each in found if each is not None]
 
 
 def drift_of(name: str, values: Mapping[NodeName, str]) -> Drift | None:
@@ -144,6 +172,7 @@ def compare_pool(pool: str, invs: Sequence[NodeInventory],
         found = drift_of(name, {i.name: read(i) or NONE for i in invs})
         if found is not None:
             drifts.append(found)
+    drifts.extend(_operand_drifts(invs))
     return PoolComparison(pool=pool, nodes=len(invs), drifts=tuple(drifts), with_node_objects=with_objects)
 
 

@@ -726,15 +726,19 @@ def forgotten_restrictions(restricted: Iterable[Restricted], *, after: dt.timede
             continue
         cordon_age = now - each.cordoned_since if each.cordoned_since is not None else None
         taint_age = now - each.taints_since if each.taints_since is not None and each.taints else None
+        marks_age = now - each.marks_since if each.marks_since is not None and each.marks else None
         old_cordon = cordon_age is not None and cordon_age > after
         old_taints = taint_age is not None and taint_age > after
-        if not old_cordon and not old_taints:
+        old_marks = marks_age is not None and marks_age > after
+        if not old_cordon and not old_taints and not old_marks:
             continue
         found.append(Finding(severity="warning", code="restriction-forgotten", subject=inv.name, pool=inv.pool,
                              message=msg_restriction_forgotten(
                                  inv, cordon_age=cordon_age if old_cordon else None,
                                  taints=each.taints if old_taints else (),
-                                 taint_age=taint_age if old_taints else None),
+                                 taint_age=taint_age if old_taints else None,
+                                 marks=each.marks if old_marks else (),
+                                 marks_age=marks_age if old_marks else None),
                              command=note_command(inv.name)))
     return tuple(found)
 
@@ -744,12 +748,15 @@ def note_command(node: str) -> str:
 
 
 def msg_restriction_forgotten(inv: NodeInventory, *, cordon_age: dt.timedelta | None, taints: Sequence[str],
-                              taint_age: dt.timedelta | None) -> str:
+                              taint_age: dt.timedelta | None, marks: Sequence[str] = (),
+                              marks_age: dt.timedelta | None = None) -> str:
     parts = []
     if cordon_age is not None:
         parts.append(f"cordoned by hand for at least {format_age(cordon_age)}")
     if taint_age is not None and taints:
         parts.append(f"tainted {', '.join(taints)} for at least {format_age(taint_age)}")
+    if marks_age is not None and marks:
+        parts.append(f"given {', '.join(marks)} by hand for at least {format_age(marks_age)}")
     gpus = f" ({inv.advertised_gpus} GPUs)" if cordon_age is not None and inv.advertised_gpus else ""
     return (f"{inv.name}{gpus} has been {' and '.join(parts)}, with no gpuops run on it and no note: if it is "
             f"still needed, say why with `/gpu note {inv.name} <why> for <how long>`; if not, give the node back")

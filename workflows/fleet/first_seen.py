@@ -10,7 +10,8 @@ states from that. A time gpuops itself wrote on the node wins (the simulator wri
 A person's cordon and taints have no age either: `stamp_restrictions` notes when gpuops
 first saw a node cordoned by a person (aspect `cordon`) and its person-set taints as a
 set (aspect `taints`, `workflows.fleet.restrictions`), for the `restriction-forgotten`
-finding.
+finding. Labels and annotations a person's tool set (aspect `hand-set`) are known only where
+the node is read with its managed fields (`/gpu node`), so `hand_set_age` records them there.
 
 `FirstSeen.stamp(inventory, now)` is called by the watch cache whenever it assesses a node
 again (a node or its pods changed): in memory it is a dict lookup; the database is
@@ -36,7 +37,8 @@ UPGRADE = "upgrade"
 MIG = "mig"
 CORDON = "cordon"
 TAINTS = "taints"
-ASPECTS = (UPGRADE, MIG, CORDON, TAINTS)
+HAND_SET = "hand-set"
+ASPECTS = (UPGRADE, MIG, CORDON, TAINTS, HAND_SET)
 # A node whose operands are paused for a MIG change but whose mig.config.state says
 # nothing (the wedge of gpu-operator#2833) is tracked in state PAUSED_FOR_MIG_CHANGE.
 
@@ -82,6 +84,8 @@ class FirstSeen:
         """The node is gone (noticed at `now`)."""
         for aspect in ASPECTS:
             self.since(aspect, node, None, now)
+        # Written by commands, not through this memory: forgotten in the database itself.
+        stored.forget(self._database(), aspect=HAND_SET, node=self._prefix + node)
 
     def stamp(self, inv: NodeInventory, now: dt.datetime) -> NodeInventory:
         """`inv` with its upgrade and MIG states aged from when gpuops first saw them,
@@ -140,3 +144,20 @@ def restriction_ages(database: Database, nodes: Iterable[tuple[NodeInventory, No
                 stored.put(database, aspect=aspect, node=prefix + inv.name, state=state, since=now)
                 found[(aspect, inv.name)] = now
     return found
+
+
+def hand_set_age(database: Database, node: NodeName, state: str | None, *, now: dt.datetime,
+                 cluster: str | None = None) -> dt.datetime | None:
+    """When gpuops first saw `node` with the labels and annotations a person's tool set
+    (`state`, `workflows.fleet.restrictions.marks_state`): recorded now on the first look,
+    kept while they stay the same, forgotten when there are none (None then)."""
+    key = (f"{cluster}/" if cluster else "") + node
+    seen = stored.get(database, aspect=HAND_SET, node=key)
+    if state is None:
+        if seen is not None:
+            stored.forget(database, aspect=HAND_SET, node=key)
+        return None
+    if seen is not None and seen[0] == state:
+        return seen[1]
+    stored.put(database, aspect=HAND_SET, node=key, state=state, since=now)
+    return now

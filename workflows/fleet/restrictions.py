@@ -1,14 +1,26 @@
-"""Restrictions a person put on a GPU node: a cordon gpuops did not make and taints no
-controller owns. Kubernetes keeps no age for either, so gpuops ages them from its own
-first-seen records (`workflows.fleet.first_seen`, aspects `cordon` and `taints`); a
-restriction older than `inventory.forgotten_after` with no run on the node and no note
+"""Restrictions a person put on a GPU node: a cordon gpuops did not make, taints no
+controller owns, and labels and annotations a person's tool set. Kubernetes keeps no age
+for any of them, so gpuops ages them from its own first-seen records
+(`workflows.fleet.first_seen`, aspects `cordon`, `taints` and `hand-set`); a restriction
+older than `inventory.forgotten_after` with no run on the node and no note
 (`workflows.fleet.notes`) is the `restriction-forgotten` finding
 (`workflows.fleet.findings.forgotten_restrictions`).
 
 Which taints are a person's: every taint but those Kubernetes, cloud controllers and
 autoscalers set (by key prefix, `CONTROLLER_TAINT_PREFIXES`), and but those every node
 of the pool carries (a pool-wide taint is the pool's design, e.g. a dedicated-GPU taint,
-not a node's restriction). Labels are left to the managed-fields audit of `/gpu node`.
+not a node's restriction).
+
+Which labels and annotations are a person's: those the node's `managedFields` give to a
+person's tool (kubectl, k9s, Lens; `workflows.fleet.node_detail.hand_set_fields`), but the
+pool label and those every node of the pool carries alike (`hand_set_marks`). Where that
+is computed: where the node is read, not in the watch cache. The cache decodes nodes
+without their `managedFields` (`workflows.kube.wire` skips them: at 5,000 nodes they would
+be most of a node's bytes, for a question asked of one node at a time), so cordons and
+taints are aged fleet-wide from the cache, and labels and annotations when `/gpu node`
+GETs the node (as it does for its "set by hand" section): their first-seen record starts at
+the first such look, and their part of the finding shows in `/gpu node`, not in `/gpu
+findings` or the handover.
 
 Also here: GPU pods a pool's `workloads` placement does not take that reach its nodes by
 tolerating the taints meant to keep them off (`tolerated_around`, the
@@ -77,6 +89,49 @@ class Restricted:
     # Nodes gpuops has no node object for (a fleet source without the watch cache):
     # their taints are not known.
     taints_known: bool = True
+    # Labels and annotations a person's tool set, as text (`hand_set_marks`); known only
+    # where the node was read with its managed fields (`/gpu node`).
+    marks: tuple[str, ...] = ()
+    marks_since: dt.datetime | None = None
+
+
+class HandMark(Protocol):
+    """A label, annotation or taint a person's tool owns on the node
+    (`workflows.fleet.node_detail.HandSet`)."""
+
+    @property
+    def what(self) -> str: ...  # "label" | "annotation" | "taint" (taints: the `taints` aspect's)
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def value(self) -> str: ...
+
+
+def hand_set_marks(found: Iterable[HandMark], *, pool_label: str,
+                   pool_nodes: Sequence[NodeObject]) -> tuple[str, ...]:
+    """The labels ("label key=value") and annotations ("annotation key": their values can
+    be long) a person's tool set on the node, sorted; but the pool label and those every
+    one of at least two `pool_nodes` carries with the same value (the pool's design)."""
+    def everywhere(mark: HandMark) -> bool:
+        if len(pool_nodes) < 2:
+            return False
+        held = [n.labels if mark.what == "label" else n.annotations for n in pool_nodes]
+        return all(h.get(mark.key) == mark.value for h in held)
+
+    texts = set()
+    for mark in found:
+        if mark.what not in ("label", "annotation") or mark.key == pool_label or everywhere(mark):
+            continue
+        texts.add(f"label {mark.key}={mark.value}" if mark.what == "label" else f"annotation {mark.key}")
+    return tuple(sorted(texts))
+
+
+def marks_state(marks: Sequence[str]) -> str | None:
+    """The marks as one first-seen state (None: none), so a mark added, removed or given
+    another value starts the count again, as for taints."""
+    return ",".join(marks) if marks else None
 
 
 def pool_wide_taints(nodes: Iterable[Sequence[str]]) -> frozenset[str]:

@@ -14,6 +14,7 @@ from typing import Any, Protocol, TypeVar
 
 from storage.step_params import StepParams, StepParamsError, decode
 from storage.steps import StepKind
+from workflows.engine.halt_messages import HaltCode
 from workflows.fleet.assessment import NodeInventory
 from workflows.kube.gateway import KubeGateway
 
@@ -74,6 +75,9 @@ class LeftOut:
 class Failed:
     reason: str
     detail: Mapping[str, Any] = field(default_factory=dict)
+    # Why the run halts, as a stable code (its runbook); a kind's step without one of its
+    # own halts as "step-failed".
+    code: HaltCode = "step-failed"
 
 
 Outcome = Done | Waiting | Failed | LeftOut

@@ -79,7 +79,7 @@ class Cordon:
         if node.unschedulable and mark is not None and mark.run != ctx.run_id:
             if ctx.run_unfinished(mark.run):
                 # Two runs must never change one node at once: fail closed.
-                return Failed(say.node_in_other_run(ctx.node, mark.run, mark.by))
+                return Failed(say.node_in_other_run(ctx.node, mark.run, mark.by), code="node-in-another-run")
             if mark.run != params_of(ctx, CordonParams).takes_over:
                 return Done(say.cordoned_by_other_run(mark.run, mark.by),
                             {"prior_unschedulable": True, "held_by_run": mark.run})

@@ -109,7 +109,7 @@ class Driver:
         old = ctx.intent.get("driver_pod")
         wanted = ctx.intent.get("version")
         if old is None:
-            return Failed(say.no_driver_pod(ctx.node))
+            return Failed(say.no_driver_pod(ctx.node), code="no-driver-pod")
         pods = _driver_pods(ctx)
         current = next((p for p in pods if p.uid == old["uid"]), None)
         if current is not None and not current.pod.deleting:
@@ -141,11 +141,12 @@ class Driver:
             return Waiting(say.waiting_for_new_driver_pod(), retry_in=5.0)
         state = pod_state(max(fresh, key=lambda p: p.pod.created_at).pod)
         if state.crash_looping or state.condition == "failing":
-            return Failed(say.new_driver_failing(state.name or "?", state.text))
+            return Failed(say.new_driver_failing(state.name or "?", state.text), code="new-driver-failing")
         if state.condition != "healthy":
             return Waiting(say.new_driver_not_ready(state.name or "?", state.text), retry_in=5.0)
         if wanted and state.version != wanted:
-            return Failed(say.new_driver_wrong_version(state.name or "?", state.version, wanted))
+            return Failed(say.new_driver_wrong_version(state.name or "?", state.version, wanted),
+                          code="driver-wrong-version")
         return Done(say.driver_restarted(state.name or "?", state.version))
 
 
@@ -204,7 +205,8 @@ class SetDriverVersion:
             return Done(say.driver_version_already(ref, version) if prior == version
                         else say.driver_version_set(ref, prior, version))
         if current != prior:
-            return Failed(say.driver_version_changed_meanwhile(ref, prior, current, version))
+            return Failed(say.driver_version_changed_meanwhile(ref, prior, current, version),
+                          code="driver-changed-meanwhile")
         if not ctx.dry_run:
             ctx.record(key=f"patch/{ref}", action="driver-version.set", target=ref,
                        detail={"from": prior, "to": version, "node": ctx.node})

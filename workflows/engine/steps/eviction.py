@@ -256,7 +256,7 @@ class Evict:
         if fresh:
             if rounds >= retries:
                 return Failed(say.pods_keep_returning(ctx.node, shown, retries),
-                              {"returned": [dict(t) for t in returned], "rounds": rounds})
+                              {"returned": [dict(t) for t in returned], "rounds": rounds}, code="pods-keep-returning")
             rounds += 1
             for target in fresh:
                 ctx.record(key=f"evict/{target['uid']}", action="pod.evict", target=target["pod"],
@@ -304,7 +304,7 @@ class Evict:
             if on_timeout == "skip":
                 return LeftOut(say.left_out_blocked(ctx.node, blocked, ctx.timeout), {**summary, "blocked": blocked})
             return Failed(say.eviction_blocked_timeout(ctx.node, blocked, ctx.timeout),
-                          {**summary, "blocked": blocked})
+                          {**summary, "blocked": blocked}, code="eviction-blocked")
         if throttled and not blocked:
             # Not a budget: no notice, no escalation; the step's own timeout still applies.
             return Waiting(say.eviction_throttled(throttled), retry_in=retry_after)
@@ -315,7 +315,7 @@ class Evict:
         terminating = [t["pod"] for t in remaining]
         if ctx.expired and any(ctx.recorded(f"delete/{t['uid']}") for t in remaining):
             if ctx.now >= (ctx.deadline or ctx.now) + dt.timedelta(seconds=120):
-                return Failed(say.pods_would_not_go(terminating))
+                return Failed(say.pods_would_not_go(terminating), code="pods-would-not-go")
             return Waiting(say.waiting_for_pods_to_go(terminating), retry_in=1.0, overdue_ok=True)
         return Waiting(say.waiting_for_pods_to_go(terminating), retry_in=1.0)
 

@@ -76,7 +76,7 @@ class RunGpuCheck:
             except Conflict:
                 pass  # created before a restart; read it next time
             except NotFound:
-                return Failed(say.gpu_check_no_namespace(namespace))
+                return Failed(say.gpu_check_no_namespace(namespace), code="gpu-check-no-namespace")
             if ctx.dry_run:
                 return Done(say.would_run_gpu_check(ctx.intent["pod"], shown))
             return Waiting(say.gpu_check_started(ctx.intent["pod"], shown), retry_in=2.0)
@@ -91,7 +91,8 @@ class RunGpuCheck:
         if not result.passed:
             return Failed(say.gpu_check_failed(ctx.node, ctx.intent["pod"], shown, exit_code=result.exit_code,
                                                reason=result.reason, message=result.message),
-                          {"exit_code": result.exit_code, "reason": result.reason, "message": result.message})
+                          {"exit_code": result.exit_code, "reason": result.reason, "message": result.message},
+                          code="gpu-check-failed")
         ctx.record(key="gpu-check.passed", action="gpu-check.passed", target=f"pod {ctx.intent['pod']}",
                    detail={"node": ctx.node, "exit_code": result.exit_code})
         ctx.act()

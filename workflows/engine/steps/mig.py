@@ -73,7 +73,7 @@ class Mig:
                 return Waiting(say.mig_not_advertised(config, _counted(advertised), _counted(expect)), retry_in=5.0)
             return Done(say.mig_applied(config))
         if state == "failed":
-            return Failed(say.mig_failed(ctx.node, config))
+            return Failed(say.mig_failed(ctx.node, config), code="mig-failed")
         paused = sorted(key.removeprefix(LABEL_DEPLOY_PREFIX) for key, value in node.labels.items()
                         if key.startswith(LABEL_DEPLOY_PREFIX) and value == PAUSED_FOR_MIG_CHANGE)
         return Waiting(say.mig_waiting(config, state, paused, _counted(advertised)), retry_in=5.0)

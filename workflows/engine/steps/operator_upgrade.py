@@ -140,7 +140,7 @@ class OperatorUpgrade:
     def advance(self, ctx: StepContext) -> Outcome:
         wanted, old = ctx.intent["version"], ctx.intent.get("driver_pod")
         if old is None:
-            return Failed(say.no_driver_pod(ctx.node))
+            return Failed(say.no_driver_pod(ctx.node), code="no-driver-pod")
         if ctx.dry_run:
             return Done(say.would_follow_operator(ctx.node, wanted))
         behind = driver_templates_not_at(ctx, pod_ref(old["pod"])[0], wanted)
@@ -170,9 +170,10 @@ class OperatorUpgrade:
                 return Waiting(say.operator_restarting_failed_pod(old["pod"]), retry_in=2.0)
             if pod is not None and newest is not None and newest.uid != old["uid"] and (
                     pod.crash_looping or pod.condition == "failing"):
-                return Failed(say.new_driver_failing(pod.name or "?", pod.text))
+                return Failed(say.new_driver_failing(pod.name or "?", pod.text), code="new-driver-failing")
         elif state == UPGRADE_FAILED:
-            return Failed(say.operator_upgrade_failed(ctx.node, pod.text if pod is not None else None))
+            return Failed(say.operator_upgrade_failed(ctx.node, pod.text if pod is not None else None),
+                          code="operator-upgrade-failed")
         if state is None:
             return Waiting(say.operator_not_following(ctx.node), retry_in=30.0)
         if state == UPGRADE_DONE and pod is not None and pod.version == wanted and pod.condition == "healthy":
