@@ -18,6 +18,7 @@ from storage import freezes as stored_freezes
 from storage import runs as stored_runs
 from storage.database import Database
 from workflows.config import ConfigError, GpuopsConfig
+from workflows.engine.cordons import Cordons, UncordonRefused
 from workflows.engine.lease import AlwaysHeld
 from workflows.engine.loop import Engine
 from workflows.engine.runs import RunRefused, RunService
@@ -206,6 +207,21 @@ def test_an_abort_names_every_node_it_leaves_cordoned(db, cluster):
     reason = stored_runs.get(db, id=run.run_id).halted_reason or ""  # type: ignore[union-attr]
     assert "Left cordoned by this run: gpu-01, gpu-02, gpu-03" in reason and "gpu-04" in reason, reason
     assert all(cluster.node(n).unschedulable for n in NODES[:4])
+
+
+def test_gpu_uncordon_is_refused_for_a_node_a_run_still_holds_and_allowed_once_the_run_is_over(db, cluster):
+    run = PlannedRun(db, cluster, [("gpu-01",)], steps=lambda n: node_steps(n, hold_s=3600))
+    run.drive(lambda: run.cordoned() == ["gpu-01"])
+    ada = run.cfg.actor("U0ADA")
+
+    with pytest.raises(UncordonRefused) as refused:
+        Cordons(db, cluster).uncordon(ada, "gpu-01", pool="train-a", now=run.now)
+    assert str(run.run_id) in str(refused.value) and "still unfinished" in str(refused.value)
+    assert cluster.node("gpu-01").unschedulable and ("uncordon", "gpu-01") not in cluster.did()
+
+    RunService(db).abort(ada, run.run_id, now=run.now)  # the run is over and leaves gpu-01 cordoned
+    Cordons(db, cluster).uncordon(ada, "gpu-01", pool="train-a", now=run.now)
+    assert not cluster.node("gpu-01").unschedulable
 
 
 def people_config() -> GpuopsConfig:
