@@ -57,19 +57,35 @@ def test_a_drained_node_whose_device_plugin_marks_a_gpu_unhealthy_is_not_given_b
     assert cluster.node("gpu-01").unschedulable and mark(cluster, "gpu-01")["run"] == drain.run_id  # type: ignore[index]
 
 
-def test_a_drained_node_whose_validator_is_not_ready_is_not_given_back(db, cluster, make):
+@pytest.mark.parametrize(("operand", "pod_of", "named"), [
+    ("nvidia-operator-validator", "validator_pod", "validator"),  # its CUDA check fails
+    ("nvidia-device-plugin-daemonset", "device_plugin_pod", "device plugin"),
+    ("nvidia-driver-daemonset", "driver_pod", "driver pod"),
+])
+def test_a_drained_node_whose_operand_is_not_ready_is_not_given_back(db, cluster, make, operand, pod_of, named):
     drain = Drain(db, cluster, "wait", words="gpu-01 for 10m rack move")
     drain.drive(lambda: drain.step("gpu-01", "cordon") == "done")
-    # The operator validator's CUDA check fails: its pod is no longer Ready.
-    (uid,) = [u for u, p in cluster.pods.items()
-              if p.pod.node_name == "gpu-01" and p.pod.name.startswith("nvidia-operator-validator")]
+    (uid,) = [u for u, p in cluster.pods.items() if p.pod.node_name == "gpu-01" and p.pod.name.startswith(operand)]
     cluster.terminate(uid)
-    cluster.add_pod(make.validator_pod("gpu-01", ready=False), uid="uid-validator-failing")
+    cluster.add_pod(getattr(make, pod_of)("gpu-01", ready=False), uid=f"uid-{operand}-failing")
 
     drain.drive(drain.finished)
 
     assert drain.run().state == "failed"
-    assert "validator" in (drain.run().halted_reason or "")
+    assert named in (drain.run().halted_reason or "")
+    assert drain.step("gpu-01", "validate") == "failed" and drain.step("gpu-01", "uncordon") == "skipped"
+    assert ("uncordon", "gpu-01") not in cluster.did()
+    assert cluster.node("gpu-01").unschedulable
+
+
+def test_a_drained_node_that_is_not_ready_is_not_given_back(db, cluster):
+    drain = Drain(db, cluster, "wait", words="gpu-01 for 10m rack move")
+    drain.drive(lambda: drain.step("gpu-01", "cordon") == "done")
+    cluster.nodes["gpu-01"] = dataclasses.replace(cluster.node("gpu-01"), ready=False)
+
+    drain.drive(drain.finished)
+
+    assert drain.run().state == "failed"
     assert drain.step("gpu-01", "validate") == "failed" and drain.step("gpu-01", "uncordon") == "skipped"
     assert ("uncordon", "gpu-01") not in cluster.did()
     assert cluster.node("gpu-01").unschedulable
