@@ -18,6 +18,7 @@ from storage import freezes as stored_freezes
 from storage import runs as stored_runs
 from storage.database import Database
 from workflows.config import ConfigError, GpuopsConfig
+from workflows.engine.cordons import Cordons, UncordonRefused
 from workflows.engine.lease import AlwaysHeld
 from workflows.engine.loop import Engine
 from workflows.engine.runs import RunRefused, RunService
@@ -56,19 +57,35 @@ def test_a_drained_node_whose_device_plugin_marks_a_gpu_unhealthy_is_not_given_b
     assert cluster.node("gpu-01").unschedulable and mark(cluster, "gpu-01")["run"] == drain.run_id  # type: ignore[index]
 
 
-def test_a_drained_node_whose_validator_is_not_ready_is_not_given_back(db, cluster, make):
+@pytest.mark.parametrize(("operand", "pod_of", "named"), [
+    ("nvidia-operator-validator", "validator_pod", "validator"),  # its CUDA check fails
+    ("nvidia-device-plugin-daemonset", "device_plugin_pod", "device plugin"),
+    ("nvidia-driver-daemonset", "driver_pod", "driver pod"),
+])
+def test_a_drained_node_whose_operand_is_not_ready_is_not_given_back(db, cluster, make, operand, pod_of, named):
     drain = Drain(db, cluster, "wait", words="gpu-01 for 10m rack move")
     drain.drive(lambda: drain.step("gpu-01", "cordon") == "done")
-    # The operator validator's CUDA check fails: its pod is no longer Ready.
-    (uid,) = [u for u, p in cluster.pods.items()
-              if p.pod.node_name == "gpu-01" and p.pod.name.startswith("nvidia-operator-validator")]
+    (uid,) = [u for u, p in cluster.pods.items() if p.pod.node_name == "gpu-01" and p.pod.name.startswith(operand)]
     cluster.terminate(uid)
-    cluster.add_pod(make.validator_pod("gpu-01", ready=False), uid="uid-validator-failing")
+    cluster.add_pod(getattr(make, pod_of)("gpu-01", ready=False), uid=f"uid-{operand}-failing")
 
     drain.drive(drain.finished)
 
     assert drain.run().state == "failed"
-    assert "validator" in (drain.run().halted_reason or "")
+    assert named in (drain.run().halted_reason or "")
+    assert drain.step("gpu-01", "validate") == "failed" and drain.step("gpu-01", "uncordon") == "skipped"
+    assert ("uncordon", "gpu-01") not in cluster.did()
+    assert cluster.node("gpu-01").unschedulable
+
+
+def test_a_drained_node_that_is_not_ready_is_not_given_back(db, cluster):
+    drain = Drain(db, cluster, "wait", words="gpu-01 for 10m rack move")
+    drain.drive(lambda: drain.step("gpu-01", "cordon") == "done")
+    cluster.nodes["gpu-01"] = dataclasses.replace(cluster.node("gpu-01"), ready=False)
+
+    drain.drive(drain.finished)
+
+    assert drain.run().state == "failed"
     assert drain.step("gpu-01", "validate") == "failed" and drain.step("gpu-01", "uncordon") == "skipped"
     assert ("uncordon", "gpu-01") not in cluster.did()
     assert cluster.node("gpu-01").unschedulable
@@ -206,6 +223,21 @@ def test_an_abort_names_every_node_it_leaves_cordoned(db, cluster):
     reason = stored_runs.get(db, id=run.run_id).halted_reason or ""  # type: ignore[union-attr]
     assert "Left cordoned by this run: gpu-01, gpu-02, gpu-03" in reason and "gpu-04" in reason, reason
     assert all(cluster.node(n).unschedulable for n in NODES[:4])
+
+
+def test_gpu_uncordon_is_refused_for_a_node_a_run_still_holds_and_allowed_once_the_run_is_over(db, cluster):
+    run = PlannedRun(db, cluster, [("gpu-01",)], steps=lambda n: node_steps(n, hold_s=3600))
+    run.drive(lambda: run.cordoned() == ["gpu-01"])
+    ada = run.cfg.actor("U0ADA")
+
+    with pytest.raises(UncordonRefused) as refused:
+        Cordons(db, cluster).uncordon(ada, "gpu-01", pool="train-a", now=run.now)
+    assert str(run.run_id) in str(refused.value) and "still unfinished" in str(refused.value)
+    assert cluster.node("gpu-01").unschedulable and ("uncordon", "gpu-01") not in cluster.did()
+
+    RunService(db).abort(ada, run.run_id, now=run.now)  # the run is over and leaves gpu-01 cordoned
+    Cordons(db, cluster).uncordon(ada, "gpu-01", pool="train-a", now=run.now)
+    assert not cluster.node("gpu-01").unschedulable
 
 
 def people_config() -> GpuopsConfig:
