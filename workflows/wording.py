@@ -12,28 +12,40 @@ from typing import Literal
 _LIST_AT_MOST = 6
 _UTC = dt.timezone.utc
 
-# How a time is written, by where it is read:
-#   minute  "2025-06-08 12:00 UTC"     request threads and cards
-#   second  "2025-06-08 12:00:03 UTC"  run threads (steps follow each other within minutes)
-#   table   "2025-06-08 12:00"         table cells under a column that says the zone
-#   day     "Sun 08 Jun 14:00 CEST"    the handover, in the rotation's zone
+# How a time is written, by where it is read; every style writes the zone it is in, so a
+# time read anywhere says which clock it is (callers pass the display zone,
+# `GpuopsConfig.display_zone`, or a pool's or rotation's own):
+#   minute  "2025-06-08 14:00 CEST"     request threads, cards and views
+#   second  "2025-06-08 14:00:03 CEST"  run threads (steps follow each other within minutes)
+#   table   "2025-06-08 14:00 CEST"     table cells
+#   day     "Sun 08 Jun 14:00 CEST"     the handover, in the rotation's zone
 #   local   "Sun 2025-06-08 14:00 CEST" drain plans, in the pool's zone
 TimeStyle = Literal["minute", "second", "table", "day", "local"]
 _TIME_FORMATS: dict[TimeStyle, str] = {
-    "minute": "%Y-%m-%d %H:%M UTC",
-    "second": "%Y-%m-%d %H:%M:%S UTC",
-    "table": "%Y-%m-%d %H:%M",
+    "minute": "%Y-%m-%d %H:%M %Z",
+    "second": "%Y-%m-%d %H:%M:%S %Z",
+    "table": "%Y-%m-%d %H:%M %Z",
     "day": "%a %d %b %H:%M %Z",
     "local": "%a %Y-%m-%d %H:%M %Z",
 }
 
 
 def when(at: dt.datetime, zone: dt.tzinfo = _UTC, *, style: TimeStyle = "minute") -> str:
-    """A time as people read it; `style` says where (see `_TIME_FORMATS`). The UTC
-    styles write UTC whatever `zone` is."""
-    if style in ("minute", "second", "table"):
-        zone = _UTC
+    """A time as people read it, in `zone` (UTC unless given) and saying which zone;
+    `style` says where it is read (see `_TIME_FORMATS`)."""
     return at.astimezone(zone).strftime(_TIME_FORMATS[style])
+
+
+def time_span(start: dt.datetime, end: dt.datetime | None, zone: dt.tzinfo = _UTC, *,
+              open_end: str = "open") -> str:
+    """"2026-12-05 20:42 - 20:48 CET", "2026-12-05 20:42 CET - 2026-12-06 02:00 CET" across
+    days, or "2026-12-05 20:42 CET - `open_end`" without an end: one way to write a window."""
+    if end is None:
+        return f"{when(start, zone)} - {open_end}"
+    first, last = start.astimezone(zone), end.astimezone(zone)
+    if first.date() == last.date() and first.tzname() == last.tzname():
+        return f"{first.strftime('%Y-%m-%d %H:%M')} - {last.strftime('%H:%M %Z')}"
+    return f"{when(start, zone)} - {when(end, zone)}"
 
 
 def names(items: Iterable[str], *, at_most: int = _LIST_AT_MOST) -> str:

@@ -86,6 +86,7 @@ class _Ctx:
     intent: dict[str, Any] = field(default_factory=dict)
     dry_run: bool = False
     now: dt.datetime = NOW
+    zone: dt.tzinfo = dt.timezone.utc
     node: str = "gpu-h100-01"
     window_end: dt.datetime | None = None
     request_id: str = "req-7f3a2c"
