@@ -263,7 +263,10 @@ def _drains_section(call: Call) -> Section | None:
         cells = ((when(last.at, zone, style="table"),
                   drained_by(request_id=last.request_id, kind=last.kind, outcome=last.outcome),
                   plural(last.nodes, "node")) if last else ("-", "-", "-"))
-        rows.append((pool, *cells, active or "-"))
+        if last or active:
+            rows.append((pool, *cells, active or "-"))
+    if not rows:
+        return None
     return Section(title=msg.last_drains_title(),
                    table=Table(columns=msg.DRAIN_HISTORY_COLUMNS, rows=tuple(rows)))
 

@@ -197,7 +197,8 @@ def request_waits(services: Services, view: RequestView, *, now: dt.datetime,
     current = next((r for r in reversed(runs) if not r.run.finished), None)
     freeze = _freeze_holding(services, view.pool, now=now, started=current is not None and _started(current))
     return why_waiting(view, runs, now=now, freeze=freeze,
-                       approvers=_approver_names(services, view) if view.state == "pending" else ())
+                       approvers=_approver_names(services, view) if view.state == "pending" else (),
+                       zone=services.config.display_zone)
 
 
 def open_waits(services: Services, *, now: dt.datetime) -> list[tuple[RequestView, str]]:

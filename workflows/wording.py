@@ -36,18 +36,6 @@ def when(at: dt.datetime, zone: dt.tzinfo = _UTC, *, style: TimeStyle = "minute"
     return at.astimezone(zone).strftime(_TIME_FORMATS[style])
 
 
-def time_span(start: dt.datetime, end: dt.datetime | None, zone: dt.tzinfo = _UTC, *,
-              open_end: str = "open") -> str:
-    """"2026-12-05 20:42 - 20:48 CET", "2026-12-05 20:42 CET - 2026-12-06 02:00 CET" across
-    days, or "2026-12-05 20:42 CET - `open_end`" without an end: one way to write a window."""
-    if end is None:
-        return f"{when(start, zone)} - {open_end}"
-    first, last = start.astimezone(zone), end.astimezone(zone)
-    if first.date() == last.date() and first.tzname() == last.tzname():
-        return f"{first.strftime('%Y-%m-%d %H:%M')} - {last.strftime('%H:%M %Z')}"
-    return f"{when(start, zone)} - {when(end, zone)}"
-
-
 def names(items: Iterable[str], *, at_most: int = _LIST_AT_MOST) -> str:
     """"a", "a and b", "a, b and c", "a, b, c, … and 4 more"."""
     listed = list(items)
