@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from workflows.access import Actor, Role, effective_roles, unread_note
 from workflows.drain.messages import LAST_DRAINED
+from workflows.requests.messages import OPEN_DRAIN_END
 from workflows.fleet.pool import PoolInventory
 
 HELP_COLUMNS = ("command", "what it does", "role")
@@ -397,7 +398,7 @@ def drain_window(start: str, end: str | None) -> str:
 def open_window_end(kind: str) -> str:
     """What ends a window that has no end time: a drain holds until someone says so; the
     other kinds' pools allow changes at any time."""
-    return "until `/gpu drain done`" if kind == "drain" else "with no end (the pool's windows: always)"
+    return OPEN_DRAIN_END if kind == "drain" else "with no end (the pool's windows: always)"
 
 
 def request_window(kind: str, start: str | None, end: str | None) -> str:
