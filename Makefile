@@ -14,7 +14,10 @@ DEMO_USER ?= U0ALICE
 # a socket, a clock or a control plane rather than compute, so four suit two cores; 0 runs
 # in one process).
 TEST_WORKERS ?= 4
-DEMO_ARGS := --config deploy/config.example.yaml --kubeconfig .gpuops/testenv/kubeconfig --database .gpuops/demo.db
+# The bot acts as its own ServiceAccount with its least-privilege RBAC (deploy/rbac.yaml,
+# granted by the testenv; the "bot" context), never as the cluster's admin.
+DEMO_ARGS := --config deploy/config.example.yaml --kubeconfig .gpuops/testenv/kubeconfig --context bot \
+	--database .gpuops/demo.db
 
 .PHONY: docs check fuzz reliability venv demo test bench bench-scaling mutation testenv-build testenv-up testenv-down clean
 

@@ -87,7 +87,7 @@ def current_card(request_id: str, services: Services, *, actor: Actor, now: dt.d
             return reply
     except Exception:  # noqa: BLE001 - the decision is made; showing it must not fail
         log.exception("/gpu request %s failed; showing the plain card", request_id)
-    return request_card(services.requests.get(request_id), now=now)  # type: ignore[union-attr]  # cards are drawn only where requests are served
+    return request_card(services.requests.get(request_id), now=now, zone=services.config.display_zone)  # type: ignore[union-attr]  # cards are drawn only where requests are served
 
 
 def _abort(click: Click, run_id: str, services: Services) -> ClickOutcome:

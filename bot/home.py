@@ -40,15 +40,15 @@ WAITS_SHOWN = 6
 WAIT_CHARS = 400
 
 
-def _waiting_blocks(waiting: list[RequestView], *, now: dt.datetime) -> list[Block]:
+def _waiting_blocks(waiting: list[RequestView], *, now: dt.datetime, zone: dt.tzinfo) -> list[Block]:
     blocks: list[Block] = [SectionBlock(text=f"*{escape(msg.waiting_title(len(waiting)))}*")]
     for index, view in enumerate(waiting[:WAITING_SHOWN]):
         approvals = msg.approvals_tally(view.approvals_counted, view.approvals_required,
                                        [a.approver_name for a in view.approvals if a.counts])
         line = msg.waiting_line(escape(view.id), view.kind, escape(view.pool), mrkdwn_value(view.requester_name),
-                                escape(view.reason[:500]), escape(approvals), when(view.expires_at))
+                                escape(view.reason[:500]), escape(approvals), when(view.expires_at, zone))
         blocks.append(SectionBlock(text=line))
-        card = request_card(view, now=now)
+        card = request_card(view, now=now, zone=zone)
         buttons = [i for i in card.intents if i.action in ("approve", "deny")]
         blocks.extend(actions_blocks(buttons, first_index=2 * index, block_id=f"waiting-{index}"))
     if len(waiting) > WAITING_SHOWN:
@@ -71,17 +71,18 @@ def _waits_blocks(waits: list[tuple[RequestView, str]]) -> list[Block]:
 
 def home_view(fleet_reply: Reply, waiting: list[RequestView], *, now: dt.datetime,
               notice: Reply | None = None, buttons: Sequence[Intent] = (),
-              waits: list[tuple[RequestView, str]] | None = None) -> dict[str, Any]:
+              waits: list[tuple[RequestView, str]] | None = None,
+              zone: dt.tzinfo = dt.timezone.utc) -> dict[str, Any]:
     """The Home tab for one user; `notice` (the outcome of their last click) on top;
     `buttons`: the request forms they may open (bot.request_forms.home_buttons); `waits`:
-    the open requests that wait, with why."""
+    the open requests that wait, with why; times in `zone` (the display zone)."""
     top: list[Block] = [HeaderBlock(text=PlainTextObject(text=msg.home_title(), emoji=True))]
     if notice is not None and (notice.summary or notice.title):
         top.append(context_block(escape(f"{header_text(notice)}: {notice.summary or ''}")))
     if buttons:
         top.extend(actions_blocks(list(buttons), block_id="request-drain"))
-    pending = _waiting_blocks(waiting, now=now) + [DividerBlock()] + _waits_blocks(waits or [])
-    footer = [context_block(escape(msg.home_updated_at(when(now))))]
+    pending = _waiting_blocks(waiting, now=now, zone=zone) + [DividerBlock()] + _waits_blocks(waits or [])
+    footer = [context_block(escape(msg.home_updated_at(when(now, zone))))]
     status_title = SectionBlock(text=Mrkdwn(f"*{escape(fleet_reply.title)}*"))
     room = VIEW_BLOCKS - len(top) - len(pending) - len(footer) - 1
     status, _ = reply_blocks(fleet_reply, max_blocks=room, with_header=False)

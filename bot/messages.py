@@ -420,10 +420,6 @@ def request_card_title(kind: str, request_id: str, pool: str) -> str:
     return f"{_kind_title(kind)} request {request_id} · pool {pool}"
 
 
-def as_soon_as_approved() -> str:
-    return "as soon as approved"
-
-
 def plan_line(short_hash: str, nodes: int, waves: int) -> str:
     return f"{short_hash}… · {nodes} node{'s' if nodes != 1 else ''} in {waves} wave{'s' if waves != 1 else ''}"
 

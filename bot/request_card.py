@@ -14,14 +14,13 @@ from bot.intents import encode_value
 from commands.reply import Fact, Intent, Reply, Section
 from workflows.requests import messages as say
 from workflows.requests.views import RequestView
-from workflows.wording import when
+from commands.messages import request_window as window_words
+from workflows.wording import local_time, when
 
 
-def _window(view: RequestView) -> str:
-    if view.window_start is None:
-        return msg.as_soon_as_approved()
-    end = f" – {when(view.window_end)}" if view.window_end else ""
-    return when(view.window_start) + end
+def _window(view: RequestView, zone: dt.tzinfo) -> str:
+    # As the request view writes it (`/gpu request`): one way to write a window.
+    return window_words(view.kind, *(local_time(t, zone) if t else None for t in (view.window_start, view.window_end)))
 
 
 def _targets(view: RequestView) -> str:
@@ -30,7 +29,8 @@ def _targets(view: RequestView) -> str:
     return text if len(text) <= 300 else text[:299] + "…"
 
 
-def request_card(view: RequestView, *, now: dt.datetime) -> Reply:
+def request_card(view: RequestView, *, now: dt.datetime, zone: dt.tzinfo = dt.timezone.utc) -> Reply:
+    """The card, its times in `zone` (the display zone, `GpuopsConfig.display_zone`)."""
     state = "expired" if view.is_expired(now) else view.state
     denial = view.denial
     facts = (
@@ -39,11 +39,11 @@ def request_card(view: RequestView, *, now: dt.datetime) -> Reply:
         Fact("Requested by", view.requester_name),
         *((Fact("Cluster", view.cluster),) if view.cluster else ()),
         Fact("Targets", _targets(view)),
-        Fact("Window", _window(view)),
+        Fact("Window", _window(view, zone)),
         Fact("Plan", msg.plan_line(view.short_hash, len(view.plan.nodes), len(view.plan.waves))),
         Fact("Approvals", msg.approvals_tally(view.approvals_counted, view.approvals_required,
                                              [a.approver_name for a in view.approvals if a.counts])),
-        Fact("Expires", when(view.expires_at)),
+        Fact("Expires", when(view.expires_at, zone)),
     )
     intents: tuple[Intent, ...] = ()
     if state == "pending":

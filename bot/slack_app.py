@@ -347,7 +347,8 @@ class SlackBot:
         waiting = services.requests.waiting_for(actor, now=now) if services.requests is not None else []
         return self.api.publish_home(user, home_view(fleet_reply, waiting, now=now, notice=notice,
                                                      waits=open_waits(services, now=now),
-                                                     buttons=home_buttons(actor)))
+                                                     buttons=home_buttons(actor),
+                                                     zone=services.config.display_zone))
 
     def answer(self, reply: Reply, *, user: str, channel: str | None, response_url: str | None,
                ephemeral_in_channel: bool = False) -> None:

@@ -442,7 +442,8 @@ def cluster_engine_workers(runtime: Runtime, *, lease: LeaderLease, identity: st
             db = runtime.database.get()
             try:
                 slice_ = clusters.config.for_cluster(name)
-                settings = EngineSettings(max_parallel_nodes=slice_.engine.max_parallel_nodes)
+                settings = EngineSettings(max_parallel_nodes=slice_.engine.max_parallel_nodes,
+                                          display_zone=slice_.display_zone)
                 run_engine(settings, source.gateway, cache, db, identity, stop,
                            lease=lease, on_commit=lambda _commits: runtime.notify(), pools=slice_.pools,
                            cluster=name, home=False)
@@ -472,7 +473,8 @@ def engine_worker(runtime: Runtime, *, lease: LeaderLease, identity: str) -> Wor
     def body(stop: threading.Event) -> None:
         db = runtime.database.get()
         try:
-            settings = EngineSettings(max_parallel_nodes=runtime.config.engine.max_parallel_nodes)
+            settings = EngineSettings(max_parallel_nodes=runtime.config.engine.max_parallel_nodes,
+                                      display_zone=runtime.config.display_zone)
             run_engine(settings, gateway, runtime.fleet, db, identity, stop,  # type: ignore[arg-type]  # hasattr above: a watch cache
                        lease=lease, on_commit=lambda _commits: runtime.notify(), pools=runtime.config.pools,
                        cluster=runtime.config.cluster_name)

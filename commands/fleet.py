@@ -14,7 +14,8 @@ from commands.kinds import BUTTONS
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
 from commands.reply import Fact, Intent, Notice, Reply, Section, Table, error_reply
 from workflows.access import Role, public_name
-from workflows.drain.history import drain_history
+from workflows.drain.history import drain_history, last_drains
+from workflows.drain.messages import drained_by
 from workflows.engine.cordons import UncordonRefused
 from workflows.engine.runs import RunView
 from workflows.fleet.assessment import NodeInventory
@@ -240,22 +241,32 @@ def _freezes_section(call: Call, *, pool: str | None = None) -> Section | None:
 
 
 def _drains_section(call: Call) -> Section | None:
-    """The last drain per pool and the drain windows active or waiting; None (no
+    """When nodes of each pool were last drained (by any run: a drain, an upgrade, a MIG
+    change; as the handover says it) and the drain windows active or waiting; None (no
     section at all) before the first drain, or where there is no database."""
     if call.services.database is None:
         return None
-    history = drain_history(call.services.database, cluster=call.services.config.cluster_name)
-    if not history:
+    cluster = call.services.config.cluster_name
+    history = drain_history(call.services.database, cluster=cluster)
+    drained = {d.pool: d for d in last_drains(call.services.database, cluster=cluster)}
+    if not history and not drained:
         return None
+    zone = call.services.config.display_zone
     rows = []
-    for pools in history.values():
-        last = pools.last
+    for pool in sorted(set(history) | set(drained)):
+        last = drained.get(pool)
         active = "; ".join(
-            f"{d.request_id} {d.state} {when(d.window_start, style='table') if d.window_start else 'now'}"
-            f" - {when(d.window_end, style='table') if d.window_end else 'drain done'}" for d in pools.active)
-        rows.append((pools.pool, f"{last.request_id} ({last.state})" if last else "-",
-                     when(last.updated_at, style="table") if last else "-",
-                     ", ".join(last.nodes) if last else "-", active or "-"))
+            msg.drain_active(d.request_id, d.state,
+                             msg.request_window("drain", when(d.window_start, zone, style="table") if d.window_start else None,
+                                            when(d.window_end, zone, style="table") if d.window_end else None))
+            for d in (history[pool].active if pool in history else ()))
+        cells = ((when(last.at, zone, style="table"),
+                  drained_by(request_id=last.request_id, kind=last.kind, outcome=last.outcome),
+                  plural(last.nodes, "node")) if last else ("-", "-", "-"))
+        if last or active:
+            rows.append((pool, *cells, active or "-"))
+    if not rows:
+        return None
     return Section(title=msg.last_drains_title(),
                    table=Table(columns=msg.DRAIN_HISTORY_COLUMNS, rows=tuple(rows)))
 
@@ -392,7 +403,7 @@ def _depth_sections(call: Call, fleet: Fleet, inv: NodeInventory, detail: NodeDe
         hand = Section(title=msg.hand_set_title(), text=msg.nothing_hand_set())
     else:
         hand = Section(title=msg.hand_set_title(), table=Table(columns=msg.HAND_SET_COLUMNS, rows=tuple(
-            (h.what, h.key, h.value, h.manager, h.at.strftime("%Y-%m-%d %H:%M") if h.at else "?")
+            (h.what, h.key, h.value, h.manager, when(h.at, call.services.config.display_zone, style="table") if h.at else "?")
             for h in detail.hand_set)))
     return (operands, *others, pods, hand)
 

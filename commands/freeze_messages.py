@@ -5,7 +5,7 @@ from __future__ import annotations
 FREEZE_FLAG = "--let-running-finish"
 FREEZE_USAGE = f"freeze <pool|cluster> until <time> [{FREEZE_FLAG}] [reason]"
 UNFREEZE_USAGE = "unfreeze <pool|cluster> [reason]"
-FREEZE_COLUMNS = ("frozen", "until (UTC)", "by", "runs in flight", "reason")
+FREEZE_COLUMNS = ("frozen", "until", "by", "runs in flight", "reason")
 
 
 def freeze_needs_target() -> str:

@@ -138,7 +138,7 @@ def freezes(call: Call, args: list[str]) -> Reply:
     rows = []
     for frozen in found:
         runs, _ = _covered(call, frozen)
-        rows.append((frozen.target, when(frozen.until, style="table"), frozen.set_by_name,
+        rows.append((frozen.target, when(frozen.until, call.services.config.display_zone, style="table"), frozen.set_by_name,
                      freeze_msg.freeze_runs_cell(runs, let_running_finish=frozen.let_running_finish), frozen.reason or "-"))
     return Reply(title=freeze_msg.freezes_title(len(found)),
                  sections=(Section(table=Table(columns=freeze_msg.FREEZE_COLUMNS, rows=tuple(rows))),))

@@ -22,7 +22,8 @@ from commands.reply import Intent, Notice, Reply, Section, Table
 from workflows.access import Role
 from workflows.config import GpuopsConfig
 from workflows.handover import messages as say
-from workflows.handover.checklist import Checklist, ChecklistItem, ChecklistTemplate, TemplateProblem
+from workflows.handover.checklist import Checklist, ChecklistItem
+from workflows.handover.layout import ChecklistTemplate, TemplateProblem
 from workflows.handover.rotations import RotationConfig
 from workflows.handover.service import HandoverService, HandoverView, UnknownRotation
 from workflows.wording import when

@@ -7,6 +7,8 @@ import textwrap
 from collections.abc import Sequence
 
 from workflows.access import Actor, Role, effective_roles, unread_note
+from workflows.drain.messages import LAST_DRAINED
+from workflows.requests.messages import OPEN_DRAIN_END
 from workflows.fleet.pool import PoolInventory
 
 HELP_COLUMNS = ("command", "what it does", "role")
@@ -165,7 +167,7 @@ def node_title(name: str) -> str:
 
 OPERAND_COLUMNS = ("operand", "pod", "state", "restarts", "version")
 GPU_POD_COLUMNS = ("pod", "owner", "GPUs", "disruption budget")
-HAND_SET_COLUMNS = ("what", "key", "value", "set by", "that tool's last write (UTC)")
+HAND_SET_COLUMNS = ("what", "key", "value", "set by", "that tool's last write")
 
 
 def operands_title() -> str:
@@ -248,7 +250,7 @@ FINDING_COLUMNS = ("severity", "subject", "finding")
 
 # --- requests, runs and the audit log (commands/requests.py) ---------------------------------
 
-REQUEST_COLUMNS = ("request", "kind", "pool", "state", "requester", "approvals", "plan", "expires (UTC)")
+REQUEST_COLUMNS = ("request", "kind", "pool", "state", "requester", "approvals", "plan", "expires")
 STEP_COLUMNS = ("wave", "node", "step", "state", "note")
 # An audit row's "what" cell, at most this long: the whole entry stays in the log.
 AUDIT_WHAT_MAX = 200
@@ -266,7 +268,7 @@ def run_not_started(nodes: Sequence[str], *, first_wave: int, last_wave: int) ->
     return f"Not started ({len(nodes)} node{'s' if len(nodes) != 1 else ''}, {waves}): {shown}"
 
 
-AUDIT_COLUMNS = ("seq", "at (UTC)", "who", "action", "target", "what")
+AUDIT_COLUMNS = ("seq", "at", "who", "action", "target", "what")
 WAVE_COLUMNS = ("wave", "nodes", "steps per node")
 
 
@@ -396,7 +398,7 @@ def drain_window(start: str, end: str | None) -> str:
 def open_window_end(kind: str) -> str:
     """What ends a window that has no end time: a drain holds until someone says so; the
     other kinds' pools allow changes at any time."""
-    return "until `/gpu drain done`" if kind == "drain" else "with no end (the pool's windows: always)"
+    return OPEN_DRAIN_END if kind == "drain" else "with no end (the pool's windows: always)"
 
 
 def request_window(kind: str, start: str | None, end: str | None) -> str:
@@ -472,7 +474,12 @@ def last_drains_title() -> str:
     return "Drains"
 
 
-DRAIN_HISTORY_COLUMNS = ("pool", "last drain", "ended (UTC)", "nodes", "active window (UTC)")
+# When nodes of each pool were last drained, in the words the handover uses.
+DRAIN_HISTORY_COLUMNS = ("pool", LAST_DRAINED, "by", "nodes", "active drain windows")
+
+
+def drain_active(request_id: str, state: str, window: str) -> str:
+    return f"{request_id} {state} {window}"
 
 
 # The words of /gpu drain, as the registry, the help, the form and every usage error show them.

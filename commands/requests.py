@@ -58,10 +58,10 @@ def _refused(err: Exception) -> Reply:
     return error_reply(msg.refused_title(), str(err))
 
 
-def _row(view: RequestView) -> tuple[str, ...]:
+def _row(view: RequestView, zone: dt.tzinfo) -> tuple[str, ...]:
     return (view.id, view.kind, view.pool, view.state, view.requester_name,
             f"{view.approvals_counted}/{view.approvals_required}", view.short_hash,
-            when(view.expires_at, style="table") if view.state == "pending" else "-")
+            when(view.expires_at, zone, style="table") if view.state == "pending" else "-")
 
 
 def approval_intents(view: RequestView, viewer: Actor) -> tuple[Intent, ...]:
@@ -197,7 +197,8 @@ def request_waits(services: Services, view: RequestView, *, now: dt.datetime,
     current = next((r for r in reversed(runs) if not r.run.finished), None)
     freeze = _freeze_holding(services, view.pool, now=now, started=current is not None and _started(current))
     return why_waiting(view, runs, now=now, freeze=freeze,
-                       approvers=_approver_names(services, view) if view.state == "pending" else ())
+                       approvers=_approver_names(services, view) if view.state == "pending" else (),
+                       zone=services.config.display_zone)
 
 
 def open_waits(services: Services, *, now: dt.datetime) -> list[tuple[RequestView, str]]:
@@ -290,7 +291,7 @@ def list_requests(call: Call, args: list[str]) -> Reply:
     waiting = {v.id for v in service.waiting_for(call.actor, now=call.now)}
     return Reply(title=msg.requests_title(pool),
                  summary=msg.open_requests_summary(len(views), len(waiting & {v.id for v in views})),
-                 sections=(Section(table=Table(columns=msg.REQUEST_COLUMNS, rows=tuple(_row(v) for v in views))),))
+                 sections=(Section(table=Table(columns=msg.REQUEST_COLUMNS, rows=tuple(_row(v, call.services.config.display_zone) for v in views))),))
 
 
 @REGISTRY.command("request", usage="request <id>", role=Role.VIEWER, changes=False,
@@ -454,14 +455,14 @@ def abort(call: Call, args: list[str]) -> Reply:
     return _control(call, args, "aborted")
 
 
-def _audit_row(entry: AuditEntry, names: dict[str, str]) -> tuple[str, ...]:
+def _audit_row(entry: AuditEntry, names: dict[str, str], zone: dt.tzinfo) -> tuple[str, ...]:
     detail: Any = entry.detail if isinstance(entry.detail, dict) else {}
     what = detail.get("text") or detail.get("note") or detail.get("reason") or ""
     if not what and (entry.before is not None or entry.after is not None):
         what = f"{entry.before} → {entry.after}"
     who = names.get(entry.actor, entry.actor) + (f" as {entry.k8s_identity}" if entry.k8s_identity else "")
     step = detail.get("kind") if entry.action.startswith("step.") else None
-    return (str(entry.seq), when(entry.at, style="table"), who, entry.action, entry.target,
+    return (str(entry.seq), when(entry.at, zone, style="table"), who, entry.action, entry.target,
             msg.audit_what(str(what), step=str(step) if step else None))
 
 
@@ -494,4 +495,4 @@ def audit_log(call: Call, args: list[str]) -> Reply:
     names = call.services.config.access.names
     return Reply(title=msg.audit_title(scope), summary=msg.audit_summary(len(entries), newest_first),
                  sections=(Section(table=Table(columns=msg.AUDIT_COLUMNS,
-                                               rows=tuple(_audit_row(e, names) for e in entries))),))
+                                               rows=tuple(_audit_row(e, names, call.services.config.display_zone) for e in entries))),))

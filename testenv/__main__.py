@@ -61,6 +61,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     """Run in the foreground until SIGTERM/SIGINT: what `up` starts in the background."""
+    from testenv.bot_identity import grant_bot_rbac
     from testenv.environment import Environment
 
     folder: Path = args.folder.resolve()
@@ -72,9 +73,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         env.start()
         env.apply_fleet(spec)
-        # Where gpuops itself would run (its engine Lease lives there).
+        # Where gpuops itself would run (its engine Lease lives there), with its own
+        # least-privilege identity: the kubeconfig's "bot" context, which the demo acts as.
         env.installer().create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gpuops"}},
                                exist_ok=True)
+        grant_bot_rbac(env.installer())
         link = folder / "kubeconfig"
         link.unlink(missing_ok=True)
         link.write_text(env.kubeconfig.read_text())
@@ -174,6 +177,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     code = cmd_up(args)
     if code:
         return code
+    from testenv.bot_identity import BOT_CONTEXT
     from testenv.summary import print_summary
 
     state = _read_state(args.folder)
@@ -181,6 +185,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     kubeconfig = Path(state["kubeconfig"]).resolve()
     print_summary(kubeconfig, fleet=state["fleet"])
     print(f"\nkubeconfig: {kubeconfig}\n  kubectl --kubeconfig {kubeconfig} get nodes")
+    print(f"gpuops acts as its own ServiceAccount (context {BOT_CONTEXT!r}, the RBAC of deploy/rbac.yaml), "
+          "not as admin: what it may not do, the cluster refuses it here as it would in yours.")
     print("Stop the control plane with: make testenv-down")
     return 0
 

@@ -12,27 +12,27 @@ from typing import Literal
 _LIST_AT_MOST = 6
 _UTC = dt.timezone.utc
 
-# How a time is written, by where it is read:
-#   minute  "2025-06-08 12:00 UTC"     request threads and cards
-#   second  "2025-06-08 12:00:03 UTC"  run threads (steps follow each other within minutes)
-#   table   "2025-06-08 12:00"         table cells under a column that says the zone
-#   day     "Sun 08 Jun 14:00 CEST"    the handover, in the rotation's zone
+# How a time is written, by where it is read; every style writes the zone it is in, so a
+# time read anywhere says which clock it is (callers pass the display zone,
+# `GpuopsConfig.display_zone`, or a pool's or rotation's own):
+#   minute  "2025-06-08 14:00 CEST"     request threads, cards and views
+#   second  "2025-06-08 14:00:03 CEST"  run threads (steps follow each other within minutes)
+#   table   "2025-06-08 14:00 CEST"     table cells
+#   day     "Sun 08 Jun 14:00 CEST"     the handover, in the rotation's zone
 #   local   "Sun 2025-06-08 14:00 CEST" drain plans, in the pool's zone
 TimeStyle = Literal["minute", "second", "table", "day", "local"]
 _TIME_FORMATS: dict[TimeStyle, str] = {
-    "minute": "%Y-%m-%d %H:%M UTC",
-    "second": "%Y-%m-%d %H:%M:%S UTC",
-    "table": "%Y-%m-%d %H:%M",
+    "minute": "%Y-%m-%d %H:%M %Z",
+    "second": "%Y-%m-%d %H:%M:%S %Z",
+    "table": "%Y-%m-%d %H:%M %Z",
     "day": "%a %d %b %H:%M %Z",
     "local": "%a %Y-%m-%d %H:%M %Z",
 }
 
 
 def when(at: dt.datetime, zone: dt.tzinfo = _UTC, *, style: TimeStyle = "minute") -> str:
-    """A time as people read it; `style` says where (see `_TIME_FORMATS`). The UTC
-    styles write UTC whatever `zone` is."""
-    if style in ("minute", "second", "table"):
-        zone = _UTC
+    """A time as people read it, in `zone` (UTC unless given) and saying which zone;
+    `style` says where it is read (see `_TIME_FORMATS`)."""
     return at.astimezone(zone).strftime(_TIME_FORMATS[style])
 
 

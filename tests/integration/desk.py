@@ -6,13 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import html
 from typing import Any
 
 import yaml
-from kubernetes.client.rest import ApiException
 
 from bot.clicks import Click, press
 from bot.slack_api import SlackApi, web_client
@@ -21,6 +19,7 @@ from bot.wiring import Runtime
 from commands.catalog import dispatch
 from commands.services import Services
 from testenv.fakeslack import FakeSlackWebApi
+from testenv.bot_identity import RBAC, grant_bot_rbac, revoke_bot_rbac
 from testenv.install import wait_until
 from testenv.operator import NAMESPACE as OPERATOR_NAMESPACE
 from tests.integration import engine_harness as h
@@ -28,31 +27,9 @@ from workflows.config import GpuopsConfig
 from workflows.engine.runs import RunService
 
 
-RBAC = Path(__file__).resolve().parents[2] / "deploy" / "rbac.yaml"
 # Who is who at the desk, as a configuration's `access`: alice asks, bob and carol approve.
 ACCESS = {"users": {"U0ALICE": ["operator"], "U0BOB": ["approver"], "U0CAROL": ["approver"]},
           "names": {"U0ALICE": "alice", "U0BOB": "bob", "U0CAROL": "carol"}}
-
-
-def grant_bot_rbac(installer) -> str:
-    """The bot's namespace and deploy/rbac.yaml, as an install makes them; the kubeconfig
-    context that acts as its ServiceAccount."""
-    docs = list(yaml.safe_load_all(RBAC.read_text()))
-    for namespace in sorted({d["metadata"]["namespace"] for d in docs if d["metadata"].get("namespace")}):
-        obj = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
-        _wait_terminated(installer, obj)  # a namespace on its way out takes nothing new
-        installer.create(obj, exist_ok=True)
-    for doc in docs:
-        installer.create(doc, exist_ok=True)
-    return "bot"
-
-
-def revoke_bot_rbac(installer) -> None:
-    """Take back what `grant_bot_rbac` granted (its namespaces stay: the fleet's operator
-    may live in one), so a later test finds the bot with no rights again."""
-    for doc in reversed(list(yaml.safe_load_all(RBAC.read_text()))):
-        if installer.exists(doc):
-            installer.delete(doc)
 
 
 def bot_granted_for_the_test(cluster) -> Iterator[str]:
@@ -82,18 +59,6 @@ def bot_rbac_granted(installer) -> Iterator[str]:
             if doc["kind"] == "Namespace":
                 wait_until(lambda doc=doc: not installer.exists(doc), timeout=60,
                            what=f"namespace {doc['metadata']['name']} made for this test to go")
-
-
-def _wait_terminated(installer, namespace: dict) -> None:
-    """Wait out a namespace being deleted: the API server refuses new objects in it."""
-    def settled() -> bool:
-        try:
-            return not installer.get(namespace)["metadata"].get("deletionTimestamp")
-        except ApiException as err:
-            if err.status == 404:
-                return True
-            raise
-    wait_until(settled, timeout=60, what=f"namespace {namespace['metadata']['name']} to finish terminating")
 
 
 @contextmanager

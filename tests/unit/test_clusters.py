@@ -233,7 +233,7 @@ def test_a_cluster_that_went_down_shows_its_last_seen_fleet_marked_as_such(world
 
 
 def test_the_handover_names_a_cluster_that_does_not_answer_first_and_the_others_in_a_line(world, make):
-    from workflows.handover.checklist import build_checklist
+    from workflows.handover.building import build_checklist
     from workflows.handover.rotations import RotationConfig
 
     services, west = world

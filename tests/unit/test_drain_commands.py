@@ -16,7 +16,10 @@ from commands.catalog import dispatch
 from commands.reply import Reply
 from commands.services import Services
 from storage import requests as stored_requests
+from storage import runs as stored_runs
+from storage import steps as stored_steps
 from storage.database import open_database
+from storage.steps import NewStep
 from tests.unit.static_fleet import StaticFleet
 from workflows.config import GpuopsConfig
 from workflows.engine.runs import step_params
@@ -261,21 +264,28 @@ def test_drain_extend_past_the_pools_window_is_refused_and_changes_nothing(servi
     assert services.requests.get(request.id).plan_hash == request.plan_hash  # type: ignore[union-attr]
 
 
-def test_status_shows_no_drains_before_the_first_and_the_last_drain_once_one_finished(services, now):
+def test_status_says_when_a_pool_was_last_drained_as_the_handover_does_in_the_display_zone(services, now):
     before = run(services, "U0DAVE", "status", now)
     assert all(s.title != "Drains" for s in before.sections)
 
     asked = run(services, "U0ALICE", "drain gpu-a-01 at sat 03:00 for 1h firmware", now)
     request_id = asked.title.split()[1]
     waiting = section(run(services, "U0DAVE", "status", now), "Drains")
+    assert waiting.table.columns == ("pool", "last drained", "by", "nodes", "active drain windows")
     assert waiting.table.rows[0][0] == "train-a" and waiting.table.rows[0][1] == "-"
-    assert request_id in waiting.table.rows[0][4]
+    assert request_id in waiting.table.rows[0][4] and "UTC" in waiting.table.rows[0][4]
 
-    finished_at = dt.datetime(2026, 12, 5, 3, 0, tzinfo=UTC)
-    stored_requests.transition(services.database, id=request_id, expected="approved", new="done",  # type: ignore[arg-type]
-                               at=finished_at)
-    after = section(run(services, "U0DAVE", "status", finished_at), "Drains")
-    assert after.table.rows == (("train-a", f"{request_id} (done)", "2026-12-05 03:00", "gpu-a-01", "-"),)
+    # Its run drains the node: status says it in the handover's words.
+    db = services.database
+    drained_at = dt.datetime(2026, 12, 5, 3, 10, tzinfo=UTC)
+    stored_requests.transition(db, id=request_id, expected="approved", new="running", at=drained_at)  # type: ignore[arg-type]
+    ran = stored_runs.create(db, request_id=request_id, dry_run=False, at=drained_at)  # type: ignore[arg-type]
+    (drain,) = stored_steps.add(db, run_id=ran.id, steps=[NewStep(0, "gpu-a-01", 0, "drain")])  # type: ignore[arg-type]
+    stored_steps.transition(db, id=drain.id, expected="pending", new="done", at=drained_at)  # type: ignore[arg-type]
+    stored_runs.transition(db, id=ran.id, expected="pending", new="succeeded", at=drained_at)  # type: ignore[arg-type]
+    stored_requests.transition(db, id=request_id, expected="running", new="done", at=drained_at)  # type: ignore[arg-type]
+    after = section(run(services, "U0DAVE", "status", drained_at), "Drains")
+    assert after.table.rows == (("train-a", "2026-12-05 03:10 UTC", f"{request_id} (drain, succeeded)", "1 node", "-"),)
 
 
 @dataclass
@@ -286,6 +296,7 @@ class HoldContext:
     dry_run: bool = False
     kind: str = "hold"
     window_end: dt.datetime | None = None
+    zone: dt.tzinfo = UTC
 
 
 def test_a_hold_released_by_drain_done_ends_at_once_whether_it_was_waiting_or_not_begun_yet():

@@ -342,7 +342,7 @@ class HoldContext:
     def __init__(self, params: dict, intent: dict, now: dt.datetime) -> None:
         self.params, self.intent, self.now = params, intent, now
         self.dry_run, self.window_end, self.request_id = False, None, "req-7f3a2c"
-        self.kind = "hold"
+        self.kind, self.zone = "hold", UTC
 
 
 def test_a_hold_extended_while_it_waits_ends_at_the_later_end_and_warns_once_more_before_it():

@@ -5,6 +5,7 @@ run leaves cordoned."""
 from __future__ import annotations
 
 import datetime as dt
+import zoneinfo
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,6 +87,7 @@ class _Ctx:
     intent: dict[str, Any] = field(default_factory=dict)
     dry_run: bool = False
     now: dt.datetime = NOW
+    zone: dt.tzinfo = dt.timezone.utc
     node: str = "gpu-h100-01"
     window_end: dt.datetime | None = None
     request_id: str = "req-7f3a2c"
@@ -112,6 +114,16 @@ def test_a_node_that_advertises_too_few_gpus_keeps_the_step_waiting_and_says_how
 def test_a_wait_for_an_unknown_condition_is_refused_with_the_known_ones(make):
     with pytest.raises(StepParamsError, match="unknown condition gpus-happy; use: device-plugin-ready"):
         WaitFor(("node-ready",)).prepare(_Ctx(params={"conditions": ["gpus-happy"]}))  # type: ignore[arg-type]
+
+
+def test_a_hold_tells_the_runs_thread_its_end_in_the_display_zone_saying_which():
+    hold = Hold()
+    berlin = zoneinfo.ZoneInfo("Europe/Berlin")
+    intent = hold.prepare(_Ctx(params={"seconds": 90}))  # type: ignore[arg-type]
+    assert hold.advance(_Ctx(intent=intent, zone=berlin)).reason == (  # type: ignore[arg-type, union-attr]
+        "holding until 2025-06-07 14:01:30 CEST")
+    assert hold.advance(_Ctx(intent=intent, zone=berlin, now=NOW + dt.timedelta(seconds=90))) == Done(  # type: ignore[arg-type]
+        "held until 2025-06-07 14:01:30 CEST")
 
 
 def test_a_hold_waits_until_its_time_and_is_done_from_then_on():

@@ -74,6 +74,7 @@ class _Ctx:
     node: str = "gpu-01"
     dry_run: bool = False
     now: dt.datetime = NOW
+    zone: dt.tzinfo = dt.timezone.utc
     timeout: dt.timedelta = dt.timedelta(seconds=600)
     deadline: dt.datetime = NOW + dt.timedelta(seconds=600)
     keys: set[str] = field(default_factory=set)

@@ -25,7 +25,7 @@ from storage.database import open_database
 from tests.unit.static_fleet import StaticFleet
 from workflows.config import GpuopsConfig
 from workflows.engine.runs import RunRefused
-from workflows.handover.checklist import build_checklist
+from workflows.handover.building import build_checklist
 from workflows.handover.rotations import RotationConfig
 from workflows.kube.objects import NodeName
 from workflows.plans import NodeStep, Plan, PlanSummary, Wave

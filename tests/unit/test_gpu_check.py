@@ -76,6 +76,7 @@ class _Ctx:
     intent: dict[str, Any] = field(default_factory=dict)
     dry_run: bool = False
     now: dt.datetime = NOW
+    zone: dt.tzinfo = dt.timezone.utc
     node: str = "gpu-h100-01"
     run_id: str = "run-7"
     rows: dict[str, dict[str, Any]] = field(default_factory=dict)

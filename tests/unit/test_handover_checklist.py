@@ -17,11 +17,11 @@ from storage.ids import RequestId, RunId, StepId
 from storage.steps import Step
 from workflows.drain.history import NodesDrained
 from workflows.fleet.summary import Fleet
+from workflows.handover.building import build_checklist
 from workflows.handover.checklist import (
     Checklist,
     RunFailure,
     RunInFlight,
-    build_checklist,
     checklist_from_json,
     checklist_to_json,
 )
@@ -189,6 +189,43 @@ def test_driver_pods_behind_while_an_upgrade_of_the_pool_is_in_flight_are_one_li
     (item,) = [i for i in checklist.for_information if i.code == "driver-pods-behind-template"]
     assert item.text.startswith("run-aaa111 (upgrade) is in flight on it: 2 of 3 nodes (a, b) run a driver pod older")
     assert item.command == "/gpu request req-aaa111"
+
+
+def behind_in_two_pools(make) -> Fleet:
+    new = "580.105.08"
+    nodes = [make.node(n, pool=pool) for n, pool in (("a", "train-a"), ("b", "train-a"), ("x", "train-b"),
+                                                        ("y", "train-b"))]
+    pods = [p for n in ("a", "x") for p in (make.driver_pod(n), make.device_plugin_pod(n), make.validator_pod(n))]
+    pods += [p for n in ("b", "y") for p in (make.driver_pod(n, version=new, generation="2"),
+                                              make.device_plugin_pod(n), make.validator_pod(n))]
+    return make.fleet(nodes, pods, driver_templates=[make.driver_template(version=new, generation="2")])
+
+
+def test_near_identical_findings_are_one_line_naming_what_they_are_on(make):
+    fleet = behind_in_two_pools(make)
+    assert len([f for f in fleet.findings if f.code == "driver-pods-behind-template"]) == 2
+
+    checklist = checklist_for(make, fleet=fleet)
+
+    (item,) = [i for i in checklist.items() if i.code == "driver-pods-behind-template"]
+    assert item.text.startswith("driver-pods-behind-template on 2 pools (train-a and train-b); the first: "
+                                "1 of 2 nodes (a) run a driver pod older than its DaemonSet")
+    assert item.severity == "warning" and item.command == "/gpu findings"
+    # What changed since the last handover is still said per pool.
+    again = checklist_for(make, fleet=fleet, previous=StoredBefore(shift_start=make.now - 12 * HOUR,
+                                                                    content={"finding_keys": []}))
+    assert again.changes is not None
+    assert sorted(i.subject for i in again.changes.new if i.code == "driver-pods-behind-template") == [
+        "train-a", "train-b"]
+
+
+def test_a_run_in_flight_on_one_pool_is_named_and_the_other_pools_line_stays_for_action(make):
+    checklist = checklist_for(make, fleet=behind_in_two_pools(make), runs=[run_in_flight(make)])
+
+    (fixing,) = [i for i in checklist.for_information if i.code == "driver-pods-behind-template"]
+    assert fixing.text.startswith("run-aaa111 (upgrade) is in flight on it: 1 of 2 nodes (a) run a driver pod")
+    (open_,) = [i for i in checklist.needs_action if i.code == "driver-pods-behind-template"]
+    assert open_.subject == "train-b" and "(x)" in open_.text
 
 
 def test_a_node_cordoned_at_the_previous_handover_too_shows_since_when(make):
@@ -452,7 +489,7 @@ Past handovers: `/gpu handover history sample`
 
 def test_the_sample_checklist_reads_as_it_was_posted_before():
     from bot.render_text import render_text
-    from workflows.handover.checklist import sample_checklist
+    from workflows.handover.layout import sample_checklist
 
     assert render_text(render_checklist(sample_checklist())) == SAMPLE_AS_POSTED
 

@@ -12,7 +12,7 @@ import yaml
 
 from commands.handover import render_checklist
 from workflows.config import ConfigError, load_config
-from workflows.handover.checklist import sample_checklist
+from workflows.handover.layout import sample_checklist
 
 
 def write_config(tmp_path: Path, **rotation_changes) -> Path:

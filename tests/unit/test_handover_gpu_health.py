@@ -13,7 +13,8 @@ from pathlib import Path
 from storage.database import open_database
 from workflows.config import GpuopsConfig
 from workflows.fleet.findings import sort_findings
-from workflows.handover.checklist import build_checklist, checklist_to_json
+from workflows.handover.building import build_checklist
+from workflows.handover.checklist import checklist_to_json
 from workflows.handover.rotations import RotationConfig
 from workflows.handover.service import HandoverService
 from workflows.prometheus.client import Endpoint

@@ -80,6 +80,7 @@ def test_a_rollback_restores_each_node_from_its_snapshot_and_leaves_it_cordoned(
 class _Ctx:
     def __init__(self, params, *, window_end=None, inventory=None, intent=None):
         self.params, self.window_end, self.now = params, window_end, NOW
+        self.zone = dt.timezone.utc
         self.node, self.run_id, self.request_id, self.dry_run = "h1", "run-7", "req-7", False
         self.kind = "host-driver-removed"
         self.inventory, self.intent, self.records = inventory, dict(intent or {}), {}

@@ -20,7 +20,7 @@ from workflows.plans import NodeStep, Plan, PlanSummary, Wave, short_hash
 from workflows.requests.views import RequestView
 
 NOW = dt.datetime(2025, 6, 7, 12, 0, tzinfo=dt.timezone.utc)
-CONFIG = GpuopsConfig.model_validate({
+RAW_CONFIG = {
     "pools": {"serving-a": {"kind": "serving"}, "train-a": {"kind": "training"}},
     "access": {
         "users": {"U0ALICE": ["operator"], "U0OTTO": ["operator"], "U0BOB": ["approver"],
@@ -28,7 +28,8 @@ CONFIG = GpuopsConfig.model_validate({
         "names": {"U0ALICE": "alice", "U0OTTO": "otto", "U0BOB": "bob", "U0CAROL": "carol",
                   "U0DAVE": "dave", "U0ERIN": "erin"},
     },
-})
+}
+CONFIG = GpuopsConfig.model_validate(RAW_CONFIG)
 alice, otto, bob, carol, dave, erin = (CONFIG.actor(u) for u in
                                        ("U0ALICE", "U0OTTO", "U0BOB", "U0CAROL", "U0DAVE", "U0ERIN"))
 
@@ -260,7 +261,14 @@ def test_an_audit_row_of_a_step_names_the_step_and_a_long_what_is_cut(services):
     assert rows[0][5].startswith("validate: xxx") and len(rows[0][5]) <= 200 and rows[0][5].endswith("…")
 
 
-def test_the_open_requests_table_says_the_zone_of_its_expiry_times(services):
+def test_the_open_requests_table_and_the_audit_log_write_times_in_the_display_zone_with_it(tmp_path):
+    config = GpuopsConfig.model_validate({**RAW_CONFIG, "display": {"timezone": "Europe/Berlin"}})
+    db = open_database(tmp_path / "gpuops.db")
+    services = Services.on_database(config=config, fleet=NoFleet(), database=db)
     _submit(services)
+
     table = next(s.table for s in run(services, bob, "requests").sections if s.table)
-    assert table.columns[-1] == "expires (UTC)" and table.rows[0][-1] == "2025-06-08 12:00"
+    assert table.columns[-1] == "expires" and table.rows[0][-1] == "2025-06-08 14:00 CEST"
+    audit = run(services, dave, "audit 1").sections[0].table
+    assert audit.columns[1] == "at" and audit.rows[0][1] == "2025-06-07 14:00 CEST"
+    db.close()

@@ -5,6 +5,7 @@ them, the freeze over its pool), at a given time."""
 from __future__ import annotations
 
 import datetime as dt
+import zoneinfo
 
 from storage.freezes import FreezeId
 from storage.ids import RequestId, RunId, StepId
@@ -55,6 +56,8 @@ def test_an_approved_request_waits_for_its_window_or_a_freeze_and_not_once_its_w
                     lifted_at=None, lifted_by=None, lifted_by_name=None, lift_reason=None, replaced_by=None)
 
     assert why_waiting(view, [], now=NOW) == "Waits for its window, which opens at 2025-06-07 13:30 UTC; the run starts then."
+    assert why_waiting(view, [], now=NOW, zone=zoneinfo.ZoneInfo("Europe/Berlin")) == (
+        "Waits for its window, which opens at 2025-06-07 15:30 CEST; the run starts then.")
     assert why_waiting(view, [], now=NOW, freeze=freeze) == (
         "Waits for the freeze of pool train-a (by erin until 2025-06-07 14:00 UTC: incident 4711) to end; "
         "it goes on by itself then.")

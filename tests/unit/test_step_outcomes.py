@@ -37,6 +37,7 @@ class Ctx:
     intent: dict[str, Any] = field(default_factory=dict)
     dry_run: bool = False
     now: dt.datetime = NOW
+    zone: dt.tzinfo = dt.timezone.utc
     timeout: dt.timedelta | None = None
     deadline: dt.datetime | None = None
     run_id: str = RUN

@@ -177,3 +177,13 @@ def mixed_pools(by_pool: Mapping[PoolName, Sequence[str]]) -> str:
 def node_in_no_pool(nodes: Sequence[str]) -> str:
     return (f"{names(nodes)} {'is' if len(nodes) == 1 else 'are'} in no pool (no pool label), so "
             "no drain policy applies; label the node into a configured pool first.")
+
+
+# --- when a pool was last drained: `/gpu status` and the shift handover say it one way
+
+LAST_DRAINED = "last drained"
+
+
+def drained_by(*, request_id: str, kind: str, outcome: str) -> str:
+    """The request whose run last drained nodes of a pool: "req-7f3a2c (upgrade, done)"."""
+    return f"{request_id} ({kind}, {outcome})"

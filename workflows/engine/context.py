@@ -75,6 +75,9 @@ class EngineTimings(Protocol):
     @property
     def api_retry_max(self) -> dt.timedelta: ...
 
+    @property
+    def display_zone(self) -> dt.tzinfo: ...
+
 
 class EngineCore(Protocol):
     """What the engine's parts ask of the engine (`workflows.engine.loop.Engine`): its
@@ -164,6 +167,7 @@ class EngineStepContext:
         self.plan_kind: str = info.plan.kind
         self.dry_run = run.dry_run
         self.now = engine.clock()
+        self.zone: dt.tzinfo = engine.settings.display_zone
         self.timeout: dt.timedelta | None = None
         self.deadline: dt.datetime | None = None
         self.cordoned_by = f"gpuops for {info.request.requester_name}"

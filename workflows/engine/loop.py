@@ -108,6 +108,7 @@ class EngineSettings:
     resync: a safety net: a waiting step is looked at again after this long even if no
     watch event came.
     api_retry_max: the longest wait between tries after the API did not answer.
+    display_zone: the zone the run's thread writes times in (`display.timezone`).
     """
 
     lease: LeaseSettings = LeaseSettings()
@@ -115,6 +116,7 @@ class EngineSettings:
     control_check: dt.timedelta = dt.timedelta(seconds=1)
     resync: dt.timedelta = dt.timedelta(seconds=30)
     api_retry_max: dt.timedelta = dt.timedelta(seconds=30)
+    display_zone: dt.tzinfo = dt.timezone.utc
 
     def __post_init__(self) -> None:
         if self.max_parallel_nodes < 1:

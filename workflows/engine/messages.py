@@ -138,9 +138,10 @@ _THEN = {"fail": "the run halts with the node cordoned, for a person to decide",
          "delete": "the blocked pods are deleted, bypassing the budget"}
 
 
-def pdb_blocking(node: str, blocked: Mapping[str, str], *, deadline: dt.datetime | None, then: str | None) -> str:
+def pdb_blocking(node: str, blocked: Mapping[str, str], *, deadline: dt.datetime | None, then: str | None,
+                 zone: dt.tzinfo) -> str:
     """`then`: the step's on_timeout (None or unknown: fail)."""
-    until = f"until {when(deadline, style='second')}" if deadline is not None else "for now"
+    until = f"until {when(deadline, zone, style='second')}" if deadline is not None else "for now"
     return (f"{node}: {eviction_blocked(blocked)}. Retrying {until}; then "
             f"{_THEN.get(then or 'fail', _THEN['fail'])}. Scaling the workload up elsewhere frees the budget")
 
@@ -151,14 +152,14 @@ def left_out_blocked(node: str, blocked: Mapping[str, str], timeout: dt.timedelt
             "goes on with the other nodes")
 
 
-def window_ending(until: dt.datetime, *, request_id: str) -> str:
-    return (f"The drain window ends at {when(until, style='second')}: the nodes are then validated and uncordoned. "
+def window_ending(until: dt.datetime, *, request_id: str, zone: dt.tzinfo) -> str:
+    return (f"The drain window ends at {when(until, zone, style='second')}: the nodes are then validated and uncordoned. "
             f"Need longer? `/gpu drain extend {request_id} <duration>`")
 
 
-def open_drain_limit_ending(until: dt.datetime) -> str:
+def open_drain_limit_ending(until: dt.datetime, *, zone: dt.tzinfo) -> str:
     return (f"This drain has no end of its own and reaches the pool's limit for open-ended drains "
-            f"(open_drain_max) at {when(until, style='second')}: the nodes are then validated and uncordoned.")
+            f"(open_drain_max) at {when(until, zone, style='second')}: the nodes are then validated and uncordoned.")
 
 
 def watching_for_return() -> str:
@@ -332,20 +333,21 @@ def mig_not_advertised(config: str, advertised: str, expected: str) -> str:
     return f"MIG layout {config} applied; waiting for the node to advertise {expected} (now {advertised})"
 
 
-def held_until(until: dt.datetime | None, *, dry_run: bool, open_ended: bool = False) -> str:
+def held_until(until: dt.datetime | None, *, dry_run: bool, zone: dt.tzinfo, open_ended: bool = False) -> str:
     if until is None and open_ended:
         return "would hold until someone says `drain done`"
     if until is None:
         return "nothing to hold for (no window end)"
-    return (f"would hold until {when(until, style='second')}" if dry_run else f"held until {when(until, style='second')}")
+    at = when(until, zone, style='second')
+    return f"would hold until {at}" if dry_run else f"held until {at}"
 
 
 def holding_until_released() -> str:
     return "holding until someone says `drain done`"
 
 
-def holding_until(until: dt.datetime) -> str:
-    return f"holding until {when(until, style='second')}"
+def holding_until(until: dt.datetime, *, zone: dt.tzinfo) -> str:
+    return f"holding until {when(until, zone, style='second')}"
 
 
 def driver_version_params() -> str:

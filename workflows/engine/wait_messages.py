@@ -17,8 +17,8 @@ def waits_for_approvals(*, missing: int, counted: int, required: int, approvers:
     return f"Waits for {more} ({counted}/{required} so far) from {who}."
 
 
-def waits_for_window(start: dt.datetime) -> str:
-    return f"Waits for its window, which opens at {when(start)}; the run starts then."
+def waits_for_window(start: dt.datetime, zone: dt.tzinfo) -> str:
+    return f"Waits for its window, which opens at {when(start, zone)}; the run starts then."
 
 
 def waits_paused(run_id: str) -> str:

@@ -26,11 +26,12 @@ _BEFORE_RUN = ("approved", "scheduled")
 
 
 def why_waiting(request: RequestView, runs: Sequence[RunView], *, now: dt.datetime,
-                freeze: Freeze | None = None, approvers: Sequence[str] = ()) -> str | None:
+                freeze: Freeze | None = None, approvers: Sequence[str] = (),
+                zone: dt.tzinfo = dt.timezone.utc) -> str | None:
     """What `request` waits for at `now`, or None when it waits for nothing a person
     should know (it is under way, or finished). `freeze`: the change freeze that holds
     a run of its pool now, if any; `approvers`: the names of those whose approval would
-    count."""
+    count; `zone`: the zone a time is written in (the display zone)."""
     if request.state == "pending":
         if request.is_expired(now):
             return None
@@ -41,7 +42,7 @@ def why_waiting(request: RequestView, runs: Sequence[RunView], *, now: dt.dateti
         if freeze is not None:
             return _frozen(freeze)
         if request.window_start is not None and request.window_start > now:
-            return say.waits_for_window(request.window_start)
+            return say.waits_for_window(request.window_start, zone)
         return None
     if request.state != "running":
         return None

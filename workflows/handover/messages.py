@@ -11,9 +11,10 @@ import datetime as dt
 import zoneinfo
 from collections.abc import Sequence
 
+from workflows.drain.messages import LAST_DRAINED, drained_by
 from workflows.fleet.clusters import ClusterGlance
 from workflows.fleet.findings import format_age
-from workflows.wording import plural, when
+from workflows.wording import names, plural, when
 
 # --- commands the items link to (a node's and a pool's: `fleet.findings.node_command`, `pool_command`)
 
@@ -67,10 +68,23 @@ def cordon_left_behind(node: str, *, by: str | None, run: str | None) -> str:
     )
 
 
-def findings_a_run_is_on(messages: Sequence[str], *, run: str, kind: str) -> str:
-    first = messages[0]
-    more = f" (and {len(messages) - 1} more like it)" if len(messages) > 1 else ""
-    return f"{run} ({kind}) is in flight on it: {first}{more}"
+def findings_command() -> str:
+    return "/gpu findings"
+
+
+def _alike_on(code: str, subjects: Sequence[str], noun: str) -> str:
+    return f"{code} on {plural(len(subjects), noun)} ({names(subjects, at_most=8)})"
+
+
+def findings_alike(code: str, *, subjects: Sequence[str], noun: str, first: str) -> str:
+    """Findings of one code and severity on several nodes (or pools), as one line."""
+    return f"{_alike_on(code, subjects, noun)}; the first: {first}"
+
+
+def findings_a_run_is_on(code: str, *, subjects: Sequence[str], noun: str, first: str, run: str, kind: str) -> str:
+    if len(subjects) == 1:
+        return f"{run} ({kind}) is in flight on it: {first}"
+    return f"{run} ({kind}) is in flight on {_alike_on(code, subjects, noun)}; the first: {first}"
 
 
 def cordoned_by_hand_kept_by_run(node: str, *, run: str) -> str:
@@ -168,8 +182,8 @@ def step_line(*, kind: str, node: str, wave: int, state: str, attempt: int,
 def last_drain(*, request_id: str, kind: str, at: dt.datetime, nodes: int, outcome: str,
                now: dt.datetime, zone: zoneinfo.ZoneInfo) -> str:
     return (
-        f"last drained {when(at, zone, style='day')} ({format_age(now - at)} ago): "
-        f"{plural(nodes, 'node')} by {request_id} ({kind}, {outcome})"
+        f"{LAST_DRAINED} {when(at, zone, style='day')} ({format_age(now - at)} ago): "
+        f"{plural(nodes, 'node')} by {drained_by(request_id=request_id, kind=kind, outcome=outcome)}"
     )
 
 

@@ -22,7 +22,7 @@ time becomes one instant:
 Two rules that land on the same instant make one change; the shift listed first wins.
 
 Templates: a rotation may name its own Jinja2 template for its checklist (what it receives
-and writes: `checklist.ChecklistTemplate`); without one, gpuops lays the checklist out
+and writes: `layout.ChecklistTemplate`); without one, gpuops lays the checklist out
 itself. Each template is compiled and rendered once against a sample checklist when the
 configuration loads, so a bad template stops the start with its file, line and reason.
 """
@@ -50,7 +50,7 @@ from pydantic import (
 )
 
 from workflows.durations import Duration
-from workflows.handover.checklist import ChecklistTemplate, TemplateProblem, load_template
+from workflows.handover.layout import ChecklistTemplate, TemplateProblem, load_template
 from workflows.pools.windows import UTC, parse_zone
 
 # A handover posted within this long after its shift change is on time; later, it says

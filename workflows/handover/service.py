@@ -48,12 +48,12 @@ from workflows.fleet.clusters import ClusterGlance
 from workflows.fleet.findings import sort_findings
 from workflows.fleet.summary import Fleet, FleetSource
 from workflows.handover import messages as say
+from workflows.handover.building import build_checklist
 from workflows.handover.checklist import (
     Checklist,
     FailureKind,
     RunFailure,
     RunInFlight,
-    build_checklist,
     checklist_from_json,
     checklist_to_json,
 )

@@ -260,9 +260,14 @@ def thread_reopened(*, request_id: str, counted: int, required: int, lost: Seque
             f"It is pending again — approvers, please review {plan_ref(plan_hash)}.")
 
 
+# What ends a drain window without an end time, as every view says it.
+OPEN_DRAIN_END = "until `/gpu drain done`"
+
+
 def thread_missed(*, request_id: str, requester_name: str, window_start: dt.datetime | None,
                   window_end: dt.datetime | None, now: dt.datetime) -> str:
-    window = f"{when(window_start) if window_start else 'now'} - {when(window_end) if window_end else 'open'}"
+    start = when(window_start) if window_start else "now"
+    window = f"{start} - {when(window_end)}" if window_end else f"{start} {OPEN_DRAIN_END}"
     return (f"{requester_name}, {request_id} was not started: its window ({window}) had passed or begun too long "
             f"ago when gpuops could start it ({when(now)}). Nothing was drained; "
             f"request it again for a later window.")
@@ -270,8 +275,8 @@ def thread_missed(*, request_id: str, requester_name: str, window_start: dt.date
 
 def thread_extended(*, request_id: str, actor: str, window_end: dt.datetime | None,
                     plan_hash: str, voided: int) -> str:
-    end = when(window_end) if window_end else "drain done"
-    return (f"{actor} asked for more time on {request_id}: the window now ends {end} "
+    end = f"ends {when(window_end)}" if window_end else f"lasts {OPEN_DRAIN_END}"
+    return (f"{actor} asked for more time on {request_id}: the window now {end} "
             f"(plan {plan_ref(plan_hash)}); {voided} earlier {approvals_word(voided)} no longer "
             f"{'counts' if voided == 1 else 'count'} — approvers, please review it again.")
 

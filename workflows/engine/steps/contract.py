@@ -98,6 +98,8 @@ class StepContext(Protocol):
     plan_kind: str
     dry_run: bool
     now: dt.datetime
+    # The zone times are written in for people (the display zone, `display.timezone`).
+    zone: dt.tzinfo
     # How long the step may take, and when that is up (None: no limit).
     timeout: dt.timedelta | None
     deadline: dt.datetime | None

@@ -310,7 +310,7 @@ class Evict:
             return Waiting(say.eviction_throttled(throttled), retry_in=retry_after)
         if blocked:
             notice = StepNotice("pdb-blocked", say.pdb_blocking(ctx.node, blocked, deadline=ctx.deadline,
-                                                            then=ctx.intent.get("on_timeout")))
+                                                            then=ctx.intent.get("on_timeout"), zone=ctx.zone))
             return Waiting(say.eviction_blocked(blocked), retry_in=2.0, notice=notice)
         terminating = [t["pod"] for t in remaining]
         if ctx.expired and any(ctx.recorded(f"delete/{t['uid']}") for t in remaining):

@@ -208,16 +208,16 @@ class Hold:
             # Only `drain done` (a control the engine looks at as it lands) ends it.
             return Waiting(say.holding_until_released())
         if until is None or ctx.now >= until or ctx.dry_run:
-            return Done(say.held_until(until, dry_run=ctx.dry_run, open_ended=bool(ctx.intent.get("open_ended"))))
+            return Done(say.held_until(until, dry_run=ctx.dry_run, zone=ctx.zone, open_ended=bool(ctx.intent.get("open_ended"))))
         if warn_at is None or released is not None:
-            return Waiting(say.holding_until(until), retry_in=(until - ctx.now).total_seconds())
+            return Waiting(say.holding_until(until, zone=ctx.zone), retry_in=(until - ctx.now).total_seconds())
         if ctx.now >= warn_at:
             # Every node of the run is held to the same window end: one notice for all.
-            text = (say.open_drain_limit_ending(until) if ctx.intent.get("open_ended")
-                    else say.window_ending(until, request_id=ctx.request_id))
+            text = (say.open_drain_limit_ending(until, zone=ctx.zone) if ctx.intent.get("open_ended")
+                    else say.window_ending(until, request_id=ctx.request_id, zone=ctx.zone))
             notice = StepNotice("window-ending", text, per_run=True, again_for=again_for)
-            return Waiting(say.holding_until(until), retry_in=(until - ctx.now).total_seconds(), notice=notice)
-        return Waiting(say.holding_until(until), retry_in=(warn_at - ctx.now).total_seconds())
+            return Waiting(say.holding_until(until, zone=ctx.zone), retry_in=(until - ctx.now).total_seconds(), notice=notice)
+        return Waiting(say.holding_until(until, zone=ctx.zone), retry_in=(warn_at - ctx.now).total_seconds())
 
 
 # How long before a hold ends the thread hears that the window is ending.
