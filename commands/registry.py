@@ -234,9 +234,20 @@ def invoke(spec: CommandSpec, run: Callable[[Call], Reply], *, actor: Actor, ser
     except NotFoundError as err:
         return error_reply(msg.not_found_title(), str(err))
     except AccessDenied as err:
-        return error_reply(msg.not_allowed_title(), str(err))
+        return error_reply(msg.not_allowed_title(), access_refusal(err, services))
     except ClusterUnreachable as err:
         return error_reply(cluster_msg.cluster_unreachable_title(), str(err))
+
+
+def access_refusal(err: AccessDenied, services: Services) -> str:
+    """What a refusal for a missing role says: its sentence and, when the operator role
+    of a configured pool was missing, who may act on that pool (its own operators, the
+    fleet's when they keep it, and admins)."""
+    policy = services.config.pools.get(err.pool) if err.pool is not None else None
+    if err.role is not Role.OPERATOR or err.pool is None or policy is None:
+        return str(err)
+    own = msg.operator_names(policy.operators, services.config.names)
+    return msg.access_refused(str(err), msg.who_may_operate(err.pool, own, fleet_operators=policy.global_operators))
 
 
 def help_reply(actor: Actor, args: list[str], *, services: Services | None = None,
