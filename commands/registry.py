@@ -213,7 +213,6 @@ def run_command(words: str, run: Callable[[Call], Reply], *, actor: Actor, servi
 def _in_cluster(spec: CommandSpec, run: Callable[[Call], Reply], *, actor: Actor, services: Services,
                 now: dt.datetime, text: str = "", channel: str | None = None) -> Reply:
     """`invoke` in the cluster `services` address, as that cluster sees `actor`."""
-    actor = actor_in(services, actor)
     return name_cluster(invoke(spec, run, actor=actor, services=services, now=now, text=text, channel=channel),
                         services)
 
@@ -223,7 +222,11 @@ def invoke(spec: CommandSpec, run: Callable[[Call], Reply], *, actor: Actor, ser
     """Run `run` as command `spec` for `actor`: the role is checked at the door and a
     refusal (bad input, an unknown name, a missing role) becomes its reply. `dispatch`
     runs typed commands this way, `run_command` a click's; a form that asks what a command
-    asks (the drain form) runs its structured request this way too."""
+    asks (the drain form) runs its structured request this way too. `actor` is taken as
+    the cluster `services` address sees them (with several clusters the bot's directory
+    reads them against no cluster's pools, so a pool's operators and approvers would
+    otherwise be missed, and the fleet's operators keep an exclusive pool)."""
+    actor = actor_in(services, actor)
     if not actor.has_anywhere(spec.role):
         return error_reply(msg.not_allowed_title(), msg.needs_role(spec.name, spec.role, actor))
     call = Call(actor=actor, now=now, services=services, text=text, channel=channel)

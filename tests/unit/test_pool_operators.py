@@ -208,3 +208,42 @@ def test_a_clusters_operator_groups_are_among_those_the_bot_reads():
     from bot.identity import configured_groups
 
     assert "S0WEST" in configured_groups(GpuopsConfig.model_validate(CLUSTERS))
+
+
+def test_a_request_form_submitted_with_several_clusters_reads_the_pools_operators_of_the_home_cluster(make, tmp_path):
+    """A form's submission is run as its command with the person as the bot's directory
+    reads them (the gpuops-wide configuration, which has no pools of its own with
+    `clusters:`): the home cluster's exclusive pool still refuses the fleet's operator."""
+    from commands.clusters import Clusters
+    from commands.drain import request_drain
+    from commands.registry import REGISTRY, invoke
+    from workflows.drain.plan import DrainAsk
+
+    config = GpuopsConfig.model_validate({**CLUSTERS, "clusters": {**CLUSTERS["clusters"], "east": {
+        "home": True, "pools": {"serve": {"kind": "serving", "windows": "always", "operators": ["U0FRANK"],
+                                          "global_operators": False},
+                                "train": {"kind": "training", "windows": "always"}}}}})
+    nodes = [make.node(f"gpu-e-{n:02d}", pool="serve") for n in (1, 2)]
+    fleet = StaticFleet(make.fleet(nodes, [p for n in nodes for p in make.operands(n.name)]))
+    db = open_database(tmp_path / "g.db")
+
+    def services_of(name: str) -> Services:
+        made = Services.on_database(config=config.for_cluster(name), fleet=fleet, database=db)
+        made.cluster, made.clusters = name, directory
+        return made
+
+    directory = Clusters(config=config, sources={"east": fleet, "west": fleet},  # type: ignore[dict-item]
+                         make_services=services_of)
+    ask = DrainAsk(targets=("gpu-e-01",), duration=dt.timedelta(hours=1), reason="psu")
+
+    with freeze_time(NOW_TEXT, ignore=["kubernetes"]):
+        now = dt.datetime.now(UTC)
+        refused = invoke(REGISTRY.commands[("drain",)], lambda call: request_drain(call, ask),
+                         actor=config.actor("U0ALICE"), services=services_of("east"), now=now)
+        allowed = invoke(REGISTRY.commands[("drain",)], lambda call: request_drain(call, ask),
+                         actor=config.actor("U0FRANK"), services=services_of("east"), now=now)
+    db.close()
+
+    assert not refused.ok and (refused.summary or "").startswith(
+        "Requesting a drain needs the operator role for pool serve; U0ALICE has viewer."), refused.summary
+    assert allowed.ok, allowed.summary
