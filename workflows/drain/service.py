@@ -96,9 +96,8 @@ class DrainService:
         they are: only its window end changes (`extended_plan`); later waves meet the
         engine's wave gate with the new end. Stored by `RequestService.extend_running`:
         applied at once on a pool that needs no approval for drains, else pending until
-        approved. Raises
-        `DrainRefused`, `AccessDenied` (`RequestAccessDenied` for someone else's request) or
-        `RequestRefused`; stores nothing then."""
+        approved. Raises `DrainRefused`, `AccessDenied` (`RequestAccessDenied` for someone
+        else's request) or `RequestRefused`; stores nothing then."""
         if request.window_end is None:
             raise ValueError("only a drain with a window end can be extended")
         if actor.user_id != request.requester and not actor.has(Role.ADMIN):

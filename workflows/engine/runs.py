@@ -64,6 +64,11 @@ class RunRefused(Exception):
     """The action was refused; the message is one sentence for the person who tried."""
 
 
+class RunAccessDenied(RunRefused, AccessDenied):
+    """Refused because of who the person is (not an operator of the run's pool): also an
+    `access.AccessDenied` carrying the pool, so the refusal can say who may act there."""
+
+
 @dataclass(frozen=True, slots=True)
 class _NotStarted:
     """A start that changed something (the request went back to pending) and refused."""
@@ -261,14 +266,14 @@ class RunService:
     def release_hold(self, actor: Actor, request_id: str, *, now: dt.datetime) -> RunView:
         """`drain done`: end the hold steps of the request's unfinished run now (pending
         ones end as they start). An operator of the pool (the requester is one) or an admin;
-        refused, `AccessDenied` names the pool."""
+        refused, `RunAccessDenied` names the pool."""
         with self._db.transaction():
             request = self._request(RequestId(request_id))
             # The requester too: they asked as an operator of the pool, and hold that role
             # only while the configuration still gives it to them.
             if not actor.has(Role.OPERATOR, pool=request.pool):
-                raise AccessDenied(refusal_messages.not_allowed_to_release(request.id, pool=request.pool),
-                                   role=Role.OPERATOR, pool=request.pool)
+                raise RunAccessDenied(refusal_messages.not_allowed_to_release(request.id, pool=request.pool),
+                                      role=Role.OPERATOR, pool=request.pool)
             runs = [r for r in stored_runs.for_request(self._db, request_id=request.id)
                     if r.state in ("pending", "running", "paused")]
             if not runs:
@@ -301,15 +306,15 @@ class RunService:
         waits on (its running `host-driver-removed` or `host-driver-installed` steps; with
         `node`, that node's only): recorded in the step's params with who and when,
         audited, told in the thread. An operator of the run's pool or an admin (else
-        `AccessDenied`, naming the pool)."""
+        `RunAccessDenied`, naming the pool)."""
         with self._db.transaction():
             run = stored_runs.get(self._db, id=RunId(run_id))
             if run is None:
                 raise UnknownRun(run_id, self._closest(run_id))
             request = self._request(run.request_id)
             if not actor.has(Role.OPERATOR, pool=request.pool):
-                raise AccessDenied(refusal_messages.not_allowed_to_confirm(run.id, request.pool),
-                                   role=Role.OPERATOR, pool=request.pool)
+                raise RunAccessDenied(refusal_messages.not_allowed_to_confirm(run.id, request.pool),
+                                      role=Role.OPERATOR, pool=request.pool)
             if run.state not in ("pending", "running", "paused"):
                 raise RunRefused(refusal_messages.run_not_waiting(run.id, run.state))
             waiting = [s for s in stored_steps.for_run(self._db, run_id=run.id)
