@@ -26,7 +26,7 @@ from bot import messages as msg
 from bot.intents import KNOWN_ACTIONS, decode_run_at_node, decode_target, decode_value
 from bot.request_card import request_card
 from bot.request_forms import RequestForm, WantedForm, form_opened_by
-from commands.catalog import run_command
+from commands.catalog import access_refusal, run_command
 from commands.handover import handover_message
 from commands.migrate import confirm_host_driver
 from commands.reply import HOST_DRIVER_REMOVED, Reply, error_reply
@@ -96,7 +96,9 @@ def _abort(click: Click, run_id: str, services: Services) -> ClickOutcome:
         return ClickOutcome(notice=_refused(msg.abort_unavailable()))
     try:
         view = runs.abort(click.actor, run_id, now=click.now)
-    except (RunRefused, AccessDenied) as err:  # a viewer's click is refused like any other
+    except AccessDenied as err:  # a viewer's click is refused like any other
+        return ClickOutcome(notice=_refused(access_refusal(err, services)))
+    except RunRefused as err:
         return ClickOutcome(notice=_refused(str(err)))
     return ClickOutcome(notice=_done(msg.aborted_by_you(view.id)))
 

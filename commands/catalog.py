@@ -4,10 +4,10 @@
 
 import importlib
 
-from commands.registry import REGISTRY, Call, dispatch, dispatch_words, help_reply, run_command
+from commands.registry import REGISTRY, Call, access_refusal, dispatch, dispatch_words, help_reply, run_command
 
 for _module in ("commands.fleet", "commands.requests", "commands.drain", "commands.upgrade", "commands.mig", "commands.migrate", "commands.handover",
                 "commands.quotas", "commands.freezes", "commands.drift"):
     importlib.import_module(_module)
 
-__all__ = ["REGISTRY", "Call", "dispatch", "dispatch_words", "help_reply", "run_command"]
+__all__ = ["REGISTRY", "Call", "access_refusal", "dispatch", "dispatch_words", "help_reply", "run_command"]

@@ -142,6 +142,8 @@ def drain_done(call: Call, args: list[str]) -> Reply:
     request = _drain_request(call, args[0])
     try:
         run = _runs(call).release_hold(call.actor, request.id, now=call.now)
+    except AccessDenied:
+        raise  # the dispatcher says who may act on the pool
     except RunRefused as err:
         return error_reply(msg.refused_title(), str(err))
     rows = tuple((str(s.wave + 1), s.node, s.kind, s.state) for s in run.steps if s.kind == "hold")

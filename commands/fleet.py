@@ -13,7 +13,7 @@ from commands.drift import drift_findings, findings_on_node, notes_section, pool
 from commands.kinds import BUTTONS
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
 from commands.reply import Fact, Intent, Notice, Reply, Section, Table, error_reply
-from workflows.access import Role, public_name
+from workflows.access import Role
 from workflows.drain.history import drain_history, last_drains
 from workflows.drain.messages import drained_by
 from workflows.engine.cordons import UncordonRefused
@@ -274,10 +274,8 @@ def _drains_section(call: Call) -> Section | None:
 def _pool_operators(call: Call, policy: PoolConfig) -> str:
     """Who operates the pool: its own operators (people by their configured name or a
     mention, user groups by id) and whether the fleet's operators do too."""
-    names = call.services.config.names
-    own = [a.removeprefix("group:") + " (user group)" if a.startswith("group:") else public_name(a, names=names)
-           for a in policy.operators]
-    return msg.pool_operators(own, fleet_operators=policy.global_operators)
+    return msg.pool_operators(msg.operator_names(policy.operators, call.services.config.names),
+                              fleet_operators=policy.global_operators)
 
 
 def _pool_status(call: Call, fleet: Fleet, pool: PoolInventory, *, intents: tuple[Intent, ...] = (),

@@ -4,9 +4,9 @@ clusters live in `freeze_messages`, `quota_messages` and `cluster_messages` besi
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from workflows.access import Actor, Role, effective_roles, unread_note
+from workflows.access import Actor, Role, effective_roles, public_name, unread_note
 from workflows.drain.messages import LAST_DRAINED
 from workflows.requests.messages import OPEN_DRAIN_END
 from workflows.fleet.pool import PoolInventory
@@ -528,6 +528,27 @@ UPGRADE_WAVE_COLUMNS = ("wave", "nodes", "GPUs out")
 MIG_USAGE = "mig <pool|node...> <layout> [at <time> | next-window] [--dry-run] [reason]"
 MIG_NODE_COLUMNS = ("node", "advertises now", "after", "GPU pods moved off")
 MIG_WAVE_COLUMNS = ("wave", "nodes")
+
+
+def operator_names(entries: Sequence[str], names: Mapping[str, str]) -> list[str]:
+    """A pool's `operators` as people read them: people by their configured name or a
+    mention, user groups by id."""
+    return [e.removeprefix("group:") + " (user group)" if e.startswith("group:") else public_name(e, names=names)
+            for e in entries]
+
+
+def who_may_operate(pool: str, own: Sequence[str], *, fleet_operators: bool) -> str:
+    """Who may act on `pool` with the operator role, as a refusal ends."""
+    who = [*own, *(("the fleet's operators",) if fleet_operators else ()), "admins"]
+    listed = who[0] if len(who) == 1 else f"{', '.join(who[:-1])} and {who[-1]}"
+    return f"Who may act on pool {pool}: {listed}."
+
+
+def access_refused(reason: str, who: str | None) -> str:
+    """A refusal for a missing role, with who may act instead when that is known."""
+    if who is None:
+        return reason
+    return f"{reason} {who}" if reason.endswith(".") else f"{reason}. {who}"
 
 
 def pool_operators(own: list[str], *, fleet_operators: bool) -> str:

@@ -118,6 +118,8 @@ def confirm_host_driver(call: Call, run_id: str, *, node: str | None) -> Reply:
         run = call.services.runs.confirm_host_driver(call.actor, run_id, now=call.now, node=node)
     except UnknownRun as err:
         raise NotFoundError(str(err)) from None
+    except AccessDenied:
+        raise  # the dispatcher says who may act on the pool
     except RunRefused as err:
         return error_reply(msg.refused_title(), str(err))
     rows = tuple((str(s.wave + 1), s.node, s.kind, s.state) for s in run.steps if s.kind in PERSON_STEPS)

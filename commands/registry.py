@@ -213,7 +213,6 @@ def run_command(words: str, run: Callable[[Call], Reply], *, actor: Actor, servi
 def _in_cluster(spec: CommandSpec, run: Callable[[Call], Reply], *, actor: Actor, services: Services,
                 now: dt.datetime, text: str = "", channel: str | None = None) -> Reply:
     """`invoke` in the cluster `services` address, as that cluster sees `actor`."""
-    actor = actor_in(services, actor)
     return name_cluster(invoke(spec, run, actor=actor, services=services, now=now, text=text, channel=channel),
                         services)
 
@@ -223,7 +222,11 @@ def invoke(spec: CommandSpec, run: Callable[[Call], Reply], *, actor: Actor, ser
     """Run `run` as command `spec` for `actor`: the role is checked at the door and a
     refusal (bad input, an unknown name, a missing role) becomes its reply. `dispatch`
     runs typed commands this way, `run_command` a click's; a form that asks what a command
-    asks (the drain form) runs its structured request this way too."""
+    asks (the drain form) runs its structured request this way too. `actor` is taken as
+    the cluster `services` address sees them (with several clusters the bot's directory
+    reads them against no cluster's pools, so a pool's operators and approvers would
+    otherwise be missed, and the fleet's operators keep an exclusive pool)."""
+    actor = actor_in(services, actor)
     if not actor.has_anywhere(spec.role):
         return error_reply(msg.not_allowed_title(), msg.needs_role(spec.name, spec.role, actor))
     call = Call(actor=actor, now=now, services=services, text=text, channel=channel)
@@ -234,9 +237,20 @@ def invoke(spec: CommandSpec, run: Callable[[Call], Reply], *, actor: Actor, ser
     except NotFoundError as err:
         return error_reply(msg.not_found_title(), str(err))
     except AccessDenied as err:
-        return error_reply(msg.not_allowed_title(), str(err))
+        return error_reply(msg.not_allowed_title(), access_refusal(err, services))
     except ClusterUnreachable as err:
         return error_reply(cluster_msg.cluster_unreachable_title(), str(err))
+
+
+def access_refusal(err: AccessDenied, services: Services) -> str:
+    """What a refusal for a missing role says: its sentence and, when the operator role
+    of a configured pool was missing, who may act on that pool (its own operators, the
+    fleet's when they keep it, and admins)."""
+    policy = services.config.pools.get(err.pool) if err.pool is not None else None
+    if err.role is not Role.OPERATOR or err.pool is None or policy is None:
+        return str(err)
+    own = msg.operator_names(policy.operators, services.config.names)
+    return msg.access_refused(str(err), msg.who_may_operate(err.pool, own, fleet_operators=policy.global_operators))
 
 
 def help_reply(actor: Actor, args: list[str], *, services: Services | None = None,

@@ -65,7 +65,17 @@ class Actor:
 
 
 class AccessDenied(Exception):
-    """The actor lacks the role an action needs; the message says which."""
+    """The actor lacks the role an action needs; the message says which. `role` and
+    `pool`, when known, are the role and the pool it was needed for: whoever shows the
+    refusal can then say who may act there (the configuration knows, the actor does not)."""
+
+    role: Role | None = None
+    pool: str | None = None
+
+    def __init__(self, reason: str, *, role: Role | None = None, pool: str | None = None) -> None:
+        super().__init__(reason)
+        self.role = role
+        self.pool = pool
 
 
 def require(actor: Actor, role: Role, *, action: str, pool: str | None = None) -> None:
@@ -74,7 +84,8 @@ def require(actor: Actor, role: Role, *, action: str, pool: str | None = None) -
         return
     where = f" for pool {pool}" if pool else ""
     held = ", ".join(sorted(effective_roles(actor.roles))) or "no role"
-    raise AccessDenied(f"{action} needs the {role} role{where}; {actor.name} has {held}{unread_note(actor)}")
+    raise AccessDenied(f"{action} needs the {role} role{where}; {actor.name} has {held}{unread_note(actor)}",
+                       role=role, pool=pool)
 
 
 def unread_note(actor: Actor) -> str:

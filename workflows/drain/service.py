@@ -89,20 +89,23 @@ class DrainService:
     def extend_running(self, actor: Actor, request: RequestView, more: dt.timedelta, *, fleet: Fleet,
                        now: dt.datetime) -> RequestView:
         """Ask for `request` (a running drain with a window end) to hold its nodes `more`
-        longer. The requester or an admin; the new end must lie in the pool's allowed
-        window from now, and the nodes the run holds now must fit the pool's capacity
-        rules from now to the new end beside the other open requests (its own nodes
-        counted once, itself excluded). The plan's waves stay as they are: only its
-        window end changes (`extended_plan`); later waves meet the engine's wave gate
-        with the new end. Stored by `RequestService.extend_running`: applied at once on a
-        pool that needs no approval for drains, else pending until approved. Raises
-        `DrainRefused`, `RequestAccessDenied` or `RequestRefused`; stores nothing then."""
+        longer. The requester (while an operator of the pool) or an admin; the new end
+        must lie in the pool's allowed window from now, and the nodes the run holds now
+        must fit the pool's capacity rules from now to the new end beside the other open
+        requests (its own nodes counted once, itself excluded). The plan's waves stay as
+        they are: only its window end changes (`extended_plan`); later waves meet the
+        engine's wave gate with the new end. Stored by `RequestService.extend_running`:
+        applied at once on a pool that needs no approval for drains, else pending until
+        approved. Raises `DrainRefused`, `AccessDenied` (`RequestAccessDenied` for someone
+        else's request) or `RequestRefused`; stores nothing then."""
         if request.window_end is None:
             raise ValueError("only a drain with a window end can be extended")
         if actor.user_id != request.requester and not actor.has(Role.ADMIN):
             raise RequestAccessDenied(
                 request_say.not_requester_or_admin(request.id, requester_name=request.requester_name, verb="extend"),
                 code=RefusalCode.NOT_REQUESTER_OR_ADMIN)
+        # The requester holds the pool's nodes longer only while they still operate it.
+        require(actor, Role.OPERATOR, action=f"Holding {request.id} longer", pool=request.pool)
         end = request.window_end + more
         policy = self._pools[request.pool]
         hold = self._requests.running_hold(request.id)

@@ -49,9 +49,8 @@ def nothing_to_release(run_id: str) -> str:
     return f"Run {run_id} has no hold left to end (it already ended or never began)"
 
 
-def not_allowed_to_release(request_id: str, *, requester_name: str) -> str:
-    return (f"Only {requester_name} (who asked for {request_id}), an operator of its pool or an "
-            f"admin can end its window early")
+def not_allowed_to_release(request_id: str, *, pool: str) -> str:
+    return f"Only an operator of pool {pool} or an admin can end the window of {request_id} early"
 
 
 def not_allowed_to_confirm(run_id: str, pool: str) -> str:

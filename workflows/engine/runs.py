@@ -44,7 +44,7 @@ from storage.ids import RequestId, RunId
 from storage.requests import Request
 from storage.runs import Run, RunState
 from storage.steps import NewStep, Step
-from workflows.access import Actor, Role, public_name, require
+from workflows.access import AccessDenied, Actor, Role, public_name, require
 from workflows.engine import halt_messages, refusal_messages, run_messages
 from workflows.engine.halt_messages import HALT_CODES, HaltCode
 from workflows.plans import plan_from_json
@@ -63,6 +63,11 @@ RUNNABLE_STATES = ("approved", "scheduled")
 
 class RunRefused(Exception):
     """The action was refused; the message is one sentence for the person who tried."""
+
+
+class RunAccessDenied(RunRefused, AccessDenied):
+    """Refused because of who the person is (not an operator of the run's pool): also an
+    `access.AccessDenied` carrying the pool, so the refusal can say who may act there."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,12 +277,15 @@ class RunService:
 
     def release_hold(self, actor: Actor, request_id: str, *, now: dt.datetime) -> RunView:
         """`drain done`: end the hold steps of the request's unfinished run now (pending
-        ones end as they start). The requester, an operator of the pool or an admin."""
+        ones end as they start). An operator of the pool (the requester is one) or an admin;
+        refused, `RunAccessDenied` names the pool."""
         with self._db.transaction():
             request = self._request(RequestId(request_id))
-            if actor.user_id != request.requester and not actor.has(Role.OPERATOR, pool=request.pool):
-                requester = public_name(request.requester, names=self._names, fallback=request.requester_name)
-                raise RunRefused(refusal_messages.not_allowed_to_release(request.id, requester_name=requester))
+            # The requester too: they asked as an operator of the pool, and hold that role
+            # only while the configuration still gives it to them.
+            if not actor.has(Role.OPERATOR, pool=request.pool):
+                raise RunAccessDenied(refusal_messages.not_allowed_to_release(request.id, pool=request.pool),
+                                      role=Role.OPERATOR, pool=request.pool)
             runs = [r for r in stored_runs.for_request(self._db, request_id=request.id)
                     if r.state in ("pending", "running", "paused")]
             if not runs:
@@ -309,14 +317,16 @@ class RunService:
         """A person says the host driver is gone from (or installed on) the node(s) the run
         waits on (its running `host-driver-removed` or `host-driver-installed` steps; with
         `node`, that node's only): recorded in the step's params with who and when,
-        audited, told in the thread. An operator of the run's pool or an admin."""
+        audited, told in the thread. An operator of the run's pool or an admin (else
+        `RunAccessDenied`, naming the pool)."""
         with self._db.transaction():
             run = stored_runs.get(self._db, id=RunId(run_id))
             if run is None:
                 raise UnknownRun(run_id, self._closest(run_id))
             request = self._request(run.request_id)
             if not actor.has(Role.OPERATOR, pool=request.pool):
-                raise RunRefused(refusal_messages.not_allowed_to_confirm(run.id, request.pool))
+                raise RunAccessDenied(refusal_messages.not_allowed_to_confirm(run.id, request.pool),
+                                      role=Role.OPERATOR, pool=request.pool)
             if run.state not in ("pending", "running", "paused"):
                 raise RunRefused(refusal_messages.run_not_waiting(run.id, run.state))
             waiting = [s for s in stored_steps.for_run(self._db, run_id=run.id)

@@ -177,11 +177,16 @@ class PoolConfig(_Model):
         "written as \"group:S0123\"."))
     operators: tuple[str, ...] = Field(default=(), description=(
         "Who may ask for and control this pool's changes (drains, upgrades, MIG changes, moves; "
-        "pause, resume, abort, continue, confirm, uncordon, rollback) besides the fleet's operators: "
-        "Slack user ids or user groups written as \"group:S0123\"."))
+        "pause, resume, abort, continue, drain done, migrate confirm, uncordon, note, rollback) "
+        "besides the fleet's operators: Slack user ids or user groups written as \"group:S0123\" "
+        "(members read from Slack like approvers' groups). They operate this pool only; "
+        "`/gpu status <pool>` names them, and a refusal on the pool says who may act."))
     global_operators: bool = Field(default=True, description=(
-        "Whether the fleet's operators (access.users / access.usergroups) operate this pool too. "
-        "false: only its `operators` (and admins) do, for teams sharing a cluster."))
+        "Whether the fleet's operators (the operator role of access.users / access.usergroups) "
+        "operate this pool too. true (the default): they keep every pool, and `operators` only adds "
+        "people. false: the pool's `operators` list is exclusive, only they and admins operate it "
+        "(teams sharing a cluster); the fleet's operators still read it, and operate the pools that "
+        "keep this true."))
     request_ttl: Duration = Field(default=dt.timedelta(hours=24), description=(
         "How long a request waits for approval before it expires."))
 
