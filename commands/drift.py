@@ -103,7 +103,7 @@ def notes_section(call: Call, node: NodeName) -> Section | None:
     if not found:
         return None
     return Section(title=say.NOTES_TITLE, bullets=tuple(
-        say.preflight_line(n.text, by=n.set_by_name, until=n.until) for n in found))
+        say.note_line(n.text, by=n.set_by_name, until=n.until) for n in found))
 
 
 # --------------------------------------------------------------------------------------
