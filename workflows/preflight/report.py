@@ -11,26 +11,12 @@ to `checked` as `before`."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
-from workflows.fleet.summary import Fleet
-from workflows.kube.objects import DisruptionBudget, PodObject
 from workflows.plans import Plan, PreflightNote
-from workflows.pools.config import PoolConfig
 from workflows.preflight.budgets import budget_notes
+from workflows.preflight.facts import PlanFacts
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PlanFacts:
-    """What the checks of one plan read besides the plan: the fleet as the watch cache has
-    it, the pool's policy, the cluster's GPU pods and the PodDisruptionBudgets of their
-    namespaces; `by_operator`: the GPU Operator moves the pods (an upgrade it gates)."""
-
-    fleet: Fleet
-    policy: PoolConfig
-    gpu_pods: Sequence[PodObject] = ()
-    budgets: Sequence[DisruptionBudget] = ()
-    by_operator: bool = False
+__all__ = ["PLAN_CHECKS", "PlanCheck", "PlanFacts", "checked"]
 
 
 PlanCheck = Callable[[Plan, PlanFacts], tuple[PreflightNote, ...]]
