@@ -244,7 +244,8 @@ def take_include_option(words: Sequence[str]) -> tuple[list[str], tuple[str, ...
         word = words[index]
         if word == INCLUDE_OPTION or word.startswith(INCLUDE_OPTION + "="):
             nodes = word.partition("=")[2]
-            if not nodes and word == INCLUDE_OPTION and index + 1 < len(words) and not words[index + 1].startswith("--"):
+            follows = words[index + 1] if index + 1 < len(words) else "--"
+            if not nodes and word == INCLUDE_OPTION and not follows.startswith("--"):
                 index += 1
                 nodes = words[index]
             if not [n for n in nodes.split(",") if n]:

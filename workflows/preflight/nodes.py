@@ -79,7 +79,8 @@ def screen_nodes(candidates: Sequence[NodeInventory], *, fleet: Fleet, kind: str
         if not blocking:
             kept.append(node)
             continue
-        severity: PreflightSeverity = "critical" if min(SEVERITY_ORDER[f.severity] for f in blocking) == 0 else "warning"
+        worst = min(SEVERITY_ORDER[f.severity] for f in blocking)
+        severity: PreflightSeverity = "critical" if worst == SEVERITY_ORDER["critical"] else "warning"
         if node.name in include:
             kept.append(node)
             notes.append(PreflightNote(check=NODES_CHECK, code="included", severity=severity, nodes=(node.name,),
