@@ -483,7 +483,7 @@ def drain_active(request_id: str, state: str, window: str) -> str:
 
 
 # The words of /gpu drain, as the registry, the help, the form and every usage error show them.
-DRAIN_USAGE = "drain <node...|pool> [at <time>|next-window] [for <duration>] [reason]"
+DRAIN_USAGE = "drain <node...|pool> [at <time>|next-window] [for <duration>] [--include <node>,...] [reason]"
 
 
 def drain_needs_target() -> str:
@@ -521,11 +521,11 @@ def driver_managers(pool: PoolInventory) -> str:
 
 
 UPGRADE_USAGE = ("upgrade <pool> to <driver-version> [at <time> | next-window] [--also <pool>,...] [--downgrade] "
-                 "[--dry-run] [reason]")
+                 "[--include <node>,...] [--dry-run] [reason]")
 UPGRADE_WAVE_COLUMNS = ("wave", "nodes", "GPUs out")
 
 
-MIG_USAGE = "mig <pool|node...> <layout> [at <time> | next-window] [--dry-run] [reason]"
+MIG_USAGE = "mig <pool|node...> <layout> [at <time> | next-window] [--include <node>,...] [--dry-run] [reason]"
 MIG_NODE_COLUMNS = ("node", "advertises now", "after", "GPU pods moved off")
 MIG_WAVE_COLUMNS = ("wave", "nodes")
 
@@ -563,7 +563,8 @@ def pool_workloads(mig: str | None, full_gpu: str | None) -> str:
     return "; ".join([f"MIG slices for {mig or 'any workload'}", f"whole GPUs for {full_gpu or 'any workload'}"])
 
 
-MIGRATE_USAGE = "migrate <pool|node...> to operator|host [at <time> | next-window] [--dry-run] [reason]"
+MIGRATE_USAGE = ("migrate <pool|node...> to operator|host [at <time> | next-window] [--include <node>,...] [--dry-run] "
+                 "[reason]")
 # A move's title by where it goes ("rollback": back to the snapshots its run took).
 _MOVE_TITLES = {"operator": "Move to the operator", "host": "Move back to host drivers",
                 "rollback": "Rollback of a driver move"}
@@ -703,3 +704,8 @@ def approver_group(name: str) -> str:
 def run_held_by_freeze(line: str) -> str:
     return ("A change freeze holds this run: nodes under way finish, no new node starts, and it goes on by itself "
             f"when the freeze ends. {line}")
+
+
+def include_needs_node() -> str:
+    return ("`--include` names the node to change in spite of its open findings, e.g. "
+            "`--include gpu-node-05` (several: `--include a,b`)")
