@@ -11,7 +11,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from workflows.access import Actor, Role, require
+from storage.step_params import StepParamsError, decode
+from storage.steps import Step
 from workflows.engine.runs import RunView, step_intent, step_params
+from workflows.engine.steps.host_driver import NodeLabelsParams
 from workflows.fleet.summary import Fleet
 from workflows.migrate import messages as say
 from workflows.migrate.plan import MOVABLE, MigrateAsk, MigratePlan, MigrateRefused, MigrateRollbackOf, plan_migrate
@@ -85,8 +88,7 @@ class MigrateService:
         if not nodes:
             raise MigrateRefused(pool_say.nothing_to_roll_back(run.id, changed=say.ROLLED_BACK),
                                 code="nothing-to-roll-back")
-        keys = sorted({str(k) for s in run.steps if s.kind == "node-labels"
-                       for k in (step_params(s).get("labels") or {})})
+        keys = sorted({k for s in run.steps if s.kind == "node-labels" for k in _labels_set(s)})
         back = MigrateRollbackOf(run=run.id, snapshots=tuple((n, taken[n]) for n in nodes), keys=tuple(keys))
         ask = MigrateAsk(targets=tuple(nodes), reason=f"rollback of {run.id}")
         planned = self.preview(actor, ask, fleet=fleet, now=now, rollback=back)
@@ -104,3 +106,12 @@ def _members(fleet: Fleet, target: str) -> tuple[NodeName, ...]:
     """A pool's nodes, or the node itself."""
     pool = fleet.pool(target)
     return pool.nodes if pool is not None else (NodeName(target),)
+
+
+def _labels_set(step: Step) -> tuple[str, ...]:
+    """The label keys a run's `node-labels` step sets (what a rollback puts back)."""
+    try:
+        labels = decode(NodeLabelsParams, step_params(step), kind=step.kind).labels
+    except StepParamsError as err:
+        raise MigrateRefused(str(err), code="unreadable-step") from None
+    return tuple(labels or ())
