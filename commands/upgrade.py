@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 
 from commands import messages as msg
 from commands.drain_grammar import read_start_words
-from commands.kinds import ANSWERS, RequestButton, answers, request_button
+from commands.kinds import RequestButton, answer_of, answers, request_button
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
 from commands.reply import REQUEST_UPGRADE, Fact, Reply, Section, Table, error_reply
 from commands.requests import approval_intents
@@ -188,7 +188,7 @@ def rollback_run(call: Call, run_id: str) -> Reply:
     kind = kinds_in_force().get(run.kind)
     found = call.services.changes.get(run.kind) if kind is not None and kind.rollback else None
     own = found if isinstance(found, RollsBack) else None
-    answer = ANSWERS.get(run.kind) if own is not None else None
+    answer = answer_of(run.kind) if own is not None else None
     service: RollsBack
     if own is None or answer is None:
         service, answer = _upgrades(call), _answer

@@ -8,9 +8,10 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from workflows.access import Actor, Role, require
+from workflows.kinds import ServiceInputs
 from storage.step_params import StepParamsError, decode
 from storage.steps import Step
 from workflows.engine.runs import RunView, step_intent, step_params
@@ -27,6 +28,7 @@ from workflows.requests.service import RequestService
 from workflows.requests.views import RequestView
 
 
+@runtime_checkable
 class NodeLabels(Protocol):
     """Where a plan reads who set a node's labels (`kube.gateway.KubeGateway`)."""
 
@@ -49,6 +51,13 @@ class MigrateService:
         self._gpu_check = gpu_check
         self._pods = pods
         self._labels = labels
+
+    @classmethod
+    def built(cls, inputs: ServiceInputs) -> MigrateService:
+        """For an entry point (its registry line): the canary from the configuration, GPU
+        pods and who set a node's labels from its readers."""
+        return cls(inputs.requests, pools=inputs.config.pools, gpu_check=inputs.config.upgrades.gpu_check,
+                   pods=inputs.reader(GpuPods), labels=inputs.reader(NodeLabels))
 
     def preview(self, actor: Actor, ask: MigrateAsk, *, fleet: Fleet, now: dt.datetime,
                 rollback: MigrateRollbackOf | None = None) -> MigratePlan:
