@@ -291,8 +291,8 @@ class GpuCheckParams(StepParams):
 class HoldParams(StepParams):
     """Hold until `until`; a stored `until` of null is an open-ended hold (`open_ended`,
     ended by `drain done`, for at most `at_most_s`); else for `seconds`; else until the
-    request's window ends. Controls written while it runs: `released_at` (`drain done`),
-    `extended_until` (an extension applied)."""
+    request's window ends. Controls written while it runs: `released_at` (`HoldRelease`,
+    `drain done`), `extended_until` (`HoldExtension`, an extension applied)."""
 
     until: dt.datetime | None = None
     open_ended: bool = False
