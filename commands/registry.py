@@ -16,7 +16,7 @@ them (`run_command`, `invoke`): no line is written only to be split again.
 
 A kind of change's commands come with its registry line (workflows/kinds.py `commands`):
 the registry imports that module the first time it is read with the kind in force, and
-offers its commands only while the kind is in force.
+offers a command registered with `kind=` only while that kind is in force.
 """
 
 from __future__ import annotations
@@ -75,31 +75,21 @@ class CommandSpec:
     # Does running it change anything (a request, a run, a freeze, a node)? Then the
     # user's roles are read afresh, not from a cache (`bot.identity`).
     changes: bool = True
-    # The module that registered it (a kind's commands module, for one).
-    module: str = ""
+    # The kind of change it asks for or acts on (offered while the kind is in force);
+    # None for a command of every kind (`rollback`, `approve`).
+    kind: str | None = None
 
     @property
     def name(self) -> str:
         return " ".join(self.words)
 
 
-def kind_commands_loaded() -> dict[str, str]:
+def kind_commands_loaded() -> None:
     """Import the commands module of each kind in force not imported yet (its registry
-    line's `commands`); every kind's commands module imported so far, with its kind."""
+    line's `commands`), so its commands, answer and request button are registered."""
     for kind in kinds_in_force():
-        if kind.commands is not None and kind.commands not in _KIND_MODULES:
-            _KIND_MODULES[kind.commands] = kind.name  # NB: first, as its import registers through here
-            if kind.commands not in sys.modules:
-                try:
-                    importlib.import_module(kind.commands)
-                except BaseException:
-                    del _KIND_MODULES[kind.commands]
-                    raise
-    return _KIND_MODULES
-
-
-# A kind's commands module -> its kind (filled by `kind_commands_loaded`).
-_KIND_MODULES: dict[str, str] = {}
+        if kind.commands is not None and kind.commands not in sys.modules:
+            importlib.import_module(kind.commands)
 
 
 @dataclass
@@ -109,21 +99,19 @@ class Registry:
     @property
     def commands(self) -> dict[tuple[str, ...], CommandSpec]:
         """Every command offered now: the product's, and those of the kinds in force."""
-        modules = kind_commands_loaded()
+        kind_commands_loaded()
         in_force = kinds_in_force()
-        return {words: spec for words, spec in self.registered.items()
-                if spec.module not in modules or modules[spec.module] in in_force}
+        return {words: spec for words, spec in self.registered.items() if spec.kind is None or spec.kind in in_force}
 
     def command(self, words: str, *, usage: str, summary: str, role: Role,
                 examples: tuple[str, ...] = (), confirm: bool = False,
-                changes: bool = True) -> Callable[[Handler], Handler]:
+                changes: bool = True, kind: str | None = None) -> Callable[[Handler], Handler]:
         def tag(handler: Handler) -> Handler:
             key = tuple(words.split())
             if key in self.registered:
                 raise ValueError(f"command {words!r} registered twice")
             self.registered[key] = CommandSpec(words=key, handler=handler, usage=usage, summary=summary, role=role,
-                                               examples=examples, confirm=confirm, changes=changes,
-                                               module=handler.__module__)
+                                               examples=examples, confirm=confirm, changes=changes, kind=kind)
             return handler
         return tag
 

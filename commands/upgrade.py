@@ -122,7 +122,7 @@ request_button(RequestButton(kind="upgrade", action=REQUEST_UPGRADE, label=msg.r
 
 @REGISTRY.command("upgrade", usage=msg.UPGRADE_USAGE, role=Role.OPERATOR,
                   summary="Ask for a pool's driver upgrade: canary, then waves, after approvals",
-                  examples=("/gpu upgrade serving-a to 580.105.08 security fix",))
+                  examples=("/gpu upgrade serving-a to 580.105.08 security fix",), kind="upgrade")
 def upgrade(call: Call, args: list[str]) -> Reply:
     try:
         ask = read_upgrade_words(args, pools=call.services.config.pools, now=call.now)

@@ -26,7 +26,8 @@ def _labels(call: Call) -> LabelService:
     return found
 
 
-@REGISTRY.command("label", usage=USAGE, role=Role.OPERATOR, summary="Ask to set a label on a pool's nodes")
+@REGISTRY.command("label", usage=USAGE, role=Role.OPERATOR, summary="Ask to set a label on a pool's nodes",
+                  kind=KIND.name)
 def label(call: Call, args: list[str]) -> Reply:
     words = [w for arg in args for w in arg.split()]
     at = next((i for i, w in enumerate(words) if "=" in w), None)
