@@ -53,6 +53,9 @@ from bot.forms import (
     when_blocks,
 )
 from bot.intents import TARGET_NAME
+from bot.request_forms import RequestForm
+from commands.drain import request_drain
+from commands.reply import REQUEST_DRAIN
 from commands.drain_grammar import KEYWORDS
 from workflows.access import Actor
 from workflows.drain.plan import DrainAsk, StartFrom
@@ -187,3 +190,10 @@ def read_drain_form(view: dict[str, Any], *, now: dt.datetime) -> FormReading[Dr
         return FormReading(form=None, errors=errors)
     return FormReading(form=DrainForm(targets=targets, when=when, at=at, duration=duration, reason=reason,
                                            channel=channel))
+
+
+# The form, as the kind's registry line names it (workflows/kinds.py `form`).
+DRAIN_REQUEST_FORM = RequestForm(
+    kind="drain", action=REQUEST_DRAIN, callback=DRAIN_CALLBACK, title=msg.DRAIN_FORM_TITLE, purpose=msg.DRAIN_FORM_FORM,
+    build=drain_form, read=read_drain_form, run=request_drain, footer=msg.drain_form_footer, cannot=cannot_request_drain,
+    usage=drain_usage, in_console=msg.drain_form_in_console)

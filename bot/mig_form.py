@@ -40,6 +40,9 @@ from bot.forms import (
     when_blocks,
 )
 from bot.intents import TARGET_NAME
+from bot.request_forms import RequestForm
+from commands.mig import request_mig
+from commands.reply import REQUEST_MIG
 from workflows.access import Actor
 from workflows.drain.plan import StartFrom
 from workflows.mig.plan import MigAsk
@@ -138,3 +141,10 @@ def read_mig_form(view: dict[str, Any], *, now: dt.datetime) -> FormReading[MigF
         return FormReading(form=None, errors=errors)
     return FormReading(form=MigForm(targets=targets, layout=layout, when=when, at=at, reason=reason,
                                     channel=channel))
+
+
+# The form, as the kind's registry line names it (workflows/kinds.py `form`).
+MIG_REQUEST_FORM = RequestForm(
+    kind="mig", action=REQUEST_MIG, callback=MIG_CALLBACK, title=msg.MIG_FORM_TITLE, purpose=msg.MIG_FORM_FORM,
+    build=mig_form, read=read_mig_form, run=request_mig, footer=msg.mig_form_footer, cannot=cannot_request_mig,
+    usage=mig_usage, in_console=msg.mig_form_in_console)

@@ -1,8 +1,10 @@
 """The request forms, one spec per kind of change that has one (drain, driver upgrade, MIG
 change): the button that opens it, the modal, how a submission is read, and the command it
 runs as. The click handler, the Slack app and the console look a form up here by the
-button's action or by the kind, and the Slack app registers every form in one loop; a
-kind with a form adds one entry to `FORMS`.
+button's action or by the kind, and the Slack app registers every form in one loop. A
+kind's form is its own module's `RequestForm`, named by the kind's registry line
+(workflows/kinds.py `form`): `forms_in_force()` reads the kinds in force, so a kind with
+a form edits nothing here.
 """
 
 from __future__ import annotations
@@ -12,19 +14,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from bot import messages as msg
-from bot.drain_form import DRAIN_CALLBACK, cannot_request_drain, drain_form, drain_usage, read_drain_form
 from bot.forms import FormContext, FormReading
-from bot.mig_form import MIG_CALLBACK, cannot_request_mig, mig_form, mig_usage, read_mig_form
-from bot.upgrade_form import UPGRADE_CALLBACK, cannot_request_upgrade, read_upgrade_form, upgrade_form, upgrade_usage
 from commands.catalog import REGISTRY
 from commands.kinds import BUTTONS
-from commands.drain import request_drain
-from commands.mig import request_mig
-from commands.registry import Call, CommandSpec
-from commands.reply import REQUEST_DRAIN, REQUEST_MIG, REQUEST_UPGRADE, Intent, Reply
-from commands.upgrade import request_upgrade
+from commands.registry import Call, CommandSpec, kind_commands_loaded
+from commands.reply import Intent, Reply
 from workflows.access import Actor
+from workflows.kinds import kinds_in_force, named
 
 
 class SubmittedForm(Protocol):
@@ -80,23 +76,20 @@ class RequestForm:
     @property
     def home_button(self) -> Intent:
         """The button that opens it with nothing filled in (the kind's `RequestButton`'s words)."""
+        kind_commands_loaded()  # the kind's commands module registers its button
         return Intent(action=self.action, label=BUTTONS[self.kind].label, value="")
 
 
-FORMS: tuple[RequestForm, ...] = (
-    RequestForm(kind="drain", action=REQUEST_DRAIN, callback=DRAIN_CALLBACK, title=msg.DRAIN_FORM_TITLE,
-                purpose=msg.DRAIN_FORM_FORM, build=drain_form, read=read_drain_form, run=request_drain,
-                footer=msg.drain_form_footer, cannot=cannot_request_drain, usage=drain_usage,
-                in_console=msg.drain_form_in_console),
-    RequestForm(kind="upgrade", action=REQUEST_UPGRADE, callback=UPGRADE_CALLBACK, title=msg.UPGRADE_FORM_TITLE,
-                purpose=msg.UPGRADE_FORM_FORM, build=upgrade_form, read=read_upgrade_form, run=request_upgrade,
-                footer=msg.upgrade_form_footer, cannot=cannot_request_upgrade, usage=upgrade_usage,
-                in_console=msg.upgrade_form_in_console),
-    RequestForm(kind="mig", action=REQUEST_MIG, callback=MIG_CALLBACK, title=msg.MIG_FORM_TITLE,
-                purpose=msg.MIG_FORM_FORM, build=mig_form, read=read_mig_form, run=request_mig,
-                footer=msg.mig_form_footer, cannot=cannot_request_mig, usage=mig_usage,
-                in_console=msg.mig_form_in_console),
-)
+def forms_in_force() -> tuple[RequestForm, ...]:
+    """The request forms of the kinds in force that have one, in the kinds' order."""
+    forms: list[RequestForm] = []
+    for kind in kinds_in_force():
+        if kind.form is not None:
+            form = named(kind.form)
+            if not isinstance(form, RequestForm) or form.kind != kind.name:
+                raise TypeError(f"kind {kind.name!r}: {kind.form} is not its RequestForm")
+            forms.append(form)
+    return tuple(forms)
 
 
 @dataclass(frozen=True)
@@ -109,14 +102,14 @@ class WantedForm:
 
 def form_opened_by(action: str) -> RequestForm | None:
     """The form a button's action opens, if it opens one."""
-    return next((form for form in FORMS if form.action == action), None)
+    return next((form for form in forms_in_force() if form.action == action), None)
 
 
 def form_of(kind: str) -> RequestForm:
     """The request form of a kind of change that has one."""
-    return next(form for form in FORMS if form.kind == kind)
+    return next(form for form in forms_in_force() if form.kind == kind)
 
 
 def home_buttons(actor: Actor) -> tuple[Intent, ...]:
     """The Home tab's buttons for `actor`: each form they may open, in the forms' order."""
-    return tuple(form.home_button for form in FORMS if form.cannot(actor) is None)
+    return tuple(form.home_button for form in forms_in_force() if form.cannot(actor) is None)

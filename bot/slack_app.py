@@ -42,7 +42,7 @@ from slack_sdk.errors import SlackApiError
 from bot import messages as msg
 from bot.clicks import Click, ClickOutcome, press
 from bot.forms import FormContext, form_context
-from bot.request_forms import FORMS, RequestForm, form_of, home_buttons
+from bot.request_forms import RequestForm, form_of, forms_in_force, home_buttons
 from bot.home import home_view
 from bot.identity import SlackDirectory
 from bot.intents import action_of
@@ -141,7 +141,7 @@ class SlackBot:
         app.command(SLASH_COMMAND)(ack=self.ack, lazy=[self.run_command])
         app.action(_ACTION_IDS)(ack=self.ack, lazy=[self.run_click])
         app.view(DENY_CALLBACK)(ack=self.ack_deny, lazy=[self.run_deny])
-        for form in FORMS:
+        for form in forms_in_force():
             app.view(form.callback)(ack=self.form_ack(form), lazy=[self.form_run(form)])
         for event in BOT_EVENTS:
             app.event(event)(ack=self.ack, lazy=[self.run_home])

@@ -51,6 +51,9 @@ from bot.forms import (
     when_blocks,
 )
 from bot.intents import TARGET_NAME
+from bot.request_forms import RequestForm
+from commands.upgrade import request_upgrade
+from commands.reply import REQUEST_UPGRADE
 from workflows.access import Actor
 from workflows.drain.plan import StartFrom
 from workflows.pools.windows import UTC
@@ -162,3 +165,10 @@ def read_upgrade_form(view: dict[str, Any], *, now: dt.datetime) -> FormReading[
         return FormReading(form=None, errors=errors)
     return FormReading(form=UpgradeForm(pool=pool, version=version, when=when, at=at, downgrade=downgrade,
                                                reason=reason, channel=channel))
+
+
+# The form, as the kind's registry line names it (workflows/kinds.py `form`).
+UPGRADE_REQUEST_FORM = RequestForm(
+    kind="upgrade", action=REQUEST_UPGRADE, callback=UPGRADE_CALLBACK, title=msg.UPGRADE_FORM_TITLE, purpose=msg.UPGRADE_FORM_FORM,
+    build=upgrade_form, read=read_upgrade_form, run=request_upgrade, footer=msg.upgrade_form_footer, cannot=cannot_request_upgrade,
+    usage=upgrade_usage, in_console=msg.upgrade_form_in_console)

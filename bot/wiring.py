@@ -107,8 +107,8 @@ class Runtime:
         database = self.database.get()
         services = Services.on_database(config=self.config, fleet=self.fleet, database=database,
                                         roles=self.roles_in(self.config), on_approved=self.request_approved,
-                                        workloads=self.gateway, mig_reader=self.gateway,
-                                        node_labels=self.gateway, signals=self.signals)
+                                        readers=(self.gateway,) if self.gateway is not None else (),
+                                        signals=self.signals)
         if self.gateway is not None:
             services.cordons = Cordons(database, self.gateway)
             services.node_reads = self.gateway
@@ -147,7 +147,7 @@ class Runtime:
         database = self.database.get()
         services = Services.on_database(config=config, fleet=source, database=database,
                                         roles=self.roles_in(config), on_approved=self.request_approved,
-                                        workloads=gateway, mig_reader=gateway, node_labels=gateway)
+                                        readers=(gateway,))
         services.cordons = Cordons(database, gateway)
         services.node_reads = gateway
         if source.cache is not None:

@@ -121,7 +121,7 @@ request_button(RequestButton(kind="drain", action=REQUEST_DRAIN, label=msg.reque
 @REGISTRY.command("drain", usage=msg.DRAIN_USAGE,
                   role=Role.OPERATOR, summary="Ask for a drain window: plan, policy check, then approvals",
                   examples=("/gpu drain gpu-a-01 gpu-a-02 at sat 02:00 for 2h NIC swap",
-                            "/gpu drain train-a next-window firmware"))
+                            "/gpu drain train-a next-window firmware"), kind="drain")
 def drain(call: Call, args: list[str]) -> Reply:
     if not args:
         raise UsageError(msg.drain_needs_target())
@@ -135,7 +135,7 @@ def drain(call: Call, args: list[str]) -> Reply:
 
 @REGISTRY.command("drain done", usage="drain done <id>", role=Role.OPERATOR,
                   summary="End a drain window early: the nodes are validated and uncordoned",
-                  examples=("/gpu drain done req-7f3a2c",))
+                  examples=("/gpu drain done req-7f3a2c",), kind="drain")
 def drain_done(call: Call, args: list[str]) -> Reply:
     # The run service checks the rest: the requester, an operator of the pool or an admin.
     if len(args) != 1:
@@ -154,7 +154,7 @@ def drain_done(call: Call, args: list[str]) -> Reply:
 
 @REGISTRY.command("drain extend", usage="drain extend <id> <duration>", role=Role.OPERATOR,
                   summary="Ask for more time: re-planned before the run; while it holds, a later end as the pool approves",
-                  examples=("/gpu drain extend req-7f3a2c 2h",))
+                  examples=("/gpu drain extend req-7f3a2c 2h",), kind="drain")
 def drain_extend(call: Call, args: list[str]) -> Reply:
     if len(args) != 2:
         raise UsageError(msg.drain_extend_usage())

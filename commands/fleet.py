@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from commands import messages as msg
 from commands.clusters import clusters_section
 from commands.drift import drift_findings, findings_on_node, notes_section, pool_sections
-from commands.kinds import BUTTONS
+from commands.kinds import buttons_in_force
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
 from commands.reply import Fact, Intent, Notice, Reply, Section, Table, error_reply
 from workflows.access import Role
@@ -24,7 +24,6 @@ from workflows.fleet.clusters import ClusterUnreachable
 from workflows.fleet.node_detail import NodeDetail, read_node_detail
 from workflows.fleet.findings import Finding, cordons_left_behind, format_age, sort_findings
 from workflows.fleet.summary import Fleet
-from workflows.kinds import kinds_in_force
 from workflows.kube.objects import NodeName
 from workflows.pools.config import PoolConfig, Workloads
 from workflows.pools.freezes import CLUSTER, freeze_sentence
@@ -143,7 +142,7 @@ def _form_buttons(call: Call, fleet: Fleet, *, pool: str, node: str | None = Non
     asked for node by node), in the kinds' order, for whoever that kind's command would
     let ask (it checks again when asked); none for a pool without a policy."""
     inventory = fleet.pool(pool)
-    buttons = [BUTTONS[kind.name] for kind in kinds_in_force() if kind.name in BUTTONS]
+    buttons = buttons_in_force()
     return tuple(intent for button in buttons
                  if (node is None or button.on_nodes)
                  and (button.offered is None or (inventory is not None and button.offered(inventory, fleet)))

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from commands.reply import Reply
-from commands.registry import Call
+from commands.registry import Call, kind_commands_loaded
 from workflows.fleet.pool import PoolInventory
 from workflows.fleet.summary import Fleet
+from workflows.kinds import kinds_in_force
 
 # What a kind's command makes of its service's call: the reply, or the refusal's.
 Answer = Callable[[Call, Callable[[], Any]], Reply]
@@ -49,6 +50,19 @@ class RequestButton:
 
 
 BUTTONS: dict[str, RequestButton] = {}
+
+
+def answer_of(kind: str) -> Answer | None:
+    """How the commands of `kind` answer its service's outcomes; None for a kind not in
+    force or without an answer."""
+    kind_commands_loaded()
+    return ANSWERS.get(kind) if kind in kinds_in_force() else None
+
+
+def buttons_in_force() -> tuple[RequestButton, ...]:
+    """The request buttons of the kinds in force, in the kinds' order."""
+    kind_commands_loaded()
+    return tuple(BUTTONS[kind.name] for kind in kinds_in_force() if kind.name in BUTTONS)
 
 
 def request_button(button: RequestButton) -> RequestButton:

@@ -111,7 +111,7 @@ request_button(RequestButton(kind="mig", action=REQUEST_MIG, label=msg.request_m
 
 @REGISTRY.command("mig", usage=msg.MIG_USAGE, role=Role.OPERATOR,
                   summary="Ask to change the MIG layout of a pool's nodes: a capacity change, after approvals",
-                  examples=("/gpu mig inference-mig all-2g.20gb more memory per replica",))
+                  examples=("/gpu mig inference-mig all-2g.20gb more memory per replica",), kind="mig")
 def mig(call: Call, args: list[str]) -> Reply:
     fleet = call.services.fleet.fleet(call.now)
     try:

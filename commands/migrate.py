@@ -85,7 +85,7 @@ def _reply(call: Call, planned: MigratePlan, view: RequestView | None = None) ->
 @REGISTRY.command("migrate", usage=msg.MIGRATE_USAGE, role=Role.OPERATOR,
                   summary="Move nodes between host drivers and the GPU Operator, one at a time, after approvals",
                   examples=("/gpu migrate training-a to operator one driver source for the pool",
-                            "/gpu migrate training-a to host back to host drivers"))
+                            "/gpu migrate training-a to host back to host drivers"), kind="migrate")
 def migrate(call: Call, args: list[str]) -> Reply:
     fleet = call.services.fleet.fleet(call.now)
     try:
@@ -103,7 +103,7 @@ def migrate(call: Call, args: list[str]) -> Reply:
 
 @REGISTRY.command("migrate confirm", usage="migrate confirm <run> [node]", role=Role.OPERATOR,
                   summary="Say the host driver is gone from the node a move to the operator waits on",
-                  examples=("/gpu migrate confirm run-4b1d9e",))
+                  examples=("/gpu migrate confirm run-4b1d9e",), kind="migrate")
 def migrate_confirm(call: Call, args: list[str]) -> Reply:
     if len(args) not in (1, 2):
         raise UsageError(msg.name_one("run, e.g. `/gpu migrate confirm run-4b1d9e`"))

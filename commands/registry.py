@@ -13,13 +13,19 @@ Text is split once, where a person typed it (`dispatch`); words split already (t
 command line's argv) go to `dispatch_words`, and a command whose values are read already
 (a button's id, App Home's fleet view, a form's request) runs through the same door with
 them (`run_command`, `invoke`): no line is written only to be split again.
+
+A kind of change's commands come with its registry line (workflows/kinds.py `commands`):
+the registry imports that module the first time it is read with the kind in force, and
+offers a command registered with `kind=` only while that kind is in force.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import difflib
+import importlib
 import shlex
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -30,6 +36,7 @@ from commands.reply import Reply, Section, Table, error_reply
 from commands.services import Services
 from workflows.access import AccessDenied, Actor, Role
 from workflows.fleet.clusters import ClusterUnreachable
+from workflows.kinds import kinds_in_force
 
 
 class UsageError(Exception):
@@ -68,32 +75,51 @@ class CommandSpec:
     # Does running it change anything (a request, a run, a freeze, a node)? Then the
     # user's roles are read afresh, not from a cache (`bot.identity`).
     changes: bool = True
+    # The kind of change it asks for or acts on (offered while the kind is in force);
+    # None for a command of every kind (`rollback`, `approve`).
+    kind: str | None = None
 
     @property
     def name(self) -> str:
         return " ".join(self.words)
 
 
+def kind_commands_loaded() -> None:
+    """Import the commands module of each kind in force not imported yet (its registry
+    line's `commands`), so its commands, answer and request button are registered."""
+    for kind in kinds_in_force():
+        if kind.commands is not None and kind.commands not in sys.modules:
+            importlib.import_module(kind.commands)
+
+
 @dataclass
 class Registry:
-    commands: dict[tuple[str, ...], CommandSpec] = field(default_factory=dict)
+    registered: dict[tuple[str, ...], CommandSpec] = field(default_factory=dict)
+
+    @property
+    def commands(self) -> dict[tuple[str, ...], CommandSpec]:
+        """Every command offered now: the product's, and those of the kinds in force."""
+        kind_commands_loaded()
+        in_force = kinds_in_force()
+        return {words: spec for words, spec in self.registered.items() if spec.kind is None or spec.kind in in_force}
 
     def command(self, words: str, *, usage: str, summary: str, role: Role,
                 examples: tuple[str, ...] = (), confirm: bool = False,
-                changes: bool = True) -> Callable[[Handler], Handler]:
+                changes: bool = True, kind: str | None = None) -> Callable[[Handler], Handler]:
         def tag(handler: Handler) -> Handler:
             key = tuple(words.split())
-            if key in self.commands:
+            if key in self.registered:
                 raise ValueError(f"command {words!r} registered twice")
-            self.commands[key] = CommandSpec(words=key, handler=handler, usage=usage, summary=summary,
-                                             role=role, examples=examples, confirm=confirm, changes=changes)
+            self.registered[key] = CommandSpec(words=key, handler=handler, usage=usage, summary=summary, role=role,
+                                               examples=examples, confirm=confirm, changes=changes, kind=kind)
             return handler
         return tag
 
     def resolve(self, tokens: list[str]) -> tuple[CommandSpec | None, list[str]]:
         lowered = [t.lower() for t in tokens]
+        offered = self.commands
         for length in range(min(len(tokens), 3), 0, -1):
-            spec = self.commands.get(tuple(lowered[:length]))
+            spec = offered.get(tuple(lowered[:length]))
             if spec is not None:
                 return spec, tokens[length:]
         return None, tokens

@@ -7,28 +7,24 @@ that it is not available here."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
 from storage.database import Database
 from workflows.config import GpuopsConfig
-from workflows.drain.service import DrainService, PodsAndBudgets
 from workflows.engine.cordons import Cordons
 from workflows.engine.runs import RunService
 from workflows.fleet.clusters import ClusterGlance, ClusterSource
 from workflows.fleet.node_detail import NodeReads
 from workflows.fleet.notes import NoteService
 from workflows.fleet.summary import FleetSource
-from workflows.kinds import ChangeService
+from workflows.kinds import ChangeService, ServiceInputs, kinds_in_force
 from workflows.requests.records import RoleLookup
 from workflows.requests.service import RequestService
-from workflows.mig.service import MigReader, MigService
 from workflows.pools.freezes import FreezeService
-from workflows.migrate.service import MigrateService, NodeLabels
 from workflows.quotas.service import QuotaService
 from workflows.signals.service import SignalsService
-from workflows.upgrade.service import UpgradeService
 
 
 S = TypeVar("S")
@@ -96,29 +92,21 @@ class Services:
     def on_database(cls, *, config: GpuopsConfig, fleet: FleetSource, database: Database,
                     wake_engine: Callable[[], None] | None = None, roles: RoleLookup | None = None,
                     on_approved: Callable[[], None] | None = None,
-                    workloads: PodsAndBudgets | None = None, mig_reader: MigReader | None = None,
-                    node_labels: NodeLabels | None = None, signals: SignalsService | None = None) -> Services:
+                    readers: Sequence[object] = (), signals: SignalsService | None = None) -> Services:
         """Every service on one database connection; `wake_engine` (Engine.wake) makes an
         engine in this process notice run controls at once; `roles` says who holds which
         role now (default: the configuration alone, without Slack user groups);
         `on_approved` is told when a request becomes approved (so its run can start at
-        once if its window is open); `workloads` is what drains read the pods and PDBs they
-        would move from (the Kubernetes gateway; without it a drain plan lists no workloads);
-        `mig_reader` what MIG and upgrade plans read (the gateway again; without it MIG
-        changes are refused and an upgrade plan names no pods); `node_labels` where a move to
-        the operator reads who set a node's labels (the gateway; without it no hand-set label
-        is found); `signals` the process's one DCGM reader (it remembers counters for their
+        once if its window is open); `readers` what the kinds of change read of the cluster
+        besides the fleet (the Kubernetes gateway; each kind's service takes the one answering
+        the protocol it needs: without it a drain plan lists no workloads, MIG changes are
+        refused, an upgrade plan names no pods, a move finds no hand-set label); each kind
+        in force gets its service from its registry line (workflows/kinds.py `service`);
+        `signals` the process's one DCGM reader (it remembers counters for their
         rates; without it one is made from the configuration, over `fleet`'s pods)."""
         requests = RequestService(database, config, roles=roles, on_approved=on_approved)
-        changes: tuple[ChangeService, ...] = (
-            DrainService(requests, pools=config.pools, workloads=workloads),
-            UpgradeService(requests, pools=config.pools, allowed_versions=config.upgrades.allowed_versions,
-                           cluster_policy_scope=config.upgrades.cluster_policy_scope,
-                           gpu_check=config.upgrades.gpu_check, pods=mig_reader, budgets=workloads),
-            MigService(requests, pools=config.pools, reader=mig_reader, budgets=workloads),
-            MigrateService(requests, pools=config.pools, gpu_check=config.upgrades.gpu_check, pods=mig_reader,
-                           labels=node_labels, budgets=workloads),
-        )
+        inputs = ServiceInputs(requests=requests, config=config, readers=tuple(readers))
+        changes = [service for kind in kinds_in_force() if (service := kind.build_service(inputs)) is not None]
         return cls(config=config, fleet=fleet, requests=requests,
                    changes={service.kind: service for service in changes},
                    runs=RunService(database, wake=wake_engine, names=config.names, cluster=config.cluster_name,

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from commands import messages as msg
 from commands.preflight_view import preflight_sections
 from commands.drain_grammar import read_start_words, take_include_option
-from commands.kinds import ANSWERS, RequestButton, answers, request_button
+from commands.kinds import RequestButton, answer_of, answers, request_button
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
 from commands.reply import REQUEST_UPGRADE, Fact, Reply, Section, Table, error_reply
 from commands.requests import approval_intents
@@ -125,7 +125,7 @@ request_button(RequestButton(kind="upgrade", action=REQUEST_UPGRADE, label=msg.r
 
 @REGISTRY.command("upgrade", usage=msg.UPGRADE_USAGE, role=Role.OPERATOR,
                   summary="Ask for a pool's driver upgrade: canary, then waves, after approvals",
-                  examples=("/gpu upgrade serving-a to 580.105.08 security fix",))
+                  examples=("/gpu upgrade serving-a to 580.105.08 security fix",), kind="upgrade")
 def upgrade(call: Call, args: list[str]) -> Reply:
     try:
         ask = read_upgrade_words(args, pools=call.services.config.pools, now=call.now)
@@ -191,7 +191,7 @@ def rollback_run(call: Call, run_id: str) -> Reply:
     kind = kinds_in_force().get(run.kind)
     found = call.services.changes.get(run.kind) if kind is not None and kind.rollback else None
     own = found if isinstance(found, RollsBack) else None
-    answer = ANSWERS.get(run.kind) if own is not None else None
+    answer = answer_of(run.kind) if own is not None else None
     service: RollsBack
     if own is None or answer is None:
         service, answer = _upgrades(call), _answer

@@ -15,6 +15,16 @@ the stored JSON, under the same name. The codec:
   plans wrote before records existed, so plan hashes (and the approvals bound to them) do
   not change.
 
+Besides a plan's keys, a step's params carry what is written into them later, each a
+`StepControl` record written and read through the same codec, never as loose keys: the
+controls people's actions write while the run is under way (`HoldRelease`, `drain done`;
+`HoldExtension`, an applied extension; `HandConfirmation`, a person's word that a host
+driver is gone or installed), and the marks that tie a plan to an earlier run
+(`ContinuesMark`, a continuation's; `TakesOverMark`, a rollback's or a continuation's
+cordon). `control.written_into(params)` keeps every key the params have and sets the
+control's own, in the storage form rows hold today; `Control.read_from(params, kind=...)`
+is the control the params hold (None when it was never written), or a `StepParamsError`.
+
 The records of the step kinds every kind of change shares live here, because plans build
 them (`workflows.pools.planning`) and the engine's steps read them. A step kind only one
 kind of change uses declares its record next to its logic: the logic's `params` attribute
@@ -86,10 +96,10 @@ def encode(params: StepParams) -> dict[str, Any]:
 # --- the field codec -------------------------------------------------------------------
 
 
-def _fields_from_json(record: type[StepParams], raw: Mapping[str, Any], *, kind: str) -> dict[str, Any]:
+def _fields_from_json(record: type[Any], raw: Mapping[str, Any], *, kind: str) -> dict[str, Any]:
     hints = _hints(record)
     values: dict[str, Any] = {}
-    for old, new in record.ALIASES.items():
+    for old, new in getattr(record, "ALIASES", {}).items():
         if old in raw and new not in raw:
             values[new] = _value(hints[new], raw[old], kind=kind, key=old)
     for f in dataclasses.fields(record):
@@ -98,7 +108,7 @@ def _fields_from_json(record: type[StepParams], raw: Mapping[str, Any], *, kind:
     return values
 
 
-def _fields_to_json(params: StepParams) -> dict[str, Any]:
+def _fields_to_json(params: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for f in dataclasses.fields(params):
         value = getattr(params, f.name)
@@ -281,8 +291,8 @@ class GpuCheckParams(StepParams):
 class HoldParams(StepParams):
     """Hold until `until`; a stored `until` of null is an open-ended hold (`open_ended`,
     ended by `drain done`, for at most `at_most_s`); else for `seconds`; else until the
-    request's window ends. Controls written while it runs: `released_at` (`drain done`),
-    `extended_until` (an extension applied)."""
+    request's window ends. Controls written while it runs: `released_at` (`HoldRelease`,
+    `drain done`), `extended_until` (`HoldExtension`, an extension applied)."""
 
     until: dt.datetime | None = None
     open_ended: bool = False
@@ -304,3 +314,81 @@ class HoldParams(StepParams):
         if self.open_ended:
             out["until"] = None
         return out
+
+
+# --- what is written into a step's params besides its plan's keys ------------------------
+
+
+_C = TypeVar("_C", bound="StepControl")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepControl:
+    """Keys written into a step's params by something other than its plan's own step
+    (see the module's docstring). The first field is the one whose presence says the
+    control was written; the others say who and when."""
+
+    def written_into(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """`params` (a step row's or a plan step's) with this control's keys set."""
+        return {**params, **_fields_to_json(self)}
+
+    @classmethod
+    def keys(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def left_out_of(cls, params: Mapping[str, Any]) -> dict[str, Any]:
+        """`params` without this control's keys (a mark a new plan does not carry over)."""
+        return {k: v for k, v in params.items() if k not in cls.keys()}
+
+    @classmethod
+    def read_from(cls: type[_C], params: Mapping[str, Any], *, kind: str) -> _C | None:
+        """The control `params` hold; None when its first key is missing or null."""
+        if params.get(cls.keys()[0]) is None:
+            return None
+        return cls(**_fields_from_json(cls, params, kind=kind))
+
+
+@dataclass(frozen=True, kw_only=True)
+class HoldRelease(StepControl):
+    """`drain done` (workflows.engine.runs `release_hold`): the hold ends at `released_at`;
+    `released_by_user` said it."""
+
+    released_at: dt.datetime
+    released_by_user: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class HoldExtension(StepControl):
+    """A running drain's extension, applied (workflows.requests.extension): the hold ends
+    no earlier than `extended_until`; `extended_by` asked (or approved last) at `extended_at`."""
+
+    extended_until: dt.datetime
+    extended_at: dt.datetime | None = None
+    extended_by: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class HandConfirmation(StepControl):
+    """A person's word that a host driver is gone or installed (workflows.engine.runs
+    `confirm_host_driver`): `confirmed_by` (a user id, and `confirmed_by_name` as the thread
+    names them) at `confirmed_at`."""
+
+    confirmed_by: str
+    confirmed_by_name: str | None = None
+    confirmed_at: dt.datetime | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContinuesMark(StepControl):
+    """On each node's first step of a continuation's plan: the halted run it continues."""
+
+    continues: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class TakesOverMark(StepControl):
+    """On a step that takes over what an earlier run left on its node (a rollback's or a
+    continuation's cordon, a kind's own undo): that run."""
+
+    takes_over: str

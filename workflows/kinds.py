@@ -14,7 +14,11 @@ kind's package gives (`step_logic`).
 
 A kind's own behaviour stays in its package (`workflows/drain`, `workflows/upgrade`, ...):
 its service answers the one `ChangeService` protocol below, and its `step_logic` module
-maps the step kinds only it uses to the engine logic that runs them.
+maps the step kinds only it uses to the engine logic that runs them. Its registry line
+names, by module path, where each layer finds the rest (this module imports none of them):
+`service`, the class an entry point builds the kind's service from (`ServiceInputs`);
+`commands`, its `/gpu` commands module (commands.catalog imports it); `form`, its request
+form in bot/ (bot.request_forms reads it), for a kind with one.
 
 `KINDS` is the product's list. A process's composition root may put another registry in
 force (`put_in_force(KINDS.with_kind(...))`, before it reads its configuration or opens
@@ -31,7 +35,7 @@ import functools
 import importlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 # The kinds of pool a default number of approvals is given for (workflows/pools/config.py).
 PoolKind = Literal["serving", "training"]
@@ -51,6 +55,36 @@ def logic_in(module: str) -> Callable[[], Mapping[str, Any]]:
 
 def _no_step_logic() -> Mapping[str, Any]:
     return {}
+
+
+def named(path: str) -> Any:
+    """What a registry line's dotted path names: `"workflows.drain.service.DrainService"` is
+    the class `DrainService` of that module, imported when first asked for."""
+    module, _, attribute = path.rpartition(".")
+    return getattr(importlib.import_module(module), attribute)
+
+
+_R = TypeVar("_R")
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceInputs:
+    """What an entry point builds every kind's service from (commands.services
+    `Services.on_database`): the request service on its database connection
+    (`workflows.requests.service.RequestService`), the configuration
+    (`workflows.config.GpuopsConfig`), and what it can read of the cluster besides the
+    fleet (`readers`: the Kubernetes gateway, or a test's stand-in; none without a
+    cluster). A kind's service takes the reader it needs by the protocol it needs."""
+
+    requests: Any
+    config: Any
+    readers: tuple[object, ...] = ()
+
+    def reader(self, wanted: Callable[..., _R]) -> _R | None:
+        """The first reader that is a `wanted` (a runtime-checkable protocol), or None."""
+        # NB: typed as a callable: mypy refuses a protocol where `type[...]` is asked for.
+        found: _R | None = next((r for r in self.readers if isinstance(r, wanted)), None)  # type: ignore[arg-type, assignment]
+        return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,9 +113,23 @@ class ChangeKind:
     # expected to clear on a node: its plans keep such a node (workflows/preflight/nodes.py);
     # a node with any other open critical or warning finding is left out unless named.
     fixes: tuple[str, ...] = ()
+    # Its service's class ("workflows.drain.service.DrainService"): `Built.built(inputs)`
+    # makes it for an entry point; None for a kind no entry point can ask for.
+    service: str | None = None
+    # Its `/gpu` commands module ("commands.drain"), imported by commands.catalog.
+    commands: str | None = None
+    # Its request form (bot.request_forms `RequestForm`), as "module.NAME"; None: no form.
+    form: str | None = None
 
     def approvals_for(self, pool_kind: PoolKind) -> int:
         return self.default_approvals[pool_kind]
+
+    def build_service(self, inputs: ServiceInputs) -> ChangeService | None:
+        """The kind's service for an entry point, None when it has none."""
+        if self.service is None:
+            return None
+        made: ChangeService = named(self.service).built(inputs)
+        return made
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +150,13 @@ class ChangeService(Protocol):
     def kind(self) -> str: ...
 
     def request(self, actor: Any, ask: Any, *, fleet: Any, now: dt.datetime, channel: str | None = None) -> Any: ...
+
+
+class Built(Protocol):
+    """How a kind's service class is made from what an entry point has (its registry line's `service`)."""
+
+    @classmethod
+    def built(cls, inputs: ServiceInputs) -> ChangeService: ...
 
 
 @runtime_checkable
@@ -170,7 +225,9 @@ KINDS = KindRegistry(
         ChangeKind(name="drain", noun="a drain", title="Drain",
                    step_kinds=("cordon", "wait-for-jobs", "evict", "validate", "hold", "uncordon"),
                    # A drain changes nothing on the node: it clears no finding.
-                   default_approvals={"serving": 1, "training": 0}),
+                   default_approvals={"serving": 1, "training": 0},
+                   service="workflows.drain.service.DrainService", commands="commands.drain",
+                   form="bot.drain_form.DRAIN_REQUEST_FORM"),
         ChangeKind(name="upgrade", noun="a driver upgrade", title="Driver upgrade",
                    step_kinds=("operator-hold", "cordon", "wait-for-jobs", "evict", "driver", "driver-version",
                                "operator-upgrade", "hold", "validate", "gpu-check", "uncordon"),
@@ -179,20 +236,25 @@ KINDS = KindRegistry(
                    # It replaces the node's driver pod with the new version: a driver that
                    # crash-loops or an upgrade that failed or stuck is tried afresh (and
                    # validated). GPUs missing, two driver sources or NotReady it does not touch.
-                   fixes=("driver-crash-loop", "upgrade-failed", "upgrade-stuck")),
+                   fixes=("driver-crash-loop", "upgrade-failed", "upgrade-stuck"),
+                   service="workflows.upgrade.service.UpgradeService", commands="commands.upgrade",
+                   form="bot.upgrade_form.UPGRADE_REQUEST_FORM"),
         ChangeKind(name="mig", noun="a MIG change", title="MIG change",
                    step_kinds=("wait-for-jobs", "cordon", "evict", "mig", "validate", "uncordon"),
                    default_approvals={"serving": 2, "training": 1}, rollback=True,
                    step_logic=logic_in("workflows.mig.step_logic"),
                    # It applies a layout afresh: a MIG change that failed or stuck is retried.
-                   fixes=("mig-change-failed", "mig-change-stuck")),
+                   fixes=("mig-change-failed", "mig-change-stuck"),
+                   service="workflows.mig.service.MigService", commands="commands.mig",
+                   form="bot.mig_form.MIG_REQUEST_FORM"),
         ChangeKind(name="migrate", noun="a move between host drivers and the operator", title="Driver move",
                    step_kinds=("snapshot", "cordon", "wait-for-jobs", "evict", "host-driver-removed", "node-labels",
                                "wait-for", "host-driver-installed", "gpu-check", "validate", "uncordon", "restore"),
                    default_approvals={"serving": 2, "training": 1}, rollback=True, confirmation=True,
                    step_logic=logic_in("workflows.migrate.step_logic"),
                    # Its point: the host driver goes and the operator's stays, one source.
-                   fixes=("driver-conflict",)),
+                   fixes=("driver-conflict",),
+                   service="workflows.migrate.service.MigrateService", commands="commands.migrate"),
     ),
     # Plans once drained a node in one step; the engine still runs one a run holds.
     retired_step_kinds=("drain",),

@@ -49,8 +49,7 @@ class _Desk(Desk):
     def __init__(self, cluster, db) -> None:
         gateway = KubeGateway.connect(kubeconfig=cluster.kubeconfig, context="bot")
         fleet = FleetCache(gateway, settings=CONFIG.inventory_settings()).start()
-        services = Services.on_database(config=CONFIG, fleet=fleet, database=db, workloads=gateway,
-                                        mig_reader=gateway)
+        services = Services.on_database(config=CONFIG, fleet=fleet, database=db, readers=(gateway,))
         super().__init__(cluster, db, services, CONFIG)
         self.installer, self.fleet = cluster.installer(), fleet
 

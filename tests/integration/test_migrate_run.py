@@ -49,8 +49,7 @@ class _Desk(Desk):
     def __init__(self, cluster, db, config: GpuopsConfig) -> None:
         gateway = KubeGateway.connect(kubeconfig=cluster.kubeconfig, context="bot")
         self.cache = FleetCache(gateway, settings=config.inventory_settings()).start()
-        services = Services.on_database(config=config, fleet=self.cache, database=db, workloads=gateway,
-                                        mig_reader=gateway, node_labels=gateway)
+        services = Services.on_database(config=config, fleet=self.cache, database=db, readers=(gateway,))
         super().__init__(cluster, db, services, config)
         self.installer = cluster.installer()
 

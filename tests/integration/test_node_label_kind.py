@@ -9,7 +9,6 @@ label patched once, the audit saying so once), and a halted run rolled back."""
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 from collections import Counter
 
@@ -83,10 +82,9 @@ def desk(fleet, cluster, tmp_path):
         config = _config(h.now())
         gateway = KubeGateway.connect(kubeconfig=cluster.kubeconfig, context="bot")
         cache = FleetCache(gateway, settings=config.inventory_settings()).start()
+        # Its service comes from its registry line, as every kind's does.
         services = Services.on_database(config=config, fleet=cache, database=db)
-        assert services.requests is not None
-        services = dataclasses.replace(services, changes={
-            **services.changes, KIND.name: LabelService(services.requests, pools=config.pools)})
+        assert isinstance(services.changes[KIND.name], LabelService)
         try:
             yield _Desk(cluster, db, services, config)
         finally:

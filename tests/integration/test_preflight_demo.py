@@ -43,8 +43,7 @@ def test_every_kind_plans_around_the_demo_fleets_special_nodes(demo_fleet, fleet
                and f.nodes["training-a-10"].driver.owner == "conflict", "the demo's special nodes")
     gateway = KubeGateway.connect(kubeconfig=demo_fleet.kubeconfig, context="admin")
     db = open_database(tmp_path / "g.db")
-    services = Services.on_database(config=CONFIG, fleet=cache, database=db, workloads=gateway,
-                                    mig_reader=gateway, node_labels=gateway)
+    services = Services.on_database(config=CONFIG, fleet=cache, database=db, readers=(gateway,))
 
     def say(text: str):
         reply = dispatch(text, actor=CONFIG.actor("U0ALICE"), services=services, now=h.now(), channel="C0OPS")

@@ -81,7 +81,7 @@ def build(make, tmp_path: Path, cfg: GpuopsConfig, *, cordoned: tuple[str, ...] 
     workloads = Workloads(group_pods_by_node(pods), (
         DisruptionBudget(namespace="serve", name="api-pdb", selector={"app": "api"}, disruptions_allowed=0),))
     return Services.on_database(config=cfg, fleet=StaticFleet(make.fleet(nodes, pods)), database=db,
-                                workloads=workloads)
+                                readers=(workloads,))
 
 
 @pytest.fixture

@@ -56,7 +56,7 @@ def services(make, tmp_path: Path):
     pods = [pod for node in nodes for pod in make.operands(node.name)]
     built = Services.on_database(config=config(), fleet=StaticFleet(make.fleet(nodes, pods)),
                                  database=open_database(tmp_path / "gpuops.db"),
-                                 workloads=_NoWorkloads(group_pods_by_node(pods)))
+                                 readers=(_NoWorkloads(group_pods_by_node(pods)),))
     yield built
     built.database.close()  # type: ignore[union-attr]
 

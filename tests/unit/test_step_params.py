@@ -12,7 +12,17 @@ import json
 import pytest
 
 from storage import runs as stored_runs
-from storage.step_params import HoldParams, StepParams, decode, encode
+from storage.step_params import (
+    ContinuesMark,
+    HandConfirmation,
+    HoldExtension,
+    HoldParams,
+    HoldRelease,
+    StepParams,
+    TakesOverMark,
+    decode,
+    encode,
+)
 from workflows.engine.steps.contract import StepParamsError, params_of
 from workflows.engine.steps.table import logic_for
 from workflows.kinds import KINDS
@@ -130,6 +140,65 @@ class _Ctx:
     def __init__(self, *, kind: str, params: object) -> None:
         self.kind, self.params = kind, params
         self.now, self.window_end = NOW, None
+
+
+# --- what is written into a step's params besides its plan's keys -----------------------
+
+AT = dt.datetime(2025, 6, 7, 12, 10, tzinfo=UTC)
+HOLD = {"released_by": "drain done", "until": "2025-06-07T12:30:00.000000Z"}
+
+
+@pytest.mark.parametrize("control, kind, row", [
+    # each control as today's code writes it into a step row, over the plan's own keys
+    (HoldRelease(released_at=AT, released_by_user="U0ADA"), "hold",
+     '{"released_at":"2025-06-07T12:10:00.000000Z","released_by":"drain done","released_by_user":"U0ADA",'
+     '"until":"2025-06-07T12:30:00.000000Z"}'),
+    (HoldExtension(extended_until=dt.datetime(2025, 6, 7, 13, tzinfo=UTC), extended_at=AT, extended_by="U0ADA"),
+     "hold", '{"extended_at":"2025-06-07T12:10:00.000000Z","extended_by":"U0ADA",'
+             '"extended_until":"2025-06-07T13:00:00.000000Z","released_by":"drain done",'
+             '"until":"2025-06-07T12:30:00.000000Z"}'),
+])
+def test_a_control_writes_the_row_todays_databases_hold_and_reads_it_back(control, kind, row):
+    assert control.written_into(HOLD) == json.loads(row)
+    assert type(control).read_from(json.loads(row), kind=kind) == control
+
+
+def test_a_hosts_drivers_confirmation_reads_from_todays_row_and_the_step_reads_what_it_wrote():
+    row = json.loads(TODAYS_ROWS["host-driver-removed"][1])
+    confirmed = HandConfirmation.read_from(row, kind="host-driver-removed")
+    assert confirmed == HandConfirmation(confirmed_by="U0ADA", confirmed_by_name="Ada", confirmed_at=AT)
+    written = confirmed.written_into({"evidence": False, "timeout_s": 28800})
+    assert written == row
+    params = decode(logic_for("host-driver-removed").params, written, kind="host-driver-removed")
+    assert (params.confirmed_by, params.confirmed_by_name, params.confirmed_at) == ("U0ADA", "Ada", AT)
+
+
+def test_the_hold_step_reads_the_controls_written_into_it():
+    written = HoldExtension(extended_until=dt.datetime(2025, 6, 7, 13, tzinfo=UTC), extended_at=AT,
+                            extended_by="U0ADA").written_into(HOLD)
+    written = HoldRelease(released_at=AT, released_by_user="U0BOB").written_into(written)
+    hold = decode(HoldParams, written, kind="hold")
+    assert hold.released_at == AT and hold.extended_until == dt.datetime(2025, 6, 7, 13, tzinfo=UTC)
+    assert hold.until == dt.datetime(2025, 6, 7, 12, 30, tzinfo=UTC)
+
+
+def test_params_without_a_control_hold_none_and_a_control_of_the_wrong_shape_is_refused():
+    assert HoldRelease.read_from(HOLD, kind="hold") is None
+    assert HoldExtension.read_from({**HOLD, "extended_until": None}, kind="hold") is None
+    with pytest.raises(StepParamsError, match="^hold step: params.released_at must be a time"):
+        HoldRelease.read_from({**HOLD, "released_at": "after lunch"}, kind="hold")
+
+
+def test_a_continuations_marks_read_from_todays_plan_rows_and_one_is_left_out_of_the_next_plan():
+    # A continuation's cordon, as today's plans store it: the halted run it continues and
+    # whose cordon mark it takes over.
+    row = json.loads('{"continues":"run-7","takes_over":"run-7","was_cordoned":false}')
+    assert ContinuesMark.read_from(row, kind="cordon") == ContinuesMark(continues="run-7")
+    assert TakesOverMark.read_from(row, kind="cordon") == TakesOverMark(takes_over="run-7")
+    assert decode(logic_for("cordon").params, row, kind="cordon").takes_over == "run-7"
+    again = ContinuesMark(continues="run-9").written_into(ContinuesMark.left_out_of(row))
+    assert again == {"takes_over": "run-7", "was_cordoned": False, "continues": "run-9"}
+    assert ContinuesMark.read_from({"was_cordoned": False}, kind="cordon") is None
 
 
 # --- a run in flight, its rows as today's code writes them ------------------------------

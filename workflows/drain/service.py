@@ -12,9 +12,10 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from workflows.access import Actor, Role, require
+from workflows.kinds import ServiceInputs
 from workflows.drain import messages as say
 from workflows.drain.plan import DrainAsk, DrainPlan, DrainRefused, drain_spec, extended_plan, plan_drain
 from workflows.fleet.summary import Fleet
@@ -29,6 +30,7 @@ from workflows.requests.service import RequestService
 from workflows.requests.views import RequestView
 
 
+@runtime_checkable
 class PodsAndBudgets(Protocol):
     """What a drain reads of the cluster besides the fleet: every pod bound to a node (the
     watch cache keeps only GPU and operator pods; a preview names every pod it would
@@ -58,6 +60,11 @@ class DrainService:
         self._requests = requests
         self._pools = pools
         self._workloads = workloads
+
+    @classmethod
+    def built(cls, inputs: ServiceInputs) -> DrainService:
+        """For an entry point (its registry line): the pods and budgets from its readers."""
+        return cls(inputs.requests, pools=inputs.config.pools, workloads=inputs.reader(PodsAndBudgets))
 
     @property
     def reads_workloads(self) -> bool:

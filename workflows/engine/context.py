@@ -51,8 +51,9 @@ class LiveStep:
     reason: str | None = None
     # Notices already posted for this step (their outbox dedupe keys).
     noticed: set[str] = field(default_factory=set)
-    # The `extended_until` control last evaluated (a new one is looked at at once).
-    extended_until: Any = None
+    # The extension control's end last evaluated (`runs.extended_by_control`; a new one is
+    # looked at at once).
+    extended_until: dt.datetime | str | None = None
 
 
 class NodeSource(Protocol):

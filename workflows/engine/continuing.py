@@ -20,7 +20,7 @@ the pool as it is now: the window (the halted request's, while it lasts, else th
 next), each wave's capacity (nodes the continuation gives back before count as back in
 service) and, when it is stored, a change freeze (`RequestService.submit`). It is stored
 under the pool's approval rule for its kind, as the halted request was, with its own
-plan hash; every node's first step carries the mark `continues: <run>`, so a second
+plan hash; every node's first step carries the mark `continues: <run>` (`ContinuesMark`), so a second
 continuation of that run, or a rollback of it while this one is open, is refused."""
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from storage.step_params import ContinuesMark, TakesOverMark
 from storage.steps import Step
 from workflows.access import Actor, Role, require
 from workflows.engine import continue_messages as say
@@ -45,7 +46,6 @@ from workflows.pools.capacity import check_drain, concurrent_work, pool_nodes
 from workflows.pools.config import PoolConfig
 from workflows.pools.starts import WindowRefused, start_window
 from workflows.pools.windows import WindowSet
-from workflows.requests.rollbacks import CONTINUES
 from workflows.requests.service import RequestService
 from workflows.requests.views import RequestView
 
@@ -210,8 +210,8 @@ def _taking_over(steps: Sequence[NodeStep], ran: Mapping[int, Step]) -> tuple[No
     run_id = next((s.run_id for s in ran.values()), None)
     if run_id is None:
         return tuple(steps)
-    return tuple(NodeStep(s.kind, s.node, {**s.params, "takes_over": run_id}) if s.kind == "cordon" else s
-                 for s in steps)
+    return tuple(NodeStep(s.kind, s.node, TakesOverMark(takes_over=run_id).written_into(s.params))
+                 if s.kind == "cordon" else s for s in steps)
 
 
 def _left_out(step: Step) -> bool:
@@ -239,8 +239,8 @@ def _waves(left: Sequence[NodeRemains], *, run_id: str) -> tuple[Wave, ...]:
     for index in sorted({r.wave for r in left}):
         nodes = sorted((r for r in left if r.wave == index), key=lambda r: not r.halted_here)
         # A continuation of a continuation names only the run it continues.
-        steps = [NodeStep(s.kind, s.node, {**{k: v for k, v in s.params.items() if k != CONTINUES},
-                                           **({CONTINUES: run_id} if i == 0 else {})})
+        steps = [NodeStep(s.kind, s.node, ContinuesMark(continues=run_id).written_into(ContinuesMark.left_out_of(s.params))
+                          if i == 0 else ContinuesMark.left_out_of(s.params))
                  for r in nodes for i, s in enumerate(r.steps)]
         waves.append(Wave(len(waves), tuple(r.node for r in nodes), tuple(steps)))
     return tuple(waves)
@@ -275,7 +275,10 @@ def _setting_version_again(waves: Sequence[Wave], forward: NodeStep, back: NodeS
     first = waves[0]
     node = first.nodes[0]
     steps = [s for s in first.steps if not (s.kind == "driver-version" and s.params.get("set_back"))]
-    mark = {**{k: v for k, v in forward.params.items() if k != "takes_over"}, CONTINUES: first.steps[0].params.get(CONTINUES)}
+    continued = ContinuesMark.read_from(first.steps[0].params, kind=first.steps[0].kind)
+    mark = TakesOverMark.left_out_of(forward.params)
+    if continued is not None:
+        mark = continued.written_into(mark)
     steps = [NodeStep(forward.kind, node, mark), *steps, NodeStep(back.kind, node, dict(back.params))]
     return (Wave(first.index, first.nodes, tuple(steps)), *waves[1:])
 

@@ -78,7 +78,7 @@ from workflows import logfields
 from workflows.engine import run_messages as say
 from workflows.engine.context import Changed, LiveStep, NodeSource, RunInfo
 from workflows.engine.lease import EngineLease, LeaseSettings
-from workflows.engine.runs import halt_code_of, nodes_left_cordoned, step_params
+from workflows.engine.runs import extended_by_control, halt_code_of, nodes_left_cordoned, released_by_control
 from workflows.engine.steps.contract import Done, Failed, LeaseLost, LeftOut
 from workflows.engine.transitions import StepTransitions
 from workflows.engine.wave_gates import WaveGates
@@ -325,8 +325,8 @@ class Engine:
                     # NB: `drain done` (RunService.release_hold) is a control written to the
                     # step's params, maybe by another process: look at once, not at the old due.
                     # So is a drain's extension (workflows.requests.extension), once.
-                    or step_params(step).get("released_at")
-                    or step_params(step).get("extended_until") != live.extended_until)):
+                    or released_by_control(step)
+                    or extended_by_control(step) != live.extended_until)):
                 continue
             evaluated.add(step.id)
             with logfields.bound(step_id=step.id, step=step.kind, node=step.node):

@@ -14,8 +14,8 @@ thread. The engine notices a change on its next look at the database (within its
   it ends.
 - `pause`: the engine lets steps in flight finish and starts nothing new.
 - `resume`: back to running.
-- `release_hold` (`/gpu drain done`): the run's hold steps get a `released_at` param
-  and end at once (pending ones as they start); the requester, an operator of the pool
+- `release_hold` (`/gpu drain done`): the run's hold steps get the `HoldRelease` control
+  (storage.step_params) in their params and end at once (pending ones as they start); the requester, an operator of the pool
   or an admin.
 - `abort`: stop now and leave every node as it is; pending steps become `skipped`,
   steps in flight `failed` ("aborted by ..."), and the reply names the nodes this run
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from storage import approvals as stored_approvals
-from storage import audit, codec, outbox
+from storage import audit, outbox
 from storage import requests as stored_requests
 from storage import runs as stored_runs
 from storage import steps as stored_steps
@@ -43,6 +43,7 @@ from storage.database import Database
 from storage.ids import RequestId, RunId
 from storage.requests import Request
 from storage.runs import Run, RunState
+from storage.step_params import HandConfirmation, HoldExtension, HoldRelease, StepParamsError, TakesOverMark
 from storage.steps import NewStep, Step
 from workflows.access import AccessDenied, Actor, Role, public_name, require
 from workflows.engine import halt_messages, refusal_messages, run_messages
@@ -147,6 +148,36 @@ def halt_code_of(step: Step) -> HaltCode:
 def step_params(step: Step) -> dict[str, Any]:
     params = _detail(step).get("params")
     return params if isinstance(params, dict) else {}
+
+
+def released_by_control(step: Step) -> bool:
+    """Whether `drain done` (`HoldRelease`) is written into the step's params. A control the
+    codec refuses counts as written: the engine looks at the step at once, and the step's
+    own read of its params fails it with the codec's words."""
+    try:
+        return HoldRelease.read_from(step_params(step), kind=step.kind) is not None
+    except StepParamsError:
+        return True
+
+
+def extended_by_control(step: Step) -> dt.datetime | str | None:
+    """The end an applied extension (`HoldExtension`) wrote into the step's params, None
+    without one; a control the codec refuses is its stored text (the engine looks at the
+    step once, and the step's own read fails it)."""
+    try:
+        extension = HoldExtension.read_from(step_params(step), kind=step.kind)
+    except StepParamsError:
+        return str(step_params(step).get("extended_until"))
+    return extension.extended_until if extension is not None else None
+
+
+def taken_over_run(step: Step) -> TakesOverMark | None:
+    """The earlier run whose leftovers the step takes over (`TakesOverMark`), if it does;
+    None for a mark the codec refuses (fail closed: the node is not counted as this run's)."""
+    try:
+        return TakesOverMark.read_from(step_params(step), kind=step.kind)
+    except StepParamsError:
+        return None
 
 
 def nodes_left_cordoned(run: Run, steps: Sequence[Step]) -> tuple[str, ...]:
@@ -296,8 +327,7 @@ class RunService:
                 if step.kind != "hold" or step.state not in ("pending", "running"):
                     continue
                 detail = dict(step.detail) if isinstance(step.detail, dict) else {}
-                params = {**step_params(step), "released_at": codec.time_to_text(now),
-                          "released_by_user": actor.user_id}
+                params = HoldRelease(released_at=now, released_by_user=actor.user_id).written_into(step_params(step))
                 if stored_steps.replace_detail(self._db, id=step.id, expected=step.state,
                                                detail={**detail, "params": params}):
                     released.append(step.node)
@@ -338,8 +368,8 @@ class RunService:
                 raise RunRefused(refusal_messages.name_the_node_to_confirm(run.id, sorted({s.node for s in waiting})))
             for step in waiting:
                 detail = dict(step.detail) if isinstance(step.detail, dict) else {}
-                params = {**step_params(step), "confirmed_by": actor.user_id, "confirmed_by_name": self._public(actor),
-                          "confirmed_at": codec.time_to_text(now)}
+                params = HandConfirmation(confirmed_by=actor.user_id, confirmed_by_name=self._public(actor),
+                                          confirmed_at=now).written_into(step_params(step))
                 stored_steps.replace_detail(self._db, id=step.id, expected=step.state, detail={**detail, "params": params})
             nodes = sorted({s.node for s in waiting})
             install = any(s.kind == "host-driver-installed" for s in waiting)

@@ -34,7 +34,7 @@ from workflows import logfields
 from workflows.engine import halt_messages, run_messages
 from workflows.engine.context import Changed, EngineCore, EngineStepContext, LiveStep, RunInfo
 from workflows.engine.halt_messages import HaltCode
-from workflows.engine.runs import HALT_CODE, WAITING, halt_code_of, step_intent, step_params
+from workflows.engine.runs import HALT_CODE, WAITING, extended_by_control, halt_code_of, step_intent, step_params
 from workflows.engine.steps.contract import (
     Done,
     Failed,
@@ -121,7 +121,7 @@ class StepTransitions:
         ctx = EngineStepContext(self._engine, run, info, step, live, steps, intent=step_intent(step))
         logic = logic_for(step.kind)
         live.evaluate_now = False
-        live.extended_until = step_params(step).get("extended_until")
+        live.extended_until = extended_by_control(step)
         outcome: Outcome
         try:
             ctx.timeout = logic.timeout(ctx)

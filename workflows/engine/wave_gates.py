@@ -36,7 +36,7 @@ from storage.steps import Step
 from workflows.engine import halt_messages, run_messages
 from workflows.engine.context import EngineCore, RunInfo
 from workflows.engine.halt_messages import HaltCode
-from workflows.engine.runs import step_params
+from workflows.engine.runs import taken_over_run
 from workflows.engine.waves import on_failure
 from workflows.kube.objects import NodeName
 from workflows.plans import plan_from_json
@@ -209,8 +209,7 @@ class WaveGates:
                     busy[NodeName(step.node)] = str(other_run.id)
         members = pool_nodes(self._engine.cache.fleet(now), request.pool)
         # The cordons this run takes over (a rollback's, a continuation's) are its own.
-        undone = {str(step_params(s)["takes_over"]) for s in steps
-                  if s.kind == "cordon" and step_params(s).get("takes_over")}
+        undone = {mark.takes_over for s in steps if s.kind == "cordon" and (mark := taken_over_run(s)) is not None}
         mine = {s.node for s in steps}
         taken_over = frozenset(n.name for n in members if n.cordon_run in undone and n.name in mine)
         return check_wave(pool=request.pool, wave=wave, nodes=nodes, pool_nodes=members, now=now,

@@ -11,9 +11,10 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from workflows.access import Actor, Role, require
+from workflows.kinds import ServiceInputs
 from workflows.engine.runs import RunView, step_intent
 from workflows.fleet.summary import Fleet
 from workflows.kube.errors import KubeError
@@ -30,6 +31,7 @@ from workflows.requests.views import RequestView
 DEFAULT_CONFIG_MAP = "default-mig-parted-config"
 
 
+@runtime_checkable
 class MigReader(Protocol):
     """What a MIG plan reads of the cluster besides the fleet (`kube.gateway.KubeGateway`
     is one): the ClusterPolicy (which config the MIG manager uses), that ConfigMap, and
@@ -57,6 +59,12 @@ class MigService:
         self._budgets = budgets
         self._pools = pools
         self._reader = reader
+
+    @classmethod
+    def built(cls, inputs: ServiceInputs) -> MigService:
+        """For an entry point (its registry line): the MIG reads from its readers."""
+        return cls(inputs.requests, pools=inputs.config.pools, reader=inputs.reader(MigReader),
+                   budgets=inputs.reader(BudgetReader))
 
     def preview(self, actor: Actor, ask: MigAsk, *, fleet: Fleet, now: dt.datetime,
                 rollback: MigRollbackOf | None = None) -> MigPlan:

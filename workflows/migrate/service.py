@@ -8,10 +8,14 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from workflows.access import Actor, Role, require
+from workflows.kinds import ServiceInputs
+from storage.step_params import StepParamsError, decode
+from storage.steps import Step
 from workflows.engine.runs import RunView, step_intent, step_params
+from workflows.engine.steps.host_driver import NodeLabelsParams
 from workflows.fleet.summary import Fleet
 from workflows.migrate import messages as say
 from workflows.migrate.plan import MOVABLE, MigrateAsk, MigratePlan, MigrateRefused, MigrateRollbackOf, plan_migrate
@@ -25,6 +29,7 @@ from workflows.requests.service import RequestService
 from workflows.requests.views import RequestView
 
 
+@runtime_checkable
 class NodeLabels(Protocol):
     """Where a plan reads who set a node's labels (`kube.gateway.KubeGateway`)."""
 
@@ -49,6 +54,13 @@ class MigrateService:
         self._gpu_check = gpu_check
         self._pods = pods
         self._labels = labels
+
+    @classmethod
+    def built(cls, inputs: ServiceInputs) -> MigrateService:
+        """For an entry point (its registry line): the canary from the configuration, GPU
+        pods and who set a node's labels from its readers."""
+        return cls(inputs.requests, pools=inputs.config.pools, gpu_check=inputs.config.upgrades.gpu_check,
+                   pods=inputs.reader(GpuPods), labels=inputs.reader(NodeLabels), budgets=inputs.reader(BudgetReader))
 
     def preview(self, actor: Actor, ask: MigrateAsk, *, fleet: Fleet, now: dt.datetime,
                 rollback: MigrateRollbackOf | None = None) -> MigratePlan:
@@ -89,8 +101,7 @@ class MigrateService:
         if not nodes:
             raise MigrateRefused(pool_say.nothing_to_roll_back(run.id, changed=say.ROLLED_BACK),
                                 code="nothing-to-roll-back")
-        keys = sorted({str(k) for s in run.steps if s.kind == "node-labels"
-                       for k in (step_params(s).get("labels") or {})})
+        keys = sorted({k for s in run.steps if s.kind == "node-labels" for k in _labels_set(s)})
         back = MigrateRollbackOf(run=run.id, snapshots=tuple((n, taken[n]) for n in nodes), keys=tuple(keys))
         ask = MigrateAsk(targets=tuple(nodes), reason=f"rollback of {run.id}")
         planned = self.preview(actor, ask, fleet=fleet, now=now, rollback=back)
@@ -108,3 +119,12 @@ def _members(fleet: Fleet, target: str) -> tuple[NodeName, ...]:
     """A pool's nodes, or the node itself."""
     pool = fleet.pool(target)
     return pool.nodes if pool is not None else (NodeName(target),)
+
+
+def _labels_set(step: Step) -> tuple[str, ...]:
+    """The label keys a run's `node-labels` step sets (what a rollback puts back)."""
+    try:
+        labels = decode(NodeLabelsParams, step_params(step), kind=step.kind).labels
+    except StepParamsError as err:
+        raise MigrateRefused(str(err), code="unreadable-step") from None
+    return tuple(labels or ())

@@ -30,7 +30,7 @@ import datetime as dt
 import re
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from storage.requests import RequestState
 from workflows.fleet.assessment import NodeInventory
@@ -462,6 +462,7 @@ def waves_within_budget(nodes: Sequence[NodeInventory], *, pool: Sequence[NodeIn
     return RollingOrder(canary=first.name, waves=tuple(waves))
 
 
+@runtime_checkable
 class GpuPods(Protocol):
     """Where a plan reads the cluster's GPU pods (`kube.gateway.KubeGateway`)."""
 

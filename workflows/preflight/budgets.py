@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from workflows.kube.objects import DisruptionBudget, NodeName, PodObject
 from workflows.plans import Plan, PreflightNote
@@ -22,6 +22,7 @@ from workflows.preflight.facts import PlanFacts
 BUDGETS_CHECK = "budgets"
 
 
+@runtime_checkable
 class BudgetReader(Protocol):
     """Where a plan reads PodDisruptionBudgets (`kube.gateway.KubeGateway`)."""
 

@@ -3,8 +3,9 @@ its nodes (only then can its window end move later), and the control its hold st
 read once an extension is applied.
 
 The engine's `hold` step (workflows.engine.steps.waiting `Hold`) fixes its end when it starts;
-an applied extension writes `extended_until` (and who and when) into the params of the
-run's hold steps still pending or running, as `drain done` writes `released_at`. The
+an applied extension writes the `HoldExtension` control (storage.step_params: `extended_until`,
+and who and when) into the params of the run's hold steps still pending or running, as
+`drain done` writes `HoldRelease`. The
 step takes the later of its own end and `extended_until`, so an extension never shortens
 a hold; a hold not started yet takes the control as it starts.
 
@@ -17,23 +18,17 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from typing import Any
 
-from storage import codec
 from storage import runs as stored_runs
 from storage import steps as stored_steps
 from storage.database import Database
+from storage.step_params import HoldExtension, HoldRelease, StepParamsError
 from storage.ids import RunId
 from storage.requests import Request
 from storage.steps import Step
 from workflows.kube.objects import NodeName
 from workflows.requests import messages as say
-
-# The hold step's params an applied extension writes (read by `Hold.advance`).
-EXTENDED_UNTIL = "extended_until"
-EXTENDED_AT = "extended_at"
-EXTENDED_BY = "extended_by"
-# The param `drain done` writes (workflows.engine.runs `release_hold`).
-RELEASED_AT = "released_at"
 
 _UNFINISHED_RUN = ("pending", "running", "paused")
 _OPEN_STEP = ("pending", "running")
@@ -63,7 +58,7 @@ def running_hold(db: Database, request: Request) -> RunningHold:
     run = runs[-1]
     steps = stored_steps.for_run(db, run_id=run.id)
     holds = tuple(s for s in steps if s.kind == "hold" and s.state in _OPEN_STEP)
-    if any(_params(s).get(RELEASED_AT) for s in holds):
+    if any(_released(s) for s in holds):
         return RunningHold(run.id, (), (), say.extend_released(request.id))
     if not holds:
         return RunningHold(run.id, (), (), say.extend_validating(request.id))
@@ -76,14 +71,22 @@ def extend_holds(db: Database, hold: RunningHold, *, until: dt.datetime, by: str
     extended: list[str] = []
     for step in hold.holds:
         detail = dict(step.detail) if isinstance(step.detail, dict) else {}
-        params = {**_params(step), EXTENDED_UNTIL: codec.time_to_text(until), EXTENDED_AT: codec.time_to_text(at),
-                  EXTENDED_BY: by}
+        params = HoldExtension(extended_until=until, extended_at=at, extended_by=by).written_into(_params(step))
         if stored_steps.replace_detail(db, id=step.id, expected=step.state, detail={**detail, "params": params}):
             extended.append(step.node)
     return sorted(set(extended))
 
 
-def _params(step: Step) -> dict[str, codec.JsonValue]:
+def _released(step: Step) -> bool:
+    """Whether `drain done` was said for the hold; a control that cannot be read counts as
+    said (fail closed: no extension of a hold whose end is not known)."""
+    try:
+        return HoldRelease.read_from(_params(step), kind=step.kind) is not None
+    except StepParamsError:
+        return True
+
+
+def _params(step: Step) -> dict[str, Any]:
     detail = step.detail if isinstance(step.detail, dict) else {}
     params = detail.get("params")
     return params if isinstance(params, dict) else {}

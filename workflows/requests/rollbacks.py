@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from storage import requests as stored_requests
 from storage.requests import RequestState
+from storage.step_params import ContinuesMark, TakesOverMark
 from workflows.plans import Plan, plan_from_json
 from workflows.requests import messages as say
 from workflows.requests import policy
@@ -14,14 +15,18 @@ from workflows.requests.views import RequestView
 
 # A continuation in these states has continued its halted run (open, or run already).
 CONTINUED_STATES: tuple[RequestState, ...] = ("pending", "approved", "scheduled", "running", "done", "failed")
-# The step param that marks a plan as continuing a halted run (`/gpu continue`).
-CONTINUES = "continues"
 
 
 def continues(plan: Plan) -> str | None:
-    """The halted run `plan` continues (its steps carry the mark), if it is a continuation."""
-    return next((str(step.params[CONTINUES]) for wave in plan.waves for step in wave.steps
-                 if step.params.get(CONTINUES)), None)
+    """The halted run `plan` continues (its steps carry `ContinuesMark`), if it is a continuation."""
+    return next((mark.continues for wave in plan.waves for step in wave.steps
+                 if (mark := ContinuesMark.read_from(step.params, kind=step.kind)) is not None), None)
+
+
+def plan_takes_over(plan: Plan, run_id: str) -> bool:
+    """Whether a step of `plan` takes over what run `run_id` left (`TakesOverMark`)."""
+    return any(mark.takes_over == run_id for wave in plan.waves for step in wave.steps
+               if (mark := TakesOverMark.read_from(step.params, kind=step.kind)) is not None)
 
 
 class RollbackLookups(RequestRecords):
@@ -30,9 +35,8 @@ class RollbackLookups(RequestRecords):
     def rollback_asked(self, run_id: str, *, pool: str) -> RequestView | None:
         """The open request that rolls back `run_id` (a step of its plan takes over that
         run's: its cordons, or a kind's own step for a kind that cordons nothing), if any."""
-        return next((view for view in self.open_requests(pool) if continues(view.plan) is None and any(
-            step.params.get("takes_over") == run_id
-            for wave in view.plan.waves for step in wave.steps)), None)
+        return next((view for view in self.open_requests(pool)
+                     if continues(view.plan) is None and plan_takes_over(view.plan, run_id)), None)
 
     def continuation_of(self, run_id: str, *, pool: str) -> RequestView | None:
         """The request that continues the halted run `run_id` (`/gpu continue`), open or

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from workflows.access import Actor, Role, require
 from workflows.engine.runs import RunView, step_intent
 from workflows.fleet.summary import Fleet
+from workflows.kinds import ServiceInputs
 from workflows.kube.objects import PodObject
 from workflows.pools import messages as pool_say
 from workflows.pools.capacity import GpuPods
@@ -45,6 +46,16 @@ class UpgradeService:
         self._pods = pods
         self._allowed_versions = tuple(allowed_versions)
         self._cluster_policy_scope: ClusterPolicyScope = cluster_policy_scope
+
+    @classmethod
+    def built(cls, inputs: ServiceInputs) -> UpgradeService:
+        """For an entry point (its registry line): the configuration's upgrade settings, the
+        GPU pods from its readers."""
+        upgrades = inputs.config.upgrades
+        return cls(inputs.requests, pools=inputs.config.pools, allowed_versions=upgrades.allowed_versions,
+                   cluster_policy_scope=upgrades.cluster_policy_scope, gpu_check=upgrades.gpu_check,
+                   pods=inputs.reader(GpuPods),
+                   budgets=inputs.reader(BudgetReader))
 
     def preview(self, actor: Actor, ask: UpgradeAsk, *, fleet: Fleet, now: dt.datetime,
                 reader: bool = False) -> UpgradePlan:

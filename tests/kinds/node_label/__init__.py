@@ -4,16 +4,15 @@ rolled back by putting each label it touched back.
 
 It is added the way any kind is: its registry line (`KIND`, and `registry()`: the
 product's kinds and this one), its plan (`plan`), its service (`service`: request,
-preview, rollback), its commands module (`commands`: `/gpu label`), and its step logic
-(`step_logic`: `set-label`). Nothing else in gpuops knows it: `in_force()` puts its
-registry in force in this process (what a composition root does) and registers its
-command; `python -m tests.kinds.node_label.engine_process` is the engine process with it.
+preview, rollback), its commands module (`commands`: `/gpu label` and its request
+button), its request form (`form`), and its step logic (`step_logic`: `set-label`); the
+registry line names each. Nothing else in gpuops knows it: `in_force()` puts its registry
+in force in this process (what a composition root does), and every layer finds the rest
+from the line; `python -m tests.kinds.node_label.engine_process` is the engine process with it.
 """
 
 from __future__ import annotations
 
-import importlib
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -22,9 +21,9 @@ from workflows.kinds import KINDS, ChangeKind, KindRegistry, logic_in, put_in_fo
 # The registry line.
 KIND = ChangeKind(name="label", noun="a node label", title="Node label", step_kinds=("set-label",),
                   default_approvals={"serving": 2, "training": 1}, rollback=True,
-                  step_logic=logic_in("tests.kinds.node_label.step_logic"))
-
-COMMANDS = "tests.kinds.node_label.commands"
+                  step_logic=logic_in("tests.kinds.node_label.step_logic"),
+                  service="tests.kinds.node_label.service.LabelService", commands="tests.kinds.node_label.commands",
+                  form="tests.kinds.node_label.form.LABEL_REQUEST_FORM")
 
 
 def registry() -> KindRegistry:
@@ -34,21 +33,11 @@ def registry() -> KindRegistry:
 
 @contextmanager
 def in_force() -> Iterator[KindRegistry]:
-    """This kind known to the process for the `with` block: its registry in force and
-    `/gpu label` registered (and both taken back after, so other tests see gpuops as it
-    ships)."""
-    from commands.kinds import ANSWERS
-    from commands.registry import REGISTRY
-
+    """This kind known to the process for the `with` block: its registry in force (taken
+    back after, so other tests see gpuops as it ships)."""
     kinds = registry()
     replaced = put_in_force(kinds)
     try:
-        if COMMANDS in sys.modules:  # registered by an earlier block, taken back since
-            importlib.reload(sys.modules[COMMANDS])
-        else:
-            importlib.import_module(COMMANDS)
         yield kinds
     finally:
-        REGISTRY.commands.pop(("label",), None)
-        ANSWERS.pop(KIND.name, None)
         put_in_force(replaced)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from commands.kinds import answers
+from commands.kinds import RequestButton, answers, request_button
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
 from commands.reply import Fact, Reply, Section, error_reply
 from commands.requests import approval_intents
@@ -26,7 +26,8 @@ def _labels(call: Call) -> LabelService:
     return found
 
 
-@REGISTRY.command("label", usage=USAGE, role=Role.OPERATOR, summary="Ask to set a label on a pool's nodes")
+@REGISTRY.command("label", usage=USAGE, role=Role.OPERATOR, summary="Ask to set a label on a pool's nodes",
+                  kind=KIND.name)
 def label(call: Call, args: list[str]) -> Reply:
     words = [w for arg in args for w in arg.split()]
     at = next((i for i, w in enumerate(words) if "=" in w), None)
@@ -34,9 +35,17 @@ def label(call: Call, args: list[str]) -> Reply:
         raise UsageError("Name the nodes (or their pool) and the label, e.g. `/gpu label inf tier=gold`.")
     key, _, value = words[at].partition("=")
     ask = LabelAsk(targets=tuple(words[:at]), key=key, value=value or None, reason=" ".join(words[at + 1:]))
+    return request_label(call, ask)
+
+
+def request_label(call: Call, ask: LabelAsk) -> Reply:
+    """What `/gpu label` does after reading its words, and what the label form does with its fields."""
     fleet = call.services.fleet.fleet(call.now)
     return answer(call, lambda: _labels(call).request(call.actor, ask, fleet=fleet, now=call.now,
                                                        channel=call.channel))
+
+
+request_button(RequestButton(kind=KIND.name, action="request-label", label="Request a node label"))
 
 
 @answers(KIND.name)

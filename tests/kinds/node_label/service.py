@@ -13,6 +13,7 @@ from tests.kinds.node_label.plan import LabelAsk, LabelPlan, LabelRefused, plan_
 from workflows.access import Actor, Role, require
 from workflows.engine.runs import RunView, step_intent
 from workflows.fleet.summary import Fleet
+from workflows.kinds import ServiceInputs
 from workflows.pools.config import PoolConfig
 from workflows.requests.service import RequestService
 from workflows.requests.views import RequestView
@@ -29,6 +30,11 @@ class LabelService:
 
     def __init__(self, requests: RequestService, *, pools: Mapping[str, PoolConfig]) -> None:
         self._requests, self._pools = requests, pools
+
+    @classmethod
+    def built(cls, inputs: ServiceInputs) -> LabelService:
+        """For an entry point, as the kind's registry line names it."""
+        return cls(inputs.requests, pools=inputs.config.pools)
 
     def preview(self, actor: Actor, ask: LabelAsk, *, fleet: Fleet, now: dt.datetime) -> LabelPlan:
         planned = plan_label(ask, fleet=fleet, policy_of=self._pools, now=now, requested_by=actor.user_id)

@@ -30,8 +30,8 @@ from workflows.kube.objects import Taint
 @dataclass(frozen=True, kw_only=True)
 class HostDriverParams(StepParams):
     """Whether the node's own evidence completes the step (`evidence`, the pool's
-    `host_driver_evidence`), and who confirmed the change by hand, and when (written by
-    `RunService.confirm_host_driver` while the step waits)."""
+    `host_driver_evidence`), and who confirmed the change by hand, and when (the
+    `HandConfirmation` control `RunService.confirm_host_driver` writes while the step waits)."""
 
     evidence: bool | None = None
     confirmed_by: str | None = None
