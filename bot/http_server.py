@@ -294,6 +294,10 @@ class WaitressServer:
         if not any(isinstance(f, _ConnectionLimitLines) for f in waitress_log.filters):
             waitress_log.addFilter(_ConnectionLimitLines())
         self._stopping = threading.Event()
+        # stop() wakes the loop through waitress's trigger, a pipe the loop closes when it
+        # ends: the two never cross (a write to a closed, or reused, descriptor).
+        self._closing = threading.Lock()
+        self._closed = False
         self._thread: threading.Thread | None = None
 
     @property
@@ -320,16 +324,26 @@ class WaitressServer:
             wait = self.guard.turn(time.monotonic())
             wasyncore.loop(timeout=wait, map=self._map, use_poll=True, count=1)
         self._server.task_dispatcher.shutdown(timeout=5)
-        wasyncore.close_all(self._map)
+        self._close()
+
+    def _close(self) -> None:
+        with self._closing:
+            if not self._closed:
+                wasyncore.close_all(self._map)
+                self._closed = True
 
     def stop(self) -> None:
-        self._stopping.set()
-        self._server.pull_trigger()
+        """Stop serving and close every socket; a second call, or one after the loop
+        ended, does nothing more."""
+        with self._closing:
+            self._stopping.set()
+            if not self._closed:
+                self._server.pull_trigger()
         if self._thread is not None:
             self._thread.join(timeout=10)
         else:  # never started: nothing else closes its sockets and worker threads
             self._server.task_dispatcher.shutdown(timeout=5)
-            wasyncore.close_all(self._map)
+            self._close()
 
 
 class SlackHttpServer(WaitressServer):
