@@ -6,7 +6,7 @@ method and outcome (`bot.slack_api.observe_slack_calls`). What is true now is re
 scrape, so it is never stale and survives a restart: requests by kind and state, approvals
 pending and how long the oldest has waited, runs by state (every state, 0 when none),
 each unfinished run's window end and whether it overran it, the time since each run that
-halted in the last day halted, steps in flight and the durations of steps finished in the
+halted in the last day halted, steps in flight (every step kind, 0 when none) and the durations of steps finished in the
 last day (`storage.gauges`), findings by severity (every severity, 0 when none) and each
 pool's GPUs physical, advertised and out (cordoned, by gpuops or by hand) from the watch
 cache's fleet, each watched resource's silence and relists, the Slack outbox's depth,
@@ -34,6 +34,7 @@ from storage.database import Database
 from storage.runs import RunState
 from workflows.fleet.clusters import Reach
 from workflows.fleet.findings import Severity
+from workflows.kinds import KINDS
 from workflows.fleet.watchcache import CacheState
 
 # Step durations range from a cordon (a second) to a drain waiting on jobs (hours).
@@ -131,9 +132,10 @@ def _database_metrics(read: gauges.Gauges, now: dt.datetime) -> Iterable[Metric]
         runs.add_metric([state], read.runs.get(state, 0))
     yield runs
     yield from _run_metrics(read, now)
-    running = GaugeMetricFamily("gpuops_steps_in_flight", "Steps running now, by kind", labels=["kind"])
-    for kind, n in sorted(read.steps_running.items()):
-        running.add_metric([kind], n)
+    running = GaugeMetricFamily("gpuops_steps_in_flight", "Steps running now, by kind (every step kind, 0 when "
+                                "none)", labels=["kind"])
+    for kind in sorted({*KINDS.step_kinds, *read.steps_running}):
+        running.add_metric([kind], read.steps_running.get(kind, 0))
     yield running
     took = HistogramMetricFamily("gpuops_step_duration_seconds",
                                  "How long steps finished in the last day took, by kind", labels=["kind"])

@@ -701,6 +701,17 @@ def fill_parts(markdown: str) -> str:
 CHART_SCHEMA = ROOT / "deploy" / "helm" / "gpuops" / "values.schema.json"
 
 
+# The chart's alert rules and dashboard (values.yaml says what each key does).
+_LABELS = {"type": "object", "additionalProperties": {"type": "string"}}
+MONITORING_VALUES: dict[str, Any] = {
+    "prometheusRule": {"type": "object", "additionalProperties": False, "properties": {
+        "enabled": {"type": "boolean"}, "labels": _LABELS, "job": {"type": "string"},
+        "approvalsWaitingSeconds": {"type": "integer", "minimum": 1}, "docsUrl": {"type": "string"}}},
+    "dashboard": {"type": "object", "additionalProperties": False, "properties": {
+        "enabled": {"type": "boolean"}, "namespace": {"type": "string"}, "labels": _LABELS}},
+}
+
+
 def chart_values_schema() -> dict[str, Any]:
     """The chart's values.schema.json: `config` is the configuration's JSON Schema (helm
     install, upgrade, lint and template check it); other values are the chart's own."""
@@ -716,6 +727,7 @@ def chart_values_schema() -> dict[str, Any]:
     return {"$schema": "http://json-schema.org/draft-07/schema#",
             "title": "gpuops Helm chart values",
             "type": "object",
+            "properties": {"metrics": {"type": "object", "properties": MONITORING_VALUES}},
             "if": {"properties": {"existingConfigMap": {"minLength": 1}}, "required": ["existingConfigMap"]},
             "else": {"properties": {"config": config}},
             "$defs": defs}

@@ -153,6 +153,7 @@ def test_a_scrape_tells_capacity_per_pool_how_long_approvals_wait_and_each_runs_
     assert samples[("gpuops_runs", (("state", "aborted"),))] == 0
     assert samples[("gpuops_runs", (("state", "running"),))] == 2
     assert samples[("gpuops_findings", (("severity", "critical"),))] == 0
+    assert samples[("gpuops_steps_in_flight", (("kind", "cordon"),))] == 0
     # The demo fleet: three serving-a nodes of 8 GPUs (the first with half of them unhealthy).
     assert samples[("gpuops_pool_gpus", (("pool", "serving-a"), ("state", "physical")))] == 24
     assert samples[("gpuops_pool_gpus", (("pool", "serving-a"), ("state", "advertised")))] == 24
