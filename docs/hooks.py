@@ -30,6 +30,7 @@ from pydantic_core import PydanticUndefined
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 RUNBOOKS = DOCS / "runbooks.yaml"
+ALERTS = ROOT / "deploy" / "helm" / "gpuops" / "files" / "alerts.yaml"
 
 
 # --- commands --------------------------------------------------------------------------
@@ -289,9 +290,20 @@ def runbooks() -> dict[str, dict[str, dict[str, str]]]:
     return loaded
 
 
+def alert_names() -> list[str]:
+    """Every alert of the chart's rules file (deploy/helm/gpuops/files/alerts.yaml)."""
+    rules = yaml.safe_load(ALERTS.read_text())
+    return [rule["alert"] for group in rules["groups"] for rule in group["rules"]]
+
+
 def runbook_page(section: str, key: str) -> str:
     entry = runbooks()[section][key]
     title = entry.get("title", f"Finding `{key}`" if section == "findings" else f"Halted: {key}")
+    if section == "alerts":
+        return "\n".join([f"# {title}", "", f"The alert `{key}` (the Helm chart's `metrics.prometheusRule`).", "",
+                          "## What it means", "", entry["means"].strip(), "",
+                          "## What to check first", "", entry["check"].strip(), "",
+                          "## Commands", "", entry["commands"].strip(), ""])
     out = [f"# {title}", ""]
     if section == "halts":
         out += ["```mermaid", "flowchart LR",
@@ -323,6 +335,9 @@ def runbooks_index() -> str:
     out += ["", "## Findings", "", "| finding | page |", "| --- | --- |"]
     out += [f"| `{code}` | [{book['findings'][code].get('title', code)}](findings/{code}.md) |"
             for code in finding_codes()]
+    out += ["", "## Alerts", "", "The Helm chart's alert rules (`metrics.prometheusRule`) link each alert here.", "",
+            "| alert | page |", "| --- | --- |"]
+    out += [f"| `{name}` | [{book['alerts'][name].get('title', name)}](alerts/{name}.md) |" for name in alert_names()]
     return "\n".join(out) + "\n"
 
 
@@ -681,6 +696,17 @@ def fill_parts(markdown: str) -> str:
 CHART_SCHEMA = ROOT / "deploy" / "helm" / "gpuops" / "values.schema.json"
 
 
+# The chart's alert rules and dashboard (values.yaml says what each key does).
+_LABELS = {"type": "object", "additionalProperties": {"type": "string"}}
+MONITORING_VALUES: dict[str, Any] = {
+    "prometheusRule": {"type": "object", "additionalProperties": False, "properties": {
+        "enabled": {"type": "boolean"}, "labels": _LABELS, "job": {"type": "string"},
+        "approvalsWaitingSeconds": {"type": "integer", "minimum": 1}, "docsUrl": {"type": "string"}}},
+    "dashboard": {"type": "object", "additionalProperties": False, "properties": {
+        "enabled": {"type": "boolean"}, "namespace": {"type": "string"}, "labels": _LABELS}},
+}
+
+
 def chart_values_schema() -> dict[str, Any]:
     """The chart's values.schema.json: `config` is the configuration's JSON Schema (helm
     install, upgrade, lint and template check it); other values are the chart's own."""
@@ -696,6 +722,7 @@ def chart_values_schema() -> dict[str, Any]:
     return {"$schema": "http://json-schema.org/draft-07/schema#",
             "title": "gpuops Helm chart values",
             "type": "object",
+            "properties": {"metrics": {"type": "object", "properties": MONITORING_VALUES}},
             "if": {"properties": {"existingConfigMap": {"minLength": 1}}, "required": ["existingConfigMap"]},
             "else": {"properties": {"config": config}},
             "$defs": defs}
@@ -715,6 +742,7 @@ def generated_pages() -> dict[str, str]:
              "runbooks/index.md": runbooks_index()}
     pages.update({f"runbooks/findings/{code}.md": runbook_page("findings", code) for code in finding_codes()})
     pages.update({f"runbooks/halts/{key}.md": runbook_page("halts", key) for key in halt_reasons()})
+    pages.update({f"runbooks/alerts/{name}.md": runbook_page("alerts", name) for name in alert_names()})
     return pages
 
 

@@ -44,8 +44,8 @@ def pieces() -> tuple[Piece, ...]:
         Piece("the GPU Operator", 1.6, lambda: operator.operator_path().is_file(), operator.operator_binary),
         Piece("Toxiproxy (the API-faults suite)", 0.6, lambda: toxiproxy.toxiproxy_path().is_file(),
               toxiproxy.toxiproxy_binary),
-        Piece("Prometheus (the metrics tests; Debian's package)", 0.5,
-              lambda: prometheus.prometheus_path().is_file(), prometheus.prometheus_binary),
+        Piece("Prometheus and promtool (the metrics and alert tests; Debian's package)", 0.5,
+              prometheus.ready, prometheus.prometheus_binary),
     )
 
 

@@ -5,14 +5,19 @@ tests/integration/test_health_and_metrics_control_plane.py.)"""
 
 from __future__ import annotations
 
+import datetime as dt
 import socket
 
 import pytest
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bot import cli
 from bot.health import PROBE_SETTINGS, HealthServer, MetricsServer, Readiness
 from bot.metrics import Metrics, Sources
+from storage import requests as stored_requests
+from storage import runs as stored_runs
+from storage.ids import RunId
 from tests.drips import Drips
 from testenv.controlplane import free_port
 from tests.e2e.harness import http_get, submit_upgrade
@@ -27,6 +32,16 @@ class _Cache:
     """A watch cache still listing, then synced."""
 
     synced = False
+
+
+class _Listed:
+    """The demo fleet as a watch cache that has listed it."""
+
+    def __init__(self, source) -> None:
+        self.fleet = source.fleet
+
+    def states(self) -> list:
+        return []
 
 
 def test_each_path_answers_what_a_probe_or_a_scrape_expects(runtime):
@@ -98,3 +113,49 @@ def test_a_taken_metrics_port_stops_the_start_with_the_flag_to_change_and_frees_
     assert str(refused.value).endswith("): free it or pass --metrics-port")
     with socket.socket() as again:  # the health port it had opened is closed again
         again.bind(("0.0.0.0", health_port))
+
+
+def test_a_scrape_tells_capacity_per_pool_how_long_approvals_wait_and_each_runs_window_and_halt(runtime, fleet_source):
+    asked = dt.datetime(2026, 3, 2, 8, 0, tzinfo=dt.timezone.utc)
+    now = asked + dt.timedelta(hours=2)
+    submit_upgrade(runtime, now=asked)  # waits for approvals
+    db = runtime.database.get()
+    late = stored_requests.create(db, kind="drain", pool="training-a", targets=["training-a-001"],
+                                  window_start=asked, window_end=asked + dt.timedelta(hours=1), reason="r",
+                                  requester="U0ALICE", requester_name="alice", plan={}, plan_hash="h",
+                                  approvals_required=0, expires_at=now + dt.timedelta(days=1), at=asked)
+    on_time = stored_requests.create(db, kind="drain", pool="serving-a", targets=["serving-a-000"],
+                                     window_start=asked, window_end=now + dt.timedelta(hours=1), reason="r",
+                                     requester="U0ALICE", requester_name="alice", plan={}, plan_hash="h",
+                                     approvals_required=0, expires_at=now + dt.timedelta(days=1), at=asked)
+    halted = stored_requests.create(db, kind="drain", pool="serving-a", targets=["serving-a-003"],
+                                    window_start=None, window_end=None, reason="r", requester="U0ALICE",
+                                    requester_name="alice", plan={}, plan_hash="h", approvals_required=0,
+                                    expires_at=now + dt.timedelta(days=1), at=asked)
+    for request, run in ((late, "r-late"), (on_time, "r-on-time"), (halted, "r-halted")):
+        stored_runs.create(db, request_id=request.id, dry_run=False, at=asked, id=RunId(run))
+        stored_runs.transition(db, id=RunId(run), expected="pending", new="running", at=asked)
+    stored_runs.transition(db, id=RunId("r-halted"), expected="running", new="failed",
+                           at=now - dt.timedelta(minutes=30), halted_reason="the driver step failed")
+
+    metrics = Metrics(Sources(database=runtime.database.get, fleet=_Listed(fleet_source), clock=lambda: now))
+    samples = _samples(generate_latest(metrics.registry).decode())
+
+    assert samples[("gpuops_approvals_oldest_pending_seconds", ())] == 7200
+    labels = (("kind", "drain"), ("pool", "training-a"), ("run", "r-late"))
+    assert samples[("gpuops_run_window_end_timestamp_seconds", labels)] == (asked + dt.timedelta(hours=1)).timestamp()
+    assert samples[("gpuops_run_overran", labels)] == 1
+    assert samples[("gpuops_run_overran", (("kind", "drain"), ("pool", "serving-a"), ("run", "r-on-time")))] == 0
+    assert samples[("gpuops_run_halted_seconds", (("kind", "drain"), ("pool", "serving-a"), ("run", "r-halted")))] \
+        == 1800
+    assert not [k for k in samples if k[0] == "gpuops_run_overran" and ("run", "r-halted") in k[1]]
+    # Every run state and every severity has a series, 0 when none: an alert or a panel finds it.
+    assert samples[("gpuops_runs", (("state", "aborted"),))] == 0
+    assert samples[("gpuops_runs", (("state", "running"),))] == 2
+    assert samples[("gpuops_findings", (("severity", "critical"),))] == 0
+    assert samples[("gpuops_steps_in_flight", (("kind", "cordon"),))] == 0
+    # The demo fleet: three serving-a nodes of 8 GPUs (the first with half of them unhealthy).
+    assert samples[("gpuops_pool_gpus", (("pool", "serving-a"), ("state", "physical")))] == 24
+    assert samples[("gpuops_pool_gpus", (("pool", "serving-a"), ("state", "advertised")))] == 24
+    assert samples[("gpuops_pool_gpus_out", (("by", "hand"), ("pool", "serving-a")))] == 0
+

@@ -1,6 +1,6 @@
 """`gpuops run` itself, a real process in Socket Mode against the local control plane,
-scraped by a real Prometheus and queried through Prometheus's HTTP API; its JSON log lines
-carry no token. (The health and metrics ports on a runtime in this process are in
+scraped by a real Prometheus and queried through Prometheus's HTTP API, every query of the
+chart's Grafana dashboard among them; its JSON log lines carry no token. (The health and metrics ports on a runtime in this process are in
 tests/e2e/test_health_and_metrics.py.)"""
 
 from __future__ import annotations
@@ -73,6 +73,11 @@ def test_a_running_bot_is_scraped_by_prometheus_and_logs_json_lines_without_its_
         synced = {r["metric"]["resource"]: r["value"][1] for r in query("gpuops_watch_cache_synced")}
         assert synced["nodes"] == "1" and synced["pods"] == "1"
         assert query('gpuops_slack_api_calls_total{method="auth.test",outcome="ok"}')
+        (physical,) = query('gpuops_pool_gpus{pool="prom",state="physical"}')
+        assert physical["value"][1] == "16"  # two nodes of 8
+        # Every panel of the chart's dashboard shows series, its `cluster` variable at "All".
+        for title, promql in dashboard_queries():
+            wait_until(lambda promql=promql: query(promql), timeout=60, what=f"the dashboard's {title!r} to show series: {promql}")
     finally:
         prometheus.terminate()
         bot.terminate()
@@ -84,6 +89,15 @@ def test_a_running_bot_is_scraped_by_prometheus_and_logs_json_lines_without_its_
     text = "\n".join(lines)
     assert slack.bot_token not in text and slack.app_token not in text
     assert any(json.loads(line)["message"].startswith("health: http://") for line in lines)
+
+
+def dashboard_queries() -> list[tuple[str, str]]:
+    """Each query of deploy/helm/gpuops/files/dashboard.json as Grafana sends it with every
+    cluster chosen (its `allValue`) and a rate interval a 1s scrape fills."""
+    dashboard = json.loads((ROOT / "deploy" / "helm" / "gpuops" / "files" / "dashboard.json").read_text())
+    (every,) = [v["allValue"] for v in dashboard["templating"]["list"] if v["name"] == "cluster"]
+    return [(panel["title"], target["expr"].replace("$cluster", every).replace("$__rate_interval", "1m"))
+            for panel in dashboard["panels"] for target in panel["targets"]]
 
 
 def _ready(url: str) -> bool:
