@@ -42,6 +42,7 @@ from workflows.pools import planning
 from workflows.pools.capacity import MaxUnavailable, RollingOrder, gpu_pods_moved, ready_gpus
 from workflows.pools.config import GpuCheck, PoolConfig
 from workflows.pools.selectors import LabelSelector
+from workflows.preflight.check import canary_refusal
 
 # The driver owners a node may have to move, by direction (both: the move ends the race).
 MOVABLE = {"operator": ("host", "conflict"), "host": ("operator", "conflict")}
@@ -146,6 +147,13 @@ def plan_migrate(ask: MigrateAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolC
     summary = PlanSummary(window_start=start, window_end=end, max_gpus_unavailable=largest,
                           evictions_expected=sum(1 for n in moving if n.requested_gpus), notes=tuple(notes))
     plan = planning.assemble("migrate", pool=pool, planned=waves, summary=summary, requested_by=requested_by)
+    if rollback is None:
+        # The test pod asks for a resource each moved node must advertise once it is back.
+        in_force = policy.gpu_check or gpu_check
+        refusal = canary_refusal(plan, fleet=fleet, check=in_force if in_force and in_force.enabled else None,
+                                 configured_at=f"pools.{pool}.gpu_check" if policy.gpu_check else "upgrades.gpu_check")
+        if refusal is not None:
+            raise MigrateRefused(refusal.reason, code=refusal.code)
     return MigratePlan(pool=pool, nodes=tuple(by_name), order=order, plan=plan, window_start=start, window_end=end)
 
 

@@ -36,6 +36,7 @@ from workflows.pools import planning
 from workflows.pools.capacity import gpu_pods_moved
 from workflows.pools.config import GpuCheck, PoolConfig
 from workflows.pools.selectors import LabelSelector
+from workflows.preflight.check import canary_refusal
 from workflows.upgrade import messages as say
 from workflows.upgrade.step_logic import DriverParams, DriverVersionParams, OperatorHoldParams, OperatorUpgradeParams
 from workflows.upgrade.scope import (
@@ -182,6 +183,11 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
                           evictions_expected=sum(1 for n in nodes if n.requested_gpus), max_gpus_unavailable=largest,
                           notes=tuple(notes))
     plan = planning.assemble("upgrade", pool=ask.pool, planned=waves, summary=summary, requested_by=requested_by)
+    # A canary pod asking for a resource the nodes do not advertise fails on the first node.
+    refusal = canary_refusal(plan, fleet=fleet, check=policy.gpu_check or gpu_check,
+                             configured_at=f"pools.{ask.pool}.gpu_check" if policy.gpu_check else "upgrades.gpu_check")
+    if refusal is not None:
+        raise UpgradeRefused(refusal.reason, code=refusal.code)
     return UpgradePlan(scope=scope, order=order, plan=plan, window_start=start, window_end=end)
 
 
