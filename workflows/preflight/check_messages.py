@@ -50,18 +50,16 @@ def canary_resource_goes_away(pool: str, resource: str, after: Sequence[str]) ->
 # ------------------------------------------------------------------ duration and window
 
 
-PACE_SOURCES = {
-    "runs": "at the pace of {pool}'s last runs",
-    "timeouts": "at most, at the configured timeouts (no run of {pool} to learn its pace from yet)",
-    "mixed": "at the pace of {pool}'s last runs, and at the configured timeouts for {kinds} (not seen in them)",
-}
-
-
 def run_takes(pool: str, *, total: dt.timedelta, waves: int, slowest: str, slowest_takes: dt.timedelta,
               source: str, unseen: Sequence[str]) -> str:
-    pace = PACE_SOURCES[source].format(pool=pool, kinds=names(unseen))
-    return (f"The run takes about {duration_text(total)} {pace}: {plural(waves, 'wave')}, the slowest node "
-            f"{slowest} {duration_text(slowest_takes)}")
+    shape = f"{plural(waves, 'wave')}, the slowest node {slowest} {duration_text(slowest_takes)}"
+    if source == "timeouts":
+        return (f"The run takes at most {duration_text(total)} at the configured timeouts ({shape}; no past run "
+                f"of {pool} to learn its pace from)")
+    learned = f"at the pace of {pool}'s last runs"
+    if source == "mixed":
+        learned += f" ({names(unseen)} at their configured timeouts: none finished in those runs)"
+    return f"The run takes about {duration_text(total)} {learned} ({shape})"
 
 
 def run_fits_window(*, window: dt.timedelta, spare: dt.timedelta) -> str:
