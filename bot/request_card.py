@@ -11,6 +11,7 @@ import datetime as dt
 
 from bot import messages as msg
 from bot.intents import encode_value
+from commands.preflight_view import preflight_sections
 from commands.reply import Fact, Intent, Reply, Section
 from workflows.requests import messages as say
 from workflows.requests.views import RequestView
@@ -57,5 +58,6 @@ def request_card(view: RequestView, *, now: dt.datetime) -> Reply:
     sections = [Section(facts=facts)]
     if notes:
         sections.append(Section(title="Plan notes", bullets=notes))
+    sections += preflight_sections(view.summary)
     return Reply(title=msg.request_card_title(view.kind, view.id, view.pool), summary=view.reason,
                  sections=tuple(sections), intents=intents, visibility="in_channel")

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from commands import messages as msg
+from commands.preflight_view import preflight_sections
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
 from commands.reply import HOST_DRIVER_REMOVED, Fact, Intent, Notice, Reply, Section, Table, error_reply
 from commands.services import Services
@@ -140,13 +141,13 @@ def host_driver_intent(view: RequestView, runs: list[RunView]) -> tuple[Intent, 
     return ()
 
 
-def _plan_section(view: RequestView) -> Section:
+def _plan_section(view: RequestView) -> tuple[Section, ...]:
     rows = tuple(
         (str(wave.index + 1), ", ".join(wave.nodes),
          " → ".join(step.kind for step in wave.steps_for(wave.nodes[0])) if wave.nodes else "-")
         for wave in view.plan.waves)
-    return Section(title=f"Plan {view.short_hash}", table=Table(columns=msg.WAVE_COLUMNS, rows=rows),
-                   bullets=view.summary.notes)
+    return (Section(title=f"Plan {view.short_hash}", table=Table(columns=msg.WAVE_COLUMNS, rows=rows),
+                    bullets=view.summary.notes), *preflight_sections(view.summary))
 
 
 def _freeze_over(call: Call, pool: str, *, started: bool) -> Freeze | None:
@@ -258,7 +259,7 @@ def _request_reply(call: Call, view: RequestView, *, title: str | None = None, f
     waits = request_waits(call.services, view, now=call.now, runs=runs)
     if waits is not None:
         facts = (*facts, Fact(msg.WAITS_LABEL, waits))
-    sections = [Section(facts=facts), _plan_section(view)]
+    sections = [Section(facts=facts), *_plan_section(view)]
     if view.approvals:
         sections.append(Section(title="Decisions", bullets=tuple(
             msg.approvals_line(a.approver_name, a.decision, a.plan_hash[:8], a.counts, a.reason)
@@ -444,7 +445,7 @@ def continue_halted(call: Call, run_id: str, *, skip: str | None = None) -> Repl
     return Reply(title=msg.continue_title(view.id, view.pool, view.kind),
                  summary=msg.drain_summary(view.state, view.approvals_counted, view.approvals_required,
                                            view.short_hash),
-                 sections=(Section(facts=facts), _plan_section(view)), intents=approval_intents(view, call.actor))
+                 sections=(Section(facts=facts), *_plan_section(view)), intents=approval_intents(view, call.actor))
 
 
 @REGISTRY.command("abort", usage="abort <run>", role=Role.OPERATOR, confirm=True,

@@ -15,10 +15,15 @@ Plans build them as typed records (`NodeStep.of`, `storage.step_params`), whose 
 writes the same JSON as the maps plans wrote before records existed: the hash of a plan
 does not depend on how it was built.
 Times in the summary must be timezone-aware; they are written as UTC text.
+
+A summary's pre-flight (`PreflightNote`s, written by `workflows.preflight`) is part of the
+hash like every other fact; a summary without one writes no `preflight` key, so plans
+stored before pre-flight existed decode and hash as they did.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import hashlib
 import json
@@ -26,7 +31,7 @@ import math
 import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, TypeAlias
 
 from storage import codec
 from storage.step_params import StepParams, encode
@@ -124,6 +129,45 @@ class Wave(_ByCanonicalJson):
         }
 
 
+# How much a pre-flight note matters to an approver: "critical" (the run would halt or
+# hurt something unless someone acts), "warning" (it may), "info" (worth knowing).
+PreflightSeverity: TypeAlias = Literal["critical", "warning", "info"]
+PREFLIGHT_SEVERITIES: tuple[PreflightSeverity, ...] = ("critical", "warning", "info")
+
+
+@dataclass(frozen=True, eq=False)
+class PreflightNote(_ByCanonicalJson):
+    """One thing a pre-flight check found, as the plan carries it: which `check` said it
+    ("nodes", "budgets", ...), a `code` naming what it found ("left-out", "included",
+    "budget-blocks", ...), how much it matters, the `sentence` the approver reads, the
+    nodes it is about and its `details` (one line each, e.g. the pods a budget holds)."""
+
+    check: str
+    code: str
+    severity: PreflightSeverity
+    sentence: str
+    nodes: tuple[NodeName, ...] = ()
+    details: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "nodes", tuple(self.nodes))
+        object.__setattr__(self, "details", tuple(self.details))
+        if self.severity not in PREFLIGHT_SEVERITIES:
+            raise ValueError(f"pre-flight severity {self.severity!r} is not one of {list(PREFLIGHT_SEVERITIES)}")
+        if not self.check or not self.code or not self.sentence:
+            raise ValueError("a pre-flight note needs its check, its code and its sentence")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"check": self.check, "code": self.code, "severity": self.severity, "sentence": self.sentence,
+                "nodes": list(self.nodes), "details": list(self.details)}
+
+    @classmethod
+    def from_json(cls, value: Any) -> PreflightNote:
+        data = _expect_mapping(value, "pre-flight note")
+        return cls(check=data["check"], code=data["code"], severity=data["severity"], sentence=data["sentence"],
+                   nodes=tuple(NodeName(n) for n in data["nodes"]), details=tuple(data["details"]))
+
+
 @dataclass(frozen=True, eq=False)
 class PlanSummary(_ByCanonicalJson):
     """The facts an approver reads before approving. All are part of the hash, so a new
@@ -138,9 +182,12 @@ class PlanSummary(_ByCanonicalJson):
     max_gpus_unavailable: int = 0
     # Anything else the planner wants the approver to read, one sentence each.
     notes: tuple[str, ...] = ()
+    # What the pre-flight checks found (workflows.preflight), in the order they ran.
+    preflight: tuple[PreflightNote, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "notes", tuple(self.notes))
+        object.__setattr__(self, "preflight", tuple(self.preflight))
         for name in ("window_start", "window_end"):
             at = getattr(self, name)
             if at is not None and (at.tzinfo is None or at.utcoffset() is None):
@@ -150,8 +197,12 @@ class PlanSummary(_ByCanonicalJson):
         if self.evictions_expected < 0 or self.max_gpus_unavailable < 0:
             raise ValueError("plan summary counts cannot be negative")
 
+    def with_preflight(self, *found: PreflightNote) -> PlanSummary:
+        """This summary and more pre-flight notes after the ones it has."""
+        return dataclasses.replace(self, preflight=(*self.preflight, *found))
+
     def to_json(self) -> dict[str, Any]:
-        return {
+        written: dict[str, Any] = {
             "target_driver_version": self.target_driver_version,
             "target_mig_config": self.target_mig_config,
             "window_start": codec.optional_time_to_text(self.window_start),
@@ -160,6 +211,10 @@ class PlanSummary(_ByCanonicalJson):
             "max_gpus_unavailable": self.max_gpus_unavailable,
             "notes": list(self.notes),
         }
+        # NB: only when there is one, so a plan stored before pre-flight hashes as it did.
+        if self.preflight:
+            written["preflight"] = [note.to_json() for note in self.preflight]
+        return written
 
 
 @dataclass(frozen=True, eq=False)
@@ -264,6 +319,7 @@ def plan_from_json(value: object) -> Plan:
                 evictions_expected=summary["evictions_expected"],
                 max_gpus_unavailable=summary["max_gpus_unavailable"],
                 notes=tuple(summary["notes"]),
+                preflight=tuple(PreflightNote.from_json(n) for n in summary.get("preflight", ())),
             ),
             waves=tuple(
                 Wave(
