@@ -130,7 +130,7 @@ def test_a_node_that_advertises_no_gpu_resource_at_all_is_not_judged(make):
     plan = Plan(kind="upgrade", pool="inf", created_for="U0ALICE", summary=PlanSummary(), waves=(
         Wave(0, (NodeName("m9"),), (NodeStep("gpu-check", NodeName("m9"), {"resource": "nvidia.com/gpu"}),)),))
 
-    assert canary_refusal(plan, fleet=fleet, check=None, configured_at="upgrades.gpu_check") is None
+    assert canary_refusal("inf", plan.waves, fleet=fleet, check=None, configured_at="upgrades.gpu_check") is None
 
 
 def test_what_a_node_advertises_after_the_change_is_what_its_mig_step_expects(make):
@@ -143,9 +143,9 @@ def test_what_a_node_advertises_after_the_change_is_what_its_mig_step_expects(ma
                             NodeStep("gpu-check", g1, {"resource": "nvidia.com/gpu"}))),))
 
     # Today g1 advertises nvidia.com/gpu; its new layout makes only MIG devices.
-    refused = canary_refusal(plan({MIG: 56}), fleet=fleet, check=None, configured_at="upgrades.gpu_check")
+    refused = canary_refusal("inf", plan({MIG: 56}).waves, fleet=fleet, check=None, configured_at="upgrades.gpu_check")
     assert refused is not None and f"inf's nodes advertise {MIG}" in refused.reason
-    assert canary_refusal(plan({"nvidia.com/gpu": 8}), fleet=fleet, check=None,
+    assert canary_refusal("inf", plan({"nvidia.com/gpu": 8}).waves, fleet=fleet, check=None,
                           configured_at="upgrades.gpu_check") is None
 
 

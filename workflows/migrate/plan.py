@@ -131,6 +131,13 @@ def plan_migrate(ask: MigrateAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolC
         steps_of = {n: _node_steps(by_name[n], policy=policy, check=check if check.enabled else DEFAULT_CHECK,
                                    to=ask.to, remove=sorted(hand[n])) for n in by_name}
     waves = planning.rolling_waves(order, steps_of.__getitem__)
+    if rollback is None:
+        # The test pod asks for a resource each moved node must advertise once it is back.
+        in_force = policy.gpu_check or gpu_check
+        refusal = canary_refusal(pool, waves, fleet=fleet, check=in_force if in_force and in_force.enabled else None,
+                                 configured_at=f"pools.{pool}.gpu_check" if policy.gpu_check else "upgrades.gpu_check")
+        if refusal is not None:
+            raise MigrateRefused(refusal.reason, code=refusal.code)
     if rollback is not None:
         notes = [say.snapshots_back_note(rollback.run, [n for n, _ in rollback.snapshots])]
     else:
@@ -147,13 +154,6 @@ def plan_migrate(ask: MigrateAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolC
     summary = PlanSummary(window_start=start, window_end=end, max_gpus_unavailable=largest,
                           evictions_expected=sum(1 for n in moving if n.requested_gpus), notes=tuple(notes))
     plan = planning.assemble("migrate", pool=pool, planned=waves, summary=summary, requested_by=requested_by)
-    if rollback is None:
-        # The test pod asks for a resource each moved node must advertise once it is back.
-        in_force = policy.gpu_check or gpu_check
-        refusal = canary_refusal(plan, fleet=fleet, check=in_force if in_force and in_force.enabled else None,
-                                 configured_at=f"pools.{pool}.gpu_check" if policy.gpu_check else "upgrades.gpu_check")
-        if refusal is not None:
-            raise MigrateRefused(refusal.reason, code=refusal.code)
     return MigratePlan(pool=pool, nodes=tuple(by_name), order=order, plan=plan, window_start=start, window_end=end)
 
 

@@ -21,12 +21,12 @@ force are arguments."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from workflows.fleet.summary import Fleet
 from workflows.kube.objects import NodeName, is_gpu_resource
-from workflows.plans import Plan
+from workflows.plans import Wave
 from workflows.pools.config import GpuCheck
 from workflows.preflight import check_messages as say
 
@@ -50,9 +50,9 @@ def resource_named(check: GpuCheck | None) -> bool:
     return check is not None and "resource" in check.model_fields_set
 
 
-def advertised_after(plan: Plan, fleet: Fleet, node: NodeName) -> frozenset[str]:
-    """The GPU resources `node` advertises once `plan` has changed it (empty: unknown)."""
-    for wave in plan.waves:
+def advertised_after(waves: Sequence[Wave], fleet: Fleet, node: NodeName) -> frozenset[str]:
+    """The GPU resources `node` advertises once `waves` have changed it (empty: unknown)."""
+    for wave in waves:
         for step in wave.steps_for(node):
             if step.kind == _MIG_STEP and isinstance(step.params.get("expect"), Mapping):
                 return frozenset(r for r, n in step.params["expect"].items() if is_gpu_resource(r) and n)
@@ -62,17 +62,18 @@ def advertised_after(plan: Plan, fleet: Fleet, node: NodeName) -> frozenset[str]
     return frozenset(r.resource for r in inventory.resources if r.capacity or r.expected)
 
 
-def canary_refusal(plan: Plan, *, fleet: Fleet, check: GpuCheck | None, configured_at: str) -> CanaryRefusal | None:
-    """Why `plan`'s canary pods cannot run, or None when every checked node will advertise
-    what its pod asks for. `check` is the check in force (None: the default one) and
+def canary_refusal(pool: str, waves: Sequence[Wave], *, fleet: Fleet, check: GpuCheck | None,
+                   configured_at: str) -> CanaryRefusal | None:
+    """Why the canary pods of `pool`'s planned `waves` cannot run, or None when every checked
+    node will advertise what its pod asks for. `check` is the check in force (None: the default one) and
     `configured_at` the configuration key it came from (`pools.<pool>.gpu_check`,
     `upgrades.gpu_check`), for the sentence."""
     asks: dict[NodeName, str] = {}
-    for wave in plan.waves:
+    for wave in waves:
         for step in wave.steps:
             if step.kind == _CHECK_STEP and isinstance(step.params.get("resource"), str):
                 asks[step.node] = step.params["resource"]
-    after = {node: advertised_after(plan, fleet, node) for node in asks}
+    after = {node: advertised_after(waves, fleet, node) for node in asks}
     missing = sorted(node for node, resource in asks.items() if after[node] and resource not in after[node])
     if not missing:
         return None
@@ -84,8 +85,8 @@ def canary_refusal(plan: Plan, *, fleet: Fleet, check: GpuCheck | None, configur
     everywhere = [r for r in offered if on_nodes[r] == len(judged)]
     if resource_named(check):
         return CanaryRefusal(say.canary_resource_not_advertised(
-            plan.pool, resource, missing, offered=[(r, on_nodes[r]) for r in offered], fits=everywhere,
+            pool, resource, missing, offered=[(r, on_nodes[r]) for r in offered], fits=everywhere,
             nodes=len(judged), configured_at=configured_at), code=CODE_RESOURCE)
     return CanaryRefusal(say.canary_resource_unset(
-        plan.pool, resource, missing, offered=[(r, on_nodes[r]) for r in offered], fits=everywhere,
+        pool, resource, missing, offered=[(r, on_nodes[r]) for r in offered], fits=everywhere,
         nodes=len(judged)), code=CODE_RESOURCE_UNSET)

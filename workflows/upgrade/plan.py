@@ -151,6 +151,11 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
         release = NodeStep.of("operator-hold", last.nodes[-1],
                               OperatorHoldParams(nodes=tuple(rollback.release), release=True))
         waves[-1] = Wave(last.index, last.nodes, (*last.steps, release))
+    # A canary pod asking for a resource the nodes do not advertise fails on the first node.
+    refusal = canary_refusal(ask.pool, waves, fleet=fleet, check=policy.gpu_check or gpu_check,
+                             configured_at=f"pools.{ask.pool}.gpu_check" if policy.gpu_check else "upgrades.gpu_check")
+    if refusal is not None:
+        raise UpgradeRefused(refusal.reason, code=refusal.code)
     largest = planning.largest_wave(waves, lambda n: by_name[n].physical_gpus or 0)
     notes = [say.plan_manager_note(scope.manager.ref, scope.current, scope.target.text),
              say.plan_canary_note(order.canary, policy.upgrade_soak, only_node=len(waves) == 1)]
@@ -183,11 +188,6 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
                           evictions_expected=sum(1 for n in nodes if n.requested_gpus), max_gpus_unavailable=largest,
                           notes=tuple(notes))
     plan = planning.assemble("upgrade", pool=ask.pool, planned=waves, summary=summary, requested_by=requested_by)
-    # A canary pod asking for a resource the nodes do not advertise fails on the first node.
-    refusal = canary_refusal(plan, fleet=fleet, check=policy.gpu_check or gpu_check,
-                             configured_at=f"pools.{ask.pool}.gpu_check" if policy.gpu_check else "upgrades.gpu_check")
-    if refusal is not None:
-        raise UpgradeRefused(refusal.reason, code=refusal.code)
     return UpgradePlan(scope=scope, order=order, plan=plan, window_start=start, window_end=end)
 
 
