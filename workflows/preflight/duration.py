@@ -25,14 +25,19 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from storage import requests as stored_requests
 from storage import runs as stored_runs
 from storage import steps as stored_steps
 from storage.database import Database
-from workflows.plans import NodeStep, Plan
+from workflows.plans import NodeStep, Plan, PreflightNote
 from workflows.preflight import check_messages as say
+
+if TYPE_CHECKING:
+    from workflows.preflight.report import PlanFacts
+
+_CHECK = "duration"
 
 # How many of the pool's last requests that ran set its pace.
 LAST_RUNS = 5
@@ -168,3 +173,13 @@ def duration_note(plan: Plan, found: RunEstimate) -> str:
         return f"{takes}; {say.run_fits_window(window=found.window, spare=found.window - found.total)}"
     return f"{takes}; {say.run_outgrows_window(window=found.window, started=found.waves_started, waves=len(found.waves))}"
 
+
+def duration_notes(plan: Plan, facts: PlanFacts) -> tuple[PreflightNote, ...]:
+    """The pre-flight check: the run's time at the pool's pace (`facts.past`, the steps of
+    its last runs) against its window; a warning when it does not fit."""
+    if not plan.waves:
+        return ()
+    found = estimate(plan, facts.past, parallel=facts.parallel)
+    code = "no-window-end" if found.window is None else "fits-window" if found.fits else "outgrows-window"
+    return (PreflightNote(check=_CHECK, code=code, severity="info" if found.fits else "warning",
+                          sentence=duration_note(plan, found)),)

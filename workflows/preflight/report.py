@@ -18,6 +18,8 @@ from workflows.kube.objects import DisruptionBudget, PodObject
 from workflows.plans import Plan, PreflightNote
 from workflows.pools.config import PoolConfig
 from workflows.preflight.budgets import budget_notes
+from workflows.preflight.duration import PastStep, duration_notes
+from workflows.preflight.touches import QuotaLimit, touch_notes
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -31,12 +33,18 @@ class PlanFacts:
     gpu_pods: Sequence[PodObject] = ()
     budgets: Sequence[DisruptionBudget] = ()
     by_operator: bool = False
+    # The steps the pool's last runs finished (`duration.past_steps`): the pool's pace.
+    past: Sequence[PastStep] = ()
+    # Nodes of a wave under way at once (`engine.max_parallel_nodes`; None: all).
+    parallel: int | None = None
+    # Namespaces' GPU quotas and the pools they land on (`QuotaReport.limits`).
+    quotas: Sequence[QuotaLimit] = ()
 
 
 PlanCheck = Callable[[Plan, PlanFacts], tuple[PreflightNote, ...]]
 
 # Every check of a planned plan, in the order its notes appear.
-PLAN_CHECKS: tuple[PlanCheck, ...] = (budget_notes,)
+PLAN_CHECKS: tuple[PlanCheck, ...] = (budget_notes, duration_notes, touch_notes)
 
 
 def checked(plan: Plan, facts: PlanFacts, *, before: Sequence[PreflightNote] = (),
