@@ -18,6 +18,7 @@ import datetime as dt
 from collections.abc import Callable
 
 from commands import messages as msg
+from commands.preflight_view import preflight_sections
 from commands.drain_grammar import read_drain_words
 from commands.kinds import RequestButton, request_button
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
@@ -68,7 +69,7 @@ def _drain_sections(planned: DrainPlan, *, workloads_known: bool) -> list[Sectio
                  for n in preview.nodes for w in n.workloads)
     evicted = (Section(title="To be evicted", table=Table(columns=msg.DRAIN_WORKLOAD_COLUMNS, rows=rows))
                if rows else Section(title="To be evicted", text=msg.drain_no_workloads(workloads_known)))
-    sections = [Section(facts=facts), waves, evicted]
+    sections = [Section(facts=facts), waves, evicted, *preflight_sections(planned.plan.summary)]
     if preview.pdbs:
         sections.append(Section(title="PodDisruptionBudgets", bullets=tuple(
             msg.drain_pdb_line(p.ref, p.disruptions_allowed, len(p.pods), p.may_block) for p in preview.pdbs)))

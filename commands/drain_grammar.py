@@ -64,7 +64,7 @@ def read_drain_words(
     """Read the words after `/gpu drain` into a `DrainAsk`. Raises `DrainRequestError`
     saying exactly which word is wrong."""
     now = as_utc(now, asker="drains")
-    words = [word for arg in args for word in arg.split()]
+    words, include = take_include_option([word for arg in args for word in arg.split()])
     if not words:
         raise DrainRequestError(msg.drain_needs_target(), code="missing-target")
 
@@ -106,12 +106,13 @@ def read_drain_words(
     reason = " ".join(words[at:]).strip()
 
     if next_window:
-        return DrainAsk(targets=tuple(targets), start_from="next-window", duration=duration, reason=reason)
+        return DrainAsk(targets=tuple(targets), start_from="next-window", duration=duration, reason=reason,
+                        include=include)
     if when_words is not None:
         start, zone = read_time(when_words, zone=pools[pool].window_set.zone or UTC, now=now)
         return DrainAsk(targets=tuple(targets), start_from="at", at=start, zone=zone, duration=duration,
-                        reason=reason)
-    return DrainAsk(targets=tuple(targets), duration=duration, reason=reason)
+                        reason=reason, include=include)
+    return DrainAsk(targets=tuple(targets), duration=duration, reason=reason, include=include)
 
 
 def _is_number(word: str) -> bool:
@@ -226,3 +227,30 @@ def read_start_words(rest: Sequence[str], *, zone: dt.tzinfo,
         start, _ = read_time(when, zone=zone, now=now)
         return start, False, used
     return None, False, 0
+
+
+INCLUDE_OPTION = "--include"
+
+
+def take_include_option(words: Sequence[str]) -> tuple[list[str], tuple[str, ...]]:
+    """The words without `--include <node>[,<node>...]` (or `--include=<nodes>`, any number
+    of times), and those nodes: every kind's words take it, so a node with open findings the
+    change does not fix is changed anyway (workflows/preflight/nodes.py). Raises
+    DrainRequestError for the option without a node."""
+    kept: list[str] = []
+    named: list[str] = []
+    index = 0
+    while index < len(words):
+        word = words[index]
+        if word == INCLUDE_OPTION or word.startswith(INCLUDE_OPTION + "="):
+            nodes = word.partition("=")[2]
+            if not nodes and word == INCLUDE_OPTION and index + 1 < len(words) and not words[index + 1].startswith("--"):
+                index += 1
+                nodes = words[index]
+            if not [n for n in nodes.split(",") if n]:
+                raise DrainRequestError(msg.include_needs_node(), code="bad-include")
+            named += [n for n in nodes.split(",") if n]
+        else:
+            kept.append(word)
+        index += 1
+    return kept, tuple(dict.fromkeys(named))

@@ -675,3 +675,8 @@ def approver_group(name: str) -> str:
 def run_held_by_freeze(line: str) -> str:
     return ("A change freeze holds this run: nodes under way finish, no new node starts, and it goes on by itself "
             f"when the freeze ends. {line}")
+
+
+def include_needs_node() -> str:
+    return ("`--include` names the node to change in spite of its open findings, e.g. "
+            "`--include gpu-node-05` (several: `--include a,b`)")

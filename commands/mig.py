@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from commands import messages as msg
-from commands.drain_grammar import read_start_words
+from commands.preflight_view import preflight_sections
+from commands.drain_grammar import read_start_words, take_include_option
 from commands.kinds import RequestButton, answers, request_button
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
 from commands.reply import REQUEST_MIG, Fact, Reply, Section, Table, error_reply
@@ -47,7 +48,7 @@ def _migs(call: Call) -> MigService:
 def read_mig_words(args: list[str], *, call: Call, fleet: Fleet) -> MigAsk:
     """`<pool|node...> <layout> [at <time> | next-window | in the next window] [reason...]`:
     the leading words that name a pool or GPU nodes are the targets, the next the layout."""
-    words = [w for arg in args for w in arg.split() if w != "--dry-run"]
+    words, include = take_include_option([w for arg in args for w in arg.split() if w != "--dry-run"])
     targets: list[str] = []
     while len(targets) < len(words) and (fleet.pool(words[len(targets)]) is not None
                                          or words[len(targets)] in fleet.nodes):
@@ -65,7 +66,7 @@ def read_mig_words(args: list[str], *, call: Call, fleet: Fleet) -> MigAsk:
     start, next_window, used = read_start_words(rest, zone=(policy.window_set.zone if policy else None) or UTC,
                                                 now=call.now)
     return MigAsk(targets=tuple(targets), layout=layout, reason=" ".join(rest[used:]), start=start,
-                  next_window=next_window)
+                  next_window=next_window, include=include)
 
 
 def _reply(call: Call, planned: MigPlan, view: RequestView | None = None) -> Reply:
@@ -90,11 +91,11 @@ def _reply(call: Call, planned: MigPlan, view: RequestView | None = None) -> Rep
     if view is None:
         return Reply(title=msg.mig_preview_title(planned.pool),
                      summary=msg.upgrade_preview_summary(plan_hash(planned.plan)[:8]),
-                     sections=(Section(facts=facts), capacity, waves))
+                     sections=(Section(facts=facts), capacity, waves, *preflight_sections(planned.plan.summary)))
     return Reply(title=msg.mig_title(view.id, view.pool),
                  summary=msg.drain_summary(view.state, view.approvals_counted, view.approvals_required,
                                            view.short_hash),
-                 sections=(Section(facts=facts), capacity, waves,
+                 sections=(Section(facts=facts), capacity, waves, *preflight_sections(planned.plan.summary),
                            Section(facts=(Fact("Request", view.id), Fact("Requested by", view.requester_name),
                                           Fact("Reason", view.reason or "-"), Fact("Plan hash", view.plan_hash)))),
                  intents=approval_intents(view, call.actor))

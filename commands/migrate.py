@@ -15,7 +15,8 @@ from collections.abc import Callable
 from typing import Literal
 
 from commands import messages as msg
-from commands.drain_grammar import read_start_words
+from commands.preflight_view import preflight_sections
+from commands.drain_grammar import read_start_words, take_include_option
 from commands.kinds import answers
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
 from commands.reply import Fact, Reply, Section, Table, error_reply
@@ -43,7 +44,7 @@ def _migrations(call: Call) -> MigrateService:
 
 def read_migrate_words(args: list[str], *, call: Call, fleet: Fleet) -> MigrateAsk:
     """`<pool|node...> to operator [at <time> | next-window | in the next window] [reason...]`."""
-    words = [w for arg in args for w in arg.split() if w != "--dry-run"]
+    words, include = take_include_option([w for arg in args for w in arg.split() if w != "--dry-run"])
     if "to" not in words[1:]:
         raise UsageError(msg.migrate_needs_words())
     at = words.index("to", 1)
@@ -57,7 +58,7 @@ def read_migrate_words(args: list[str], *, call: Call, fleet: Fleet) -> MigrateA
                                                 now=call.now)
     to: Literal["operator", "host"] = "operator" if direction == "operator" else "host"
     return MigrateAsk(targets=tuple(targets), to=to, reason=" ".join(rest[used:]),
-                      start=start, next_window=next_window)
+                      start=start, next_window=next_window, include=include)
 
 
 def _reply(call: Call, planned: MigratePlan, view: RequestView | None = None) -> Reply:
@@ -71,11 +72,11 @@ def _reply(call: Call, planned: MigratePlan, view: RequestView | None = None) ->
     if view is None:
         return Reply(title=msg.migrate_preview_title(planned.pool, direction_of(planned.plan)),
                      summary=msg.upgrade_preview_summary(plan_hash(planned.plan)[:8]),
-                     sections=(Section(facts=facts), waves))
+                     sections=(Section(facts=facts), waves, *preflight_sections(planned.plan.summary)))
     return Reply(title=msg.migrate_title(view.id, view.pool, direction_of(planned.plan)),
                  summary=msg.drain_summary(view.state, view.approvals_counted, view.approvals_required,
                                            view.short_hash),
-                 sections=(Section(facts=facts), waves,
+                 sections=(Section(facts=facts), waves, *preflight_sections(planned.plan.summary),
                            Section(facts=(Fact("Request", view.id), Fact("Requested by", view.requester_name),
                                           Fact("Reason", view.reason or "-"), Fact("Plan hash", view.plan_hash)))),
                  intents=approval_intents(view, call.actor))

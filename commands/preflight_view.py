@@ -14,4 +14,4 @@ def preflight_sections(summary: PlanSummary) -> tuple[Section, ...]:
     if not summary.preflight:
         return ()
     return (Section(title=say.PREFLIGHT_TITLE,
-                    bullets=tuple(say.note_line(note.severity, note.sentence) for note in summary.preflight)),)
+                    bullets=tuple(say.preflight_line(note.severity, note.sentence) for note in summary.preflight)),)

@@ -114,10 +114,10 @@ class Services:
             DrainService(requests, pools=config.pools, workloads=workloads),
             UpgradeService(requests, pools=config.pools, allowed_versions=config.upgrades.allowed_versions,
                            cluster_policy_scope=config.upgrades.cluster_policy_scope,
-                           gpu_check=config.upgrades.gpu_check, pods=mig_reader),
-            MigService(requests, pools=config.pools, reader=mig_reader),
+                           gpu_check=config.upgrades.gpu_check, pods=mig_reader, budgets=workloads),
+            MigService(requests, pools=config.pools, reader=mig_reader, budgets=workloads),
             MigrateService(requests, pools=config.pools, gpu_check=config.upgrades.gpu_check, pods=mig_reader,
-                           labels=node_labels),
+                           labels=node_labels, budgets=workloads),
         )
         return cls(config=config, fleet=fleet, requests=requests,
                    changes={service.kind: service for service in changes},

@@ -18,7 +18,8 @@ import datetime as dt
 from collections.abc import Callable, Mapping
 
 from commands import messages as msg
-from commands.drain_grammar import read_start_words
+from commands.preflight_view import preflight_sections
+from commands.drain_grammar import read_start_words, take_include_option
 from commands.kinds import ANSWERS, RequestButton, answers, request_button
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
 from commands.reply import REQUEST_UPGRADE, Fact, Reply, Section, Table, error_reply
@@ -51,7 +52,9 @@ def read_upgrade_words(args: list[str], *, pools: Mapping[str, PoolConfig], now:
     pool's zone unless one is named); `--also` names the other pools a shared
     ClusterPolicy moves too. Raises UsageError or DrainRequestError (a time that cannot be
     read)."""
-    words, also = _take_also([w for arg in args for w in arg.split() if w not in ("--downgrade", "--dry-run")])
+    words, include = take_include_option([w for arg in args for w in arg.split()
+                                          if w not in ("--downgrade", "--dry-run")])
+    words, also = _take_also(words)
     if len(words) < 3 or words[1] != "to":
         raise UsageError(msg.upgrade_needs_words())
     rest = words[3:]
@@ -60,7 +63,7 @@ def read_upgrade_words(args: list[str], *, pools: Mapping[str, PoolConfig], now:
                                               now=now)
     downgrade = any(w == "--downgrade" for arg in args for w in arg.split())
     return UpgradeAsk(pool=words[0], version=words[2], downgrade=downgrade, reason=" ".join(rest[at:]),
-                      start=start, next_window=next_window, also=also)
+                      start=start, next_window=next_window, also=also, include=include)
 
 
 def _take_also(words: list[str]) -> tuple[list[str], tuple[str, ...]]:
@@ -106,9 +109,9 @@ def _reply(call: Call, planned: UpgradePlan, view: RequestView | None = None) ->
     if view is None:
         return Reply(title=msg.upgrade_preview_title(scope.pool),
                      summary=msg.upgrade_preview_summary(plan_hash(planned.plan)[:8]),
-                     sections=(Section(facts=facts), waves))
+                     sections=(Section(facts=facts), waves, *preflight_sections(planned.plan.summary)))
     sections = (
-        Section(facts=facts), waves,
+        Section(facts=facts), waves, *preflight_sections(planned.plan.summary),
         Section(facts=(Fact("Request", view.id), Fact("Requested by", view.requester_name),
                        Fact("Reason", view.reason or "-"), Fact("Plan hash", view.plan_hash))),
     )

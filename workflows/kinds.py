@@ -75,6 +75,10 @@ class ChangeKind:
     # usually `logic_in("workflows.<kind>.step_logic")`; the step kinds every kind shares
     # (cordon, evict, validate, hold, uncordon, ...) are the engine's own.
     step_logic: Callable[[], Mapping[str, Any]] = _no_step_logic
+    # The codes of the node findings (workflows/fleet/findings.py) a change of this kind is
+    # expected to clear on a node: its plans keep such a node (workflows/preflight/nodes.py);
+    # a node with any other open critical or warning finding is left out unless named.
+    fixes: tuple[str, ...] = ()
 
     def approvals_for(self, pool_kind: PoolKind) -> int:
         return self.default_approvals[pool_kind]
@@ -165,21 +169,30 @@ KINDS = KindRegistry(
     kinds=(
         ChangeKind(name="drain", noun="a drain", title="Drain",
                    step_kinds=("cordon", "wait-for-jobs", "evict", "validate", "hold", "uncordon"),
+                   # A drain changes nothing on the node: it clears no finding.
                    default_approvals={"serving": 1, "training": 0}),
         ChangeKind(name="upgrade", noun="a driver upgrade", title="Driver upgrade",
                    step_kinds=("operator-hold", "cordon", "wait-for-jobs", "evict", "driver", "driver-version",
                                "operator-upgrade", "hold", "validate", "gpu-check", "uncordon"),
                    default_approvals={"serving": 2, "training": 1}, rollback=True,
-                   step_logic=logic_in("workflows.upgrade.step_logic")),
+                   step_logic=logic_in("workflows.upgrade.step_logic"),
+                   # It replaces the node's driver pod with the new version: a driver that
+                   # crash-loops or an upgrade that failed or stuck is tried afresh (and
+                   # validated). GPUs missing, two driver sources or NotReady it does not touch.
+                   fixes=("driver-crash-loop", "upgrade-failed", "upgrade-stuck")),
         ChangeKind(name="mig", noun="a MIG change", title="MIG change",
                    step_kinds=("wait-for-jobs", "cordon", "evict", "mig", "validate", "uncordon"),
                    default_approvals={"serving": 2, "training": 1}, rollback=True,
-                   step_logic=logic_in("workflows.mig.step_logic")),
+                   step_logic=logic_in("workflows.mig.step_logic"),
+                   # It applies a layout afresh: a MIG change that failed or stuck is retried.
+                   fixes=("mig-change-failed", "mig-change-stuck")),
         ChangeKind(name="migrate", noun="a move between host drivers and the operator", title="Driver move",
                    step_kinds=("snapshot", "cordon", "wait-for-jobs", "evict", "host-driver-removed", "node-labels",
                                "wait-for", "host-driver-installed", "gpu-check", "validate", "uncordon", "restore"),
                    default_approvals={"serving": 2, "training": 1}, rollback=True, confirmation=True,
-                   step_logic=logic_in("workflows.migrate.step_logic")),
+                   step_logic=logic_in("workflows.migrate.step_logic"),
+                   # Its point: the host driver goes and the operator's stays, one source.
+                   fixes=("driver-conflict",)),
     ),
     # Plans once drained a node in one step; the engine still runs one a run holds.
     retired_step_kinds=("drain",),

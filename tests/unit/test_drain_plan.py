@@ -418,7 +418,9 @@ def test_the_preview_lists_the_pdbs_that_apply_and_warns_when_one_may_block(clus
 
 
 def test_the_preview_shows_the_capacity_left_during_each_wave(make, now):
-    cluster = build_cluster(make, **{"gpu-a-04": {"capacity": {"nvidia.com/gpu": "6"}}})
+    # A node of 6 GPUs (its labels say so too: no finding leaves it out of the drain).
+    cluster = build_cluster(make, **{"gpu-a-04": {"capacity": {"nvidia.com/gpu": "6"},
+                                                  "labels": {"nvidia.com/gpu.count": "6"}}})
 
     drain = plan("train-a at sat 02:00", cluster, now)
 

@@ -127,10 +127,11 @@ def test_the_floor_in_the_new_units_refuses_a_change_that_would_take_the_pool_be
 
 def test_workloads_that_ask_for_a_resource_no_node_will_advertise_are_named_with_their_owner(make, layouts):
     nodes = [_mig_node(make, f"n{i}", "all-1g.10gb") for i in range(1, 3)]
+    # A workload's image (the builder's default is a device plugin's, a finding on the node).
     running = make.pod(node="n1", namespace="ml", name="small-7d9f-abc", owner_kind="ReplicaSet",
-                       gpu_requests={"nvidia.com/mig-1g.10gb": 1})
+                       gpu_requests={"nvidia.com/mig-1g.10gb": 1}, image="registry.example/app:1")
     pending = make.pod(node=None, namespace="ml", name="batch-0", owner_kind="Job", phase="Pending",
-                       gpu_requests={"nvidia.com/mig-1g.10gb": 2})
+                       gpu_requests={"nvidia.com/mig-1g.10gb": 2}, image="registry.example/app:1")
     planned = _plan(make, layouts, nodes, "all-3g.40gb", pods=[running, pending])
 
     assert planned.vanishing == ("nvidia.com/mig-1g.10gb",)

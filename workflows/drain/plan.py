@@ -51,6 +51,9 @@ from workflows.pools.capacity import (
     pool_nodes,
 )
 from workflows.pools.config import PoolConfig
+from workflows.preflight.budgets import PdbImpact, budget_impacts
+from workflows.preflight.nodes import named_in_request, screen_nodes
+from workflows.preflight.report import PlanFacts, checked
 from workflows.pools.windows import (
     END_OF_TIME,
     UTC,
@@ -112,6 +115,8 @@ class DrainRequestSpec:
     start_from: StartFrom
     zone: dt.tzinfo  # the zone times are shown in to the requester
     reason: str
+    # Nodes the request names (by name or `--include`): drained whatever their findings.
+    include: tuple[NodeName, ...] = ()
 
     @property
     def targets(self) -> list[str]:
@@ -162,6 +167,8 @@ class DrainAsk:
     zone: dt.tzinfo | None = None
     duration: dt.timedelta | None = None
     reason: str = ""
+    # Nodes with open findings to drain anyway (`--include`).
+    include: tuple[str, ...] = ()
 
 
 # Similarity above which an unknown name is taken for a misspelt node or pool.
@@ -267,7 +274,9 @@ def drain_spec(ask: DrainAsk, *, fleet: Fleet, pools: Mapping[str, PoolConfig], 
         occurrence = windows.occurrence_containing(start)
         end = None if occurrence is None or occurrence.end == END_OF_TIME else occurrence.end
     return DrainRequestSpec(pool=pool, nodes=nodes, whole_pool=whole_pool, start=start, end=end,
-                            duration=ask.duration, start_from=ask.start_from, zone=zone, reason=ask.reason)
+                            duration=ask.duration, start_from=ask.start_from, zone=zone, reason=ask.reason,
+                            include=tuple(NodeName(n) for n in named_in_request(ask.include, ask.targets,
+                                                                                 fleet=fleet)))
 
 
 # ------------------------------------------------------------------ the plan
@@ -296,26 +305,6 @@ class NodePreview:
     gpus: int  # advertised now
     already_cordoned: bool  # stays cordoned after the drain: gpuops did not cordon it
     workloads: tuple[WorkloadView, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class PdbImpact:
-    """A PDB that selects pods the drain evicts."""
-
-    namespace: str
-    name: str
-    disruptions_allowed: int
-    pods: tuple[str, ...]
-    most_in_one_wave: int
-
-    @property
-    def ref(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-    @property
-    def may_block(self) -> bool:
-        """Evicting one wave's pods needs more disruptions than the PDB allows now."""
-        return self.most_in_one_wave > self.disruptions_allowed
 
 
 @dataclass(frozen=True, slots=True)
@@ -420,6 +409,10 @@ def plan_drain(
     strays = [n for n in spec.nodes if n not in fleet.nodes or fleet.nodes[n].pool != spec.pool]
     if strays:
         raise DrainRefused(say.nodes_left_pool(strays, pool=spec.pool), code="unknown-node")
+    # Pre-flight: a node with open findings is drained only when the request names it.
+    screened = screen_nodes([fleet.nodes[n] for n in spec.nodes], fleet=fleet, kind="drain", pool=spec.pool,
+                            include=spec.include, refused=DrainRefused)
+    spec = dataclasses.replace(spec, nodes=tuple(n.name for n in screened.kept))
     # Gate: the pool allows drains at some time.
     if windows.never:
         raise DrainRefused(say.no_windows(spec.pool), code="windows")
@@ -469,7 +462,7 @@ def plan_drain(
     preview = _preview(spec, fleet=fleet, members=members, pods=pods, waited=waited, pdbs=pdbs,
                        waves=waves, checks=checks, wave_of=wave_of, window=window, policy=policy)
     summary = PlanSummary(
-        window_start=spec.start,
+        window_start=planning.planned_start(spec.start, now=now),
         window_end=spec.end,
         evictions_expected=len(preview.workloads),
         max_gpus_unavailable=max((w.gpus_out for w in preview.waves), default=0),
@@ -477,6 +470,8 @@ def plan_drain(
     )
     plan = planning.assemble("drain", pool=spec.pool, planned=plan_waves, summary=summary,
                              requested_by=requested_by)
+    # Its budgets the preview names (every pod moves, not only GPU pods): no budget check here.
+    plan = checked(plan, PlanFacts(fleet=fleet, policy=policy), before=screened.notes, checks=())
     return DrainPlan(spec=spec, plan=plan, preview=preview)
 
 
@@ -580,15 +575,7 @@ def _preview(spec: DrainRequestSpec, *, fleet: Fleet, members: Sequence[NodeInve
         )
         node_views.append(NodePreview(node=node, wave=wave_of[node], gpus=inventory.advertised_gpus,
                                       already_cordoned=inventory.cordoned, workloads=workloads))
-    impacts = []
-    for pdb in sorted(pdbs, key=lambda p: (p.namespace, p.name)):
-        per_wave = [[pod for node in nodes for pod in pods[node] if pdb.selects(pod)] for nodes in waves]
-        selected = [f"{pod.namespace}/{pod.name}" for wave in per_wave for pod in wave]
-        if selected:
-            impacts.append(PdbImpact(namespace=pdb.namespace, name=pdb.name,
-                                     disruptions_allowed=pdb.disruptions_allowed,
-                                     pods=tuple(selected),
-                                     most_in_one_wave=max(len(w) for w in per_wave)))
+    impacts = budget_impacts(waves, pods, pdbs)
     advertised_now = sum(n.advertised_gpus for n in members)
     wave_views = tuple(
         WaveCapacity(

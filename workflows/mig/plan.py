@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from workflows.fleet.assessment import NodeInventory
 from workflows.fleet.summary import Fleet
-from workflows.kube.objects import NodeName, PodObject
+from workflows.kube.objects import DisruptionBudget, NodeName, PodObject
 from workflows.mig import messages as say
 from workflows.mig.layouts import MigLayouts, MigRefused, resources
 from workflows.mig.step_logic import MigParams
@@ -35,6 +35,8 @@ from workflows.pools import planning
 from workflows.pools.capacity import PodsMoved, RollingOrder, gpu_pods_moved, is_unavailable, ready_gpus
 from workflows.pools.config import PoolConfig
 from workflows.pools.selectors import LabelSelector
+from workflows.preflight.nodes import named_in_request, screen_nodes
+from workflows.preflight.report import PlanFacts, checked
 
 DEFAULT_LAYOUT = "all-disabled"  # the MIG manager's layout for a node without the label
 
@@ -47,6 +49,8 @@ class MigAsk:
     reason: str = ""
     start: dt.datetime | None = None
     next_window: bool = False
+    # Nodes with open findings the change does not fix, changed anyway (`--include`).
+    include: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,10 +97,12 @@ class MigPlan:
 
 def plan_mig(ask: MigAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolConfig], layouts: MigLayouts,
              strategy: str | None, now: dt.datetime, requested_by: str, gpu_pods: Sequence[PodObject] = (),
-             rollback: MigRollbackOf | None = None) -> MigPlan:
+             rollback: MigRollbackOf | None = None, budgets: Sequence[DisruptionBudget] = ()) -> MigPlan:
     """Plan `ask` for `requested_by`, or raise MigRefused saying why not. `gpu_pods` are
     the cluster's pods that ask for GPU resources (to name what is evicted and what will
-    not schedule afterwards); `strategy` the ClusterPolicy's `mig.strategy`."""
+    not schedule afterwards), `budgets` the PodDisruptionBudgets of their namespaces;
+    `strategy` the ClusterPolicy's `mig.strategy`. Nodes with open findings the change
+    does not fix are left out unless the ask names them (a rollback's are not)."""
     targets = ask.targets if rollback is None else tuple(n for n, _ in rollback.layouts)
     pool, nodes = planning.targets_in_one_pool(targets, fleet, what="MIG change", refused=MigRefused)
     policy = planning.require_policy(pool, policy_of.get(pool), refused=MigRefused, rule=say.ONLY_CONFIGURED)
@@ -119,6 +125,13 @@ def plan_mig(ask: MigAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolConfig], 
                                   after=resources(applied, strategy=strategy, layout=layout)))
     if not changes:
         raise MigRefused(say.nothing_to_change(ask.layout, already), code="nothing-to-change")
+    screened = None
+    if rollback is None:
+        screened = screen_nodes([fleet.nodes[c.node] for c in changes], fleet=fleet, kind="mig", pool=pool,
+                                include=named_in_request(ask.include, ask.targets, fleet=fleet),
+                                canary=policy.canary, refused=MigRefused)
+        kept = {n.name for n in screened.kept}
+        changes = [c for c in changes if c.node in kept]
     start, end = planning.window(policy, pool=pool, now=now, at=ask.start, next_window=ask.next_window,
                                  what="MIG change", refused=MigRefused)
 
@@ -162,10 +175,12 @@ def plan_mig(ask: MigAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolConfig], 
         notes.append(say.layouts_back_note(rollback.run, [(c.node, c.layout) for c in changes]))
     largest = planning.largest_wave(waves, lambda n: ready_gpus(by_name[n]))
     summary = PlanSummary(target_mig_config=layouts_named[0] if len(layouts_named) == 1 else None,
-                          window_start=start, window_end=end,
+                          window_start=planning.planned_start(start, now=now), window_end=end,
                           evictions_expected=sum(len(m.evicted) for m in moved.values()),
                           max_gpus_unavailable=largest, notes=tuple(notes))
     plan = planning.assemble("mig", pool=pool, planned=waves, summary=summary, requested_by=requested_by)
+    plan = checked(plan, PlanFacts(fleet=fleet, policy=policy, gpu_pods=gpu_pods, budgets=budgets),
+                   before=screened.notes if screened is not None else ())
     return MigPlan(pool=pool, changes=tuple(changes), pool_before=pool_before, pool_after=pool_after,
                    vanishing=vanishing, stranded=stranded, moved=moved, order=order, plan=plan,
                    window_start=start, window_end=end)

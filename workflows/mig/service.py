@@ -23,6 +23,7 @@ from workflows.mig.layouts import MigLayouts, MigRefused
 from workflows.mig.plan import DEFAULT_LAYOUT, MigAsk, MigPlan, MigRollbackOf, plan_mig
 from workflows.pools import messages as pool_say
 from workflows.pools.config import PoolConfig
+from workflows.preflight.budgets import BudgetReader, budgets_of
 from workflows.requests.service import RequestService
 from workflows.requests.views import RequestView
 
@@ -51,8 +52,9 @@ class MigService:
     kind = "mig"  # its entry in workflows/kinds.py
 
     def __init__(self, requests: RequestService, *, pools: Mapping[str, PoolConfig],
-                 reader: MigReader | None = None) -> None:
+                 reader: MigReader | None = None, budgets: BudgetReader | None = None) -> None:
         self._requests = requests
+        self._budgets = budgets
         self._pools = pools
         self._reader = reader
 
@@ -61,7 +63,8 @@ class MigService:
         """The plan `request` would store, checked the same way; nothing is stored."""
         layouts, strategy, pods = self._read(fleet, ask)
         planned = plan_mig(ask, fleet=fleet, policy_of=self._pools, layouts=layouts, strategy=strategy, now=now,
-                           requested_by=actor.user_id, gpu_pods=pods, rollback=rollback)
+                           requested_by=actor.user_id, gpu_pods=pods, rollback=rollback,
+                           budgets=budgets_of(self._budgets, pods))
         require(actor, Role.OPERATOR, action="Planning a MIG change", pool=planned.pool)
         return planned
 

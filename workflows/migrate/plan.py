@@ -33,7 +33,7 @@ from storage.step_params import GpuCheckParams, StepParams, WaitForParams
 from workflows.fleet.assessment import NodeInventory
 from workflows.fleet.summary import Fleet
 from workflows.kube.labels import LABEL_DEPLOY_DRIVER, LABEL_DEPLOY_PREFIX
-from workflows.kube.objects import PodObject
+from workflows.kube.objects import DisruptionBudget, PodObject
 from workflows.migrate import messages as say
 from workflows.migrate.step_logic import HostDriverParams, NodeLabelsParams, RestoreParams
 from workflows.plans import NodeStep, Plan, PlanSummary
@@ -43,6 +43,8 @@ from workflows.pools.capacity import MaxUnavailable, RollingOrder, gpu_pods_move
 from workflows.pools.config import GpuCheck, PoolConfig
 from workflows.pools.selectors import LabelSelector
 from workflows.preflight.check import canary_refusal
+from workflows.preflight.nodes import named_in_request, screen_nodes
+from workflows.preflight.report import PlanFacts, checked
 
 # The driver owners a node may have to move, by direction (both: the move ends the race).
 MOVABLE = {"operator": ("host", "conflict"), "host": ("operator", "conflict")}
@@ -65,6 +67,8 @@ class MigrateAsk:
     reason: str = ""
     start: dt.datetime | None = None
     next_window: bool = False
+    # Nodes with open findings the move does not fix, moved anyway (`--include`).
+    include: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,10 +94,13 @@ class MigratePlan:
 def plan_migrate(ask: MigrateAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolConfig], now: dt.datetime,
                  requested_by: str, gpu_check: GpuCheck | None = None, gpu_pods: Sequence[PodObject] = (),
                  hand_set: Mapping[str, Mapping[str, tuple[str, str]]] | None = None,
-                 rollback: MigrateRollbackOf | None = None) -> MigratePlan:
+                 rollback: MigrateRollbackOf | None = None,
+                 budgets: Sequence[DisruptionBudget] = ()) -> MigratePlan:
     """Plan `ask` for `requested_by`, or raise MigrateRefused saying why not. `hand_set`:
     per node, the discovery labels people set (`kube.labels.hand_set_labels`); a move to
-    the operator removes them so GFD publishes what it finds, and a rollback puts them back."""
+    the operator removes them so GFD publishes what it finds, and a rollback puts them back.
+    `budgets`: the PodDisruptionBudgets of the GPU pods' namespaces. Nodes with open
+    findings the move does not fix are left out unless the ask names them (a rollback's are not)."""
     targets = ask.targets if rollback is None else tuple(n for n, _ in rollback.snapshots)
     pool, nodes = planning.targets_in_one_pool(targets, fleet, what="move to the operator", refused=MigrateRefused)
     policy = planning.require_policy(pool, policy_of.get(pool), refused=MigrateRefused, rule=say.ONLY_CONFIGURED)
@@ -109,6 +116,12 @@ def plan_migrate(ask: MigrateAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolC
                                  code="not-movable")
     if not moving:
         raise MigrateRefused(say.nothing_to_move(already, ask.to), code="nothing-to-move")
+    screened = None
+    if rollback is None:
+        screened = screen_nodes(moving, fleet=fleet, kind="migrate", pool=pool,
+                                include=named_in_request(ask.include, ask.targets, fleet=fleet),
+                                refused=MigrateRefused)
+        moving = list(screened.kept)
     start, end = planning.window(policy, pool=pool, now=now, at=ask.start, next_window=ask.next_window,
                                  what="move to the operator", refused=MigrateRefused)
     members = planning.members(fleet, pool)
@@ -151,9 +164,12 @@ def plan_migrate(ask: MigrateAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolC
         if already:
             notes.append(say.already_note(already, ask.to))
     largest = planning.largest_wave(waves, lambda n: ready_gpus(by_name[n]))
-    summary = PlanSummary(window_start=start, window_end=end, max_gpus_unavailable=largest,
+    summary = PlanSummary(window_start=planning.planned_start(start, now=now), window_end=end,
+                          max_gpus_unavailable=largest,
                           evictions_expected=sum(1 for n in moving if n.requested_gpus), notes=tuple(notes))
     plan = planning.assemble("migrate", pool=pool, planned=waves, summary=summary, requested_by=requested_by)
+    plan = checked(plan, PlanFacts(fleet=fleet, policy=policy, gpu_pods=gpu_pods, budgets=budgets),
+                   before=screened.notes if screened is not None else ())
     return MigratePlan(pool=pool, nodes=tuple(by_name), order=order, plan=plan, window_start=start, window_end=end)
 
 

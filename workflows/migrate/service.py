@@ -20,6 +20,7 @@ from workflows.kube.objects import NodeName
 from workflows.pools import messages as pool_say
 from workflows.pools.capacity import GpuPods
 from workflows.pools.config import GpuCheck, PoolConfig
+from workflows.preflight.budgets import BudgetReader, budgets_of
 from workflows.requests.service import RequestService
 from workflows.requests.views import RequestView
 
@@ -40,8 +41,10 @@ class MigrateService:
     kind = "migrate"  # its entry in workflows/kinds.py
 
     def __init__(self, requests: RequestService, *, pools: Mapping[str, PoolConfig], gpu_check: GpuCheck | None = None,
-                 pods: GpuPods | None = None, labels: NodeLabels | None = None) -> None:
+                 pods: GpuPods | None = None, labels: NodeLabels | None = None,
+                 budgets: BudgetReader | None = None) -> None:
         self._requests = requests
+        self._budgets = budgets
         self._pools = pools
         self._gpu_check = gpu_check
         self._pods = pods
@@ -58,7 +61,8 @@ class MigrateService:
                      if n in fleet.nodes and fleet.nodes[n].driver.owner in MOVABLE["operator"]]
             hand_set = {n: hand_set_labels(self._labels.labels_with_owners(n)) for n in nodes}
         planned = plan_migrate(ask, fleet=fleet, policy_of=self._pools, now=now, requested_by=actor.user_id,
-                               gpu_check=self._gpu_check, gpu_pods=pods, hand_set=hand_set, rollback=rollback)
+                               gpu_check=self._gpu_check, gpu_pods=pods, hand_set=hand_set, rollback=rollback,
+                               budgets=budgets_of(self._budgets, pods))
         require(actor, Role.OPERATOR, action="Planning a move to the operator", pool=planned.pool)
         return planned
 

@@ -187,3 +187,11 @@ def largest_wave(planned: Iterable[Wave], gpus: Callable[[NodeName], int]) -> in
 def assemble(kind: str, *, pool: str, planned: Iterable[Wave], summary: PlanSummary,
              requested_by: str) -> Plan:
     return Plan(kind=kind, pool=pool, waves=tuple(planned), summary=summary, created_for=requested_by)
+
+
+def planned_start(start: dt.datetime, *, now: dt.datetime) -> dt.datetime | None:
+    """The start a plan's summary carries: none for a change that starts as soon as it is
+    approved (`start` is the moment it was planned). The moment someone asked is no fact an
+    approver reviews, and a dry run a minute before the request must have the request's
+    hash; the request itself keeps when it was asked to start."""
+    return None if start <= now else start

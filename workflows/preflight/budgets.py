@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from workflows.kube.objects import DisruptionBudget, NodeName, PodObject
 from workflows.plans import Plan, PreflightNote
@@ -21,7 +21,21 @@ from workflows.preflight import messages as say
 if TYPE_CHECKING:
     from workflows.preflight.report import PlanFacts
 
-CHECK = "budgets"
+BUDGETS_CHECK = "budgets"
+
+
+class BudgetReader(Protocol):
+    """Where a plan reads PodDisruptionBudgets (`kube.gateway.KubeGateway`)."""
+
+    def list_disruption_budgets(self, namespace: str) -> Sequence[DisruptionBudget]: ...
+
+
+def budgets_of(reader: BudgetReader | None, pods: Sequence[PodObject]) -> list[DisruptionBudget]:
+    """The budgets of the namespaces `pods` run in (none without a reader)."""
+    if reader is None:
+        return []
+    return [pdb for namespace in sorted({p.namespace for p in pods})
+            for pdb in reader.list_disruption_budgets(namespace)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +96,7 @@ def budget_notes(plan: Plan, facts: PlanFacts) -> tuple[PreflightNote, ...]:
         on = tuple(node for node, pods in moved.items()
                    if any(f"{p.namespace}/{p.name}" in impact.pods for p in pods))
         notes.append(PreflightNote(
-            check=CHECK, code="budget-blocks", severity="warning", nodes=on, details=impact.pods,
+            check=BUDGETS_CHECK, code="budget-blocks", severity="warning", nodes=on, details=impact.pods,
             sentence=say.budget_blocks(impact.ref, allowed=impact.disruptions_allowed,
                                        needed=impact.most_in_one_wave, pods=impact.pods,
                                        timeout=facts.policy.drain_timeout,

@@ -36,7 +36,7 @@ def finding_line(code: str, message: str) -> str:
     return f"{code}: {message}"
 
 
-def node_left_out(node: str, *, codes: Sequence[str], what: str) -> str:
+def node_kept_out(node: str, *, codes: Sequence[str], what: str) -> str:
     return (f"{node} is left out of the {what}: it has {_open(codes)} the {what} does not fix. "
             f"Ask again with `--include {node}` to change it anyway: {_consequence(codes)}; if it does not pass, "
             f"the run halts at the end of validate_timeout with {node} cordoned, after the waves before it.")
@@ -91,7 +91,7 @@ BUDGET_ACTIONS = {
 def budget_blocks(budget: str, *, allowed: int, needed: int, pods: Sequence[str], timeout: dt.timedelta,
                   action: str, by_operator: bool) -> str:
     how = ("the GPU Operator deletes them per its upgradePolicy (its own drain settings decide)" if by_operator
-           else f"each eviction is retried for up to {duration_text(timeout)}, then the run "
+           else f"each eviction is retried for up to {duration_text(timeout)}, then gpuops "
                 f"{BUDGET_ACTIONS.get(action, action)}")
     return (f"PodDisruptionBudget {budget} allows {plural(allowed, 'disruption')} now, but a wave moves {needed} "
             f"of the GPU pods it protects ({names(pods, at_most=4)}): {how}.")
@@ -100,6 +100,6 @@ def budget_blocks(budget: str, *, allowed: int, needed: int, pods: Sequence[str]
 # ------------------------------------------------------------------ the plan view
 
 
-def note_line(severity: str, sentence: str) -> str:
+def preflight_line(severity: str, sentence: str) -> str:
     """One pre-flight note as the plan view lists it, what matters most marked."""
     return sentence if severity == "info" else f"{severity.capitalize()}: {sentence}"

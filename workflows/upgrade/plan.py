@@ -30,13 +30,15 @@ from storage.step_params import GpuCheckParams, HoldParams
 from workflows.fleet.assessment import NodeInventory
 from workflows.fleet.summary import Fleet
 from workflows.plans import NodeStep, Plan, PlanSummary, Wave
-from workflows.kube.objects import PodObject
+from workflows.kube.objects import DisruptionBudget, PodObject
 from workflows.pools import messages as pool_say
 from workflows.pools import planning
 from workflows.pools.capacity import gpu_pods_moved
 from workflows.pools.config import GpuCheck, PoolConfig
 from workflows.pools.selectors import LabelSelector
 from workflows.preflight.check import canary_refusal
+from workflows.preflight.nodes import screen_nodes
+from workflows.preflight.report import PlanFacts, checked
 from workflows.upgrade import messages as say
 from workflows.upgrade.step_logic import DriverParams, DriverVersionParams, OperatorHoldParams, OperatorUpgradeParams
 from workflows.upgrade.scope import (
@@ -60,6 +62,8 @@ class UpgradeAsk:
     next_window: bool = False
     # Other pools the request names as moving too (those the ClusterPolicy also drives).
     also: tuple[str, ...] = ()
+    # Nodes with open findings the upgrade does not fix, changed anyway (`--include`).
+    include: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,12 +90,17 @@ class UpgradePlan:
 def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, now: dt.datetime,
                  requested_by: str, allowed_versions: Sequence[str] = (),
                  cluster_policy_scope: ClusterPolicyScope = "pool", gpu_check: GpuCheck | None = None,
-                 gpu_pods: Sequence[PodObject] = (), rollback: RollbackOf | None = None) -> UpgradePlan:
+                 gpu_pods: Sequence[PodObject] = (), rollback: RollbackOf | None = None,
+                 budgets: Sequence[DisruptionBudget] = ()) -> UpgradePlan:
     """Plan `ask` for `requested_by`, or raise UpgradeRefused saying why not. A `rollback`
     plans only the nodes that run changed, its failed node first, each taking over the
     cordon that run left; its version need not be in the allowed list. `gpu_check` is the
     fleet's canary pod, which the pool's own `gpu_check` replaces; `gpu_pods` the cluster's
-    pods that ask for GPUs (the plan names, per node, those it waits for and moves off)."""
+    pods that ask for GPUs (the plan names, per node, those it waits for and moves off),
+    `budgets` the PodDisruptionBudgets of their namespaces (pre-flight names those that
+    allow no disruption). Nodes with open findings the upgrade does not fix are left out
+    unless the ask includes them; a rollback changes the nodes its run changed, whatever
+    their findings (the failed one has one)."""
     if fleet.pool(ask.pool) is None:
         raise UpgradeRefused(say.pool_not_in_fleet(ask.pool, [p.name for p in fleet.pools]), code="unknown-pool")
     policy = planning.require_policy(ask.pool, policy, refused=UpgradeRefused, rule=say.ONLY_CONFIGURED)
@@ -110,6 +119,10 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
     # A skip label a person set keeps the operator off the node: gpuops leaves it out too.
     skipped_by_person = [n.name for n in candidates if gates and n.upgrade.skip and not n.upgrade.held_by]
     nodes = [n for n in candidates if n.name not in skipped_by_person]
+    screened = (screen_nodes(nodes, fleet=fleet, kind="upgrade", pool=ask.pool, include=ask.include,
+                             canary=policy.canary, refused=UpgradeRefused) if rollback is None else None)
+    if screened is not None:
+        nodes = list(screened.kept)
     # A rollback starts with the node its run failed on (cordoned by that run, so out already).
     order = upgrade_order(nodes, pool=members, budget=policy.unavailable_budget,
                           canary=rollback.nodes[0] if rollback is not None else policy.canary,
@@ -184,10 +197,12 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
         notes.append(say.plan_rollback_note(rollback.run, scope.target.text, rollback.nodes))
     elif scope.downgrade:
         notes.append(say.plan_downgrade_note(scope.target.text))
-    summary = PlanSummary(target_driver_version=scope.target.text, window_start=start, window_end=end,
-                          evictions_expected=sum(1 for n in nodes if n.requested_gpus), max_gpus_unavailable=largest,
+    summary = PlanSummary(target_driver_version=scope.target.text, window_start=planning.planned_start(start, now=now),
+                          window_end=end, evictions_expected=sum(1 for n in nodes if n.requested_gpus), max_gpus_unavailable=largest,
                           notes=tuple(notes))
     plan = planning.assemble("upgrade", pool=ask.pool, planned=waves, summary=summary, requested_by=requested_by)
+    plan = checked(plan, PlanFacts(fleet=fleet, policy=policy, gpu_pods=gpu_pods, budgets=budgets, by_operator=gates),
+                   before=screened.notes if screened is not None else ())
     return UpgradePlan(scope=scope, order=order, plan=plan, window_start=start, window_end=end)
 
 

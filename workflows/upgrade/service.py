@@ -17,6 +17,7 @@ from workflows.kube.objects import PodObject
 from workflows.pools import messages as pool_say
 from workflows.pools.capacity import GpuPods
 from workflows.pools.config import GpuCheck, PoolConfig
+from workflows.preflight.budgets import BudgetReader, budgets_of
 from workflows.requests.service import RequestService
 from workflows.requests.views import RequestView
 from workflows.upgrade import messages as say
@@ -35,8 +36,10 @@ class UpgradeService:
 
     def __init__(self, requests: RequestService, *, pools: Mapping[str, PoolConfig],
                  allowed_versions: Sequence[str] = (), cluster_policy_scope: ClusterPolicyScope = "pool",
-                 gpu_check: GpuCheck | None = None, pods: GpuPods | None = None) -> None:
+                 gpu_check: GpuCheck | None = None, pods: GpuPods | None = None,
+                 budgets: BudgetReader | None = None) -> None:
         self._requests = requests
+        self._budgets = budgets
         self._pools = pools
         self._gpu_check = gpu_check
         self._pods = pods
@@ -48,10 +51,11 @@ class UpgradeService:
         """The plan `request` would store, checked the same way; nothing is stored.
         `reader`: a dry run of the command line, for whoever may read the fleet."""
         require(actor, Role.VIEWER if reader else Role.OPERATOR, action="Planning a driver upgrade", pool=ask.pool)
+        pods = self._gpu_pods()
         return plan_upgrade(ask, fleet=fleet, policy=self._pools.get(ask.pool), now=now,
                             requested_by=actor.user_id, allowed_versions=self._allowed_versions,
                             cluster_policy_scope=self._cluster_policy_scope, gpu_check=self._gpu_check,
-                            gpu_pods=self._gpu_pods())
+                            gpu_pods=pods, budgets=budgets_of(self._budgets, pods))
 
     def request(self, actor: Actor, ask: UpgradeAsk, *, fleet: Fleet, now: dt.datetime,
                 channel: str | None = None) -> UpgradeRequested:
