@@ -43,6 +43,7 @@ from workflows.pools.capacity import MaxUnavailable, RollingOrder, gpu_pods_move
 from workflows.pools.config import GpuCheck, PoolConfig
 from workflows.pools.selectors import LabelSelector
 from workflows.preflight.check import canary_refusal
+from workflows.preflight.duration import PastRuns
 from workflows.preflight.nodes import named_in_request, screen_nodes
 from workflows.preflight.report import PlanFacts, checked
 
@@ -95,7 +96,7 @@ def plan_migrate(ask: MigrateAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolC
                  requested_by: str, gpu_check: GpuCheck | None = None, gpu_pods: Sequence[PodObject] = (),
                  hand_set: Mapping[str, Mapping[str, tuple[str, str]]] | None = None,
                  rollback: MigrateRollbackOf | None = None,
-                 budgets: Sequence[DisruptionBudget] = ()) -> MigratePlan:
+                 budgets: Sequence[DisruptionBudget] = (), past_runs: PastRuns | None = None) -> MigratePlan:
     """Plan `ask` for `requested_by`, or raise MigrateRefused saying why not. `hand_set`:
     per node, the discovery labels people set (`kube.labels.hand_set_labels`); a move to
     the operator removes them so GFD publishes what it finds, and a rollback puts them back.
@@ -168,7 +169,8 @@ def plan_migrate(ask: MigrateAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolC
                           max_gpus_unavailable=largest,
                           evictions_expected=sum(1 for n in moving if n.requested_gpus), notes=tuple(notes))
     plan = planning.assemble("migrate", pool=pool, planned=waves, summary=summary, requested_by=requested_by)
-    plan = checked(plan, PlanFacts(fleet=fleet, policy=policy, gpu_pods=gpu_pods, budgets=budgets),
+    plan = checked(plan, PlanFacts(fleet=fleet, policy=policy, gpu_pods=gpu_pods, budgets=budgets,
+                                   past=past_runs(pool) if past_runs is not None else ()),
                    before=screened.notes if screened is not None else ())
     return MigratePlan(pool=pool, nodes=tuple(by_name), order=order, plan=plan, window_start=start, window_end=end)
 

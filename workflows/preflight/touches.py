@@ -17,17 +17,15 @@ Pure: the plan and its `PlanFacts` are the arguments."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from workflows.fleet.summary import Fleet
-from workflows.kube.objects import NodeName, is_gpu_resource
+from workflows.kube.objects import NodeName, PodObject, is_gpu_resource
 from workflows.plans import Plan, PreflightNote
+from workflows.pools.config import PoolConfig
 from workflows.preflight import check_messages as say
-
-if TYPE_CHECKING:
-    from workflows.preflight.report import PlanFacts
 
 _CHECK = "touches"
 _SET_VERSION = "driver-version"
@@ -42,6 +40,22 @@ class QuotaLimit:
     resource: str
     hard: int
     pools: tuple[str, ...]
+
+
+class TouchFacts(Protocol):
+    """What this check reads of a plan's facts (`report.PlanFacts`)."""
+
+    @property
+    def fleet(self) -> Fleet: ...
+
+    @property
+    def policy(self) -> PoolConfig: ...
+
+    @property
+    def gpu_pods(self) -> Sequence[PodObject]: ...
+
+    @property
+    def quotas(self) -> Sequence[QuotaLimit]: ...
 
 
 def _counts(fleet: Fleet, plan: Plan, node: NodeName, *, after: bool) -> dict[str, int]:
@@ -82,7 +96,7 @@ def pools_sharing_driver(plan: Plan, fleet: Fleet) -> tuple[PreflightNote, ...]:
     return tuple(notes)
 
 
-def workloads_left_without(plan: Plan, facts: PlanFacts) -> tuple[PreflightNote, ...]:
+def workloads_left_without(plan: Plan, facts: TouchFacts) -> tuple[PreflightNote, ...]:
     """Pods of the pool (or waiting for a node) asking for a resource it will no longer advertise."""
     fleet = facts.fleet
     pool = fleet.pool(plan.pool)
@@ -113,7 +127,7 @@ def workloads_left_without(plan: Plan, facts: PlanFacts) -> tuple[PreflightNote,
     return tuple(notes)
 
 
-def quotas_no_longer_fit(plan: Plan, facts: PlanFacts) -> tuple[PreflightNote, ...]:
+def quotas_no_longer_fit(plan: Plan, facts: TouchFacts) -> tuple[PreflightNote, ...]:
     """Quotas the pools they land on advertise enough for now, but not after the change."""
     notes = []
     for limit in sorted(facts.quotas, key=lambda q: (q.namespace, q.resource)):
@@ -129,7 +143,7 @@ def quotas_no_longer_fit(plan: Plan, facts: PlanFacts) -> tuple[PreflightNote, .
     return tuple(notes)
 
 
-def touch_notes(plan: Plan, facts: PlanFacts) -> tuple[PreflightNote, ...]:
+def touch_notes(plan: Plan, facts: TouchFacts) -> tuple[PreflightNote, ...]:
     """The pre-flight check: what else `plan` touches (see the module docstring)."""
     return (*pools_sharing_driver(plan, facts.fleet), *workloads_left_without(plan, facts),
             *quotas_no_longer_fit(plan, facts))
