@@ -11,7 +11,8 @@ from storage.database import open_database
 from storage.steps import NewStep
 from workflows.kube.objects import NodeName
 from workflows.plans import NodeStep, Plan, PlanSummary, Wave
-from workflows.preflight.duration import PastStep, duration_note, estimate, past_steps
+from workflows.preflight.duration import duration_note, estimate, past_steps
+from workflows.preflight.facts import PastStep
 
 START = dt.datetime(2026, 12, 12, 1, 0, tzinfo=dt.timezone.utc)
 MIN = dt.timedelta(minutes=1)

@@ -16,7 +16,8 @@ from workflows.mig.plan import MigAsk, plan_mig
 from workflows.plans import plan_from_json, plan_hash, plan_to_json
 from workflows.pools.config import PoolConfig
 from workflows.preflight.report import PlanFacts, checked
-from workflows.preflight.touches import QuotaLimit, touch_notes
+from workflows.preflight.facts import QuotaLimit
+from workflows.preflight.touches import touch_notes
 from workflows.upgrade.plan import UpgradeAsk, plan_upgrade
 
 REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference" / "gpu-operator" / "mig-parted"

@@ -36,7 +36,7 @@ from workflows.pools.capacity import PodsMoved, RollingOrder, gpu_pods_moved, is
 from workflows.pools.config import PoolConfig
 from workflows.pools.selectors import LabelSelector
 from workflows.preflight.nodes import named_in_request, screen_nodes
-from workflows.preflight.duration import PastRuns
+from workflows.preflight.facts import PastRuns
 from workflows.preflight.report import PlanFacts, checked
 
 DEFAULT_LAYOUT = "all-disabled"  # the MIG manager's layout for a node without the label

@@ -43,7 +43,7 @@ from workflows.pools.capacity import MaxUnavailable, RollingOrder, gpu_pods_move
 from workflows.pools.config import GpuCheck, PoolConfig
 from workflows.pools.selectors import LabelSelector
 from workflows.preflight.check import canary_refusal
-from workflows.preflight.duration import PastRuns
+from workflows.preflight.facts import PastRuns
 from workflows.preflight.nodes import named_in_request, screen_nodes
 from workflows.preflight.report import PlanFacts, checked
 

@@ -11,15 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from workflows.kube.objects import DisruptionBudget, NodeName, PodObject
 from workflows.plans import Plan, PreflightNote
 from workflows.pools.capacity import gpu_pods_moved
 from workflows.preflight import messages as say
-
-if TYPE_CHECKING:
-    from workflows.preflight.report import PlanFacts
+from workflows.preflight.facts import PlanFacts
 
 BUDGETS_CHECK = "budgets"
 

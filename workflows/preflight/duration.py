@@ -23,9 +23,9 @@ from __future__ import annotations
 import datetime as dt
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal
 
 from storage import requests as stored_requests
 from storage import runs as stored_runs
@@ -33,6 +33,7 @@ from storage import steps as stored_steps
 from storage.database import Database
 from workflows.plans import NodeStep, Plan, PreflightNote
 from workflows.preflight import check_messages as say
+from workflows.preflight.facts import PastStep, PlanFacts
 
 _CHECK = "duration"
 
@@ -46,20 +47,6 @@ _HOLD = "hold"
 _TIMEOUT_KEYS = ("timeout_s", "timeout_seconds", "pdb_timeout_s")
 
 PaceSource = Literal["runs", "timeouts", "mixed"]
-
-
-@dataclass(frozen=True, slots=True)
-class PastStep:
-    """One step a past run of the pool finished: on which node, of which kind, how long."""
-
-    node: str
-    kind: str
-    took: dt.timedelta
-
-
-# What reads a pool's pace (the request service's `pool_pace`): the steps its last runs
-# finished, by the pool's name (a MIG change or a move knows its pool once it is planned).
-PastRuns = Callable[[str], Sequence[PastStep]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,17 +163,7 @@ def duration_note(plan: Plan, found: RunEstimate) -> str:
     return f"{takes}; {say.run_outgrows_window(window=found.window, started=found.waves_started, waves=len(found.waves))}"
 
 
-class PaceFacts(Protocol):
-    """What the duration check reads of a plan's facts (`report.PlanFacts`)."""
-
-    @property
-    def past(self) -> Sequence[PastStep]: ...
-
-    @property
-    def parallel(self) -> int | None: ...
-
-
-def duration_notes(plan: Plan, facts: PaceFacts) -> tuple[PreflightNote, ...]:
+def duration_notes(plan: Plan, facts: PlanFacts) -> tuple[PreflightNote, ...]:
     """The pre-flight check: the run's time at the pool's pace (`facts.past`, the steps of
     its last runs) against its window; a warning when it does not fit."""
     if not plan.waves:

@@ -11,34 +11,14 @@ to `checked` as `before`."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
-from workflows.fleet.summary import Fleet
-from workflows.kube.objects import DisruptionBudget, PodObject
 from workflows.plans import Plan, PreflightNote
-from workflows.pools.config import PoolConfig
 from workflows.preflight.budgets import budget_notes
-from workflows.preflight.duration import PastStep, duration_notes
-from workflows.preflight.touches import QuotaLimit, touch_notes
+from workflows.preflight.duration import duration_notes
+from workflows.preflight.facts import PlanFacts
+from workflows.preflight.touches import touch_notes
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PlanFacts:
-    """What the checks of one plan read besides the plan: the fleet as the watch cache has
-    it, the pool's policy, the cluster's GPU pods and the PodDisruptionBudgets of their
-    namespaces; `by_operator`: the GPU Operator moves the pods (an upgrade it gates)."""
-
-    fleet: Fleet
-    policy: PoolConfig
-    gpu_pods: Sequence[PodObject] = ()
-    budgets: Sequence[DisruptionBudget] = ()
-    by_operator: bool = False
-    # The steps the pool's last runs finished (`duration.past_steps`): the pool's pace.
-    past: Sequence[PastStep] = ()
-    # Nodes of a wave under way at once (`engine.max_parallel_nodes`; None: all).
-    parallel: int | None = None
-    # Namespaces' GPU quotas and the pools they land on (`QuotaReport.limits`).
-    quotas: Sequence[QuotaLimit] = ()
+__all__ = ["PLAN_CHECKS", "PlanCheck", "PlanFacts", "checked"]
 
 
 PlanCheck = Callable[[Plan, PlanFacts], tuple[PreflightNote, ...]]

@@ -9,7 +9,7 @@
   here; the note says which pools still advertise it, or that none does.
 - **Quotas that will no longer fit.** A namespace's GPU quota that the pools it can land
   on advertise enough for today but not after the change (`QuotaLimit`s, the quota
-  report's values, `workflows.quotas.report.QuotaReport.limits`).
+  report's values, `facts.QuotaLimit`).
 - **The pool's own canary.** A pool whose `gpu_check` asks for a resource the change takes
   away: its next upgrade is refused until the configuration names another.
 
@@ -17,45 +17,17 @@ Pure: the plan and its `PlanFacts` are the arguments."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Iterable, Mapping
 
 from workflows.fleet.summary import Fleet
-from workflows.kube.objects import NodeName, PodObject, is_gpu_resource
+from workflows.kube.objects import NodeName, is_gpu_resource
 from workflows.plans import Plan, PreflightNote
-from workflows.pools.config import PoolConfig
 from workflows.preflight import check_messages as say
+from workflows.preflight.facts import PlanFacts
 
 _CHECK = "touches"
 _SET_VERSION = "driver-version"
 _FINISHED = frozenset({"Succeeded", "Failed"})
-
-
-@dataclass(frozen=True, slots=True)
-class QuotaLimit:
-    """One namespace's enforced quota on one GPU resource and the pools its pods can land on."""
-
-    namespace: str
-    resource: str
-    hard: int
-    pools: tuple[str, ...]
-
-
-class TouchFacts(Protocol):
-    """What this check reads of a plan's facts (`report.PlanFacts`)."""
-
-    @property
-    def fleet(self) -> Fleet: ...
-
-    @property
-    def policy(self) -> PoolConfig: ...
-
-    @property
-    def gpu_pods(self) -> Sequence[PodObject]: ...
-
-    @property
-    def quotas(self) -> Sequence[QuotaLimit]: ...
 
 
 def _counts(fleet: Fleet, plan: Plan, node: NodeName, *, after: bool) -> dict[str, int]:
@@ -96,7 +68,7 @@ def pools_sharing_driver(plan: Plan, fleet: Fleet) -> tuple[PreflightNote, ...]:
     return tuple(notes)
 
 
-def workloads_left_without(plan: Plan, facts: TouchFacts) -> tuple[PreflightNote, ...]:
+def workloads_left_without(plan: Plan, facts: PlanFacts) -> tuple[PreflightNote, ...]:
     """Pods of the pool (or waiting for a node) asking for a resource it will no longer advertise."""
     fleet = facts.fleet
     pool = fleet.pool(plan.pool)
@@ -127,7 +99,7 @@ def workloads_left_without(plan: Plan, facts: TouchFacts) -> tuple[PreflightNote
     return tuple(notes)
 
 
-def quotas_no_longer_fit(plan: Plan, facts: TouchFacts) -> tuple[PreflightNote, ...]:
+def quotas_no_longer_fit(plan: Plan, facts: PlanFacts) -> tuple[PreflightNote, ...]:
     """Quotas the pools they land on advertise enough for now, but not after the change."""
     notes = []
     for limit in sorted(facts.quotas, key=lambda q: (q.namespace, q.resource)):
@@ -143,7 +115,7 @@ def quotas_no_longer_fit(plan: Plan, facts: TouchFacts) -> tuple[PreflightNote, 
     return tuple(notes)
 
 
-def touch_notes(plan: Plan, facts: TouchFacts) -> tuple[PreflightNote, ...]:
+def touch_notes(plan: Plan, facts: PlanFacts) -> tuple[PreflightNote, ...]:
     """The pre-flight check: what else `plan` touches (see the module docstring)."""
     return (*pools_sharing_driver(plan, facts.fleet), *workloads_left_without(plan, facts),
             *quotas_no_longer_fit(plan, facts))

@@ -23,7 +23,8 @@ from storage.requests import Request, RequestState
 from workflows.access import Actor, Role, public_name
 from workflows.plans import Plan, plan_from_json
 from workflows.pools.config import PoolConfig
-from workflows.preflight.duration import PastStep, past_steps
+from workflows.preflight.duration import past_steps
+from workflows.preflight.facts import PastStep
 from workflows.requests import messages as say
 from workflows.requests import policy
 from workflows.requests.errors import ChangedMeanwhile, UnknownRequest

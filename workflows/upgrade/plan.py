@@ -37,7 +37,7 @@ from workflows.pools.capacity import gpu_pods_moved
 from workflows.pools.config import GpuCheck, PoolConfig
 from workflows.pools.selectors import LabelSelector
 from workflows.preflight.check import canary_refusal
-from workflows.preflight.duration import PastRuns
+from workflows.preflight.facts import PastRuns
 from workflows.preflight.nodes import screen_nodes
 from workflows.preflight.report import PlanFacts, checked
 from workflows.upgrade import messages as say
