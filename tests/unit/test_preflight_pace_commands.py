@@ -8,7 +8,12 @@ import datetime as dt
 from bot.render_text import render_text
 from storage import requests, runs, steps
 from storage.steps import NewStep
-from tests.unit.test_upgrade_commands import NEW, now, run, services  # noqa: F401 (fixtures)
+from tests.unit import test_upgrade_commands as upgrades
+from tests.unit.test_upgrade_commands import NEW, run
+
+# The upgrade commands' fleet and clock (pytest finds fixtures by their name here).
+services = upgrades.services
+now = upgrades.now
 
 MIN = dt.timedelta(minutes=1)
 
