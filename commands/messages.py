@@ -476,7 +476,7 @@ DRAIN_HISTORY_COLUMNS = ("pool", "last drain", "ended (UTC)", "nodes", "active w
 
 
 # The words of /gpu drain, as the registry, the help, the form and every usage error show them.
-DRAIN_USAGE = "drain <node...|pool> [at <time>|next-window] [for <duration>] [reason]"
+DRAIN_USAGE = "drain <node...|pool> [at <time>|next-window] [for <duration>] [--include <node>,...] [reason]"
 
 
 def drain_needs_target() -> str:
@@ -514,11 +514,11 @@ def driver_managers(pool: PoolInventory) -> str:
 
 
 UPGRADE_USAGE = ("upgrade <pool> to <driver-version> [at <time> | next-window] [--also <pool>,...] [--downgrade] "
-                 "[--dry-run] [reason]")
+                 "[--include <node>,...] [--dry-run] [reason]")
 UPGRADE_WAVE_COLUMNS = ("wave", "nodes", "GPUs out")
 
 
-MIG_USAGE = "mig <pool|node...> <layout> [at <time> | next-window] [--dry-run] [reason]"
+MIG_USAGE = "mig <pool|node...> <layout> [at <time> | next-window] [--include <node>,...] [--dry-run] [reason]"
 MIG_NODE_COLUMNS = ("node", "advertises now", "after", "GPU pods moved off")
 MIG_WAVE_COLUMNS = ("wave", "nodes")
 
@@ -535,7 +535,8 @@ def pool_workloads(mig: str | None, full_gpu: str | None) -> str:
     return "; ".join([f"MIG slices for {mig or 'any workload'}", f"whole GPUs for {full_gpu or 'any workload'}"])
 
 
-MIGRATE_USAGE = "migrate <pool|node...> to operator|host [at <time> | next-window] [--dry-run] [reason]"
+MIGRATE_USAGE = ("migrate <pool|node...> to operator|host [at <time> | next-window] [--include <node>,...] [--dry-run] "
+                 "[reason]")
 # A move's title by where it goes ("rollback": back to the snapshots its run took).
 _MOVE_TITLES = {"operator": "Move to the operator", "host": "Move back to host drivers",
                 "rollback": "Rollback of a driver move"}

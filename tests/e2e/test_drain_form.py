@@ -271,4 +271,4 @@ def test_in_the_console_the_button_says_which_gpu_drain_to_type(runtime):
     transcript = out.getvalue()
     assert "[1] Request a drain" in transcript
     assert ("In Slack this button opens the drain form. Here, type: "
-            "/gpu drain training-a [at <time>|next-window] [for <duration>] [reason]") in transcript
+            "/gpu drain training-a [at <time>|next-window] [for <duration>] [--include <node>,...] [reason]") in transcript

@@ -57,7 +57,9 @@ class Pool:
         if other:
             nodes.append(make.node("t1", pool="train-a"))
         pods = [p for n in nodes for p in make.operands(n.name)]
-        pods += [make.pod(node=n, namespace="serve", gpu_requests={"nvidia.com/gpu": 8}) for n in ("s1", "s2", "s4")]
+        # Workloads (the builder's default image is a device plugin's: a finding on the node).
+        pods += [make.pod(node=n, namespace="serve", gpu_requests={"nvidia.com/gpu": 8},
+                          image="registry.example/app:1") for n in ("s1", "s2", "s4")]
         return make.fleet(nodes, pods, policies=[make.cluster_policy(driver={"useNvidiaDriverCRD": True})],
                           nvidia_drivers=[make.nvidia_driver("serve-driver", node_selector={"gpuops.io/pool": "serve-a"},
                                                              auto_upgrade=False)])

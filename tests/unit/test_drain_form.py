@@ -254,5 +254,5 @@ def test_the_home_tab_has_the_drain_button_without_a_target_only_when_asked_for(
 
 
 def test_the_console_names_the_command_a_button_stands_for():
-    assert drain_usage("train-a") == "drain train-a [at <time>|next-window] [for <duration>] [reason]"
-    assert drain_usage("") == "drain <node...|pool> [at <time>|next-window] [for <duration>] [reason]"
+    assert drain_usage("train-a") == "drain train-a [at <time>|next-window] [for <duration>] [--include <node>,...] [reason]"
+    assert drain_usage("") == "drain <node...|pool> [at <time>|next-window] [for <duration>] [--include <node>,...] [reason]"

@@ -45,7 +45,9 @@ def services(make, tmp_path: Path):
     nodes = [make.node(f"s{i}", pool="serve-a") for i in range(1, 5)]
     nodes += [make.node(f"t{i}", pool="train-a") for i in range(1, 3)]
     pods = [p for n in nodes for p in make.operands(n.name)]
-    pods += [make.pod(node=n, namespace="serve", gpu_requests={"nvidia.com/gpu": 8}) for n in ("s1", "s2", "s4")]
+    # Workloads (the builder's default image is a device plugin's: a finding on the node).
+    pods += [make.pod(node=n, namespace="serve", gpu_requests={"nvidia.com/gpu": 8}, image="registry.example/app:1")
+             for n in ("s1", "s2", "s4")]
     policy = make.cluster_policy(driver={"useNvidiaDriverCRD": True})
     drivers = [make.nvidia_driver("serve-driver", node_selector={"gpuops.io/pool": "serve-a"}, auto_upgrade=False),
                make.nvidia_driver("train-driver", node_selector={"gpuops.io/pool": "train-a"}, auto_upgrade=False)]
