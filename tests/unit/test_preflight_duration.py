@@ -127,3 +127,16 @@ def test_the_pools_last_runs_are_read_from_the_database_without_dry_runs_or_othe
 
         assert past_steps(db, pool="serving-a") == [PastStep(node="n1", kind="evict", took=4 * MIN)]
         assert past_steps(db, pool="inference-mig") == []
+
+
+def test_a_run_that_starts_once_approved_says_by_when_it_must_start_to_end_inside_its_window():
+    plan = _plan([["n1"], ["n2"]])
+    plan = Plan(kind=plan.kind, pool=plan.pool, waves=plan.waves, created_for=plan.created_for,
+                summary=PlanSummary(window_end=START + dt.timedelta(hours=4)))  # no start: once approved
+
+    found = estimate(plan, [])
+
+    # Nothing read from the clock: a dry run now and its request later say the same.
+    assert duration_note(plan, found).endswith(
+        "it starts once approved, and ends inside its window (which ends 2026-12-12 05:00 UTC) if it starts by "
+        "2026-12-12 03:10 UTC")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 
-from workflows.wording import duration_text, names, plural
+from workflows.wording import duration_text, names, plural, when
 
 # ------------------------------------------------------------------ the canary's resource
 
@@ -68,6 +68,11 @@ def run_fits_window(*, window: dt.timedelta, spare: dt.timedelta) -> str:
 
 def run_no_window_end() -> str:
     return "the pool's windows are always open: no end to fit"
+
+
+def run_starts_once_approved(*, end: dt.datetime, latest: dt.datetime) -> str:
+    return (f"it starts once approved, and ends inside its window (which ends {when(end)}) if it starts by "
+            f"{when(latest)}")
 
 
 def run_outgrows_window(*, window: dt.timedelta, started: int, waves: int) -> str:

@@ -15,7 +15,9 @@ A node's time is the sum of its steps' expected times:
 Steps that run only when their wave fails (`on_failure`) are no part of the run's time.
 
 The window: the engine starts no wave after the request's window has ended (it halts
-before it), so the estimate says how many waves start inside it. Pure but for
+before it), so the estimate says how many waves start inside it. A plan that starts as
+soon as it is approved (its summary carries no start: a dry run and its request must hash
+alike, so nothing here reads the clock) says by when it must start to end in its window. Pure but for
 `past_steps`, which reads the database; time is what the plan and the records say."""
 
 from __future__ import annotations
@@ -60,9 +62,11 @@ class RunEstimate:
     source: PaceSource
     # Step kinds timed by their timeouts because no past run of the pool finished one.
     unseen: tuple[str, ...]
-    # The window's length (None: no end) and how many waves start inside it.
+    # The window's length (None: no end, or no start) and how many waves start inside it.
     window: dt.timedelta | None
     waves_started: int
+    # When the window ends (None: no end).
+    window_end: dt.datetime | None = None
 
     @property
     def fits(self) -> bool:
@@ -149,15 +153,17 @@ def estimate(plan: Plan, past: Sequence[PastStep], *, parallel: int | None = Non
         offset += took
     return RunEstimate(total=sum(waves, dt.timedelta(0)), waves=tuple(waves), slowest=slowest,
                        slowest_takes=max(slowest_takes, dt.timedelta(0)), source=source, unseen=tuple(sorted(unseen)),
-                       window=window, waves_started=started)
+                       window=window, waves_started=started, window_end=plan.summary.window_end)
 
 
 def duration_note(plan: Plan, found: RunEstimate) -> str:
     """One sentence: how long the run takes, at which pace, and whether it fits."""
     takes = say.run_takes(plan.pool, total=found.total, waves=len(found.waves), slowest=found.slowest,
                           slowest_takes=found.slowest_takes, source=found.source, unseen=found.unseen)
-    if found.window is None:
+    if found.window_end is None:
         return f"{takes}; {say.run_no_window_end()}"
+    if found.window is None:
+        return f"{takes}; {say.run_starts_once_approved(end=found.window_end, latest=found.window_end - found.total)}"
     if found.fits:
         return f"{takes}; {say.run_fits_window(window=found.window, spare=found.window - found.total)}"
     return f"{takes}; {say.run_outgrows_window(window=found.window, started=found.waves_started, waves=len(found.waves))}"
@@ -169,6 +175,7 @@ def duration_notes(plan: Plan, facts: PlanFacts) -> tuple[PreflightNote, ...]:
     if not plan.waves:
         return ()
     found = estimate(plan, facts.past, parallel=facts.parallel)
-    code = "no-window-end" if found.window is None else "fits-window" if found.fits else "outgrows-window"
+    code = ("no-window-end" if found.window_end is None else "starts-once-approved" if found.window is None
+            else "fits-window" if found.fits else "outgrows-window")
     return (PreflightNote(check=_CHECK, code=code, severity="info" if found.fits else "warning",
                           sentence=duration_note(plan, found)),)
