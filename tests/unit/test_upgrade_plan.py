@@ -158,11 +158,11 @@ def test_a_configured_check_pod_runs_on_every_node_after_validation_and_before_i
 
 def test_a_pools_own_check_replaces_the_fleets_and_a_disabled_one_turns_it_off(make):
     fleet = _one_policy(make, auto_upgrade=False)
-    own = POLICY.model_copy(update={"gpu_check": GpuCheck.model_validate({"resource": "nvidia.com/mig-1g.10gb"})})
+    own = POLICY.model_copy(update={"gpu_check": GpuCheck.model_validate({"command": ["own-check"]})})
     planned = plan_upgrade(UpgradeAsk(pool="serving-a", version=NEW), fleet=fleet, policy=own, now=NOW,
                            requested_by="U0ALICE", cluster_policy_scope="all-pools", gpu_check=CHECK)
-    resources = {s.params["resource"] for w in planned.plan.waves for s in w.steps if s.kind == "gpu-check"}
-    assert resources == {"nvidia.com/mig-1g.10gb"}
+    commands = {s.params["command"] for w in planned.plan.waves for s in w.steps if s.kind == "gpu-check"}
+    assert commands == {("own-check",)}
     off = POLICY.model_copy(update={"gpu_check": GpuCheck(enabled=False)})
     planned = plan_upgrade(UpgradeAsk(pool="serving-a", version=NEW), fleet=fleet, policy=off, now=NOW,
                            requested_by="U0ALICE", cluster_policy_scope="all-pools", gpu_check=CHECK)

@@ -36,6 +36,7 @@ from workflows.pools.capacity import PodsMoved, RollingOrder, gpu_pods_moved, is
 from workflows.pools.config import PoolConfig
 from workflows.pools.selectors import LabelSelector
 from workflows.preflight.nodes import named_in_request, screen_nodes
+from workflows.preflight.facts import PastRuns
 from workflows.preflight.report import PlanFacts, checked
 
 DEFAULT_LAYOUT = "all-disabled"  # the MIG manager's layout for a node without the label
@@ -97,7 +98,8 @@ class MigPlan:
 
 def plan_mig(ask: MigAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolConfig], layouts: MigLayouts,
              strategy: str | None, now: dt.datetime, requested_by: str, gpu_pods: Sequence[PodObject] = (),
-             rollback: MigRollbackOf | None = None, budgets: Sequence[DisruptionBudget] = ()) -> MigPlan:
+             rollback: MigRollbackOf | None = None, budgets: Sequence[DisruptionBudget] = (),
+             past_runs: PastRuns | None = None) -> MigPlan:
     """Plan `ask` for `requested_by`, or raise MigRefused saying why not. `gpu_pods` are
     the cluster's pods that ask for GPU resources (to name what is evicted and what will
     not schedule afterwards), `budgets` the PodDisruptionBudgets of their namespaces;
@@ -179,7 +181,8 @@ def plan_mig(ask: MigAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolConfig], 
                           evictions_expected=sum(len(m.evicted) for m in moved.values()),
                           max_gpus_unavailable=largest, notes=tuple(notes))
     plan = planning.assemble("mig", pool=pool, planned=waves, summary=summary, requested_by=requested_by)
-    plan = checked(plan, PlanFacts(fleet=fleet, policy=policy, gpu_pods=gpu_pods, budgets=budgets),
+    plan = checked(plan, PlanFacts(fleet=fleet, policy=policy, gpu_pods=gpu_pods, budgets=budgets,
+                                   past=past_runs(pool) if past_runs is not None else ()),
                    before=screened.notes if screened is not None else ())
     return MigPlan(pool=pool, changes=tuple(changes), pool_before=pool_before, pool_after=pool_after,
                    vanishing=vanishing, stranded=stranded, moved=moved, order=order, plan=plan,

@@ -72,7 +72,7 @@ class MigService:
         layouts, strategy, pods = self._read(fleet, ask)
         planned = plan_mig(ask, fleet=fleet, policy_of=self._pools, layouts=layouts, strategy=strategy, now=now,
                            requested_by=actor.user_id, gpu_pods=pods, rollback=rollback,
-                           budgets=budgets_of(self._budgets, pods))
+                           budgets=budgets_of(self._budgets, pods), past_runs=self._requests.pool_pace)
         require(actor, Role.OPERATOR, action="Planning a MIG change", pool=planned.pool)
         return planned
 

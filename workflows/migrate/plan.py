@@ -42,6 +42,8 @@ from workflows.pools import planning
 from workflows.pools.capacity import MaxUnavailable, RollingOrder, gpu_pods_moved, ready_gpus
 from workflows.pools.config import GpuCheck, PoolConfig
 from workflows.pools.selectors import LabelSelector
+from workflows.preflight.check import canary_refusal
+from workflows.preflight.facts import PastRuns
 from workflows.preflight.nodes import named_in_request, screen_nodes
 from workflows.preflight.report import PlanFacts, checked
 
@@ -94,7 +96,7 @@ def plan_migrate(ask: MigrateAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolC
                  requested_by: str, gpu_check: GpuCheck | None = None, gpu_pods: Sequence[PodObject] = (),
                  hand_set: Mapping[str, Mapping[str, tuple[str, str]]] | None = None,
                  rollback: MigrateRollbackOf | None = None,
-                 budgets: Sequence[DisruptionBudget] = ()) -> MigratePlan:
+                 budgets: Sequence[DisruptionBudget] = (), past_runs: PastRuns | None = None) -> MigratePlan:
     """Plan `ask` for `requested_by`, or raise MigrateRefused saying why not. `hand_set`:
     per node, the discovery labels people set (`kube.labels.hand_set_labels`); a move to
     the operator removes them so GFD publishes what it finds, and a rollback puts them back.
@@ -143,6 +145,13 @@ def plan_migrate(ask: MigrateAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolC
         steps_of = {n: _node_steps(by_name[n], policy=policy, check=check if check.enabled else DEFAULT_CHECK,
                                    to=ask.to, remove=sorted(hand[n])) for n in by_name}
     waves = planning.rolling_waves(order, steps_of.__getitem__)
+    if rollback is None:
+        # The test pod asks for a resource each moved node must advertise once it is back.
+        in_force = policy.gpu_check or gpu_check
+        refusal = canary_refusal(pool, waves, fleet=fleet, check=in_force if in_force and in_force.enabled else None,
+                                 configured_at=f"pools.{pool}.gpu_check" if policy.gpu_check else "upgrades.gpu_check")
+        if refusal is not None:
+            raise MigrateRefused(refusal.reason, code=refusal.code)
     if rollback is not None:
         notes = [say.snapshots_back_note(rollback.run, [n for n, _ in rollback.snapshots])]
     else:
@@ -160,7 +169,8 @@ def plan_migrate(ask: MigrateAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolC
                           max_gpus_unavailable=largest,
                           evictions_expected=sum(1 for n in moving if n.requested_gpus), notes=tuple(notes))
     plan = planning.assemble("migrate", pool=pool, planned=waves, summary=summary, requested_by=requested_by)
-    plan = checked(plan, PlanFacts(fleet=fleet, policy=policy, gpu_pods=gpu_pods, budgets=budgets),
+    plan = checked(plan, PlanFacts(fleet=fleet, policy=policy, gpu_pods=gpu_pods, budgets=budgets,
+                                   past=past_runs(pool) if past_runs is not None else ()),
                    before=screened.notes if screened is not None else ())
     return MigratePlan(pool=pool, nodes=tuple(by_name), order=order, plan=plan, window_start=start, window_end=end)
 

@@ -74,7 +74,7 @@ class MigrateService:
             hand_set = {n: hand_set_labels(self._labels.labels_with_owners(n)) for n in nodes}
         planned = plan_migrate(ask, fleet=fleet, policy_of=self._pools, now=now, requested_by=actor.user_id,
                                gpu_check=self._gpu_check, gpu_pods=pods, hand_set=hand_set, rollback=rollback,
-                               budgets=budgets_of(self._budgets, pods))
+                               budgets=budgets_of(self._budgets, pods), past_runs=self._requests.pool_pace)
         require(actor, Role.OPERATOR, action="Planning a move to the operator", pool=planned.pool)
         return planned
 

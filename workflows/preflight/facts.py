@@ -1,13 +1,40 @@
-"""What every pre-flight check of a planned plan reads besides the plan (`PlanFacts`)."""
+"""What every pre-flight check of a planned plan reads besides the plan (`PlanFacts`), and
+the values it holds of the pool's past runs (`PastStep`) and its namespaces' quotas
+(`QuotaLimit`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import datetime as dt
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from workflows.fleet.summary import Fleet
 from workflows.kube.objects import DisruptionBudget, PodObject
 from workflows.pools.config import PoolConfig
+
+
+@dataclass(frozen=True, slots=True)
+class PastStep:
+    """One step a past run of the pool finished: on which node, of which kind, how long."""
+
+    node: str
+    kind: str
+    took: dt.timedelta
+
+
+# What reads a pool's pace (the request service's `pool_pace`): the steps its last runs
+# finished, by the pool's name (a MIG change or a move knows its pool once it is planned).
+PastRuns = Callable[[str], Sequence[PastStep]]
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaLimit:
+    """One namespace's enforced quota on one GPU resource and the pools its pods can land on."""
+
+    namespace: str
+    resource: str
+    hard: int
+    pools: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -21,3 +48,9 @@ class PlanFacts:
     gpu_pods: Sequence[PodObject] = ()
     budgets: Sequence[DisruptionBudget] = ()
     by_operator: bool = False
+    # The steps the pool's last runs finished (`duration.past_steps`): the pool's pace.
+    past: Sequence[PastStep] = ()
+    # Nodes of a wave under way at once (`engine.max_parallel_nodes`; None: all).
+    parallel: int | None = None
+    # Namespaces' GPU quotas and the pools they land on.
+    quotas: Sequence[QuotaLimit] = ()

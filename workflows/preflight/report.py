@@ -14,7 +14,9 @@ from collections.abc import Callable, Sequence
 
 from workflows.plans import Plan, PreflightNote
 from workflows.preflight.budgets import budget_notes
+from workflows.preflight.duration import duration_notes
 from workflows.preflight.facts import PlanFacts
+from workflows.preflight.touches import touch_notes
 
 __all__ = ["PLAN_CHECKS", "PlanCheck", "PlanFacts", "checked"]
 
@@ -22,7 +24,7 @@ __all__ = ["PLAN_CHECKS", "PlanCheck", "PlanFacts", "checked"]
 PlanCheck = Callable[[Plan, PlanFacts], tuple[PreflightNote, ...]]
 
 # Every check of a planned plan, in the order its notes appear.
-PLAN_CHECKS: tuple[PlanCheck, ...] = (budget_notes,)
+PLAN_CHECKS: tuple[PlanCheck, ...] = (budget_notes, duration_notes, touch_notes)
 
 
 def checked(plan: Plan, facts: PlanFacts, *, before: Sequence[PreflightNote] = (),

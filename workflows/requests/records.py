@@ -23,6 +23,8 @@ from storage.requests import Request, RequestState
 from workflows.access import Actor, Role, public_name
 from workflows.plans import Plan, plan_from_json
 from workflows.pools.config import PoolConfig
+from workflows.preflight.duration import past_steps
+from workflows.preflight.facts import PastStep
 from workflows.requests import messages as say
 from workflows.requests import policy
 from workflows.requests.errors import ChangedMeanwhile, UnknownRequest
@@ -91,6 +93,11 @@ class RequestRecords:
         rows = stored_requests.in_states(self._db, states=policy.OPEN_STATES, pool=pool,
                                          limit=LIST_LIMIT, cluster=None if every_cluster else self._cluster())
         return [self._view(r) for r in rows]
+
+    def pool_pace(self, pool: str) -> list[PastStep]:
+        """The steps this cluster's last runs of `pool` finished: the pace a plan's
+        pre-flight times the next run at."""
+        return past_steps(self._db, pool=pool, cluster=self._config.cluster_name)
 
     def runs_ending(self, pool: str) -> dict[str, dt.datetime | None]:
         """The pool's running requests' runs, each with when its window ends (None: held

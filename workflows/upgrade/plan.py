@@ -36,6 +36,8 @@ from workflows.pools import planning
 from workflows.pools.capacity import gpu_pods_moved
 from workflows.pools.config import GpuCheck, PoolConfig
 from workflows.pools.selectors import LabelSelector
+from workflows.preflight.check import canary_refusal
+from workflows.preflight.facts import PastRuns
 from workflows.preflight.nodes import screen_nodes
 from workflows.preflight.report import PlanFacts, checked
 from workflows.upgrade import messages as say
@@ -90,14 +92,15 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
                  requested_by: str, allowed_versions: Sequence[str] = (),
                  cluster_policy_scope: ClusterPolicyScope = "pool", gpu_check: GpuCheck | None = None,
                  gpu_pods: Sequence[PodObject] = (), rollback: RollbackOf | None = None,
-                 budgets: Sequence[DisruptionBudget] = ()) -> UpgradePlan:
+                 budgets: Sequence[DisruptionBudget] = (), past_runs: PastRuns | None = None) -> UpgradePlan:
     """Plan `ask` for `requested_by`, or raise UpgradeRefused saying why not. A `rollback`
     plans only the nodes that run changed, its failed node first, each taking over the
     cordon that run left; its version need not be in the allowed list. `gpu_check` is the
     fleet's canary pod, which the pool's own `gpu_check` replaces; `gpu_pods` the cluster's
     pods that ask for GPUs (the plan names, per node, those it waits for and moves off),
     `budgets` the PodDisruptionBudgets of their namespaces (pre-flight names those that
-    allow no disruption). Nodes with open findings the upgrade does not fix are left out
+    allow no disruption), `past_runs` what reads the pool's pace (pre-flight times the run
+    at it). Nodes with open findings the upgrade does not fix are left out
     unless the ask includes them; a rollback changes the nodes its run changed, whatever
     their findings (the failed one has one)."""
     if fleet.pool(ask.pool) is None:
@@ -163,6 +166,11 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
         release = NodeStep.of("operator-hold", last.nodes[-1],
                               OperatorHoldParams(nodes=tuple(rollback.release), release=True))
         waves[-1] = Wave(last.index, last.nodes, (*last.steps, release))
+    # A canary pod asking for a resource the nodes do not advertise fails on the first node.
+    refusal = canary_refusal(ask.pool, waves, fleet=fleet, check=policy.gpu_check or gpu_check,
+                             configured_at=f"pools.{ask.pool}.gpu_check" if policy.gpu_check else "upgrades.gpu_check")
+    if refusal is not None:
+        raise UpgradeRefused(refusal.reason, code=refusal.code)
     largest = planning.largest_wave(waves, lambda n: by_name[n].physical_gpus or 0)
     notes = [say.plan_manager_note(scope.manager.ref, scope.current, scope.target.text),
              say.plan_canary_note(order.canary, policy.upgrade_soak, only_node=len(waves) == 1)]
@@ -195,7 +203,8 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
                           window_end=end, evictions_expected=sum(1 for n in nodes if n.requested_gpus), max_gpus_unavailable=largest,
                           notes=tuple(notes))
     plan = planning.assemble("upgrade", pool=ask.pool, planned=waves, summary=summary, requested_by=requested_by)
-    plan = checked(plan, PlanFacts(fleet=fleet, policy=policy, gpu_pods=gpu_pods, budgets=budgets, by_operator=gates),
+    plan = checked(plan, PlanFacts(fleet=fleet, policy=policy, gpu_pods=gpu_pods, budgets=budgets, by_operator=gates,
+                                   past=past_runs(ask.pool) if past_runs is not None else ()),
                    before=screened.notes if screened is not None else ())
     return UpgradePlan(scope=scope, order=order, plan=plan, window_start=start, window_end=end)
 

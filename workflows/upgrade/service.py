@@ -66,7 +66,7 @@ class UpgradeService:
         return plan_upgrade(ask, fleet=fleet, policy=self._pools.get(ask.pool), now=now,
                             requested_by=actor.user_id, allowed_versions=self._allowed_versions,
                             cluster_policy_scope=self._cluster_policy_scope, gpu_check=self._gpu_check,
-                            gpu_pods=pods, budgets=budgets_of(self._budgets, pods))
+                            gpu_pods=pods, budgets=budgets_of(self._budgets, pods), past_runs=self._requests.pool_pace)
 
     def request(self, actor: Actor, ask: UpgradeAsk, *, fleet: Fleet, now: dt.datetime,
                 channel: str | None = None) -> UpgradeRequested:
@@ -109,7 +109,8 @@ class UpgradeService:
         ask = UpgradeAsk(pool=run.pool, version=str(prior), downgrade=True, reason=f"rollback of {run.id}")
         planned = plan_upgrade(ask, fleet=fleet, policy=self._pools.get(run.pool), now=now,
                                requested_by=actor.user_id, cluster_policy_scope=self._cluster_policy_scope,
-                               gpu_check=self._gpu_check, gpu_pods=self._gpu_pods(), rollback=RollbackOf(run=run.id, nodes=nodes, version=str(prior), release=release))
+                               gpu_check=self._gpu_check, gpu_pods=self._gpu_pods(), rollback=RollbackOf(run=run.id, nodes=nodes, version=str(prior), release=release),
+                               past_runs=self._requests.pool_pace)
         view = self._requests.submit(actor, kind="upgrade", pool=run.pool, targets=list(planned.plan.nodes),
                                      plan=planned.plan, window_start=planned.window_start,
                                      window_end=planned.window_end, reason=ask.reason, channel=channel, now=now)

@@ -1,0 +1,105 @@
+"""The sentences of the pre-flight checks of a plan's canary resource (`check`), its
+duration against the window (`duration`) and what else it touches (`touches`)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+
+from workflows.wording import duration_text, names, plural, when
+
+# ------------------------------------------------------------------ the canary's resource
+
+
+def _offered(offered: Sequence[tuple[str, int]], nodes: int) -> str:
+    if not offered:
+        return "no GPU resource"
+    return names(r if count == nodes else f"{r} (on {count} of {nodes} nodes)" for r, count in offered)
+
+
+def _use(pool: str, fits: Sequence[str]) -> str:
+    if not fits:
+        return (f"no one resource is advertised by every node it checks: split the pool or set "
+                f"`pools.{pool}.gpu_check: {{enabled: false}}`")
+    return (f"set `pools.{pool}.gpu_check.resource` to {names(fits)} (a pool's `gpu_check` replaces the fleet's "
+            "whole: write the namespace, image and command it needs there too)")
+
+
+def canary_resource_not_advertised(pool: str, resource: str, missing: Sequence[str], *,
+                                   offered: Sequence[tuple[str, int]], fits: Sequence[str], nodes: int,
+                                   configured_at: str) -> str:
+    return (f"The canary pod ({configured_at}) asks for one {resource}, which {names(missing)} will not advertise "
+            f"after this change: it would stay Pending until its timeout and halt the run with the node cordoned. "
+            f"{pool}'s nodes advertise {_offered(offered, nodes)}; {_use(pool, fits)}")
+
+
+def canary_resource_unset(pool: str, resource: str, missing: Sequence[str], *, offered: Sequence[tuple[str, int]],
+                          fits: Sequence[str], nodes: int) -> str:
+    return (f"The canary pod asks for one {resource} by default (no `gpu_check.resource` is configured), which "
+            f"{names(missing)} will not advertise after this change: it would stay Pending until its timeout and halt "
+            f"the run with the node cordoned. {pool}'s nodes advertise {_offered(offered, nodes)}: name the one the "
+            f"check should use; {_use(pool, fits)}")
+
+
+def canary_resource_goes_away(pool: str, resource: str, after: Sequence[str]) -> str:
+    return (f"{pool}'s canary pod asks for {resource}, which the pool will no longer advertise after this change: "
+            f"its next driver upgrade or move is refused until `pools.{pool}.gpu_check.resource` names one it "
+            f"advertises ({names(after)})")
+
+
+# ------------------------------------------------------------------ duration and window
+
+
+def run_takes(pool: str, *, total: dt.timedelta, waves: int, slowest: str, slowest_takes: dt.timedelta,
+              source: str, unseen: Sequence[str]) -> str:
+    shape = f"{plural(waves, 'wave')}, the slowest node {slowest} {duration_text(slowest_takes)}"
+    if source == "timeouts":
+        return (f"The run takes at most {duration_text(total)} at the configured timeouts ({shape}; no past run "
+                f"of {pool} to learn its pace from)")
+    learned = f"at the pace of {pool}'s last runs"
+    if source == "mixed":
+        learned += f" ({names(unseen)} at their configured timeouts: none finished in those runs)"
+    return f"The run takes about {duration_text(total)} {learned} ({shape})"
+
+
+def run_fits_window(*, window: dt.timedelta, spare: dt.timedelta) -> str:
+    return f"it fits the window ({duration_text(window)}, {duration_text(spare)} to spare)"
+
+
+def run_no_window_end() -> str:
+    return "the pool's windows are always open: no end to fit"
+
+
+def run_starts_once_approved(*, end: dt.datetime, latest: dt.datetime) -> str:
+    return (f"it starts once approved, and ends inside its window (which ends {when(end)}) if it starts by "
+            f"{when(latest)}")
+
+
+def run_outgrows_window(*, window: dt.timedelta, started: int, waves: int) -> str:
+    if started >= waves:
+        return (f"it does not fit the window ({duration_text(window)}): every wave starts inside it, the last "
+                "ends after it")
+    return (f"it does not fit the window ({duration_text(window)}): {plural(started, 'wave')} of {waves} start "
+            f"inside it, and the run halts before wave {started + 1} (ask for a longer window, fewer nodes, or "
+            "a larger max_unavailable)")
+
+
+# ------------------------------------------------------------------ what else it touches
+
+
+def shared_driver(ref: str, pools: Sequence[tuple[str, int]]) -> str:
+    listed = names(f"{pool} ({plural(nodes, 'node')})" for pool, nodes in pools)
+    return f"{ref} also sets the driver of {listed}: their nodes take the new version too"
+
+
+def quota_no_longer_fits(namespace: str, resource: str, *, hard: int, before: int, after: int,
+                         pools: Sequence[str]) -> str:
+    return (f"namespace {namespace}'s quota of {hard} {resource} no longer fits: {names(pools)} advertise "
+            f"{after} after this change ({before} now)")
+
+
+def workloads_lose_resource(pool: str, resource: str, pods: Sequence[str], *, elsewhere: Sequence[str]) -> str:
+    where = (f"only {names(elsewhere)} still advertise it" if elsewhere
+             else "no GPU node of the cluster advertises it afterwards: they will not schedule")
+    return (f"{plural(len(pods), 'pod')} ask for {resource}, which {pool} will no longer advertise: "
+            f"{names(pods)}; {where}")

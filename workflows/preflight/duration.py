@@ -1,0 +1,181 @@
+"""Pre-flight: how long a run takes at its pool's pace, and whether that fits its window.
+
+A run goes wave by wave (the engine starts a wave when the one before is done), and
+within a wave its nodes in parallel, at most `engine.max_parallel_nodes` at once. So a
+wave takes as long as its slowest node (times the rounds a wave larger than the engine's
+parallel nodes needs), and the run the sum of its waves.
+
+A node's time is the sum of its steps' expected times:
+- a step kind the pool's last runs finished (`past_steps`, the last `LAST_RUNS` requests of
+  the pool that ran): the median of that node's own times, else of the pool's;
+- a `hold` (the canary's soak): the seconds the plan holds for;
+- anything else: the step's own timeout from the plan (the pool's `drain_timeout`,
+  `validate_timeout`, `mig_timeout`, the check pod's timeout, ...), an upper bound;
+- a step with neither (cordon, uncordon, a label written): no time.
+Steps that run only when their wave fails (`on_failure`) are no part of the run's time.
+
+The window: the engine starts no wave after the request's window has ended (it halts
+before it), so the estimate says how many waves start inside it. A plan that starts as
+soon as it is approved (its summary carries no start: a dry run and its request must hash
+alike, so nothing here reads the clock) says by when it must start to end in its window. Pure but for
+`past_steps`, which reads the database; time is what the plan and the records say."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from storage import requests as stored_requests
+from storage import runs as stored_runs
+from storage import steps as stored_steps
+from storage.database import Database
+from workflows.plans import NodeStep, Plan, PreflightNote
+from workflows.preflight import check_messages as say
+from workflows.preflight.facts import PastStep, PlanFacts
+
+_CHECK = "duration"
+
+# How many of the pool's last requests that ran set its pace.
+LAST_RUNS = 5
+# Requests are read newest first, this many at most, to find those LAST_RUNS.
+_READ_AT_MOST = 50
+_RAN: tuple[stored_requests.RequestState, ...] = ("done", "failed")
+_HOLD = "hold"
+# Params that bound a step's time, in the order they are read.
+_TIMEOUT_KEYS = ("timeout_s", "timeout_seconds", "pdb_timeout_s")
+
+PaceSource = Literal["runs", "timeouts", "mixed"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunEstimate:
+    """How long a plan's run takes and where its waves start, against its window."""
+
+    total: dt.timedelta
+    waves: tuple[dt.timedelta, ...]
+    slowest: str
+    slowest_takes: dt.timedelta
+    source: PaceSource
+    # Step kinds timed by their timeouts because no past run of the pool finished one.
+    unseen: tuple[str, ...]
+    # The window's length (None: no end, or no start) and how many waves start inside it.
+    window: dt.timedelta | None
+    waves_started: int
+    # When the window ends (None: no end).
+    window_end: dt.datetime | None = None
+
+    @property
+    def fits(self) -> bool:
+        return self.window is None or self.total <= self.window
+
+
+def past_steps(db: Database, *, pool: str, cluster: str | None = None, runs: int = LAST_RUNS) -> list[PastStep]:
+    """The steps the pool's last `runs` requests that ran (not dry runs) finished `done`."""
+    found: list[PastStep] = []
+    counted = 0
+    requests = stored_requests.in_states(db, states=_RAN, pool=pool, limit=_READ_AT_MOST,
+                                         cluster=None if cluster is None else (cluster,))
+    for request in requests:
+        ran = [r for r in stored_runs.for_request(db, request_id=request.id) if not r.dry_run and r.finished]
+        if not ran:
+            continue
+        for run in ran:
+            for step in stored_steps.for_run(db, run_id=run.id):
+                if step.state == "done" and step.started_at is not None and step.ended_at is not None:
+                    found.append(PastStep(node=step.node, kind=step.kind, took=step.ended_at - step.started_at))
+        counted += 1
+        if counted >= runs:
+            break
+    return found
+
+
+def _timeout(step: NodeStep) -> dt.timedelta | None:
+    if step.kind == _HOLD and isinstance(step.params.get("seconds"), (int, float)):
+        return dt.timedelta(seconds=step.params["seconds"])
+    for key in _TIMEOUT_KEYS:
+        value = step.params.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+            return dt.timedelta(seconds=value)
+    return None
+
+
+def _median(times: Sequence[dt.timedelta]) -> dt.timedelta:
+    return dt.timedelta(seconds=statistics.median(t.total_seconds() for t in times))
+
+
+def estimate(plan: Plan, past: Sequence[PastStep], *, parallel: int | None = None) -> RunEstimate:
+    """The time `plan`'s run takes at the pace of `past` (see the module docstring), with
+    at most `parallel` nodes of a wave under way at once (None: all of them)."""
+    by_node: dict[tuple[str, str], list[dt.timedelta]] = {}
+    by_kind: dict[str, list[dt.timedelta]] = {}
+    for seen in past:
+        by_node.setdefault((seen.node, seen.kind), []).append(seen.took)
+        by_kind.setdefault(seen.kind, []).append(seen.took)
+    learned: set[str] = set()
+    unseen: set[str] = set()
+
+    def expected(step: NodeStep) -> dt.timedelta:
+        if step.kind == _HOLD:
+            return _timeout(step) or dt.timedelta(0)
+        times = by_node.get((step.node, step.kind)) or by_kind.get(step.kind)
+        if times:
+            learned.add(step.kind)
+            return _median(times)
+        bound = _timeout(step)
+        if bound is None:
+            return dt.timedelta(0)
+        unseen.add(step.kind)
+        return bound
+
+    waves: list[dt.timedelta] = []
+    slowest, slowest_takes = "", dt.timedelta(-1)
+    for wave in plan.waves:
+        nodes: dict[str, dt.timedelta] = {}
+        for node in wave.nodes:
+            nodes[node] = sum((expected(s) for s in wave.steps_for(node) if s.params.get("on_failure") is not True),
+                              dt.timedelta(0))
+            if nodes[node] > slowest_takes:
+                slowest, slowest_takes = node, nodes[node]
+        rounds = math.ceil(len(wave.nodes) / parallel) if parallel and wave.nodes else 1
+        waves.append(max(nodes.values(), default=dt.timedelta(0)) * rounds)
+    source: PaceSource = "timeouts" if not learned else "mixed" if unseen else "runs"
+    window = (plan.summary.window_end - plan.summary.window_start
+              if plan.summary.window_start is not None and plan.summary.window_end is not None else None)
+    started, offset = 0, dt.timedelta(0)
+    for took in waves:
+        if window is not None and offset >= window:
+            break
+        started += 1
+        offset += took
+    return RunEstimate(total=sum(waves, dt.timedelta(0)), waves=tuple(waves), slowest=slowest,
+                       slowest_takes=max(slowest_takes, dt.timedelta(0)), source=source, unseen=tuple(sorted(unseen)),
+                       window=window, waves_started=started, window_end=plan.summary.window_end)
+
+
+def duration_note(plan: Plan, found: RunEstimate) -> str:
+    """One sentence: how long the run takes, at which pace, and whether it fits."""
+    takes = say.run_takes(plan.pool, total=found.total, waves=len(found.waves), slowest=found.slowest,
+                          slowest_takes=found.slowest_takes, source=found.source, unseen=found.unseen)
+    if found.window_end is None:
+        return f"{takes}; {say.run_no_window_end()}"
+    if found.window is None:
+        return f"{takes}; {say.run_starts_once_approved(end=found.window_end, latest=found.window_end - found.total)}"
+    if found.fits:
+        return f"{takes}; {say.run_fits_window(window=found.window, spare=found.window - found.total)}"
+    return f"{takes}; {say.run_outgrows_window(window=found.window, started=found.waves_started, waves=len(found.waves))}"
+
+
+def duration_notes(plan: Plan, facts: PlanFacts) -> tuple[PreflightNote, ...]:
+    """The pre-flight check: the run's time at the pool's pace (`facts.past`, the steps of
+    its last runs) against its window; a warning when it does not fit."""
+    if not plan.waves:
+        return ()
+    found = estimate(plan, facts.past, parallel=facts.parallel)
+    code = ("no-window-end" if found.window_end is None else "starts-once-approved" if found.window is None
+            else "fits-window" if found.fits else "outgrows-window")
+    return (PreflightNote(check=_CHECK, code=code, severity="info" if found.fits else "warning",
+                          sentence=duration_note(plan, found)),)
