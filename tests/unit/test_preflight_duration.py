@@ -11,8 +11,10 @@ from storage.database import open_database
 from storage.steps import NewStep
 from workflows.kube.objects import NodeName
 from workflows.plans import NodeStep, Plan, PlanSummary, Wave
-from workflows.preflight.duration import duration_note, estimate, past_steps
-from workflows.preflight.facts import PastStep
+from workflows.preflight.duration import duration_note, duration_notes, estimate, past_steps
+from workflows.config import GpuopsConfig
+from workflows.preflight.facts import PastStep, PlanFacts
+from workflows.requests.service import RequestService
 
 START = dt.datetime(2026, 12, 12, 1, 0, tzinfo=dt.timezone.utc)
 MIN = dt.timedelta(minutes=1)
@@ -140,3 +142,17 @@ def test_a_run_that_starts_once_approved_says_by_when_it_must_start_to_end_insid
     assert duration_note(plan, found).endswith(
         "it starts once approved, and ends inside its window (which ends 2026-12-12 05:00 UTC) if it starts by "
         "2026-12-12 03:10 UTC")
+
+
+def test_the_request_services_pace_carries_the_engines_nodes_at_once_so_a_big_wave_is_timed_in_rounds(tmp_path):
+
+    config = GpuopsConfig.model_validate({"pools": {"serving-a": {"kind": "serving"}},
+                                          "engine": {"max_parallel_nodes": 2}})
+    plan = _plan([["n1"], ["n2", "n3", "n4"]], window=None)
+    with open_database(tmp_path / "gpuops.db") as db:
+        pace = RequestService(db, config).pool_pace("serving-a")
+    assert pace.parallel == 2
+    (timing,) = duration_notes(plan, PlanFacts(fleet=None, policy=None, past=pace.steps, parallel=pace.parallel))
+    # The canary n1 alone (50m and its 10m soak), then n2 and n3 together and n4 after them:
+    # two rounds of 50m (all three at once would be one, 1h50m in all).
+    assert timing.sentence.startswith("The run takes at most 2h40m"), timing.sentence

@@ -36,7 +36,7 @@ from workflows.pools.capacity import PodsMoved, RollingOrder, gpu_pods_moved, is
 from workflows.pools.config import PoolConfig
 from workflows.pools.selectors import LabelSelector
 from workflows.preflight.nodes import named_in_request, screen_nodes
-from workflows.preflight.facts import PastRuns
+from workflows.preflight.facts import Pace, PastRuns
 from workflows.preflight.report import PlanFacts, checked
 
 DEFAULT_LAYOUT = "all-disabled"  # the MIG manager's layout for a node without the label
@@ -181,8 +181,9 @@ def plan_mig(ask: MigAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolConfig], 
                           evictions_expected=sum(len(m.evicted) for m in moved.values()),
                           max_gpus_unavailable=largest, notes=tuple(notes))
     plan = planning.assemble("mig", pool=pool, planned=waves, summary=summary, requested_by=requested_by)
+    pace = past_runs(pool) if past_runs is not None else Pace()
     plan = checked(plan, PlanFacts(fleet=fleet, policy=policy, gpu_pods=gpu_pods, budgets=budgets,
-                                   past=past_runs(pool) if past_runs is not None else ()),
+                                   past=pace.steps, parallel=pace.parallel),
                    before=screened.notes if screened is not None else ())
     return MigPlan(pool=pool, changes=tuple(changes), pool_before=pool_before, pool_after=pool_after,
                    vanishing=vanishing, stranded=stranded, moved=moved, order=order, plan=plan,

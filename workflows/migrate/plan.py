@@ -43,7 +43,7 @@ from workflows.pools.capacity import MaxUnavailable, RollingOrder, gpu_pods_move
 from workflows.pools.config import GpuCheck, PoolConfig
 from workflows.pools.selectors import LabelSelector
 from workflows.preflight.check import canary_refusal
-from workflows.preflight.facts import PastRuns
+from workflows.preflight.facts import Pace, PastRuns
 from workflows.preflight.nodes import named_in_request, screen_nodes
 from workflows.preflight.report import PlanFacts, checked
 
@@ -169,8 +169,9 @@ def plan_migrate(ask: MigrateAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolC
                           max_gpus_unavailable=largest,
                           evictions_expected=sum(1 for n in moving if n.requested_gpus), notes=tuple(notes))
     plan = planning.assemble("migrate", pool=pool, planned=waves, summary=summary, requested_by=requested_by)
+    pace = past_runs(pool) if past_runs is not None else Pace()
     plan = checked(plan, PlanFacts(fleet=fleet, policy=policy, gpu_pods=gpu_pods, budgets=budgets,
-                                   past=past_runs(pool) if past_runs is not None else ()),
+                                   past=pace.steps, parallel=pace.parallel),
                    before=screened.notes if screened is not None else ())
     return MigratePlan(pool=pool, nodes=tuple(by_name), order=order, plan=plan, window_start=start, window_end=end)
 

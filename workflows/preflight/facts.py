@@ -22,9 +22,18 @@ class PastStep:
     took: dt.timedelta
 
 
-# What reads a pool's pace (the request service's `pool_pace`): the steps its last runs
-# finished, by the pool's name (a MIG change or a move knows its pool once it is planned).
-PastRuns = Callable[[str], Sequence[PastStep]]
+@dataclass(frozen=True, slots=True)
+class Pace:
+    """A pool's pace: the steps its last runs finished, and how many nodes of a wave the
+    engine changes at once (`engine.max_parallel_nodes`; None: all of them)."""
+
+    steps: Sequence[PastStep] = ()
+    parallel: int | None = None
+
+
+# What reads a pool's pace (the request service's `pool_pace`), by the pool's name (a MIG
+# change or a move knows its pool once it is planned).
+PastRuns = Callable[[str], Pace]
 
 
 @dataclass(frozen=True, slots=True)

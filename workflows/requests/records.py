@@ -24,7 +24,7 @@ from workflows.access import Actor, Role, public_name
 from workflows.plans import Plan, plan_from_json
 from workflows.pools.config import PoolConfig
 from workflows.preflight.duration import past_steps
-from workflows.preflight.facts import PastStep
+from workflows.preflight.facts import Pace
 from workflows.requests import messages as say
 from workflows.requests import policy
 from workflows.requests.errors import ChangedMeanwhile, UnknownRequest
@@ -40,6 +40,13 @@ LIST_LIMIT = 500
 RoleLookup = Callable[[str], Actor]
 
 
+class EngineLimits(Protocol):
+    """What a plan's pre-flight reads of the engine's settings (`workflows.config.EngineConfig`)."""
+
+    @property
+    def max_parallel_nodes(self) -> int: ...
+
+
 class RequestSettings(Protocol):
     """What the request service reads of the configuration (`workflows.config.GpuopsConfig`,
     which sits above every package and is imported by none)."""
@@ -52,6 +59,9 @@ class RequestSettings(Protocol):
 
     @property
     def cluster_name(self) -> str | None: ...
+
+    @property
+    def engine(self) -> EngineLimits: ...
 
     def actor(self, user_id: str) -> Actor: ...
 
@@ -94,10 +104,11 @@ class RequestRecords:
                                          limit=LIST_LIMIT, cluster=None if every_cluster else self._cluster())
         return [self._view(r) for r in rows]
 
-    def pool_pace(self, pool: str) -> list[PastStep]:
-        """The steps this cluster's last runs of `pool` finished: the pace a plan's
-        pre-flight times the next run at."""
-        return past_steps(self._db, pool=pool, cluster=self._config.cluster_name)
+    def pool_pace(self, pool: str) -> Pace:
+        """The steps this cluster's last runs of `pool` finished and the engine's nodes at
+        once: the pace a plan's pre-flight times the next run at."""
+        return Pace(steps=past_steps(self._db, pool=pool, cluster=self._config.cluster_name),
+                    parallel=self._config.engine.max_parallel_nodes)
 
     def runs_ending(self, pool: str) -> dict[str, dt.datetime | None]:
         """The pool's running requests' runs, each with when its window ends (None: held

@@ -37,7 +37,7 @@ from workflows.pools.capacity import gpu_pods_moved
 from workflows.pools.config import GpuCheck, PoolConfig
 from workflows.pools.selectors import LabelSelector
 from workflows.preflight.check import canary_refusal
-from workflows.preflight.facts import PastRuns
+from workflows.preflight.facts import Pace, PastRuns
 from workflows.preflight.nodes import screen_nodes
 from workflows.preflight.report import PlanFacts, checked
 from workflows.upgrade import messages as say
@@ -203,8 +203,9 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
                           window_end=end, evictions_expected=sum(1 for n in nodes if n.requested_gpus), max_gpus_unavailable=largest,
                           notes=tuple(notes))
     plan = planning.assemble("upgrade", pool=ask.pool, planned=waves, summary=summary, requested_by=requested_by)
+    pace = past_runs(ask.pool) if past_runs is not None else Pace()
     plan = checked(plan, PlanFacts(fleet=fleet, policy=policy, gpu_pods=gpu_pods, budgets=budgets, by_operator=gates,
-                                   past=past_runs(ask.pool) if past_runs is not None else ()),
+                                   past=pace.steps, parallel=pace.parallel),
                    before=screened.notes if screened is not None else ())
     return UpgradePlan(scope=scope, order=order, plan=plan, window_start=start, window_end=end)
 
