@@ -292,7 +292,8 @@ def start_window_runs(host: LeaderHost, now: dt.datetime) -> dt.datetime | None:
     upcoming: list[dt.datetime] = []
     for config in _each_cluster(host):
         requests = RequestService(db, config)
-        runs = RunService(db, requests=RequestService(db, config, roles=host.roles_in(config)))
+        runs = RunService(db, requests=RequestService(db, config, roles=host.roles_in(config)),
+                          zone=config.display_zone)
         for view in requests.open_requests():
             done = start_at_window(db, view, requests=requests, runs=runs, now=now)
             changed += done.changed

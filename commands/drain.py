@@ -188,15 +188,16 @@ def _extend_running(call: Call, request: RequestView, more: dt.timedelta, *, fle
     except RequestRefused as err:
         return error_reply(msg.refused_title(), str(err))
     assert request.window_end is not None and view.window_end is not None
+    zone = call.services.config.display_zone
     if view.extension is None:
         return Reply(title=msg.drain_held_longer_title(view.id), visibility="in_channel",
-                     summary=msg.drain_extended_summary(was=when(request.window_end, style="second"),
-                                                        window_end=when(view.window_end, style="second")))
+                     summary=msg.drain_extended_summary(was=when(request.window_end, zone, style="second"),
+                                                        window_end=when(view.window_end, zone, style="second")))
     extension = view.extension
     return Reply(title=msg.drain_extended_title(view.id), visibility="in_channel",
                  summary=msg.drain_extension_summary(
-                     window_end=when(view.window_end, style="second"),
-                     extended_to=when(extension.window_end, style="second"), counted=len(extension.approvers),
+                     window_end=when(view.window_end, zone, style="second"),
+                     extended_to=when(extension.window_end, zone, style="second"), counted=len(extension.approvers),
                      required=view.approvals_required, short_hash=extension.short_hash),
                  sections=(_request_facts(view),), intents=approval_intents(view, call.actor))
 

@@ -90,7 +90,8 @@ def note(call: Call, args: list[str]) -> Reply:
         raise UsageError(str(err)) from None
     silences = inv.cordoned or _has_taints(call, inv)
     return Reply(title=say.note_title(inv.name), visibility="in_channel",
-                 summary=say.note_set(inv.name, written.text, until=written.until, silences=silences))
+                 summary=say.note_set(inv.name, written.text, until=written.until, silences=silences,
+                                      zone=call.services.config.display_zone))
 
 
 def _has_taints(call: Call, inv: NodeInventory) -> bool:
@@ -108,7 +109,8 @@ def notes_section(call: Call, node: NodeName) -> Section | None:
     if not found:
         return None
     return Section(title=say.NOTES_TITLE, bullets=tuple(
-        say.note_line(n.text, by=n.set_by_name, until=n.until) for n in found))
+        say.note_line(n.text, by=n.set_by_name, until=n.until, zone=call.services.config.display_zone)
+        for n in found))
 
 
 # --------------------------------------------------------------------------------------

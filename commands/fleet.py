@@ -235,7 +235,7 @@ def _freezes_section(call: Call, *, pool: str | None = None) -> Section | None:
     found = [f for f in call.services.freezes.in_force(call.now) if pool is None or f.target in (CLUSTER, pool)]
     if not found:
         return None
-    return Section(notices=tuple(Notice(severity="warning", text=freeze_sentence(f), subject=f.target,
+    return Section(notices=tuple(Notice(severity="warning", text=freeze_sentence(f, zone=call.services.config.display_zone), subject=f.target,
                                         command="/gpu freezes") for f in found))
 
 

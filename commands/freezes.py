@@ -95,17 +95,18 @@ def freeze(call: Call, args: list[str]) -> Reply:
     except AccessDenied:
         raise
     frozen = done.freeze
+    zone = call.services.config.display_zone
     runs, waiting = _covered(call, frozen)
     bullets = []
     if done.replaced is not None:
-        bullets.append(freeze_msg.freeze_replaced(freeze_sentence(done.replaced)))
+        bullets.append(freeze_msg.freeze_replaced(freeze_sentence(done.replaced, zone=zone)))
     if runs:
         bullets.append(freeze_msg.freeze_held_runs(runs, let_running_finish=frozen.let_running_finish))
     if waiting:
         bullets.append(freeze_msg.freeze_held_requests(waiting))
-    facts = (Fact("Until", when(frozen.until)), Fact("Reason", frozen.reason or "-"),
+    facts = (Fact("Until", when(frozen.until, zone)), Fact("Reason", frozen.reason or "-"),
              Fact("Runs in flight", "finish" if frozen.let_running_finish else "stop at their next node boundary"))
-    return Reply(title=freeze_msg.frozen_title(frozen.target), summary=freeze_sentence(frozen), visibility="in_channel",
+    return Reply(title=freeze_msg.frozen_title(frozen.target), summary=freeze_sentence(frozen, zone=zone), visibility="in_channel",
                  sections=(Section(facts=facts, bullets=tuple(bullets)),))
 
 
@@ -123,7 +124,7 @@ def unfreeze(call: Call, args: list[str]) -> Reply:
         return error_reply(msg.refused_title(), str(err))
     return Reply(title=freeze_msg.unfrozen_title(lifted.target), visibility="in_channel",
                  summary=freeze_msg.unfreeze_summary(by=lifted.lifted_by_name or call.actor.name, set_by=lifted.set_by_name,
-                                              until=when(lifted.until), reason=lifted.lift_reason or ""))
+                                              until=when(lifted.until, call.services.config.display_zone), reason=lifted.lift_reason or ""))
 
 
 @REGISTRY.command("freezes", usage="freezes", role=Role.VIEWER, changes=False,

@@ -214,7 +214,7 @@ def open_waits(services: Services, *, now: dt.datetime) -> list[tuple[RequestVie
     return found
 
 
-def _run_section(run: RunView, *, held_by: Freeze | None = None) -> Section:
+def _run_section(run: RunView, *, held_by: Freeze | None = None, zone: dt.tzinfo = dt.timezone.utc) -> Section:
     # A run that ended early: the nodes it never started are one line, not a row per step.
     untouched: set[str] = set()
     if run.state in ("failed", "aborted"):
@@ -227,7 +227,7 @@ def _run_section(run: RunView, *, held_by: Freeze | None = None) -> Section:
                  for s in run.steps if s.node not in untouched)
     bullets = []
     if held_by is not None:
-        bullets.append(msg.run_held_by_freeze(freeze_sentence(held_by)))
+        bullets.append(msg.run_held_by_freeze(freeze_sentence(held_by, zone=zone)))
     if run.run.halted_reason:
         bullets.append(run.run.halted_reason)
     if untouched:
@@ -265,9 +265,9 @@ def _request_reply(call: Call, view: RequestView, *, title: str | None = None, f
         sections.append(Section(title="Decisions", bullets=tuple(
             msg.approvals_line(a.approver_name, a.decision, a.plan_hash[:8], a.counts, a.reason)
             for a in view.approvals)))
-    sections.extend(_run_section(run, held_by=_held_by(call, run)) for run in runs)
+    sections.extend(_run_section(run, held_by=_held_by(call, run), zone=call.services.config.display_zone) for run in runs)
     if view.state in ("approved", "scheduled") and (freeze := _freeze_over(call, view.pool, started=False)):
-        sections.append(Section(notices=(Notice(severity="warning", text=freeze_sentence(freeze),
+        sections.append(Section(notices=(Notice(severity="warning", text=freeze_sentence(freeze, zone=call.services.config.display_zone),
                                                 subject=freeze.target, command="/gpu freezes"),)))
     return Reply(title=title or msg.request_title(view.id, view.kind, view.pool),
                  summary=msg.request_summary(view.state, view.approvals_counted, view.approvals_required,

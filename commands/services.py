@@ -110,10 +110,10 @@ class Services:
         return cls(config=config, fleet=fleet, requests=requests,
                    changes={service.kind: service for service in changes},
                    runs=RunService(database, wake=wake_engine, names=config.names, cluster=config.cluster_name,
-                                   requests=requests),
+                                   requests=requests, zone=config.display_zone),
                    database=database,
                    freezes=FreezeService(database, pools=config.pools, names=config.names, wake=wake_engine,
-                                         cluster=config.cluster_name),
+                                         cluster=config.cluster_name, zone=config.display_zone),
                    notes=NoteService(database, names=config.names, cluster=config.cluster_name),
                    signals=signals if signals is not None else (
                        config.signals.service(cluster=fleet) if config.signals is not None else None))

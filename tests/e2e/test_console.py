@@ -112,7 +112,8 @@ def test_approving_after_the_deadline_says_when_it_expired(runtime):
 
     assert code == 1
     assert "[1] Approve" not in transcript  # past its deadline, nothing is offered
-    assert f"{request.id} expired at 2025-06-08 12:00 UTC before it had enough approvals" in transcript
+    # In the display zone: the configuration's first rotation is Berlin's (CEST in June).
+    assert f"{request.id} expired at 2025-06-08 14:00 CEST before it had enough approvals" in transcript
 
 
 def test_console_commands_help_and_unknown_ones(runtime):

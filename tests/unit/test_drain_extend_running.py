@@ -38,8 +38,9 @@ ACCESS = {
 }
 
 
-def config() -> GpuopsConfig:
+def config(**more: object) -> GpuopsConfig:
     return GpuopsConfig.model_validate({
+        **more,
         "pools": {
             # Training: drains need no approval; weekend nights only; two nodes out at once.
             "train-a": {"kind": "training", "windows": WEEKEND_NIGHTS, "max_unavailable": 2, "min_ready_gpus": 0},
@@ -49,12 +50,12 @@ def config() -> GpuopsConfig:
         "access": ACCESS})
 
 
-@pytest.fixture
-def services(make, tmp_path: Path):
+@pytest.fixture(params=[{}], ids=["utc"])
+def services(make, tmp_path: Path, request):
     nodes = [make.node(f"gpu-a-{n:02d}", pool="train-a") for n in range(1, 5)]
     nodes += [make.node(f"gpu-b-{n:02d}", pool="serve-b") for n in range(1, 3)]
     pods = [pod for node in nodes for pod in make.operands(node.name)]
-    built = Services.on_database(config=config(), fleet=StaticFleet(make.fleet(nodes, pods)),
+    built = Services.on_database(config=config(**request.param), fleet=StaticFleet(make.fleet(nodes, pods)),
                                  database=open_database(tmp_path / "gpuops.db"),
                                  readers=(_NoWorkloads(group_pods_by_node(pods)),))
     yield built
@@ -139,6 +140,36 @@ def test_a_running_drain_on_a_pool_needing_no_approval_is_held_longer_at_once(se
     assert len(told) == 1 and told[0]["text"] == (
         f"The drain window of {request_id} now ends 2026-12-05 04:00:00 UTC (was 2026-12-05 03:00:00 UTC; the pool "
         "needs no approval for drains): its nodes stay held until then, and are validated and uncordoned after.")
+
+
+SHOWN_IN_BERLIN = {"display": {"timezone": "Europe/Berlin"}}
+
+
+@pytest.mark.parametrize("services", [SHOWN_IN_BERLIN], ids=["berlin"], indirect=True)
+def test_a_running_drains_new_end_is_written_in_the_display_zone(services):
+    request_id = running_drain(services, "drain gpu-a-01 at sat 03:00 for 1h firmware",
+                               asked=SAT_0300_BERLIN - dt.timedelta(days=3), started=SAT_0300_BERLIN)
+    later = SAT_0300_BERLIN + dt.timedelta(minutes=45)
+
+    reply = gpu(services, "U0ALICE", f"drain extend {request_id} 1h", later)
+
+    assert reply.summary == "the window now ends 2026-12-05 05:00:00 CET (was 2026-12-05 04:00:00 CET); " \
+                            "the nodes stay held until then"
+    told = [m for m in thread(services) if m["event"] == "request.extended"]
+    assert [m["text"] for m in told] == [
+        f"The drain window of {request_id} now ends 2026-12-05 05:00:00 CET (was 2026-12-05 04:00:00 CET; the pool "
+        "needs no approval for drains): its nodes stay held until then, and are validated and uncordoned after."]
+    refused = gpu(services, "U0ALICE", f"drain extend {request_id} 3h", later)
+    assert "cannot be held until Sat 2026-12-05 08:00 CET: pool train-a's window ends at Sat 2026-12-05 06:00 CET" \
+        in (refused.summary or "")
+    # On a pool that asks for approvals, the thread asks for the later end in the same zone.
+    on_b = running_drain(services, "drain gpu-b-01 for 1h NIC swap", asked=SAT_0300_BERLIN, started=SAT_0300_BERLIN,
+                         approvers=("U0BOB", "U0CAROL"))
+    asked = gpu(services, "U0ALICE", f"drain extend {on_b} 30m", later)
+    assert asked.summary.startswith("the window end 2026-12-05 04:30:00 CET waits for approval")  # type: ignore[union-attr]
+    (ask,) = [m for m in thread(services) if m["event"] == "request.extension_asked"]
+    assert f"asked to hold the nodes of {on_b} until 2026-12-05 04:30:00 CET instead of 2026-12-05 04:00:00 CET" \
+        in ask["text"]
 
 
 def test_an_admin_may_hold_someone_elses_running_drain_longer_but_another_operator_may_not(services):

@@ -287,8 +287,9 @@ def test_status_app_home_and_the_handover_show_a_freeze_first(services, make):
                                 rotation=rotation, shift=rotation.current_shift(NOW), now=NOW,
                                 freezes=freezes.all_in_force(services.database, now=NOW))  # type: ignore[arg-type]
     first = checklist.needs_action[0]
+    # The handover writes its times in the rotation's zone.
     assert (first.kind, first.severity, first.subject, first.text, first.command) == (
-        "freeze", "warning", "train-a", line, "/gpu freezes")
+        "freeze", "warning", "train-a", line.replace("17:00 UTC", "18:00 CET"), "/gpu freezes")
 
 
 def test_a_time_without_until_before_it_is_not_read_as_the_end():
@@ -371,3 +372,32 @@ def test_the_scheduler_starts_no_run_while_frozen_and_starts_it_at_the_first_tic
     assert services.requests.get(request.id).state == "approved"  # type: ignore[union-attr]
     start_window_runs(host, NOW + dt.timedelta(minutes=120))  # type: ignore[arg-type]
     assert [r.state for r in services.runs.for_request(request.id)] == ["pending"]  # type: ignore[union-attr]
+
+
+# ------------------------------------------------------------------ the display zone
+
+
+def test_a_freezes_end_is_written_in_the_display_zone_wherever_people_read_it(make, tmp_path: Path):
+    shown_in_berlin = CONFIG.model_copy(
+        update={"display": CONFIG.display.model_copy(update={"timezone": "Europe/Berlin"})})
+    nodes = [make.node(f"gpu-b-{n:02d}", pool="serve-b") for n in (1, 2)]
+    pods = [pod for node in nodes for pod in make.operands(node.name)]
+    db = open_database(tmp_path / "gpuops.db")
+    services = Services.on_database(config=shown_in_berlin, fleet=StaticFleet(make.fleet(nodes, pods)), database=db)
+
+    def say(who: str, text: str) -> Reply:
+        return dispatch(text, actor=shown_in_berlin.actor(who), services=services, now=NOW, channel="C0OPS")
+
+    # serve-b's windows have no zone: a bare time is read in UTC, and shown in Berlin's.
+    frozen = say("U0ERIN", "freeze serve-b until 17:00 launch day")
+    assert frozen.ok, frozen.summary
+    assert frozen.summary.startswith("Pool serve-b is frozen by erin until 2026-12-02 18:00 CET: launch day")  # type: ignore[union-attr]
+    assert {f.label: f.value for f in frozen.sections[0].facts}["Until"] == "2026-12-02 18:00 CET"
+    assert say("U0DAVE", "status").sections[0].notices[0].text.startswith(
+        "Pool serve-b is frozen by erin until 2026-12-02 18:00 CET")
+    refused = say("U0ALICE", "drain gpu-b-01 for 1h NIC swap")
+    assert refused.summary.startswith("No new drain request for serve-b: pool serve-b is frozen by erin until "  # type: ignore[union-attr]
+                                      "2026-12-02 18:00 CET (launch day).")
+    assert "2026-12-02 10:00 CET is not in the future (it is 2026-12-02 11:00 CET now)" in (
+        say("U0ERIN", "freeze serve-b until today 09:00").summary or "")
+    db.close()

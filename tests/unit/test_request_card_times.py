@@ -42,8 +42,8 @@ def test_a_request_thread_writes_an_open_ended_drain_window_as_the_card_does():
 
     start = dt.datetime(2026, 12, 5, 19, 42, tzinfo=UTC)
     missed = say.thread_missed(request_id="req-7f3a2c", requester_name="alice", window_start=start,
-                               window_end=None, now=NOW)
+                               window_end=None, now=NOW, zone=UTC)
     assert "its window (2026-12-05 19:42 UTC until `/gpu drain done`)" in missed
     extended = say.thread_extended(request_id="req-7f3a2c", actor="alice", window_end=None, plan_hash="0" * 64,
-                                   voided=1)
+                                   voided=1, zone=UTC)
     assert "the window now lasts until `/gpu drain done` (plan" in extended

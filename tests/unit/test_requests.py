@@ -234,6 +234,18 @@ def test_an_approval_after_the_deadline_is_refused_and_the_request_expires(servi
     assert thread(db)[-1] == f"{view.id} expired at 2025-06-08 12:00 UTC with 1 of 2 approvals."
 
 
+def test_a_requests_expiry_is_written_in_the_display_zone_in_its_thread_and_refusals(db, clock):
+    # June in Berlin is CEST (UTC+2); a December deadline would read CET.
+    berlin = RequestService(db, CONFIG.model_copy(
+        update={"display": CONFIG.display.model_copy(update={"timezone": "Europe/Berlin"})}))
+    view = submit(berlin, now=clock.now())
+    assert thread(db)[-1].endswith("It needs 2 approvals by 2025-06-08 14:00 CEST.")
+    clock.advance(25 * HOUR)
+    with pytest.raises(RequestRefused, match=f"{view.id} expired at 2025-06-08 14:00 CEST before"):
+        berlin.approve(carol, view.id, plan_hash=view.plan_hash, now=clock.now())
+    assert thread(db)[-1] == f"{view.id} expired at 2025-06-08 14:00 CEST with 0 of 2 approvals."
+
+
 def test_the_sweep_expires_only_requests_past_their_deadline(service, clock):
     early = submit(service, now=clock.now())
     clock.advance(2 * HOUR)

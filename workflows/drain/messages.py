@@ -94,23 +94,24 @@ def capacity_refused(check: CapacityCheck, *, zone: dt.tzinfo, fits_at: dt.datet
 # ------------------------------------------------------------------ extending a running drain
 
 
-def extend_outside_window(request_id: str, *, pool: str, windows: WindowSet, now: dt.datetime) -> str:
-    return (f"windows: it is now {local_time(now, dt.timezone.utc)}, outside pool {pool}'s maintenance windows "
+def extend_outside_window(request_id: str, *, pool: str, windows: WindowSet, now: dt.datetime,
+                          zone: dt.tzinfo) -> str:
+    return (f"windows: it is now {local_time(now, zone)}, outside pool {pool}'s maintenance windows "
             f"({windows_text(windows)}), so {request_id} cannot be held any longer than its window end.")
 
 
 def extend_past_window(request_id: str, *, end: dt.datetime, pool: str, window_end: dt.datetime,
-                       current_end: dt.datetime) -> str:
+                       current_end: dt.datetime, zone: dt.tzinfo) -> str:
     most = window_end - current_end
     more = (f" Ask for at most {duration_text(most)} more." if most > dt.timedelta(0)
             else " Its window end cannot move later.")
-    return (f"windows: {request_id} cannot be held until {local_time(end, dt.timezone.utc)}: pool {pool}'s "
-            f"window ends at {local_time(window_end, dt.timezone.utc)}." + more)
+    return (f"windows: {request_id} cannot be held until {local_time(end, zone)}: pool {pool}'s "
+            f"window ends at {local_time(window_end, zone)}." + more)
 
 
-def extend_capacity_refused(request_id: str, *, end: dt.datetime, check: CapacityCheck) -> str:
+def extend_capacity_refused(request_id: str, *, end: dt.datetime, check: CapacityCheck, zone: dt.tzinfo) -> str:
     reasons = " ".join(r.reason for r in check.refusals)
-    return f"{request_id} cannot hold its nodes until {local_time(end, dt.timezone.utc)}: {reasons}"
+    return f"{request_id} cannot hold its nodes until {local_time(end, zone)}: {reasons}"
 
 
 # ------------------------------------------------------------------ plan notes

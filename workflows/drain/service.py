@@ -51,20 +51,24 @@ class DrainRequested:
 
 class DrainService:
     """Drains on one request service (one database connection). Without `workloads` (no
-    cluster: the console on a snapshot, unit tests) a plan lists no workloads."""
+    cluster: the console on a snapshot, unit tests) a plan lists no workloads. `zone` is
+    the one its refusals of a running drain's extension write times in (the display zone,
+    as the request's thread and the reply that grants it)."""
 
     kind = "drain"  # its entry in workflows/kinds.py
 
     def __init__(self, requests: RequestService, *, pools: Mapping[str, PoolConfig],
-                 workloads: PodsAndBudgets | None = None) -> None:
+                 workloads: PodsAndBudgets | None = None, zone: dt.tzinfo = UTC) -> None:
         self._requests = requests
+        self._zone = zone
         self._pools = pools
         self._workloads = workloads
 
     @classmethod
     def built(cls, inputs: ServiceInputs) -> DrainService:
         """For an entry point (its registry line): the pods and budgets from its readers."""
-        return cls(inputs.requests, pools=inputs.config.pools, workloads=inputs.reader(PodsAndBudgets))
+        return cls(inputs.requests, pools=inputs.config.pools, workloads=inputs.reader(PodsAndBudgets),
+                   zone=inputs.config.display_zone)
 
     @property
     def reads_workloads(self) -> bool:
@@ -121,11 +125,13 @@ class DrainService:
             start = max(now, request.window_start or now)
             occurrence = windows.occurrence_containing(start)
             if occurrence is None:
-                raise DrainRefused(say.extend_outside_window(request.id, pool=request.pool, windows=windows, now=now),
+                raise DrainRefused(say.extend_outside_window(request.id, pool=request.pool, windows=windows, now=now,
+                                                             zone=self._zone),
                                    code="outside-window")
             if not windows.fits(start, end - start):
                 raise DrainRefused(say.extend_past_window(request.id, end=end, pool=request.pool,
-                                                          window_end=occurrence.end, current_end=request.window_end),
+                                                          window_end=occurrence.end, current_end=request.window_end,
+                                                          zone=self._zone),
                                    code="window-too-short")
             check = check_drain(pool=request.pool, pool_nodes=pool_nodes(fleet, request.pool), nodes=hold.nodes,
                                 start=now, end=end, max_unavailable=policy.unavailable_budget,
@@ -133,7 +139,8 @@ class DrainService:
                                 concurrent=concurrent_work(self._requests.open_requests(request.pool),
                                                            pool=request.pool, exclude=request.id))
             if not check.ok:
-                raise DrainRefused(say.extend_capacity_refused(request.id, end=end, check=check),
+                raise DrainRefused(say.extend_capacity_refused(request.id, end=end, check=check,
+                                                               zone=self._zone),
                                    code=check.refusals[0].rule, check=check)
         return self._requests.extend_running(actor, request.id, extended_plan(request.plan, end), window_end=end,
                                              now=now)

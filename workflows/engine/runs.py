@@ -208,8 +208,10 @@ class RunService:
 
     def __init__(self, db: Database, *, wake: Callable[[], None] | None = None,
                  names: Mapping[str, str] | None = None, cluster: str | None = None,
-                 requests: RequestService | None = None) -> None:
+                 requests: RequestService | None = None, zone: dt.tzinfo = dt.timezone.utc) -> None:
         self._db = db
+        # The display zone (`display.timezone`): the zone its refusals write times in.
+        self._zone = zone
         # Where a run's start reads who holds the approver role and the pool's approval
         # rule as they are now; without it only requests that need no approval start.
         self._requests = requests
@@ -258,7 +260,7 @@ class RunService:
         if freeze is not None:
             raise RunRefused(pool_say.frozen_refuses_run(
                 request_id=request.id, pool=request.pool, target=freeze.target, by=freeze.set_by_name,
-                until=freeze.until, reason=freeze.reason))
+                until=freeze.until, reason=freeze.reason, zone=self._zone))
         if plan_hash is not None and plan_hash != request.plan_hash:
             raise RunRefused(refusal_messages.plan_changed_since(request.id, seen=plan_hash, now=request.plan_hash))
         plan = plan_from_json(request.plan)

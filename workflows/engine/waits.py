@@ -40,7 +40,7 @@ def why_waiting(request: RequestView, runs: Sequence[RunView], *, now: dt.dateti
                                        pool=request.pool)
     if request.state in _BEFORE_RUN:
         if freeze is not None:
-            return _frozen(freeze)
+            return _frozen(freeze, zone)
         if request.window_start is not None and request.window_start > now:
             return say.waits_for_window(request.window_start, zone)
         return None
@@ -54,13 +54,13 @@ def why_waiting(request: RequestView, runs: Sequence[RunView], *, now: dt.dateti
     if run.run.waiting:
         return run.run.waiting
     if run.state == "pending" and freeze is not None:
-        return _frozen(freeze)  # not yet told by the engine (it may not be running)
+        return _frozen(freeze, zone)  # not yet told by the engine (it may not be running)
     return _step_waits(run.steps)
 
 
-def _frozen(freeze: Freeze) -> str:
+def _frozen(freeze: Freeze, zone: dt.tzinfo) -> str:
     return pool_say.run_waits_for_freeze(target=freeze.target, by=freeze.set_by_name, until=freeze.until,
-                                         reason=freeze.reason, cluster=freeze.cluster)
+                                         reason=freeze.reason, cluster=freeze.cluster, zone=zone)
 
 
 def _step_waits(steps: Sequence[Step]) -> str | None:

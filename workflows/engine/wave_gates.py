@@ -97,7 +97,8 @@ class WaveGates:
             unfinished = {s.node for s in steps if s.state not in ("done", "skipped")}
             under_way = sorted(touched & unfinished)
             text = gate_say.run_frozen(run_id=run.id, target=freeze.target, by=freeze.set_by_name,
-                                       until=freeze.until, reason=freeze.reason, in_flight=under_way)
+                                       until=freeze.until, reason=freeze.reason, in_flight=under_way,
+                                       zone=self._engine.settings.display_zone)
             with self._engine.commit():
                 self._engine.audit(run, info, action="run.frozen", target=info.request.pool, before=run.state,
                                    after=run.state, detail={"freeze": freeze.id, "freeze_target": freeze.target,
@@ -109,7 +110,8 @@ class WaveGates:
             log.info("%s: %s", self._engine.replica, text)
         self.say_waiting(run, gate_say.run_waits_for_freeze(target=freeze.target, by=freeze.set_by_name,
                                                             until=freeze.until, reason=freeze.reason,
-                                                            cluster=freeze.cluster))
+                                                            cluster=freeze.cluster,
+                                                            zone=self._engine.settings.display_zone))
         return freeze
 
     def say_waiting(self, run: Run, text: str | None) -> None:
@@ -151,7 +153,9 @@ class WaveGates:
                for node in by_node.values()):
             return  # a node under way finishes first
         self._halt_before_wave(run, info, gate_say.run_window_ended_while_frozen(run_id=run.id, target=freeze.target,
-                                                                                 window_end=end), wave=wave,
+                                                                                 window_end=end,
+                                                                                 zone=self._engine.settings.display_zone),
+                                wave=wave,
                                 code="window-ended-while-frozen")
         self._frozen.pop(run.id, None)
 
@@ -215,7 +219,8 @@ class WaveGates:
         return check_wave(pool=request.pool, wave=wave, nodes=nodes, pool_nodes=members, now=now,
                           window_end=request.window_end, allowed_now=policy.window_set.contains(now),
                           max_unavailable=policy.unavailable_budget, min_ready_gpus=policy.min_ready_gpus,
-                          concurrent=concurrent, busy=busy, taken_over=taken_over)
+                          concurrent=concurrent, busy=busy, taken_over=taken_over,
+                          zone=self._engine.settings.display_zone)
 
     def _halt_before_wave(self, run: Run, info: RunInfo, reason: str, *, wave: int, code: HaltCode) -> None:
         """The run cannot go on (its next wave missed the window): it stops before that

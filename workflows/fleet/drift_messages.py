@@ -24,21 +24,21 @@ def note_bad_duration(text: str) -> str:
     return f"`{text}` after `for` is not a duration; write it like 12h, 3d or 2d12h"
 
 
-def note_set(node: str, text: str, *, until: dt.datetime, silences: bool) -> str:
+def note_set(node: str, text: str, *, until: dt.datetime, silences: bool, zone: dt.tzinfo) -> str:
     quiet = " Until then it is not reported as forgotten." if silences else ""
-    return f"Note on {node} until {when(until)}: \"{text}\".{quiet}"
+    return f"Note on {node} until {when(until, zone)}: \"{text}\".{quiet}"
 
 
 def note_title(node: str) -> str:
     return f"Note on {node}"
 
 
-def note_line(text: str, *, by: str, until: dt.datetime) -> str:
-    return f"\"{text}\" ({by}, until {when(until)})"
+def note_line(text: str, *, by: str, until: dt.datetime, zone: dt.tzinfo) -> str:
+    return f"\"{text}\" ({by}, until {when(until, zone)})"
 
 
-def note_in_handover(node: str, text: str, *, by: str, until: dt.datetime) -> str:
-    return f"{node}: note \"{text}\" ({by}, until {when(until)})"
+def note_in_handover(node: str, text: str, *, by: str, until: dt.datetime, zone: dt.tzinfo) -> str:
+    return f"{node}: note \"{text}\" ({by}, until {when(until, zone, style='day')})"
 
 
 NOTES_TITLE = "Notes"

@@ -92,7 +92,7 @@ def build_checklist(
     info: list[ChecklistItem] = []
 
     for freeze in freezes:
-        needs.append(_item("freeze", "warning", freeze.target, freeze_sentence(freeze), "/gpu freezes"))
+        needs.append(_item("freeze", "warning", freeze.target, freeze_sentence(freeze, zone=zone), "/gpu freezes"))
 
     for other in clusters:
         command = say.cluster_command(other.cluster)
@@ -107,7 +107,8 @@ def build_checklist(
 
     for note in notes:
         info.append(_item("note", "info", note.node, note_in_handover(note.node, note.text, by=note.set_by_name,
-                                                                      until=note.until), node_command(note.node)))
+                                                                      until=note.until, zone=zone),
+                          node_command(note.node)))
 
     # Near-identical findings (one code, one severity) are one line naming what they are
     # on. What a driver change in flight on the finding's pool is there to fix is for

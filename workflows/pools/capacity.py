@@ -365,15 +365,17 @@ def check_wave(
     concurrent: Sequence[ConcurrentWork] = (),
     busy: Mapping[NodeName, str] | None = None,
     taken_over: Collection[NodeName] = frozenset(),
+    zone: dt.tzinfo = dt.timezone.utc,
 ) -> WaveGate:
     """Whether wave `wave` (its `nodes`) may be taken out of `pool` at `now`, until
     `window_end` (None: until released): inside the request's window and one of the
     pool's (`allowed_now`), none of its nodes in another unfinished run (`busy`: node ->
     run id), and both capacity rules as `check_drain` reads them, on the pool as it is
     now; the cordons it `taken_over` from the run it undoes or continues count as in
-    service (`check_drain`'s `back_in_service`)."""
+    service (`check_drain`'s `back_in_service`). Its reasons write times in `zone` (the
+    display zone: the run's thread reads them)."""
     if window_end is not None and now >= window_end:
-        return WaveGate("window", say.wave_window_over(wave, window_end), over=True)
+        return WaveGate("window", say.wave_window_over(wave, window_end, zone=zone), over=True)
     if not allowed_now:
         return WaveGate("window", say.wave_outside_windows(wave, pool))
     taken: dict[str, str] = {node: run for node, run in (busy or {}).items() if node in nodes}

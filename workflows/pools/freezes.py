@@ -82,20 +82,24 @@ def holding_run(db: Database, *, pool: str, started: bool, now: dt.datetime,
     return max(found, key=lambda f: f.until) if found else None
 
 
-def freeze_sentence(freeze: Freeze) -> str:
-    """"serving-a frozen by erin until 2026-12-05 09:00 UTC: incident 4711"."""
+def freeze_sentence(freeze: Freeze, *, zone: dt.tzinfo) -> str:
+    """"Pool serving-a is frozen by erin until 2026-12-05 10:00 CET: incident 4711; …", its
+    end in `zone` (the display zone; the handover's, the rotation's)."""
     return say.freeze_line(target=freeze.target, by=freeze.set_by_name, until=freeze.until, reason=freeze.reason,
-                           let_running_finish=freeze.let_running_finish, cluster=freeze.cluster)
+                           let_running_finish=freeze.let_running_finish, cluster=freeze.cluster, zone=zone)
 
 
 class FreezeService:
     """Freezes on one database connection (one per thread, see `storage.database`).
     `pools` are the configured pool names a freeze may name (besides "cluster"); `wake`
-    tells an engine in this process to look at once (a lifted freeze lets runs go on)."""
+    tells an engine in this process to look at once (a lifted freeze lets runs go on);
+    `zone` is the one its refusals write times in (the display zone, `display.timezone`)."""
 
     def __init__(self, db: Database, *, pools: Collection[str], names: Mapping[str, str] | None = None,
-                 wake: Callable[[], None] | None = None, cluster: str | None = None) -> None:
+                 wake: Callable[[], None] | None = None, cluster: str | None = None,
+                 zone: dt.tzinfo = dt.timezone.utc) -> None:
         self._db = db
+        self._zone = zone
         # The cluster whose pools (or all of it) these freezes name (None: one cluster).
         self._cluster = cluster
         self._pools = frozenset(pools)
@@ -118,7 +122,7 @@ class FreezeService:
         require(actor, Role.ADMIN, action="Freezing changes")
         target = self.check_target(target)
         if until <= now:
-            raise FreezeRefused(say.freeze_until_past(until, now=now))
+            raise FreezeRefused(say.freeze_until_past(until, now=now, zone=self._zone))
         who = public_name(actor.user_id, names=self._names, fallback=actor.name)
         with self._db.transaction():
             freeze, replaced = stored_freezes.create(self._db, target=target, until=until, reason=reason.strip(),
@@ -147,7 +151,7 @@ class FreezeService:
                 others = self.in_force(now)
                 cluster = next((f for f in others if f.target == CLUSTER), None)
                 raise FreezeRefused(say.freeze_nothing_to_lift(
-                    target, cluster_freeze=freeze_sentence(cluster) if cluster is not None else None,
+                    target, cluster_freeze=freeze_sentence(cluster, zone=self._zone) if cluster is not None else None,
                     frozen_pools=[f.target for f in others if f.target != CLUSTER]))
             if not stored_freezes.lift(self._db, id=freeze.id, by=actor.user_id, by_name=who, reason=reason.strip(),
                                        at=now):

@@ -165,9 +165,8 @@ def _wave(wave: int) -> str:
     return f"Wave {wave + 1}"
 
 
-def wave_window_over(wave: int, window_end: dt.datetime) -> str:
-    return (f"{_wave(wave)} could not start before the window ended at "
-            f"{window_end.astimezone(dt.timezone.utc):%Y-%m-%d %H:%M} UTC")
+def wave_window_over(wave: int, window_end: dt.datetime, *, zone: dt.tzinfo) -> str:
+    return f"{_wave(wave)} could not start before the window ended at {when(window_end, zone)}"
 
 
 def wave_outside_windows(wave: int, pool: str) -> str:
@@ -269,31 +268,31 @@ def _frozen_what(target: str, cluster: str | None = None) -> str:
 
 
 def freeze_line(*, target: str, by: str, until: dt.datetime, reason: str, let_running_finish: bool,
-                cluster: str | None = None) -> str:
-    """One freeze as status, the handover and App Home show it."""
+                zone: dt.tzinfo, cluster: str | None = None) -> str:
+    """One freeze as status, the handover and App Home show it, its end in `zone`."""
     why = f": {reason}" if reason else " (no reason given)"
     runs = ("runs already going finish" if let_running_finish
             else "runs stop at their next node boundary")
     what = _frozen_what(target, cluster)
-    return (f"{what[0].upper()}{what[1:]} is frozen by {by} until {when(until)}{why}; "
+    return (f"{what[0].upper()}{what[1:]} is frozen by {by} until {when(until, zone)}{why}; "
             f"no new requests, no run starts, {runs}")
 
 
 def frozen_refuses_request(*, kind: str, pool: str, target: str, by: str, until: dt.datetime, reason: str,
-                           cluster: str | None = None) -> str:
+                           zone: dt.tzinfo, cluster: str | None = None) -> str:
     why = f" ({reason})" if reason else ""
     scope = "" if target == pool else " (the whole cluster is frozen)"
     flag = f" --cluster {cluster}" if cluster else ""
     return (f"No new {kind} request for {pool}: {_frozen_what(target, cluster)} is frozen by {by} until "
-            f"{when(until)}{why}{scope}. Ask again after that, or ask an admin to lift it with "
+            f"{when(until, zone)}{why}{scope}. Ask again after that, or ask an admin to lift it with "
             f"`/gpu unfreeze {target}{flag}`.")
 
 
 def frozen_refuses_run(*, request_id: str, pool: str, target: str, by: str, until: dt.datetime,
-                       reason: str) -> str:
+                       reason: str, zone: dt.tzinfo) -> str:
     why = f" ({reason})" if reason else ""
     return (f"The run of {request_id} does not start: {_frozen_what(target)} is frozen by {by} until "
-            f"{when(until)}{why}. The request stays approved; it can start when the freeze ends or is lifted "
+            f"{when(until, zone)}{why}. The request stays approved; it can start when the freeze ends or is lifted "
             f"(`/gpu unfreeze {target}`).")
 
 
@@ -302,8 +301,8 @@ def freeze_unknown_target(target: str, *, closest: Sequence[str], pools: Sequenc
     return f"{target!r} is neither `cluster` nor a configured pool{known}{closest_hint(closest)}"
 
 
-def freeze_until_past(until: dt.datetime, *, now: dt.datetime) -> str:
-    return (f"{when(until)} is not in the future (it is {when(now)} now); a freeze needs an end after now, "
+def freeze_until_past(until: dt.datetime, *, now: dt.datetime, zone: dt.tzinfo) -> str:
+    return (f"{when(until, zone)} is not in the future (it is {when(now, zone)} now); a freeze needs an end after now, "
             "e.g. until tomorrow 09:00.")
 
 
@@ -318,19 +317,20 @@ def freeze_nothing_to_lift(target: str, *, cluster_freeze: str | None, frozen_po
 
 
 def run_frozen(*, run_id: str, target: str, by: str, until: dt.datetime, reason: str,
-               in_flight: Sequence[str]) -> str:
+               in_flight: Sequence[str], zone: dt.tzinfo) -> str:
     why = f" ({reason})" if reason else ""
     finishing = (f"{names(in_flight)} finish{'es' if len(in_flight) == 1 else ''} the steps under way; "
                  if in_flight else "")
     return (f"Run {run_id} stops at the next node boundary: {_frozen_what(target)} is frozen by {by} until "
-            f"{when(until)}{why}. {finishing}no further node or wave starts. It goes on by itself from there "
+            f"{when(until, zone)}{why}. {finishing}no further node or wave starts. It goes on by itself from there "
             f"when the freeze ends or is lifted (`/gpu unfreeze {target}`), or abort it (`/gpu abort {run_id}`).")
 
 
-def run_waits_for_freeze(*, target: str, by: str, until: dt.datetime, reason: str, cluster: str | None = None) -> str:
+def run_waits_for_freeze(*, target: str, by: str, until: dt.datetime, reason: str, zone: dt.tzinfo,
+                         cluster: str | None = None) -> str:
     """What a run a freeze holds waits for, in one sentence (the request view, App Home)."""
     why = f": {reason}" if reason else ""
-    return (f"Waits for the freeze of {_frozen_what(target, cluster)} (by {by} until {when(until)}{why}) to end; "
+    return (f"Waits for the freeze of {_frozen_what(target, cluster)} (by {by} until {when(until, zone)}{why}) to end; "
             "it goes on by itself then.")
 
 
@@ -338,6 +338,6 @@ def run_unfrozen(*, run_id: str, target: str) -> str:
     return f"The freeze of {_frozen_what(target)} is over: run {run_id} goes on from the node where it stopped."
 
 
-def run_window_ended_while_frozen(*, run_id: str, target: str, window_end: dt.datetime) -> str:
-    return (f"Run {run_id} halted: its window ended at {when(window_end)} while {_frozen_what(target)} was frozen; "
+def run_window_ended_while_frozen(*, run_id: str, target: str, window_end: dt.datetime, zone: dt.tzinfo) -> str:
+    return (f"Run {run_id} halted: its window ended at {when(window_end, zone)} while {_frozen_what(target)} was frozen; "
             "the nodes it finished are given back, the rest were never touched. Ask again for a new window.")

@@ -42,7 +42,7 @@ class Approving(DrainExtensions):
             decision = check(
                 request=request, approvals_so_far=decisions, approver=actor,
                 plan_hash=plan_hash, pool_policy=self._pool(request), now=now,
-                approver_now=approver_now, names=self._names)
+                approver_now=approver_now, names=self._names, zone=self._zone)
             if decision.refusal is None and extending:
                 return self._approve_extension(actor, request, decision, approver_now=approver_now, now=now)
             if decision.refusal is not None and extending and decision.refusal.code == RefusalCode.EXPIRED:
@@ -79,7 +79,7 @@ class Approving(DrainExtensions):
             decisions = self._decisions(request)
             verdict = policy.check_deny(request=request, approvals_so_far=decisions,
                                         approver=actor, reason=reason, now=now,
-                                        names=self._names)
+                                        names=self._names, zone=self._zone)
             if verdict.refusal is None:
                 why = reason.strip()
                 recorded = stored_approvals.record(
@@ -109,7 +109,7 @@ class Approving(DrainExtensions):
         deadline is refused as expired here and expired by the next action that writes."""
         request = self._load(request_id)
         verdict = policy.check_deny(request=request, approvals_so_far=self._decisions(request), approver=actor,
-                                    reason="(asked before the reason form)", now=now, names=self._names)
+                                    reason="(asked before the reason form)", now=now, names=self._names, zone=self._zone)
         if verdict.refusal is not None:
             raise refusal_error(verdict.refusal)
 
@@ -125,11 +125,11 @@ class Approving(DrainExtensions):
         if check(request=request, approvals_so_far=decisions, approver=actor,
                  plan_hash=(request.extension.plan_hash if extending and request.extension else request.plan_hash),
                  pool_policy=self._pool(request), now=now, approver_now=self._approver_now(request),
-                 names=self._names).counted:
+                 names=self._names, zone=self._zone).counted:
             open_to.add("approve")
         if not extending and policy.check_deny(request=request, approvals_so_far=decisions, approver=actor,
                                                reason="(asked for the buttons)", now=now,
-                                               names=self._names).allowed:
+                                               names=self._names, zone=self._zone).allowed:
             open_to.add("deny")
         if policy.check_cancel(request=request, actor=actor, now=now, approvals_so_far=decisions,
                                names=self._names).allowed:
@@ -165,7 +165,7 @@ class Approving(DrainExtensions):
             decision = policy.check_approval(
                 request=request, approvals_so_far=self._decisions(request), approver=actor,
                 plan_hash=request.plan_hash, pool_policy=self._pool(request), now=now,
-                approver_now=self._approver_now(request))
+                approver_now=self._approver_now(request), zone=self._zone)
             if decision.counted:
                 waiting.append(self._view(request))
         return sorted(waiting, key=lambda v: (v.expires_at, v.created_at, v.id))

@@ -50,7 +50,8 @@ class DrainExtensions(RequestRecords):
             if request.window_end is None:
                 raise RequestRefused(say.extend_open_ended(request.id), code=RefusalCode.NOT_HOLDING)
             if window_end <= request.window_end:
-                raise RequestRefused(say.extend_not_later(request.id, window_end=request.window_end))
+                raise RequestRefused(say.extend_not_later(request.id, window_end=request.window_end,
+                                                             zone=self._zone))
             hold = running_hold(self._db, request)
             if hold.refusal is not None:
                 raise RequestRefused(hold.refusal, code=RefusalCode.NOT_HOLDING)
@@ -78,7 +79,7 @@ class DrainExtensions(RequestRecords):
                              dedupe=f"extension/{digest}", people=(actor.user_id,),
                              text=say.thread_extension_asked(request_id=request.id, actor=self._public(actor),
                                                              window_end=request.window_end, extended_to=window_end,
-                                                             plan_hash=digest, required=required))
+                                                             plan_hash=digest, required=required, zone=self._zone))
             return self._view(self._load(request.id))
 
     def running_hold(self, request_id: str) -> RunningHold:
@@ -110,7 +111,8 @@ class DrainExtensions(RequestRecords):
                          dedupe=f"approval/{actor.user_id}/{extension.plan_hash}", people=(actor.user_id,),
                          text=say.thread_extension_approval(
                              request_id=request.id, approver=self._public(actor), extended_to=extension.window_end,
-                             counted=decision.approvals_counted, required=decision.approvals_required))
+                             counted=decision.approvals_counted, required=decision.approvals_required,
+                             zone=self._zone))
         return self._view(self._load(request.id))
 
     def _apply_extension(self, request: Request, hold: RunningHold, *, actor: str, approvers: Sequence[str],
@@ -134,7 +136,7 @@ class DrainExtensions(RequestRecords):
                      dedupe=f"extended-running/{extension.plan_hash}", people=(extension.asked_by, *approvers),
                      text=say.thread_extended_running(
                          request_id=request.id, window_end=request.window_end, extended_to=extension.window_end,
-                         approvers=[public_name(a, names=self._names, fallback=a) for a in approvers]))
+                         approvers=[public_name(a, names=self._names, fallback=a) for a in approvers], zone=self._zone))
 
     def _lapse_extension(self, request: Request, *, now: dt.datetime) -> Request:
         """The pending extension's deadline came before enough approvals: it is dropped,
@@ -154,5 +156,6 @@ class DrainExtensions(RequestRecords):
                             "approvals_required": policy.approvals_required(request, self._pool(request))})
         self._notify(request, event="request.extension_lapsed", state=request.state, now=now,
                      dedupe=f"extension-lapsed/{extension.plan_hash}",
-                     text=say.extension_lapsed(request.id, window_end=window_end, extended_to=extension.window_end))
+                     text=say.extension_lapsed(request.id, window_end=window_end, extended_to=extension.window_end,
+                                               zone=self._zone))
         return self._load(request.id)

@@ -128,9 +128,9 @@ def stale_plan(request_id: str, *, current_hash: str) -> str:
     )
 
 
-def expired(request_id: str, *, expires_at: dt.datetime) -> str:
+def expired(request_id: str, *, expires_at: dt.datetime, zone: dt.tzinfo) -> str:
     return (
-        f"{request_id} expired at {when(expires_at)} before it had enough approvals; "
+        f"{request_id} expired at {when(expires_at, zone)} before it had enough approvals; "
         "ask the requester to submit it again."
     )
 
@@ -201,6 +201,7 @@ def thread_created(
     plan_hash: str,
     approvals_required: int,
     expires_at: dt.datetime,
+    zone: dt.tzinfo,
 ) -> str:
     what = (
         f"{requester_name} requested {_kind_noun(kind)} on pool {pool} "
@@ -211,7 +212,7 @@ def thread_created(
         return f"{request_id}: {what}. Pool policy needs no approval, so it is approved."
     return (
         f"{request_id}: {what}. It needs {approvals_required} "
-        f"{approvals_word(approvals_required)} by {when(expires_at)}."
+        f"{approvals_word(approvals_required)} by {when(expires_at, zone)}."
     )
 
 
@@ -229,9 +230,10 @@ def thread_cancelled(*, request_id: str, actor: str) -> str:
     return f"{actor} cancelled {request_id}."
 
 
-def thread_expired(*, request_id: str, expires_at: dt.datetime, counted: int, required: int) -> str:
+def thread_expired(*, request_id: str, expires_at: dt.datetime, counted: int, required: int,
+                   zone: dt.tzinfo) -> str:
     return (
-        f"{request_id} expired at {when(expires_at)} with {counted} of {required} "
+        f"{request_id} expired at {when(expires_at, zone)} with {counted} of {required} "
         f"{approvals_word(required)}."
     )
 
@@ -265,17 +267,17 @@ OPEN_DRAIN_END = "until `/gpu drain done`"
 
 
 def thread_missed(*, request_id: str, requester_name: str, window_start: dt.datetime | None,
-                  window_end: dt.datetime | None, now: dt.datetime) -> str:
-    start = when(window_start) if window_start else "now"
-    window = f"{start} - {when(window_end)}" if window_end else f"{start} {OPEN_DRAIN_END}"
+                  window_end: dt.datetime | None, now: dt.datetime, zone: dt.tzinfo) -> str:
+    start = when(window_start, zone) if window_start else "now"
+    window = f"{start} - {when(window_end, zone)}" if window_end else f"{start} {OPEN_DRAIN_END}"
     return (f"{requester_name}, {request_id} was not started: its window ({window}) had passed or begun too long "
-            f"ago when gpuops could start it ({when(now)}). Nothing was drained; "
+            f"ago when gpuops could start it ({when(now, zone)}). Nothing was drained; "
             f"request it again for a later window.")
 
 
 def thread_extended(*, request_id: str, actor: str, window_end: dt.datetime | None,
-                    plan_hash: str, voided: int) -> str:
-    end = f"ends {when(window_end)}" if window_end else f"lasts {OPEN_DRAIN_END}"
+                    plan_hash: str, voided: int, zone: dt.tzinfo) -> str:
+    end = f"ends {when(window_end, zone)}" if window_end else f"lasts {OPEN_DRAIN_END}"
     return (f"{actor} asked for more time on {request_id}: the window now {end} "
             f"(plan {plan_ref(plan_hash)}); {voided} earlier {approvals_word(voided)} no longer "
             f"{'counts' if voided == 1 else 'count'} — approvers, please review it again.")
@@ -289,8 +291,8 @@ def not_extendable(request_id: str, *, state: str) -> str:
 # ------------------------------------------------------------------ extending a running drain
 
 
-def _at(at: dt.datetime) -> str:
-    return when(at, style="second")
+def _at(at: dt.datetime, zone: dt.tzinfo) -> str:
+    return when(at, zone, style="second")
 
 
 def extend_open_ended(request_id: str) -> str:
@@ -312,33 +314,34 @@ def extend_validating(request_id: str) -> str:
             f"and uncordoned; for more time, ask for a new drain with `/gpu drain`.")
 
 
-def extend_not_later(request_id: str, *, window_end: dt.datetime) -> str:
-    return f"{request_id} already ends {_at(window_end)}; an extension must end later than that."
+def extend_not_later(request_id: str, *, window_end: dt.datetime, zone: dt.tzinfo) -> str:
+    return f"{request_id} already ends {_at(window_end, zone)}; an extension must end later than that."
 
 
-def extension_lapsed(request_id: str, *, window_end: dt.datetime, extended_to: dt.datetime) -> str:
-    return (f"The extension of {request_id} to {_at(extended_to)} lapsed: it was not approved before its drain "
-            f"window ended ({_at(window_end)}), so the window ended then.")
+def extension_lapsed(request_id: str, *, window_end: dt.datetime, extended_to: dt.datetime,
+                     zone: dt.tzinfo) -> str:
+    return (f"The extension of {request_id} to {_at(extended_to, zone)} lapsed: it was not approved before its drain "
+            f"window ended ({_at(window_end, zone)}), so the window ended then.")
 
 
 def thread_extension_asked(*, request_id: str, actor: str, window_end: dt.datetime, extended_to: dt.datetime,
-                           plan_hash: str, required: int) -> str:
-    return (f"{actor} asked to hold the nodes of {request_id} until {_at(extended_to)} instead of "
-            f"{_at(window_end)} (plan {plan_ref(plan_hash)}). It needs {required} {approvals_word(required)}: "
+                           plan_hash: str, required: int, zone: dt.tzinfo) -> str:
+    return (f"{actor} asked to hold the nodes of {request_id} until {_at(extended_to, zone)} instead of "
+            f"{_at(window_end, zone)} (plan {plan_ref(plan_hash)}). It needs {required} {approvals_word(required)}: "
             f"`/gpu approve {request_id} {short_hash(plan_hash)}`. Until then the nodes are held to "
-            f"{_at(window_end)}; not approved by then, the extension lapses.")
+            f"{_at(window_end, zone)}; not approved by then, the extension lapses.")
 
 
 def thread_extension_approval(*, request_id: str, approver: str, extended_to: dt.datetime, counted: int,
-                              required: int) -> str:
-    return f"{approver} approved holding {request_id} until {_at(extended_to)} ({counted} of {required})."
+                              required: int, zone: dt.tzinfo) -> str:
+    return f"{approver} approved holding {request_id} until {_at(extended_to, zone)} ({counted} of {required})."
 
 
 def thread_extended_running(*, request_id: str, window_end: dt.datetime, extended_to: dt.datetime,
-                            approvers: Sequence[str]) -> str:
+                            approvers: Sequence[str], zone: dt.tzinfo) -> str:
     by = (f"approved by {' and '.join(approvers)}" if approvers
           else "the pool needs no approval for drains")
-    return (f"The drain window of {request_id} now ends {_at(extended_to)} (was {_at(window_end)}; {by}): "
+    return (f"The drain window of {request_id} now ends {_at(extended_to, zone)} (was {_at(window_end, zone)}; {by}): "
             f"its nodes stay held until then, and are validated and uncordoned after.")
 
 

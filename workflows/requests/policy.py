@@ -186,10 +186,10 @@ def _name(user_id: str, names: Mapping[str, str], *, fallback: str | None = None
 
 
 def _not_pending(
-    request: Request, decisions: Sequence[Approval], *, verb: str, names: Mapping[str, str]
+    request: Request, decisions: Sequence[Approval], *, verb: str, names: Mapping[str, str], zone: dt.tzinfo
 ) -> Refusal:
     if request.state == "expired":
-        return Refusal(RefusalCode.EXPIRED, say.expired(request.id, expires_at=request.expires_at))
+        return Refusal(RefusalCode.EXPIRED, say.expired(request.id, expires_at=request.expires_at, zone=zone))
     deny = deny_decision(decisions) if request.state == "denied" else None
     return Refusal(
         RefusalCode.NOT_PENDING,
@@ -205,12 +205,12 @@ def _not_pending(
 
 def _gate_pending_and_in_time(
     request: Request, decisions: Sequence[Approval], *, verb: str, now: dt.datetime,
-    names: Mapping[str, str],
+    names: Mapping[str, str], zone: dt.tzinfo,
 ) -> Refusal | None:
     if request.state != "pending":
-        return _not_pending(request, decisions, verb=verb, names=names)
+        return _not_pending(request, decisions, verb=verb, names=names, zone=zone)
     if is_expired(request, now=now):
-        return Refusal(RefusalCode.EXPIRED, say.expired(request.id, expires_at=request.expires_at))
+        return Refusal(RefusalCode.EXPIRED, say.expired(request.id, expires_at=request.expires_at, zone=zone))
     return None
 
 
@@ -250,12 +250,13 @@ def check_approval(
     now: dt.datetime,
     approver_now: ApproverNow,
     names: Mapping[str, str] = _NO_NAMES,
+    zone: dt.tzinfo = dt.timezone.utc,
 ) -> ApprovalDecision:
     """Does `approver`'s approval of `plan_hash` count, and does it complete the request?
 
     `approvals_so_far` are all decisions on the request (any plan hash); `approver_now`
     tells whether an earlier approver still holds the role; `names` maps Slack user ids
-    to display names for the sentences."""
+    to display names for the sentences, and `zone` is the one their times are written in."""
     required = approvals_required(request, pool_policy)
     counted = counted_approvers(request, approvals_so_far, approver_now=approver_now)
 
@@ -263,7 +264,7 @@ def check_approval(
         return ApprovalDecision(Refusal(code, reason), len(counted), required)
 
     gate = _gate_pending_and_in_time(request, approvals_so_far, verb="approved", now=now,
-                                     names=names)
+                                     names=names, zone=zone)
     if gate is not None:
         return ApprovalDecision(gate, len(counted), required)
     if pool_policy is None:
@@ -310,18 +311,20 @@ def check_extension_approval(
     now: dt.datetime,
     approver_now: ApproverNow,
     names: Mapping[str, str] = _NO_NAMES,
+    zone: dt.tzinfo = dt.timezone.utc,
 ) -> ApprovalDecision:
     """`check_approval` of a running drain's pending extension (see `as_extension`); past
     its deadline the extension has lapsed, and the refusal says so."""
     extension = as_extension(request)
     decision = check_approval(request=extension, approvals_so_far=approvals_so_far, approver=approver,
                               plan_hash=plan_hash, pool_policy=pool_policy, now=now,
-                              approver_now=approver_now, names=names)
+                              approver_now=approver_now, names=names, zone=zone)
     if decision.refusal is not None and decision.refusal.code == RefusalCode.EXPIRED:
         assert request.extension is not None and request.window_end is not None
         return ApprovalDecision(
             Refusal(RefusalCode.EXPIRED, say.extension_lapsed(request.id, window_end=request.window_end,
-                                                              extended_to=request.extension.window_end)),
+                                                              extended_to=request.extension.window_end,
+                                                              zone=zone)),
             decision.approvals_counted, decision.approvals_required)
     return decision
 
@@ -334,11 +337,12 @@ def check_deny(
     reason: str,
     now: dt.datetime,
     names: Mapping[str, str] = _NO_NAMES,
+    zone: dt.tzinfo = dt.timezone.utc,
 ) -> Verdict:
     """May `approver` deny the request? A deny by an approver ends it, on any plan:
     someone who approved earlier may still change their mind while it is pending."""
     gate = _gate_pending_and_in_time(request, approvals_so_far, verb="denied", now=now,
-                                     names=names)
+                                     names=names, zone=zone)
     if gate is not None:
         return Verdict(gate)
     if not approver.has(Role.APPROVER, pool=request.pool):
@@ -392,11 +396,12 @@ def check_replan(
     now: dt.datetime,
     approvals_so_far: Sequence[Approval] = (),
     names: Mapping[str, str] = _NO_NAMES,
+    zone: dt.tzinfo = dt.timezone.utc,
 ) -> Verdict:
     """May `actor` bind the request to a new plan? Only while pending, and only the
     requester or an admin (approvals given so far stop counting)."""
     gate = _gate_pending_and_in_time(request, approvals_so_far, verb="replanned", now=now,
-                                     names=names)
+                                     names=names, zone=zone)
     if gate is not None:
         return Verdict(gate)
     if not may_act_for_requester(request, actor):

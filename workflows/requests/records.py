@@ -63,6 +63,11 @@ class RequestSettings(Protocol):
     @property
     def engine(self) -> EngineLimits: ...
 
+    @property
+    def display_zone(self) -> dt.tzinfo:
+        """The zone request threads and refusals write times in (`display.timezone`)."""
+        ...
+
     def actor(self, user_id: str) -> Actor: ...
 
 
@@ -124,6 +129,10 @@ class RequestRecords:
     @property
     def _names(self) -> Mapping[str, str]:
         return self._config.names
+
+    @property
+    def _zone(self) -> dt.tzinfo:
+        return self._config.display_zone
 
     def _public(self, actor: Actor) -> str:
         return public_name(actor.user_id, names=self._names, fallback=actor.name)
@@ -202,7 +211,7 @@ class RequestRecords:
                             "approvals_counted": counted, "approvals_required": required})
         self._notify(request, event="request.expired", state="expired", now=now, dedupe="expired",
                      text=say.thread_expired(request_id=request.id, expires_at=request.expires_at,
-                                             counted=counted, required=required))
+                                             counted=counted, required=required, zone=self._zone))
         return self._load(request.id)
 
     def _transition(

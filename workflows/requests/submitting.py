@@ -59,7 +59,7 @@ class Submitting(RequestRecords):
             if freeze is not None:
                 raise RequestRefused(pool_say.frozen_refuses_request(
                     kind=kind, pool=pool, target=freeze.target, by=freeze.set_by_name, until=freeze.until,
-                    reason=freeze.reason, cluster=freeze.cluster), code=RefusalCode.FROZEN)
+                    reason=freeze.reason, cluster=freeze.cluster, zone=self._zone), code=RefusalCode.FROZEN)
             row = stored_requests.create(
                 self._db,
                 kind=kind,
@@ -90,7 +90,8 @@ class Submitting(RequestRecords):
                          text=say.thread_created(
                              request_id=row.id, requester_name=self._public(actor), kind=kind, pool=pool,
                              nodes=len(plan.nodes), waves=len(plan.waves), reason=row.reason,
-                             plan_hash=digest, approvals_required=required, expires_at=expires_at))
+                             plan_hash=digest, approvals_required=required, expires_at=expires_at,
+                             zone=self._zone))
             if policy.state_at_creation(required) == "approved":
                 self._transition(row, expected="pending", new="approved", now=now)
                 self._audit(row, actor=audit.GPUOPS_ACTOR, action="request.approved",
@@ -129,7 +130,8 @@ class Submitting(RequestRecords):
             request = self._touch(request_id, now=now)
             decisions = self._decisions(request)
             verdict = policy.check_replan(request=request, actor=actor, now=now,
-                                          approvals_so_far=decisions, names=self._names)
+                                          approvals_so_far=decisions, names=self._names,
+                                          zone=self._zone)
             if verdict.refusal is None:
                 check_plan_fits(new_plan, kind=request.kind, pool=request.pool,
                                  created_for=request.requester,
@@ -197,7 +199,7 @@ class Submitting(RequestRecords):
                          dedupe=f"extended/{digest}", people=(actor.user_id,),
                          text=say.thread_extended(request_id=request.id, actor=self._public(actor),
                                                   window_end=window_end, plan_hash=digest,
-                                                  voided=voided))
+                                                  voided=voided, zone=self._zone))
             if policy.state_at_creation(required) == "approved":
                 # A pool that needs no approval for this kind approves the new plan at
                 # once, as it did the first one: nobody is asked to approve "0 of 0".
@@ -225,5 +227,5 @@ class Submitting(RequestRecords):
                          text=say.thread_missed(request_id=request.id,
                                                 requester_name=self._requester(request),
                                                 window_start=request.window_start,
-                                                window_end=request.window_end, now=now))
+                                                window_end=request.window_end, now=now, zone=self._zone))
             return self._view(self._load(request.id))
