@@ -98,6 +98,11 @@ def quota_no_longer_fits(namespace: str, resource: str, *, hard: int, before: in
             f"{after} after this change ({before} now)")
 
 
+def quotas_unread(why: str) -> str:
+    return (f"GPU quotas could not be read, so this plan names none that would no longer fit after the change: "
+            f"{why}")
+
+
 def workloads_lose_resource(pool: str, resource: str, pods: Sequence[str], *, elsewhere: Sequence[str]) -> str:
     where = (f"only {names(elsewhere)} still advertise it" if elsewhere
              else "no GPU node of the cluster advertises it afterwards: they will not schedule")
