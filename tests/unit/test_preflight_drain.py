@@ -11,6 +11,7 @@ from tests.unit import test_drain_commands as commands
 from tests.unit import test_drain_plan as drains
 from tests.unit.test_drain_plan import build_cluster, config, plan
 from tests.unit.test_preflight_pace_commands import _a_past_run as a_past_run
+from workflows.drain.plan import extended_plan
 from workflows.preflight.facts import Pace, PastStep
 
 # The drain plans' fleet and clock (pytest finds fixtures by their name here).
@@ -123,3 +124,14 @@ def test_drain_asked_for_with_the_command_is_timed_at_the_pace_of_the_pools_last
         "A wave takes about 6m to drain its nodes, and 2m after the hold to validate and uncordon them, at the pace "
         "of train-a's last runs (1 wave, the slowest node gpu-a-03)")
     services.database.close()  # type: ignore[union-attr]
+
+
+def test_a_running_drain_held_longer_drops_the_timing_that_named_its_old_end(cluster, now):
+    drain = plan("gpu-a-04 at sat 02:00 for 2h", cluster, now)
+    later = drain.plan.summary.window_end + dt.timedelta(hours=1)
+
+    held_longer = extended_plan(drain.plan, later)
+
+    assert [n.check for n in drain.plan.summary.preflight] == ["duration"]
+    assert held_longer.summary.preflight == ()
+    assert (held_longer.summary.window_end, held_longer.summary.notes) == (later, drain.plan.summary.notes)

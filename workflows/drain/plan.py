@@ -55,6 +55,7 @@ from workflows.pools.capacity import (
 )
 from workflows.pools.config import PoolConfig
 from workflows.preflight.budgets import PdbImpact, budget_impacts, budget_notes
+from workflows.preflight.duration import DURATION_CHECK
 from workflows.preflight.facts import Pace, PastRuns
 from workflows.preflight.nodes import named_in_request, screen_nodes
 from workflows.preflight.report import PLAN_CHECKS, PlanFacts, checked
@@ -488,8 +489,12 @@ def plan_drain(
 def extended_plan(plan: Plan, window_end: dt.datetime) -> Plan:
     """`plan` with a later window end for a running drain: the same waves and steps (the
     run's hold steps take the new end from their `extended_until` control), only the
-    summary's end changes, and with it the plan's hash that approvers approve."""
-    return dataclasses.replace(plan, summary=dataclasses.replace(plan.summary, window_end=window_end))
+    summary's end changes, and with it the plan's hash that approvers approve. The
+    pre-flight's timing of the run, which named the old end, is left out (the run is under
+    way: nothing reads its pace again)."""
+    preflight = tuple(n for n in plan.summary.preflight if n.check != DURATION_CHECK)
+    return dataclasses.replace(plan, summary=dataclasses.replace(plan.summary, window_end=window_end,
+                                                                 preflight=preflight))
 
 
 def _first_fit(spec: DrainRequestSpec, *, windows: WindowSet, concurrent: Sequence[ConcurrentWork],

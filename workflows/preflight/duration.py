@@ -44,7 +44,7 @@ from workflows.plans import NodeStep, Plan, PreflightNote
 from workflows.preflight import check_messages as say
 from workflows.preflight.facts import PastStep, PlanFacts
 
-_CHECK = "duration"
+DURATION_CHECK = "duration"
 
 # How many of the pool's last requests that ran set its pace.
 LAST_RUNS = 5
@@ -230,14 +230,14 @@ def held_estimate(plan: Plan, past: Sequence[PastStep]) -> HeldEstimate | None:
     if not holds:
         return None
     pace = _Pace(past)
-    out, back, slowest = dt.timedelta(0), dt.timedelta(0), ""
+    out, back, slowest, slowest_takes = dt.timedelta(0), dt.timedelta(0), "", dt.timedelta(-1)
     for wave in plan.waves:
         for node in wave.nodes:
             steps = list(wave.steps_for(node))
             at = next((i for i, s in enumerate(steps) if _held(s) is not None), len(steps))
             before, after = pace.of(steps[:at]), pace.of(steps[at + 1:])
-            if not slowest or before + after > out + back:
-                slowest = node
+            if before + after > slowest_takes:
+                slowest, slowest_takes = node, before + after
             out, back = max(out, before), max(back, after)
     first = holds[0]
     return HeldEstimate(out=out, back=back, waves=len(plan.waves), slowest=slowest, source=pace.source,
@@ -283,10 +283,10 @@ def duration_notes(plan: Plan, facts: PlanFacts) -> tuple[PreflightNote, ...]:
     if holding is not None:
         code = ("held-until-done" if holding.until is None else "outgrows-window" if not holding.fits
                 else "starts-once-approved" if holding.start is None else "fits-window")
-        return (PreflightNote(check=_CHECK, code=code, severity="info" if holding.fits else "warning",
+        return (PreflightNote(check=DURATION_CHECK, code=code, severity="info" if holding.fits else "warning",
                               sentence=held_note(plan, holding)),)
     found = estimate(plan, facts.past, parallel=facts.parallel)
     code = ("no-window-end" if found.window_end is None else "starts-once-approved" if found.window is None
             else "fits-window" if found.fits else "outgrows-window")
-    return (PreflightNote(check=_CHECK, code=code, severity="info" if found.fits else "warning",
+    return (PreflightNote(check=DURATION_CHECK, code=code, severity="info" if found.fits else "warning",
                           sentence=duration_note(plan, found)),)
