@@ -105,17 +105,19 @@ class Runtime:
         # Drains read the pods and PDBs they would move straight from the API (the watch
         # cache keeps only operator and GPU pods; a preview names every pod it would evict).
         database = self.database.get()
+        # Quotas are listed when asked; nodes and GPU pods come from the cache. A MIG plan
+        # reads them too (its pre-flight names the quotas a change would no longer fit).
+        quotas = (QuotaService(reader=self.gateway, cluster=self.fleet, settings=self.config.inventory_settings())
+                  if self.gateway is not None and isinstance(self.fleet, FleetCache) else None)
+        readers = (self.gateway,) if self.gateway is not None else ()
         services = Services.on_database(config=self.config, fleet=self.fleet, database=database,
                                         roles=self.roles_in(self.config), on_approved=self.request_approved,
-                                        readers=(self.gateway,) if self.gateway is not None else (),
+                                        readers=(*readers, *((quotas,) if quotas is not None else ())),
                                         signals=self.signals)
         if self.gateway is not None:
             services.cordons = Cordons(database, self.gateway)
             services.node_reads = self.gateway
-            if isinstance(self.fleet, FleetCache):
-                # Quotas are listed when asked; nodes and GPU pods come from the cache.
-                services.quotas = QuotaService(reader=self.gateway, cluster=self.fleet,
-                                               settings=self.config.inventory_settings())
+            services.quotas = quotas
         if self.clusters is not None:
             services.cluster, services.clusters = self.clusters.home, self.clusters
         return services
@@ -145,13 +147,14 @@ class Runtime:
         config = self.clusters.config.for_cluster(name)
         gateway = source.gateway
         database = self.database.get()
+        quotas = (QuotaService(reader=gateway, cluster=source.cache, settings=config.inventory_settings())
+                  if source.cache is not None else None)
         services = Services.on_database(config=config, fleet=source, database=database,
                                         roles=self.roles_in(config), on_approved=self.request_approved,
-                                        readers=(gateway,))
+                                        readers=(gateway, *((quotas,) if quotas is not None else ())))
         services.cordons = Cordons(database, gateway)
         services.node_reads = gateway
-        if source.cache is not None:
-            services.quotas = QuotaService(reader=gateway, cluster=source.cache, settings=config.inventory_settings())
+        services.quotas = quotas
         services.cluster, services.clusters = name, self.clusters
         return services
 

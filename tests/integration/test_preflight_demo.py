@@ -1,8 +1,9 @@
 """Pre-flight on the demo fleet, read from a real control plane: every kind's dry run,
 planned in one go against the demo's special nodes, names the node that advertises 7 of
 its 8 GPUs and leaves it out unless included, names the budget that allows no disruption,
-keeps the node whose two driver sources a move to the operator clears, and a dry run has
-the hash of the request made from the same words."""
+keeps the node whose two driver sources a move to the operator clears, names a namespace's
+quota on the MIG slice a MIG change of the pool takes away, and a dry run has the hash of
+the request made from the same words."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from tests.integration.inventory_helpers import wait_fleet
 from commands.catalog import dispatch
 from workflows.config import GpuopsConfig
 from workflows.kube.gateway import KubeGateway
+from workflows.quotas.service import QuotaService
 
 pytestmark = pytest.mark.controlplane
 
@@ -42,8 +44,16 @@ def test_every_kind_plans_around_the_demo_fleets_special_nodes(demo_fleet, fleet
     wait_fleet(cache, lambda f: "serving-a-05" in f.nodes and f.nodes["serving-a-05"].advertised_gpus == 7
                and f.nodes["training-a-10"].driver.owner == "conflict", "the demo's special nodes")
     gateway = KubeGateway.connect(kubeconfig=demo_fleet.kubeconfig, context="admin")
+    # A namespace with no pods yet whose quota counts on the MIG pool's 1g.10gb slices.
+    installer = demo_fleet.installer()
+    planning = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "capacity-planning"}}
+    installer.create(planning, exist_ok=True)
+    installer.call("POST", "/api/v1/namespaces/capacity-planning/resourcequotas", body={
+        "apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "gpu", "namespace": "capacity-planning"},
+        "spec": {"hard": {"requests.nvidia.com/mig-1g.10gb": "8"}}})
+    quotas = QuotaService(reader=gateway, cluster=cache, settings=CONFIG.inventory_settings())
     db = open_database(tmp_path / "g.db")
-    services = Services.on_database(config=CONFIG, fleet=cache, database=db, readers=(gateway,))
+    services = Services.on_database(config=CONFIG, fleet=cache, database=db, readers=(gateway, quotas))
 
     def say(text: str):
         reply = dispatch(text, actor=CONFIG.actor("U0ALICE"), services=services, now=h.now(), channel="C0OPS")
@@ -77,6 +87,11 @@ def test_every_kind_plans_around_the_demo_fleets_special_nodes(demo_fleet, fleet
         # A MIG change of the MIG pool: no node with findings, nothing left out.
         mig = say("mig inference-mig all-2g.20gb --dry-run")
         assert not any("left out" in n for n in _preflight(mig)), _preflight(mig)
+        # The quota on 1g.10gb slices fits the pool today; after the change it advertises none.
+        # (With no pods yet, the namespace can land on every pool: the quota report's reach.)
+        assert any(n.startswith("Warning: namespace capacity-planning's quota of 8 nvidia.com/mig-1g.10gb no longer "
+                                "fits: inference-mig, serving-a and training-a advertise 0 after this change")
+                   for n in _preflight(mig)), _preflight(mig)
 
         # The request made from the dry run's words has the dry run's hash.
         dry_hash = (upgrade.summary or "").split("plan ")[1][:8]
@@ -85,3 +100,4 @@ def test_every_kind_plans_around_the_demo_fleets_special_nodes(demo_fleet, fleet
         assert dry_hash == view.short_hash, (upgrade.summary, asked.summary)
     finally:
         db.close()
+        installer.delete(planning, grace=0)

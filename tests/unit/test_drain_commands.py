@@ -124,6 +124,12 @@ def test_a_drain_request_shows_the_plan_first_and_is_stored_pending(make, tmp_pa
     assert section(reply, "To be evicted").table.rows == (
         ("gpu-a-01", "ml/trainer-0", "4", "Job", "-"), ("gpu-a-02", "serve/api-0", "8", "ReplicaSet", "serve/api-pdb"))
     assert any("may block" in b for b in section(reply, "PodDisruptionBudgets").bullets)
+    # The run's time, the hold included; the budget is named once, above, not again in the pre-flight.
+    assert section(reply, "Pre-flight").bullets == (
+        "A wave takes at most 30m to drain its nodes, and 10m after the hold to validate and uncordon them, at the "
+        "configured timeouts (1 wave, the slowest node gpu-a-01; no past run of train-a to learn its pace from); "
+        "its nodes are drained by 2026-12-05 02:30 UTC and held until the window ends (2026-12-05 04:00 UTC), then "
+        "validated and uncordoned",)
     # Alice may not approve her own request: her reply offers Cancel; bob's, Approve and Deny.
     assert [(i.action, i.value) for i in reply.intents] == [("cancel", request.id)]
     assert [i.action for i in run(services, "U0BOB", f"request {request.id}", now).intents] == [

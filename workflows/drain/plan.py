@@ -18,7 +18,10 @@ already cordoned or NotReady and overlapping approved requests). Then nodes are 
 waves, in order, each as large as the two capacity rules allow. A wave runs
 cordon -> wait-for-jobs (when the pool's `wait_for` selector matches pods there) ->
 evict -> hold (until the window ends or someone says `drain done`) -> validate ->
-uncordon, and the next wave starts when it is done.
+uncordon, and the next wave starts when it is done. Its pre-flight (`DRAIN_CHECKS`):
+nodes with open findings left out unless named, the run's time at the pool's pace with
+the hold against the window, and what else it touches; the budgets it meets are its own
+notes (every pod it moves, not only GPU pods).
 
 Nothing here reads the clock or the cluster: `now`, the fleet, the pods and the PDBs are
 arguments.
@@ -51,9 +54,11 @@ from workflows.pools.capacity import (
     pool_nodes,
 )
 from workflows.pools.config import PoolConfig
-from workflows.preflight.budgets import PdbImpact, budget_impacts
+from workflows.preflight.budgets import PdbImpact, budget_impacts, budget_notes
+from workflows.preflight.duration import DURATION_CHECK
+from workflows.preflight.facts import Pace, PastRuns
 from workflows.preflight.nodes import named_in_request, screen_nodes
-from workflows.preflight.report import PlanFacts, checked
+from workflows.preflight.report import PLAN_CHECKS, PlanFacts, checked
 from workflows.pools.windows import (
     END_OF_TIME,
     UTC,
@@ -67,6 +72,9 @@ FIT_SEARCH_HORIZON = dt.timedelta(days=28)
 FIT_SEARCH_LIMIT = 500
 
 StartFrom = Literal["now", "at", "next-window"]
+# The pre-flight checks of a drain's plan: every one but the budgets', which its own notes
+# name already (every pod a drain moves, not only GPU pods).
+DRAIN_CHECKS = tuple(check for check in PLAN_CHECKS if check is not budget_notes)
 # "May these nodes be out together from start to end?"
 _CapacityQuestion = Callable[[Sequence[NodeName], dt.datetime, dt.datetime | None], CapacityCheck]
 
@@ -372,6 +380,7 @@ def plan_drain(
     pdbs: Sequence[DisruptionBudget] = (),
     replacing: str | None = None,
     runs_ending: Mapping[str, dt.datetime | None] | None = None,
+    past_runs: PastRuns | None = None,
 ) -> DrainPlan:
     """Check `spec` against the pool's policy and plan it in waves. Raises
     `DrainRefused` naming the rule that fails and what would fit. `replacing` is the id
@@ -379,7 +388,8 @@ def plan_drain(
     the pool's running runs and when their windows end (None: not before `drain done`);
     a node one of them cordoned counts as back in service from its run's end on, so a
     drain asked for later is not refused for a cordon that will be gone by then (the
-    engine checks the pool again when the drain starts, and waits if it is not)."""
+    engine checks the pool again when the drain starts, and waits if it is not).
+    `past_runs` reads the pool's pace, which the pre-flight times the run at."""
     now = as_utc(now, asker="drains")
     windows = policy.window_set
     members = pool_nodes(fleet, spec.pool)
@@ -470,16 +480,21 @@ def plan_drain(
     )
     plan = planning.assemble("drain", pool=spec.pool, planned=plan_waves, summary=summary,
                              requested_by=requested_by)
-    # Its budgets the preview names (every pod moves, not only GPU pods): no budget check here.
-    plan = checked(plan, PlanFacts(fleet=fleet, policy=policy), before=screened.notes, checks=())
+    pace = past_runs(spec.pool) if past_runs is not None else Pace()
+    plan = checked(plan, PlanFacts(fleet=fleet, policy=policy, past=pace.steps, parallel=pace.parallel),
+                   before=screened.notes, checks=DRAIN_CHECKS)
     return DrainPlan(spec=spec, plan=plan, preview=preview)
 
 
 def extended_plan(plan: Plan, window_end: dt.datetime) -> Plan:
     """`plan` with a later window end for a running drain: the same waves and steps (the
     run's hold steps take the new end from their `extended_until` control), only the
-    summary's end changes, and with it the plan's hash that approvers approve."""
-    return dataclasses.replace(plan, summary=dataclasses.replace(plan.summary, window_end=window_end))
+    summary's end changes, and with it the plan's hash that approvers approve. The
+    pre-flight's timing of the run, which named the old end, is left out (the run is under
+    way: nothing reads its pace again)."""
+    preflight = tuple(n for n in plan.summary.preflight if n.check != DURATION_CHECK)
+    return dataclasses.replace(plan, summary=dataclasses.replace(plan.summary, window_end=window_end,
+                                                                 preflight=preflight))
 
 
 def _first_fit(spec: DrainRequestSpec, *, windows: WindowSet, concurrent: Sequence[ConcurrentWork],

@@ -155,7 +155,7 @@ class DrainService:
         return plan_drain(spec, fleet=fleet, pods_by_node=pods, policy=self._pools[spec.pool],
                           open_requests=self._requests.open_requests(spec.pool), now=now,
                           requested_by=requested_by, pdbs=pdbs, replacing=replacing,
-                          runs_ending=self._requests.runs_ending(spec.pool))
+                          runs_ending=self._requests.runs_ending(spec.pool), past_runs=self._requests.pool_pace)
 
     def _read_workloads(self, nodes: Sequence[NodeName]) -> tuple[dict[NodeName, list[PodObject]],
                                                                    list[DisruptionBudget]]:

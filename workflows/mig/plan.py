@@ -36,7 +36,7 @@ from workflows.pools.capacity import PodsMoved, RollingOrder, gpu_pods_moved, is
 from workflows.pools.config import PoolConfig
 from workflows.pools.selectors import LabelSelector
 from workflows.preflight.nodes import named_in_request, screen_nodes
-from workflows.preflight.facts import Pace, PastRuns
+from workflows.preflight.facts import Pace, PastRuns, QuotaReading
 from workflows.preflight.report import PlanFacts, checked
 
 DEFAULT_LAYOUT = "all-disabled"  # the MIG manager's layout for a node without the label
@@ -99,12 +99,13 @@ class MigPlan:
 def plan_mig(ask: MigAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolConfig], layouts: MigLayouts,
              strategy: str | None, now: dt.datetime, requested_by: str, gpu_pods: Sequence[PodObject] = (),
              rollback: MigRollbackOf | None = None, budgets: Sequence[DisruptionBudget] = (),
-             past_runs: PastRuns | None = None) -> MigPlan:
+             past_runs: PastRuns | None = None, quotas: QuotaReading = QuotaReading()) -> MigPlan:
     """Plan `ask` for `requested_by`, or raise MigRefused saying why not. `gpu_pods` are
     the cluster's pods that ask for GPU resources (to name what is evicted and what will
     not schedule afterwards), `budgets` the PodDisruptionBudgets of their namespaces;
     `strategy` the ClusterPolicy's `mig.strategy`. Nodes with open findings the change
-    does not fix are left out unless the ask names them (a rollback's are not)."""
+    does not fix are left out unless the ask names them (a rollback's are not). `quotas`:
+    the namespaces' GPU quotas, to name those the change would no longer fit."""
     targets = ask.targets if rollback is None else tuple(n for n, _ in rollback.layouts)
     pool, nodes = planning.targets_in_one_pool(targets, fleet, what="MIG change", refused=MigRefused)
     policy = planning.require_policy(pool, policy_of.get(pool), refused=MigRefused, rule=say.ONLY_CONFIGURED)
@@ -183,7 +184,8 @@ def plan_mig(ask: MigAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolConfig], 
     plan = planning.assemble("mig", pool=pool, planned=waves, summary=summary, requested_by=requested_by)
     pace = past_runs(pool) if past_runs is not None else Pace()
     plan = checked(plan, PlanFacts(fleet=fleet, policy=policy, gpu_pods=gpu_pods, budgets=budgets,
-                                   past=pace.steps, parallel=pace.parallel),
+                                   past=pace.steps, parallel=pace.parallel, quotas=quotas.limits,
+                                   quotas_unread=quotas.unread),
                    before=screened.notes if screened is not None else ())
     return MigPlan(pool=pool, changes=tuple(changes), pool_before=pool_before, pool_after=pool_after,
                    vanishing=vanishing, stranded=stranded, moved=moved, order=order, plan=plan,

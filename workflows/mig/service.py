@@ -25,6 +25,7 @@ from workflows.mig.plan import DEFAULT_LAYOUT, MigAsk, MigPlan, MigRollbackOf, p
 from workflows.pools import messages as pool_say
 from workflows.pools.config import PoolConfig
 from workflows.preflight.budgets import BudgetReader, budgets_of
+from workflows.preflight.facts import QuotaLimits, quotas_of
 from workflows.requests.service import RequestService
 from workflows.requests.views import RequestView
 
@@ -54,17 +55,20 @@ class MigService:
     kind = "mig"  # its entry in workflows/kinds.py
 
     def __init__(self, requests: RequestService, *, pools: Mapping[str, PoolConfig],
-                 reader: MigReader | None = None, budgets: BudgetReader | None = None) -> None:
+                 reader: MigReader | None = None, budgets: BudgetReader | None = None,
+                 quotas: QuotaLimits | None = None) -> None:
         self._requests = requests
         self._budgets = budgets
+        self._quotas = quotas
         self._pools = pools
         self._reader = reader
 
     @classmethod
     def built(cls, inputs: ServiceInputs) -> MigService:
-        """For an entry point (its registry line): the MIG reads from its readers."""
+        """For an entry point (its registry line): the MIG reads from its readers (the
+        quotas a change would no longer fit too, where the entry point reads them)."""
         return cls(inputs.requests, pools=inputs.config.pools, reader=inputs.reader(MigReader),
-                   budgets=inputs.reader(BudgetReader))
+                   budgets=inputs.reader(BudgetReader), quotas=inputs.reader(QuotaLimits))
 
     def preview(self, actor: Actor, ask: MigAsk, *, fleet: Fleet, now: dt.datetime,
                 rollback: MigRollbackOf | None = None) -> MigPlan:
@@ -72,7 +76,8 @@ class MigService:
         layouts, strategy, pods = self._read(fleet, ask)
         planned = plan_mig(ask, fleet=fleet, policy_of=self._pools, layouts=layouts, strategy=strategy, now=now,
                            requested_by=actor.user_id, gpu_pods=pods, rollback=rollback,
-                           budgets=budgets_of(self._budgets, pods), past_runs=self._requests.pool_pace)
+                           budgets=budgets_of(self._budgets, pods), past_runs=self._requests.pool_pace,
+                           quotas=quotas_of(self._quotas, now))
         require(actor, Role.OPERATOR, action="Planning a MIG change", pool=planned.pool)
         return planned
 

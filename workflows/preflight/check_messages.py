@@ -98,8 +98,57 @@ def quota_no_longer_fits(namespace: str, resource: str, *, hard: int, before: in
             f"{after} after this change ({before} now)")
 
 
+def quotas_unread(why: str) -> str:
+    return (f"GPU quotas could not be read, so this plan names none that would no longer fit after the change: "
+            f"{why}")
+
+
 def workloads_lose_resource(pool: str, resource: str, pods: Sequence[str], *, elsewhere: Sequence[str]) -> str:
     where = (f"only {names(elsewhere)} still advertise it" if elsewhere
              else "no GPU node of the cluster advertises it afterwards: they will not schedule")
     return (f"{plural(len(pods), 'pod')} ask for {resource}, which {pool} will no longer advertise: "
             f"{names(pods)}; {where}")
+
+
+# ------------------------------------------------------------------ a run that holds its nodes (a drain)
+
+
+def held_run_takes(pool: str, *, out: dt.timedelta, back: dt.timedelta, waves: int, slowest: str, source: str,
+                   unseen: Sequence[str]) -> str:
+    shape = f"{plural(waves, 'wave')}, the slowest node {slowest}"
+    if source == "timeouts":
+        return (f"A wave takes at most {duration_text(out)} to drain its nodes, and {duration_text(back)} after the "
+                f"hold to validate and uncordon them, at the configured timeouts ({shape}; no past run of {pool} to "
+                "learn its pace from)")
+    learned = f"at the pace of {pool}'s last runs"
+    if source == "mixed":
+        learned += f" ({names(unseen)} at their configured timeouts: none finished in those runs)"
+    return (f"A wave takes about {duration_text(out)} to drain its nodes, and {duration_text(back)} after the hold "
+            f"to validate and uncordon them, {learned} ({shape})")
+
+
+def held_until_done(*, at_most: dt.timedelta | None, waves: int) -> str:
+    limit = f", or for at most {duration_text(at_most)} (the pool's open_drain_max)" if at_most is not None else ""
+    each = "each wave's nodes stay" if waves > 1 else "its nodes stay"
+    return f"{each} drained until someone says `/gpu drain done`{limit}: the run ends only then"
+
+
+def held_fits(*, until: dt.datetime, drained_by: dt.datetime) -> str:
+    return (f"its nodes are drained by {when(drained_by)} and held until the window ends ({when(until)}), then "
+            "validated and uncordoned")
+
+
+def held_starts_once_approved(*, until: dt.datetime, latest: dt.datetime) -> str:
+    return (f"it starts once approved, and its nodes are drained before its window ends ({when(until)}) if it "
+            f"starts by {when(latest)}")
+
+
+def held_outgrows_drain(*, until: dt.datetime, drained_by: dt.datetime) -> str:
+    return (f"draining its nodes may take until {when(drained_by)}, after its window ends ({when(until)}): they "
+            "are held for no time at all (ask for a longer drain)")
+
+
+def held_waves_past_window(*, until: dt.datetime, waves: int) -> str:
+    return (f"the first wave's nodes are held until the window ends ({when(until)}), so unless someone says "
+            f"`/gpu drain done` before then, only 1 wave of {waves} starts inside it and the run halts before wave 2 "
+            "(ask for one drain per wave, one after another, or a larger max_unavailable so they fit in one wave)")

@@ -9,6 +9,12 @@ A node's time is the sum of its steps' expected times:
 - a step kind the pool's last runs finished (`past_steps`, the last `LAST_RUNS` requests of
   the pool that ran): the median of that node's own times, else of the pool's;
 - a `hold` (the canary's soak): the seconds the plan holds for;
+- a `hold` until a time or until released (a drain's, `held_estimate`): not timed as a step;
+  a wave takes its steps before it to go out and those after it to come back, and the hold
+  lasts until its end (the drain's window, every wave to the same end) or until someone says
+  `drain done` (for at most the pool's `open_drain_max`). So a drain fits when its one wave
+  is out before the end: a second wave would start after the window ended, unless someone
+  says `drain done` first;
 - anything else: the step's own timeout from the plan (the pool's `drain_timeout`,
   `validate_timeout`, `mig_timeout`, the check pod's timeout, ...), an upper bound;
 - a step with neither (cordon, uncordon, a label written): no time.
@@ -29,6 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from storage import codec
 from storage import requests as stored_requests
 from storage import runs as stored_runs
 from storage import steps as stored_steps
@@ -37,7 +44,7 @@ from workflows.plans import NodeStep, Plan, PreflightNote
 from workflows.preflight import check_messages as say
 from workflows.preflight.facts import PastStep, PlanFacts
 
-_CHECK = "duration"
+DURATION_CHECK = "duration"
 
 # How many of the pool's last requests that ran set its pace.
 LAST_RUNS = 5
@@ -107,42 +114,55 @@ def _median(times: Sequence[dt.timedelta]) -> dt.timedelta:
     return dt.timedelta(seconds=statistics.median(t.total_seconds() for t in times))
 
 
-def estimate(plan: Plan, past: Sequence[PastStep], *, parallel: int | None = None) -> RunEstimate:
-    """The time `plan`'s run takes at the pace of `past` (see the module docstring), with
-    at most `parallel` nodes of a wave under way at once (None: all of them)."""
-    by_node: dict[tuple[str, str], list[dt.timedelta]] = {}
-    by_kind: dict[str, list[dt.timedelta]] = {}
-    for seen in past:
-        by_node.setdefault((seen.node, seen.kind), []).append(seen.took)
-        by_kind.setdefault(seen.kind, []).append(seen.took)
-    learned: set[str] = set()
-    unseen: set[str] = set()
+class _Pace:
+    """What each step is expected to take at the pace of `past` (see the module docstring),
+    noting which step kinds it learned from past runs and which it timed by their timeouts."""
 
-    def expected(step: NodeStep) -> dt.timedelta:
+    def __init__(self, past: Sequence[PastStep]) -> None:
+        self.by_node: dict[tuple[str, str], list[dt.timedelta]] = {}
+        self.by_kind: dict[str, list[dt.timedelta]] = {}
+        for seen in past:
+            self.by_node.setdefault((seen.node, seen.kind), []).append(seen.took)
+            self.by_kind.setdefault(seen.kind, []).append(seen.took)
+        self.learned: set[str] = set()
+        self.unseen: set[str] = set()
+
+    def expected(self, step: NodeStep) -> dt.timedelta:
         if step.kind == _HOLD:
             return _timeout(step) or dt.timedelta(0)
-        times = by_node.get((step.node, step.kind)) or by_kind.get(step.kind)
+        times = self.by_node.get((step.node, step.kind)) or self.by_kind.get(step.kind)
         if times:
-            learned.add(step.kind)
+            self.learned.add(step.kind)
             return _median(times)
         bound = _timeout(step)
         if bound is None:
             return dt.timedelta(0)
-        unseen.add(step.kind)
+        self.unseen.add(step.kind)
         return bound
 
+    def of(self, steps: Sequence[NodeStep]) -> dt.timedelta:
+        """The steps' expected time, those that run only when their wave fails left out."""
+        return sum((self.expected(s) for s in steps if s.params.get("on_failure") is not True), dt.timedelta(0))
+
+    @property
+    def source(self) -> PaceSource:
+        return "timeouts" if not self.learned else "mixed" if self.unseen else "runs"
+
+
+def estimate(plan: Plan, past: Sequence[PastStep], *, parallel: int | None = None) -> RunEstimate:
+    """The time `plan`'s run takes at the pace of `past` (see the module docstring), with
+    at most `parallel` nodes of a wave under way at once (None: all of them)."""
+    pace = _Pace(past)
     waves: list[dt.timedelta] = []
     slowest, slowest_takes = "", dt.timedelta(-1)
     for wave in plan.waves:
         nodes: dict[str, dt.timedelta] = {}
         for node in wave.nodes:
-            nodes[node] = sum((expected(s) for s in wave.steps_for(node) if s.params.get("on_failure") is not True),
-                              dt.timedelta(0))
+            nodes[node] = pace.of(wave.steps_for(node))
             if nodes[node] > slowest_takes:
                 slowest, slowest_takes = node, nodes[node]
         rounds = math.ceil(len(wave.nodes) / parallel) if parallel and wave.nodes else 1
         waves.append(max(nodes.values(), default=dt.timedelta(0)) * rounds)
-    source: PaceSource = "timeouts" if not learned else "mixed" if unseen else "runs"
     window = (plan.summary.window_end - plan.summary.window_start
               if plan.summary.window_start is not None and plan.summary.window_end is not None else None)
     started, offset = 0, dt.timedelta(0)
@@ -152,8 +172,93 @@ def estimate(plan: Plan, past: Sequence[PastStep], *, parallel: int | None = Non
         started += 1
         offset += took
     return RunEstimate(total=sum(waves, dt.timedelta(0)), waves=tuple(waves), slowest=slowest,
-                       slowest_takes=max(slowest_takes, dt.timedelta(0)), source=source, unseen=tuple(sorted(unseen)),
+                       slowest_takes=max(slowest_takes, dt.timedelta(0)), source=pace.source,
+                       unseen=tuple(sorted(pace.unseen)),
                        window=window, waves_started=started, window_end=plan.summary.window_end)
+
+
+@dataclass(frozen=True, slots=True)
+class HeldEstimate:
+    """A run whose waves hold their nodes until a time or until someone releases them (a
+    drain): how long the slowest node of a wave takes to go out (its steps before the hold)
+    and to come back (after it), and how long the hold lasts."""
+
+    out: dt.timedelta
+    back: dt.timedelta
+    waves: int
+    slowest: str
+    source: PaceSource
+    unseen: tuple[str, ...]
+    # When the hold ends (None: when someone says `drain done`), and at most how long an
+    # open-ended hold lasts (the pool's open_drain_max).
+    until: dt.datetime | None
+    at_most: dt.timedelta | None
+    # When the run starts (None: as soon as it is approved).
+    start: dt.datetime | None
+
+    @property
+    def drained_by(self) -> dt.datetime | None:
+        return None if self.start is None else self.start + self.out
+
+    @property
+    def fits(self) -> bool:
+        """Every wave runs inside the window and its nodes are out before the hold ends."""
+        if self.until is None:
+            return True
+        return self.waves == 1 and (self.drained_by is None or self.drained_by <= self.until)
+
+
+@dataclass(frozen=True, slots=True)
+class _Held:
+    until: dt.datetime | None
+    at_most: dt.timedelta | None
+
+
+def _held(step: NodeStep) -> _Held | None:
+    """When a hold ends that holds until a time (None: until released), not for seconds."""
+    if step.kind != _HOLD or "until" not in step.params:
+        return None
+    until, at_most = step.params.get("until"), step.params.get("at_most_s")
+    return _Held(until=codec.time_from_text(until) if isinstance(until, str) and until else None,
+                 at_most=dt.timedelta(seconds=at_most) if isinstance(at_most, (int, float)) and at_most else None)
+
+
+def held_estimate(plan: Plan, past: Sequence[PastStep]) -> HeldEstimate | None:
+    """The time around the hold of a plan whose waves hold their nodes until a time or until
+    released (a drain), at the pace of `past`; None for a plan with no such hold."""
+    holds = [held for wave in plan.waves for step in wave.steps if (held := _held(step)) is not None]
+    if not holds:
+        return None
+    pace = _Pace(past)
+    out, back, slowest, slowest_takes = dt.timedelta(0), dt.timedelta(0), "", dt.timedelta(-1)
+    for wave in plan.waves:
+        for node in wave.nodes:
+            steps = list(wave.steps_for(node))
+            at = next((i for i, s in enumerate(steps) if _held(s) is not None), len(steps))
+            before, after = pace.of(steps[:at]), pace.of(steps[at + 1:])
+            if before + after > slowest_takes:
+                slowest, slowest_takes = node, before + after
+            out, back = max(out, before), max(back, after)
+    first = holds[0]
+    return HeldEstimate(out=out, back=back, waves=len(plan.waves), slowest=slowest, source=pace.source,
+                        unseen=tuple(sorted(pace.unseen)), until=first.until, at_most=first.at_most,
+                        start=plan.summary.window_start)
+
+
+def held_note(plan: Plan, found: HeldEstimate) -> str:
+    """One sentence: how long a held run takes to take its nodes out and bring them back,
+    how long it holds them, and whether its waves fit the window."""
+    takes = say.held_run_takes(plan.pool, out=found.out, back=found.back, waves=found.waves, slowest=found.slowest,
+                               source=found.source, unseen=found.unseen)
+    if found.until is None:
+        return f"{takes}; {say.held_until_done(at_most=found.at_most, waves=found.waves)}"
+    if found.waves > 1:
+        return f"{takes}; {say.held_waves_past_window(until=found.until, waves=found.waves)}"
+    if found.drained_by is None:
+        return f"{takes}; {say.held_starts_once_approved(until=found.until, latest=found.until - found.out)}"
+    if found.drained_by > found.until:
+        return f"{takes}; {say.held_outgrows_drain(until=found.until, drained_by=found.drained_by)}"
+    return f"{takes}; {say.held_fits(until=found.until, drained_by=found.drained_by)}"
 
 
 def duration_note(plan: Plan, found: RunEstimate) -> str:
@@ -174,8 +279,14 @@ def duration_notes(plan: Plan, facts: PlanFacts) -> tuple[PreflightNote, ...]:
     its last runs) against its window; a warning when it does not fit."""
     if not plan.waves:
         return ()
+    holding = held_estimate(plan, facts.past)
+    if holding is not None:
+        code = ("held-until-done" if holding.until is None else "outgrows-window" if not holding.fits
+                else "starts-once-approved" if holding.start is None else "fits-window")
+        return (PreflightNote(check=DURATION_CHECK, code=code, severity="info" if holding.fits else "warning",
+                              sentence=held_note(plan, holding)),)
     found = estimate(plan, facts.past, parallel=facts.parallel)
     code = ("no-window-end" if found.window_end is None else "starts-once-approved" if found.window is None
             else "fits-window" if found.fits else "outgrows-window")
-    return (PreflightNote(check=_CHECK, code=code, severity="info" if found.fits else "warning",
+    return (PreflightNote(check=DURATION_CHECK, code=code, severity="info" if found.fits else "warning",
                           sentence=duration_note(plan, found)),)

@@ -1,12 +1,14 @@
 """What every pre-flight check of a planned plan reads besides the plan (`PlanFacts`), and
 the values it holds of the pool's past runs (`PastStep`) and its namespaces' quotas
-(`QuotaLimit`)."""
+(`QuotaLimit`, read through a `QuotaLimits`: the kinds cannot import workflows/quotas, a
+sibling, so the entry point hands one in among its readers)."""
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from workflows.fleet.summary import Fleet
 from workflows.kube.objects import DisruptionBudget, PodObject
@@ -46,6 +48,28 @@ class QuotaLimit:
     pools: tuple[str, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class QuotaReading:
+    """The namespaces' enforced GPU quotas as read for a plan; `unread` says why none could
+    be read (the plan then says it names none), None when they were."""
+
+    limits: tuple[QuotaLimit, ...] = ()
+    unread: str | None = None
+
+
+@runtime_checkable
+class QuotaLimits(Protocol):
+    """Where a plan reads the namespaces' enforced GPU quotas and the pools each can land on
+    (`workflows.quotas.service.QuotaService`, among an entry point's readers)."""
+
+    def quota_limits(self, now: dt.datetime) -> QuotaReading: ...
+
+
+def quotas_of(reader: QuotaLimits | None, now: dt.datetime) -> QuotaReading:
+    """The quotas `reader` reads now; none without a reader (no cluster: nothing to say)."""
+    return reader.quota_limits(now) if reader is not None else QuotaReading()
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PlanFacts:
     """What the checks of one plan read besides the plan: the fleet as the watch cache has
@@ -63,3 +87,5 @@ class PlanFacts:
     parallel: int | None = None
     # Namespaces' GPU quotas and the pools they land on.
     quotas: Sequence[QuotaLimit] = ()
+    # Why the quotas could not be read (None: they were, or there is no cluster to read).
+    quotas_unread: str | None = None

@@ -9,7 +9,8 @@
   here; the note says which pools still advertise it, or that none does.
 - **Quotas that will no longer fit.** A namespace's GPU quota that the pools it can land
   on advertise enough for today but not after the change (`QuotaLimit`s, the quota
-  report's values, `facts.QuotaLimit`).
+  report's values, `facts.QuotaLimit`, read through `facts.QuotaLimits`); quotas that
+  could not be read are said to be so, not taken for none.
 - **The pool's own canary.** A pool whose `gpu_check` asks for a resource the change takes
   away: its next upgrade is refused until the configuration names another.
 
@@ -99,8 +100,17 @@ def workloads_left_without(plan: Plan, facts: PlanFacts) -> tuple[PreflightNote,
     return tuple(notes)
 
 
+def _changes_resources(plan: Plan) -> bool:
+    """The plan makes nodes advertise other resources (a `mig` step with what it expects)."""
+    return any(s.kind == "mig" and isinstance(s.params.get("expect"), Mapping) for w in plan.waves for s in w.steps)
+
+
 def quotas_no_longer_fit(plan: Plan, facts: PlanFacts) -> tuple[PreflightNote, ...]:
-    """Quotas the pools they land on advertise enough for now, but not after the change."""
+    """Quotas the pools they land on advertise enough for now, but not after the change;
+    when the quotas could not be read, a change of what nodes advertise says so."""
+    if facts.quotas_unread is not None and _changes_resources(plan):
+        return (PreflightNote(check=_CHECK, code="quotas-unread", severity="info",
+                              sentence=say.quotas_unread(facts.quotas_unread)),)
     notes = []
     for limit in sorted(facts.quotas, key=lambda q: (q.namespace, q.resource)):
         if plan.pool not in limit.pools:

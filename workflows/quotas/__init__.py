@@ -6,5 +6,6 @@ that exceed what the pools advertise, pools whose namespaces' quotas add to more
 they have, namespaces with no quota that can take a serving pool's last GPUs, quota
 entries Kubernetes does not enforce. Pure evaluation over plain views (`reach`,
 `report`), the sentences (`messages`) and the service that reads quotas through the
-gateway and nodes and pods from the watch cache (`service`). Imports `fleet`, `kube`
-and the bottom modules."""
+gateway and nodes and pods from the watch cache (`service`), which also answers a plan's
+pre-flight with the quotas a change would no longer fit (`preflight.facts.QuotaLimits`).
+Imports `preflight.facts`, `fleet`, `kube` and the bottom modules."""
