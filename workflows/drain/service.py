@@ -28,6 +28,7 @@ from workflows.requests.policy import RefusalCode
 from workflows.requests.errors import RequestAccessDenied
 from workflows.requests.service import RequestService
 from workflows.requests.views import RequestView
+from workflows.preflight.budgets import budgets_of
 
 
 @runtime_checkable
@@ -162,5 +163,4 @@ class DrainService:
         if self._workloads is None:
             return {}, []
         pods = {node: list(self._workloads.list_pods_bound_to(node)) for node in nodes}
-        namespaces = sorted({pod.namespace for node_pods in pods.values() for pod in node_pods})
-        return pods, [pdb for namespace in namespaces for pdb in self._workloads.list_disruption_budgets(namespace)]
+        return pods, budgets_of(self._workloads, [pod for node_pods in pods.values() for pod in node_pods])
