@@ -183,7 +183,8 @@ def fleet_status(call: Call, pool_name: str | None = None) -> Reply:
         if clusters is None:
             raise
         # Every other cluster's line still answers; this one has nothing to show yet.
-        return Reply(title=msg.status_title(), summary=str(err), sections=(clusters,))
+        return Reply(title=msg.status_title(), summary=err.text(call.services.config.display_zone),
+                     sections=(clusters,))
     if pool_name is not None:
         pool = _find_pool(fleet, pool_name)
         runs = tuple(call.services.runs.unfinished()) if call.services.runs is not None else ()

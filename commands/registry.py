@@ -265,7 +265,7 @@ def invoke(spec: CommandSpec, run: Callable[[Call], Reply], *, actor: Actor, ser
     except AccessDenied as err:
         return error_reply(msg.not_allowed_title(), access_refusal(err, services))
     except ClusterUnreachable as err:
-        return error_reply(cluster_msg.cluster_unreachable_title(), str(err))
+        return error_reply(cluster_msg.cluster_unreachable_title(), err.text(services.config.display_zone))
 
 
 def access_refusal(err: AccessDenied, services: Services) -> str:

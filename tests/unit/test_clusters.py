@@ -53,7 +53,8 @@ class Source:
 
     def fleet(self, now: dt.datetime) -> Fleet:
         if self.value is None:
-            raise ClusterUnreachable(f"cluster {self.name} has not answered: {self.reason}")
+            raise ClusterUnreachable(self.name, since=self.since if self.state == "connecting" else None,
+                                     reason=self.reason)
         return self.value
 
 
@@ -214,10 +215,24 @@ def test_a_cluster_never_reached_is_said_so_and_the_others_answer(world):
         "not reached yet for 5m (connection refused)", "-", "-", "-")
     assert "train-e" in render_text(status)
     # Asked for that cluster: the clusters' lines, and why there is nothing more.
-    assert direct.summary == "cluster west has not answered: connection refused"
+    assert direct.summary == "cluster west has not answered since 2026-12-02 09:55 UTC: connection refused"
     assert [row[0] for row in table_of(direct, "Clusters")] == ["east (home)", "west"]
     assert not node.ok and node.title == "Cluster not reached · west"
     assert "connection refused" in render_text(node)
+
+
+def test_since_when_a_cluster_never_reached_was_tried_is_said_in_the_display_zone(fleets, tmp_path: Path):
+    east, west = fleets
+    config = GpuopsConfig.model_validate({**WHOLE, "display": {"timezone": "Europe/Berlin"}})
+    west_source = Source("west", None, state="connecting", since=NOW - dt.timedelta(minutes=5),
+                         reason="connection refused")
+    with open_database(tmp_path / "gpuops.db") as db:
+        services = home_services(config, {"east": Source("east", east), "west": west_source}, db)
+        direct = dispatch("/gpu status --cluster west", actor=config.actor("U0ALICE"), services=services, now=NOW)
+        node = dispatch("/gpu node west/gpu-w-01", actor=config.actor("U0ALICE"), services=services, now=NOW)
+
+    assert direct.summary == "cluster west has not answered since 2026-12-02 10:55 CET: connection refused"
+    assert "since 2026-12-02 10:55 CET" in render_text(node) and "UTC" not in render_text(node)
 
 
 def test_a_cluster_that_went_down_shows_its_last_seen_fleet_marked_as_such(world):

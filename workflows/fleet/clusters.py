@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Literal, Protocol
 
 from workflows.durations import utc_now
+from workflows.fleet import messages as fleet_msg
 from workflows.fleet.summary import Fleet, FleetSource
 from workflows.fleet.watchcache import FleetCache
 from workflows.kube.errors import KubeError
@@ -33,7 +34,16 @@ _CONNECT_BACKOFF = (1.0, 2.0, 5.0, 10.0, 30.0)
 
 
 class ClusterUnreachable(Exception):
-    """A cluster gpuops has not been able to list yet; the message says since when and why."""
+    """A cluster gpuops has not been able to list yet: which, since when it has been
+    trying and the API's or the network's last word. `text` words it in the zone its
+    reader reads times in (str() in UTC, for logs)."""
+
+    def __init__(self, cluster: str, *, since: dt.datetime | None = None, reason: str | None = None) -> None:
+        self.cluster, self.since, self.reason = cluster, since, reason
+        super().__init__(self.text())
+
+    def text(self, zone: dt.tzinfo = dt.timezone.utc) -> str:
+        return fleet_msg.cluster_not_answered(self.cluster, since=self.since, reason=self.reason, zone=zone)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,9 +139,7 @@ class ClusterFleet:
         """What is known of the cluster's fleet (the last seen while it is down); raises
         ClusterUnreachable before it was ever listed."""
         if self._cache is None:
-            since = f" since {self._trying_since:%Y-%m-%d %H:%M} UTC" if self._trying_since else ""
-            why = f": {self._error}" if self._error else ""
-            raise ClusterUnreachable(f"cluster {self.name} has not answered{since}{why}")
+            raise ClusterUnreachable(self.name, since=self._trying_since, reason=self._error)
         return self._cache.fleet(now)
 
     def node(self, name: str) -> NodeObject | None:

@@ -3,7 +3,10 @@ of `/gpu node` is unknown, and how a taint or a budget is written."""
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
+
+from workflows.wording import when
 
 
 def managed_fields_shape(where: str) -> str:
@@ -34,3 +37,11 @@ def spec_taint_text(key: str, *, value: Any, effect: str) -> str:
 def budget_text(name: str, *, expressions: bool, allowed: int) -> str:
     note = ", by its matchLabels; its matchExpressions not read" if expressions else ""
     return f"{name} ({allowed} disruption{'' if allowed == 1 else 's'} allowed{note})"
+
+
+def cluster_not_answered(cluster: str, *, since: dt.datetime | None, reason: str | None, zone: dt.tzinfo) -> str:
+    """Why a cluster never listed has nothing to show: since when gpuops has tried, in
+    the reader's zone, and the last word it had."""
+    since_text = f" since {when(since, zone)}" if since is not None else ""
+    why = f": {reason}" if reason else ""
+    return f"cluster {cluster} has not answered{since_text}{why}"
