@@ -11,8 +11,10 @@ from commands import messages as msg
 from commands.clusters import clusters_section
 from commands.drift import drift_findings, findings_on_node, notes_section, pool_sections
 from commands.kinds import buttons_in_force
+from commands.pictures import CHART_SPAN, CapacityChart, capacity_chart
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
 from commands.reply import Fact, Intent, Notice, Reply, Section, Table, error_reply
+from storage import capacity
 from workflows.access import Role
 from workflows.drain.history import drain_history, last_drains
 from workflows.drain.messages import drained_by
@@ -32,6 +34,7 @@ from workflows.signals.service import Reading
 from workflows.wording import plural, when
 
 FINDINGS_IN_STATUS = 8
+CHART_FLAG = "--chart"  # `status <pool> --chart`: the pool's capacity over the last day, as a picture
 
 
 def _notice(finding: Finding, *, runbook: str | None) -> Notice:
@@ -165,13 +168,31 @@ def _find_pool(fleet: Fleet, name: str) -> PoolInventory:
     return pool
 
 
-@REGISTRY.command("status", usage="status [pool]", role=Role.VIEWER, changes=False,
+@REGISTRY.command("status", usage="status [pool] [--chart]", role=Role.VIEWER, changes=False,
                   summary="Every pool at a glance, findings first; or one pool's nodes",
-                  examples=("/gpu status", "/gpu status serving-a"))
+                  examples=("/gpu status", "/gpu status serving-a", "/gpu status serving-a --chart"))
 def status(call: Call, args: list[str]) -> Reply:
-    if len(args) > 1:
-        raise UsageError(f"status takes at most one pool name, got {len(args)} words")
-    return fleet_status(call, args[0] if args else None)
+    chart = CHART_FLAG in args
+    words = [a for a in args if a != CHART_FLAG]
+    if len(words) > 1:
+        raise UsageError(f"status takes at most one pool name, got {len(words)} words")
+    if chart and not words:
+        raise UsageError(msg.chart_needs_pool())
+    reply = fleet_status(call, words[0] if words else None)
+    if chart and reply.ok:
+        return dataclasses.replace(reply, picture=pool_capacity_chart(call, words[0]))
+    return reply
+
+
+def pool_capacity_chart(call: Call, pool: str) -> CapacityChart:
+    """The pool's GPUs advertised and out over the last day, from the samples the leader
+    keeps (none without a database: an empty chart), with its floor (min_ready_gpus)."""
+    policy = call.services.config.pools.get(pool)
+    floor = policy.min_ready_gpus if policy is not None and policy.min_ready_gpus else None
+    db = call.services.database
+    samples = [] if db is None else capacity.of_pool(db, cluster=call.services.config.cluster_name or "", pool=pool,
+                                                      since=call.now - CHART_SPAN)
+    return capacity_chart(samples, pool=pool, until=call.now, floor=floor, source="samples")
 
 
 def fleet_status(call: Call, pool_name: str | None = None) -> Reply:

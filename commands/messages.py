@@ -95,6 +95,10 @@ def help_summary() -> str:
 
 # --- fleet -----------------------------------------------------------------------------
 
+def chart_needs_pool() -> str:
+    return "--chart draws one pool's capacity: name the pool, e.g. status serving-a --chart"
+
+
 def unknown_name(kind: str, name: str, closest: list[str], known: int) -> str:
     if closest:
         return f"No {kind} named `{name}`. Closest: " + ", ".join(f"`{c}`" for c in closest) + "."

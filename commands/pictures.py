@@ -14,9 +14,13 @@ import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from storage.capacity import CapacitySample
 from storage.requests import Request
 from storage.runs import Run
 from storage.steps import Step
+from workflows.fleet.summary import Fleet
+
+CHART_SPAN = dt.timedelta(days=1)  # how far back `/gpu status <pool> --chart` looks
 
 
 @dataclass(frozen=True)
@@ -127,3 +131,22 @@ class CapacityChart:
 
 
 Picture = RunTimeline | CapacityChart
+
+
+def capacity_now(fleet: Fleet, *, at: dt.datetime) -> list[CapacitySample]:
+    """Each pool's GPUs advertised and out (physical GPUs on its cordoned nodes, whoever
+    cordoned them) in `fleet` as seen at `at`: what the leader samples."""
+    samples = []
+    for pool in fleet.pools:
+        out = sum(fleet.nodes[n].physical_gpus or 0 for n in pool.cordoned if n in fleet.nodes)
+        samples.append(CapacitySample(pool=pool.name, at=at, advertised=pool.gpus_advertised, out=out))
+    return samples
+
+
+def capacity_chart(samples: Sequence[CapacitySample], *, pool: str, until: dt.datetime, floor: int | None,
+                   source: str, span: dt.timedelta = CHART_SPAN) -> CapacityChart:
+    """The pool's capacity over the `span` before `until` from its samples, oldest first."""
+    since = until - span
+    points = tuple(CapacityPoint(at=s.at, advertised=s.advertised, out=s.out)
+                   for s in sorted(samples, key=lambda s: s.at) if s.pool == pool and since <= s.at <= until)
+    return CapacityChart(pool=pool, since=since, until=until, points=points, floor=floor, source=source)

@@ -7,8 +7,12 @@ from __future__ import annotations
 import datetime as dt
 import struct
 
+from freezegun import freeze_time
+
 from bot.pictures import render_png
-from commands.pictures import CapacityChart, CapacityPoint, run_timeline
+from commands.pictures import CapacityChart, CapacityPoint, capacity_chart, run_timeline
+from storage.capacity import KEEP, CapacitySample, of_pool, record_samples
+from storage.database import open_database
 from storage.ids import RequestId, RunId, StepId
 from storage.requests import Request
 from storage.runs import Run
@@ -133,3 +137,30 @@ def test_a_capacity_chart_renders_as_a_png_of_sane_size() -> None:
     width, height = png_size(render_png(chart))
 
     assert 600 <= width <= 2000 and 200 <= height <= 800
+
+
+# ------------------------------------------------------------------ a pool's capacity
+
+
+def test_a_capacity_chart_keeps_the_last_day_of_its_pools_samples_oldest_first() -> None:
+    samples = [CapacitySample(pool="training-a", at=at(-10), advertised=56, out=8),
+               CapacitySample(pool="training-a", at=at(-1500), advertised=64, out=0),  # over a day ago
+               CapacitySample(pool="serving-a", at=at(-20), advertised=16, out=0),
+               CapacitySample(pool="training-a", at=at(-30), advertised=64, out=0)]
+
+    chart = capacity_chart(samples, pool="training-a", until=at(0), floor=48, source="samples")
+
+    assert [(p.at, p.advertised, p.out) for p in chart.points] == [(at(-30), 64, 0), (at(-10), 56, 8)]
+    assert (chart.since, chart.until, chart.floor) == (at(-1440), at(0), 48)
+
+
+def test_the_samples_table_forgets_what_is_older_than_it_keeps(tmp_path) -> None:
+    with open_database(tmp_path / "gpuops.db") as db, freeze_time(at(0)) as frozen:
+        for _ in range(12 * 30):  # thirty hours of samples every five minutes
+            now = dt.datetime.now(UTC)
+            record_samples(db, [CapacitySample(pool="training-a", at=now, advertised=64, out=0)], cluster="", at=now)
+            frozen.tick(dt.timedelta(minutes=5))
+        kept = of_pool(db, cluster="", pool="training-a", since=at(-60))
+
+    assert len(kept) == KEEP // dt.timedelta(minutes=5) + 1
+    assert kept[0].at == kept[-1].at - KEEP
