@@ -21,6 +21,7 @@ from storage.steps import Step
 from workflows.fleet.summary import Fleet
 
 CHART_SPAN = dt.timedelta(days=1)  # how far back `/gpu status <pool> --chart` looks
+CHART_STEP = dt.timedelta(minutes=5)  # its resolution when read from Prometheus (as the leader samples)
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,7 @@ class CapacityChart:
     until: dt.datetime
     points: tuple[CapacityPoint, ...]
     floor: int | None  # the pool's min_ready_gpus; None when it sets none
-    source: str  # where the points came from: "prometheus" or "samples"
+    source: str  # where the points came from, in words (commands.messages.chart_from_*)
 
     @property
     def file_name(self) -> str:

@@ -6,13 +6,27 @@ console as a file whose path it prints. An upload Slack refuses leaves the answe
 from __future__ import annotations
 
 import datetime as dt
+import functools
+import http.server
 import io
+import subprocess
+import threading
+
+import pytest
+import yaml
 
 from bot.console import run_console
 from bot.scheduler import sample_capacity
+from commands.catalog import dispatch
+from commands.services import Services
 from storage import capacity
+from storage.database import open_database
 from testenv.fakeslack import signing
-from tests.e2e.harness import CHANNEL, send, text_of
+from testenv.install import wait_until
+from testenv.prometheus import prometheus_binary
+from tests.dcgm_pages import QuietHandler
+from tests.e2e.harness import CHANNEL, StaticFleet, build_demo_fleet, demo_config, send, text_of
+from workflows.prometheus.client import Endpoint, PrometheusUnavailable, instant_query
 
 UTC = dt.timezone.utc
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -93,3 +107,80 @@ def test_the_console_writes_the_chart_to_a_file_and_prints_its_path(runtime, tmp
     path = tmp_path / "serving-a-capacity.png"
     assert code == 0 and f"Picture saved to {path}" in out.getvalue()
     assert path.read_bytes().startswith(PNG)
+
+
+# ------------------------------------------------------------------ from Prometheus
+
+GPUOPS_PAGE = """# TYPE gpuops_pool_gpus gauge
+gpuops_pool_gpus{pool="serving-a",state="physical"} 24
+gpuops_pool_gpus{pool="serving-a",state="advertised"} 16
+gpuops_pool_gpus{pool="training-a",state="advertised"} 64
+# TYPE gpuops_pool_gpus_out gauge
+gpuops_pool_gpus_out{pool="serving-a",by="gpuops"} 8
+gpuops_pool_gpus_out{pool="serving-a",by="hand"} 0
+"""
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory):
+    """A real Prometheus scraping a page of gpuops' capacity gauges every second."""
+    tmp_path = tmp_path_factory.mktemp("capacity")
+    served = tmp_path / "pages"
+    served.mkdir()
+    (served / "metrics.txt").write_text(GPUOPS_PAGE)
+    page = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(QuietHandler, directory=str(served)))
+    threading.Thread(target=page.serve_forever, daemon=True).start()
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), QuietHandler) as probe:
+        web = probe.server_address[1]
+    config = tmp_path / "prometheus.yml"
+    config.write_text(yaml.safe_dump({"global": {"scrape_interval": "1s"}, "scrape_configs": [
+        {"job_name": "gpuops", "metrics_path": "/metrics.txt",
+         "static_configs": [{"targets": [f"127.0.0.1:{page.server_address[1]}"]}]}]}))
+    process = subprocess.Popen([str(prometheus_binary()), f"--config.file={config}",
+                                f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{web}"],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{web}"
+
+    def scraped() -> bool:
+        try:
+            return len(instant_query(Endpoint(url=url), "gpuops_pool_gpus_out")) == 2
+        except PrometheusUnavailable:
+            return False  # still starting
+
+    try:
+        wait_until(scraped, timeout=60, what="Prometheus to scrape gpuops' gauges")
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        page.shutdown()
+        page.server_close()
+
+
+def chart_of(config, tmp_path, text: str = "status serving-a --chart"):
+    fleet = StaticFleet(build_demo_fleet(nodes=6, unhealthy=0, config=config))
+    with open_database(tmp_path / "db") as db:
+        services = Services.on_database(config=config, fleet=fleet, database=db,
+                                        signals=config.signals.service() if config.signals else None)
+        return dispatch(text, actor=config.actor("U0DAVE"), services=services, now=dt.datetime.now(UTC))
+
+
+def test_where_prometheus_is_configured_the_chart_reads_gpuops_gauges_from_it(prometheus, tmp_path):
+    config = demo_config(signals={"prometheus": {"url": prometheus}})
+
+    reply = chart_of(config, tmp_path)
+
+    chart = reply.picture
+    assert reply.ok and chart is not None and chart.source == f"Prometheus at {prometheus}"
+    assert chart.points and {(p.advertised, p.out) for p in chart.points} == {(16, 8)}
+
+
+def test_a_prometheus_that_does_not_answer_leaves_the_chart_to_gpuops_samples_and_says_why(tmp_path):
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), QuietHandler) as probe:
+        closed = probe.server_address[1]
+    config = demo_config(signals={"prometheus": {"url": f"http://127.0.0.1:{closed}"}})
+
+    reply = chart_of(config, tmp_path)
+
+    assert reply.ok and reply.picture is not None
+    assert reply.picture.source.startswith("gpuops' samples; ") and "cannot be reached" in reply.picture.source
