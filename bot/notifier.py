@@ -478,8 +478,8 @@ class Notifier:
         if run is None or request is None:
             return
         timeline = run_timeline(run, stored_steps.for_run(db, run_id=run_id), request)
-        if not timeline.rows:
-            return  # halted before any node: nothing to draw
+        if not any(row.bars for row in timeline.rows):
+            return  # no step ever began (aborted before it started): nothing to draw
         try:
             png = render_png(timeline)
             self._slack.upload(channel, thread_ts=thread, filename=timeline.file_name,

@@ -127,3 +127,20 @@ def test_messages_in_the_thread_that_do_not_end_a_run_carry_no_picture(slack, ru
 
     assert view.id in slack.last("chat.postMessage").args["text"]
     assert slack.workspace.files() == []
+
+
+@freeze_time(START + dt.timedelta(hours=1))
+def test_a_run_aborted_before_any_step_began_gets_its_text_and_no_empty_picture(slack, runtime, notifier):
+    db = runtime.database.get()
+    view = submit_upgrade(runtime, now=START - dt.timedelta(hours=1))
+    run = stored_runs.create(db, request_id=RequestId(view.id), dry_run=False, at=START)
+    stored_steps.add(db, run_id=run.id, steps=[NewStep(wave=0, node="serving-a-000", seq=0, kind="cordon")])  # type: ignore[arg-type]
+    stored_runs.transition(db, id=run.id, expected="pending", new="aborted", at=START, halted_reason="aborted")
+    outbox.enqueue(db, channel=CHANNEL, kind="post", at=START, dedupe_key=f"{run.id}/abort",
+                   payload={"event": "run.abort", "request_id": view.id, "run_id": run.id, "state": "aborted",
+                            "text": f"{run.id} aborted"})
+
+    deliver_all(notifier)
+
+    assert run.id in slack.last("chat.postMessage").args["text"]
+    assert slack.workspace.files() == []
