@@ -11,6 +11,7 @@ import http.server
 import io
 import subprocess
 import threading
+import time
 
 import pytest
 import yaml
@@ -26,7 +27,7 @@ from testenv.install import wait_until
 from testenv.prometheus import prometheus_binary
 from tests.dcgm_pages import QuietHandler
 from tests.e2e.harness import CHANNEL, StaticFleet, build_demo_fleet, demo_config, send, text_of
-from workflows.prometheus.client import Endpoint, PrometheusUnavailable, instant_query
+from workflows.prometheus.client import Endpoint, PrometheusUnavailable, range_query
 
 UTC = dt.timezone.utc
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -142,8 +143,10 @@ def prometheus(tmp_path_factory):
     url = f"http://127.0.0.1:{web}"
 
     def scraped() -> bool:
+        """Scraped before the last whole second: a chart asks up to then."""
+        end = float(int(time.time()))
         try:
-            return len(instant_query(Endpoint(url=url), "gpuops_pool_gpus_out")) == 2
+            return bool(range_query(Endpoint(url=url), "gpuops_pool_gpus_out", start=end - 60, end=end, step=60))
         except PrometheusUnavailable:
             return False  # still starting
 
