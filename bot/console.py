@@ -8,7 +8,8 @@ the console is for people who can already read the database and the cluster.
 Destructive buttons ask to confirm, as Slack's dialog does, and Deny asks for a reason,
 as Slack's form does. "Request a drain", whose Slack form has no console twin, says
 which `/gpu drain` to type. Roles come from the configuration's user ids; Slack user
-groups are not looked up (there is no Slack here).
+groups are not looked up (there is no Slack here). A reply with a picture
+(`/gpu status <pool> --chart`) writes it as a PNG file and prints its path.
 
 Lines come from any iterable, so scripts and tests drive it like a person would:
 
@@ -18,12 +19,15 @@ Lines come from any iterable, so scripts and tests drive it like a person would:
 from __future__ import annotations
 
 import datetime as dt
+import tempfile
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import TextIO
 
 from bot import messages as msg
 from bot.clicks import Click, ClickOutcome, press
 from bot.intents import confirm_for
+from bot.pictures import render_png
 from bot.request_forms import form_of
 from bot.render_text import render_text, terminal_safe
 from bot.wiring import Runtime
@@ -44,8 +48,10 @@ def _roles(actor: Actor) -> str:
 
 class Console:
     def __init__(self, runtime: Runtime, *, out: TextIO, as_user: str, read: Reader,
-                 clock: Callable[[], dt.datetime] = utc_now) -> None:
+                 clock: Callable[[], dt.datetime] = utc_now, pictures: Path | None = None) -> None:
         self.runtime = runtime
+        # Where a reply's picture is written (a terminal shows no image).
+        self.pictures = pictures or Path(tempfile.gettempdir()) / "gpuops-pictures"
         self.out = out
         self.read = read
         self.clock = clock
@@ -62,6 +68,11 @@ class Console:
 
     def show(self, reply: Reply) -> None:
         self.say(render_text(reply))
+        if reply.picture is not None:
+            self.pictures.mkdir(parents=True, exist_ok=True)
+            path = self.pictures / reply.picture.file_name
+            path.write_bytes(render_png(reply.picture))
+            self.say(msg.picture_saved(str(path)))
         self.last = reply
         self.last_ok = reply.ok
 
@@ -176,7 +187,8 @@ def terminal_reader() -> Reader:
 
 
 def run_console(lines: Iterable[str], *, runtime: Runtime, out: TextIO, as_user: str,
-                clock: Callable[[], dt.datetime] = utc_now, echo: bool = True) -> int:
+                clock: Callable[[], dt.datetime] = utc_now, echo: bool = True, pictures: Path | None = None) -> int:
     """Run the console over `lines` (a script, a pipe, a test); 0 if the last thing
-    done worked, else 1."""
-    return Console(runtime, out=out, as_user=as_user, read=reader_of(lines, out=out, echo=echo), clock=clock).run()
+    done worked, else 1. Pictures are written to `pictures` (a temporary folder)."""
+    return Console(runtime, out=out, as_user=as_user, read=reader_of(lines, out=out, echo=echo), clock=clock,
+                   pictures=pictures).run()

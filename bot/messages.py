@@ -475,6 +475,18 @@ def full_text_title(title: str) -> str:
     return f"gpuops: {title}"
 
 
+def timeline_title(run_id: str) -> str:
+    return f"gpuops: timeline of {run_id}"
+
+
+def capacity_title(pool: str) -> str:
+    return f"gpuops: capacity of {pool} over the last day"
+
+
+def picture_saved(path: str) -> str:
+    return f"Picture saved to {path}"
+
+
 def something_failed() -> str:
     return "Something went wrong while answering; the gpuops log says what. Try again in a minute."
 

@@ -65,13 +65,17 @@ from slack_sdk.http_retry.builtin_handlers import ConnectionErrorRetryHandler
 from bot import messages as msg
 from bot.clicks import current_card
 from bot.journal import Journal
+from bot.pictures import render_png
 from bot.render_blocks import NOTIFICATION_TEXT, escape, render_blocks
 from commands.handover import handover_message
+from commands.pictures import run_timeline
 from commands.services import Services
 from storage import outbox
 from storage import requests as stored_requests
+from storage import runs as stored_runs
+from storage import steps as stored_steps
 from storage.database import Database, PerThreadDatabase
-from storage.ids import RequestId
+from storage.ids import RequestId, RunId
 from storage.outbox import OutboxMessage
 from workflows.access import Actor, Role, UserId
 from workflows.config import GpuopsConfig
@@ -104,6 +108,9 @@ CONFIGURATION_ERRORS = frozenset({
     "not_authed", "invalid_auth", "account_inactive", "token_revoked", "token_expired",
     "missing_scope", "no_permission", "team_access_not_granted",
 })
+
+# The events that end a run: its thread gets the run's timeline after the text.
+RUN_ENDS = frozenset({"run.succeeded", "run.failed", "run.abort"})
 
 _SLACK_ID = re.compile(r"^[A-Z0-9]{2,32}$")
 _PARTIAL_ENTITY = re.compile(r"&[a-z]{0,3}$")
@@ -188,6 +195,15 @@ class OutboxSlack:
     def update(self, channel: str, ts: str, message: dict[str, Any]) -> None:
         try:
             self.client.chat_update(channel=channel, ts=ts, **message)
+        except (SlackApiError, SlackClientError, OSError) as err:
+            raise _refused(err) from None
+
+    def upload(self, channel: str, *, thread_ts: str | None, filename: str, title: str, content: bytes) -> None:
+        """Share a file in a thread (files.getUploadURLExternal, the bytes, then
+        files.completeUploadExternal; scope files:write)."""
+        try:
+            self.client.files_upload_v2(channel=channel, thread_ts=thread_ts, filename=filename, title=title,
+                                        content=content)
         except (SlackApiError, SlackClientError, OSError) as err:
             raise _refused(err) from None
 
@@ -449,7 +465,30 @@ class Notifier:
         ts = self._slack.post(channel, {"text": text}, thread_ts=thread)
         # The reply is in; the card refresh must not turn it into a retry (and a repost).
         self._refresh_card(request_id, channel, thread, now=now, best_effort=True)
+        if payload.get("event") in RUN_ENDS and payload.get("run_id"):
+            self._post_timeline(db, RunId(str(payload["run_id"])), channel, thread)
         return _Done(ts)
+
+    def _post_timeline(self, db: Database, run_id: RunId, channel: str, thread: str) -> None:
+        """The run's timeline as an image under its last word, best effort: the text is
+        already in the thread, so a picture that cannot be drawn or uploaded is logged and
+        the message still counts as sent (never reposted for its picture)."""
+        run = stored_runs.get(db, id=run_id)
+        request = stored_requests.get(db, id=run.request_id) if run is not None else None
+        if run is None or request is None:
+            return
+        timeline = run_timeline(run, stored_steps.for_run(db, run_id=run_id), request)
+        if not any(row.bars for row in timeline.rows):
+            return  # no step ever began (aborted before it started): nothing to draw
+        try:
+            png = render_png(timeline)
+            self._slack.upload(channel, thread_ts=thread, filename=timeline.file_name,
+                               title=msg.timeline_title(run_id), content=png)
+        except SlackRefused as err:
+            log.warning("the timeline of %s was not uploaded to %s/%s (%s); the thread has its text",
+                        run_id, channel, thread, err.error)
+        except Exception:  # noqa: BLE001 - a picture must never cost the message
+            log.exception("the timeline of %s could not be drawn; the thread has its text", run_id)
 
     def _card_message(self, request_id: str, *, now: dt.datetime) -> dict[str, Any]:
         card = current_card(request_id, self._host.services(), actor=NOTIFIER_ACTOR, now=now)

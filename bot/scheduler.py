@@ -6,6 +6,7 @@
                                 and again at the next window start and when a request is approved
     every 60 s   stale marks    remove gpuops cordon marks from nodes a person uncordoned by hand
     hourly       idempotency    forget delivery keys older than 7 days
+    every 5 min  capacity       sample each pool's GPUs advertised and out for its chart (kept a day)
 
 Each job is a function of `now`; a job may return when it wants to run next, before its
 interval (window starts: the next approved window's start), and `poke(name)` runs it now
@@ -46,7 +47,8 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from bot import messages as msg
 from commands.services import ClusterDirectory
-from storage import idempotency, outbox
+from commands.pictures import capacity_now
+from storage import capacity, idempotency, outbox
 from storage.database import PerThreadDatabase
 from workflows.config import GpuopsConfig
 from workflows.engine.cordons import ClusterNodes, Cordons
@@ -64,6 +66,8 @@ log = logging.getLogger("gpuops.bot.scheduler")
 
 MINUTE = dt.timedelta(minutes=1)
 HOUR = dt.timedelta(hours=1)
+# How often the leader samples each pool's capacity for its chart: a day is 288 rows a pool.
+CAPACITY_EVERY = dt.timedelta(minutes=5)
 # Longer than any redelivery Slack makes (minutes) and than a button is likely clicked twice.
 IDEMPOTENCY_KEEP = dt.timedelta(days=7)
 # Sent messages are kept a month: long enough that a dedupe key freed by pruning is never
@@ -346,6 +350,17 @@ def prune_outbox(host: LeaderHost, now: dt.datetime) -> None:
         log.info("forgot %d sent messages older than %s", forgotten, _every(OUTBOX_KEEP))
 
 
+def sample_capacity(host: LeaderHost, now: dt.datetime) -> None:
+    """Each pool's GPUs advertised and out, kept a day for `/gpu status <pool> --chart`
+    (`storage.capacity`); nothing while the cluster does not answer (a gap in the chart)."""
+    try:
+        seen = host.fleet.fleet(now)
+    except ClusterUnreachable:
+        return
+    capacity.record_samples(host.database.get(), capacity_now(seen, at=now), cluster=host.config.cluster_name or "",
+                    at=now)
+
+
 def leader_jobs(host: LeaderHost) -> list[Job]:
     """The leader's jobs over `host`'s database (each job thread on its own connection)."""
     return [
@@ -355,4 +370,5 @@ def leader_jobs(host: LeaderHost) -> list[Job]:
         Job("stale-marks", MINUTE, lambda now: clear_stale_marks(host, now)),
         Job("idempotency", HOUR, lambda now: prune_idempotency(host, now)),
         Job("outbox", HOUR, lambda now: prune_outbox(host, now)),
+        Job("capacity", CAPACITY_EVERY, lambda now: sample_capacity(host, now)),
     ]

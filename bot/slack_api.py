@@ -162,6 +162,16 @@ class SlackApi:
         file = answer.get("file") or {}
         return file.get("permalink")
 
+    def upload_file(self, channel: str, *, filename: str, title: str, content: bytes) -> str | None:
+        """Upload `content` (a picture) as a file shared in `channel`; its permalink, or None."""
+        try:
+            answer = self.client.files_upload_v2(channel=channel, filename=filename, title=title, content=content)
+        except (SlackApiError, SlackClientError, OSError) as err:
+            log.warning(msg.reply_fallback_log(f"a file upload to {channel}", _error(err)))
+            return None
+        file = answer.get("file") or {}
+        return file.get("permalink") or ""
+
     # -------------------------------------------------------------- views
     def publish_home(self, user: str, view: dict[str, Any]) -> bool:
         try:

@@ -48,12 +48,14 @@ from bot.identity import SlackDirectory
 from bot.intents import action_of
 from bot.journal import Journal
 from bot.modals import DENY_CALLBACK, REASON_BLOCK, DenyContext, deny_context, deny_modal, submitted_reason
+from bot.pictures import render_png
 from bot.render_blocks import FileLink, render_blocks
 from bot.render_text import render_text
 from bot.slack_api import BOT_EVENTS, SLASH_COMMAND, SlackApi
 from bot.wiring import Runtime
 from commands.catalog import dispatch, run_command
 from commands.fleet import fleet_status
+from commands.pictures import CapacityChart, Picture
 from commands.registry import REGISTRY, Call, CommandSpec, invoke
 from commands.requests import open_waits
 from commands.reply import Reply, error_reply
@@ -361,6 +363,13 @@ class SlackBot:
             if link is not None:
                 rendered = render_blocks(reply, full_text=FileLink(link, _filename(reply.title)))
         message = rendered.as_message()
+        self._send_answer(reply, message, user=user, channel=channel, response_url=response_url,
+                          ephemeral_in_channel=ephemeral_in_channel)
+        if reply.picture is not None:
+            self._share_picture(reply.picture, visibility=reply.visibility, user=user, channel=channel)
+
+    def _send_answer(self, reply: Reply, message: dict[str, Any], *, user: str, channel: str | None,
+                     response_url: str | None, ephemeral_in_channel: bool) -> None:
         if response_url and self.api.respond(response_url, {**message, "response_type": reply.visibility}):
             return
         if reply.visibility == "in_channel" and channel and self.api.post(channel, message):
@@ -370,6 +379,24 @@ class SlackBot:
             return
         if not self.api.direct_message(user, message):
             log.error("could not answer %s by response_url, channel or DM", user)
+
+    def _share_picture(self, picture: Picture, *, visibility: str, user: str, channel: str | None) -> None:
+        """The reply's picture as a file where the reply is seen, as a long reply's full
+        text is: the channel for a channel reply, else the user's DM. Best effort: the
+        text is already answered whatever becomes of the picture."""
+        try:
+            png = render_png(picture)
+        except Exception:  # noqa: BLE001 - a picture must never cost the answer
+            log.exception("a reply's picture could not be drawn; the text was answered")
+            return
+        title = (msg.capacity_title(picture.pool) if isinstance(picture, CapacityChart)
+                 else msg.timeline_title(picture.run_id))
+        if visibility == "in_channel" and channel and self.api.upload_file(
+                channel, filename=picture.file_name, title=title, content=png) is not None:
+            return
+        target = self.api.open_dm(user)
+        if target is not None:
+            self.api.upload_file(target, filename=picture.file_name, title=title, content=png)
 
     def _upload_full_text(self, reply: Reply, *, user: str, channel: str | None) -> str | None:
         """Where the reply is seen: the channel for a channel reply, else the user's DM

@@ -11,8 +11,11 @@ from commands import messages as msg
 from commands.clusters import clusters_section
 from commands.drift import drift_findings, findings_on_node, notes_section, pool_sections
 from commands.kinds import buttons_in_force
+from commands.pictures import CHART_SPAN, CHART_STEP, CapacityChart, capacity_chart
 from commands.registry import REGISTRY, Call, NotFoundError, UsageError
 from commands.reply import Fact, Intent, Notice, Reply, Section, Table, error_reply
+from storage import capacity
+from storage.capacity import CapacitySample
 from workflows.access import Role
 from workflows.drain.history import drain_history, last_drains
 from workflows.drain.messages import drained_by
@@ -28,10 +31,13 @@ from workflows.kube.objects import NodeName
 from workflows.pools.config import PoolConfig, Workloads
 from workflows.pools.freezes import CLUSTER, freeze_sentence
 from workflows.signals import messages as health_msg
-from workflows.signals.service import Reading
+from workflows.prometheus.client import Endpoint, PrometheusUnavailable, range_query
+from workflows.prometheus.fetching import Deadline
+from workflows.signals.service import PrometheusSeries, Reading
 from workflows.wording import plural, when
 
 FINDINGS_IN_STATUS = 8
+CHART_FLAG = "--chart"  # `status <pool> --chart`: the pool's capacity over the last day, as a picture
 
 
 def _notice(finding: Finding, *, runbook: str | None) -> Notice:
@@ -165,13 +171,68 @@ def _find_pool(fleet: Fleet, name: str) -> PoolInventory:
     return pool
 
 
-@REGISTRY.command("status", usage="status [pool]", role=Role.VIEWER, changes=False,
+@REGISTRY.command("status", usage="status [pool] [--chart]", role=Role.VIEWER, changes=False,
                   summary="Every pool at a glance, findings first; or one pool's nodes",
-                  examples=("/gpu status", "/gpu status serving-a"))
+                  examples=("/gpu status", "/gpu status serving-a", "/gpu status serving-a --chart"))
 def status(call: Call, args: list[str]) -> Reply:
-    if len(args) > 1:
-        raise UsageError(f"status takes at most one pool name, got {len(args)} words")
-    return fleet_status(call, args[0] if args else None)
+    chart = CHART_FLAG in args
+    words = [a for a in args if a != CHART_FLAG]
+    if len(words) > 1:
+        raise UsageError(f"status takes at most one pool name, got {len(words)} words")
+    if chart and not words:
+        raise UsageError(msg.chart_needs_pool())
+    reply = fleet_status(call, words[0] if words else None)
+    if chart and reply.ok:
+        return dataclasses.replace(reply, picture=pool_capacity_chart(call, words[0]))
+    return reply
+
+
+def pool_capacity_chart(call: Call, pool: str) -> CapacityChart:
+    """The pool's GPUs advertised and out over the last day, with its floor
+    (min_ready_gpus): from Prometheus where one is configured (`signals.prometheus`) and
+    has gpuops' series, else from the samples the leader keeps (none without a database:
+    an empty chart)."""
+    policy = call.services.config.pools.get(pool)
+    floor = policy.min_ready_gpus if policy is not None and policy.min_ready_gpus else None
+    reader = call.services.signals.reader if call.services.signals is not None else None
+    why = None
+    if isinstance(reader, PrometheusSeries):
+        try:
+            samples = _prometheus_capacity(call, reader.endpoint, pool)
+        except PrometheusUnavailable as err:
+            samples, why = [], str(err)
+        if samples:
+            return capacity_chart(samples, pool=pool, until=call.now, floor=floor,
+                                  source=msg.chart_from_prometheus(reader.endpoint.shown_url))
+        why = why or msg.chart_no_prometheus_series()
+    db = call.services.database
+    samples = [] if db is None else capacity.of_pool(db, cluster=call.services.config.cluster_name or "", pool=pool,
+                                                      since=call.now - CHART_SPAN)
+    return capacity_chart(samples, pool=pool, until=call.now, floor=floor, source=msg.chart_from_samples(why))
+
+
+def _prometheus_capacity(call: Call, endpoint: Endpoint, pool: str) -> list[CapacitySample]:
+    """gpuops' own gauges (`gpuops_pool_gpus`, `gpuops_pool_gpus_out`) over the chart's span,
+    as Prometheus scraped them; labelled by cluster where gpuops serves several."""
+    labels = f'pool="{_promql_text(pool)}"'
+    if call.services.clusters is not None and call.services.config.cluster_name:
+        labels += f', cluster="{_promql_text(call.services.config.cluster_name)}"'
+    # Whole seconds: Prometheus answers times in milliseconds, and the last point must not
+    # land after `now` by a rounding.
+    end = float(int(call.now.timestamp()))
+    start, step = end - CHART_SPAN.total_seconds(), CHART_STEP.total_seconds()
+    deadline = Deadline.within(endpoint.timeout_seconds)  # one for both queries
+    advertised = range_query(endpoint, f'sum(gpuops_pool_gpus{{{labels}, state="advertised"}})', start=start,
+                             end=end, step=step, deadline=deadline)
+    out = range_query(endpoint, f"sum(gpuops_pool_gpus_out{{{labels}}})", start=start, end=end, step=step,
+                      deadline=deadline)
+    outs = {at: value for series in out for at, value in series.points}
+    return [CapacitySample(pool=pool, at=dt.datetime.fromtimestamp(at, dt.timezone.utc), advertised=int(value),
+                           out=int(outs.get(at, 0))) for series in advertised for at, value in series.points]
+
+
+def _promql_text(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')
 
 
 def fleet_status(call: Call, pool_name: str | None = None) -> Reply:

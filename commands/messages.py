@@ -95,6 +95,22 @@ def help_summary() -> str:
 
 # --- fleet -----------------------------------------------------------------------------
 
+def chart_from_prometheus(url: str) -> str:
+    return f"Prometheus at {url}"
+
+
+def chart_from_samples(why_not_prometheus: str | None = None) -> str:
+    return "gpuops' samples" + (f"; {why_not_prometheus}" if why_not_prometheus else "")
+
+
+def chart_no_prometheus_series() -> str:
+    return "Prometheus has no gpuops_pool_gpus series for this pool"
+
+
+def chart_needs_pool() -> str:
+    return "--chart draws one pool's capacity: name the pool, e.g. status serving-a --chart"
+
+
 def unknown_name(kind: str, name: str, closest: list[str], known: int) -> str:
     if closest:
         return f"No {kind} named `{name}`. Closest: " + ", ".join(f"`{c}`" for c in closest) + "."

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from commands.pictures import Picture
 from workflows.fleet.findings import Severity
 
 # The button that offers to request a drain of the pool or node a reply is about: its
@@ -87,6 +88,9 @@ class Reply:
     visibility: Literal["ephemeral", "in_channel"] = "ephemeral"
     footer: str | None = None
     extra: dict[str, object] = field(default_factory=dict)
+    # A picture that goes with the text (commands.pictures: e.g. `status <pool> --chart`);
+    # Slack gets it as a file beside the reply, the console as a file whose path it prints.
+    picture: Picture | None = None
 
     def all_notices(self) -> tuple[Notice, ...]:
         return tuple(n for s in self.sections for n in s.notices)

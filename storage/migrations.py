@@ -413,6 +413,18 @@ CREATE TABLE node_notes (
 CREATE INDEX node_notes_in_force ON node_notes (cluster, node, until);
 """
 
+CAPACITY_SAMPLES = """
+CREATE TABLE capacity_samples (
+    cluster     TEXT NOT NULL,
+    pool        TEXT NOT NULL CHECK (length(pool) > 0),
+    at          TEXT NOT NULL,
+    advertised  INTEGER NOT NULL CHECK (advertised >= 0),
+    out         INTEGER NOT NULL CHECK (out >= 0),
+    PRIMARY KEY (cluster, pool, at)
+) STRICT;
+CREATE INDEX capacity_samples_by_time ON capacity_samples (at);
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -434,6 +446,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(KINDS_BY_REFERENCE, "request and step kinds are reference rows (request_kinds, step_kinds), "
               "not CHECK lists", _kinds_by_reference, rebuilds_referenced=True),
     Migration(12, "notes on nodes: why a node is cordoned or tainted, until when (node_notes)", NODE_NOTES),
+    Migration(13, "each pool's GPUs advertised and out, sampled for its capacity chart (capacity_samples)",
+              CAPACITY_SAMPLES),
 )
 
 _SCHEMA_MIGRATIONS = """

@@ -206,7 +206,7 @@ def test_a_failing_job_does_not_stop_the_other_jobs(config, db_path, slack):
             frozen.tick(dt.timedelta(hours=25))  # a handover is due, and the request has expired
             runs = {r.job: r.outcome for r in scheduler.run_all()}
         assert runs == {"handovers": "failed", "expiry": "done", "window-starts": "done", "stale-marks": "done",
-                        "idempotency": "done", "outbox": "done"}
+                        "idempotency": "done", "outbox": "done", "capacity": "failed"}
         assert runtime.services().requests.get(view.id).state == "expired"
     finally:
         runtime.close()
@@ -215,9 +215,9 @@ def test_a_failing_job_does_not_stop_the_other_jobs(config, db_path, slack):
 def test_the_real_timer_runs_every_job_as_the_scheduler_starts(runtime):
     scheduler = LeaderScheduler(leader_jobs(runtime)).start()
     try:
-        runs = scheduler.runs.wait_for(lambda rs: len(rs) == 6)
+        runs = scheduler.runs.wait_for(lambda rs: len(rs) == 7)
     finally:
         scheduler.stop()
     assert {(r.job, r.outcome) for r in runs} == {
         ("handovers", "done"), ("expiry", "done"), ("window-starts", "done"), ("stale-marks", "done"),
-        ("idempotency", "done"), ("outbox", "done")}
+        ("idempotency", "done"), ("outbox", "done"), ("capacity", "done")}

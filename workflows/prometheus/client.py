@@ -1,4 +1,5 @@
-"""HTTP to Prometheus (instant queries through `/api/v1/query`) and to an exporter's
+"""HTTP to Prometheus (instant queries through `/api/v1/query`, range queries through
+`/api/v1/query_range`) and to an exporter's
 `/metrics`: one request function owns the deadline (the whole answer within the
 endpoint's timeout, `fetching`), the size cap, the authentication and the mapping of
 failures to `PrometheusUnavailable`. Credentials are read from their files on every
@@ -191,3 +192,44 @@ def scrape(endpoint: Endpoint, *, names: tuple[str, ...] | None = None,
         return from_exposition(raw.decode("utf-8", errors="replace"), names=names)
     except (ValueError, IndexError, KeyError, TypeError) as err:
         raise PrometheusQueryFailed(endpoint.shown_url, f"is not a metrics page: {str(err)[:200]}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class RangeSeries:
+    """One series of a range query: its labels and its (unix time, value) points, oldest first."""
+
+    labels: dict[str, str]
+    points: tuple[tuple[float, float], ...]
+
+
+def range_query(endpoint: Endpoint, promql: str, *, start: float, end: float, step: float,
+                deadline: Deadline | None = None) -> tuple[RangeSeries, ...]:
+    """The series a range query (`/api/v1/query_range`, unix times in seconds) returns; a
+    point whose value is not a number is left out."""
+    query = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step:g}"}
+    raw = _get(endpoint, endpoint.url.rstrip("/") + "/api/v1/query_range?" + urllib.parse.urlencode(query), deadline)
+    try:
+        answer = json.loads(raw)
+    except (ValueError, RecursionError):
+        raise PrometheusQueryFailed(endpoint.shown_url, "answered with something other than JSON "
+                                                  "(is this Prometheus's address?)") from None
+    data = answer.get("data") if isinstance(answer, dict) and answer.get("status") == "success" else None
+    if not isinstance(data, dict) or data.get("resultType") != "matrix" or not isinstance(data.get("result"), list):
+        error = answer.get("error") if isinstance(answer, dict) else None
+        said = error[:300] if isinstance(error, str) and error else "not a matrix"
+        raise PrometheusQueryFailed(endpoint.shown_url, f"refused the range query: {said}")
+    series = []
+    for item in data["result"]:
+        if not isinstance(item, dict) or not isinstance(item.get("values"), list):
+            continue
+        labels = {k: v for k, v in (item.get("metric") or {}).items() if isinstance(k, str) and isinstance(v, str)}
+        points = []
+        for pair in item["values"]:
+            try:
+                at, value = float(pair[0]), float(pair[1])
+            except (TypeError, ValueError, IndexError, OverflowError):
+                continue
+            if value == value:  # NaN is no number of GPUs
+                points.append((at, value))
+        series.append(RangeSeries(labels=labels, points=tuple(points)))
+    return tuple(series)
