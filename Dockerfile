@@ -18,6 +18,9 @@ RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+# matplotlib (run timelines, capacity charts) keeps its font cache here: the home is
+# /nonexistent and the root filesystem read-only, /tmp the chart's writable emptyDir.
+ENV MPLCONFIGDIR=/tmp/matplotlib
 COPY --from=build /wheels /wheels
 # --no-index: everything comes from the wheels built above, nothing from an index.
 RUN pip install --no-cache-dir --no-index --find-links=/wheels gpuops && rm -rf /wheels \
