@@ -279,12 +279,16 @@ class WaitForJobsParams(StepParams):
 
 @dataclass(frozen=True, kw_only=True)
 class GpuCheckParams(StepParams):
-    """The canary pod: where (`namespace`), what (`image`, `command`), which GPU `resource`."""
+    """The canary pod: where (`namespace`), what (`image`, `command`), which GPU `resource`
+    and how many (`count`: a number, or "all" the node advertises; unset: one); `diag` the
+    DCGM diagnostics level whose JSON output decides (unset: the exit code alone)."""
 
     namespace: str | None = None
     image: str | None = None
     command: tuple[str, ...] | None = None
     resource: str | None = None
+    count: int | str | None = None
+    diag: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

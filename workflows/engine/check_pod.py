@@ -4,7 +4,8 @@ deletes it through the gateway.
 
 The pod is bound to the node by `spec.nodeName`, which bypasses the scheduler and so the
 run's own cordon (the node is checked before it is given back), tolerates every taint,
-asks for exactly one GPU resource, never restarts, has no API token, and carries its own
+asks for `count` of one GPU resource (one, or all the node advertises: a `diag` check,
+whose command `dcgm_diag` builds and whose JSON output it reads), never restarts, has no API token, and carries its own
 deadline (`activeDeadlineSeconds`), so a check that hangs ends as DeadlineExceeded rather
 than holding a GPU. Its termination message falls back to the tail of its log, which is
 how a failure's own words (nvidia-smi's "Failed to initialize NVML: Driver/library version
@@ -12,14 +13,19 @@ mismatch") reach the run's thread without the bot reading pod logs."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from storage.step_params import GpuCheckParams
-from workflows.kube.objects import PodObject
+from workflows.engine import dcgm_diag
+from workflows.fleet.assessment import NodeInventory
+from workflows.kube.objects import PodObject, is_gpu_resource
+from workflows.plans import NodeName, NodeStep
+from workflows.pools.config import GpuCheck
 
 LABEL_GPU_CHECK = "gpuops.io/gpu-check"
 ANNOTATION_CHECK_RUN = "gpuops.io/run"
@@ -29,6 +35,7 @@ CONTAINER = "check"
 STEP_GRACE_SECONDS = 60
 _NAME_LIMIT = 63  # kept a DNS label, so it is also a valid hostname
 _NOT_NAME = re.compile(r"[^a-z0-9-]+")
+DIAG_LEVELS = (1, 2, 3)
 
 
 def pod_name(run_id: str, node: str) -> str:
@@ -47,19 +54,68 @@ class CheckSpec:
     command: tuple[str, ...]
     resource: str
     timeout_s: int
+    # How many of `resource` the pod holds: a number, or "all" the node advertises.
+    count: int | Literal["all"] = 1
+    # DCGM's diagnostics level whose JSON decides (None: the exit code alone).
+    diag: int | None = None
 
     @classmethod
     def from_params(cls, params: GpuCheckParams) -> CheckSpec | None:
         """The spec a plan wrote, or None when a value is missing or not whole seconds."""
-        namespace, image, command = params.namespace, params.image, params.command
-        resource, timeout = params.resource, params.timeout_s
-        if not (namespace and image and command and resource
+        namespace, image, resource, timeout = params.namespace, params.image, params.resource, params.timeout_s
+        diag = params.diag
+        if diag is not None and diag not in DIAG_LEVELS:
+            return None
+        command = dcgm_diag.command(diag) if diag is not None else params.command
+        count: int | Literal["all"] | None = 1 if params.count is None else (
+            "all" if params.count == "all" else params.count if isinstance(params.count, int) else None)
+        if not (namespace and image and command and resource and count
                 and isinstance(timeout, int) and timeout > 0):
             return None
-        return cls(namespace=namespace, image=image, command=tuple(command), resource=resource, timeout_s=timeout)
+        return cls(namespace=namespace, image=image, command=tuple(command), resource=resource, timeout_s=timeout,
+                   count=count, diag=diag)
 
 
-def manifest(spec: CheckSpec, *, name: str, node: str, run_id: str) -> dict[str, Any]:
+def params_for(check: GpuCheck | None) -> GpuCheckParams | None:
+    """The gpu-check step's params for a configured (and enabled) check; None for none."""
+    if check is None or not check.enabled:
+        return None
+    return GpuCheckParams(namespace=check.namespace, image=check.image,
+                          command=dcgm_diag.command(check.diag) if check.diag is not None else tuple(check.command),
+                          resource=check.resource, timeout_s=int(check.timeout.total_seconds()),
+                          count=None if check.count == 1 else check.count, diag=check.diag)
+
+
+def diag_step(node: str, check: GpuCheck | None, *, resources: Mapping[str, int] | None = None) -> NodeStep | None:
+    """The check a drain or a MIG change runs on `node` before giving it back: the pool's
+    check when it is a `diag` one (None otherwise: those kinds ran no check pod before
+    diagnostics, and a command check stays the upgrades' and moves'). A MIG change gives
+    the node's `resources` after it: the check holds all of its new devices (its
+    configured resource if the layout has it, else the MIG profile with the most)."""
+    params = params_for(check) if check is not None and check.diag is not None else None
+    if params is None:
+        return None
+    if resources:
+        present = {r: n for r, n in resources.items() if n and is_gpu_resource(r)}
+        if present and params.resource not in present:
+            resource = sorted(present, key=lambda r: (-present[r], r))[0]
+            params = dataclasses.replace(params, resource=resource, count="all")
+    return NodeStep.of("gpu-check", NodeName(node), params)
+
+
+def held_count(spec: CheckSpec, inventory: NodeInventory | None) -> int | None:
+    """How many of its resource the pod asks for on the node: `count`, or for "all" what
+    the node advertises (None: it advertises none, or is not known)."""
+    if spec.count != "all":
+        return spec.count
+    if inventory is None:
+        return None
+    found = next((r for r in inventory.resources if r.resource == spec.resource), None)
+    advertised = max(found.allocatable, found.capacity) if found is not None else 0
+    return advertised or None
+
+
+def manifest(spec: CheckSpec, *, name: str, node: str, run_id: str, count: int = 1) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -81,7 +137,7 @@ def manifest(spec: CheckSpec, *, name: str, node: str, run_id: str) -> dict[str,
                 "name": CONTAINER,
                 "image": spec.image,
                 "command": list(spec.command),
-                "resources": {"limits": {spec.resource: "1"}, "requests": {spec.resource: "1"}},
+                "resources": {"limits": {spec.resource: str(count)}, "requests": {spec.resource: str(count)}},
                 "terminationMessagePolicy": "FallbackToLogsOnError",
             }],
         },
@@ -131,3 +187,15 @@ def _tail(text: str | None, lines: int = 5, limit: int = 600) -> str | None:
 
 def shown_command(command: Sequence[str]) -> str:
     return " ".join(command)
+
+
+def shown(spec: CheckSpec) -> str:
+    """The check's command as a thread shows it (a diag check's, not its shell script)."""
+    return f"dcgmi diag -r {spec.diag} -j" if spec.diag is not None else shown_command(spec.command)
+
+
+def termination_message(pod: PodObject) -> str | None:
+    """The check container's whole termination message (a diag check copies its JSON there)."""
+    container = next((c for c in pod.containers if c.name == CONTAINER), None)
+    ended = container.terminated if container is not None else None
+    return ended.message if ended is not None else None

@@ -9,7 +9,7 @@ import datetime as dt
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
 from storage.requests import RequestKind
 from workflows.durations import Duration
@@ -61,11 +61,27 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# The DCGM image a `diag` check runs in: the version whose `dcgmi diag -j` output
+# `workflows.engine.dcgm_diag` reads (DCGM 4's shape; DCGM 3's is read too).
+DIAG_IMAGE = "nvcr.io/nvidia/cloud-native/dcgm:4.3.1-1-ubuntu22.04"
+# How long each level may take on a node when `timeout` is not set: DCGM's guide puts
+# level 1 at about a minute, level 2 at a few, level 3 at tens of minutes for 8 GPUs.
+DIAG_TIMEOUTS: dict[int, dt.timedelta] = {1: dt.timedelta(minutes=5), 2: dt.timedelta(minutes=20),
+                                          3: dt.timedelta(minutes=90)}
+
+
 class GpuCheck(_Model):
     """The canary pod a driver upgrade runs on each node before giving it back: one pod in
-    `namespace`, bound to the node, asking for one `resource`, running `command` in
-    `image`; exit code 0 passes, anything else (or no answer within `timeout`) halts the
-    run with the node cordoned. `enabled: false` on a pool turns a fleet-wide check off."""
+    `namespace`, bound to the node, asking for `count` of `resource` (one, or `all` the node
+    advertises), running `command` in `image`; exit code 0 passes, anything else (or no
+    answer within `timeout`) halts the run with the node cordoned. `enabled: false` on a
+    pool turns a fleet-wide check off.
+
+    `diag: 1|2|3` makes it DCGM's diagnostics instead: the pod holds every GPU of the node,
+    starts a host engine and runs `dcgmi diag -r <level> -j` in the pinned DCGM image (no
+    `command` then); its JSON decides, test by test and GPU by GPU. A pool whose check has
+    `diag` runs it after every kind of change (drains and MIG changes too, a MIG change on
+    its new devices); a check without it runs after upgrades and moves only."""
 
     enabled: bool = Field(default=True, description=(
         "false on a pool turns a fleet-wide check off there."))
@@ -78,7 +94,36 @@ class GpuCheck(_Model):
     resource: str = Field(default="nvidia.com/gpu", description=(
         "A MIG pool with the mixed strategy asks for one of its MIG devices instead."))
     timeout: Duration = Field(default=dt.timedelta(minutes=5), description=(
-        "How long the check pod may take (at least 10s) before the run halts."))
+        "How long the check pod may take (at least 10s) before the run halts (with `diag`, "
+        "unset: the level's own, see DIAG_TIMEOUTS)."))
+    count: int | Literal["all"] = Field(default=1, description=(
+        "How many of `resource` the pod holds: a number, or `all` the node advertises."))
+    diag: Literal[1, 2, 3] | None = Field(default=None, description=(
+        "Run DCGM's diagnostics at this level (`dcgmi diag -r`) instead of `command`; the pod "
+        "holds `all` the node's GPUs."))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _diag_defaults(cls, raw: Any) -> Any:
+        # NB: a diag check runs DCGM's own command in DCGM's image on every GPU; a command
+        # written beside it would be silently ignored, so it is refused instead.
+        if not isinstance(raw, dict) or raw.get("diag") is None:
+            return raw
+        if "command" in raw:
+            raise ValueError(say.check_diag_and_command())
+        out = dict(raw)
+        out.setdefault("image", DIAG_IMAGE)
+        out.setdefault("count", "all")
+        if out.get("diag") in DIAG_TIMEOUTS:
+            out.setdefault("timeout", DIAG_TIMEOUTS[out["diag"]])
+        return out
+
+    @field_validator("count")
+    @classmethod
+    def _count(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and value < 1:
+            raise ValueError(say.check_count(value))
+        return value
 
     @field_validator("namespace")
     @classmethod
