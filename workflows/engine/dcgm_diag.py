@@ -97,9 +97,12 @@ def parse(text: str | bytes | None) -> DiagReport:
         raise DiagUnreadable("no JSON in the output")
     body = text[text.index("{"):]
     try:
-        document, end = json.JSONDecoder().raw_decode(body)
-    except (ValueError, RecursionError) as err:
-        cut = isinstance(err, json.JSONDecodeError) and err.pos >= len(body.rstrip()) - 1
+        document, _ = json.JSONDecoder().raw_decode(body)
+    except RecursionError:
+        raise DiagUnreadable("not JSON (nested too deep)") from None
+    except ValueError as err:
+        cut = _unclosed(body) and (not isinstance(err, json.JSONDecodeError) or err.pos >= len(body.rstrip())
+                                   or err.msg.startswith("Unterminated string"))
         raise DiagUnreadable("the JSON is cut short" if cut else f"not JSON ({err})") from None
     if not isinstance(document, Mapping):
         raise DiagUnreadable("the JSON is not an object")
@@ -110,6 +113,28 @@ def parse(text: str | bytes | None) -> DiagReport:
         return _read(document[DCGM3_KEY], "dcgm3", _version(document[DCGM3_KEY]))
     keys = ", ".join(sorted(str(k) for k in document)[:5]) or "none"
     raise DiagUnreadable(f"neither {DCGM4_KEY!r} (DCGM 4) nor {DCGM3_KEY!r} (DCGM 3) at the top (found: {keys})")
+
+
+def _unclosed(body: str) -> bool:
+    """Whether `body` ends inside an object, an array or a string (output cut short)."""
+    open_: list[str] = []
+    in_string, escaped = False, False
+    for char in body:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "{[":
+            open_.append("}" if char == "{" else "]")
+        elif char in "}]":
+            if not open_ or open_.pop() != char:
+                return False  # a bracket closed that was not open: broken, not cut
+    return in_string or bool(open_)
 
 
 def _version(part: Any) -> str | None:

@@ -72,7 +72,7 @@ class RunGpuCheck:
                     ctx.gateway.delete_pod(namespace, name, uid=found.uid, dry_run=False)
             return Done(say.gpu_check_passed(ctx.intent["pod"], shown))
         if found is None:
-            count = check_pod.held_count(spec, ctx.node_inventory())
+            count = check_pod.held_count(spec, ctx.node_inventory() if spec.count == "all" else None)
             if count is None:
                 return Waiting(say.gpu_check_no_devices(ctx.intent["pod"], spec.resource), retry_in=2.0)
             manifest = check_pod.manifest(spec, name=name, node=ctx.node, run_id=ctx.run_id, count=count)
