@@ -558,4 +558,4 @@ def test_a_pools_diag_check_runs_after_a_drain_before_the_node_is_given_back(clu
     steps = plan("gpu-a-02 at sat 02:00", cluster, now, cfg=cfg).plan.waves[0].steps_for("gpu-a-02")
 
     assert [s.kind for s in steps] == ["cordon", "evict", "hold", "validate", "gpu-check", "uncordon"]
-    assert (steps[4].params["diag"], steps[4].params["count"], steps[4].params["timeout_s"]) == (2, "all", 20 * 60)
+    assert (steps[4].params["diag"], steps[4].params["count"], steps[4].params["timeout_s"]) == (2, "all", 15 * 60)

@@ -64,10 +64,14 @@ class _Model(BaseModel):
 # The DCGM image a `diag` check runs in: the version whose `dcgmi diag -j` output
 # `workflows.engine.dcgm_diag` reads (DCGM 4's shape; DCGM 3's is read too).
 DIAG_IMAGE = "nvcr.io/nvidia/cloud-native/dcgm:4.3.1-1-ubuntu22.04"
-# How long each level may take on a node when `timeout` is not set: DCGM's guide puts
-# level 1 at about a minute, level 2 at a few, level 3 at tens of minutes for 8 GPUs.
-DIAG_TIMEOUTS: dict[int, dt.timedelta] = {1: dt.timedelta(minutes=5), 2: dt.timedelta(minutes=20),
-                                          3: dt.timedelta(minutes=90)}
+# How long each level takes on a node, as DCGM's guide puts it (level 1 about a minute,
+# level 2 a few, level 3 up to half an hour on 8 GPUs): what a plan's time estimate counts
+# at the least (`workflows.preflight.duration`).
+DIAG_EXPECTED: dict[int, dt.timedelta] = {1: dt.timedelta(minutes=1), 2: dt.timedelta(minutes=3),
+                                          3: dt.timedelta(minutes=30)}
+# How long each level may take before the run halts, when `timeout` is not set.
+DIAG_TIMEOUTS: dict[int, dt.timedelta] = {1: dt.timedelta(minutes=5), 2: dt.timedelta(minutes=15),
+                                          3: dt.timedelta(minutes=60)}
 
 
 class GpuCheck(_Model):
