@@ -99,7 +99,7 @@ class GpuCheck(_Model):
         "A MIG pool with the mixed strategy asks for one of its MIG devices instead."))
     timeout: Duration = Field(default=dt.timedelta(minutes=5), description=(
         "How long the check pod may take (at least 10s) before the run halts (with `diag`, "
-        "unset: the level's own, see DIAG_TIMEOUTS)."))
+        "unset: 5m, 15m or 60m for levels 1, 2 and 3)."))
     count: int | Literal["all"] = Field(default=1, description=(
         "How many of `resource` the pod holds: a number, or `all` the node advertises."))
     diag: Literal[1, 2, 3] | None = Field(default=None, description=(
