@@ -189,7 +189,7 @@ def shown_command(command: Sequence[str]) -> str:
     return " ".join(command)
 
 
-def shown(spec: CheckSpec) -> str:
+def shown_check(spec: CheckSpec) -> str:
     """The check's command as a thread shows it (a diag check's, not its shell script)."""
     return f"dcgmi diag -r {spec.diag} -j" if spec.diag is not None else shown_command(spec.command)
 

@@ -58,7 +58,7 @@ class RunGpuCheck:
         spec = check_pod.CheckSpec.from_params(params_of(ctx, GpuCheckParams))
         assert spec is not None  # prepare refused anything else
         namespace, name = pod_ref(ctx.intent["pod"])
-        shown = check_pod.shown(spec)
+        shown = check_pod.shown_check(spec)
         try:
             found = ctx.gateway.get_pod(namespace, name)
         except NotFound:
