@@ -1,6 +1,7 @@
 """DCGM's diagnostics as the check, on the real GPU Operator and the simulator's hardware,
 as the bot's ServiceAccount: a pool whose `gpu_check` has `diag` runs `dcgmi diag` on
-every GPU of each upgraded node before giving it back; a memory test failing on GPU 3 of
+every GPU of each upgraded node before giving it back (then the pool's burn-in, a second
+check pod); a memory test failing on GPU 3 of
 the canary halts the run there, quoting the test and the GPU, with the node cordoned;
 diagnostics that never end halt it when the pod's deadline passes. The simulator plays
 DCGM's report (testenv.dcgm_diag_samples) where the kubelet would run dcgmi."""
@@ -73,18 +74,23 @@ def test_a_memory_test_failing_on_gpu_3_of_the_canary_halts_the_run_quoting_it_w
     assert kept["spec"]["nodeName"] == "upg-01" and container["resources"]["limits"] == {"nvidia.com/gpu": "8"}
 
 
-def test_diagnostics_that_pass_on_every_gpu_give_each_node_back(fleet, cluster, db, as_bot, fleet_cache):
+def test_diagnostics_and_the_pools_burn_in_that_pass_on_every_gpu_give_each_node_back(
+        fleet, cluster, db, as_bot, fleet_cache):
     fleet(_fleet())
     installer = cluster.installer()
     _converged(installer, ["upg-01", "upg-02"])
+    burn_in = {"image": "nvcr.io/nvidia/pytorch:24.05-py3", "command": ["all_reduce_perf", "-b", "8", "-e", "1G"]}
 
-    finished = _upgrade(_desk(cluster, db, fleet_cache, as_bot, _config()))
+    finished = _upgrade(_desk(cluster, db, fleet_cache, as_bot, _config(burn_in=burn_in)))
 
     assert finished.state == "succeeded", finished.halted_reason
     rows = audit.for_run(db, finished.id)
-    assert [(r.detail["node"], r.detail["count"]) for r in rows if r.action == "gpu-check.start"] == [
-        ("upg-01", 8), ("upg-02", 8)]
-    assert [r.detail["node"] for r in rows if r.action == "gpu-check.passed"] == ["upg-01", "upg-02"]
+    # Each node: the diagnostics, then the burn-in, each a pod holding its 8 GPUs.
+    assert [(r.detail["node"], r.detail["command"][0], r.detail["count"]) for r in rows
+            if r.action == "gpu-check.start"] == [
+        ("upg-01", "/bin/sh", 8), ("upg-01", "all_reduce_perf", 8), ("upg-02", "/bin/sh", 8),
+        ("upg-02", "all_reduce_perf", 8)]
+    assert [r.detail["node"] for r in rows if r.action == "gpu-check.passed"] == ["upg-01", "upg-01", "upg-02", "upg-02"]
     assert _check_pods(installer) == []
 
 

@@ -559,3 +559,18 @@ def test_a_pools_diag_check_runs_after_a_drain_before_the_node_is_given_back(clu
 
     assert [s.kind for s in steps] == ["cordon", "evict", "hold", "validate", "gpu-check", "uncordon"]
     assert (steps[4].params["diag"], steps[4].params["count"], steps[4].params["timeout_s"]) == (2, "all", 15 * 60)
+
+
+def test_a_pools_burn_in_makes_its_check_and_the_burn_in_run_after_a_drain_and_a_plain_check_does_not(cluster, now):
+    from workflows.pools.config import GpuCheck
+
+    def steps_with(check):
+        cfg = config()
+        pool = cfg.pools["train-a"].model_copy(update={"gpu_check": GpuCheck.model_validate(check)})
+        cfg = cfg.model_copy(update={"pools": {**cfg.pools, "train-a": pool}})
+        return [(s.kind, s.params.get("purpose")) for s in
+                plan("gpu-a-02 at sat 02:00", cluster, now, cfg=cfg).plan.waves[0].steps_for("gpu-a-02")]
+
+    assert steps_with({"command": ["nvidia-smi"], "burn_in": {"image": "nccl", "command": ["all_reduce_perf"]}})[-3:] == [
+        ("gpu-check", None), ("gpu-check", "burn-in"), ("uncordon", None)]
+    assert "gpu-check" not in [k for k, _ in steps_with({"command": ["nvidia-smi"]})]

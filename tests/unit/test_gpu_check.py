@@ -315,3 +315,29 @@ def test_a_diag_check_waits_to_start_while_the_node_advertises_no_gpu(make):
     outcome = step.advance(ctx)  # type: ignore[arg-type]
     assert isinstance(outcome, Waiting) and "advertises no nvidia.com/gpu" in outcome.reason
     assert gateway.pods == {}
+
+
+def test_a_burn_in_after_the_check_is_a_pod_of_its_own_on_every_gpu_whose_exit_code_decides(make):
+    gateway = _PodsWithLogs()
+    burn_in = {"namespace": "gpuops", "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+               "command": ["all_reduce_perf", "-b", "8", "-e", "8G"], "resource": "nvidia.com/gpu",
+               "timeout_s": 1800, "count": "all", "purpose": "burn-in"}
+    inventory = make.assess(make.node("gpu-h100-01", gpus=8))
+    check_step, check_ctx, check_name = _diag_started(gateway, make)
+    step = RunGpuCheck()
+    ctx = _DiagCtx(gateway=gateway, params=burn_in, inventory=inventory)
+    ctx.intent = step.prepare(ctx)  # type: ignore[arg-type]
+    name = ctx.intent["pod"].split("/", 1)[1]
+
+    assert name.startswith("gpuops-burn-in-gpu-h100-01-") and name != check_name
+    check_step.advance(check_ctx)  # type: ignore[arg-type]
+    step.advance(ctx)  # type: ignore[arg-type]
+    assert set(gateway.pods) == {check_name, name}  # neither takes the other's pod for its own
+    (container,) = gateway.pods[name]["spec"]["containers"]
+    assert container["command"] == ["all_reduce_perf", "-b", "8", "-e", "8G"]
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": "8"}
+    gateway.end(name, phase="Failed", exit_code=1, message="# Out of bounds values : 3 FAILED")
+    outcome = step.advance(ctx)  # type: ignore[arg-type]
+    assert isinstance(outcome, Failed)
+    assert "`all_reduce_perf -b 8 -e 8G` exited 1 (Error): \"# Out of bounds values : 3 FAILED\"" in outcome.reason
+    assert gateway.log_reads == []  # a command check's exit code decides; no report is read

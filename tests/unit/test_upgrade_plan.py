@@ -232,3 +232,21 @@ def test_a_diag_check_configured_with_a_command_or_an_unknown_level_is_refused_a
 def test_a_diag_checks_own_timeout_and_resource_are_kept_when_written():
     check = GpuCheck.model_validate({"diag": 1, "timeout": "3m", "resource": "nvidia.com/gpu.shared", "count": 2})
     assert check.timeout == dt.timedelta(minutes=3) and check.count == 2 and check.resource == "nvidia.com/gpu.shared"
+
+
+def test_a_pools_burn_in_runs_as_a_second_check_after_its_check_and_the_plan_says_so(make):
+    own = POLICY.model_copy(update={"gpu_check": GpuCheck.model_validate({
+        "diag": 1, "burn_in": {"image": "nvcr.io/nvidia/pytorch:24.05-py3", "command": ["all_reduce_perf", "-g", "8"]}})})
+    planned = plan_upgrade(UpgradeAsk(pool="serving-a", version=NEW), fleet=_one_policy(make, auto_upgrade=False),
+                           policy=own, now=NOW, requested_by="U0ALICE", cluster_policy_scope="all-pools")
+    for wave in planned.plan.waves:
+        for node in wave.nodes:
+            steps = [s for s in wave.steps if s.node == node]
+            kinds = [s.kind for s in steps]
+            at = kinds.index("validate")
+            assert kinds[at + 1:at + 4] == ["gpu-check", "gpu-check", "uncordon"]
+            check, burn = steps[at + 1], steps[at + 2]
+            assert check.params["diag"] == 1 and "purpose" not in check.params
+            assert (burn.params["purpose"], burn.params["command"], burn.params["count"], burn.params["timeout_s"]) == (
+                "burn-in", ("all_reduce_perf", "-g", "8"), "all", 1800)
+    assert any("the pool's burn-in runs `all_reduce_perf -g 8`" in n for n in planned.plan.summary.notes)

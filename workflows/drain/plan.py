@@ -548,8 +548,8 @@ def _node_steps(node: NodeInventory, *, policy: PoolConfig, end: dt.datetime | N
             advertised_gpus=_gpus_to_expect(node),
             timeout_s=int(policy.validate_timeout.total_seconds()),
         )),
-        # A pool's diag check runs before the node is given back.
-        *filter(None, [check_pod.diag_step(node.name, policy.gpu_check)]),
+        # A pool's diag check (and burn-in) runs before the node is given back.
+        *check_pod.check_steps(node.name, policy.gpu_check),
         # A node that was cordoned before (by a person) stays cordoned.
         planning.uncordon(node),
     ]

@@ -36,14 +36,18 @@ STEP_GRACE_SECONDS = 60
 _NAME_LIMIT = 63  # kept a DNS label, so it is also a valid hostname
 _NOT_NAME = re.compile(r"[^a-z0-9-]+")
 DIAG_LEVELS = (1, 2, 3)
+BURN_IN = "burn-in"
 
 
-def pod_name(run_id: str, node: str) -> str:
-    """One pod per run and node, the same after a restart: "gpuops-check-<node>-<hash>",
-    the hash over run and node keeping it unique when a long node name is cut."""
-    digest = hashlib.sha256(f"{run_id}/{node}".encode()).hexdigest()[:10]
+def pod_name(run_id: str, node: str, *, purpose: str | None = None) -> str:
+    """One pod per run, node and purpose, the same after a restart:
+    "gpuops-check-<node>-<hash>" ("gpuops-burn-in-..." for a burn-in), the hash over run and
+    node (and purpose) keeping it unique when a long node name is cut."""
+    key = f"{run_id}/{node}" if purpose is None else f"{run_id}/{node}/{purpose}"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:10]
     readable = _NOT_NAME.sub("-", node.lower()).strip("-")
-    head = f"gpuops-check-{readable}"[: _NAME_LIMIT - len(digest) - 1].rstrip("-")
+    head = f"gpuops-{'check' if purpose is None else _NOT_NAME.sub('-', purpose)}-{readable}"
+    head = head[: _NAME_LIMIT - len(digest) - 1].rstrip("-")
     return f"{head}-{digest}"
 
 
@@ -58,6 +62,8 @@ class CheckSpec:
     count: int | Literal["all"] = 1
     # DCGM's diagnostics level whose JSON decides (None: the exit code alone).
     diag: int | None = None
+    # "burn-in" for the pool's burn-in pod (None: the check).
+    purpose: str | None = None
 
     @classmethod
     def from_params(cls, params: GpuCheckParams) -> CheckSpec | None:
@@ -72,8 +78,10 @@ class CheckSpec:
         if not (namespace and image and command and resource and count
                 and isinstance(timeout, int) and timeout > 0):
             return None
+        if params.purpose not in (None, BURN_IN):
+            return None
         return cls(namespace=namespace, image=image, command=tuple(command), resource=resource, timeout_s=timeout,
-                   count=count, diag=diag)
+                   count=count, diag=diag, purpose=params.purpose)
 
 
 def params_for(check: GpuCheck | None) -> GpuCheckParams | None:
@@ -86,21 +94,33 @@ def params_for(check: GpuCheck | None) -> GpuCheckParams | None:
                           count=None if check.count == 1 else check.count, diag=check.diag)
 
 
-def diag_step(node: str, check: GpuCheck | None, *, resources: Mapping[str, int] | None = None) -> NodeStep | None:
-    """The check a drain or a MIG change runs on `node` before giving it back: the pool's
-    check when it is a `diag` one (None otherwise: those kinds ran no check pod before
-    diagnostics, and a command check stays the upgrades' and moves'). A MIG change gives
-    the node's `resources` after it: the check holds all of its new devices (its
-    configured resource if the layout has it, else the MIG profile with the most)."""
-    params = params_for(check) if check is not None and check.diag is not None else None
-    if params is None:
+def burn_in_params(check: GpuCheck | None) -> GpuCheckParams | None:
+    """The second gpu-check step's params: the pool's burn-in (None: it has none)."""
+    if check is None or not check.enabled or check.burn_in is None:
         return None
+    burn = check.burn_in
+    return GpuCheckParams(namespace=check.namespace, image=burn.image, command=tuple(burn.command),
+                          resource=check.resource, timeout_s=int(burn.timeout.total_seconds()), count="all",
+                          purpose=BURN_IN)
+
+
+def check_steps(node: str, check: GpuCheck | None, *,
+                resources: Mapping[str, int] | None = None) -> list[NodeStep]:
+    """The checks a drain or a MIG change runs on `node` before giving it back: the pool's
+    check and its burn-in when the check runs after every kind (`GpuCheck.every_kind`: it
+    has `diag` or a burn-in; none otherwise: those kinds ran no check pod before, and a
+    plain command check stays the upgrades' and moves'). A MIG change gives the node's
+    `resources` after it: the checks hold all of its new devices (the configured resource
+    if the layout has it, else the MIG profile it makes most of)."""
+    if check is None or not check.every_kind:
+        return []
+    found = [p for p in (params_for(check), burn_in_params(check)) if p is not None]
     if resources:
         present = {r: n for r, n in resources.items() if n and is_gpu_resource(r)}
-        if present and params.resource not in present:
+        if present and check.resource not in present:
             resource = sorted(present, key=lambda r: (-present[r], r))[0]
-            params = dataclasses.replace(params, resource=resource, count="all")
-    return NodeStep.of("gpu-check", NodeName(node), params)
+            found = [dataclasses.replace(p, resource=resource, count="all") for p in found]
+    return [NodeStep.of("gpu-check", NodeName(node), p) for p in found]
 
 
 def held_count(spec: CheckSpec, inventory: NodeInventory | None) -> int | None:

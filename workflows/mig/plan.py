@@ -250,7 +250,7 @@ def _node_steps(node: NodeInventory, change: NodeChange, *, policy: PoolConfig,
         NodeStep.of("mig", node.name, MigParams(config=change.layout, expect=dict(change.after),
                                                 timeout_s=int(policy.mig_timeout.total_seconds()))),
         planning.validate(node, policy),
-        # A pool's diag check runs on the new devices, after every GPU is advertised.
-        *filter(None, [check_pod.diag_step(node.name, policy.gpu_check, resources=change.after)]),
+        # A pool's diag check (and burn-in) runs on the new devices, once every one is advertised.
+        *check_pod.check_steps(node.name, policy.gpu_check, resources=change.after),
         planning.uncordon(node),
     ]

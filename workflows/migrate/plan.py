@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from storage.step_params import StepParams, WaitForParams
+from workflows.engine.check_pod import burn_in_params
 from workflows.engine.check_pod import params_for as check_params
 from workflows.fleet.assessment import NodeInventory
 from workflows.fleet.summary import Fleet
@@ -217,6 +218,7 @@ def _node_steps(node: NodeInventory, *, policy: PoolConfig, check: GpuCheck,
                                                                    timeout_s=validate))]
     steps += [
         NodeStep.of("gpu-check", node.name, checked),
+        *([NodeStep.of("gpu-check", node.name, burn_in)] if (burn_in := burn_in_params(check)) else []),
         planning.validate(node, policy),
         planning.uncordon(node),
     ]

@@ -74,6 +74,39 @@ DIAG_TIMEOUTS: dict[int, dt.timedelta] = {1: dt.timedelta(minutes=5), 2: dt.time
                                           3: dt.timedelta(minutes=60)}
 
 
+class BurnIn(_Model):
+    """A pool's own burn-in, run after its check on each node: `command` in `image` (a
+    single-node NCCL all-reduce, say) holding every GPU the node advertises of the check's
+    `resource`; exit 0 passes, anything else (or no end within `timeout`) halts the run
+    with the node cordoned."""
+
+    image: str = Field(description="The burn-in pod's image.")
+    command: tuple[str, ...] = Field(description="What the burn-in pod runs; exit 0 passes.")
+    timeout: Duration = Field(default=dt.timedelta(minutes=30), description=(
+        "How long the burn-in may take (at least 10s) before the run halts."))
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str) -> str:
+        if not value.strip() or any(c.isspace() for c in value):
+            raise ValueError(say.check_image(value))
+        return value
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value or not value[0].strip():
+            raise ValueError(say.check_command())
+        return value
+
+    @field_validator("timeout")
+    @classmethod
+    def _timeout(cls, value: dt.timedelta) -> dt.timedelta:
+        if value < dt.timedelta(seconds=10):
+            raise ValueError(say.check_timeout(value))
+        return value
+
+
 class GpuCheck(_Model):
     """The canary pod a driver upgrade runs on each node before giving it back: one pod in
     `namespace`, bound to the node, asking for `count` of `resource` (one, or `all` the node
@@ -85,7 +118,8 @@ class GpuCheck(_Model):
     starts a host engine and runs `dcgmi diag -r <level> -j` in the pinned DCGM image (no
     `command` then); its JSON decides, test by test and GPU by GPU. A pool whose check has
     `diag` runs it after every kind of change (drains and MIG changes too, a MIG change on
-    its new devices); a check without it runs after upgrades and moves only."""
+    its new devices); a check without it runs after upgrades and moves only. `burn_in` adds
+    the pool's own burn-in as a second check (and runs both after every kind of change)."""
 
     enabled: bool = Field(default=True, description=(
         "false on a pool turns a fleet-wide check off there."))
@@ -105,6 +139,16 @@ class GpuCheck(_Model):
     diag: Literal[1, 2, 3] | None = Field(default=None, description=(
         "Run DCGM's diagnostics at this level (`dcgmi diag -r`) instead of `command`; the pod "
         "holds `all` the node's GPUs."))
+    burn_in: BurnIn | None = Field(default=None, description=(
+        "A second check after this one: the pool's own burn-in (image, command, timeout) on "
+        "every GPU of the node."))
+
+    @property
+    def every_kind(self) -> bool:
+        """Whether the check runs after every kind of change (drains and MIG changes too):
+        a `diag` check or one with a burn-in; a plain command check runs after upgrades
+        and moves only."""
+        return self.enabled and (self.diag is not None or self.burn_in is not None)
 
     @model_validator(mode="before")
     @classmethod

@@ -91,6 +91,12 @@ def plan_diag_note(level: int, image: object, resource: object, namespace: objec
             "with the node cordoned, quoting it")
 
 
+def plan_burn_in_note(command: object, image: object, resource: object) -> str:
+    shown = " ".join(str(c) for c in command) if isinstance(command, (list, tuple)) else str(command)
+    return (f"after the check, the pool's burn-in runs `{shown}` ({image}) on every {resource} of each node; "
+            "a non-zero exit halts the run with the node cordoned")
+
+
 def plan_downgrade_note(version: str) -> str:
     return f"a downgrade to {version}, asked for on purpose (--downgrade)"
 

@@ -52,7 +52,7 @@ class RunGpuCheck:
         spec = check_pod.CheckSpec.from_params(params_of(ctx, GpuCheckParams))
         if spec is None:
             raise StepParamsError(say.gpu_check_params())
-        return {"pod": f"{spec.namespace}/{check_pod.pod_name(ctx.run_id, ctx.node)}"}
+        return {"pod": f"{spec.namespace}/{check_pod.pod_name(ctx.run_id, ctx.node, purpose=spec.purpose)}"}
 
     def advance(self, ctx: StepContext) -> Outcome:
         spec = check_pod.CheckSpec.from_params(params_of(ctx, GpuCheckParams))
