@@ -1,15 +1,19 @@
-"""The canary pod of a driver upgrade (step kind `gpu-check`), as plain values: its name,
-its manifest and what its end says. No I/O here; `steps.GpuCheck` creates, reads and
-deletes it through the gateway.
+"""The canary pod of a change (step kind `gpu-check`), as plain values: its name, its
+manifest and what its end says. No I/O here; `steps.gpu_check` creates, reads and deletes
+it through the gateway.
 
 The pod is bound to the node by `spec.nodeName`, which bypasses the scheduler and so the
 run's own cordon (the node is checked before it is given back), tolerates every taint,
 asks for `count` of one GPU resource (one, or all the node advertises: a `diag` check,
-whose command `dcgm_diag` builds and whose JSON output it reads), never restarts, has no API token, and carries its own
-deadline (`activeDeadlineSeconds`), so a check that hangs ends as DeadlineExceeded rather
-than holding a GPU. Its termination message falls back to the tail of its log, which is
-how a failure's own words (nvidia-smi's "Failed to initialize NVML: Driver/library version
-mismatch") reach the run's thread without the bot reading pod logs."""
+whose command `dcgm_diag` builds, or a pool's burn-in), never restarts, has no API token,
+and carries its own deadline (`activeDeadlineSeconds`), so a check that hangs ends as
+DeadlineExceeded rather than holding a GPU. Its termination message falls back to the
+tail of its log, which is how a failure's own words (nvidia-smi's "Failed to initialize
+NVML: Driver/library version mismatch") reach the run's thread; a `diag` check's JSON
+report is read from its log (and copied by its command to its termination message).
+
+`params_for`, `burn_in_params` and `check_steps` turn a pool's `gpu_check` into the steps
+a plan writes."""
 
 from __future__ import annotations
 
@@ -130,9 +134,10 @@ def held_count(spec: CheckSpec, inventory: NodeInventory | None) -> int | None:
         return spec.count
     if inventory is None:
         return None
+    # NB: allocatable, what the device plugin can hand out: the validation before the
+    # check already waited for every GPU the node has to be advertised.
     found = next((r for r in inventory.resources if r.resource == spec.resource), None)
-    advertised = max(found.allocatable, found.capacity) if found is not None else 0
-    return advertised or None
+    return (found.allocatable if found is not None else 0) or None
 
 
 def manifest(spec: CheckSpec, *, name: str, node: str, run_id: str, count: int = 1) -> dict[str, Any]:
