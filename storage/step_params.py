@@ -279,12 +279,19 @@ class WaitForJobsParams(StepParams):
 
 @dataclass(frozen=True, kw_only=True)
 class GpuCheckParams(StepParams):
-    """The canary pod: where (`namespace`), what (`image`, `command`), which GPU `resource`."""
+    """The canary pod: where (`namespace`), what (`image`, `command`), which GPU `resource`
+    and how many (`count`: a number, or "all" the node advertises; unset: one); `diag` the
+    DCGM diagnostics level whose JSON output decides (unset: the exit code alone);
+    `purpose` "burn-in" for the pool's burn-in, run as a second check pod."""
 
     namespace: str | None = None
     image: str | None = None
     command: tuple[str, ...] | None = None
     resource: str | None = None
+    count: int | str | None = None
+    diag: int | None = None
+    # "burn-in": the pool's burn-in after its check (its own pod); unset: the check.
+    purpose: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

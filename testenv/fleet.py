@@ -45,6 +45,10 @@ ANN_MIG_STUCK = SIM + "mig-stuck"
 ANN_MIG_FAILS = SIM + "mig-fails"
 ANN_MIG_APPLIED = SIM + "mig-applied"
 ANN_NOT_READY = SIM + "not-ready"
+# What DCGM's diagnostics find on the node when a gpuops `diag` check runs there: unset or
+# "pass" every test passes; "<test>:<gpu>" that test fails on that GPU (e.g. "memory:3");
+# "hang" the diagnostics never end (the check pod runs out its deadline).
+ANN_DIAG = SIM + "diag"
 # What GFD finds on the node's hardware (JSON of its labels): the simulator publishes those
 # missing from the node while a driver works, as GFD does.
 ANN_GFD = SIM + "gfd-labels"

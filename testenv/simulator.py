@@ -24,7 +24,11 @@ the operator's manifests give them) and its ConfigMaps, and per node:
 - gpuops's check pods (label `gpuops.io/gpu-check`, any namespace) run for a moment and
   exit 0, or exit 18 with nvidia-smi's "Driver/library version mismatch" on a node whose
   driver version the faults ConfigMap lists as check-failing; a node that advertises none
-  of the resource the pod asks for fails it at admission, as the kubelet does.
+  of the resource the pod asks for fails it at admission, as the kubelet does. A `diag`
+  check (its command runs `dcgmi diag -r <level> -j`) ends with DCGM 4's JSON report
+  (testenv.dcgm_diag_samples) in its termination message, as its command copies it there:
+  every test passing, or the test and GPU the node's `sim.gpuops.io/diag` annotation names
+  failing (exit 226), or, with `hang`, no end until its deadline (DeadlineExceeded).
 Every knob is a node annotation under `sim.gpuops.io/` or the faults ConfigMap, so any
 process (a test, the demo) can inject a fault through the API.
 """
@@ -36,6 +40,7 @@ import heapq
 import json
 import logging
 import queue
+import re
 import threading
 import time
 from collections import defaultdict
@@ -45,6 +50,7 @@ from typing import Any
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
+from testenv import dcgm_diag_samples as dcgm_samples
 from testenv import fleet as fl
 
 log = logging.getLogger("gpuops.testenv.simulator")
@@ -370,12 +376,32 @@ class OperandSimulator:
                                       mig_config=ann.get(fl.ANN_MIG_APPLIED), mig_configs=mig_configs)
         self._not_ready(node, ann)
         self._run_checks(name, checks, now, allocatable=allocatable, driver_version=driver_version,
-                         check_failing=check_failing)
+                         check_failing=check_failing, diag=ann.get(fl.ANN_DIAG, ""))
         if new_labels or new_ann:
             self.core.patch_node(name, {"metadata": {"labels": new_labels, "annotations": new_ann}})
 
+    def _end_diag(self, name: str, pod: dict[str, Any], level: int, *, gpus: int, started: float, now: float,
+                  diag: str) -> None:
+        """A diag check's end: DCGM's report, as the node's `sim.gpuops.io/diag` says."""
+        if diag == "hang":
+            deadline = float(pod["spec"].get("activeDeadlineSeconds") or 0)
+            if now - started < deadline:
+                self._wake(name, started + deadline - now)
+                return
+            status = _base(pod, "Failed")
+            status["reason"], status["message"] = ("DeadlineExceeded",
+                                                   "Pod was active on the node longer than the specified deadline")
+            self._set_pod(pod, status)
+            return
+        failing: dict[int, str] = {}
+        if diag not in ("", "pass") and ":" in diag:
+            test, _, gpu = diag.partition(":")
+            failing[int(gpu)] = test
+        report = dcgm_samples.dcgm4_compact(gpus=gpus, level=level, failing=failing)
+        self._set_pod(pod, _exited_status(pod, 226 if failing else 0, report[:4096]))
+
     def _run_checks(self, name: str, checks: list[dict[str, Any]], now: float, *, allocatable: dict[str, str],
-                    driver_version: str | None, check_failing: frozenset[str]) -> None:
+                    driver_version: str | None, check_failing: frozenset[str], diag: str = "") -> None:
         """gpuops's check pods on the node: a moment "running", then an exit."""
         for pod in checks:
             if pod["metadata"].get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in (
@@ -389,9 +415,13 @@ class OperandSimulator:
                                                    int(allocatable.get(wanted[0], "0"))))
                 continue
             started = self._first_seen.setdefault(pod["metadata"]["uid"], now)
+            level = _diag_level(container)
             if now - started < self.timing.check_seconds:
                 self._set_pod(pod, _starting_status(pod))
                 self._wake(name, started + self.timing.check_seconds - now)
+            elif level is not None:
+                self._end_diag(name, pod, level, gpus=int(wanted[1]) if wanted else 1, started=started, now=now,
+                               diag=diag)
             elif driver_version is not None and driver_version in check_failing:
                 self._set_pod(pod, _exited_status(pod, 18, "Failed to initialize NVML: Driver/library version "
                                                            f"mismatch\nNVML library version: {driver_version}"))
@@ -652,6 +682,12 @@ def _refused_status(pod: dict[str, Any], resource: str, wanted: int, available: 
             "message": (f"Allocate failed due to requested number of devices unavailable for {resource}. "
                         f"Requested: {wanted}, Available: {available}, which is unexpected"),
             "startTime": _now_iso()}
+
+
+def _diag_level(container: dict[str, Any]) -> int | None:
+    """The level of the `dcgmi diag -r <level>` a check pod's command runs (None: no diag)."""
+    found = re.search(r"dcgmi diag -r ([0-9]+)", " ".join(container.get("command") or ()))
+    return int(found.group(1)) if found else None
 
 
 def _versions(listed: str | None) -> frozenset[str]:

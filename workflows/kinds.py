@@ -223,7 +223,7 @@ class KindRegistry:
 KINDS = KindRegistry(
     kinds=(
         ChangeKind(name="drain", noun="a drain", title="Drain",
-                   step_kinds=("cordon", "wait-for-jobs", "evict", "validate", "hold", "uncordon"),
+                   step_kinds=("cordon", "wait-for-jobs", "evict", "validate", "hold", "gpu-check", "uncordon"),
                    # A drain changes nothing on the node: it clears no finding.
                    default_approvals={"serving": 1, "training": 0},
                    service="workflows.drain.service.DrainService", commands="commands.drain",
@@ -240,7 +240,7 @@ KINDS = KindRegistry(
                    service="workflows.upgrade.service.UpgradeService", commands="commands.upgrade",
                    form="bot.upgrade_form.UPGRADE_REQUEST_FORM"),
         ChangeKind(name="mig", noun="a MIG change", title="MIG change",
-                   step_kinds=("wait-for-jobs", "cordon", "evict", "mig", "validate", "uncordon"),
+                   step_kinds=("wait-for-jobs", "cordon", "evict", "mig", "validate", "gpu-check", "uncordon"),
                    default_approvals={"serving": 2, "training": 1}, rollback=True,
                    step_logic=logic_in("workflows.mig.step_logic"),
                    # It applies a layout afresh: a MIG change that failed or stuck is retried.

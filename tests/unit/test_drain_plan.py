@@ -546,3 +546,31 @@ def test_a_pool_that_skips_nodes_a_pdb_blocks_writes_skip_into_the_evict_step_an
     assert evict.params["pdb_timeout_action"] == "skip"
     assert any("serve/api-pdb" in note and "leaves the node out of the drain" in note
                for note in drain.plan.summary.notes)
+
+
+def test_a_pools_diag_check_runs_after_a_drain_before_the_node_is_given_back(cluster, now):
+    from workflows.pools.config import GpuCheck
+
+    cfg = config()
+    pool = cfg.pools["train-a"].model_copy(update={"gpu_check": GpuCheck.model_validate({"diag": 2})})
+    cfg = cfg.model_copy(update={"pools": {**cfg.pools, "train-a": pool}})
+
+    steps = plan("gpu-a-02 at sat 02:00", cluster, now, cfg=cfg).plan.waves[0].steps_for("gpu-a-02")
+
+    assert [s.kind for s in steps] == ["cordon", "evict", "hold", "validate", "gpu-check", "uncordon"]
+    assert (steps[4].params["diag"], steps[4].params["count"], steps[4].params["timeout_s"]) == (2, "all", 15 * 60)
+
+
+def test_a_pools_burn_in_makes_its_check_and_the_burn_in_run_after_a_drain_and_a_plain_check_does_not(cluster, now):
+    from workflows.pools.config import GpuCheck
+
+    def steps_with(check):
+        cfg = config()
+        pool = cfg.pools["train-a"].model_copy(update={"gpu_check": GpuCheck.model_validate(check)})
+        cfg = cfg.model_copy(update={"pools": {**cfg.pools, "train-a": pool}})
+        return [(s.kind, s.params.get("purpose")) for s in
+                plan("gpu-a-02 at sat 02:00", cluster, now, cfg=cfg).plan.waves[0].steps_for("gpu-a-02")]
+
+    assert steps_with({"command": ["nvidia-smi"], "burn_in": {"image": "nccl", "command": ["all_reduce_perf"]}})[-3:] == [
+        ("gpu-check", None), ("gpu-check", "burn-in"), ("uncordon", None)]
+    assert "gpu-check" not in [k for k, _ in steps_with({"command": ["nvidia-smi"]})]

@@ -11,10 +11,12 @@ from typing import Any
 import pytest
 
 from storage.step_params import GpuCheckParams
-from workflows.engine import check_pod
+from testenv import dcgm_diag_samples as samples
+from workflows.engine import check_pod, dcgm_diag
 from workflows.engine.steps.contract import Done, Failed, StepParamsError, Waiting
 from workflows.engine.steps.gpu_check import RunGpuCheck
-from workflows.kube.errors import Conflict, NotFound
+from workflows.fleet.assessment import NodeInventory
+from workflows.kube.errors import Conflict, Forbidden, NotFound
 from workflows.kube.gateway.decoding import pod_on_node_from_json
 from workflows.kube.objects import PodOnNode
 
@@ -194,3 +196,148 @@ def test_a_dry_run_asks_the_api_server_to_admit_the_pod_and_creates_nothing():
 def test_a_gpu_check_step_without_its_pod_is_refused_before_it_starts():
     with pytest.raises(StepParamsError, match="gpu-check step needs params namespace, image, command"):
         RunGpuCheck().prepare(_Ctx(gateway=_Pods(), params={"namespace": "gpuops"}))  # type: ignore[arg-type]
+
+
+# ---- a diag check: DCGM's diagnostics on every GPU of the node
+
+DIAG = {"namespace": "gpuops", "image": "nvcr.io/nvidia/cloud-native/dcgm:4.3.1-1-ubuntu22.04",
+        "command": ["/bin/sh", "-c", "dcgmi diag -r 2 -j"], "resource": "nvidia.com/gpu", "timeout_s": 1200,
+        "count": "all", "diag": 2}
+
+
+class _PodsWithLogs(_Pods):
+    """The pods, and their logs as the API serves them (None: the log cannot be read)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.logs: dict[str, str | None] = {}
+        self.log_reads: list[int] = []
+
+    def read_pod_log(self, namespace: str, name: str, *, container: str, limit_bytes: int) -> str:
+        self.log_reads.append(limit_bytes)
+        log = self.logs.get(name)
+        if log is None:
+            raise Forbidden('pods "x" is forbidden: cannot get resource "pods/log"', status=403)
+        return log[:limit_bytes]
+
+
+@dataclass
+class _DiagCtx(_Ctx):
+    inventory: NodeInventory | None = None
+
+    def node_inventory(self) -> NodeInventory | None:
+        return self.inventory
+
+
+def _diag_started(gateway: _PodsWithLogs, make) -> tuple[RunGpuCheck, _DiagCtx, str]:
+    step = RunGpuCheck()
+    ctx = _DiagCtx(gateway=gateway, params=dict(DIAG), inventory=make.assess(make.node("gpu-h100-01", gpus=8)))
+    ctx.intent = step.prepare(ctx)  # type: ignore[arg-type]
+    return step, ctx, ctx.intent["pod"].split("/", 1)[1]
+
+
+def test_a_diag_check_pod_holds_every_gpu_the_node_advertises_and_runs_dcgms_diagnostics(make):
+    gateway = _PodsWithLogs()
+    step, ctx, name = _diag_started(gateway, make)
+    outcome = step.advance(ctx)  # type: ignore[arg-type]
+    assert isinstance(outcome, Waiting) and "`dcgmi diag -r 2 -j`" in outcome.reason
+    (container,) = gateway.pods[name]["spec"]["containers"]
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": "8"}
+    assert "nv-hostengine -n" in container["command"][2] and "dcgmi diag -r 2 -j" in container["command"][2]
+    assert ctx.rows["gpu-check.start"]["count"] == 8
+
+
+def test_a_diag_check_passes_when_its_report_read_from_the_log_passes_every_test_on_every_gpu(make):
+    gateway = _PodsWithLogs()
+    step, ctx, name = _diag_started(gateway, make)
+    step.advance(ctx)  # type: ignore[arg-type]
+    gateway.logs[name] = samples.dcgm4_text(gpus=8, level=2)
+    gateway.end(name, phase="Succeeded", exit_code=0)
+    outcome = step.advance(ctx)  # type: ignore[arg-type]
+    assert outcome == Done(f"the check pod gpuops/{name} (`dcgmi diag -r 2 -j`) (DCGM 4.3.1) passed 3 tests on 8 GPUs")
+    assert gateway.log_reads == [dcgm_diag.LOG_LIMIT_BYTES]  # the read is capped
+
+
+def test_a_memory_test_failing_on_gpu_3_fails_the_node_quoting_the_test_the_gpu_and_dcgms_words(make):
+    gateway = _PodsWithLogs()
+    step, ctx, name = _diag_started(gateway, make)
+    step.advance(ctx)  # type: ignore[arg-type]
+    gateway.logs[name] = samples.dcgm4_text(gpus=8, level=2, failing={3: "memory"})
+    gateway.end(name, phase="Failed", exit_code=226)
+    outcome = step.advance(ctx)  # type: ignore[arg-type]
+    assert isinstance(outcome, Failed) and outcome.code == "gpu-check-failed"
+    assert outcome.reason.startswith("the diagnostics on gpu-h100-01 (`dcgmi diag -r 2 -j`) failed memory on GPU 3: "
+                                     '"Error using CUDA API cudaMemcpy')
+    assert "GPU 3 had 1 memory miscompares" in outcome.reason and "stays cordoned" in outcome.reason
+    assert outcome.detail["failed"] == [{"test": "memory", "gpu": "3", "status": "Fail"}]
+    assert name in gateway.pods  # kept for its logs
+
+
+def test_a_diag_report_the_log_cannot_give_is_read_from_the_termination_message_the_command_copied(make):
+    gateway = _PodsWithLogs()
+    step, ctx, name = _diag_started(gateway, make)
+    step.advance(ctx)  # type: ignore[arg-type]
+    gateway.logs[name] = None  # no pods/log grant: the termination message holds the report
+    gateway.end(name, phase="Failed", exit_code=226, message=samples.dcgm4_compact(gpus=2, level=2, failing={1: "memory"}))
+    outcome = step.advance(ctx)  # type: ignore[arg-type]
+    assert isinstance(outcome, Failed) and "failed memory on GPU 1" in outcome.reason
+
+
+def test_a_diag_check_that_runs_out_of_time_says_so_and_that_no_report_came(make):
+    gateway = _PodsWithLogs()
+    step, ctx, name = _diag_started(gateway, make)
+    step.advance(ctx)  # type: ignore[arg-type]
+    gateway.logs[name] = ""
+    gateway.end(name, phase="Failed", reason="DeadlineExceeded", status_message="Pod was active on the node longer than the specified deadline")
+    outcome = step.advance(ctx)  # type: ignore[arg-type]
+    assert isinstance(outcome, Failed)
+    assert outcome.reason == (f"the diagnostics on gpu-h100-01 (`dcgmi diag -r 2 -j`) gave no result gpuops can read "
+                              f"(no JSON in the output); it ran out of time (DeadlineExceeded); gpu-h100-01 stays "
+                              f"cordoned and the pod gpuops/{name} is kept for its logs")
+
+
+def test_a_diag_check_whose_output_is_cut_short_fails_even_when_dcgmi_exited_0(make):
+    gateway = _PodsWithLogs()
+    step, ctx, name = _diag_started(gateway, make)
+    step.advance(ctx)  # type: ignore[arg-type]
+    gateway.logs[name] = samples.dcgm4_text(gpus=8, level=3)[:3000]
+    gateway.end(name, phase="Succeeded", exit_code=0)
+    outcome = step.advance(ctx)  # type: ignore[arg-type]
+    assert isinstance(outcome, Failed) and "(the JSON is cut short)" in outcome.reason
+    assert "gpu-check.passed" not in ctx.rows
+
+
+def test_a_diag_check_waits_to_start_while_the_node_advertises_no_gpu(make):
+    gateway = _PodsWithLogs()
+    step, ctx, name = _diag_started(gateway, make)
+    ctx.inventory = make.assess(make.node("gpu-h100-01", gpus=8, capacity={"nvidia.com/gpu": "0"},
+                                          allocatable={"nvidia.com/gpu": "0"}))
+    outcome = step.advance(ctx)  # type: ignore[arg-type]
+    assert isinstance(outcome, Waiting) and "advertises no nvidia.com/gpu" in outcome.reason
+    assert gateway.pods == {}
+
+
+def test_a_burn_in_after_the_check_is_a_pod_of_its_own_on_every_gpu_whose_exit_code_decides(make):
+    gateway = _PodsWithLogs()
+    burn_in = {"namespace": "gpuops", "image": "nvcr.io/nvidia/pytorch:24.05-py3",
+               "command": ["all_reduce_perf", "-b", "8", "-e", "8G"], "resource": "nvidia.com/gpu",
+               "timeout_s": 1800, "count": "all", "purpose": "burn-in"}
+    inventory = make.assess(make.node("gpu-h100-01", gpus=8))
+    check_step, check_ctx, check_name = _diag_started(gateway, make)
+    step = RunGpuCheck()
+    ctx = _DiagCtx(gateway=gateway, params=burn_in, inventory=inventory)
+    ctx.intent = step.prepare(ctx)  # type: ignore[arg-type]
+    name = ctx.intent["pod"].split("/", 1)[1]
+
+    assert name.startswith("gpuops-burn-in-gpu-h100-01-") and name != check_name
+    check_step.advance(check_ctx)  # type: ignore[arg-type]
+    step.advance(ctx)  # type: ignore[arg-type]
+    assert set(gateway.pods) == {check_name, name}  # neither takes the other's pod for its own
+    (container,) = gateway.pods[name]["spec"]["containers"]
+    assert container["command"] == ["all_reduce_perf", "-b", "8", "-e", "8G"]
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": "8"}
+    gateway.end(name, phase="Failed", exit_code=1, message="# Out of bounds values : 3 FAILED")
+    outcome = step.advance(ctx)  # type: ignore[arg-type]
+    assert isinstance(outcome, Failed)
+    assert "`all_reduce_perf -b 8 -e 8G` exited 1 (Error): \"# Out of bounds values : 3 FAILED\"" in outcome.reason
+    assert gateway.log_reads == []  # a command check's exit code decides; no report is read

@@ -176,3 +176,23 @@ def test_a_node_mid_change_is_refused_a_new_layout_but_may_be_rolled_back(make, 
     assert refused.value.code == "mig-in-progress" and "in the middle of a MIG change" in refused.value.reason
     back = _plan(make, layouts, [wedged], "", rollback=MigRollbackOf(run="run-3", layouts=(("n1", "all-1g.10gb"),)))
     assert [(c.node, c.layout) for c in back.changes] == [("n1", "all-1g.10gb")]
+
+
+@pytest.mark.parametrize(("check", "runs"), [({"diag": 1}, True), ({"command": ["nvidia-smi", "-L"]}, False)])
+def test_a_pools_diag_check_runs_on_the_new_mig_devices_after_validation_and_a_command_check_does_not(
+        make, layouts, check, runs):
+    nodes = [_mig_node(make, "n1", "all-7g.80gb")]
+    fleet = make.fleet(nodes, [p for n in nodes for p in make.operands(n.name)])
+    policy = PoolConfig.model_validate({"kind": "serving", "windows": "always", "max_unavailable": 1,
+                                        "gpu_check": check})
+    planned = plan_mig(MigAsk(targets=("inf",), layout="all-1g.10gb", reason="r"), fleet=fleet,
+                       policy_of={"inf": policy}, layouts=layouts, strategy="mixed", now=NOW, requested_by="U0ALICE")
+    kinds = [s.kind for s in planned.plan.waves[0].steps]
+    if not runs:
+        assert "gpu-check" not in kinds
+        return
+    assert kinds[kinds.index("validate"):] == ["validate", "gpu-check", "uncordon"]
+    check_step = next(s for s in planned.plan.waves[0].steps if s.kind == "gpu-check")
+    # It holds every one of the devices the new layout makes, not the GPUs the node had.
+    assert (check_step.params["resource"], check_step.params["count"], check_step.params["diag"]) == (
+        "nvidia.com/mig-1g.10gb", "all", 1)

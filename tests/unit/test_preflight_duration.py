@@ -11,7 +11,7 @@ from storage.database import open_database
 from storage.steps import NewStep
 from workflows.kube.objects import NodeName
 from workflows.plans import NodeStep, Plan, PlanSummary, Wave
-from workflows.preflight.duration import duration_note, duration_notes, estimate, past_steps
+from workflows.preflight.duration import duration_note, duration_notes, estimate, past_steps, refusing_note
 from workflows.config import GpuopsConfig
 from workflows.preflight.facts import PastStep, PlanFacts
 from workflows.requests.service import RequestService
@@ -156,3 +156,48 @@ def test_the_request_services_pace_carries_the_engines_nodes_at_once_so_a_big_wa
     # The canary n1 alone (50m and its 10m soak), then n2 and n3 together and n4 after them:
     # two rounds of 50m (all three at once would be one, 1h50m in all).
     assert timing.sentence.startswith("The run takes at most 2h40m"), timing.sentence
+
+
+def _with_diag(plan: Plan, level: int, *, timeout_s: int) -> Plan:
+    """`plan` with a diag check on each node after its validation."""
+    waves = []
+    for wave in plan.waves:
+        found: list[NodeStep] = []
+        for step in wave.steps:
+            found.append(step)
+            if step.kind == "validate":
+                found.append(NodeStep("gpu-check", step.node, {"namespace": "gpuops", "image": "dcgm", "count": "all",
+                                                               "diag": level, "resource": "nvidia.com/gpu",
+                                                               "timeout_s": timeout_s}))
+        waves.append(Wave(wave.index, wave.nodes, tuple(found)))
+    return Plan(kind=plan.kind, pool=plan.pool, waves=tuple(waves), summary=plan.summary, created_for=plan.created_for)
+
+
+def test_a_level_3_diag_check_counts_half_an_hour_a_node_even_where_past_quick_checks_took_seconds():
+    plan = _with_diag(_plan([["n1"], ["n2"]], window=dt.timedelta(hours=8)), 3, timeout_s=3600)
+    past = [p for n in ("n1", "n2") for p in _past(n, evict=1, driver=5, validate=2, cordon=0, uncordon=0)]
+    past += [PastStep(node="n1", kind="gpu-check", took=dt.timedelta(seconds=5))]
+
+    found = estimate(plan, past)
+
+    # n1 (the canary): 1 + 5 + 2 + 30 (the diag, not the 5s nvidia-smi of the past) + the 10m soak.
+    assert found.waves == (48 * MIN, 38 * MIN)
+
+
+def test_a_plan_whose_diagnostics_outgrow_its_window_is_critical_and_refused_and_one_that_fits_is_not():
+    tight = _with_diag(_plan([["n1"], ["n2"], ["n3"]], window=dt.timedelta(hours=2)), 3, timeout_s=3600)
+    (timing,) = duration_notes(tight, PlanFacts(fleet=None, policy=None))  # type: ignore[arg-type]
+    assert (timing.code, timing.severity) == ("diag-outgrows-window", "critical")
+    assert "its DCGM diagnostics (the pool's gpu_check diag) make it outgrow the window, so it is refused" in (
+        timing.sentence)
+    assert refusing_note(tight.__class__(kind=tight.kind, pool=tight.pool, waves=tight.waves,
+                                          summary=tight.summary.with_preflight(timing),
+                                          created_for=tight.created_for)) == timing
+
+    roomy = _with_diag(_plan([["n1"], ["n2"], ["n3"]], window=dt.timedelta(hours=8)), 3, timeout_s=3600)
+    (timing,) = duration_notes(roomy, PlanFacts(fleet=None, policy=None))  # type: ignore[arg-type]
+    assert (timing.code, timing.severity) == ("fits-window", "info")
+    # Without diagnostics, a plan that outgrows its window is a warning, as before.
+    (timing,) = duration_notes(_plan([["n1"], ["n2"], ["n3"]], window=dt.timedelta(hours=2)),
+                               PlanFacts(fleet=None, policy=None))  # type: ignore[arg-type]
+    assert (timing.code, timing.severity) == ("outgrows-window", "warning")

@@ -156,6 +156,25 @@ def test_a_viewer_cannot_submit_and_nothing_is_stored(service, db):
     assert service.open_requests() == []
 
 
+def test_a_plan_whose_dcgm_diagnostics_outgrow_its_window_is_refused_and_nothing_is_stored(service, db):
+    from workflows.plans import PreflightNote
+
+    plan = a_plan()
+    note = PreflightNote(check="duration", code="diag-outgrows-window", severity="critical",
+                         sentence="The run takes at most 3h; its DCGM diagnostics make it outgrow the window")
+    refused_plan = Plan(kind=plan.kind, pool=plan.pool, waves=plan.waves, summary=plan.summary.with_preflight(note),
+                        created_for=plan.created_for)
+    with pytest.raises(RequestRefused) as refused:
+        submit(service, plan=refused_plan)
+    assert refused.value.code == RefusalCode.DIAG_OUTGROWS_WINDOW
+    assert refused.value.reason == note.sentence
+    assert service.open_requests() == []
+    # A plan whose run only warns that it outgrows its window is still a request.
+    warned = PreflightNote(check="duration", code="outgrows-window", severity="warning", sentence="too long")
+    submit(service, plan=Plan(kind=plan.kind, pool=plan.pool, waves=plan.waves,
+                              summary=plan.summary.with_preflight(warned), created_for=plan.created_for))
+
+
 def test_a_plan_built_for_another_pool_is_a_programming_error(service):
     with pytest.raises(ValueError, match="cannot back a upgrade request on pool serving-a"):
         submit(service, plan=a_plan(pool="serving-b"))

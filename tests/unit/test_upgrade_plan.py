@@ -201,3 +201,52 @@ def test_the_plan_names_per_node_the_jobs_it_waits_for_and_the_gpu_pods_it_moves
     gated = _plan(_one_policy(make, auto_upgrade=True), gpu_pods=[trainer, replica])
     assert "GPU pods deleted by the GPU Operator per its upgradePolicy: s1: ml/trainer-0; s2: serve/llm-0" in (
         gated.plan.summary.notes)
+
+
+def test_a_diag_check_runs_dcgms_diagnostics_on_every_gpu_in_the_pinned_image_and_the_plan_says_so(make):
+    diag = POLICY.model_copy(update={"gpu_check": GpuCheck.model_validate({"diag": 3})})
+    planned = plan_upgrade(UpgradeAsk(pool="serving-a", version=NEW), fleet=_one_policy(make, auto_upgrade=False),
+                           policy=diag, now=NOW, requested_by="U0ALICE", cluster_policy_scope="all-pools")
+    check = next(s for s in planned.plan.waves[0].steps if s.kind == "gpu-check")
+    assert check.params["diag"] == 3 and check.params["count"] == "all"
+    assert check.params["image"] == "nvcr.io/nvidia/cloud-native/dcgm:4.3.1-1-ubuntu22.04"
+    assert "dcgmi diag -r 3 -j" in check.params["command"][2]
+    assert check.params["timeout_s"] == 60 * 60  # level 3's own time, not the 5 minutes of a command check
+    assert any("runs DCGM's diagnostics at level 3 (`dcgmi diag -r 3 -j`" in n and "a failed test halts the run" in n
+               for n in planned.plan.summary.notes)
+
+
+@pytest.mark.parametrize(("check", "words"), [
+    ({"diag": 2, "command": ["nvidia-smi"]}, "gpu_check.diag runs DCGM's own command"),
+    ({"diag": 4}, "Input should be 1, 2 or 3"),
+    ({"count": 0}, "gpu_check.count must be a number of at least 1 or `all`"),
+    ({"count": "some"}, "Input should be 'all'"),
+])
+def test_a_diag_check_configured_with_a_command_or_an_unknown_level_is_refused_at_start(check, words):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=words):
+        GpuCheck.model_validate(check)
+
+
+def test_a_diag_checks_own_timeout_and_resource_are_kept_when_written():
+    check = GpuCheck.model_validate({"diag": 1, "timeout": "3m", "resource": "nvidia.com/gpu.shared", "count": 2})
+    assert check.timeout == dt.timedelta(minutes=3) and check.count == 2 and check.resource == "nvidia.com/gpu.shared"
+
+
+def test_a_pools_burn_in_runs_as_a_second_check_after_its_check_and_the_plan_says_so(make):
+    own = POLICY.model_copy(update={"gpu_check": GpuCheck.model_validate({
+        "diag": 1, "burn_in": {"image": "nvcr.io/nvidia/pytorch:24.05-py3", "command": ["all_reduce_perf", "-g", "8"]}})})
+    planned = plan_upgrade(UpgradeAsk(pool="serving-a", version=NEW), fleet=_one_policy(make, auto_upgrade=False),
+                           policy=own, now=NOW, requested_by="U0ALICE", cluster_policy_scope="all-pools")
+    for wave in planned.plan.waves:
+        for node in wave.nodes:
+            steps = [s for s in wave.steps if s.node == node]
+            kinds = [s.kind for s in steps]
+            at = kinds.index("validate")
+            assert kinds[at + 1:at + 4] == ["gpu-check", "gpu-check", "uncordon"]
+            check, burn = steps[at + 1], steps[at + 2]
+            assert check.params["diag"] == 1 and "purpose" not in check.params
+            assert (burn.params["purpose"], burn.params["command"], burn.params["count"], burn.params["timeout_s"]) == (
+                "burn-in", ("all_reduce_perf", "-g", "8"), "all", 1800)
+    assert any("the pool's burn-in runs `all_reduce_perf -g 8`" in n for n in planned.plan.summary.notes)

@@ -38,6 +38,7 @@ from typing import Literal
 
 from storage.step_params import EvictParams, HoldParams, WaitForParams
 from workflows.drain import messages as say
+from workflows.engine import check_pod
 from workflows.engine.steps.eviction import DRAIN_PLAN_SCOPE
 from workflows.fleet.assessment import UNPOOLED, NodeInventory
 from workflows.fleet.summary import Fleet
@@ -547,6 +548,8 @@ def _node_steps(node: NodeInventory, *, policy: PoolConfig, end: dt.datetime | N
             advertised_gpus=_gpus_to_expect(node),
             timeout_s=int(policy.validate_timeout.total_seconds()),
         )),
+        # A pool's diag check (and burn-in) runs before the node is given back.
+        *check_pod.check_steps(node.name, policy.gpu_check),
         # A node that was cordoned before (by a person) stays cordoned.
         planning.uncordon(node),
     ]

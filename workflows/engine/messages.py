@@ -551,6 +551,38 @@ def gpu_check_failed(node: str, pod: str, command: str, *, exit_code: int | None
     return text + f"; {node} stays cordoned and the pod {pod} is kept for its logs"
 
 
+def gpu_check_no_devices(pod: str, resource: str) -> str:
+    return f"waiting to start the check pod {pod}: the node advertises no {resource} to hold yet"
+
+
+def diag_passed(pod: str, command: str, *, tests: int, gpus: int, version: str | None) -> str:
+    dcgm = f" (DCGM {version})" if version else ""
+    return f"the check pod {pod} (`{command}`){dcgm} passed {tests} tests on {gpus} GPUs"
+
+
+def diag_failed(node: str, pod: str, command: str, failures: Sequence[str], *, more: int,
+                runtime_error: str | None) -> str:
+    if runtime_error:
+        what = f'DCGM could not run: "{runtime_error.strip()}"'
+    else:
+        what = "failed " + "; ".join(failures) + (f"; and {more} more" if more else "")
+    return f"the diagnostics on {node} (`{command}`) {what}; {node} stays cordoned and the pod {pod} is kept for its logs"
+
+
+def diag_failure(test: str, gpu: str, warnings: Sequence[str]) -> str:
+    where = "" if gpu == "all" else f" on GPU {gpu}"
+    said = f': "{warnings[0]}"' if warnings else ""
+    return f"{test}{where}{said}"
+
+
+def diag_unreadable(node: str, pod: str, command: str, why: str, *, exit_code: int | None,
+                    reason: str | None) -> str:
+    ended = (f"it ran out of time ({reason})" if reason == "DeadlineExceeded"
+             else f"it exited {exit_code}" if exit_code is not None else f"it did not run to the end ({reason})")
+    return (f"the diagnostics on {node} (`{command}`) gave no result gpuops can read ({why}); {ended}; "
+            f"{node} stays cordoned and the pod {pod} is kept for its logs")
+
+
 # ---- moving a node from a host driver to the operator
 
 

@@ -23,6 +23,7 @@ import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from workflows.engine import check_pod
 from workflows.fleet.assessment import NodeInventory
 from workflows.fleet.summary import Fleet
 from workflows.kube.objects import DisruptionBudget, NodeName, PodObject
@@ -249,5 +250,7 @@ def _node_steps(node: NodeInventory, change: NodeChange, *, policy: PoolConfig,
         NodeStep.of("mig", node.name, MigParams(config=change.layout, expect=dict(change.after),
                                                 timeout_s=int(policy.mig_timeout.total_seconds()))),
         planning.validate(node, policy),
+        # A pool's diag check (and burn-in) runs on the new devices, once every one is advertised.
+        *check_pod.check_steps(node.name, policy.gpu_check, resources=change.after),
         planning.uncordon(node),
     ]

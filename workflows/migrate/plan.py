@@ -29,7 +29,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from storage.step_params import GpuCheckParams, StepParams, WaitForParams
+from storage.step_params import StepParams, WaitForParams
+from workflows.engine.check_pod import burn_in_params
+from workflows.engine.check_pod import params_for as check_params
 from workflows.fleet.assessment import NodeInventory
 from workflows.fleet.summary import Fleet
 from workflows.kube.labels import LABEL_DEPLOY_DRIVER, LABEL_DEPLOY_PREFIX
@@ -193,6 +195,8 @@ def _node_steps(node: NodeInventory, *, policy: PoolConfig, check: GpuCheck,
                 to: Literal["operator", "host"], remove: Sequence[str] = ()) -> list[NodeStep]:
     validate = int(policy.validate_timeout.total_seconds())
     by_hand = int(policy.host_driver_timeout.total_seconds())
+    checked = check_params(check) or check_params(DEFAULT_CHECK)
+    assert checked is not None  # an enabled check always has params
     steps = [NodeStep.of("snapshot", node.name, StepParams()), planning.cordon(node), *planning.wait_for_jobs(node, policy),
              planning.evict_gpu_pods(node, policy)]
     # The hand-set labels go with the deploy label: GFD publishes its own once the
@@ -213,9 +217,8 @@ def _node_steps(node: NodeInventory, *, policy: PoolConfig, check: GpuCheck,
                   NodeStep.of("wait-for", node.name, WaitForParams(conditions=("driver-ready", "validator-ready"),
                                                                    timeout_s=validate))]
     steps += [
-        NodeStep.of("gpu-check", node.name, GpuCheckParams(namespace=check.namespace, image=check.image,
-                                                           command=tuple(check.command), resource=check.resource,
-                                                           timeout_s=int(check.timeout.total_seconds()))),
+        NodeStep.of("gpu-check", node.name, checked),
+        *([NodeStep.of("gpu-check", node.name, burn_in)] if (burn_in := burn_in_params(check)) else []),
         planning.validate(node, policy),
         planning.uncordon(node),
     ]

@@ -9,7 +9,7 @@ import datetime as dt
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
 from storage.requests import RequestKind
 from workflows.durations import Duration
@@ -61,11 +61,65 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# The DCGM image a `diag` check runs in: the version whose `dcgmi diag -j` output
+# `workflows.engine.dcgm_diag` reads (DCGM 4's shape; DCGM 3's is read too).
+DIAG_IMAGE = "nvcr.io/nvidia/cloud-native/dcgm:4.3.1-1-ubuntu22.04"
+# How long each level takes on a node, as DCGM's guide puts it (level 1 about a minute,
+# level 2 a few, level 3 up to half an hour on 8 GPUs): what a plan's time estimate counts
+# at the least (`workflows.preflight.duration`).
+DIAG_EXPECTED: dict[int, dt.timedelta] = {1: dt.timedelta(minutes=1), 2: dt.timedelta(minutes=3),
+                                          3: dt.timedelta(minutes=30)}
+# How long each level may take before the run halts, when `timeout` is not set.
+DIAG_TIMEOUTS: dict[int, dt.timedelta] = {1: dt.timedelta(minutes=5), 2: dt.timedelta(minutes=15),
+                                          3: dt.timedelta(minutes=60)}
+
+
+class BurnIn(_Model):
+    """A pool's own burn-in, run after its check on each node: `command` in `image` (a
+    single-node NCCL all-reduce, say) holding every GPU the node advertises of the check's
+    `resource`; exit 0 passes, anything else (or no end within `timeout`) halts the run
+    with the node cordoned."""
+
+    image: str = Field(description="The burn-in pod's image.")
+    command: tuple[str, ...] = Field(description="What the burn-in pod runs; exit 0 passes.")
+    timeout: Duration = Field(default=dt.timedelta(minutes=30), description=(
+        "How long the burn-in may take (at least 10s) before the run halts."))
+
+    @field_validator("image")
+    @classmethod
+    def _image(cls, value: str) -> str:
+        if not value.strip() or any(c.isspace() for c in value):
+            raise ValueError(say.check_image(value))
+        return value
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value or not value[0].strip():
+            raise ValueError(say.check_command())
+        return value
+
+    @field_validator("timeout")
+    @classmethod
+    def _timeout(cls, value: dt.timedelta) -> dt.timedelta:
+        if value < dt.timedelta(seconds=10):
+            raise ValueError(say.check_timeout(value))
+        return value
+
+
 class GpuCheck(_Model):
     """The canary pod a driver upgrade runs on each node before giving it back: one pod in
-    `namespace`, bound to the node, asking for one `resource`, running `command` in
-    `image`; exit code 0 passes, anything else (or no answer within `timeout`) halts the
-    run with the node cordoned. `enabled: false` on a pool turns a fleet-wide check off."""
+    `namespace`, bound to the node, asking for `count` of `resource` (one, or `all` the node
+    advertises), running `command` in `image`; exit code 0 passes, anything else (or no
+    answer within `timeout`) halts the run with the node cordoned. `enabled: false` on a
+    pool turns a fleet-wide check off.
+
+    `diag: 1|2|3` makes it DCGM's diagnostics instead: the pod holds every GPU of the node,
+    starts a host engine and runs `dcgmi diag -r <level> -j` in the pinned DCGM image (no
+    `command` then); its JSON decides, test by test and GPU by GPU. A pool whose check has
+    `diag` runs it after every kind of change (drains and MIG changes too, a MIG change on
+    its new devices); a check without it runs after upgrades and moves only. `burn_in` adds
+    the pool's own burn-in as a second check (and runs both after every kind of change)."""
 
     enabled: bool = Field(default=True, description=(
         "false on a pool turns a fleet-wide check off there."))
@@ -78,7 +132,46 @@ class GpuCheck(_Model):
     resource: str = Field(default="nvidia.com/gpu", description=(
         "A MIG pool with the mixed strategy asks for one of its MIG devices instead."))
     timeout: Duration = Field(default=dt.timedelta(minutes=5), description=(
-        "How long the check pod may take (at least 10s) before the run halts."))
+        "How long the check pod may take (at least 10s) before the run halts (with `diag`, "
+        "unset: 5m, 15m or 60m for levels 1, 2 and 3)."))
+    count: int | Literal["all"] = Field(default=1, description=(
+        "How many of `resource` the pod holds: a number, or `all` the node advertises."))
+    diag: Literal[1, 2, 3] | None = Field(default=None, description=(
+        "Run DCGM's diagnostics at this level (`dcgmi diag -r`) instead of `command`; the pod "
+        "holds `all` the node's GPUs."))
+    burn_in: BurnIn | None = Field(default=None, description=(
+        "A second check after this one: the pool's own burn-in (image, command, timeout) on "
+        "every GPU of the node."))
+
+    @property
+    def every_kind(self) -> bool:
+        """Whether the check runs after every kind of change (drains and MIG changes too):
+        a `diag` check or one with a burn-in; a plain command check runs after upgrades
+        and moves only."""
+        return self.enabled and (self.diag is not None or self.burn_in is not None)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _diag_defaults(cls, raw: Any) -> Any:
+        # NB: a diag check runs DCGM's own command in DCGM's image on every GPU; a command
+        # written beside it would be silently ignored, so it is refused instead.
+        if not isinstance(raw, dict) or raw.get("diag") is None:
+            return raw
+        if "command" in raw:
+            raise ValueError(say.check_diag_and_command())
+        out = dict(raw)
+        out.setdefault("image", DIAG_IMAGE)
+        out.setdefault("count", "all")
+        if out.get("diag") in DIAG_TIMEOUTS:
+            out.setdefault("timeout", DIAG_TIMEOUTS[out["diag"]])
+        return out
+
+    @field_validator("count")
+    @classmethod
+    def _count(cls, value: int | str) -> int | str:
+        if isinstance(value, int) and value < 1:
+            raise ValueError(say.check_count(value))
+        return value
 
     @field_validator("namespace")
     @classmethod

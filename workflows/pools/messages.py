@@ -71,6 +71,15 @@ def check_resource(value: str) -> str:
             f"nvidia.com/gpu.shared or nvidia.com/mig-<profile>), not {value!r}")
 
 
+def check_diag_and_command() -> str:
+    return ("gpu_check.diag runs DCGM's own command (dcgmi diag); remove gpu_check.command, or remove diag "
+            "to run your command")
+
+
+def check_count(value: object) -> str:
+    return f"gpu_check.count must be a number of at least 1 or `all`, not {value!r}"
+
+
 def check_timeout(value: object) -> str:
     return f"gpu_check.timeout must be at least 10s (a pod needs time to start), not {value}"
 

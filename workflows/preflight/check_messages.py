@@ -75,6 +75,11 @@ def run_starts_once_approved(*, end: dt.datetime, latest: dt.datetime) -> str:
             f"{when(latest)}")
 
 
+def diag_outgrows_window() -> str:
+    return ("its DCGM diagnostics (the pool's gpu_check diag) make it outgrow the window, so it is refused: ask for "
+            "a longer window or fewer nodes, or set a lower gpu_check.diag level")
+
+
 def run_outgrows_window(*, window: dt.timedelta, started: int, waves: int) -> str:
     if started >= waves:
         return (f"it does not fit the window ({duration_text(window)}): every wave starts inside it, the last "

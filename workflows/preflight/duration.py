@@ -17,11 +17,17 @@ A node's time is the sum of its steps' expected times:
   says `drain done` first;
 - anything else: the step's own timeout from the plan (the pool's `drain_timeout`,
   `validate_timeout`, `mig_timeout`, the check pod's timeout, ...), an upper bound;
+- a check running DCGM's diagnostics (`gpu-check` with `diag`) at least what its level
+  takes (`DIAG_EXPECTED`: level 3 is half an hour a node), whatever a quicker check of
+  the pool's past runs took;
 - a step with neither (cordon, uncordon, a label written): no time.
 Steps that run only when their wave fails (`on_failure`) are no part of the run's time.
 
 The window: the engine starts no wave after the request's window has ended (it halts
-before it), so the estimate says how many waves start inside it. A plan that starts as
+before it), so the estimate says how many waves start inside it. A plan whose diagnostics
+make it outgrow its window is refused (`refusing_note`: its note is critical, and a
+request is not made of it): a level 3 check cut off by the window would leave nodes
+cordoned half-checked. A plan that starts as
 soon as it is approved (its summary carries no start: a dry run and its request must hash
 alike, so nothing here reads the clock) says by when it must start to end in its window. Pure but for
 `past_steps`, which reads the database; time is what the plan and the records say."""
@@ -41,6 +47,7 @@ from storage import runs as stored_runs
 from storage import steps as stored_steps
 from storage.database import Database
 from workflows.plans import NodeStep, Plan, PreflightNote
+from workflows.pools.config import DIAG_EXPECTED
 from workflows.preflight import check_messages as say
 from workflows.preflight.facts import PastStep, PlanFacts
 
@@ -52,6 +59,10 @@ LAST_RUNS = 5
 _READ_AT_MOST = 50
 _RAN: tuple[stored_requests.RequestState, ...] = ("done", "failed")
 _HOLD = "hold"
+_CHECK = "gpu-check"
+# The codes of this check that refuse a plan rather than warn about it.
+DIAG_OUTGROWS = "diag-outgrows-window"
+REFUSING = frozenset({DIAG_OUTGROWS})
 # Params that bound a step's time, in the order they are read.
 _TIMEOUT_KEYS = ("timeout_s", "timeout_seconds", "pdb_timeout_s")
 
@@ -110,6 +121,22 @@ def _timeout(step: NodeStep) -> dt.timedelta | None:
     return None
 
 
+def _diag_least(step: NodeStep) -> dt.timedelta:
+    """What a diagnostics check takes at the least at its level; zero for any other step."""
+    level = step.params.get("diag") if step.kind == _CHECK else None
+    return DIAG_EXPECTED.get(level, dt.timedelta(0)) if isinstance(level, int) else dt.timedelta(0)
+
+
+def has_diag(plan: Plan) -> bool:
+    return any(step.kind == _CHECK and step.params.get("diag") is not None for wave in plan.waves
+               for step in wave.steps)
+
+
+def refusing_note(plan: Plan) -> PreflightNote | None:
+    """The pre-flight note that refuses `plan` (its diagnostics outgrow its window), if any."""
+    return next((n for n in plan.summary.preflight if n.check == DURATION_CHECK and n.code in REFUSING), None)
+
+
 def _median(times: Sequence[dt.timedelta]) -> dt.timedelta:
     return dt.timedelta(seconds=statistics.median(t.total_seconds() for t in times))
 
@@ -131,14 +158,15 @@ class _Pace:
         if step.kind == _HOLD:
             return _timeout(step) or dt.timedelta(0)
         times = self.by_node.get((step.node, step.kind)) or self.by_kind.get(step.kind)
+        least = _diag_least(step)
         if times:
             self.learned.add(step.kind)
-            return _median(times)
+            return max(_median(times), least)
         bound = _timeout(step)
         if bound is None:
-            return dt.timedelta(0)
+            return least
         self.unseen.add(step.kind)
-        return bound
+        return max(bound, least)
 
     def of(self, steps: Sequence[NodeStep]) -> dt.timedelta:
         """The steps' expected time, those that run only when their wave fails left out."""
@@ -288,5 +316,8 @@ def duration_notes(plan: Plan, facts: PlanFacts) -> tuple[PreflightNote, ...]:
     found = estimate(plan, facts.past, parallel=facts.parallel)
     code = ("no-window-end" if found.window_end is None else "starts-once-approved" if found.window is None
             else "fits-window" if found.fits else "outgrows-window")
+    if code == "outgrows-window" and has_diag(plan):
+        return (PreflightNote(check=DURATION_CHECK, code=DIAG_OUTGROWS, severity="critical",
+                              sentence=f"{duration_note(plan, found)}; {say.diag_outgrows_window()}"),)
     return (PreflightNote(check=DURATION_CHECK, code=code, severity="info" if found.fits else "warning",
                           sentence=duration_note(plan, found)),)

@@ -68,6 +68,7 @@ class RefusalCode(enum.StrEnum):
     CHANGED_MEANWHILE = "changed-meanwhile"
     UNKNOWN_REQUEST = "unknown-request"
     FROZEN = "frozen"  # a change freeze covers the pool (workflows.pools.freezes)
+    DIAG_OUTGROWS_WINDOW = "diag-outgrows-window"  # a plan whose DCGM diagnostics cannot fit its window
     NOT_HOLDING = "not-holding"  # a running drain whose nodes are no longer held cannot be extended
 
 

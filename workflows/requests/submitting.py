@@ -13,6 +13,7 @@ from storage.requests import RequestKind
 from workflows.access import Actor
 from workflows.plans import Plan, plan_hash, plan_to_json
 from workflows.pools import freezes
+from workflows.preflight.duration import refusing_note
 from workflows.pools import messages as pool_say
 from workflows.requests import messages as say
 from workflows.requests import policy
@@ -48,6 +49,9 @@ class Submitting(RequestRecords):
             raise refusal_error(verdict.refusal)
         check_plan_fits(plan, kind=kind, pool=pool, created_for=actor.user_id,
                          window_start=window_start, window_end=window_end)
+        refusing = refusing_note(plan)
+        if refusing is not None:
+            raise RequestRefused(refusing.sentence, code=RefusalCode.DIAG_OUTGROWS_WINDOW)
         pool_policy = self._config.pools[pool]
         required = pool_policy.approvals_required(kind)
         digest = plan_hash(plan)

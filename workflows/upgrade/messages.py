@@ -85,6 +85,18 @@ def plan_gpu_check_note(command: object, image: object, resource: object, namesp
             f"one {resource}); a non-zero exit halts the run with the node cordoned")
 
 
+def plan_diag_note(level: int, image: object, resource: object, namespace: object) -> str:
+    return (f"before each node is given back, a check pod in {namespace} runs DCGM's diagnostics at level {level} "
+            f"(`dcgmi diag -r {level} -j`, {image}) on every {resource} of the node; a failed test halts the run "
+            "with the node cordoned, quoting it")
+
+
+def plan_burn_in_note(command: object, image: object, resource: object) -> str:
+    shown = " ".join(str(c) for c in command) if isinstance(command, (list, tuple)) else str(command)
+    return (f"after the check, the pool's burn-in runs `{shown}` ({image}) on every {resource} of each node; "
+            "a non-zero exit halts the run with the node cordoned")
+
+
 def plan_downgrade_note(version: str) -> str:
     return f"a downgrade to {version}, asked for on purpose (--downgrade)"
 

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from storage.step_params import GpuCheckParams, HoldParams
+from workflows.engine import check_pod
 from workflows.fleet.assessment import NodeInventory
 from workflows.fleet.summary import Fleet
 from workflows.plans import NodeStep, Plan, PlanSummary, Wave
@@ -135,12 +136,15 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
     set_version = NodeStep.of("driver-version", order.canary,
                               DriverVersionParams(object=kind, name=name, version=scope.target.text))
     check = _check_params(policy.gpu_check or gpu_check)
+    burn_in = check_pod.burn_in_params(policy.gpu_check or gpu_check)
     steps_of = _gated_node_steps if gates else _node_steps
 
     def node_steps(node: NodeInventory) -> list[NodeStep]:
         steps = steps_of(node, policy=policy, version=scope.target.text, takes_over=takes_over)
         if check is not None:  # after validate (every GPU advertised), before the uncordon
             steps.insert(len(steps) - 1, NodeStep.of("gpu-check", node.name, check))
+        if burn_in is not None:  # the pool's own, after its check
+            steps.insert(len(steps) - 1, NodeStep.of("gpu-check", node.name, burn_in))
         return steps
     first: list[NodeStep] = []
     held_after: list[str] = []
@@ -186,7 +190,11 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
                                        [by_name[order.canary], *(by_name[m] for w in order.waves for m in w)]},
                                       by_operator=gates)
     if check is not None:
-        notes.append(say.plan_gpu_check_note(check.command, check.image, check.resource, check.namespace))
+        notes.append(say.plan_diag_note(check.diag, check.image, check.resource, check.namespace)
+                     if check.diag is not None else
+                     say.plan_gpu_check_note(check.command, check.image, check.resource, check.namespace))
+    if burn_in is not None and burn_in.command is not None:
+        notes.append(say.plan_burn_in_note(burn_in.command, burn_in.image, burn_in.resource))
     if skipped_by_person:
         notes.append(say.plan_skipped_by_person_note(skipped_by_person))
     if scope.also_moves:
@@ -212,10 +220,7 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
 
 def _check_params(check: GpuCheck | None) -> GpuCheckParams | None:
     """The gpu-check step's params for a configured (and enabled) canary pod."""
-    if check is None or not check.enabled:
-        return None
-    return GpuCheckParams(namespace=check.namespace, image=check.image, command=tuple(check.command),
-                          resource=check.resource, timeout_s=int(check.timeout.total_seconds()))
+    return check_pod.params_for(check)
 
 
 def _driven(fleet: Fleet, pool: str) -> list[str]:

@@ -151,6 +151,12 @@ class KubeReads(KubeClient):
     def get_pod(self, namespace: str, name: str) -> PodOnNode:
         return pod_on_node_from_json(self.request("GET", f"/api/v1/namespaces/{namespace}/pods/{name}"))
 
+    def read_pod_log(self, namespace: str, name: str, *, container: str, limit_bytes: int) -> str:
+        """The first `limit_bytes` of a container's log (a finished pod's too), as text."""
+        data = self._fetch("GET", f"/api/v1/namespaces/{namespace}/pods/{name}/log",
+                           query=[("container", container), ("limitBytes", limit_bytes)])
+        return data[:limit_bytes].decode("utf-8", errors="replace")
+
     def get_custom_object(self, path: str, name: str) -> CustomObject:
         """A ClusterPolicy (`CLUSTER_POLICIES`) or NVIDIADriver (`NVIDIA_DRIVERS`), read fresh."""
         return custom_object_from_json(self.request("GET", f"{path}/{name}"))
