@@ -200,7 +200,7 @@ def test_a_gpu_check_step_without_its_pod_is_refused_before_it_starts():
 
 # ---- a diag check: DCGM's diagnostics on every GPU of the node
 
-DIAG = {"namespace": "gpuops", "image": "nvcr.io/nvidia/cloud-native/dcgm:4.3.1-1-ubuntu22.04",
+DIAG = {"namespace": "gpuops", "image": "nvcr.io/nvidia/cloud-native/dcgm:4.6.0-1-ubuntu24.04",
         "command": ["/bin/sh", "-c", "dcgmi diag -r 2 -j"], "resource": "nvidia.com/gpu", "timeout_s": 1200,
         "count": "all", "diag": 2}
 

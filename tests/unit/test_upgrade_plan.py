@@ -209,7 +209,7 @@ def test_a_diag_check_runs_dcgms_diagnostics_on_every_gpu_in_the_pinned_image_an
                            policy=diag, now=NOW, requested_by="U0ALICE", cluster_policy_scope="all-pools")
     check = next(s for s in planned.plan.waves[0].steps if s.kind == "gpu-check")
     assert check.params["diag"] == 3 and check.params["count"] == "all"
-    assert check.params["image"] == "nvcr.io/nvidia/cloud-native/dcgm:4.3.1-1-ubuntu22.04"
+    assert check.params["image"] == "nvcr.io/nvidia/cloud-native/dcgm:4.6.0-1-ubuntu24.04"
     assert "dcgmi diag -r 3 -j" in check.params["command"][2]
     assert check.params["timeout_s"] == 60 * 60  # level 3's own time, not the 5 minutes of a command check
     assert any("runs DCGM's diagnostics at level 3 (`dcgmi diag -r 3 -j`" in n and "a failed test halts the run" in n

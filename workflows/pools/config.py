@@ -62,8 +62,9 @@ class _Model(BaseModel):
 
 
 # The DCGM image a `diag` check runs in: the version whose `dcgmi diag -j` output
-# `workflows.engine.dcgm_diag` reads (DCGM 4's shape; DCGM 3's is read too).
-DIAG_IMAGE = "nvcr.io/nvidia/cloud-native/dcgm:4.3.1-1-ubuntu22.04"
+# `workflows.engine.dcgm_diag` reads (DCGM 4's shape; DCGM 3's is read too), and the
+# image the GPU Operator's own chart (v26.7.0) runs its standalone host engine from.
+DIAG_IMAGE = "nvcr.io/nvidia/cloud-native/dcgm:4.6.0-1-ubuntu24.04"
 # How long each level takes on a node, as DCGM's guide puts it (level 1 about a minute,
 # level 2 a few, level 3 up to half an hour on 8 GPUs): what a plan's time estimate counts
 # at the least (`workflows.preflight.duration`).
