@@ -39,6 +39,8 @@ HaltCode = Literal[
     # Before a wave (workflows/engine/wave_gates.py).
     "window-ended",  # the next wave waited for capacity until the window ended
     "window-ended-while-frozen",  # a change freeze held the run past its window's end
+    "service-unhealthy",  # a pool's analysis query passed its bound after a wave
+    "service-health-unread",  # a pool's analysis query could not be read after a wave
 ]
 HALT_CODES: tuple[HaltCode, ...] = typing.get_args(HaltCode)
 

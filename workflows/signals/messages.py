@@ -231,3 +231,24 @@ def fewer_gpus(node: str, *, reported: int, physical: int) -> str:
 
 def unavailable(source: str, reason: str) -> str:
     return f"GPU health unknown: {source} {reason}."
+
+
+# --- service health between waves (workflows.signals.analysis) ---------------------------
+def analysis_prometheus_failed(url: str, reason: str) -> str:
+    return f"Prometheus at {url} {reason}"
+
+
+def analysis_no_series() -> str:
+    return "the query answered no series (is the service still reporting?)"
+
+
+def analysis_several_series(count: int) -> str:
+    return f"the query answered {count} series, not one number (aggregate it, e.g. with sum or max)"
+
+
+def analysis_odd_series(problem: str) -> str:
+    return f"the query's series cannot be read: {problem}"
+
+
+def analysis_not_a_number() -> str:
+    return "the query answered NaN (a ratio of nothing to nothing?)"
