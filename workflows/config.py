@@ -277,13 +277,17 @@ class GpuopsConfig(_Model):
         return self
 
     @model_validator(mode="after")
-    def _analysis_reads_prometheus(self) -> GpuopsConfig:
-        # A pool's analysis queries are PromQL: an exporter's page cannot answer them.
+    def _pools_know_their_signals(self) -> GpuopsConfig:
+        # Each pool learns how its GPU signals are read (its plans say whether nodes are
+        # compared before and after), and its analysis queries, PromQL, need a Prometheus:
+        # an exporter's page cannot answer them.
         views = ([(None, self.pools, self.signals)] if not self.clusters else
                  [(name, entry.pools, entry.signals if entry.signals is not None else
                    (self.signals if entry.home else None)) for name, entry in self.clusters.items()])
         for cluster, pools, signals in views:
             for pool, policy in pools.items():
+                policy.with_signals(None if signals is None else
+                                    "prometheus" if signals.prometheus is not None else "exporters")
                 if policy.analysis and (signals is None or signals.prometheus is None):
                     raise ValueError(analysis_needs_prometheus(pool, cluster=cluster,
                                                                exporters=signals is not None))

@@ -82,8 +82,9 @@ class Drain:
     engine driven pass by pass while the frozen clock moves."""
 
     def __init__(self, db: Database, cluster, frozen, prometheus: StandInPrometheus | None,
-                 cfg: GpuopsConfig = GATED) -> None:
+                 cfg: GpuopsConfig = GATED, signals: object = None) -> None:
         self.db, self.cluster, self.frozen, self.prometheus, self.cfg = db, cluster, frozen, prometheus, cfg
+        self.signals = signals  # reads each node's DCGM signals before and after its change
         fleet = cluster.fleet(NOW)
         spec = drain_spec(read_drain_words("gpu-01 gpu-02 now firmware".split(), fleet=fleet, pools=cfg.pools,
                                            now=NOW), fleet=fleet, pools=cfg.pools, now=NOW)
@@ -104,6 +105,7 @@ class Drain:
         """A new engine process: it remembers nothing but the database."""
         self.engine = Engine(db=self.db, gateway=self.cluster, cache=self.cluster, lease=AlwaysHeld(),
                              replica="engine-0", pools=self.cfg.pools, health=self.prometheus,
+                             signals=self.signals,  # type: ignore[arg-type]
                              monotonic=lambda: dt.datetime.now(dt.timezone.utc).timestamp())
 
     def drive(self, until: Callable[[], bool], *, step_s: float = 5, passes: int = 2000) -> None:
@@ -121,6 +123,11 @@ class Drain:
 
     def step(self, node: str, kind: str) -> str:
         return next(s.state for s in RunService(self.db).get(self.run_id).steps if (s.node, s.kind) == (node, kind))
+
+    def ended(self, node: str, kind: str) -> dt.datetime:
+        step = next(s for s in RunService(self.db).get(self.run_id).steps if (s.node, s.kind) == (node, kind))
+        assert step.ended_at is not None, step
+        return step.ended_at
 
     def started(self, node: str) -> bool:
         """A halted run skips what it never started."""
@@ -285,15 +292,23 @@ def _planned(cluster, cfg: GpuopsConfig, words: str):
                       open_requests=(), now=NOW, requested_by="U0ADA").plan
 
 
-def test_the_plan_lists_the_gates_between_its_waves_for_the_approver(cluster):
-    (note,) = [n for n in _planned(cluster, GATED, "gpu-01 gpu-02 now firmware").summary.preflight
-               if n.check == "gates"]
+def test_the_plan_lists_the_gates_for_the_approver(cluster):
+    signals, note = [n for n in _planned(cluster, GATED, "gpu-01 gpu-02 now firmware").summary.preflight
+                     if n.check == "gates"]
+    assert signals.code == "gpu-signals-compared" and "read (Prometheus) before it is cordoned" in signals.sentence
     assert note.code == "health-between-waves"
     assert "1 wait of up to 10m" in note.sentence and "halts the run before the next wave" in note.sentence
     assert note.details == (f"checkout-errors: at most 0.05 for 10m ({ERRORS})",
                             f"p99-latency: at most 0.5 for 5m ({LATENCY})")
 
-    (alone,) = [n for n in _planned(cluster, GATED, "gpu-01 now firmware").summary.preflight if n.check == "gates"]
+    _, alone = [n for n in _planned(cluster, GATED, "gpu-01 now firmware").summary.preflight if n.check == "gates"]
     assert alone.code == "health-one-wave" and "not asked" in alone.sentence
-    assert not [n for n in _planned(cluster, config([]), "gpu-01 gpu-02 now firmware").summary.preflight
-                if n.check == "gates"]
+    assert [n.code for n in _planned(cluster, config([]), "gpu-01 gpu-02 now firmware").summary.preflight
+            if n.check == "gates"] == ["gpu-signals-compared"]
+
+
+def test_where_signals_are_not_configured_the_plan_says_that_gate_is_off(cluster):
+    bare = GpuopsConfig.model_validate({"pools": {"serve-a": {"kind": "training", "windows": "always",
+                                                              "max_unavailable": 1}}})
+    (off,) = [n for n in _planned(cluster, bare, "gpu-01 now firmware").summary.preflight if n.check == "gates"]
+    assert off.code == "gpu-signals-off" and "that gate is off" in off.sentence

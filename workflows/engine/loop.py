@@ -81,6 +81,7 @@ from workflows.engine.context import Changed, LiveStep, NodeSource, RunInfo
 from workflows.engine.lease import EngineLease, LeaseSettings
 from workflows.engine.runs import extended_by_control, halt_code_of, nodes_left_cordoned, released_by_control
 from workflows.engine.steps.contract import Done, Failed, LeaseLost, LeftOut
+from workflows.engine.signal_gate import NodeSignals, SignalGate
 from workflows.engine.transitions import StepTransitions
 from workflows.engine.wave_gates import WaveGates
 from workflows.engine.waves import Waves, fallback_of, on_failure
@@ -141,7 +142,8 @@ class Engine:
                  monotonic: Callable[[], float] = time.monotonic,
                  on_commit: Callable[[int], None] | None = None,
                  pools: Mapping[str, PoolConfig] | None = None,
-                 cluster: str | None = None, home: bool = True, health: HealthQueries | None = None) -> None:
+                 cluster: str | None = None, home: bool = True, health: HealthQueries | None = None,
+                 signals: NodeSignals | None = None) -> None:
         self.db = db
         # With several clusters, each has its engine (one database, one Lease in the home
         # cluster): this one drives the runs of requests for `cluster`, and the home
@@ -167,7 +169,9 @@ class Engine:
         # before them (freezes, the pool as it is now): workflows.engine.waves, .wave_gates.
         # A step's moves (start, resume, evaluate, done, left out, halt): .transitions.
         self.transitions = StepTransitions(self)
-        self._waves = Waves(self, start_step=self.transitions.start)
+        # Each node's GPU signals before and after its change: .signal_gate.
+        self._signal_gate = SignalGate(self, signals)
+        self._waves = Waves(self, start_step=self.transitions.start, node_gate=self._signal_gate.may_start)
         self._gates = WaveGates(self, pools, health)
         # Counters for logs and tests: transactions committed, passes over the runs made.
         self.commits = 0
@@ -237,6 +241,7 @@ class Engine:
         self._timers.clear()
         self._info.clear()
         self._gates.forget()
+        self._signal_gate.forget()
         self.transitions.forget()
 
     def run_pass(self, woken: AbstractSet[str] = frozenset()) -> bool:
@@ -493,7 +498,8 @@ def run_engine(config: EngineSettings, gateway: KubeGateway, cache: NodeSource, 
                stop_event: threading.Event, *, lease: Any | None = None,
                on_commit: Callable[[int], None] | None = None, exit_when_idle: bool = False,
                pools: Mapping[str, PoolConfig] | None = None, cluster: str | None = None,
-               home: bool = True, health: HealthQueries | None = None) -> Engine:
+               home: bool = True, health: HealthQueries | None = None,
+               signals: NodeSignals | None = None) -> Engine:
     """Run the engine in the calling thread until `stop_event` is set.
 
     `cache` must be started (FleetCache.start()); `db` belongs to the calling thread;
@@ -502,7 +508,8 @@ def run_engine(config: EngineSettings, gateway: KubeGateway, cache: NodeSource, 
     when the engine stops. `pools` (the configuration's) are checked before every wave;
     without them nothing is. `cluster` and `home`: which cluster's runs it drives, with
     several (see Engine). `health` reads the pools' analysis queries between waves
-    (`signals.prometheus`). Returns the engine (its `commits` count, for tests)."""
+    (`signals.prometheus`); `signals` reads each node's DCGM signals before and after its
+    change. Returns the engine (its `commits` count, for tests)."""
     engine_ref: list[Engine] = []
     own_lease = lease is None
     if lease is None:
@@ -513,7 +520,8 @@ def run_engine(config: EngineSettings, gateway: KubeGateway, cache: NodeSource, 
         log.warning("%s: no pool policies given: waves are not checked against the pools before they start",
                     identity)
     engine = Engine(db=db, gateway=gateway, cache=cache, lease=lease, replica=identity, settings=config,
-                    on_commit=on_commit, pools=pools, cluster=cluster, home=home, health=health)
+                    on_commit=on_commit, pools=pools, cluster=cluster, home=home, health=health,
+                    signals=signals)
     engine_ref.append(engine)
     try:
         engine.run(stop_event, exit_when_idle=exit_when_idle)

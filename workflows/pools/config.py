@@ -336,6 +336,10 @@ class PoolConfig(_Model):
         "through signals.prometheus until its `for` has passed, and the run halts (naming the query "
         "and its value) when one fails or cannot be read. Needs signals.prometheus."))
 
+    # How gpuops reads this pool's GPU signals (`signals:` of its cluster; None: it does
+    # not), set once the whole configuration is read (workflows.config): the plan says
+    # whether each node's signals are compared before and after its change.
+    _signals_source: Literal["prometheus", "exporters"] | None = None
     _window_set: WindowSet | None = None
     _unavailable_budget: MaxUnavailable | None = None
     _wait_for_selector: LabelSelector | None = None
@@ -389,6 +393,15 @@ class PoolConfig(_Model):
         self._unavailable_budget = MaxUnavailable.parse(self.max_unavailable)
         self._wait_for_selector = (LabelSelector.parse(self.wait_for.selector)
                                    if self.wait_for is not None else None)
+
+    @property
+    def signals_source(self) -> Literal["prometheus", "exporters"] | None:
+        """How this pool's GPU signals are read (None: not at all)."""
+        return self._signals_source
+
+    def with_signals(self, source: Literal["prometheus", "exporters"] | None) -> None:
+        """Say how this pool's GPU signals are read (the configuration, once read whole)."""
+        self._signals_source = source
 
     @property
     def window_set(self) -> WindowSet:

@@ -172,3 +172,14 @@ def health_between_waves(pool: str, *, waits: int, longest: dt.timedelta) -> str
 def health_one_wave(pool: str) -> str:
     return (f"The service health of {pool} is held between waves; this plan has one wave, so its queries are not "
             "asked.")
+
+
+def gpu_signals_off() -> str:
+    return ("GPU signals are not configured (`signals`): no node's XIDs, double-bit ECC errors or row-remap failures "
+            "are compared before and after its change; that gate is off.")
+
+
+def gpu_signals_compared(source: str) -> str:
+    via = "Prometheus" if source == "prometheus" else "the dcgm-exporter pods"
+    return (f"Each node's XIDs, double-bit ECC errors and row-remap failures are read ({via}) before it is cordoned and "
+            "after its check; a new one keeps it cordoned and halts the run.")

@@ -1,5 +1,6 @@
-"""Pre-flight: the gates a run must pass between its waves, listed in the plan so the
-approver sees what will hold the run and what will halt it: the pool's service health
+"""Pre-flight: the gates a run must pass, listed in the plan so the approver sees what will
+hold the run and what will halt it: each node's GPU signals compared before and after its
+change (or that they are not, where `signals` is not configured); the pool's service health
 (`pools.<name>.analysis`: each query, its bound and how long it must hold after every
 wave but the last). A plan of one wave says its queries are not asked.
 
@@ -15,9 +16,24 @@ _CHECK = "gates"
 
 
 def gate_notes(plan: Plan, facts: PlanFacts) -> tuple[PreflightNote, ...]:
-    """What holds the run between its waves (nothing to say for a pool without gates)."""
+    """The gates of the run: each node's GPU signals, service health between waves."""
+    if facts.policy is None:
+        return ()
+    return (*_signal_notes(plan, facts), *_health_notes(plan, facts))
+
+
+def _signal_notes(plan: Plan, facts: PlanFacts) -> tuple[PreflightNote, ...]:
+    source = facts.policy.signals_source
+    if source is None:
+        return (PreflightNote(check=_CHECK, code="gpu-signals-off", severity="info",
+                              sentence=say.gpu_signals_off()),)
+    return (PreflightNote(check=_CHECK, code="gpu-signals-compared", severity="info",
+                          sentence=say.gpu_signals_compared(source)),)
+
+
+def _health_notes(plan: Plan, facts: PlanFacts) -> tuple[PreflightNote, ...]:
     policy = facts.policy
-    queries = policy.analysis if policy is not None else ()
+    queries = policy.analysis
     if not queries:
         return ()
     shown = tuple(say.health_query(q.name, q.query, max_value=q.max, min_value=q.min, length=q.for_)
