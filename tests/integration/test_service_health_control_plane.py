@@ -1,10 +1,12 @@
-"""Service health between waves with everything real but the service: the engine drives a
-three-wave drain on the control plane, a real Prometheus (testenv/prometheus.py) scrapes a
-stand-in dcgm-exporter per node and a stand-in service counting its requests and errors,
-and the pool's analysis query is the service's error ratio over Prometheus's HTTP API.
+"""The gates of a run with everything real but the service and the exporters: the engine
+drives a three-wave drain on the control plane, a real Prometheus (testenv/prometheus.py)
+scrapes a stand-in dcgm-exporter per node (a real capture) and a stand-in service counting
+its requests and errors; the pool's analysis query is the service's error ratio, and each
+node's DCGM signals are read through the same Prometheus before and after its change.
 A clean run passes every gate; an error ratio the test raises during the second wave
 halts the run after that wave, its query and value in the thread, the third wave never
-started."""
+started; an XID 79 a node raises after its reading before keeps it cordoned and halts
+the run with the readings."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from storage import audit
 from storage.database import Database
 from testenv import fleet as fl
 from testenv.controlplane import free_port
@@ -73,6 +76,17 @@ class StandInService:
         return f"127.0.0.1:{self.server.server_address[1]}"
 
 
+def page(node: str, *, xid: int = 0) -> str:
+    """The node's stand-in exporter page: the real T4 capture, named for it, its last XID `xid`."""
+    text = T4.replace(T4_HOST, f'Hostname="{node}"')
+    if xid:
+        marker = 'DCGM_FI_PROCESS_NAME="/usr/bin/dcgm-exporter"} 0\n'
+        first = text.index("DCGM_FI_DEV_XID_ERRORS{")
+        end = text.index(marker, first) + len(marker)
+        text = text[:end - 2] + f"{xid}\n" + text[end:]
+    return text
+
+
 @contextlib.contextmanager
 def prometheus(tmp_path: Path, service: StandInService) -> Iterator[str]:
     """A real Prometheus scraping, every second, the service and each node's stand-in
@@ -80,7 +94,7 @@ def prometheus(tmp_path: Path, service: StandInService) -> Iterator[str]:
     served = tmp_path / "exporters"
     served.mkdir()
     for node in NODES:
-        (served / f"{node}.txt").write_text(T4.replace(T4_HOST, f'Hostname="{node}"'))
+        (served / f"{node}.txt").write_text(page(node))
     exporters = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(QuietHandler, directory=str(served)))
     threading.Thread(target=exporters.serve_forever, daemon=True).start()
     web = free_port()
@@ -146,10 +160,12 @@ def test_a_clean_run_passes_every_gate_between_its_waves(health_fleet, cluster, 
         config = gated_config(url)
         run = start(db, config)
         assert config.signals is not None
-        with h.EngineThread(cluster.kubeconfig, db.path, pools=config.pools, health=config.signals.health_queries()):
+        with h.EngineThread(cluster.kubeconfig, db.path, pools=config.pools, health=config.signals.health_queries(),
+                            signals=config.signals.service()):
             finished = h.wait_run(db, run.id, timeout=120)
 
     assert finished.state == "succeeded", finished.halted_reason
+    assert [e.target for e in audit.for_run(db, run.id) if e.action == "node.signals.after"] == list(NODES)
     posted = h.thread_messages(db)
     held = [m["text"] for m in posted if m["event"] == "run.health.held"]
     assert len(held) == 2 and all("checkout-errors 0" in text for text in held), held
@@ -164,7 +180,8 @@ def test_an_error_ratio_raised_during_a_wave_halts_the_run_after_that_wave_with_
         config = gated_config(url)
         run = start(db, config)
         assert config.signals is not None
-        with h.EngineThread(cluster.kubeconfig, db.path, pools=config.pools, health=config.signals.health_queries()):
+        with h.EngineThread(cluster.kubeconfig, db.path, pools=config.pools, health=config.signals.health_queries(),
+                            signals=config.signals.service()):
             h.wait_run(db, run.id, states=("running",))
             wait_until(lambda: RunService(db).get(run.id).run.current_wave == 1, timeout=60, what="the second wave")
             service.ratio = 0.5  # half the checkout requests fail from here on
@@ -180,3 +197,46 @@ def test_an_error_ratio_raised_during_a_wave_halts_the_run_after_that_wave_with_
     assert steps[("health-02", "uncordon")] == "done"  # the wave in which it rose finished
     assert steps[("health-03", "cordon")] == "skipped"  # the next never started
     assert not h.unschedulable(health_fleet, "health-03")
+
+
+class XidAfterReading:
+    """The engine's real reader (through Prometheus), except that once `node`'s reading
+    before is taken, its exporter's page starts showing XID 79 and the reading waits until
+    Prometheus has scraped it: the GPU falls off the bus during the node's change."""
+
+    def __init__(self, reader, served: Path, url: str, node: str) -> None:
+        self.reader, self.served, self.url, self.node = reader, served, url, node
+        self.raised = False
+
+    def read(self, node: str | None = None):
+        reading = self.reader.read(node)
+        if node == self.node and not self.raised:
+            self.raised = True
+            (self.served / f"{node}.txt").write_text(page(node, xid=79))
+            wait_until(lambda: [s.value for s in instant_query(Endpoint(url=self.url),
+                                                                f'DCGM_FI_DEV_XID_ERRORS{{Hostname="{node}"}}')] == [79.0],
+                       timeout=30, what="Prometheus to scrape the XID")
+        return reading
+
+
+def test_an_xid_79_raised_during_a_nodes_change_keeps_it_cordoned_and_halts_the_run_with_the_readings(
+        health_fleet, cluster, db, tmp_path):
+    service = StandInService()
+    with prometheus(tmp_path, service) as url:
+        config = gated_config(url)
+        run = start(db, config)
+        assert config.signals is not None
+        signals = XidAfterReading(config.signals.service(), tmp_path / "exporters", url, "health-02")
+        with h.EngineThread(cluster.kubeconfig, db.path, pools=config.pools, health=config.signals.health_queries(),
+                            signals=signals):
+            finished = h.wait_run(db, run.id, timeout=120)
+
+    assert finished.state == "failed"
+    reason = finished.halted_reason or ""
+    assert "health-02: new GPU faults after its change: GPU 0 raised XID 79 (GPU has fallen off the bus" in reason
+    assert "Before: GPU 0: last XID 0" in reason and "After: GPU 0: last XID 79" in reason, reason
+    (halt,) = [m for m in h.thread_messages(db) if m["event"] == "run.failed"]
+    assert "XID 79" in halt["text"] and "Left cordoned by this run: health-02" in halt["text"]
+    assert h.unschedulable(health_fleet, "health-02") and not h.unschedulable(health_fleet, "health-01")
+    steps = {(s.node, s.kind): s.state for s in RunService(db).get(run.id).steps}
+    assert steps[("health-02", "uncordon")] == "skipped" and steps[("health-03", "cordon")] == "skipped"
