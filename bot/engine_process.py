@@ -93,7 +93,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # configuration); the other clusters' engines run in `gpuops run`.
         run_engine(settings, runtime.gateway, runtime.fleet, db, args.identity, stop,  # type: ignore[arg-type]  # a cluster's: a watch cache
                    on_commit=_crash_hook(db), exit_when_idle=args.exit_when_idle,
-                   pools=runtime.config.pools if args.config else None, cluster=runtime.config.cluster_name)
+                   pools=runtime.config.pools if args.config else None, cluster=runtime.config.cluster_name,
+                   health=runtime.config.signals.health_queries() if runtime.config.signals is not None else None,
+                   signals=runtime.signals)
     finally:
         runtime.close()
     return 0

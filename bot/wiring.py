@@ -449,7 +449,9 @@ def cluster_engine_workers(runtime: Runtime, *, lease: LeaderLease, identity: st
                                           display_zone=slice_.display_zone)
                 run_engine(settings, source.gateway, cache, db, identity, stop,
                            lease=lease, on_commit=lambda _commits: runtime.notify(), pools=slice_.pools,
-                           cluster=name, home=False)
+                           cluster=name, home=False,
+                           health=slice_.signals.health_queries() if slice_.signals is not None else None,
+                           signals=slice_.signals.service(cluster=cache) if slice_.signals is not None else None)
             finally:
                 runtime.database.close()
 
@@ -480,7 +482,11 @@ def engine_worker(runtime: Runtime, *, lease: LeaderLease, identity: str) -> Wor
                                       display_zone=runtime.config.display_zone)
             run_engine(settings, gateway, runtime.fleet, db, identity, stop,  # type: ignore[arg-type]  # hasattr above: a watch cache
                        lease=lease, on_commit=lambda _commits: runtime.notify(), pools=runtime.config.pools,
-                       cluster=runtime.config.cluster_name)
+                       cluster=runtime.config.cluster_name,
+                       health=runtime.config.signals.health_queries() if runtime.config.signals is not None else None,
+                       # NB: the engine's own reader (its thread), not the commands' one.
+                       signals=runtime.config.signals.service(cluster=runtime.fleet)
+                       if runtime.config.signals is not None else None)
         finally:
             runtime.database.close()
 

@@ -33,6 +33,7 @@ from workflows.fleet.settings import InventorySettings
 from workflows.fleet.platform import KubernetesRange, release_line, shipped_operator_support
 from workflows.handover.rotations import RotationConfig
 from workflows.pools.config import GpuCheck, PoolConfig, PoolKey
+from workflows.pools.messages import analysis_needs_prometheus
 from workflows.pools.windows import parse_zone
 from workflows.signals.config import SignalsConfig, http_address
 from workflows.upgrade.scope import ClusterPolicyScope, DriverVersion, UpgradeRefused
@@ -273,6 +274,23 @@ class GpuopsConfig(_Model):
             if flat:
                 raise ValueError(f"with clusters: set, {', '.join(flat)} go under each cluster "
                                  f"(clusters.<name>.{flat[0]}), not at the top")
+        return self
+
+    @model_validator(mode="after")
+    def _pools_know_their_signals(self) -> GpuopsConfig:
+        # Each pool learns how its GPU signals are read (its plans say whether nodes are
+        # compared before and after), and its analysis queries, PromQL, need a Prometheus:
+        # an exporter's page cannot answer them.
+        views = ([(None, self.pools, self.signals)] if not self.clusters else
+                 [(name, entry.pools, entry.signals if entry.signals is not None else
+                   (self.signals if entry.home else None)) for name, entry in self.clusters.items()])
+        for cluster, pools, signals in views:
+            for pool, policy in pools.items():
+                policy.with_signals(None if signals is None else
+                                    "prometheus" if signals.prometheus is not None else "exporters")
+                if policy.analysis and (signals is None or signals.prometheus is None):
+                    raise ValueError(analysis_needs_prometheus(pool, cluster=cluster,
+                                                               exporters=signals is not None))
         return self
 
     @property

@@ -89,13 +89,15 @@ class EngineThread:
 
     def __init__(self, kubeconfig: Path, db_path: Path, *, identity: str = "engine-test",
                  lease: Any = None, settings: EngineSettings = FAST, pools: Any = None,
-                 clock: Any = None, user: str = "admin") -> None:
+                 clock: Any = None, user: str = "admin", health: Any = None, signals: Any = None) -> None:
         self.kubeconfig, self.db_path, self.identity = kubeconfig, db_path, identity
         self.user = user  # the kubeconfig context it acts as ("bot": the bot's ServiceAccount)
         self.lease = lease if lease is not None else AlwaysHeld()
         self.settings = settings
         self.pools = pools  # the pools checked before every wave (None: no check)
         self.clock = clock or now  # what the engine reads as the time
+        self.health = health  # reads the pools' analysis queries between waves (None: no Prometheus)
+        self.signals = signals  # reads each node's DCGM signals before and after its change (None: not)
         self.stop = threading.Event()
         self.error: BaseException | None = None
         self.engine: Any = None
@@ -107,7 +109,8 @@ class EngineThread:
         db = open_database(self.db_path)
         try:
             self.engine = Engine(db=db, gateway=gateway, cache=cache, lease=self.lease, replica=self.identity,
-                                 settings=self.settings, pools=self.pools, clock=self.clock)
+                                 settings=self.settings, pools=self.pools, clock=self.clock, health=self.health,
+                                 signals=self.signals)
             self.engine.run(self.stop)
         except BaseException as err:  # noqa: BLE001 - reported by __exit__
             self.error = err

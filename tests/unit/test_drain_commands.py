@@ -129,7 +129,9 @@ def test_a_drain_request_shows_the_plan_first_and_is_stored_pending(make, tmp_pa
         "A wave takes at most 30m to drain its nodes, and 10m after the hold to validate and uncordon them, at the "
         "configured timeouts (1 wave, the slowest node gpu-a-01; no past run of train-a to learn its pace from); "
         "its nodes are drained by 2026-12-05 02:30 UTC and held until the window ends (2026-12-05 04:00 UTC), then "
-        "validated and uncordoned",)
+        "validated and uncordoned",
+        "GPU signals are not configured (`signals`): no node's XIDs, double-bit ECC errors or row-remap failures are "
+        "compared before and after its change; that gate is off.")
     # Alice may not approve her own request: her reply offers Cancel; bob's, Approve and Deny.
     assert [(i.action, i.value) for i in reply.intents] == [("cancel", request.id)]
     assert [i.action for i in run(services, "U0BOB", f"request {request.id}", now).intents] == [

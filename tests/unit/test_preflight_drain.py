@@ -105,7 +105,7 @@ def test_a_drain_is_timed_at_its_pools_pace_when_the_pool_has_run(make, now):
 def test_a_drains_budget_is_named_once_by_its_own_notes_and_not_again_by_the_pre_flight(cluster, now):
     drain = plan("gpu-a-02 at sat 02:00", cluster, now)
 
-    assert [n.check for n in drain.plan.summary.preflight] == ["duration"]
+    assert [n.check for n in drain.plan.summary.preflight] == ["duration", "gates"]
     said = [*drain.plan.summary.notes, *(n.sentence for n in drain.plan.summary.preflight)]
     assert sum("serve/api-pdb" in line for line in said) == 1
 
@@ -132,6 +132,6 @@ def test_a_running_drain_held_longer_drops_the_timing_that_named_its_old_end(clu
 
     held_longer = extended_plan(drain.plan, later)
 
-    assert [n.check for n in drain.plan.summary.preflight] == ["duration"]
-    assert held_longer.summary.preflight == ()
+    assert [n.check for n in drain.plan.summary.preflight] == ["duration", "gates"]
+    assert [n.check for n in held_longer.summary.preflight] == ["gates"]
     assert (held_longer.summary.window_end, held_longer.summary.notes) == (later, drain.plan.summary.notes)

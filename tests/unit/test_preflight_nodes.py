@@ -72,14 +72,14 @@ def test_a_drain_of_a_pool_leaves_out_a_node_not_ready_but_drains_one_named_by_n
                        fleet=fleet, pods_by_node={}, policy=policy, open_requests=(), now=NOW,
                        requested_by="U0ALICE")
     assert "s2" not in whole.plan.nodes
-    assert [n.code for n in whole.plan.summary.preflight] == ["left-out", "held-until-done"]
+    assert [n.code for n in whole.plan.summary.preflight] == ["left-out", "held-until-done", "gpu-signals-off"]
     assert "validation waits for it to be Ready" in whole.plan.summary.preflight[0].sentence
 
     named = plan_drain(drain_spec(DrainAsk(targets=("s2",)), fleet=fleet, pools=pools, now=NOW),
                        fleet=fleet, pods_by_node={}, policy=policy, open_requests=(), now=NOW,
                        requested_by="U0ALICE")
     assert named.plan.nodes == ("s2",)
-    assert [n.code for n in named.plan.summary.preflight] == ["included", "held-until-done"]
+    assert [n.code for n in named.plan.summary.preflight] == ["included", "held-until-done", "gpu-signals-off"]
 
 
 def test_an_upgrade_names_a_budget_that_allows_no_disruption_with_its_pods_and_what_the_run_does(make):

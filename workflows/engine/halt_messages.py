@@ -11,11 +11,12 @@ renamed: links to its runbook live on in old threads."""
 
 from __future__ import annotations
 
+import datetime as dt
 import typing
 from collections.abc import Sequence
 from typing import Literal
 
-from workflows.engine.phrases import listed
+from workflows.engine.phrases import listed, span
 
 HaltCode = Literal[
     # A step failed (workflows/engine/steps/, and a change kind's own steps).
@@ -39,6 +40,11 @@ HaltCode = Literal[
     # Before a wave (workflows/engine/wave_gates.py).
     "window-ended",  # the next wave waited for capacity until the window ended
     "window-ended-while-frozen",  # a change freeze held the run past its window's end
+    "service-unhealthy",  # a pool's analysis query passed its bound after a wave
+    "service-health-unread",  # a pool's analysis query could not be read after a wave
+    # Before a node is given back (workflows/engine/signal_gate.py).
+    "new-gpu-fault",  # a new XID, double-bit ECC error or row-remap failure after the node's change
+    "gpu-signals-unread",  # the node's DCGM signals could not be read after its change
 ]
 HALT_CODES: tuple[HaltCode, ...] = typing.get_args(HaltCode)
 
@@ -55,6 +61,22 @@ def fallback_failed(kind: str, reason: str) -> str:
 
 def halted_before_wave(reason: str, *, left_cordoned: Sequence[str]) -> str:
     return f"{reason}. The run stopped; no further waves." + _left_cordoned(left_cordoned)
+
+
+def new_gpu_faults(node: str, faults: Sequence[str], *, before: Sequence[str], after: Sequence[str]) -> str:
+    text = f"{node}: new GPU faults after its change: {'; '.join(faults)}. It stays cordoned"
+    if before:
+        text += ". Before: " + "; ".join(before)
+    return text + ". After: " + "; ".join(after)
+
+
+def signals_unread(node: str, why: str, *, waited: dt.timedelta) -> str:
+    return (f"{node}: its GPU signals could not be read {span(waited)} after its change ({why}), so it is not "
+            "given back as healthy. It stays cordoned")
+
+
+def halted_at_node(reason: str, *, left_cordoned: Sequence[str]) -> str:
+    return f"{reason}. The run stopped; no further steps or waves." + _left_cordoned(left_cordoned)
 
 
 def halted_elsewhere(node: str) -> str:

@@ -20,8 +20,9 @@ What it does, as a runbook:
   controls (pause, resume, abort) written by other processes, and `wake()` makes it look
   at once.
 - Before a node or a wave starts, the gates are asked (workflows.engine.wave_gates): a
-  change freeze, the pool as it is now (windows, other runs, max_unavailable,
-  min_ready_gpus). A run that may not go on waits, its thread told why once, and halts if
+  change freeze, the pool's service health after the wave before (its `analysis`
+  queries, held for their `for`), the pool as it is now (windows, other runs,
+  max_unavailable, min_ready_gpus). A run that may not go on waits, its thread told why once, and halts if
   its window ends first.
 - A failing step halts the run: no further steps or waves, nodes left as they are (so a
   drained node stays cordoned), and the reason goes to the run's `halted_reason`, the
@@ -80,6 +81,7 @@ from workflows.engine.context import Changed, LiveStep, NodeSource, RunInfo
 from workflows.engine.lease import EngineLease, LeaseSettings
 from workflows.engine.runs import extended_by_control, halt_code_of, nodes_left_cordoned, released_by_control
 from workflows.engine.steps.contract import Done, Failed, LeaseLost, LeftOut
+from workflows.engine.signal_gate import NodeSignals, SignalGate
 from workflows.engine.transitions import StepTransitions
 from workflows.engine.wave_gates import WaveGates
 from workflows.engine.waves import Waves, fallback_of, on_failure
@@ -88,6 +90,7 @@ from workflows.kube.gateway import KubeGateway
 from workflows.kube.objects import NodeName
 from workflows.plans import plan_from_json
 from workflows.pools.config import PoolConfig
+from workflows.signals.analysis import HealthQueries
 
 log = logging.getLogger("gpuops.engine")
 
@@ -139,7 +142,8 @@ class Engine:
                  monotonic: Callable[[], float] = time.monotonic,
                  on_commit: Callable[[int], None] | None = None,
                  pools: Mapping[str, PoolConfig] | None = None,
-                 cluster: str | None = None, home: bool = True) -> None:
+                 cluster: str | None = None, home: bool = True, health: HealthQueries | None = None,
+                 signals: NodeSignals | None = None) -> None:
         self.db = db
         # With several clusters, each has its engine (one database, one Lease in the home
         # cluster): this one drives the runs of requests for `cluster`, and the home
@@ -165,8 +169,10 @@ class Engine:
         # before them (freezes, the pool as it is now): workflows.engine.waves, .wave_gates.
         # A step's moves (start, resume, evaluate, done, left out, halt): .transitions.
         self.transitions = StepTransitions(self)
-        self._waves = Waves(self, start_step=self.transitions.start)
-        self._gates = WaveGates(self, pools)
+        # Each node's GPU signals before and after its change: .signal_gate.
+        self._signal_gate = SignalGate(self, signals)
+        self._waves = Waves(self, start_step=self.transitions.start, node_gate=self._signal_gate.may_start)
+        self._gates = WaveGates(self, pools, health)
         # Counters for logs and tests: transactions committed, passes over the runs made.
         self.commits = 0
         self.passes = 0
@@ -235,6 +241,7 @@ class Engine:
         self._timers.clear()
         self._info.clear()
         self._gates.forget()
+        self._signal_gate.forget()
         self.transitions.forget()
 
     def run_pass(self, woken: AbstractSet[str] = frozenset()) -> bool:
@@ -363,6 +370,8 @@ class Engine:
         if all(s.state in ("done", "skipped") for s in wave_steps):
             later = sorted({s.wave for s in steps if s.wave > run.current_wave})
             if later:
+                if not self._gates.service_health_held(run, info, steps, after=run.current_wave, before=later[0]):
+                    return False
                 if not self._gates.wave_may_start(run, info, steps, later[0]):
                     return False
                 self._waves.enter(run, info, steps, run.current_wave, later[0])
@@ -489,7 +498,8 @@ def run_engine(config: EngineSettings, gateway: KubeGateway, cache: NodeSource, 
                stop_event: threading.Event, *, lease: Any | None = None,
                on_commit: Callable[[int], None] | None = None, exit_when_idle: bool = False,
                pools: Mapping[str, PoolConfig] | None = None, cluster: str | None = None,
-               home: bool = True) -> Engine:
+               home: bool = True, health: HealthQueries | None = None,
+               signals: NodeSignals | None = None) -> Engine:
     """Run the engine in the calling thread until `stop_event` is set.
 
     `cache` must be started (FleetCache.start()); `db` belongs to the calling thread;
@@ -497,7 +507,9 @@ def run_engine(config: EngineSettings, gateway: KubeGateway, cache: NodeSource, 
     e.g. the pod name). Without `lease`, one is created from `config.lease` and given back
     when the engine stops. `pools` (the configuration's) are checked before every wave;
     without them nothing is. `cluster` and `home`: which cluster's runs it drives, with
-    several (see Engine). Returns the engine (its `commits` count, for tests)."""
+    several (see Engine). `health` reads the pools' analysis queries between waves
+    (`signals.prometheus`); `signals` reads each node's DCGM signals before and after its
+    change. Returns the engine (its `commits` count, for tests)."""
     engine_ref: list[Engine] = []
     own_lease = lease is None
     if lease is None:
@@ -508,7 +520,8 @@ def run_engine(config: EngineSettings, gateway: KubeGateway, cache: NodeSource, 
         log.warning("%s: no pool policies given: waves are not checked against the pools before they start",
                     identity)
     engine = Engine(db=db, gateway=gateway, cache=cache, lease=lease, replica=identity, settings=config,
-                    on_commit=on_commit, pools=pools, cluster=cluster, home=home)
+                    on_commit=on_commit, pools=pools, cluster=cluster, home=home, health=health,
+                    signals=signals)
     engine_ref.append(engine)
     try:
         engine.run(stop_event, exit_when_idle=exit_when_idle)

@@ -12,15 +12,25 @@ or stops (the engine, workflows.engine.loop, asks them before it starts anything
   or other runs took out since approval. A wave that does not fit waits, its thread told
   why once per reason, and the run halts if the window ends first. A dry run says so and
   goes on.
+- Between two waves, the pool's service health (`pools.<name>.analysis`, read through
+  `signals.prometheus`, workflows.signals.analysis): after a wave, every query is read
+  every few seconds until its `for` has passed since the wave ended; the next wave starts
+  only once all held. One past its bound halts the run with its name, query and value;
+  one that cannot be read (no Prometheus, no series, several, NaN) halts it too: a gate
+  that cannot see fails closed. When the watch began is audited (`run.health`), so an
+  engine that restarts goes on waiting from then, not from its start. A dry run says
+  what it would watch and goes on.
 - What the run waits for is kept in `runs.waiting` (the request view and App Home show
   it), written when it changes.
 
-What the gates remember (the reason last told, the freeze last told) is this process's;
-after a restart, the freeze last told is read back from the audit log.
+What the gates remember (the reason last told, the freeze last told, the queries that
+held) is this process's; after a restart, the freeze last told and when a health watch
+began are read back from the audit log.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from collections.abc import Mapping, Sequence
 
@@ -34,6 +44,7 @@ from storage.ids import RunId
 from storage.runs import Run
 from storage.steps import Step
 from workflows.engine import halt_messages, run_messages
+from workflows.engine import health_messages as health_say
 from workflows.engine.context import EngineCore, RunInfo
 from workflows.engine.halt_messages import HaltCode
 from workflows.engine.runs import taken_over_run
@@ -43,17 +54,36 @@ from workflows.plans import plan_from_json
 from workflows.pools import freezes
 from workflows.pools import messages as gate_say
 from workflows.pools.capacity import HOLDING_STATES, ConcurrentWork, WaveGate, check_wave, pool_nodes
-from workflows.pools.config import PoolConfig
+from workflows.pools.config import AnalysisQuery, PoolConfig
 from workflows.pools.freezes import Freeze
+from workflows.signals.analysis import HealthQueries, QueryReading, breaches
 
 log = logging.getLogger("gpuops.engine")
+
+# The audit action that marks when a run began to watch service health after a wave.
+HEALTH_WATCH = "run.health"
+
+
+def health_poll_every(queries: Sequence[AnalysisQuery]) -> dt.timedelta:
+    """How often a pool's analysis queries are read while a run holds them: a tenth of the
+    shortest `for`, at least every 30s and at most every second."""
+    shortest = min(q.for_ for q in queries)
+    return max(dt.timedelta(seconds=1), min(dt.timedelta(seconds=30), shortest / 10))
 
 
 class WaveGates:
     """The freeze and capacity gates of the engine's runs, and what each run was told."""
 
-    def __init__(self, engine: EngineCore, pools: Mapping[str, PoolConfig] | None) -> None:
+    def __init__(self, engine: EngineCore, pools: Mapping[str, PoolConfig] | None,
+                 health: HealthQueries | None = None) -> None:
         self._engine = engine
+        # Reads the pools' analysis queries (None: no Prometheus; a pool with queries fails closed).
+        self._health = health
+        # Per run: the wave whose health is watched, when the watch began, the queries that
+        # held (name -> last value) and when they are read next.
+        self._watch: dict[RunId, tuple[int, dt.datetime]] = {}
+        self._held: dict[RunId, dict[str, float]] = {}
+        self._next_read: dict[RunId, dt.datetime] = {}
         # The pools' policies, for the check before every wave; None: no check (only
         # tests of step mechanics and `python -m bot.engine_process` without --config).
         self._pools = pools
@@ -69,6 +99,9 @@ class WaveGates:
         self._gated.clear()
         self._frozen.clear()
         self._frozen_read.clear()
+        self._watch.clear()
+        self._held.clear()
+        self._next_read.clear()
 
     def frozen_now(self, run: Run, info: RunInfo, steps: Sequence[Step]) -> Freeze | None:
         """The change freeze that keeps the run from starting its next node now, if any
@@ -188,6 +221,98 @@ class WaveGates:
         if not run.dry_run:
             self.say_waiting(run, reason)
         return run.dry_run
+
+    def service_health_held(self, run: Run, info: RunInfo, steps: Sequence[Step], *, after: int,
+                            before: int) -> bool:
+        """Whether the pool's service health held long enough after wave `after` for wave
+        `before` to start. False while it is still watched (the run waits) or when it
+        failed (the run halted)."""
+        policy = self._pools.get(info.request.pool) if self._pools is not None else None
+        queries = policy.analysis if policy is not None else ()
+        if not queries:
+            return True
+        now = self._engine.clock()
+        waves = sorted({s.wave for s in steps})
+        position = waves.index(after) + 1 if after in waves else after + 1
+        since = self._health_watch_began(run, info, queries, after=after, position=position, waves=len(waves),
+                                         now=now)
+        if run.dry_run:
+            return True
+        left = max((since + q.for_ for q in queries), default=now) - now
+        if now < self._next_read.get(run.id, now):
+            self.say_waiting(run, health_say.waiting(after=position, left=max(left, dt.timedelta(0))))
+            return False
+        held = self._held.setdefault(run.id, {})
+        for query in queries:
+            if query.name in held:
+                continue
+            reading = (self._health.read(query.query) if self._health is not None
+                       else QueryReading(unread=health_say.no_reader()))
+            if reading.value is None:
+                reason = health_say.unread(after=position, name=query.name, query=query.query,
+                                           reason=reading.unread or "")
+                self._halt_on_health(run, info, reason, wave=before, code="service-health-unread",
+                                     detail={"query": query.name, "promql": query.query, "unread": reading.unread})
+                return False
+            if breaches(reading.value, max_value=query.max, min_value=query.min):
+                reason = health_say.failed(after=position, name=query.name, query=query.query, value=reading.value,
+                                           max_value=query.max, min_value=query.min)
+                self._halt_on_health(run, info, reason, wave=before, code="service-unhealthy",
+                                     detail={"query": query.name, "promql": query.query, "value": reading.value})
+                return False
+            if now >= since + query.for_:
+                held[query.name] = reading.value
+        if len(held) == len(queries):
+            text = health_say.held(after=position, values=[(q.name, held[q.name]) for q in queries])
+            with self._engine.commit():
+                self._engine.audit(run, info, action="run.health.held", target=info.request.pool, before=after,
+                                   after=before, detail={"wave": after, "values": dict(held), "text": text})
+                self._engine.notify(run, info, event="run.health.held", state=run.state, text=text, kind="post",
+                                    dedupe=f"{run.id}/wave/{after}/health/held")
+            self._forget_health(run)
+            log.info("%s: run %s: %s", self._engine.replica, run.id, text)
+            return True
+        self._next_read[run.id] = now + health_poll_every(queries)
+        self.say_waiting(run, health_say.waiting(after=position, left=max(left, dt.timedelta(0))))
+        return False
+
+    def _health_watch_began(self, run: Run, info: RunInfo, queries: Sequence[AnalysisQuery], *, after: int,
+                            position: int, waves: int, now: dt.datetime) -> dt.datetime:
+        """When the run began to watch service health after wave `after`: remembered, read
+        back from the audit (an engine that restarted goes on from then), or now (audited,
+        and the thread told which queries must hold)."""
+        watched = self._watch.get(run.id)
+        if watched is not None and watched[0] == after:
+            return watched[1]
+        self._forget_health(run)
+        began = next((e.at for e in reversed(audit.for_run(self._engine.db, run.id))
+                      if e.action == HEALTH_WATCH and isinstance(e.detail, dict) and e.detail.get("wave") == after),
+                     None)
+        if began is None:
+            began = now
+            checks = [(q.name, health_say.bound_words(max_value=q.max, min_value=q.min), q.for_) for q in queries]
+            text = health_say.watching(after=position, waves=waves, checks=checks, dry_run=run.dry_run)
+            with self._engine.commit():
+                self._engine.audit(run, info, action=HEALTH_WATCH, target=info.request.pool, before=after, after=after,
+                                   detail={"wave": after, "queries": [q.name for q in queries], "text": text})
+                self._engine.notify(run, info, event=HEALTH_WATCH, state=run.state, text=text, kind="post",
+                                    dedupe=f"{run.id}/wave/{after}/health")
+            log.info("%s: run %s: %s", self._engine.replica, run.id, text)
+        self._watch[run.id] = (after, began)
+        return began
+
+    def _forget_health(self, run: Run) -> None:
+        self._watch.pop(run.id, None)
+        self._held.pop(run.id, None)
+        self._next_read.pop(run.id, None)
+
+    def _halt_on_health(self, run: Run, info: RunInfo, reason: str, *, wave: int, code: HaltCode,
+                        detail: Mapping[str, object]) -> None:
+        with self._engine.commit():
+            self._engine.fail_run(run, info, self._engine.clock(), stopped=reason,
+                                  text=lambda left: halt_messages.halted_before_wave(reason, left_cordoned=left),
+                                  detail={"wave": wave, "reason": reason, "code": code, **detail})
+        self._forget_health(run)
 
     def _wave_gate(self, run: Run, info: RunInfo, steps: Sequence[Step], wave: int) -> WaveGate:
         assert self._pools is not None

@@ -33,6 +33,7 @@ from storage.steps import Step
 from workflows.engine import halt_messages, run_messages
 from workflows.engine.context import Changed, EngineCore, RunInfo
 from workflows.engine.runs import step_intent, step_params
+from workflows.engine.signal_gate import GateVerdict
 
 log = logging.getLogger("gpuops.engine")
 
@@ -94,10 +95,14 @@ class Waves:
     """The wave-by-wave progress of the engine's runs; the engine decides when to ask."""
 
     def __init__(self, engine: EngineCore, *,
-                 start_step: Callable[[Run, RunInfo, Step, Sequence[Step]], bool]) -> None:
+                 start_step: Callable[[Run, RunInfo, Step, Sequence[Step]], bool],
+                 node_gate: Callable[[Run, RunInfo, Step, Sequence[Step]], GateVerdict] | None = None) -> None:
         self._engine = engine
         # Starts one step (workflows.engine.transitions): True if it started or halted the run.
         self._start_step = start_step
+        # Asked before a node's step starts (its GPU signals before and after its change,
+        # workflows.engine.signal_gate): start it, wait, or the run halted.
+        self._node_gate = node_gate
 
     def start_next(self, run: Run, info: RunInfo, wave_steps: list[Step], steps: list[Step], *,
                    frozen: bool = False) -> bool:
@@ -134,6 +139,11 @@ class Waves:
                 if free <= 0:
                     continue
                 free -= 1
+            verdict = self._node_gate(run, info, following, node_steps) if self._node_gate is not None else "start"
+            if verdict == "halted":
+                return True
+            if verdict == "wait":
+                continue
             if self._start_step(run, info, following, steps):
                 started = True
                 if not self._engine.in_flight(following.id):

@@ -261,6 +261,35 @@ class Workloads(_Model):
                              full_gpu=self.full_gpu.match() if self.full_gpu else None)
 
 
+class AnalysisQuery(_Model):
+    """One service-health query the pool's runs hold between waves: after each wave, the
+    PromQL `query` (read through `signals.prometheus`) must stay at or below `max` (or at
+    or above `min`) for `for` before the next wave starts. It must answer one number: no
+    answer, several series or an unreadable one is a failure, not a pass."""
+
+    name: str = Field(min_length=1, max_length=63, description=(
+        "What the query measures, as the thread names it (e.g. checkout-errors)."))
+    query: str = Field(min_length=1, max_length=2000, description=(
+        "A PromQL instant query answering one number, e.g. "
+        "sum(rate(http_requests_total{code=~\"5..\"}[1m])) / sum(rate(http_requests_total[1m]))."))
+    max: float | None = Field(default=None, description=(
+        "The highest value that passes (give max or min, exactly one)."))
+    min: float | None = Field(default=None, description=(
+        "The lowest value that passes (give max or min, exactly one)."))
+    for_: Duration = Field(default=dt.timedelta(minutes=5), alias="for", description=(
+        "How long the query must keep passing after a wave before the next one starts (at most 2h)."))
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> AnalysisQuery:
+        if (self.max is None) == (self.min is None):
+            raise ValueError(say.analysis_one_bound(self.name))
+        if not dt.timedelta(0) <= self.for_ <= dt.timedelta(hours=2):
+            raise ValueError(say.analysis_for_range(self.name))
+        return self
+
+
 class PoolConfig(_Model):
     kind: Literal["serving", "training"] = Field(description=(
         "serving (live traffic: stricter default approvals) or training."))
@@ -396,6 +425,15 @@ class PoolConfig(_Model):
         "The canary pod each upgraded node runs before it is given back (unset: the fleet's "
         "`upgrades.gpu_check`, if any)."))
 
+    analysis: tuple[AnalysisQuery, ...] = Field(default=(), description=(
+        "Service health that must hold between waves: after each wave, every query is read "
+        "through signals.prometheus until its `for` has passed, and the run halts (naming the query "
+        "and its value) when one fails or cannot be read. Needs signals.prometheus."))
+
+    # How gpuops reads this pool's GPU signals (`signals:` of its cluster; None: it does
+    # not), set once the whole configuration is read (workflows.config): the plan says
+    # whether each node's signals are compared before and after its change.
+    _signals_source: Literal["prometheus", "exporters"] | None = None
     _window_set: WindowSet | None = None
     _unavailable_budget: MaxUnavailable | None = None
     _wait_for_selector: LabelSelector | None = None
@@ -412,6 +450,15 @@ class PoolConfig(_Model):
         if not isinstance(value, (list, tuple)):
             raise ValueError(say.windows_word(value))
         return TypeAdapter(tuple[PoolConfig.Window, ...]).validate_python(value)
+
+    @field_validator("analysis")
+    @classmethod
+    def _analysis_names(cls, value: tuple[AnalysisQuery, ...]) -> tuple[AnalysisQuery, ...]:
+        names = [q.name for q in value]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(say.analysis_name_twice(twice[0]))
+        return value
 
     @field_validator("max_unavailable", mode="before")
     @classmethod
@@ -440,6 +487,15 @@ class PoolConfig(_Model):
         self._unavailable_budget = MaxUnavailable.parse(self.max_unavailable)
         self._wait_for_selector = (LabelSelector.parse(self.wait_for.selector)
                                    if self.wait_for is not None else None)
+
+    @property
+    def signals_source(self) -> Literal["prometheus", "exporters"] | None:
+        """How this pool's GPU signals are read (None: not at all)."""
+        return self._signals_source
+
+    def with_signals(self, source: Literal["prometheus", "exporters"] | None) -> None:
+        """Say how this pool's GPU signals are read (the configuration, once read whole)."""
+        self._signals_source = source
 
     @property
     def window_set(self) -> WindowSet:

@@ -350,3 +350,22 @@ def run_unfrozen(*, run_id: str, target: str) -> str:
 def run_window_ended_while_frozen(*, run_id: str, target: str, window_end: dt.datetime, zone: dt.tzinfo) -> str:
     return (f"Run {run_id} halted: its window ended at {when(window_end, zone)} while {_frozen_what(target)} was frozen; "
             "the nodes it finished are given back, the rest were never touched. Ask again for a new window.")
+
+
+def analysis_one_bound(name: str) -> str:
+    return f"analysis {name}: give max (the highest value that passes) or min (the lowest), exactly one"
+
+
+def analysis_for_range(name: str) -> str:
+    return f"analysis {name}: `for` must be between 0s and 2h (the next wave waits that long after each wave)"
+
+
+def analysis_name_twice(name: str) -> str:
+    return f"analysis: two queries are named {name}; the thread names each by its name, so give each its own"
+
+
+def analysis_needs_prometheus(pool: str, *, cluster: str | None, exporters: bool) -> str:
+    where = f"clusters.{cluster}.pools.{pool}" if cluster else f"pools.{pool}"
+    have = ("signals reads only the exporters' pages, which cannot answer a PromQL query"
+            if exporters else "signals is not configured")
+    return f"{where}.analysis needs signals.prometheus to read its queries: {have}"

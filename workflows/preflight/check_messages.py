@@ -157,3 +157,34 @@ def held_waves_past_window(*, until: dt.datetime, waves: int) -> str:
     return (f"the first wave's nodes are held until the window ends ({when(until)}), so unless someone says "
             f"`/gpu drain done` before then, only 1 wave of {waves} starts inside it and the run halts before wave 2 "
             "(ask for one drain per wave, one after another, or a larger max_unavailable so they fit in one wave)")
+
+
+# ------------------------------------------------------------------ the gates between waves
+
+
+def health_query(name: str, query: str, *, max_value: float | None, min_value: float | None,
+                 length: dt.timedelta) -> str:
+    bound = f"at most {max_value:.6g}" if max_value is not None else f"at least {(min_value or 0.0):.6g}"
+    return f"{name}: {bound} for {duration_text(length)} ({query})"
+
+
+def health_between_waves(pool: str, *, waits: int, longest: dt.timedelta) -> str:
+    return (f"After each wave but the last, the service health of {pool} must hold before the next wave starts "
+            f"({plural(waits, 'wait')} of up to {duration_text(longest)}, read through Prometheus). A query past its "
+            "bound, or one that cannot be read, halts the run before the next wave.")
+
+
+def health_one_wave(pool: str) -> str:
+    return (f"The service health of {pool} is held between waves; this plan has one wave, so its queries are not "
+            "asked.")
+
+
+def gpu_signals_off() -> str:
+    return ("GPU signals are not configured (`signals`): no node's XIDs, double-bit ECC errors or row-remap failures "
+            "are compared before and after its change; that gate is off.")
+
+
+def gpu_signals_compared(source: str) -> str:
+    via = "Prometheus" if source == "prometheus" else "the dcgm-exporter pods"
+    return (f"Each node's XIDs, double-bit ECC errors and row-remap failures are read ({via}) before it is cordoned and "
+            "after its check; a new one keeps it cordoned and halts the run.")

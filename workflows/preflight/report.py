@@ -16,6 +16,7 @@ from workflows.plans import Plan, PreflightNote
 from workflows.preflight.budgets import budget_notes
 from workflows.preflight.duration import duration_notes
 from workflows.preflight.facts import PlanFacts
+from workflows.preflight.gates import gate_notes
 from workflows.preflight.touches import touch_notes
 
 __all__ = ["PLAN_CHECKS", "PlanCheck", "PlanFacts", "checked"]
@@ -24,7 +25,7 @@ __all__ = ["PLAN_CHECKS", "PlanCheck", "PlanFacts", "checked"]
 PlanCheck = Callable[[Plan, PlanFacts], tuple[PreflightNote, ...]]
 
 # Every check of a planned plan, in the order its notes appear.
-PLAN_CHECKS: tuple[PlanCheck, ...] = (budget_notes, duration_notes, touch_notes)
+PLAN_CHECKS: tuple[PlanCheck, ...] = (budget_notes, duration_notes, touch_notes, gate_notes)
 
 
 def checked(plan: Plan, facts: PlanFacts, *, before: Sequence[PreflightNote] = (),

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from workflows.durations import Duration
 from workflows.kube.labels import POD_SELECTOR_DCGM_EXPORTER
 from workflows.prometheus.client import BasicAuth, Endpoint
+from workflows.signals.analysis import PrometheusHealth
 from workflows.signals.exporters import ClusterPods, ExporterPages, ExporterSettings
 from workflows.signals.findings import Thresholds
 from workflows.signals.health import ThrottleReason
@@ -217,6 +218,13 @@ class SignalsConfig(_Model):
             if not re.match(r"^[a-zA-Z_][a-zA-Z0-9_]*$", label):
                 raise ValueError(f"matchers: {label!r} is not a Prometheus label name")
         return self
+
+    def health_queries(self) -> PrometheusHealth | None:
+        """The reader of the pools' analysis queries (None: no Prometheus to read them)."""
+        if self.prometheus is None:
+            return None
+        return PrometheusHealth(endpoint=dataclasses.replace(self.prometheus.endpoint(),
+                                                             max_answer_bytes=self.max_answer_mb * 1_000_000))
 
     def service(self, *, cluster: object | None = None, memory: CounterMemory | None = None) -> SignalsService:
         """The reader. `cluster`, where it can give a snapshot of the pods (the watch

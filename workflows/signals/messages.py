@@ -231,3 +231,56 @@ def fewer_gpus(node: str, *, reported: int, physical: int) -> str:
 
 def unavailable(source: str, reason: str) -> str:
     return f"GPU health unknown: {source} {reason}."
+
+
+# --- service health between waves (workflows.signals.analysis) ---------------------------
+def analysis_prometheus_failed(url: str, reason: str) -> str:
+    return f"Prometheus at {url} {reason}"
+
+
+def analysis_no_series() -> str:
+    return "the query answered no series (is the service still reporting?)"
+
+
+def analysis_several_series(count: int) -> str:
+    return f"the query answered {count} series, not one number (aggregate it, e.g. with sum or max)"
+
+
+def analysis_odd_series(problem: str) -> str:
+    return f"the query's series cannot be read: {problem}"
+
+
+def analysis_not_a_number() -> str:
+    return "the query answered NaN (a ratio of nothing to nothing?)"
+
+
+# --- a node's signals before and after its change (workflows.signals.before_after) -------
+def marks_not_reported(source: str) -> str:
+    return f"{source} reported no GPU of this node"
+
+
+def new_xid(gpu: str, code: int, meaning: str, *, before: int | None) -> str:
+    was = "unknown" if before is None else ("none" if before == 0 else f"XID {before}")
+    return f"GPU {gpu} raised XID {code} ({meaning}; before: {was})"
+
+
+def new_dbe(gpu: str, count: int, *, before: int | None, reloaded: bool) -> str:
+    if reloaded:
+        return f"GPU {gpu} counts {count} double-bit ECC errors since its driver reloaded"
+    was = "unknown" if before is None else str(before)
+    return f"GPU {gpu} counts {count} double-bit ECC errors (before: {was})"
+
+
+def new_remap_failure(gpu: str) -> str:
+    return f"GPU {gpu} failed to remap a memory row"
+
+
+def gpu_marks(gpu: str, *, last_xid: int | None, ecc_dbe: int | None, row_remap_failed: bool | None,
+              throttle: tuple[str, ...] | None) -> str:
+    def shown(value: object) -> str:
+        return "not reported" if value is None else str(value)
+
+    throttled = "not reported" if throttle is None else (", ".join(throttle) or "none")
+    remap = "not reported" if row_remap_failed is None else ("failed" if row_remap_failed else "ok")
+    return (f"GPU {gpu}: last XID {shown(last_xid)}, double-bit ECC {shown(ecc_dbe)}, row remap {remap}, "
+            f"throttling {throttled}")
