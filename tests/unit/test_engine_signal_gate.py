@@ -17,6 +17,9 @@ from freezegun import freeze_time
 
 from storage import audit
 from tests.unit.test_engine_service_health import NOW, Drain, config, now
+from workflows.engine.continuing import ContinueService
+from workflows.engine.runs import RunService
+from workflows.requests.service import RequestService
 from workflows.kube.objects import NodeName
 from workflows.signals.health import GpuHealth, NodeHealth
 from workflows.signals.reading import Reading
@@ -153,3 +156,28 @@ def test_a_node_read_again_in_time_goes_on(db, cluster, frozen):
     assert drain.run().state == "succeeded", drain.run().halted_reason
 
 
+
+
+def test_continuing_a_run_a_new_fault_halted_still_holds_that_node(db, cluster, frozen):
+    """`/gpu continue` without `--skip` after a new XID: the node is compared against the
+    reading before the halted run changed it, not one taken now, so the fault is still new
+    and the node is not given back."""
+    signals = StandInSignals()
+    signals.later["gpu-01"] = (gpu("0"), gpu("1", last_xid=79))
+    drain = Drain(db, cluster, frozen, None, cfg=NOT_GATED, signals=signals)
+    drain.drive(drain.finished)
+    halted = drain.run_id
+    assert drain.run().state == "failed"
+
+    ada = NOT_GATED.actor("U0ADA")
+    continued = ContinueService(RequestService(db, NOT_GATED), pools=NOT_GATED.pools).request(
+        ada, RunService(db).get(halted), fleet=cluster.fleet(now()), now=now(), channel="C0OPS")
+    drain.run_id = RunService(db).start(continued.view.id, dry_run=False, now=now(), actor=ada).id
+    drain.restart()
+    drain.drive(drain.finished)
+
+    assert drain.run().state == "failed"
+    assert "GPU 1 raised XID 79" in (drain.run().halted_reason or "")
+    assert cluster.node("gpu-01").unschedulable
+    before = [e.detail for e in audit.for_run(db, drain.run_id) if e.action == "node.signals.before"]
+    assert before and before[0]["carried_from"] == halted

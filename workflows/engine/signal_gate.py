@@ -13,6 +13,10 @@
   for again every few seconds, up to `SIGNALS_AFTER_WAIT` after the node's last step
   ended (stored, so a restart keeps the count); then the run halts: an unread node is not
   given back as healthy.
+- A continuation of a halted run (`/gpu continue`) compares a node against the reading
+  taken before the HALTED run changed it (`ContinuesMark` on the node's first step, back
+  along the chain), never a new one: a fault that halted the run is still new to the
+  node, so continuing without `--skip` does not give back a node with a new fault.
 - Without `signals` configured there is no gate (the plan says so); a dry run reads
   nothing.
 """
@@ -25,12 +29,15 @@ from collections.abc import Sequence
 from typing import Literal, Protocol
 
 from storage import audit
+from storage import steps as stored_steps
 from storage.ids import RunId
 from storage.runs import Run
+from storage.step_params import ContinuesMark
 from storage.steps import Step
 from workflows.engine import halt_messages
 from workflows.engine.context import EngineCore, RunInfo
 from workflows.engine.halt_messages import HaltCode
+from workflows.engine.runs import step_params
 from workflows.signals.before_after import NodeMarks, marks_of, new_faults, readings_line
 from workflows.signals.reading import Reading
 
@@ -44,6 +51,8 @@ RELOADING_STEPS = frozenset({"driver", "operator-upgrade", "mig", "host-driver-r
 SIGNALS_AFTER_WAIT = dt.timedelta(minutes=10)
 # How often an unread node's signals are read again.
 READ_AGAIN = dt.timedelta(seconds=15)
+# How far back a chain of continuations is followed for a node's reading before.
+_CONTINUED_AT_MOST = 20
 
 GateVerdict = Literal["start", "wait", "halted"]
 
@@ -71,20 +80,42 @@ class SignalGate:
         if self._signals is None or run.dry_run:
             return "start"
         if all(s.state == "pending" for s in node_steps):
-            self._read_before(run, info, step.node)
+            self._read_before(run, info, step.node, node_steps)
             return "start"
         if step.kind != "uncordon" or any(s.state == "skipped" for s in node_steps if s.seq < step.seq):
             return "start"  # a node left out was never changed as planned: nothing to compare
         return self._compare_after(run, info, step, node_steps)
 
-    def _read_before(self, run: Run, info: RunInfo, node: str) -> None:
-        marks = marks_of(self._signals.read(node), node) if self._signals is not None else NodeMarks()
+    def _read_before(self, run: Run, info: RunInfo, node: str, node_steps: Sequence[Step]) -> None:
+        carried = self._continued_before(node, node_steps)
+        if carried is not None:
+            marks, source = carried
+            detail = {"node": node, "marks": marks.to_json(), "carried_from": source}
+        else:
+            marks = marks_of(self._signals.read(node), node) if self._signals is not None else NodeMarks()
+            detail = {"node": node, "marks": marks.to_json()}
         with self._engine.commit():
-            self._engine.audit(run, info, action=BEFORE, target=node, before=None, after=None,
-                               detail={"node": node, "marks": marks.to_json()})
+            self._engine.audit(run, info, action=BEFORE, target=node, before=None, after=None, detail=detail)
 
-    def _before_of(self, run: Run, node: str) -> NodeMarks | None:
-        entry = next((e for e in reversed(audit.for_run(self._engine.db, run.id))
+    def _continued_before(self, node: str, node_steps: Sequence[Step]) -> tuple[NodeMarks, str] | None:
+        """The reading before of the halted run this node's steps continue (and of the
+        one that continued, back along the chain), with that run's id; None when the
+        node's steps continue no run, or none of those runs read the node before."""
+        steps = node_steps
+        for _ in range(_CONTINUED_AT_MOST):
+            first = min(steps, key=lambda s: s.seq, default=None)
+            mark = ContinuesMark.read_from(step_params(first), kind=first.kind) if first is not None else None
+            if mark is None:
+                return None
+            earlier = RunId(mark.continues)
+            marks = self._before_of(earlier, node)
+            if marks is not None:
+                return marks, earlier
+            steps = [s for s in stored_steps.for_run(self._engine.db, run_id=earlier) if s.node == node]
+        return None
+
+    def _before_of(self, run_id: RunId, node: str) -> NodeMarks | None:
+        entry = next((e for e in reversed(audit.for_run(self._engine.db, run_id))
                       if e.action == BEFORE and isinstance(e.detail, dict) and e.detail.get("node") == node), None)
         marks = entry.detail.get("marks") if entry is not None and isinstance(entry.detail, dict) else None
         return NodeMarks.from_json(marks) if isinstance(marks, dict) else None
@@ -96,7 +127,7 @@ class SignalGate:
             return "wait"
         assert self._signals is not None
         after = marks_of(self._signals.read(step.node), step.node)
-        before = self._before_of(run, step.node)
+        before = self._before_of(run.id, step.node)
         earlier = [s for s in node_steps if s.seq < step.seq]
         if after.unknown is not None:
             ended = max((s.ended_at for s in earlier if s.ended_at is not None), default=now)
