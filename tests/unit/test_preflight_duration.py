@@ -201,3 +201,22 @@ def test_a_plan_whose_diagnostics_outgrow_its_window_is_critical_and_refused_and
     (timing,) = duration_notes(_plan([["n1"], ["n2"], ["n3"]], window=dt.timedelta(hours=2)),
                                PlanFacts(fleet=None, policy=None))  # type: ignore[arg-type]
     assert (timing.code, timing.severity) == ("outgrows-window", "warning")
+
+
+def test_the_service_health_watch_between_waves_counts_in_the_runs_time_and_its_window():
+    from workflows.pools.config import PoolConfig
+
+    watched = PoolConfig.model_validate({"kind": "serving", "analysis": [
+        {"name": "errors", "query": "sum(rate(errors[1m]))", "max": 0.05, "for": "30m"},
+        {"name": "latency", "query": "max(latency_p99)", "max": 0.5, "for": "10m"}]})
+    plan = _plan([["n1"], ["n2"], ["n3"]], window=dt.timedelta(hours=3))  # 2h40m of steps at the timeouts
+
+    (timing,) = duration_notes(plan, PlanFacts(fleet=None, policy=watched))  # type: ignore[arg-type]
+
+    # The longest `for` after waves 1 and 2: 2h40m + 2 x 30m no longer fits 3h.
+    assert (timing.code, timing.severity) == ("outgrows-window", "warning")
+    assert timing.sentence.startswith("The run takes at most 3h40m at the configured timeouts")
+    assert "including 1h of service-health watch (30m after each wave but the last)" in timing.sentence
+    unwatched = PoolConfig.model_validate({"kind": "serving"})
+    (timing,) = duration_notes(plan, PlanFacts(fleet=None, policy=unwatched))  # type: ignore[arg-type]
+    assert timing.code == "fits-window" and "service-health" not in timing.sentence

@@ -62,6 +62,12 @@ def run_takes(pool: str, *, total: dt.timedelta, waves: int, slowest: str, slowe
     return f"The run takes about {duration_text(total)} {learned} ({shape})"
 
 
+def run_watches_between(between: dt.timedelta, *, waits: int) -> str:
+    """The part of a run's time spent watching `analysis` queries between its waves."""
+    return (f"including {duration_text(between * waits)} of service-health watch "
+            f"({duration_text(between)} after each wave but the last)")
+
+
 def run_fits_window(*, window: dt.timedelta, spare: dt.timedelta) -> str:
     return f"it fits the window ({duration_text(window)}, {duration_text(spare)} to spare)"
 

@@ -85,6 +85,9 @@ class RunEstimate:
     waves_started: int
     # When the window ends (None: no end).
     window_end: dt.datetime | None = None
+    # The service-health watch after each wave but the last (the pool's longest `analysis`
+    # `for`; zero without analysis), counted in `total`.
+    between: dt.timedelta = dt.timedelta(0)
 
     @property
     def fits(self) -> bool:
@@ -177,9 +180,11 @@ class _Pace:
         return "timeouts" if not self.learned else "mixed" if self.unseen else "runs"
 
 
-def estimate(plan: Plan, past: Sequence[PastStep], *, parallel: int | None = None) -> RunEstimate:
+def estimate(plan: Plan, past: Sequence[PastStep], *, parallel: int | None = None,
+             between: dt.timedelta = dt.timedelta(0)) -> RunEstimate:
     """The time `plan`'s run takes at the pace of `past` (see the module docstring), with
-    at most `parallel` nodes of a wave under way at once (None: all of them)."""
+    at most `parallel` nodes of a wave under way at once (None: all of them) and `between`
+    waves the service-health watch (workflows.engine.wave_gates) before the next starts."""
     pace = _Pace(past)
     waves: list[dt.timedelta] = []
     slowest, slowest_takes = "", dt.timedelta(-1)
@@ -198,11 +203,13 @@ def estimate(plan: Plan, past: Sequence[PastStep], *, parallel: int | None = Non
         if window is not None and offset >= window:
             break
         started += 1
-        offset += took
-    return RunEstimate(total=sum(waves, dt.timedelta(0)), waves=tuple(waves), slowest=slowest,
+        offset += took + between
+    watched = between * max(len(waves) - 1, 0)
+    return RunEstimate(total=sum(waves, dt.timedelta(0)) + watched, waves=tuple(waves), slowest=slowest,
                        slowest_takes=max(slowest_takes, dt.timedelta(0)), source=pace.source,
                        unseen=tuple(sorted(pace.unseen)),
-                       window=window, waves_started=started, window_end=plan.summary.window_end)
+                       window=window, waves_started=started, window_end=plan.summary.window_end,
+                       between=between if watched else dt.timedelta(0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,6 +300,8 @@ def duration_note(plan: Plan, found: RunEstimate) -> str:
     """One sentence: how long the run takes, at which pace, and whether it fits."""
     takes = say.run_takes(plan.pool, total=found.total, waves=len(found.waves), slowest=found.slowest,
                           slowest_takes=found.slowest_takes, source=found.source, unseen=found.unseen)
+    if found.between:
+        takes += f" {say.run_watches_between(found.between, waits=len(found.waves) - 1)}"
     if found.window_end is None:
         return f"{takes}; {say.run_no_window_end()}"
     if found.window is None:
@@ -313,7 +322,9 @@ def duration_notes(plan: Plan, facts: PlanFacts) -> tuple[PreflightNote, ...]:
                 else "starts-once-approved" if holding.start is None else "fits-window")
         return (PreflightNote(check=DURATION_CHECK, code=code, severity="info" if holding.fits else "warning",
                               sentence=held_note(plan, holding)),)
-    found = estimate(plan, facts.past, parallel=facts.parallel)
+    analysis = facts.policy.analysis if facts.policy is not None else ()
+    between = max((q.for_ for q in analysis), default=dt.timedelta(0))
+    found = estimate(plan, facts.past, parallel=facts.parallel, between=between)
     code = ("no-window-end" if found.window_end is None else "starts-once-approved" if found.window is None
             else "fits-window" if found.fits else "outgrows-window")
     if code == "outgrows-window" and has_diag(plan):
