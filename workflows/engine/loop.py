@@ -75,6 +75,7 @@ from storage.requests import Request
 from storage.runs import Run
 from storage.steps import Step
 from workflows import logfields
+from workflows.engine import kube_events
 from workflows.engine import run_messages as say
 from workflows.engine.context import Changed, LiveStep, NodeSource, RunInfo
 from workflows.engine.lease import EngineLease, LeaseSettings
@@ -418,11 +419,21 @@ class Engine:
 
     # --- records -----------------------------------------------------------------------------
     def audit(self, run: Run, info: RunInfo, *, action: str, target: str, before: Any, after: Any,
-              detail: Mapping[str, Any]) -> audit.AuditEntry:
-        return audit.append(self.db, actor=audit.GPUOPS_ACTOR, k8s_identity=self.gateway.identity,
-                            action=action, target=target, at=self.clock(), request_id=info.request.id,
-                            run_id=run.id, before=before, after=after,
-                            detail={**detail, "replica": self.replica, "dry_run": run.dry_run})
+              detail: Mapping[str, Any], node: str | None = None) -> audit.AuditEntry:
+        """Audit an action of the run, and in the same transaction queue the Kubernetes
+        Events it makes (workflows.engine.kube_events: the one place they come from).
+        `node`: the node of the step the action belongs to (a step's moves name it as
+        their target)."""
+        at = self.clock()
+        entry = audit.append(self.db, actor=audit.GPUOPS_ACTOR, k8s_identity=self.gateway.identity,
+                             action=action, target=target, at=at, request_id=info.request.id,
+                             run_id=run.id, before=before, after=after,
+                             detail={**detail, "replica": self.replica, "dry_run": run.dry_run})
+        if node is None and action.startswith(("step.", "node.")):
+            node = target
+        kube_events.queue_events_for(self.db, run, info, action=action, target=target, after=after, detail=detail,
+                                     node=node, replica=self.replica, zone=self.settings.display_zone, at=at)
+        return entry
 
     def notify(self, run: Run, info: RunInfo, *, event: str, state: str, text: str, kind: outbox.MessageKind,
                dedupe: str | None, node: str | None = None, halted_on: str | None = None) -> None:
@@ -466,7 +477,7 @@ class Engine:
             return
         with self.commit():
             self.audit(run, info, action=action, target=target, before=None, after=None,
-                       detail={**detail, "step": step.id, "kind": step.kind, "intent_key": key})
+                       detail={**detail, "step": step.id, "kind": step.kind, "intent_key": key}, node=step.node)
         live.intents[key] = self.clock()
 
     def look_again(self, step_id: StepId, *, at: float) -> None:
