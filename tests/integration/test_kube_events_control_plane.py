@@ -31,10 +31,13 @@ from workflows.kube.gateway import KubeGateway
 
 CHANNEL = "C0GPUOPS"
 EVENTS = "/apis/events.k8s.io/v1/namespaces/default/events"
+# evpdb: a budget that keeps blocking halts the run after 4 seconds, its node cordoned.
+BLOCKED_HALTS = {"evpdb": {"drain_timeout": "4s", "pdb_timeout_action": "wait"}}
 CONFIG = GpuopsConfig.model_validate({
     "pools": {name: {"kind": "serving", "approvers": ["U0BOB"], "windows": "always", "max_unavailable": 1,
-                     "min_ready_gpus": 0, "drain_timeout": "30s", "validate_timeout": "10s"}
-              for name in ("ev", "evdeny")},
+                     "min_ready_gpus": 0, "drain_timeout": "30s", "validate_timeout": "10s",
+                     **BLOCKED_HALTS.get(name, {})}
+              for name in ("ev", "evdeny", "evpdb")},
     "access": {"users": {"U0ALICE": ["operator"], "U0BOB": ["approver"]},
                "names": {"U0ALICE": "alice", "U0BOB": "bob"}},
 })
@@ -85,9 +88,9 @@ def sender_running(kubeconfig: Path, db_path: Path, *, user: str) -> Iterator[Ku
         gateway.close()
 
 
-def drain_as_bot(runtime: Runtime, cluster, pool: str, user: str) -> tuple[str, str]:
+def drain_as_bot(runtime: Runtime, cluster, pool: str, user: str, *, halts: bool = False) -> tuple[str, str]:
     """alice asks for the pool's first node, bob approves, the engine drains it as `user`
-    until `drain done`; the run and the request."""
+    until `drain done` (or until it halts); the run and the request."""
     node = f"{pool}-01"
     installer = cluster.installer()
     wait_until(lambda: advertised(h.node(installer, node)) > 0, timeout=60, what=f"{node} to advertise its GPUs")
@@ -104,6 +107,10 @@ def drain_as_bot(runtime: Runtime, cluster, pool: str, user: str) -> tuple[str, 
                                         actor=runtime.config.actor("U0ALICE"))
     db = runtime.database.get()
     with h.EngineThread(cluster.kubeconfig, db.path, user=user, identity="gpuops-0"):
+        if halts:
+            finished = h.wait_run(db, run.id, timeout=120)
+            assert finished.state == "failed"
+            return run.id, request.id
         wait_until(lambda: any(s.kind == "hold" and s.state == "running"
                                for s in runtime.services().runs.get(run.id).steps),  # type: ignore[union-attr]
                    timeout=90, what=f"{node} to be held")
@@ -113,9 +120,10 @@ def drain_as_bot(runtime: Runtime, cluster, pool: str, user: str) -> tuple[str, 
     return run.id, request.id
 
 
-def fleet_of(pool: str) -> fl.FleetSpec:
+def fleet_of(pool: str, *, pdb_min_available: int | None = None) -> fl.FleetSpec:
     return fl.FleetSpec(name=pool, system_nodes=0, pools=(fl.PoolSpec(name=pool, kind="serving", nodes=1),),
-                        workloads=(fl.WorkloadSpec(name="llm", namespace=pool, node=f"{pool}-01", replicas=2),))
+                        workloads=(fl.WorkloadSpec(name="llm", namespace=pool, node=f"{pool}-01", replicas=2,
+                                                   pdb_min_available=pdb_min_available),))
 
 
 def events_of(installer, run_id: str) -> list[dict[str, Any]]:
@@ -205,3 +213,21 @@ def test_a_bot_without_the_grant_on_events_drains_the_same_and_says_so_once(flee
     refused = [r for r in caplog.records if r.name == "gpuops.events" and "refuses" in r.getMessage()]
     assert len(refused) == 1, [r.getMessage() for r in refused]
     assert events_of(installer, run_id) == []
+
+
+def test_a_budget_that_keeps_blocking_is_a_warning_on_the_node_and_so_is_the_halt_it_leads_to(
+        fleet, cluster, runtime, as_bot):
+    fleet(fleet_of("evpdb", pdb_min_available=2))  # both pods must stay: no eviction is allowed
+    installer = cluster.installer()
+    db = runtime.database.get()
+
+    with sender_running(cluster.kubeconfig, db.path, user=as_bot):
+        run_id, request_id = drain_as_bot(runtime, cluster, "evpdb", as_bot, halts=True)
+        wait_until(lambda: all_sent(db), timeout=30, what="every Event to be sent")
+
+    on_node = {e["reason"]: e for e in events_of(installer, run_id) if e["regarding"]["name"] == "evpdb-01"}
+    assert {"Cordoned", "EvictionStarted", "EvictionBlocked", "Halted"} <= set(on_node)
+    assert "Uncordoned" not in on_node  # the halted run leaves its node cordoned
+    assert (on_node["EvictionBlocked"]["type"], on_node["Halted"]["type"]) == ("Warning", "Warning")
+    assert on_node["Halted"]["note"].startswith("Run halted here: ")
+    assert f"Run {run_id} of request {request_id}" in on_node["Halted"]["note"]

@@ -8,7 +8,8 @@ What it does, as a runbook:
   move to `running` stores the step's intent (what `prepare` found and is about to
   change) and happens BEFORE the first side effect; each move is one storage transaction holding the step's
   compare-and-set, an audit row (actor `gpuops`, `k8s_identity` = the gateway's
-  Kubernetes identity, detail naming this replica) and an outbox message. Per-object
+  Kubernetes identity, detail naming this replica), the Kubernetes Events it makes
+  (workflows.engine.kube_events) and an outbox message. Per-object
   intents inside a step (one eviction per pod) are audit rows committed before each
   first call (`StepContext.record`).
 - After a crash or a lease change the engine resumes every unfinished run at its current
