@@ -7,12 +7,14 @@ its series. A bot without the grant on Events drains the same, and says so once.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import pytest
 
@@ -25,6 +27,7 @@ from testenv.install import wait_until
 from testenv.summary import advertised
 from tests.integration import engine_harness as h
 from tests.integration.desk import bot_granted_for_the_test
+from tests.integration.forwarder import Forwarder, kubeconfig_through
 from workflows.config import GpuopsConfig
 from workflows.engine.kube_events import KubeEventSender
 from workflows.kube.gateway import KubeGateway
@@ -167,21 +170,28 @@ def test_a_drain_tells_the_node_what_was_done_to_it_for_which_approved_request_a
     assert {e["reason"] for e in core} >= {"Cordoned", "Uncordoned"}
 
 
-def test_a_repeat_after_its_event_was_sent_patches_the_events_series(cluster, db, as_bot):
-    gateway = KubeGateway.connect(kubeconfig=cluster.kubeconfig, context=as_bot)
-    sender = KubeEventSender(db=db, gateway=gateway)
-    body = {"apiVersion": "events.k8s.io/v1", "kind": "Event",
-            "metadata": {"name": "gpu-77.gpuops-series", "namespace": "default",
-                         "labels": {"gpuops.io/run": "run-series"}},
+def an_event(run_id: str, node: str) -> dict[str, Any]:
+    return {"apiVersion": "events.k8s.io/v1", "kind": "Event",
+            "metadata": {"name": f"{node}.gpuops-{run_id}", "namespace": "default",
+                         "labels": {"gpuops.io/run": run_id}},
             "eventTime": "2026-01-01T00:00:00.000000Z", "reportingController": "gpuops",
             "reportingInstance": "gpuops-0", "action": "evict", "reason": "EvictionBlocked", "type": "Warning",
             "note": "A PodDisruptionBudget blocks an eviction", "regarding": {"apiVersion": "v1", "kind": "Node",
-                                                                              "name": "gpu-77", "uid": "gpu-77"}}
+                                                                              "name": node, "uid": node}}
+
+
+def queue_event(db: Database, run_id: str, node: str, at: dt.datetime) -> None:
+    with db.transaction():
+        queued.queue_kube_event(db, key=f"{run_id}/Node/{node}/EvictionBlocked", cluster=None, namespace="default",
+                                name=f"{node}.gpuops-{run_id}", body=an_event(run_id, node), at=at)
+
+
+def test_a_repeat_after_its_event_was_sent_patches_the_events_series(cluster, db, as_bot):
+    gateway = KubeGateway.connect(kubeconfig=cluster.kubeconfig, context=as_bot)
+    sender = KubeEventSender(db=db, gateway=gateway)
     try:
         for at in (h.now(), h.now()):
-            with db.transaction():
-                queued.queue_kube_event(db, key="run-series/Node/gpu-77/EvictionBlocked", cluster=None,
-                                        namespace="default", name="gpu-77.gpuops-series", body=body, at=at)
+            queue_event(db, "run-series", "gpu-77", at)
             assert sender.send_due() == 1
 
         (event,) = events_of(cluster.installer(), "run-series")
@@ -231,3 +241,32 @@ def test_a_budget_that_keeps_blocking_is_a_warning_on_the_node_and_so_is_the_hal
     assert (on_node["EvictionBlocked"]["type"], on_node["Halted"]["type"]) == ("Warning", "Warning")
     assert on_node["Halted"]["note"].startswith("Run halted here: ")
     assert f"Run {run_id} of request {request_id}" in on_node["Halted"]["note"]
+
+
+def test_an_events_api_that_does_not_answer_is_said_once_and_its_events_are_sent_when_it_answers_again(
+        cluster, db, tmp_path, caplog):
+    server = urlparse(cluster.plane.server)
+    forwarder = Forwarder((server.hostname, server.port)).start()
+    gateway = KubeGateway.connect(kubeconfig=kubeconfig_through(cluster.kubeconfig, forwarder, tmp_path),
+                                  context="admin")
+    clock = {"now": h.now()}
+    sender = KubeEventSender(db=db, gateway=gateway, clock=lambda: clock["now"])
+    try:
+        forwarder.cut()
+        with caplog.at_level(logging.INFO, logger="gpuops.events"):
+            for node in ("gpu-81", "gpu-82", "gpu-83"):
+                queue_event(db, "run-lost", node, clock["now"])
+            assert sender.send_due() == 0
+            assert sender.state == "unreachable"
+            assert sender.send_due() == 0  # nothing is due before its retry
+            forwarder.restore()
+            clock["now"] += dt.timedelta(seconds=5)
+            assert sender.send_due() == 3
+
+        told = [r.getMessage() for r in caplog.records if r.name == "gpuops.events"]
+        assert len(told) == 2 and "does not answer" in told[0] and "sent again" in told[1]
+        assert sorted(e["regarding"]["name"] for e in events_of(cluster.installer(), "run-lost")) == [
+            "gpu-81", "gpu-82", "gpu-83"]
+    finally:
+        gateway.close()
+        forwarder.cut()
