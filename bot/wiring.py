@@ -448,7 +448,7 @@ def cluster_engine_workers(runtime: Runtime, *, lease: LeaderLease, identity: st
             try:
                 slice_ = clusters.config.for_cluster(name)
                 settings = EngineSettings(max_parallel_nodes=slice_.engine.max_parallel_nodes,
-                                          display_zone=slice_.display_zone)
+                                          display_zone=slice_.display_zone, people=slice_.names)
                 run_engine(settings, source.gateway, cache, db, identity, stop,
                            lease=lease, on_commit=lambda _commits: runtime.notify(), pools=slice_.pools,
                            cluster=name, home=False)
@@ -494,7 +494,7 @@ def engine_worker(runtime: Runtime, *, lease: LeaderLease, identity: str) -> Wor
         db = runtime.database.get()
         try:
             settings = EngineSettings(max_parallel_nodes=runtime.config.engine.max_parallel_nodes,
-                                      display_zone=runtime.config.display_zone)
+                                      display_zone=runtime.config.display_zone, people=runtime.config.names)
             run_engine(settings, gateway, runtime.fleet, db, identity, stop,  # type: ignore[arg-type]  # hasattr above: a watch cache
                        lease=lease, on_commit=lambda _commits: runtime.notify(), pools=runtime.config.pools,
                        cluster=runtime.config.cluster_name)

@@ -7,6 +7,7 @@ its series. A bot without the grant on Events drains the same, and says so once.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import threading
@@ -109,7 +110,9 @@ def drain_as_bot(runtime: Runtime, cluster, pool: str, user: str, *, halts: bool
     run = runtime.services().runs.start(request.id, dry_run=False, now=h.now(),  # type: ignore[union-attr]
                                         actor=runtime.config.actor("U0ALICE"))
     db = runtime.database.get()
-    with h.EngineThread(cluster.kubeconfig, db.path, user=user, identity="gpuops-0"):
+    # As `gpuops run` builds it: approvers named as the configuration names them.
+    settings = dataclasses.replace(h.FAST, people=runtime.config.names)
+    with h.EngineThread(cluster.kubeconfig, db.path, user=user, identity="gpuops-0", settings=settings):
         if halts:
             finished = h.wait_run(db, run.id, timeout=120)
             assert finished.state == "failed"
@@ -159,7 +162,7 @@ def test_a_drain_tells_the_node_what_was_done_to_it_for_which_approved_request_a
         assert event["type"] == "Normal" and event["regarding"]["uid"] == "ev-01"
     cordoned = by_reason["Cordoned"]["note"]
     assert cordoned.startswith("Cordoned by gpuops. ")
-    assert f"Run {run_id} of request {request_id} (drain, pool ev), approved by U0BOB, window " in cordoned
+    assert f"Run {run_id} of request {request_id} (drain, pool ev), approved by bob, window " in cordoned
     # Two pods evicted from the node: one Event, counted twice.
     assert by_reason["PodEvicted"]["series"]["count"] == 2
     assert "series" not in by_reason["Cordoned"]

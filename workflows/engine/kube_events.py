@@ -33,6 +33,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Literal, Protocol
 
 from storage import approvals as stored_approvals
@@ -213,9 +214,10 @@ def event_body(draft: EventDraft, *, name: str, note: str, replica: str, at: dt.
 
 def queue_events_for(db: Database, run: Run, info: RunInfo, *, action: str, target: str, after: Any,
                      detail: Mapping[str, Any], node: str | None, replica: str, zone: dt.tzinfo,
-                     at: dt.datetime) -> int:
+                     at: dt.datetime, people: Mapping[str, str] = MappingProxyType({})) -> int:
     """Inside the transaction that audits `action`: queue the Events it makes (a repeat
-    counts in the Event's series). Returns how many were queued or counted."""
+    counts in the Event's series). Returns how many were queued or counted. `people`: the
+    configured names of approvers, by user id (else the id names them)."""
     if run.dry_run:
         return 0
     wave_nodes: Sequence[str] = ()
@@ -231,7 +233,7 @@ def queue_events_for(db: Database, run: Run, info: RunInfo, *, action: str, targ
     if not drafts:
         return 0
     request = info.request
-    approvers = [a.approver for a in stored_approvals.for_request(db, request_id=request.id,
+    approvers = [people.get(a.approver, a.approver) for a in stored_approvals.for_request(db, request_id=request.id,
                                                                    plan_hash=request.plan_hash)
                  if a.decision == "approve"]
     for draft in drafts:

@@ -63,7 +63,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from storage import audit, outbox
@@ -111,6 +111,9 @@ class EngineSettings:
     watch event came.
     api_retry_max: the longest wait between tries after the API did not answer.
     display_zone: the zone the run's thread writes times in (`display.timezone`).
+    people: the names the configuration gives people (`access.names`), by Slack user id:
+    a Kubernetes Event's note names an approver so, else by id (never a Slack display
+    name, which its owner may change to anyone's).
     """
 
     lease: LeaseSettings = LeaseSettings()
@@ -119,6 +122,7 @@ class EngineSettings:
     resync: dt.timedelta = dt.timedelta(seconds=30)
     api_retry_max: dt.timedelta = dt.timedelta(seconds=30)
     display_zone: dt.tzinfo = dt.timezone.utc
+    people: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.max_parallel_nodes < 1:
@@ -433,7 +437,8 @@ class Engine:
         if node is None and action.startswith(("step.", "node.")):
             node = target
         kube_events.queue_events_for(self.db, run, info, action=action, target=target, after=after, detail=detail,
-                                     node=node, replica=self.replica, zone=self.settings.display_zone, at=at)
+                                     node=node, replica=self.replica, zone=self.settings.display_zone, at=at,
+                                     people=self.settings.people)
         return entry
 
     def notify(self, run: Run, info: RunInfo, *, event: str, state: str, text: str, kind: outbox.MessageKind,
