@@ -87,7 +87,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = EngineSettings(
         lease=LeaseSettings(namespace=args.lease_namespace, name=args.lease_name,
                             duration=dt.timedelta(seconds=args.lease_seconds)),
-        max_parallel_nodes=args.max_parallel_nodes, display_zone=runtime.config.display_zone)
+        max_parallel_nodes=args.max_parallel_nodes, display_zone=runtime.config.display_zone,
+        people=runtime.config.names)
     try:
         # NB: the home cluster's engine (runtime.config is its view of a several-cluster
         # configuration); the other clusters' engines run in `gpuops run`.

@@ -5,7 +5,8 @@ from a plain `Fleet` with `runtime_from_fleet_source`.
 
 Leadership (`gpuops run`): every replica answers Slack; only the one holding the engine
 Lease (`workflows.engine.lease`) runs the leader's work: the engine, the scheduler
-(`bot.scheduler`) and the notifier (`bot.notifier`). `Runtime.start_background(identity,
+(`bot.scheduler`), the notifier (`bot.notifier`) and the sender of the engine's
+Kubernetes Events (`workflows.engine.kube_events`). `Runtime.start_background(identity,
 slack=...)` claims the lease and starts a `Leadership` that starts that work when the
 lease is gained and stops it the moment it is lost (the lease's change callback, and a
 check every second because a claim can also simply run out); regaining starts it afresh.
@@ -43,6 +44,7 @@ from workflows.kinds import kinds_in_force
 from workflows.access import Actor
 from workflows.config import ConfigError, GpuopsConfig
 from workflows.engine.cordons import Cordons
+from workflows.engine.kube_events import KubeEventSender
 from workflows.engine.lease import EngineLease, LeaseSettings
 from workflows.engine.loop import EngineSettings, run_engine
 from workflows.fleet.canaries import LastCanaries
@@ -446,7 +448,7 @@ def cluster_engine_workers(runtime: Runtime, *, lease: LeaderLease, identity: st
             try:
                 slice_ = clusters.config.for_cluster(name)
                 settings = EngineSettings(max_parallel_nodes=slice_.engine.max_parallel_nodes,
-                                          display_zone=slice_.display_zone)
+                                          display_zone=slice_.display_zone, people=slice_.names)
                 run_engine(settings, source.gateway, cache, db, identity, stop,
                            lease=lease, on_commit=lambda _commits: runtime.notify(), pools=slice_.pools,
                            cluster=name, home=False,
@@ -456,7 +458,22 @@ def cluster_engine_workers(runtime: Runtime, *, lease: LeaderLease, identity: st
                 runtime.database.close()
 
         workers.append(ThreadWorker(f"engine-{name}", body))
+        workers.append(events_worker(runtime, fleet_of.gateway, clusters=(name,), lease=lease, name=f"events-{name}"))
     return workers
+
+
+def events_worker(runtime: Runtime, gateway: KubeGateway, *, clusters: tuple[str | None, ...], lease: LeaderLease,
+                  name: str = "events") -> Worker:
+    """The sender of the Kubernetes Events the engine queued for `clusters`, through
+    `gateway` (workflows.engine.kube_events), asking the lease before every pass."""
+    def body(stop: threading.Event) -> None:
+        db = runtime.database.get()
+        try:
+            KubeEventSender(db=db, gateway=gateway, clusters=clusters).run(stop, gate=lease.held)
+        finally:
+            runtime.database.close()
+
+    return ThreadWorker(name, body)
 
 
 # Seconds an engine of a cluster not reached yet waits before it looks again.
@@ -479,7 +496,7 @@ def engine_worker(runtime: Runtime, *, lease: LeaderLease, identity: str) -> Wor
         db = runtime.database.get()
         try:
             settings = EngineSettings(max_parallel_nodes=runtime.config.engine.max_parallel_nodes,
-                                      display_zone=runtime.config.display_zone)
+                                      display_zone=runtime.config.display_zone, people=runtime.config.names)
             run_engine(settings, gateway, runtime.fleet, db, identity, stop,  # type: ignore[arg-type]  # hasattr above: a watch cache
                        lease=lease, on_commit=lambda _commits: runtime.notify(), pools=runtime.config.pools,
                        cluster=runtime.config.cluster_name,
@@ -504,6 +521,9 @@ def leader_workers(runtime: Runtime, *, lease: LeaderLease, identity: str, slack
     engine = engine_worker(runtime, lease=lease, identity=identity)
     if engine is not None:
         workers.append(engine)
+        if runtime.gateway is not None:
+            home = (None, runtime.config.cluster_name) if runtime.config.cluster_name else (None,)
+            workers.append(events_worker(runtime, runtime.gateway, clusters=home, lease=lease))
         workers.extend(cluster_engine_workers(runtime, lease=lease, identity=identity))
     return workers
 

@@ -425,6 +425,30 @@ CREATE TABLE capacity_samples (
 CREATE INDEX capacity_samples_by_time ON capacity_samples (at);
 """
 
+# Kubernetes Events waiting to be sent (storage/kube_events.py), queued in the transaction
+# that audits the action they report and sent by the Lease holder's event sender. One row
+# per Event (`key`: the run, the object and the reason): a repeat bumps `count`, which the
+# sender turns into the Event's series. Sent rows are pruned; nothing here is history.
+KUBE_EVENTS = """
+CREATE TABLE kube_events (
+    id               INTEGER PRIMARY KEY,
+    key              TEXT NOT NULL UNIQUE CHECK (length(key) > 0),
+    cluster          TEXT CHECK (cluster IS NULL OR length(cluster) > 0),
+    namespace        TEXT NOT NULL CHECK (length(namespace) > 0),
+    name             TEXT NOT NULL CHECK (length(name) > 0),
+    body             TEXT NOT NULL CHECK (json_valid(body)),
+    first_at         TEXT NOT NULL,
+    last_at          TEXT NOT NULL,
+    count            INTEGER NOT NULL DEFAULT 1 CHECK (count >= 1),
+    sent_count       INTEGER NOT NULL DEFAULT 0 CHECK (sent_count >= 0),
+    next_attempt_at  TEXT NOT NULL,
+    attempts         INTEGER NOT NULL DEFAULT 0,
+    last_error       TEXT,
+    given_up         INTEGER NOT NULL DEFAULT 0 CHECK (given_up IN (0, 1))
+) STRICT;
+CREATE INDEX kube_events_due ON kube_events (next_attempt_at) WHERE given_up = 0 AND sent_count < count;
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -448,6 +472,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(12, "notes on nodes: why a node is cordoned or tainted, until when (node_notes)", NODE_NOTES),
     Migration(13, "each pool's GPUs advertised and out, sampled for its capacity chart (capacity_samples)",
               CAPACITY_SAMPLES),
+    Migration(14, "Kubernetes Events waiting to be sent, as series (kube_events)", KUBE_EVENTS),
 )
 
 _SCHEMA_MIGRATIONS = """

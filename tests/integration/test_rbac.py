@@ -36,6 +36,8 @@ GRANTS = [
     (("create", "pods", "", "gpuops"), True),  # canary pods
     (("delete", "pods", "", "gpuops"), True),
     (("update", "leases", "coordination.k8s.io", "gpuops"), True),
+    (("create", "events", "events.k8s.io", "default"), True),  # what it did, as Events
+    (("patch", "events", "events.k8s.io", "default"), True),  # their series
     # What it must not do.
     (("delete", "pods", "", None), False),
     (("delete", "pods", "", "ml-team"), False),
@@ -49,6 +51,9 @@ GRANTS = [
     (("delete", "clusterpolicies", "nvidia.com", None), False),
     (("update", "resourcequotas", "", "ml-team"), False),
     (("update", "leases", "coordination.k8s.io", "kube-system"), False),
+    (("delete", "events", "events.k8s.io", "default"), False),
+    (("list", "events", "events.k8s.io", None), False),
+    (("create", "events", "", "default"), False),
 ]
 
 

@@ -8,7 +8,8 @@ What it does, as a runbook:
   move to `running` stores the step's intent (what `prepare` found and is about to
   change) and happens BEFORE the first side effect; each move is one storage transaction holding the step's
   compare-and-set, an audit row (actor `gpuops`, `k8s_identity` = the gateway's
-  Kubernetes identity, detail naming this replica) and an outbox message. Per-object
+  Kubernetes identity, detail naming this replica), the Kubernetes Events it makes
+  (workflows.engine.kube_events) and an outbox message. Per-object
   intents inside a step (one eviction per pod) are audit rows committed before each
   first call (`StepContext.record`).
 - After a crash or a lease change the engine resumes every unfinished run at its current
@@ -63,7 +64,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from storage import audit, outbox
@@ -76,6 +77,7 @@ from storage.requests import Request
 from storage.runs import Run
 from storage.steps import Step
 from workflows import logfields
+from workflows.engine import kube_events
 from workflows.engine import run_messages as say
 from workflows.engine.context import Changed, LiveStep, NodeSource, RunInfo
 from workflows.engine.lease import EngineLease, LeaseSettings
@@ -112,6 +114,9 @@ class EngineSettings:
     watch event came.
     api_retry_max: the longest wait between tries after the API did not answer.
     display_zone: the zone the run's thread writes times in (`display.timezone`).
+    people: the names the configuration gives people (`access.names`), by Slack user id:
+    a Kubernetes Event's note names an approver so, else by id (never a Slack display
+    name, which its owner may change to anyone's).
     """
 
     lease: LeaseSettings = LeaseSettings()
@@ -120,6 +125,7 @@ class EngineSettings:
     resync: dt.timedelta = dt.timedelta(seconds=30)
     api_retry_max: dt.timedelta = dt.timedelta(seconds=30)
     display_zone: dt.tzinfo = dt.timezone.utc
+    people: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.max_parallel_nodes < 1:
@@ -427,11 +433,22 @@ class Engine:
 
     # --- records -----------------------------------------------------------------------------
     def audit(self, run: Run, info: RunInfo, *, action: str, target: str, before: Any, after: Any,
-              detail: Mapping[str, Any]) -> audit.AuditEntry:
-        return audit.append(self.db, actor=audit.GPUOPS_ACTOR, k8s_identity=self.gateway.identity,
-                            action=action, target=target, at=self.clock(), request_id=info.request.id,
-                            run_id=run.id, before=before, after=after,
-                            detail={**detail, "replica": self.replica, "dry_run": run.dry_run})
+              detail: Mapping[str, Any], node: str | None = None) -> audit.AuditEntry:
+        """Audit an action of the run, and in the same transaction queue the Kubernetes
+        Events it makes (workflows.engine.kube_events: the one place they come from).
+        `node`: the node of the step the action belongs to (a step's moves name it as
+        their target)."""
+        at = self.clock()
+        entry = audit.append(self.db, actor=audit.GPUOPS_ACTOR, k8s_identity=self.gateway.identity,
+                             action=action, target=target, at=at, request_id=info.request.id,
+                             run_id=run.id, before=before, after=after,
+                             detail={**detail, "replica": self.replica, "dry_run": run.dry_run})
+        if node is None and action.startswith(("step.", "node.")):
+            node = target
+        kube_events.queue_events_for(self.db, run, info, action=action, target=target, after=after, detail=detail,
+                                     node=node, replica=self.replica, zone=self.settings.display_zone, at=at,
+                                     people=self.settings.people)
+        return entry
 
     def notify(self, run: Run, info: RunInfo, *, event: str, state: str, text: str, kind: outbox.MessageKind,
                dedupe: str | None, node: str | None = None, halted_on: str | None = None) -> None:
@@ -475,7 +492,7 @@ class Engine:
             return
         with self.commit():
             self.audit(run, info, action=action, target=target, before=None, after=None,
-                       detail={**detail, "step": step.id, "kind": step.kind, "intent_key": key})
+                       detail={**detail, "step": step.id, "kind": step.kind, "intent_key": key}, node=step.node)
         live.intents[key] = self.clock()
 
     def look_again(self, step_id: StepId, *, at: float) -> None:

@@ -224,6 +224,11 @@ class StepTransitions:
         if key in live.noticed:
             return
         with self._engine.commit():
+            # Audited too (once per notice, as it is posted): a PodDisruptionBudget blocking
+            # an eviction is something gpuops met on the node, and its Event comes from here.
+            self._engine.audit(run, info, action=f"step.{notice.key}", target=step.node, before=None, after=None,
+                               detail={"step": step.id, "kind": step.kind, "notice": notice.key,
+                                       "text": notice.text})
             self._engine.notify(run, info, event=f"step.{notice.key}", state=run.state, text=notice.text, kind="post",
                                 dedupe=key, node=None if notice.per_run else step.node)
         live.noticed.add(key)

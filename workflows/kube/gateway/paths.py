@@ -14,3 +14,8 @@ RESOURCE_QUOTAS = "/api/v1/resourcequotas"
 
 def leases(namespace: str) -> str:
     return f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+
+
+def kube_events_in(namespace: str) -> str:
+    """Events (events.k8s.io/v1) of one namespace."""
+    return f"/apis/events.k8s.io/v1/namespaces/{namespace}/events"

@@ -1,5 +1,6 @@
 """Writes: node patches (cordon, uncordon, labels, annotations, taints), custom-object
-spec patches, evictions, pod deletes and creates, and the leader election's Lease.
+spec patches, evictions, pod deletes and creates, the leader election's Lease, and the
+Events (events.k8s.io/v1) that tell what gpuops did to an object.
 
 Every write takes `dry_run`: the API server then authorises, validates and admits it
 (RBAC, webhooks, PodDisruptionBudgets) but persists nothing (query dryRun=All). Each
@@ -10,6 +11,7 @@ gpuops changed in the cluster."""
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -23,7 +25,7 @@ from workflows.kube.gateway.decoding import (
     node_from_json,
     pod_from_json,
 )
-from workflows.kube.gateway.paths import NODES, leases
+from workflows.kube.gateway.paths import NODES, kube_events_in, leases
 from workflows.kube.objects import CustomObject, LeaseRecord, NodeObject, PodObject, Taint
 
 log = logging.getLogger("gpuops.kube")
@@ -34,18 +36,26 @@ def _micro_time(at: dt.datetime) -> str:
     return at.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+# An Event is a report, never a step: its calls get a short deadline of their own (connect,
+# read) and no retry on 429, so a slow or throttling events API costs a sender seconds,
+# not the minute a node patch may take. The API refuses a note over 1 kB; bodies larger
+# than `EVENT_BODY_CAP` are refused here before they are sent.
+EVENT_CALL_TIMEOUT = (3.0, 10.0)
+EVENT_BODY_CAP = 4096
+
+
 class KubeWrites(KubeClient):
     """The gateway's writes."""
 
     def _mutate(self, what: str, target: str, method: str, path: str, *, body: Any, dry_run: bool,
                 content_type: str = "application/json", retry_too_many: bool = True,
-                quiet: bool = False) -> Json:
+                quiet: bool = False, timeout: tuple[float, float] = (5, 60)) -> Json:
         query: list[tuple[str, Any]] = [("dryRun", "All")] if dry_run else []
         say = log.debug if quiet else log.info
         say("mutation: %s %s%s", what, target, " (dry run)" if dry_run else "")
         try:
             return self.request(method, path, query=query, body=body, content_type=content_type,
-                                retry_too_many=retry_too_many)
+                                retry_too_many=retry_too_many, timeout=timeout)
         except KubeError as err:
             # The server refused it (a conflict, a PDB): nothing was changed.
             say("mutation refused: %s %s (%s %s)", what, target, err.status, err.reason)
@@ -180,3 +190,24 @@ class KubeWrites(KubeClient):
         return lease_from_json(self._mutate("update lease", f"{lease.namespace}/{lease.name}", "PUT",
                                             f"{leases(lease.namespace)}/{lease.name}", body=body,
                                             dry_run=dry_run, quiet=True))
+
+    # --- Events (events.k8s.io/v1) ---------------------------------------------------
+    def create_kube_event(self, namespace: str, body: Json) -> None:
+        """Create the Event `body` (an events.k8s.io/v1 Event with its metadata.name) in
+        `namespace`; Conflict when one of its name exists. ValueError, before any call, for
+        a body over `EVENT_BODY_CAP` bytes of JSON."""
+        size = len(json.dumps(body).encode())
+        if size > EVENT_BODY_CAP:
+            raise ValueError(f"an Event of {size} bytes is over the {EVENT_BODY_CAP}-byte cap")
+        name = body.get("metadata", {}).get("name", "?")
+        self._mutate("create event", f"{namespace}/{name}", "POST", kube_events_in(namespace), body=body,
+                     dry_run=False, retry_too_many=False, quiet=True, timeout=EVENT_CALL_TIMEOUT)
+
+    def patch_kube_event_series(self, namespace: str, name: str, *, count: int, last_observed: dt.datetime) -> None:
+        """Count a repeat of an Event: its series (`count` occurrences, the last at
+        `last_observed`), nothing else (the rest of an Event cannot change). NotFound when
+        it is gone (expired, deleted)."""
+        body = {"series": {"count": count, "lastObservedTime": _micro_time(last_observed)}}
+        self._mutate("patch event", f"{namespace}/{name}", "PATCH", f"{kube_events_in(namespace)}/{name}", body=body,
+                     dry_run=False, content_type="application/merge-patch+json", retry_too_many=False, quiet=True,
+                     timeout=EVENT_CALL_TIMEOUT)
