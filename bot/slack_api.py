@@ -154,16 +154,14 @@ class SlackApi:
 
     def upload_text(self, channel: str, *, filename: str, title: str, content: str) -> str | None:
         """Upload `content` as a file shared in `channel`; its permalink, or None."""
-        try:
-            answer = self.client.files_upload_v2(channel=channel, filename=filename, title=title, content=content)
-        except (SlackApiError, SlackClientError, OSError) as err:
-            log.warning(msg.reply_fallback_log(f"a file upload to {channel}", _error(err)))
-            return None
-        file = answer.get("file") or {}
-        return file.get("permalink")
+        return self._upload(channel, filename=filename, title=title, content=content) or None
 
     def upload_file(self, channel: str, *, filename: str, title: str, content: bytes) -> str | None:
-        """Upload `content` (a picture) as a file shared in `channel`; its permalink, or None."""
+        """Upload `content` (a picture) as a file shared in `channel`; its permalink ("" when
+        Slack gave none), or None when the upload failed."""
+        return self._upload(channel, filename=filename, title=title, content=content)
+
+    def _upload(self, channel: str, *, filename: str, title: str, content: str | bytes) -> str | None:
         try:
             answer = self.client.files_upload_v2(channel=channel, filename=filename, title=title, content=content)
         except (SlackApiError, SlackClientError, OSError) as err:

@@ -57,6 +57,20 @@ def _change_kind(name: str) -> str:
 ChangeKindName = Annotated[str, AfterValidator(_change_kind)]
 
 
+def _valid_image(value: str) -> str:
+    """A check pod's image (the pool's check or its burn-in): a reference with no space."""
+    if not value.strip() or any(c.isspace() for c in value):
+        raise ValueError(say.check_image(value))
+    return value
+
+
+def _valid_command(value: tuple[str, ...]) -> tuple[str, ...]:
+    """A check pod's command: a program first."""
+    if not value or not value[0].strip():
+        raise ValueError(say.check_command())
+    return value
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -89,16 +103,12 @@ class BurnIn(_Model):
     @field_validator("image")
     @classmethod
     def _image(cls, value: str) -> str:
-        if not value.strip() or any(c.isspace() for c in value):
-            raise ValueError(say.check_image(value))
-        return value
+        return _valid_image(value)
 
     @field_validator("command")
     @classmethod
     def _command(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        if not value or not value[0].strip():
-            raise ValueError(say.check_command())
-        return value
+        return _valid_command(value)
 
     @field_validator("timeout")
     @classmethod
@@ -184,16 +194,12 @@ class GpuCheck(_Model):
     @field_validator("image")
     @classmethod
     def _image(cls, value: str) -> str:
-        if not value.strip() or any(c.isspace() for c in value):
-            raise ValueError(say.check_image(value))
-        return value
+        return _valid_image(value)
 
     @field_validator("command")
     @classmethod
     def _command(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        if not value or not value[0].strip():
-            raise ValueError(say.check_command())
-        return value
+        return _valid_command(value)
 
     @field_validator("resource")
     @classmethod
