@@ -38,6 +38,14 @@ def plan_set_back_note(ref: str, before: str | None, version: str, canary: str) 
             "waits for a rollback request")
 
 
+def plan_version_owner_note(owner: str, evidence: Sequence[str], *, from_git: bool) -> str:
+    seen = f" ({'; '.join(evidence)})" if evidence else ""
+    if from_git:
+        return (f"{owner}{seen}: a version gpuops patches there is put back by the next sync unless Git names it "
+                "too")
+    return f"{owner}{seen}: the next apply of that release sets the version it names"
+
+
 def plan_gates_operator_note(ref: str) -> str:
     return (f"gpuops gates the operator (autoUpgrade on for {ref}): every node is held back from the operator's "
             "upgrade (label nvidia.com/gpu-driver-upgrade.skip=true) before the version changes, and let go in "

@@ -179,6 +179,9 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
                                                order.canary))
     if gates:
         notes.insert(1, say.plan_gates_operator_note(scope.manager.ref))
+    owner = scope.manager.version_owner
+    if owner is not None and owner.tool is not None:
+        notes.insert(1, say.plan_version_owner_note(owner.text(), owner.evidence, from_git=owner.from_git))
     # Gated, the operator waits and deletes per its own upgradePolicy, not the pool's wait_for.
     wait_for = (LabelSelector.parse(policy.wait_for.selector).matches
                 if policy.wait_for is not None and not gates else None)
