@@ -169,11 +169,42 @@ def test_a_version_patched_over_argo_cds_is_a_finding_in_the_pools_status(make, 
     assert "was last written by kubectl-patch" in status["Driver version kept by"]
 
 
-def test_the_upgrade_plan_says_git_applies_the_object_and_a_patch_is_put_back(make):
-    fleet = _fleet(make, {"labels": {"kustomize.toolkit.fluxcd.io/name": "gpu"}})
-    planned = plan_upgrade(UpgradeAsk(pool="train-a", version=NEW), fleet=fleet, now=NOW, requested_by="U0ALICE",
-                           policy=PoolConfig.model_validate({"kind": "training", "windows": "always"}))
+def _plan(make, policy_kw, **pool):
+    fleet = _fleet(make, policy_kw)
+    return plan_upgrade(UpgradeAsk(pool="train-a", version=NEW), fleet=fleet, now=NOW, requested_by="U0ALICE",
+                        policy=PoolConfig.model_validate({"kind": "training", "windows": "always", **pool}))
+
+
+FLUX = {"labels": {"kustomize.toolkit.fluxcd.io/name": "gpu"}}
+
+
+def test_a_plan_that_patches_a_git_owned_object_says_the_next_sync_puts_it_back(make):
+    planned = _plan(make, FLUX, driver_version_source="patch")
 
     notes = planned.plan.summary.notes
     assert any(n.startswith("ClusterPolicy cluster-policy is applied by Flux Kustomization gpu from Git")
                and "put back by the next sync" in n for n in notes), notes
+    set_version = planned.plan.waves[0].steps[0]
+    assert (set_version.kind, "git" in set_version.params) == ("driver-version", False)
+
+
+@pytest.mark.parametrize(("policy_kw", "source"), [(FLUX, "auto"), ({}, "git")])
+def test_in_git_mode_the_plan_waits_for_git_instead_of_patching(make, policy_kw, source):
+    planned = _plan(make, policy_kw, driver_version_source=source)
+
+    canary = planned.plan.waves[0]
+    forward, back = [s for s in canary.steps if s.kind == "driver-version"]
+    assert forward.params["git"] is True and back.params["git"] is True and back.params["set_back"] is True
+    # The steps of each node are today's: Git mode only changes how the version is set.
+    assert [s.kind for s in canary.steps][:4] == ["driver-version", "cordon", "evict", "driver"]
+    notes = planned.plan.summary.notes
+    assert notes[0].startswith(f"Git mode: gpuops does not patch ClusterPolicy cluster-policy. Once the run starts, "
+                               f"its thread says to change spec.driver.version from {OLD} to {NEW} in Git"), notes
+    assert not any("put back by the next sync" in n for n in notes)
+
+
+def test_a_pool_set_to_patch_or_an_object_nobody_keeps_in_git_is_patched_as_today(make):
+    for planned in (_plan(make, {}), _plan(make, {"annotations": {"meta.helm.sh/release-name": "gpu"}})):
+        (forward, _) = [s for s in planned.plan.waves[0].steps if s.kind == "driver-version"]
+        assert "git" not in forward.params
+        assert planned.plan.summary.notes[0].startswith("ClusterPolicy cluster-policy is set to")

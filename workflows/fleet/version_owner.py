@@ -71,6 +71,13 @@ class VersionOwner:
     def drifted(self) -> bool:
         return bool(self.changed_by) or (self.last_applied is not None and self.last_applied != self.live)
 
+    @property
+    def by(self) -> str | None:
+        """Who applies it, in words ("Argo CD application gpu-operator"); None: nobody."""
+        if self.tool is None:
+            return None
+        return f"{self.tool} {self.source}" if self.source else self.tool
+
     def text(self) -> str:
         """One sentence: "ClusterPolicy gpu-cluster-policy is applied by Argo CD
         application gpu-operator from Git"."""
@@ -164,9 +171,8 @@ def _last_applied(annotations: Mapping[str, str], path: str) -> str | None:
 def say_version_owner(owner: VersionOwner) -> str:
     if owner.tool is None:
         return f"{owner.object} is not kept by a GitOps tool: gpuops sets {owner.field} itself"
-    by = f"{owner.tool} {owner.source}" if owner.source else owner.tool
     where = " from Git" if owner.from_git else ""
-    return f"{owner.object} is applied by {by}{where}"
+    return f"{owner.object} is applied by {owner.by}{where}"
 
 
 def _say_manager_owns(manager: str, field: str) -> str:
