@@ -196,6 +196,26 @@ def test_in_git_mode_another_version_arriving_halts_the_run_before_any_node_move
     assert not any(h.unschedulable(installer, n) for n in NODES)
 
 
+def _ends_waiting_for_git(cluster, db, as_bot):
+    """A hand-made Git-mode plan (hold both nodes, wait for Git, cordon the canary) whose
+    window ends a few seconds in, with Git never changing."""
+    git_step = {"object": "NVIDIADriver", "name": DRIVER, "version": NEW, "git": True,
+                "owner": "Argo CD application gpu-operator"}
+    steps = (NodeStep("operator-hold", NodeName("upg-01"), {"nodes": list(NODES)}),
+             NodeStep("driver-version", NodeName("upg-01"), git_step),
+             NodeStep("cordon", NodeName("upg-01"), {}), NodeStep("uncordon", NodeName("upg-01"), {}))
+    plan = Plan(kind="upgrade", pool="upg", created_for=h.ALICE.user_id, summary=PlanSummary(),
+                waves=(Wave(0, (NodeName("upg-01"),), steps),))
+    start = h.now()
+    run = h.start_run(db, plan, window=(start, start + dt.timedelta(seconds=8)))
+    with h.EngineThread(cluster.kubeconfig, db.path, user=as_bot):
+        return h.wait_run(db, run.id, timeout=90)
+
+
+def _held_by(installer, node: str) -> str | None:
+    return observe.node(installer, node)["metadata"].get("annotations", {}).get("gpuops.io/driver-upgrade-held-by")
+
+
 def test_in_git_mode_a_window_that_ends_before_git_changes_gives_every_node_back_untouched(
         fleet, cluster, db, as_bot):
     fleet(TWO)
@@ -203,18 +223,9 @@ def test_in_git_mode_a_window_that_ends_before_git_changes_gives_every_node_back
     wait_until(lambda: all(advertised(observe.node(installer, n)) == 8 for n in NODES), timeout=120,
                what="every node to advertise its GPUs")
     before = _pods(installer)
-    git_step = {"object": "NVIDIADriver", "name": DRIVER, "version": NEW, "git": True,
-                "owner": "Argo CD application gpu-operator"}
-    steps = (NodeStep("operator-hold", NodeName("upg-01"), {"nodes": list(NODES)}),
-             NodeStep("driver-version", NodeName("upg-01"), git_step),
-             NodeStep("cordon", NodeName("upg-01"), {}))
-    plan = Plan(kind="upgrade", pool="upg", created_for=h.ALICE.user_id, summary=PlanSummary(),
-                waves=(Wave(0, (NodeName("upg-01"),), steps),))
 
     with StandInGitOpsController(cluster.installer(), kind="NVIDIADriver", name=DRIVER, version=OLD):
-        run = h.start_run(db, plan, window=(None, h.now() + dt.timedelta(seconds=8)))
-        with h.EngineThread(cluster.kubeconfig, db.path, user=as_bot):
-            finished = h.wait_run(db, run.id, timeout=90)
+        finished = _ends_waiting_for_git(cluster, db, as_bot)
 
     assert finished.state == "failed"
     assert "the window ended before Git changed spec.version" in (finished.halted_reason or ""), finished.halted_reason
@@ -225,5 +236,36 @@ def test_in_git_mode_a_window_that_ends_before_git_changes_gives_every_node_back
     for node in NODES:
         labels = observe.node(installer, node)["metadata"]["labels"]
         assert "nvidia.com/gpu-driver-upgrade.skip" not in labels and not h.unschedulable(installer, node)
-    released = [r for r in audit.for_run(db, run.id) if r.action == "driver-upgrade.release"]
+    released = [r for r in audit.for_run(db, finished.id) if r.action == "driver-upgrade.release"]
     assert [sorted(r.detail["nodes"]) for r in released] == [list(NODES)]
+
+
+def test_a_run_that_ended_waiting_for_git_continues_by_holding_the_nodes_again_before_it_waits(
+        fleet, cluster, db, as_bot, fleet_cache):
+    fleet(TWO)
+    installer = cluster.installer()
+    wait_until(lambda: all(advertised(observe.node(installer, n)) == 8 for n in NODES), timeout=120,
+               what="every node to advertise its GPUs")
+    with StandInGitOpsController(cluster.installer(), kind="NVIDIADriver", name=DRIVER, version=OLD) as git:
+        halted = _ends_waiting_for_git(cluster, db, as_bot)
+        assert halted.state == "failed" and not any(_held_by(installer, n) for n in NODES)
+        desk = Desk(cluster, db, Services.on_database(config=GIT_CONFIG, fleet=fleet_cache(user=as_bot),
+                                                      database=db), GIT_CONFIG, user=as_bot)
+        asked = desk.say("U0ALICE", f"continue {halted.id}")
+        assert asked.ok, asked.summary
+        (request,) = desk.services.requests.open_requests("upg")  # type: ignore[union-attr]
+        view = desk.services.requests.get(request.id)  # type: ignore[union-attr]
+        assert [s.kind for s in view.plan.waves[0].steps][:2] == ["operator-hold", "driver-version"]
+        for approver in ("U0BOB", "U0CAROL"):
+            assert desk.say(approver, f"approve {view.id} {view.short_hash}").ok
+        run = RunService(db, requests=desk.services.requests).start(view.id, dry_run=False, now=h.now(),
+                                                                     plan_hash=view.plan_hash)
+        with h.EngineThread(cluster.kubeconfig, db.path, user=as_bot):
+            # Held again before the continuation waits for Git.
+            wait_until(lambda: all(_held_by(installer, n) == run.id for n in NODES), timeout=60,
+                       what="the continuation to hold the nodes again")
+            git.commit(NEW)
+            finished = h.wait_run(db, run.id, timeout=120)
+
+    assert finished.state == "succeeded", finished.halted_reason
+    assert _driver(installer)["spec"]["version"] == NEW
