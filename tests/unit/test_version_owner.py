@@ -20,7 +20,7 @@ from workflows.fleet.version_owner import judge_version_owner
 from workflows.kube.gateway.decoding import custom_object_from_json
 from workflows.kube.objects import CustomObject, FieldManager
 from workflows.pools.config import PoolConfig
-from workflows.upgrade.plan import UpgradeAsk, plan_upgrade
+from workflows.upgrade.plan import RollbackOf, UpgradeAsk, plan_upgrade
 
 OLD, NEW = "580.95.05", "580.105.08"
 TRACKING = "gpu-operator:nvidia.com/ClusterPolicy:/gpu-cluster-policy"
@@ -208,3 +208,20 @@ def test_a_pool_set_to_patch_or_an_object_nobody_keeps_in_git_is_patched_as_toda
         (forward, _) = [s for s in planned.plan.waves[0].steps if s.kind == "driver-version"]
         assert "git" not in forward.params
         assert planned.plan.summary.notes[0].startswith("ClusterPolicy cluster-policy is set to")
+
+
+def test_a_rollback_in_git_mode_says_to_set_the_version_back_in_git(make):
+    nodes = [make.node(n, pool="train-a") for n in ("a1", "a2")]
+    pods = [p for n in nodes for p in (make.driver_pod(n.name, version=NEW), make.device_plugin_pod(n.name),
+                                       make.validator_pod(n.name))]
+    policy = make.cluster_policy(driver={"enabled": True, "version": NEW, "upgradePolicy": {"autoUpgrade": False}},
+                                 **FLUX)
+    planned = plan_upgrade(UpgradeAsk(pool="train-a", version=OLD), fleet=make.fleet(nodes, pods, policies=[policy]),
+                           policy=PoolConfig.model_validate({"kind": "training", "windows": "always"}), now=NOW,
+                           requested_by="U0ALICE", rollback=RollbackOf(run="run-old", nodes=("a1",), version=OLD))
+
+    (forward,) = [s for s in planned.plan.waves[0].steps if s.kind == "driver-version"]
+    assert forward.params["git"] is True and forward.params["version"] == OLD
+    assert planned.plan.summary.notes[0].startswith(
+        f"Git mode: gpuops does not patch ClusterPolicy cluster-policy. Once the run starts, its thread says to set "
+        f"spec.driver.version back to {OLD} in Git")
