@@ -225,3 +225,15 @@ def test_a_rollback_in_git_mode_says_to_set_the_version_back_in_git(make):
     assert planned.plan.summary.notes[0].startswith(
         f"Git mode: gpuops does not patch ClusterPolicy cluster-policy. Once the run starts, its thread says to set "
         f"spec.driver.version back to {OLD} in Git")
+
+
+def test_a_version_patched_over_a_helm_releases_is_information_not_a_warning(make):
+    fleet = _fleet(make, {"annotations": {"meta.helm.sh/release-name": "gpu-operator"},
+                          "field_managers": [_owns_version("gpuops", "Update")]})
+    git = _fleet(make, {"annotations": {"argocd.argoproj.io/tracking-id": TRACKING},
+                        "field_managers": [_owns_version("gpuops", "Update")]})
+
+    assert [(f.code, f.severity) for f in fleet.findings if f.code == "driver-version-drift"] == [
+        ("driver-version-drift", "info")]
+    assert [(f.code, f.severity) for f in git.findings if f.code == "driver-version-drift"] == [
+        ("driver-version-drift", "warning")]

@@ -12,9 +12,11 @@ from workflows.fleet.version_owner import VersionOwner
 
 
 def version_drift_findings(pool: PoolInventory) -> tuple[Finding, ...]:
-    """One warning per object setting the pool's driver whose version drifted from its owner."""
+    """One finding per object setting the pool's driver whose version drifted from its
+    owner: a warning where Git's tool puts its version back within minutes, information
+    where a Helm release does so only at its next upgrade (a team may patch on purpose)."""
     return tuple(
-        Finding(severity="warning", code="driver-version-drift", subject=pool.name, pool=pool.name,
+        Finding(severity="warning" if owner.from_git else "info", code="driver-version-drift", subject=pool.name, pool=pool.name,
                 message=msg_driver_version_drift(owner), command=pool_command(pool.name))
         for manager in pool.driver_managers
         if (owner := manager.version_owner) is not None and owner.tool is not None and owner.drifted
