@@ -127,7 +127,8 @@ def _pods(installer) -> dict[str, str]:
     return {n: observe.driver_pods(installer, n)[0]["metadata"]["uid"] for n in NODES}
 
 
-def _ask_and_run_with_git(cluster, db, as_bot, fleet_cache, git: StandInGitOpsController, *, applies: str):
+def _ask_and_run_with_git(cluster, db, as_bot, fleet_cache, git: StandInGitOpsController, *, applies: str,
+                          ref: str = f"NVIDIADriver {DRIVER}"):
     """Ask for NEW, approve, start the run; when its thread says what to change in Git,
     merge `applies` there (as a person would), and wait for the run to end."""
     desk = Desk(cluster, db, Services.on_database(config=GIT_CONFIG, fleet=fleet_cache(user=as_bot), database=db),
@@ -135,7 +136,7 @@ def _ask_and_run_with_git(cluster, db, as_bot, fleet_cache, git: StandInGitOpsCo
     wait_fleet(desk.services.fleet, lambda v: _owner(v).tool == "Argo CD", "the inventory to name Argo CD")
     asked = desk.say("U0ALICE", f"upgrade upg to {NEW} driver CVE")
     assert asked.ok, asked.summary
-    assert any(b.startswith(f"Git mode: gpuops does not patch NVIDIADriver {DRIVER}")
+    assert any(b.startswith(f"Git mode: gpuops does not patch {ref}")
                for s in asked.sections for b in (s.bullets or ())), asked.sections
     (request,) = desk.services.requests.open_requests("upg")  # type: ignore[union-attr]
     view = desk.services.requests.get(request.id)  # type: ignore[union-attr]
@@ -145,7 +146,7 @@ def _ask_and_run_with_git(cluster, db, as_bot, fleet_cache, git: StandInGitOpsCo
                                                                  plan_hash=view.plan_hash)
     told: list[str] = []
     with h.EngineThread(cluster.kubeconfig, db.path, user=as_bot):
-        wait_until(lambda: _heard(db, told, "Git mode: change spec.version"), timeout=60,
+        wait_until(lambda: _heard(db, told, "Git mode: change spec."), timeout=60,
                    what="the thread to say what to change in Git")
         git.commit(applies)
         return h.wait_run(db, run.id, timeout=240), told
@@ -269,3 +270,30 @@ def test_a_run_that_ended_waiting_for_git_continues_by_holding_the_nodes_again_b
 
     assert finished.state == "succeeded", finished.halted_reason
     assert _driver(installer)["spec"]["version"] == NEW
+
+
+def test_in_git_mode_with_auto_upgrade_on_every_node_is_held_until_its_wave_once_git_names_the_version(
+        fleet, cluster, db, as_bot, fleet_cache):
+    # The nudge wakes the operator's upgrade controller as its next 2-minute look would.
+    gated = fl.FleetSpec(name="gitops", system_nodes=1, nudge_upgrade_controller=True,
+                         operator=fl.OperatorSpec(auto_upgrade=True, driver_version=OLD),
+                         pools=(fl.PoolSpec(name="upg", nodes=2),))
+    policy = gated.operator.cluster_policy_name
+    fleet(gated)
+    installer = cluster.installer()
+    wait_until(lambda: all(advertised(observe.node(installer, n)) == 8 for n in NODES), timeout=120,
+               what="every node to advertise its GPUs")
+    with StandInGitOpsController(cluster.installer(), kind="ClusterPolicy", name=policy, version=OLD) as git:
+        finished, told = _ask_and_run_with_git(cluster, db, as_bot, fleet_cache, git, applies=NEW,
+                                               ref=f"ClusterPolicy {policy}")
+
+    assert finished.state == "succeeded", finished.halted_reason
+    assert any(f"change spec.driver.version of ClusterPolicy {policy} from {OLD} to {NEW} in Git" in m
+               for m in told), told
+    assert not [r for r in audit.for_run(db, finished.id) if r.action == "driver-version.set"]
+    # Held before Git changed, then let go wave by wave: the operator upgraded each node in its turn.
+    holds = [r for r in audit.for_run(db, finished.id) if r.action == "driver-upgrade.hold"]
+    assert [sorted(r.detail["nodes"]) for r in holds] == [list(NODES)]
+    for node in NODES:
+        assert observe.node(installer, node)["metadata"]["labels"].get("nvidia.com/cuda.driver-version.full") == NEW
+        assert not _held_by(installer, node) and not h.unschedulable(installer, node)
