@@ -355,6 +355,7 @@ def _pool_status(call: Call, fleet: Fleet, pool: PoolInventory, *, intents: tupl
         Fact("Auto-upgrade", f"{pool.auto_upgrade.state} ({pool.auto_upgrade.source}"
                              + (", CRD default" if pool.auto_upgrade.defaulted else "") + ")"),
         Fact("Driver version set by", msg.driver_managers(pool)),
+        *((Fact("Driver version kept by", kept),) if (kept := msg.driver_version_keepers(pool)) else ()),
         *running,
         *((Fact("Operators", operators),) if operators is not None else ()),
         *((Fact("Workloads", msg.pool_workloads(workloads.mig.text() if workloads.mig else None,

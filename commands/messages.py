@@ -536,6 +536,17 @@ def driver_managers(pool: PoolInventory) -> str:
     return f"{names}, shared with {', '.join(shared)}: a version change there reaches {them} too, {how}"
 
 
+def driver_version_keepers(pool: PoolInventory) -> str | None:
+    """Who keeps the version of the objects that set the pool's driver, when a GitOps tool
+    or Helm does ("ClusterPolicy gpu-cluster-policy is applied by Argo CD application
+    gpu-operator from Git"), with the drift seen; None when nobody but gpuops does."""
+    kept = [m.version_owner for m in pool.driver_managers
+            if m.version_owner is not None and m.version_owner.tool is not None]
+    if not kept:
+        return None
+    return "; ".join(o.text() + (f" ({'; '.join(o.evidence)})" if o.drifted else "") for o in kept)
+
+
 UPGRADE_USAGE = ("upgrade <pool> to <driver-version> [at <time> | next-window] [--also <pool>,...] [--downgrade] "
                  "[--include <node>,...] [--dry-run] [reason]")
 UPGRADE_WAVE_COLUMNS = ("wave", "nodes", "GPUs out")

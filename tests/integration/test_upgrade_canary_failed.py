@@ -38,8 +38,10 @@ SHARED = fl.FleetSpec(
 )
 NODES = ("upg-01", "upg-02", "other-01")
 POLICY = SHARED.operator.cluster_policy_name
+# `patch`: the run sets the version itself even on an object Git keeps (Git mode has tests of its own).
 CONFIG = GpuopsConfig.model_validate({
-    "pools": {"upg": {"kind": "serving", "windows": "always", "max_unavailable": 1, "upgrade_soak": "1s"},
+    "pools": {"upg": {"kind": "serving", "windows": "always", "max_unavailable": 1, "upgrade_soak": "1s",
+                      "driver_version_source": "patch"},
               "other": {"kind": "serving", "windows": "always"}},
     "access": ACCESS,
 })

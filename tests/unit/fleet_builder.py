@@ -24,6 +24,7 @@ from workflows.kube.objects import (
     CustomObject,
     DeploymentObject,
     DriverTemplate,
+    FieldManager,
     NodeName,
     NodeObject,
     OwnerRef,
@@ -229,16 +230,19 @@ class FleetBuilder:
         annotations: Mapping[str, str] | None = None,
         created_at: dt.datetime | None = None,
         mig_strategy: str = "single",
+        labels: Mapping[str, str] | None = None,
+        field_managers: Sequence[FieldManager] = (),
     ) -> CustomObject:
         return CustomObject(
             kind="ClusterPolicy",
             name=name,
-            labels={},
+            labels=dict(labels or {}),
             annotations=dict(annotations or {}),
             spec={"driver": dict(driver if driver is not None else {"enabled": True}),
                   "mig": {"strategy": mig_strategy}},
             status={"state": state} if state else {},
             created_at=created_at or NOW - dt.timedelta(days=60),
+            field_managers=tuple(field_managers),
         )
 
     def nvidia_driver(

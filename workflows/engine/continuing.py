@@ -200,6 +200,11 @@ def _node_remains(node: NodeName, wave: int, planned: Sequence[NodeStep], ran: M
     again = [planned[seq] for seq in range(first, len(planned)) if not planned[seq].params.get("on_failure")]
     if held and cordon is not None:  # held: the cordon step ran
         again.insert(0, planned[cordon])
+    hold = next((s for s in planned[:first] if s.kind == "operator-hold" and not s.params.get("release")), None)
+    if hold is not None and planned[first].kind == "driver-version" and planned[first].params.get("git"):
+        # A run that ended waiting for Git gave back the nodes it held (none had moved):
+        # they are held again before the continuation waits for Git.
+        again.insert(0, hold)
     return NodeRemains(node, wave, "held" if held else "started", _taking_over(again, ran), halted_here,
                        repeats_from=planned[first].kind)
 

@@ -25,6 +25,8 @@ HaltCode = Literal[
     "new-driver-failing",  # driver upgrade: the new driver pod crashes or fails to build
     "driver-wrong-version",  # driver upgrade: the new driver pod runs another version
     "driver-changed-meanwhile",  # driver upgrade: someone changed the driver version during the run
+    "git-version-other",  # driver upgrade, Git mode: Git applied another version than the approved one
+    "git-window-ended",  # driver upgrade, Git mode: the window ended before Git named the version
     "operator-upgrade-failed",  # the operator's own upgrade of the node ended in upgrade-failed
     "mig-failed",  # MIG manager set mig.config.state=failed
     "gpu-check-failed",  # the GPU check pod failed on the node

@@ -416,6 +416,34 @@ def git_owner_flux(controller: str, name: str, namespace: str | None) -> str:
     return f"Flux ({controller} {namespace + '/' if namespace else ''}{name})"
 
 
+def git_owner_unnamed() -> str:
+    return "the GitOps tool that applies it"
+
+
+def change_in_git(ref: str, owner: str, field: str, prior: str | None, version: str) -> str:
+    return (f"Git mode: change {field} of {ref} from {prior or 'no version'} to {version} in Git; {owner} applies "
+            f"it. Waiting (inside the window) for {ref} to name {version}; the nodes stay as they are meanwhile")
+
+
+def git_applied(ref: str, owner: str, version: str) -> str:
+    return f"{ref} names {version} now, applied from Git by {owner}"
+
+
+def git_applied_other(ref: str, owner: str, current: str | None, version: str, prior: str | None) -> str:
+    return (f"{ref} names {current or 'no version'}, applied by {owner}, not the approved {version}: the run stops "
+            f"before any node moves. Set it in Git to {version} and ask again, or back to {prior or 'what it was'}")
+
+
+def git_window_ended(ref: str, field: str, version: str, released: list[str]) -> str:
+    back = f"; {len(released)} held node(s) given back to the operator" if released else ""
+    return (f"the window ended before Git changed {field} of {ref} to {version}: no node was changed{back}. "
+            "Continue the run in a later window once Git names it, or close it")
+
+
+def would_wait_for_git(ref: str, owner: str, field: str, version: str) -> str:
+    return f"would ask for {field} of {ref} to be set to {version} in Git and wait for {owner} to apply it"
+
+
 def driver_template_not_yet(version: str, behind: list[str]) -> str:
     return (f"waiting for the GPU Operator to put driver {version} into the DaemonSet that runs this node's "
             f"driver (now: {', '.join(behind)}) before restarting the pod")

@@ -64,6 +64,7 @@ FindingCode: TypeAlias = Literal[
     "canary-failed",
     "restriction-forgotten",
     "placement-tolerated",
+    "driver-version-drift",
     # GPU health from DCGM (workflows.signals)
     "gpu-xid",
     "gpu-ecc-uncorrectable",

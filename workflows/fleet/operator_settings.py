@@ -17,6 +17,7 @@ from typing import Literal, TypeAlias
 from workflows.fleet.loose_values import mapping_of, str_or_none
 from workflows.fleet.pods import image_tag, version_of_tag
 from workflows.fleet.settings import InventorySettings
+from workflows.fleet.version_owner import VersionOwner, judge_version_owner
 from workflows.kube.labels import ANNOTATION_OWNER, LABEL_DRIVER_CR_OWNER, LABEL_POD_TEMPLATE_GENERATION
 from workflows.kube.objects import ClusterSnapshot, CustomObject, DriverTemplate, PodObject, PoolName
 
@@ -44,6 +45,8 @@ class NvidiaDriverRef:
     auto_upgrade: AutoUpgradeSetting
     # spec.usePrecompiled: one driver image per kernel, prebuilt by NVIDIA.
     precompiled: bool = False
+    # Who keeps spec.version (Argo CD, Flux, Helm or nobody); None when not judged.
+    version_owner: VersionOwner | None = None
 
     def selects(self, labels: Mapping[str, str]) -> bool:
         return all(labels.get(key) == value for key, value in self.node_selector.items())
@@ -113,6 +116,8 @@ class ClusterInfo:
     # The API server's version ("v1.31.4"); None when it was not read.
     kubernetes_version: str | None = None
     toolkit: ToolkitSetting = NO_TOOLKIT
+    # Who keeps the ClusterPolicy's spec.driver.version; None without a ClusterPolicy.
+    cluster_policy_version_owner: VersionOwner | None = None
 
     @property
     def operator_found(self) -> bool:
@@ -215,6 +220,7 @@ def fleet_context(snapshot: ClusterSnapshot, *, settings: InventorySettings) -> 
         cluster_policy_driver_version=str_or_none(driver_spec.get("version")),
         kubernetes_version=snapshot.kubernetes_version,
         toolkit=_toolkit_setting(policy, snapshot),
+        cluster_policy_version_owner=judge_version_owner(policy) if policy is not None else None,
     )
     if policy is None:
         cp_auto = AutoUpgradeSetting(state="unknown", source=_say_no_cluster_policy())
@@ -289,6 +295,7 @@ def _nvidia_driver_ref(cr: CustomObject) -> NvidiaDriverRef:
         version=str_or_none(cr.spec.get("version")),
         auto_upgrade=auto,
         precompiled=cr.spec.get("usePrecompiled") is True,
+        version_owner=judge_version_owner(cr),
     )
 
 
@@ -314,6 +321,8 @@ class DriverManager:
     version: str | None
     auto_upgrade: AutoUpgradeSetting
     pools: tuple[PoolName, ...]  # every pool with nodes it drives
+    # Who keeps its version field (a GitOps tool, Helm, nobody); None when not judged.
+    version_owner: VersionOwner | None = None
 
     @property
     def ref(self) -> str:

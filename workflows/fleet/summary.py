@@ -27,6 +27,7 @@ from workflows.fleet.operator_settings import (
 from workflows.fleet.pods import group_pods_by_node
 from workflows.fleet.pool import PoolInventory
 from workflows.fleet.settings import InventorySettings
+from workflows.fleet.version_drift import version_drift_findings
 from workflows.fleet.canaries import CanaryVerdict
 from workflows.fleet.findings import Finding
 from workflows.fleet.platform import runtime_of
@@ -202,7 +203,8 @@ def _driver_managers(tallies: Mapping[PoolName, _PoolTally], *,
             for name in tally.driver_crs():
                 driven[name].add(pool)
         managers = {name: DriverManager(kind="NVIDIADriver", name=name, version=ref.version,
-                                        auto_upgrade=ref.auto_upgrade, pools=tuple(sorted(pools)))
+                                        auto_upgrade=ref.auto_upgrade, pools=tuple(sorted(pools)),
+                                        version_owner=ref.version_owner)
                     for name, pools in driven.items() if (ref := context.nvidia_driver_named(name))}
         return {pool: tuple(managers[n] for n in sorted(tally.driver_crs()) if n in managers)
                 for pool, tally in tallies.items()}
@@ -211,7 +213,8 @@ def _driver_managers(tallies: Mapping[PoolName, _PoolTally], *,
     pools = tuple(sorted(pool for pool, tally in tallies.items() if tally.operator_driven))
     policy = DriverManager(kind="ClusterPolicy", name=cluster.cluster_policy,
                            version=cluster.cluster_policy_driver_version,
-                           auto_upgrade=context.cluster_policy_auto_upgrade, pools=pools)
+                           auto_upgrade=context.cluster_policy_auto_upgrade, pools=pools,
+                           version_owner=cluster.cluster_policy_version_owner)
     return {pool: (policy,) for pool in pools}
 
 
@@ -389,7 +392,8 @@ class FleetIndex:
             if pool in self._dirty_pools or cached is None or cached.driver_managers != managers.get(pool, ()):
                 self._pools[pool] = inventory = _pool_inventory(pool, tally, managers=managers.get(pool, ()),
                                                                 context=context, settings=settings)
-                found = findings_mod.pool_findings(inventory, settings=settings, toolkit=toolkit, failed=failed)
+                found = (findings_mod.pool_findings(inventory, settings=settings, toolkit=toolkit, failed=failed)
+                         + version_drift_findings(inventory))
                 if found != self._pool_findings.get(pool):
                     self._pool_findings[pool] = found
                     self._findings_changed = True

@@ -226,6 +226,18 @@ class ToolkitTemplate:
 
 
 @dataclass(frozen=True, slots=True)
+class FieldManager:
+    """One entry of an object's managedFields: a field manager ("argocd-controller",
+    "kubectl-patch", "gpuops"), how it wrote (Apply: server-side apply; Update: a patch,
+    an edit, a client-side apply) and the spec fields it owns, as dotted paths
+    ("driver.version")."""
+
+    manager: str
+    operation: str
+    spec_fields: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
 class CustomObject:
     """A ClusterPolicy (nvidia.com/v1) or NVIDIADriver (nvidia.com/v1alpha1)."""
 
@@ -237,6 +249,13 @@ class CustomObject:
     status: Mapping[str, object]
     created_at: dt.datetime
     resource_version: str = ""
+    # Who owns which spec field (managedFields): the version field's managers say who
+    # set it last, whatever the labels claim.
+    field_managers: tuple[FieldManager, ...] = ()
+
+    def managers_of(self, field: str) -> tuple[FieldManager, ...]:
+        """The managers that own spec field `field` ("driver.version")."""
+        return tuple(m for m in self.field_managers if field in m.spec_fields)
 
 
 @dataclass(frozen=True, slots=True)

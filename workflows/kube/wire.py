@@ -32,6 +32,7 @@ from workflows.kube.objects import (
     ContainerState,
     CustomObject,
     DeploymentObject,
+    FieldManager,
     DriverTemplate,
     NodeInfo,
     NodeName,
@@ -286,11 +287,25 @@ class DaemonSetWire(_Wire):
     spec: DaemonSetSpecWire | None = None
 
 
+class ManagedFieldsEntryWire(_Wire):
+    manager: str | None = None
+    operation: str | None = None
+    # The fields it owns as the API's own tree ({"f:spec": {"f:driver": {"f:version": {}}}}).
+    fieldsV1: dict[str, Any] | None = None
+
+
+class CustomObjectMetaWire(ObjectMetaWire):
+    """A custom object's metadata keeps its managedFields: there are a few such objects,
+    and who owns the driver version is read from them."""
+
+    managedFields: list[ManagedFieldsEntryWire] | None = None
+
+
 class CustomObjectWire(_Wire):
     """A ClusterPolicy or NVIDIADriver: spec and status stay generic JSON."""
 
     kind: str | None = None
-    metadata: ObjectMetaWire | None = None
+    metadata: CustomObjectMetaWire | None = None
     # Free-form: a CR's schema decides, and may allow null.
     spec: dict[str, Any] | None = None
     status: dict[str, Any] | None = None
@@ -541,9 +556,35 @@ def toolkit_template_view(wire: DaemonSetWire) -> ToolkitTemplate:
 
 
 def custom_object_view(wire: CustomObjectWire) -> CustomObject:
-    meta = meta_of(wire)
+    meta = wire.metadata or _NO_CUSTOM_META
+    managers = tuple(
+        FieldManager(manager=entry.manager or "unknown", operation=entry.operation or "",
+                     spec_fields=frozenset(_field_paths((entry.fieldsV1 or {}).get("f:spec"))))
+        for entry in meta.managedFields or ()
+    )
     return CustomObject(
         kind=wire.kind or "", name=meta.name or "", labels=frozen_map(meta.labels),
         annotations=frozen_map(meta.annotations), spec=frozen_map(wire.spec), status=frozen_map(wire.status),
         created_at=meta.creationTimestamp or EPOCH, resource_version=meta.resourceVersion or "",
+        field_managers=managers,
     )
+
+
+_NO_CUSTOM_META = CustomObjectMetaWire()
+
+
+def _field_paths(tree: object, prefix: str = "") -> list[str]:
+    """The leaf fields of a managedFields tree as dotted paths ("driver.version"); list
+    items ("k:", "v:", "i:") end the path at their list."""
+    if not isinstance(tree, dict) or not tree:
+        return [prefix] if prefix else []
+    paths: list[str] = []
+    for key, below in tree.items():
+        if key == ".":
+            continue
+        if not key.startswith("f:"):
+            if prefix:
+                paths.append(prefix)
+            continue
+        paths.extend(_field_paths(below, f"{prefix}.{key[2:]}" if prefix else key[2:]))
+    return paths

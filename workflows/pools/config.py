@@ -410,6 +410,10 @@ class PoolConfig(_Model):
         "GPU pods), and how long the pool waits after it before the other waves."))
     upgrade_soak: Duration = Field(default=dt.timedelta(minutes=10), description=(
         "Driver upgrades: how long the pool waits after the canary node before the other waves."))
+    driver_version_source: Literal["auto", "patch", "git"] = Field(default="auto", description=(
+        "Driver upgrades: how the new version reaches the driver object. `patch`: gpuops sets it; `git`: "
+        "the run says what to change in Git and waits (inside the window) for the object to name the "
+        "approved version; `auto`: git where Argo CD or Flux owns the version field, else patch."))
     workloads: Workloads | None = Field(default=None, description=(
         "Which workloads may use MIG slices and which whole GPUs here (unset: not documented)."))
     host_driver_timeout: Duration = Field(default=dt.timedelta(hours=8), description=(

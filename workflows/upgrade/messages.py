@@ -38,6 +38,25 @@ def plan_set_back_note(ref: str, before: str | None, version: str, canary: str) 
             "waits for a rollback request")
 
 
+def plan_git_note(ref: str, field: str, before: str | None, version: str, *, owner: str | None,
+                  rollback: bool) -> str:
+    by = owner or "the GitOps tool that applies it"
+    change = (f"set {field} back to {version} in Git" if rollback
+              else f"change {field} from {before or 'what it names'} to {version} in Git")
+    return (f"Git mode: gpuops does not patch {ref}. Once the run starts, its thread says to {change}; {by} "
+            f"applies it, and the run waits inside the window until {ref} names {version}, then goes wave by "
+            "wave. Another version halts the run before any node moves; a window that ends first gives every "
+            "node back untouched")
+
+
+def plan_version_owner_note(owner: str, evidence: Sequence[str], *, from_git: bool) -> str:
+    seen = f" ({'; '.join(evidence)})" if evidence else ""
+    if from_git:
+        return (f"{owner}{seen}: a version gpuops patches there is put back by the next sync unless Git names it "
+                "too")
+    return f"{owner}{seen}: the next apply of that release sets the version it names"
+
+
 def plan_gates_operator_note(ref: str) -> str:
     return (f"gpuops gates the operator (autoUpgrade on for {ref}): every node is held back from the operator's "
             "upgrade (label nvidia.com/gpu-driver-upgrade.skip=true) before the version changes, and let go in "

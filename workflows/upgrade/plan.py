@@ -30,6 +30,7 @@ from storage.step_params import GpuCheckParams, HoldParams
 from workflows.engine import check_pod
 from workflows.fleet.assessment import NodeInventory
 from workflows.fleet.summary import Fleet
+from workflows.fleet.version_owner import VERSION_FIELDS, VersionOwner
 from workflows.plans import NodeStep, Plan, PlanSummary, Wave
 from workflows.kube.objects import DisruptionBudget, PodObject
 from workflows.pools import messages as pool_say
@@ -133,8 +134,13 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
     by_name = {n.name: n for n in nodes}
     takes_over = rollback.run if rollback is not None else None
     kind, name = scope.manager.kind, scope.manager.name
+    owner = scope.manager.version_owner
+    by_git = version_from_git(policy, owner)
+    git_owner = owner.by if by_git and owner is not None else None
+    git = True if by_git else None
     set_version = NodeStep.of("driver-version", order.canary,
-                              DriverVersionParams(object=kind, name=name, version=scope.target.text))
+                              DriverVersionParams(object=kind, name=name, version=scope.target.text,
+                                                                  git=git, owner=git_owner))
     check = _check_params(policy.gpu_check or gpu_check)
     burn_in = check_pod.burn_in_params(policy.gpu_check or gpu_check)
     steps_of = _gated_node_steps if gates else _node_steps
@@ -162,7 +168,7 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
         # before the run halts, so no driver pod that restarts meanwhile takes the failed
         # version. A rollback has none: its version is the one the object had before.
         canary_steps.append(NodeStep.of("driver-version", order.canary, DriverVersionParams(
-            object=kind, name=name, version=scope.target.text, set_back=True, on_failure=True)))
+            object=kind, name=name, version=scope.target.text, set_back=True, on_failure=True, git=git, owner=git_owner)))
     # The canary's wave is its own: the version set first, the soak after.
     waves = planning.rolling_waves(order, lambda n: canary_steps if n == order.canary else node_steps(by_name[n]))
     if rollback is not None and rollback.release:
@@ -176,13 +182,17 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
     if refusal is not None:
         raise UpgradeRefused(refusal.reason, code=refusal.code)
     largest = planning.largest_wave(waves, lambda n: by_name[n].physical_gpus or 0)
-    notes = [say.plan_manager_note(scope.manager.ref, scope.current, scope.target.text),
+    notes = [say.plan_git_note(scope.manager.ref, _version_field(kind), scope.manager.version, scope.target.text,
+                               owner=owner.by if owner is not None else None, rollback=rollback is not None)
+             if by_git else say.plan_manager_note(scope.manager.ref, scope.current, scope.target.text),
              say.plan_canary_note(order.canary, policy.upgrade_soak, only_node=len(waves) == 1)]
     if rollback is None:
         notes.append(say.plan_set_back_note(scope.manager.ref, scope.manager.version, scope.target.text,
                                                order.canary))
     if gates:
         notes.insert(1, say.plan_gates_operator_note(scope.manager.ref))
+    if owner is not None and owner.tool is not None and not by_git:
+        notes.insert(1, say.plan_version_owner_note(owner.text(), owner.evidence, from_git=owner.from_git))
     # Gated, the operator waits and deletes per its own upgradePolicy, not the pool's wait_for.
     wait_for = (LabelSelector.parse(policy.wait_for.selector).matches
                 if policy.wait_for is not None and not gates else None)
@@ -216,6 +226,18 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
                                    past=pace.steps, parallel=pace.parallel),
                    before=screened.notes if screened is not None else ())
     return UpgradePlan(scope=scope, order=order, plan=plan, window_start=start, window_end=end)
+
+
+def version_from_git(policy: PoolConfig, owner: VersionOwner | None) -> bool:
+    """Git mode: the pool says so (`driver_version_source: git`), or leaves it to gpuops
+    (`auto`) and Argo CD or Flux owns the version field."""
+    if policy.driver_version_source == "auto":
+        return owner is not None and owner.from_git
+    return policy.driver_version_source == "git"
+
+
+def _version_field(kind: str) -> str:
+    return f"spec.{VERSION_FIELDS.get(kind, 'version')}"
 
 
 def _check_params(check: GpuCheck | None) -> GpuCheckParams | None:

@@ -18,6 +18,7 @@ from workflows.engine.steps.contract import (
     Failed,
     Outcome,
     StepContext,
+    StepNotice,
     StepParamsError,
     Waiting,
     pod_ref,
@@ -27,7 +28,7 @@ from workflows.engine.steps.eviction import gpu_pods_left
 from workflows.fleet.pods import image_tag, pod_state, version_of_tag
 from workflows.kube.errors import Conflict, NotFound
 from workflows.kube.gateway.paths import CLUSTER_POLICIES, NVIDIA_DRIVERS
-from workflows.kube.labels import POD_SELECTOR_DRIVER
+from workflows.kube.labels import ANNOTATION_UPGRADE_HELD_BY, LABEL_UPGRADE_SKIP, POD_SELECTOR_DRIVER
 from workflows.kube.objects import CustomObject, PodOnNode
 
 
@@ -41,12 +42,16 @@ class DriverParams(GpuGateParams):
 @dataclass(frozen=True, kw_only=True)
 class DriverVersionParams(StepParams):
     """Set `version` on the `object` (ClusterPolicy or NVIDIADriver) called `name`;
-    `set_back`: put back the version this run's driver-version step replaced."""
+    `set_back`: put back the version this run's driver-version step replaced. `git`: Git
+    owns the version (Git mode): say what to change there and wait for the object to name
+    `version`, never patching; `owner` names who applies it ("Argo CD application gpu")."""
 
     object: str | None = None
     name: str | None = None
     version: str | None = None
     set_back: bool | None = None
+    git: bool | None = None
+    owner: str | None = None
 
 # ---- driver and MIG
 
@@ -161,7 +166,14 @@ class SetDriverVersion:
     step began fails the step instead of being overwritten. The patch names the
     resourceVersion it decided on, so it cannot land on a later change (409: read again).
     The node it is planned on is the canary's; the object is cluster-wide. `timeout_s`
-    defaults to 120."""
+    defaults to 120.
+
+    In Git mode (`git: true`) nothing is patched: the thread hears which field to change
+    in Git, to what, and the step waits for the object to name the version (the GitOps
+    tool applies it). Another version arriving fails the step (`git-version-other`); the
+    window ending first lets go of the nodes this run held and fails the step
+    (`git-window-ended`) with no node changed. It waits up to `timeout_s`, default a day,
+    the window being what bounds it."""
 
     _PATHS = {"ClusterPolicy": (CLUSTER_POLICIES, ("driver", "version")),
               "NVIDIADriver": (NVIDIA_DRIVERS, ("version",))}
@@ -169,7 +181,9 @@ class SetDriverVersion:
     params = DriverVersionParams
 
     def timeout(self, ctx: StepContext) -> dt.timedelta | None:
-        return params_of(ctx, DriverVersionParams).timeout(120, kind=ctx.kind)
+        params = params_of(ctx, DriverVersionParams)
+        git_wait = params.git is True and params.set_back is not True
+        return params.timeout(86400 if git_wait else 120, kind=ctx.kind)
 
     def _where(self, ctx: StepContext) -> tuple[str, tuple[str, ...], str, str]:
         params = params_of(ctx, DriverVersionParams)
@@ -195,8 +209,11 @@ class SetDriverVersion:
         return {"object": ref, "version": params.version, "prior_version": self._version(found.spec, field)}
 
     def advance(self, ctx: StepContext) -> Outcome:
-        if params_of(ctx, DriverVersionParams).set_back is True:
+        params = params_of(ctx, DriverVersionParams)
+        if params.set_back is True:
             return self._set_back(ctx)
+        if params.git is True:
+            return self._wait_for_git(ctx)
         path, field, name, ref = self._where(ctx)
         version, prior = ctx.intent["version"], ctx.intent.get("prior_version")
         found = ctx.gateway.get_custom_object(path, name)
@@ -222,15 +239,40 @@ class SetDriverVersion:
             return Done(say.would_set_driver_version(ref, prior, version))
         return Done(say.driver_version_set(ref, prior, version))
 
+    # -- Git mode (`git: true`): the GitOps tool applies the version
+
+    def _wait_for_git(self, ctx: StepContext) -> Outcome:
+        """Git mode: wait for the GitOps tool to apply `version`; never patch."""
+        path, field, name, ref = self._where(ctx)
+        params = params_of(ctx, DriverVersionParams)
+        version, prior = ctx.intent["version"], ctx.intent.get("prior_version")
+        where = ".".join(("spec", *field))
+        owner = params.owner or say.git_owner_unnamed()
+        current = self._version(ctx.gateway.get_custom_object(path, name).spec, field)
+        if current == version:
+            return Done(say.git_applied(ref, owner, version), {"git": owner, "from": prior, "to": version})
+        if current != prior:
+            return Failed(say.git_applied_other(ref, owner, current, version, prior), code="git-version-other")
+        if ctx.window_end is not None and ctx.now >= ctx.window_end and not ctx.dry_run:
+            released = _release_held(ctx)
+            return Failed(say.git_window_ended(ref, where, version, released), code="git-window-ended")
+        if ctx.dry_run:
+            return Done(say.would_wait_for_git(ref, owner, where, version))
+        text = say.change_in_git(ref, owner, where, prior, version)
+        return Waiting(text, retry_in=5.0, notice=StepNotice(f"git/{ref}", text, per_run=True))
+
     # -- set back (`set_back: true`): a failed canary's object disarmed
 
     def _prepare_back(self, ctx: StepContext, found: CustomObject, field: tuple[str, ...],
                       ref: str) -> dict[str, Any]:
         # What this run's own driver-version step found and set (it is the canary node's too).
         forward = ctx.step_intent("driver-version") or {}
+        params = params_of(ctx, DriverVersionParams)
+        git = git_owner(found.labels, found.annotations)
+        if params.git is True:
+            git = params.owner or say.git_owner_unnamed()
         return {"object": ref, "set_back": True, "version": forward.get("prior_version"),
-                "run_set": forward.get("version"), "found": self._version(found.spec, field),
-                "git": git_owner(found.labels, found.annotations)}
+                "run_set": forward.get("version"), "found": self._version(found.spec, field), "git": git}
 
     def _set_back(self, ctx: StepContext) -> Outcome:
         """Put back the version this run's driver-version step replaced, only while the
@@ -276,6 +318,27 @@ def _merge_patch(field: tuple[str, ...], value: object) -> dict[str, Any]:
     for key in reversed(field[:-1]):
         patch = {key: patch}
     return patch
+
+
+def _release_held(ctx: StepContext) -> list[str]:
+    """Let go of the nodes this run's operator-hold step held (skip label and mark), so
+    a run that ends waiting for Git gives every node back as it found it."""
+    held = (ctx.step_intent("operator-hold") or {}).get("targets") or []
+    mine = []
+    for node in held:
+        try:
+            if ctx.gateway.get_node(node).annotations.get(ANNOTATION_UPGRADE_HELD_BY) == ctx.run_id:
+                mine.append(node)
+        except NotFound:
+            continue
+    if mine:
+        ctx.record(key="driver-upgrade.release", action="driver-upgrade.release",
+                   target=f"{len(mine)} node(s)", detail={"nodes": mine})
+    for node in mine:
+        ctx.act()
+        ctx.gateway.label_node(node, labels={LABEL_UPGRADE_SKIP: None},
+                               annotations={ANNOTATION_UPGRADE_HELD_BY: None}, dry_run=False)
+    return mine
 
 
 # The marks a GitOps tool leaves on what it applies (Argo CD's tracking annotation or
