@@ -186,18 +186,30 @@ def tolerated_findings(call: Call, fleet: Fleet) -> tuple[Finding, ...]:
     if not isinstance(source, PodsOnNodes):
         return ()
     found: list[Finding] = []
-    for inv in fleet.nodes.values():
-        if not inv.misplaced:
+    # Only the nodes of pools with a placement: `/gpu status` asks on every render, and a
+    # walk of every node would cost it most of its time at thousands of nodes.
+    placed = {name: policy for name, policy in call.services.config.pools.items() if policy.workloads is not None}
+    for pool in fleet.pools:
+        policy = placed.get(pool.name)
+        if policy is None or policy.workloads is None:
             continue
-        objects = node_objects(source, [inv.name])
-        policy = call.services.config.pools.get(inv.pool)
-        if not objects or policy is None or policy.workloads is None:
-            continue
-        rules = {use: rule.text() for use, rule in (("mig", policy.workloads.mig),
-                                                    ("full_gpu", policy.workloads.full_gpu)) if rule is not None}
-        around = tolerated_around(inv, objects[inv.name], source.pods_on(inv.name))
-        found.extend(placement_tolerated(inv, around, rules=rules))
+        for name in pool.nodes:
+            inv = fleet.nodes.get(name)
+            if inv is not None and inv.misplaced:
+                found.extend(_tolerated_on(source, inv, policy))
     return tuple(found)
+
+
+def _tolerated_on(source: PodsOnNodes, inv: NodeInventory, policy: PoolConfig) -> tuple[Finding, ...]:
+    """The `placement-tolerated` findings of one node with misplaced GPU pods."""
+    assert policy.workloads is not None
+    objects = node_objects(source, [inv.name])
+    if not objects:
+        return ()
+    rules = {use: rule.text() for use, rule in (("mig", policy.workloads.mig),
+                                                ("full_gpu", policy.workloads.full_gpu)) if rule is not None}
+    around = tolerated_around(inv, objects[inv.name], source.pods_on(inv.name))
+    return tuple(placement_tolerated(inv, around, rules=rules))
 
 
 def drift_findings(call: Call, fleet: Fleet) -> tuple[Finding, ...]:

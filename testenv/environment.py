@@ -105,11 +105,14 @@ class Environment:
             self.start_operator(spec.operator.namespace)
             self._wait_operator_took(spec)
 
-    def _wait_operator_took(self, spec: fl.FleetSpec, timeout: float = 60.0) -> None:
+    def _wait_operator_took(self, spec: fl.FleetSpec, timeout: float | None = None) -> None:
         """Wait until the operator has labelled every GPU node of the fleet as its own
-        (`nvidia.com/gpu.present=true`), so a test starts from the operator's state."""
+        (`nvidia.com/gpu.present=true`), so a test starts from the operator's state. The
+        operator labels a few nodes a second, more slowly with thousands of other nodes in
+        the cluster (the benchmarks'): by default a minute and a second a node."""
         installer = self.installer()
         names = set(spec.node_names())
+        timeout = timeout if timeout is not None else 60.0 + len(names)
 
         def labelled() -> set[str]:
             nodes = installer.list("Node", selector=f"{fl.FLEET_LABEL}={spec.name},nvidia.com/gpu.present=true")
