@@ -16,6 +16,7 @@ from bot.wiring import check_permissions
 from storage import audit
 from storage import freezes as stored_freezes
 from storage import runs as stored_runs
+from storage.kube_events import kube_events_due
 from storage.database import Database
 from workflows.config import ConfigError, GpuopsConfig
 from workflows.engine.cordons import Cordons, UncordonRefused
@@ -238,6 +239,22 @@ def test_gpu_uncordon_is_refused_for_a_node_a_run_still_holds_and_allowed_once_t
     RunService(db).abort(ada, run.run_id, now=run.now)  # the run is over and leaves gpu-01 cordoned
     Cordons(db, cluster).uncordon(ada, "gpu-01", pool="train-a", now=run.now)
     assert not cluster.node("gpu-01").unschedulable
+
+
+
+def test_a_person_giving_a_node_back_with_gpu_uncordon_leaves_an_event_on_it_naming_them_and_the_run(db, cluster):
+    run = PlannedRun(db, cluster, [("gpu-01",)], steps=lambda n: node_steps(n, hold_s=3600))
+    run.drive(lambda: run.cordoned() == ["gpu-01"])
+    ada = run.cfg.actor("U0ADA")
+    RunService(db).abort(ada, run.run_id, now=run.now)
+
+    Cordons(db, cluster).uncordon(ada, "gpu-01", pool="train-a", now=run.now)
+
+    (event,) = [row for row in kube_events_due(db, now=run.now, limit=100)
+                if isinstance(row.body, dict) and row.body.get("reason") == "Uncordoned"]
+    assert event.body["regarding"]["name"] == "gpu-01" and event.body["type"] == "Normal"  # type: ignore[index]
+    note = event.body["note"]  # type: ignore[index]
+    assert "uncordoned gpu-01" in note and str(run.run_id) in note
 
 
 def people_config() -> GpuopsConfig:

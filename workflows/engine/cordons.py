@@ -20,15 +20,18 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import socket
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 from storage import audit
+from storage import requests as stored_requests
 from storage import runs as stored_runs
 from storage.database import Database
 from storage.ids import RunId
 from workflows.access import Actor, Role, require
 from workflows.engine import cordon_messages as say
+from workflows.engine.kube_events import queue_person_event
 from workflows.engine.steps.cordoning import CordonMark
 from workflows.kube.errors import Conflict, KubeError, NotFound
 from workflows.kube.labels import ANNOTATION_CORDONED_BY
@@ -63,6 +66,13 @@ class Cordons:
     def __init__(self, db: Database, gateway: ClusterNodes) -> None:
         self._db = db
         self._gateway = gateway
+
+    def _cluster_of(self, run_id: str) -> str | None:
+        """The cluster of the run's request (None: the home cluster), whose Event sender
+        sends what is queued about its nodes."""
+        run = stored_runs.get(self._db, id=RunId(run_id))
+        request = stored_requests.get(self._db, id=run.request_id) if run is not None else None
+        return request.cluster if request is not None else None
 
     def _run_unfinished(self, run_id: str) -> bool:
         run = stored_runs.get(self._db, id=RunId(run_id))
@@ -119,6 +129,8 @@ class Cordons:
                              action="node.uncordoned", target=name, at=now, run_id=RunId(mark.run),
                              before={"unschedulable": True, "mark": mark.to_text()},
                              after={"unschedulable": False}, detail={"text": text})
+                queue_person_event(self._db, run_id=mark.run, node=name, what=text, cluster=self._cluster_of(mark.run),
+                                   replica=socket.gethostname(), at=now)
                 self._gateway.uncordon_node(name, annotations={ANNOTATION_CORDONED_BY: None},
                                             resource_version=node.resource_version, dry_run=False)
         except Conflict:

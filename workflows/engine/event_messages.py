@@ -91,3 +91,9 @@ def events_unreachable(error: str) -> str:
 
 def events_flowing() -> str:
     return "Kubernetes Events are sent again"
+
+
+def person_note(what: str) -> str:
+    """The note of what a person did through gpuops outside a run (it names them and the
+    run), cut to the API's limit."""
+    return (what.rstrip(".") + ".").encode()[:NOTE_LIMIT].decode(errors="ignore")

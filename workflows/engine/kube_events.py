@@ -248,6 +248,19 @@ def queue_events_for(db: Database, run: Run, info: RunInfo, *, action: str, targ
     return len(drafts)
 
 
+def queue_person_event(db: Database, *, run_id: str, node: str, what: str, cluster: str | None, replica: str,
+                       at: dt.datetime) -> None:
+    """Inside the transaction that audits it: the Event of a node given back by a person
+    through gpuops (`/gpu uncordon`, outside any run's steps), about the run whose cordon
+    it ends; `what` says who did it."""
+    draft = EventDraft("Uncordoned", "Normal", "uncordon", _node(node), what)
+    key = event_key(run_id, draft)
+    name = event_name(key, draft.regarding)
+    queued.queue_kube_event(db, key=key, cluster=cluster, namespace=EVENTS_NAMESPACE, name=name,
+                            body=event_body(draft, name=name, note=say.person_note(what), replica=replica, at=at,
+                                            run_id=run_id), at=at)
+
+
 # --- sending -----------------------------------------------------------------------------
 
 
