@@ -2,7 +2,8 @@
 
     gpuops run [--http]               the Slack bot (Socket Mode by default); the replica
                                       holding the engine Lease also runs the engine, the
-                                      scheduler and the notifier ($POD_NAME names it)
+                                      scheduler, the notifier and the Events sender
+                                      ($POD_NAME names it)
     gpuops console --as U0ALICE       the bot's logic in a terminal
     gpuops status|node|findings       one command, printed, from the cluster
     gpuops upgrade POOL to VERSION [--also POOL,...] --dry-run
@@ -164,7 +165,7 @@ def _run(args: argparse.Namespace) -> int:
         # Published in the log as well as in each handover post (`audit verify --expected`).
         log.info(msg.audit_head_log(audit.head_of(runtime.database.get()).text))
         # Every replica answers Slack; the one holding the engine Lease also runs the
-        # engine, the scheduler and the notifier (stopped by runtime.close()).
+        # engine, the scheduler, the notifier and the Events sender (stopped by runtime.close()).
         try:
             health = _serve_health(runtime, metrics, health_port=args.health_port, metrics_port=args.metrics_port)
         except _PortUnavailable as err:

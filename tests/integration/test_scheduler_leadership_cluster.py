@@ -1,7 +1,8 @@
 """`gpuops run`'s composition on a real API server (the local control plane): two
 replicas built as `gpuops run` builds them elect one leader through the Kubernetes
-Lease; the leader runs the engine, the scheduler and the notifier, the other runs none
-of them, and when the leader stops (handing the lease back) the other takes over."""
+Lease; the leader runs the engine, the scheduler, the notifier and the Kubernetes Events
+sender, the other runs none of them, and when the leader stops (handing the lease back)
+the other takes over."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ def test_of_two_replicas_only_the_lease_holder_runs_the_leaders_work_and_the_oth
     try:
         leader = first.start_background("replica-a", slack=client)
         leader.wait_until(True, timeout=20)
-        assert {w.name for w in leader.workers} == {"notifier", "scheduler", "engine"}
+        assert {w.name for w in leader.workers} == {"notifier", "scheduler", "engine", "events"}
 
         follower = second.start_background("replica-b", slack=client)
         follower.wait_until(False, checks=3, timeout=20)
@@ -28,7 +29,7 @@ def test_of_two_replicas_only_the_lease_holder_runs_the_leaders_work_and_the_oth
         first.close()  # stops its work and hands the lease back
         assert not leader.leading
         follower.wait_until(True, timeout=20)
-        assert {w.name for w in follower.workers} == {"notifier", "scheduler", "engine"}
+        assert {w.name for w in follower.workers} == {"notifier", "scheduler", "engine", "events"}
     finally:
         for runtime in replicas:
             runtime.close()
