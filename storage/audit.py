@@ -32,7 +32,7 @@ import datetime as dt
 import hashlib
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -283,8 +283,15 @@ def for_request(db: Database, request_id: RequestId) -> list[AuditEntry]:
     return [_from_row(r) for r in rows]
 
 
-def for_run(db: Database, run_id: RunId) -> list[AuditEntry]:
-    rows = db.query("SELECT * FROM audit WHERE run_id = ? ORDER BY seq", (run_id,))
+def for_run(db: Database, run_id: RunId, *, actions: Sequence[str] | None = None) -> list[AuditEntry]:
+    """Everything recorded about one run, oldest first; with `actions`, only those (read
+    by the index, not decoded row by row: the engine asks on its passes)."""
+    if actions is None:
+        rows = db.query("SELECT * FROM audit WHERE run_id = ? ORDER BY seq", (run_id,))
+    else:
+        marks = ", ".join("?" for _ in actions)
+        rows = db.query(f"SELECT * FROM audit WHERE run_id = ? AND action IN ({marks}) ORDER BY seq",
+                        (run_id, *actions))
     return [_from_row(r) for r in rows]
 
 

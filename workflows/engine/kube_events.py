@@ -307,6 +307,8 @@ class KubeEventSender:
         for row in queued.kube_events_due(self._db, now=now, limit=self.BATCH, clusters=self._clusters):
             if self._send(row, now):
                 sent += 1
+            elif self.state == "unreachable":
+                break  # one unanswered call is enough: the rest wait for the next pass, not a deadline each
         return sent
 
     def run(self, stop: threading.Event, *, gate: Callable[[], bool], every: float = 1.0) -> None:

@@ -115,8 +115,8 @@ class SignalGate:
         return None
 
     def _before_of(self, run_id: RunId, node: str) -> NodeMarks | None:
-        entry = next((e for e in reversed(audit.for_run(self._engine.db, run_id))
-                      if e.action == BEFORE and isinstance(e.detail, dict) and e.detail.get("node") == node), None)
+        entry = next((e for e in reversed(audit.for_run(self._engine.db, run_id, actions=(BEFORE,)))
+                      if isinstance(e.detail, dict) and e.detail.get("node") == node), None)
         marks = entry.detail.get("marks") if entry is not None and isinstance(entry.detail, dict) else None
         return NodeMarks.from_json(marks) if isinstance(marks, dict) else None
 

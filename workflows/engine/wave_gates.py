@@ -161,8 +161,8 @@ class WaveGates:
         audits) the freeze again nor forgets to say that the run goes on."""
         if run.id not in self._frozen and run.id not in self._frozen_read:
             self._frozen_read.add(run.id)
-            last = next((e for e in reversed(audit.for_run(self._engine.db, run.id))
-                         if e.action in ("run.frozen", "run.unfrozen")), None)
+            last = next(reversed(audit.for_run(self._engine.db, run.id, actions=("run.frozen", "run.unfrozen"))),
+                        None)
             if last is not None and last.action == "run.frozen" and isinstance(last.detail, dict):
                 freeze_id = last.detail.get("freeze")
                 told = (stored_freezes.get(self._engine.db, id=FreezeId(freeze_id))
@@ -285,9 +285,8 @@ class WaveGates:
         if watched is not None and watched[0] == after:
             return watched[1]
         self._forget_health(run)
-        began = next((e.at for e in reversed(audit.for_run(self._engine.db, run.id))
-                      if e.action == HEALTH_WATCH and isinstance(e.detail, dict) and e.detail.get("wave") == after),
-                     None)
+        began = next((e.at for e in reversed(audit.for_run(self._engine.db, run.id, actions=(HEALTH_WATCH,)))
+                      if isinstance(e.detail, dict) and e.detail.get("wave") == after), None)
         if began is None:
             began = now
             checks = [(q.name, health_say.bound_words(max_value=q.max, min_value=q.min), q.for_) for q in queries]
