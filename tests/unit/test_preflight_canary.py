@@ -163,3 +163,23 @@ def test_a_move_to_the_operator_of_a_mig_pool_with_the_default_test_pod_is_refus
 
     assert refused.value.code == "gpu-check-resource-unset"
     assert f"set `pools.inf.gpu_check.resource` to {MIG}" in refused.value.reason
+
+
+def test_a_check_asking_for_more_gpus_than_a_node_will_advertise_is_refused_naming_how_many_it_has(make):
+    four = make.node("g4", pool="inf", labels={"nvidia.com/gpu.count": "4"}, capacity={"nvidia.com/gpu": "4"})
+    fleet = _fleet(make, [make.node("g1", pool="inf"), four])
+
+    with pytest.raises(UpgradeRefused) as refused:
+        _upgrade(fleet, policy=_policy(gpu_check={"count": 8}))
+
+    assert refused.value.code == "gpu-check-count"
+    reason = refused.value.reason
+    assert reason.startswith("The canary pod (pools.inf.gpu_check) asks for 8 nvidia.com/gpu, more than g4 (4) will "
+                             "advertise after this change")
+    assert "Set `count` in pools.inf.gpu_check to `all` (every one the node advertises) or to at most 4" in reason
+    # What every node has, or all of each, plans; and the plan says how many the pod holds.
+    assert len(_upgrade(fleet, policy=_policy(gpu_check={"count": 4})).plan.waves) == 2
+    planned = _upgrade(fleet, policy=_policy(gpu_check={"count": "all"}))
+    assert any("every nvidia.com/gpu of the node" in note for note in planned.plan.summary.notes)
+    assert any(" 4 nvidia.com/gpu); a non-zero exit halts the run" in note
+               for note in _upgrade(fleet, policy=_policy(gpu_check={"count": 4})).plan.summary.notes)

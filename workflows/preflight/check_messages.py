@@ -4,7 +4,7 @@ duration against the window (`duration`) and what else it touches (`touches`).""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from workflows.wording import duration_text, names, plural, when
 
@@ -39,6 +39,15 @@ def canary_resource_unset(pool: str, resource: str, missing: Sequence[str], *, o
             f"{names(missing)} will not advertise after this change: it would stay Pending until its timeout and halt "
             f"the run with the node cordoned. {pool}'s nodes advertise {_offered(offered, nodes)}: name the one the "
             f"check should use; {_use(pool, fits)}")
+
+
+def canary_count_not_advertised(pool: str, resource: str, count: int, short: Mapping[str, int], *,
+                                configured_at: str) -> str:
+    have = names([f"{node} ({n})" for node, n in short.items()])
+    return (f"The canary pod ({configured_at}) asks for {count} {resource}, more than {have} will advertise after "
+            f"this change: it would stay Pending until its timeout and halt the run with the node cordoned. Set "
+            f"`count` in {configured_at} to `all` (every one the node advertises) or to at most "
+            f"{min(short.values())} for {pool}.")
 
 
 def canary_resource_goes_away(pool: str, resource: str, after: Sequence[str]) -> str:

@@ -98,10 +98,13 @@ def plan_canary_note(canary: str, soak: dt.timedelta, *, only_node: bool = False
     return f"{canary} goes first, alone; the pool then waits {duration_text(soak)} before the next wave"
 
 
-def plan_gpu_check_note(command: object, image: object, resource: object, namespace: object) -> str:
+def plan_gpu_check_note(command: object, image: object, resource: object, namespace: object,
+                        count: int | str = 1) -> str:
     shown = " ".join(str(c) for c in command) if isinstance(command, (list, tuple)) else str(command)
+    held = (f"one {resource}" if count == 1 else f"every {resource} of the node" if count == "all"
+            else f"{count} {resource}")
     return (f"before each node is given back, a check pod in {namespace} runs `{shown}` on it ({image}, "
-            f"one {resource}); a non-zero exit halts the run with the node cordoned")
+            f"{held}); a non-zero exit halts the run with the node cordoned")
 
 
 def plan_diag_note(level: int, image: object, resource: object, namespace: object) -> str:
