@@ -229,6 +229,28 @@ def test_an_engine_that_restarts_mid_watch_waits_from_when_the_watch_began(db, c
     assert len(drain.thread("run.health")) == 1  # not told again
 
 
+def test_health_that_held_is_audited_once_while_the_capacity_gate_keeps_the_next_wave_waiting(db, cluster, frozen):
+    prometheus = StandInPrometheus()
+    drain = Drain(db, cluster, frozen, prometheus)
+    drain.drive(lambda: drain.step("gpu-01", "uncordon") == "done")
+    # Someone cordons gpu-01 by hand during the watch: with it out, gpu-02 would make two.
+    cluster.nodes["gpu-01"] = dataclasses.replace(cluster.node("gpu-01"), unschedulable=True)
+    drain.drive(lambda: bool(drain.thread("run.waiting")))
+    reads = len(prometheus.reads)
+    waiting = now()
+    drain.drive(lambda: now() >= waiting + dt.timedelta(minutes=5))  # passes, the wave still waiting
+    assert not drain.started("gpu-02")
+    drain.restart()  # a new engine finds the verdict in the audit
+    drain.drive(lambda: now() >= waiting + dt.timedelta(minutes=6))
+    cluster.nodes["gpu-01"] = dataclasses.replace(cluster.node("gpu-01"), unschedulable=False)
+    drain.drive(drain.finished)
+
+    assert drain.run().state == "succeeded", drain.run().halted_reason
+    held = db.query("SELECT seq FROM audit WHERE action = 'run.health.held'")
+    assert len(held) == 1  # the verdict, once: not again on every pass the wave waited, nor after a restart
+    assert len(prometheus.reads) == reads  # and the queries are not read again for it
+
+
 def test_a_pool_without_analysis_goes_straight_to_its_next_wave(db, cluster, frozen):
     prometheus = StandInPrometheus()
     drain = Drain(db, cluster, frozen, prometheus, cfg=config([]))

@@ -62,6 +62,8 @@ log = logging.getLogger("gpuops.engine")
 
 # The audit action that marks when a run began to watch service health after a wave.
 HEALTH_WATCH = "run.health"
+# The audit action of its verdict: every query held for its `for` (the next wave may start).
+HEALTH_HELD = "run.health.held"
 
 
 def health_poll_every(queries: Sequence[AnalysisQuery]) -> dt.timedelta:
@@ -84,6 +86,9 @@ class WaveGates:
         self._watch: dict[RunId, tuple[int, dt.datetime]] = {}
         self._held: dict[RunId, dict[str, float]] = {}
         self._next_read: dict[RunId, dt.datetime] = {}
+        # Per run: the wave after which its health held (a verdict: not read or audited again
+        # while the next wave waits on the capacity gate).
+        self._passed: dict[RunId, int] = {}
         # The pools' policies, for the check before every wave; None: no check (only
         # tests of step mechanics and `python -m bot.engine_process` without --config).
         self._pools = pools
@@ -102,6 +107,7 @@ class WaveGates:
         self._watch.clear()
         self._held.clear()
         self._next_read.clear()
+        self._passed.clear()
 
     def frozen_now(self, run: Run, info: RunInfo, steps: Sequence[Step]) -> Freeze | None:
         """The change freeze that keeps the run from starting its next node now, if any
@@ -229,7 +235,7 @@ class WaveGates:
         failed (the run halted)."""
         policy = self._pools.get(info.request.pool) if self._pools is not None else None
         queries = policy.analysis if policy is not None else ()
-        if not queries:
+        if not queries or self._passed.get(run.id) == after or self._held_already(run, after):
             return True
         now = self._engine.clock()
         waves = sorted({s.wave for s in steps})
@@ -265,16 +271,29 @@ class WaveGates:
         if len(held) == len(queries):
             text = health_say.held(after=position, values=[(q.name, held[q.name]) for q in queries])
             with self._engine.commit():
-                self._engine.audit(run, info, action="run.health.held", target=info.request.pool, before=after,
+                self._engine.audit(run, info, action=HEALTH_HELD, target=info.request.pool, before=after,
                                    after=before, detail={"wave": after, "values": dict(held), "text": text})
-                self._engine.notify(run, info, event="run.health.held", state=run.state, text=text, kind="post",
+                self._engine.notify(run, info, event=HEALTH_HELD, state=run.state, text=text, kind="post",
                                     dedupe=f"{run.id}/wave/{after}/health/held")
             self._forget_health(run)
+            self._passed[run.id] = after
             log.info("%s: run %s: %s", self._engine.replica, run.id, text)
             return True
         self._next_read[run.id] = now + health_poll_every(queries)
         self.say_waiting(run, health_say.waiting(after=position, left=max(left, dt.timedelta(0))))
         return False
+
+    def _held_already(self, run: Run, after: int) -> bool:
+        """Whether the verdict for wave `after` was audited before this replica remembered
+        anything of the watch (it restarted, or took the lease, with the verdict given)."""
+        watched = self._watch.get(run.id)
+        if watched is not None and watched[0] == after:
+            return False
+        if not any(isinstance(e.detail, dict) and e.detail.get("wave") == after
+                   for e in audit.for_run(self._engine.db, run.id, actions=(HEALTH_HELD,))):
+            return False
+        self._passed[run.id] = after
+        return True
 
     def _health_watch_began(self, run: Run, info: RunInfo, queries: Sequence[AnalysisQuery], *, after: int,
                             position: int, waves: int, now: dt.datetime) -> dt.datetime:
