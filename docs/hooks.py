@@ -444,8 +444,13 @@ def upgrade_results() -> str:
     r = _load(BENCH / "upgrade-side-by-side.json")
     rounds, operator = r["gpuops_rounds"], r["operator"]
     first = rounds[0]
+    measured = (f"; the operator's figures are from its whole run of {operator['when'][:10]}"
+                if operator.get("when") and operator["when"][:10] != r["when"][:10] else "")
+    loads = [x for run in (*rounds, operator) for x in run.get("load_average", [])]
+    load = (f" The machine's one-minute load average ran {min(loads):.1f}-{max(loads):.1f} on its 2 cores "
+            "while it measured." if loads else "")
     out = [f"From `tests/bench/results/upgrade-side-by-side.json` ({_machine(r)}): "
-           f"{len(rounds)} rounds of gpuops, one of the operator. The timeline draws each run's "
+           f"{len(rounds)} rounds of gpuops, one of the operator{measured}.{load} The timeline draws each run's "
            "waves at its average wave length (the file keeps each run's total and its waves).", "",
            "```mermaid", "gantt", '    title "200 nodes, 20 at a time: gpuops driving against the operator\'s own"',
            "    dateFormat X", "    axisFormat %M:%S"]
