@@ -87,7 +87,8 @@ def kube_event(db: Database, *, key: str) -> KubeEventRow | None:
 def mark_kube_event_sent(db: Database, *, id: int, count: int) -> None:
     """The API has the Event with `count` occurrences (a repeat queued meanwhile keeps the
     row due)."""
-    db.execute("UPDATE kube_events SET sent_count = max(sent_count, ?), last_error = NULL WHERE id = ?", (count, id))
+    db.execute("UPDATE kube_events SET sent_count = CASE WHEN sent_count > ? THEN sent_count ELSE ? END,"
+               " last_error = NULL WHERE id = ?", (count, count, id))
 
 
 def mark_kube_event_gone(db: Database, *, id: int) -> None:

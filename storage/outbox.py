@@ -62,12 +62,13 @@ def enqueue(
     with db.transaction():
         cursor = db.execute(
             "INSERT INTO outbox (created_at, channel, thread_ts, kind, payload, dedupe_key,"
-            " next_attempt_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            " next_attempt_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id",
             (stamp, channel, thread_ts, kind, codec.json_to_text(payload), dedupe_key, stamp),
         )
-        if cursor.rowcount == 0:
+        inserted = cursor.fetchone()
+        if inserted is None:
             return None
-        message = get(db, id=OutboxId(cursor.lastrowid or 0))
+        message = get(db, id=OutboxId(int(inserted[0])))
     assert message is not None
     return message
 
