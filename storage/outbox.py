@@ -91,7 +91,7 @@ def claim_pending(
             "   AND (o.claimed_until IS NULL OR o.claimed_until <= :now)"
             "   AND NOT EXISTS (SELECT 1 FROM outbox AS earlier"
             "     WHERE earlier.state = 'pending' AND earlier.channel = o.channel"
-            "       AND earlier.thread_ts IS o.thread_ts AND earlier.id < o.id)"
+            "       AND earlier.thread_ts IS NOT DISTINCT FROM o.thread_ts AND earlier.id < o.id)"
             " ORDER BY o.id LIMIT :limit",
             {"now": stamp, "limit": limit},
         )

@@ -12,7 +12,8 @@ replicas starting together) never interleave and apply each migration once:
 3. missing reference rows of kinds are written.
 
 Statements: the repositories' `?` placeholders become psycopg's `%s` (and `:name`
-becomes `%(name)s`) outside quoted text, a literal `%` is doubled, and Python booleans
+becomes `%(name)s`) outside quoted text, every `%` is doubled (psycopg reads it even
+inside quotes), and Python booleans
 are stored as 0/1 as SQLite stores them. PostgreSQL ends a transaction at its first
 failed statement where SQLite only undoes the statement; so that a caller may catch a
 `ConstraintViolated` inside `transaction()` and carry on (as on SQLite), every write
@@ -92,7 +93,7 @@ def to_psycopg(sql: str) -> str:
             return "%%"
         if found.group(1):
             return f"%({found.group(1)})s"
-        return text  # quoted text or a quoted name, as written
+        return text.replace("%", "%%")  # quoted text or a quoted name: psycopg reads `%` even there
 
     return _PLACEHOLDERS.sub(replace, sql)
 

@@ -125,10 +125,10 @@ def transition(
     cursor = db.execute(
         "UPDATE steps SET state = :new,"
         " attempt = attempt + :starting,"
-        " started_at = CASE WHEN :starting THEN :at ELSE started_at END,"
-        " ended_at = CASE WHEN :starting THEN NULL"
+        " started_at = CASE WHEN :starting = 1 THEN :at ELSE started_at END,"
+        " ended_at = CASE WHEN :starting = 1 THEN NULL"
         "   WHEN :new IN ('done', 'failed', 'skipped') THEN :at ELSE ended_at END,"
-        " error = CASE WHEN :starting THEN :error ELSE coalesce(:error, error) END,"
+        " error = CASE WHEN :starting = 1 THEN :error ELSE coalesce(:error, error) END,"
         " detail = coalesce(:detail, detail)"
         f" WHERE id = :id AND state IN ({', '.join(':' + k for k in expected_params)})",
         {
