@@ -156,15 +156,17 @@ def test_a_refused_write_inside_a_transaction_leaves_the_rest_of_it_to_commit(db
 # ------------------------------------------------------------------ several writers, one chain
 
 
-def _append_from_a_process(url: str, worker: int, count: int) -> None:
+def _append_from_a_process(url: str, worker: int, count: int, start: Any) -> None:
     with open_database(url) as db:
+        start.wait()  # every process connected: they append at the same time
         for n in range(count):
             append(db, worker * 1000 + n, actor=f"U0W{worker}")
 
 
 def test_appenders_in_several_processes_keep_one_verifiable_chain(db, postgres_url):
-    processes = [multiprocessing.get_context("spawn").Process(target=_append_from_a_process,
-                                                              args=(postgres_url, worker, 15))
+    spawning = multiprocessing.get_context("spawn")
+    start = spawning.Barrier(3)
+    processes = [spawning.Process(target=_append_from_a_process, args=(postgres_url, worker, 15, start))
                  for worker in range(3)]
     for process in processes:
         process.start()
@@ -300,3 +302,10 @@ def test_a_percent_in_quoted_text_reaches_the_database_as_written(db):
 
     assert db.query_one("SELECT value FROM kv WHERE key = ? AND value LIKE '50%'", ("progress",)) == {
         "value": "50% done"}
+
+
+def test_a_broken_constraint_reads_in_sqlites_words_on_postgresql_too(db):
+    with pytest.raises(ConstraintViolated, match="NOT NULL constraint failed"):
+        db.execute("INSERT INTO kv (key, value) VALUES (?, ?)", ("k", None))
+    with pytest.raises(ConstraintViolated, match="UNIQUE constraint failed"):
+        db.execute("INSERT INTO kv (key, value) VALUES (?, ?), (?, ?)", ("k", "1", "k", "2"))
