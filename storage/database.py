@@ -50,6 +50,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
 
+from storage import postgres_backend, sqlite_backend
 from storage.errors import StorageError
 from storage.migrations import MIGRATIONS, Migration
 from storage.migrations_pg import MIGRATIONS_PG, PostgresMigration
@@ -281,13 +282,9 @@ def open_database(
     be stored (the database refuses any other kind).
     """
     if is_postgres_url(target):
-        from storage import postgres_backend  # psycopg is imported only for PostgreSQL
-
         return Database(postgres_backend.open_postgres(
             str(target), migrations=MIGRATIONS_PG if migrations is None else _only(PostgresMigration, migrations),
             now=now, request_kinds=request_kinds, step_kinds=step_kinds))
-    from storage import sqlite_backend
-
     return Database(sqlite_backend.open_sqlite(
         Path(target), migrations=MIGRATIONS if migrations is None else _only(Migration, migrations), now=now,
         request_kinds=request_kinds, step_kinds=step_kinds))
@@ -330,9 +327,7 @@ class PerThreadDatabase:
         """The path, or the URL with its password replaced by `***`: safe to show."""
         if isinstance(self._target, Path):
             return str(self._target)
-        from storage.postgres_backend import redacted
-
-        return redacted(self._target)
+        return postgres_backend.redacted(self._target)
 
     def get(self) -> Database:
         db: Database | None = getattr(self._local, "db", None)
