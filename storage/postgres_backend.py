@@ -54,6 +54,9 @@ from storage.migrations_pg import APPLICATION, BOOKKEEPING, PostgresMigration
 # The one advisory lock key every gpuops writer takes ("gpuo", as SQLite's application_id).
 WRITER_LOCK_KEY = 0x6770756F
 CONNECT_TIMEOUT = dt.timedelta(seconds=10)
+# How long a writer waits for the lock before `DatabaseUnavailable`, as SQLite's busy
+# timeout; openers wait as long as another opener's migration takes, as SQLite's do.
+WRITE_WAIT = dt.timedelta(seconds=5)
 
 # SQLite's words for the kinds of constraint, by SQLSTATE.
 _CONSTRAINT_WORDS = {
@@ -157,9 +160,13 @@ class PostgresConnection:
             raise mapped from err
         return cursor
 
-    def begin(self) -> None:
+    def begin(self, *, wait_forever: bool = False) -> None:
+        """`BEGIN` and the writer lock, waited for up to the lock timeout (`WRITE_WAIT`,
+        SQLite's busy timeout), or as long as it takes while opening."""
         self.execute("BEGIN")
         try:
+            if wait_forever:
+                self.execute("SET LOCAL lock_timeout = 0")
             self.execute("SELECT pg_advisory_xact_lock(?)", (WRITER_LOCK_KEY,))
         except BaseException:
             if self.in_transaction:
@@ -202,7 +209,8 @@ def open_postgres(url: str, *, migrations: Sequence[PostgresMigration], now: Cal
     """Connect to `url` and make its database ready, or refuse it; see the module doc."""
     target = redacted(url)
     try:
-        conn = psycopg.connect(url, autocommit=True, connect_timeout=int(CONNECT_TIMEOUT.total_seconds()))
+        conn = psycopg.connect(url, autocommit=True, connect_timeout=int(CONNECT_TIMEOUT.total_seconds()),
+                               options=f"-c lock_timeout={int(WRITE_WAIT.total_seconds() * 1000)}")
     except psycopg.Error as err:
         message = str(err).replace(url, target)
         parsed = urllib.parse.urlsplit(url)
@@ -253,7 +261,7 @@ def _migrate(connection: PostgresConnection, *, migrations: Sequence[PostgresMig
              now: Callable[[], dt.datetime]) -> None:
     _check_order(migrations)
     known = migrations[-1].version if migrations else 0
-    connection.begin()
+    connection.begin(wait_forever=True)
     try:
         found = _found_version(connection, known=known)
     finally:
@@ -261,7 +269,7 @@ def _migrate(connection: PostgresConnection, *, migrations: Sequence[PostgresMig
     if found == known:
         return
     for migration in migrations:
-        connection.begin()
+        connection.begin(wait_forever=True)
         try:
             current = _found_version(connection, known=known)
             if current >= migration.version:
@@ -293,7 +301,7 @@ def _register_kinds(connection: PostgresConnection, *, request_kinds: Sequence[s
     missing_steps = [k for k in dict.fromkeys(step_kinds) if k not in known_steps]
     if not missing_requests and not missing_steps:
         return
-    connection.begin()
+    connection.begin(wait_forever=True)
     try:
         for kind in missing_requests:
             connection.execute("INSERT INTO request_kinds (name) VALUES (?) ON CONFLICT DO NOTHING", (kind,))

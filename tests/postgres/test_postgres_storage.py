@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from storage import audit, outbox
+from storage import audit, kv, outbox, postgres_backend
 from storage.database import Database, PerThreadDatabase, open_database
 from storage.errors import (
     ConstraintViolated,
@@ -309,3 +309,21 @@ def test_a_broken_constraint_reads_in_sqlites_words_on_postgresql_too(db):
         db.execute("INSERT INTO kv (key, value) VALUES (?, ?)", ("k", None))
     with pytest.raises(ConstraintViolated, match="UNIQUE constraint failed"):
         db.execute("INSERT INTO kv (key, value) VALUES (?, ?), (?, ?)", ("k", "1", "k", "2"))
+
+
+def test_a_writer_kept_waiting_past_the_lock_timeout_is_unavailable_as_on_sqlite(postgres_url, monkeypatch):
+    monkeypatch.setattr(postgres_backend, "WRITE_WAIT", dt.timedelta(milliseconds=200))
+    holder = RawPostgres(postgres_url)
+    try:
+        with open_database(postgres_url) as db:
+            holder.execute("BEGIN")
+            holder.execute("SELECT pg_advisory_xact_lock(?)", (postgres_backend.WRITER_LOCK_KEY,))
+            with pytest.raises(DatabaseUnavailable, match="lock timeout"), db.transaction():
+                kv.put(db, key="k", value="v")
+            assert not db.in_transaction
+            holder.execute("ROLLBACK")
+            with db.transaction():
+                kv.put(db, key="k", value="v")
+            assert kv.get(db, key="k") == "v"
+    finally:
+        holder.close()
