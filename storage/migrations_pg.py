@@ -3,7 +3,7 @@
 Why two lists: see `storage.database`. No PostgreSQL deployment predates this list, so its
 first migration is a BASELINE: SQLite's schema at version 14 in PostgreSQL's words, with
 the same version number. Every later migration comes in both lists with the same number
-(tests/postgres/test_schema_parity.py holds the two schemas to the same tables, columns,
+(tests/postgres/test_postgres_storage.py holds the two schemas to the same tables, columns,
 NOT NULLs, unique keys and reference rows of kinds).
 
 How PostgreSQL spells what SQLite's schema says:
