@@ -1,10 +1,20 @@
-"""The durable state of gpuops: one SQLite file, reached through sqlite-utils.
+"""The durable state of gpuops: a SQLite file (the default) or a PostgreSQL database.
+
+Why two databases: SQLite is embedded and needs nothing (one replica, the demo); a team
+that needs the bot to survive the loss of its node runs several replicas on PostgreSQL,
+the database it already runs. Both answer through one neutral `Database` and the
+repositories write one SQL text (the subset both run alike, see `database`); only the
+schema is written per database, because DDL differs too much to share.
 
 What belongs here:
 
-- `database`: opening the file (WAL, foreign keys, busy timeout, synchronous=FULL),
-  the `Database` handle, `transaction()`, and the thread model.
-- `migrations`: the ordered, versioned schema changes applied at open.
+- `database`: the neutral `Database` handle, `open_database(path or URL)`,
+  `transaction()` (the write lock taken in the database on both), and the thread model.
+- `sqlite_backend` and `postgres_backend`: each database's connection, opening checks
+  and error mapping (SQLite: WAL, foreign keys, busy timeout, synchronous=FULL, file
+  modes; PostgreSQL: the advisory writer lock, placeholders, the redacted URL).
+- `migrations` (SQLite's) and `migrations_pg` (PostgreSQL's): the ordered, versioned
+  schema changes applied at open; a new migration comes in both.
 - One repository module per table family, named after the domain word: `requests`,
   `approvals`, `runs`, `steps`, `audit`, `outbox`, `idempotency`, `handovers`, `kv`.
   Each is a handful of typed functions (keyword-only arguments) that return frozen
@@ -32,5 +42,6 @@ Conventions, once for the whole package:
   `run-9b01de`); internal rows (approvals, steps, outbox, handovers, acks) are integer
   rowids; the audit log is numbered by `seq`.
 - An insert that would duplicate a unique key returns None instead of raising; an insert
-  that breaks a CHECK or a foreign key raises `sqlite3.IntegrityError`.
+  that breaks a CHECK, a foreign key or a trigger raises `storage.errors.ConstraintViolated`
+  on both databases, with the same words.
 """

@@ -44,12 +44,13 @@ def record(
     with db.transaction():
         cursor = db.execute(
             "INSERT INTO approvals (request_id, approver, decision, plan_hash, reason, created_at) "
-            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id",
             (request_id, approver, decision, plan_hash, reason, codec.time_to_text(at)),
         )
-        if cursor.rowcount == 0:
+        inserted = cursor.fetchone()
+        if inserted is None:
             return None
-        row = db.query_one("SELECT * FROM approvals WHERE id = ?", (cursor.lastrowid,))
+        row = db.query_one("SELECT * FROM approvals WHERE id = ?", (inserted[0],))
     assert row is not None
     return _from_row(row)
 

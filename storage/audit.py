@@ -156,7 +156,7 @@ def append(
             "prev_hash": head.hash,
             "hash": digest,
         }
-        db.sqlite.table("audit").insert(row)
+        db.insert("audit", row)
         kv.put(db, key=ANCHOR_KEY, value=codec.json_to_text({"seq": row["seq"], "hash": digest}))
     return _from_row(row)
 

@@ -28,8 +28,9 @@ def record_samples(db: Database, samples: Iterable[CapacitySample], *, cluster: 
     those older than `KEEP`; how many were forgotten."""
     with db.transaction():
         for sample in samples:
-            db.execute("INSERT OR REPLACE INTO capacity_samples (cluster, pool, at, advertised, out)"
-                       " VALUES (?, ?, ?, ?, ?)",
+            db.execute("INSERT INTO capacity_samples (cluster, pool, at, advertised, out) VALUES (?, ?, ?, ?, ?)"
+                       " ON CONFLICT (cluster, pool, at) DO UPDATE SET advertised = excluded.advertised,"
+                       " out = excluded.out",
                        (cluster, sample.pool, codec.time_to_text(sample.at), sample.advertised, sample.out))
         cursor = db.execute("DELETE FROM capacity_samples WHERE at < ?", (codec.time_to_text(at - KEEP),))
     return cursor.rowcount

@@ -1,70 +1,108 @@
 """Opening the gpuops database, and the `Database` handle the repositories take.
 
-`open_database(path)` makes the file ready or refuses it:
+`open_database(target)` takes a SQLite file path (the default: embedded, one replica, the
+demo) or a `postgresql://` URL (several replicas on the database a team already runs),
+makes it ready or refuses it, and returns a `Database`. Either way a schema newer than
+this code knows raises `SchemaTooNew` and another program's database raises
+`NotAGpuopsDatabase`, both before anything is written; pending migrations are then
+applied, each atomically and once even with several openers at the same time.
 
-1. creates missing parent folders with mode 0o700 and the file with 0o600 (the audit log
-   says who changed what; other local users have no business reading it);
-2. probes an existing file read-only: a schema newer than this code knows raises
-   `SchemaTooNew`, another program's database raises `NotAGpuopsDatabase`, and in both
-   cases nothing is written (a read-only connection cannot even checkpoint a WAL);
-3. sets the connection up: WAL journal, `foreign_keys=ON`, a 5 s busy timeout and
-   `synchronous=FULL`;
-4. applies pending migrations (`storage.migrations`), each atomically.
+Why one neutral connection layer but migrations per database. The repositories' SQL is
+plain DML that both databases run the same way once written in their common subset: `?`
+placeholders (PostgreSQL's backend rewrites them to psycopg's `%s`), `ON CONFLICT ... DO
+NOTHING / DO UPDATE`, `RETURNING id` instead of `cursor.lastrowid`, `IS NOT DISTINCT FROM`
+for NULL-safe comparison, no `INSERT OR REPLACE/IGNORE`. Writing it twice would let the
+two drift where it matters most (the two-person rule, the audit chain). The schema is
+the opposite: SQLite's STRICT tables, `json_valid` CHECKs, `RAISE(ABORT, ...)` triggers
+and table rebuilds have no PostgreSQL spelling, and PostgreSQL's PL/pgSQL trigger
+functions and identity columns none in SQLite; a DDL translator would be a second
+database engine to test. So `storage.migrations` holds SQLite's list and
+`storage.migrations_pg` PostgreSQL's (its first migration is a baseline equal to SQLite's
+schema at that version); every later migration comes in both, and a test holds the two
+schemas to the same tables, columns, NOT NULLs, unique keys and reference rows.
 
-Steps 2 to 4 run under an exclusive `flock` on `<file>.open-lock` beside the database, so
-two openers (threads or processes) never interleave them. Without it, six threads
-opening one new file at once failed 2 times in 1,200 tries with three such races side
-by side on 2 cores (none in 3,300 with it): one opener's switch to WAL answered
-"database is locked" at once (SQLite does not wait on its busy timeout there), or its
-read-only probe caught another opener's half-made file ("11 tables and schema version 0
-but no gpuops mark") and refused it.
-Connections already open are not held up: the lock is taken only while opening.
-
-Why `synchronous=FULL` and not NORMAL: in WAL mode NORMAL never corrupts the file, but
-a commit can be lost on power failure or a kernel crash. The engine persists a step
-transition *before* acting on the cluster, and a lost "evict started" row would make a
-restarted bot believe it never began. gpuops writes a few transactions per second at most,
-so one extra fsync per commit is cheap insurance.
+Writers are serialised in the database, as SQLite's `BEGIN IMMEDIATE` does: on PostgreSQL
+the outermost `transaction()` runs `BEGIN` then takes a transaction-scoped advisory lock
+(one fixed gpuops key), so the audit chain's read-the-head-then-append and every
+read-then-write check keep their meaning with several processes or replicas on one
+database. gpuops writes a few transactions a second; one writer at a time costs nothing.
 
 Thread model: one connection per thread. A `Database` belongs to the thread that opened
-it (sqlite3 raises `ProgrammingError` if another thread uses it); each worker thread opens
-its own, or takes one from a shared `PerThreadDatabase`. WAL lets readers run alongside
-the single writer; writers queue on SQLite's lock, because `transaction()` starts with
-`BEGIN IMMEDIATE` and waits up to the busy timeout. Taking the write lock at BEGIN (not at
-the first write) matters: a deferred transaction that reads and then writes can fail with
-SQLITE_BUSY_SNAPSHOT straight away, which no timeout would fix. No Python lock is needed.
+it; each worker thread opens its own, or takes one from a shared `PerThreadDatabase`.
+Statements outside `transaction()` commit by themselves (driver autocommit), and only
+`transaction()` opens transactions, so there is never an implicit one left open.
 
-Connections run in driver autocommit mode (`isolation_level=None`): a statement outside
-`transaction()` commits by itself, and only `transaction()` opens transactions, so there is
-never an implicit one left open by accident.
+Errors are storage's own on both (`storage.errors`): `ConstraintViolated` for a broken
+constraint or a refusing trigger, `DatabaseUnavailable` for a database that cannot answer.
+A PostgreSQL URL's password never reaches a log line, a `repr` or an exception:
+`Database.target` is the path or the URL with the password replaced by `***`.
+The SQLite specifics (file modes, the open lock, WAL, PRAGMAs) are in
+`storage.sqlite_backend`, PostgreSQL's in `storage.postgres_backend`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import fcntl
 import itertools
-import os
-import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, Protocol, TypeVar
 
-import sqlite_utils
+from storage import postgres_backend, sqlite_backend
+from storage.errors import StorageError
+from storage.migrations import MIGRATIONS, Migration
+from storage.migrations_pg import MIGRATIONS_PG, PostgresMigration
 
-from storage import migrations as migrations_mod
-from storage.errors import NotAGpuopsDatabase, SchemaTooNew, SQLiteTooOld
-from storage.migrations import APPLICATION_ID, MIGRATIONS, Migration
+Params = Sequence[Any] | Mapping[str, Any]
+_M = TypeVar("_M")
+Dialect = Literal["sqlite", "postgresql"]
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+# Version bookkeeping, not data: each database keeps its own (see `Database.tables`).
+BOOKKEEPING_TABLES = frozenset({"schema_migrations", "gpuops_schema"})
 
-BUSY_TIMEOUT = dt.timedelta(seconds=5)
-# Beside the database file: held while a connection is opened and the schema migrated.
-OPEN_LOCK_SUFFIX = ".open-lock"
-# STRICT tables arrived in 3.37.0.
-MINIMUM_SQLITE = (3, 37, 0)
 
-Params = Sequence[Any] | dict[str, Any]
+class Cursor(Protocol):
+    """What a statement answers, on both backends: rows are tuples in `description` order."""
+
+    @property
+    def rowcount(self) -> int: ...
+
+    @property
+    def description(self) -> Any: ...
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+
+class Backend(Protocol):
+    """One open connection of one database kind (`storage.sqlite_backend`,
+    `storage.postgres_backend`), in autocommit mode, raising storage's errors."""
+
+    dialect: Dialect
+    target: str
+    path: Path | None
+
+    @property
+    def in_transaction(self) -> bool: ...
+
+    def execute(self, sql: str, params: Params = ()) -> Cursor: ...
+
+    def begin(self) -> None: ...
+
+    def schema_version(self) -> int: ...
+
+    def pragma(self, name: str) -> Any: ...
+
+    def references(self) -> dict[str, set[str]]: ...
+
+    def restart_identities(self) -> None: ...
+
+    def close(self) -> None: ...
 
 
 def default_database_path(in_container: bool) -> Path:
@@ -75,6 +113,10 @@ def default_database_path(in_container: bool) -> Path:
     return Path(".gpuops") / "gpuops.db"
 
 
+def is_postgres_url(target: Path | str) -> bool:
+    return isinstance(target, str) and target.startswith(POSTGRES_SCHEMES)
+
+
 def _utc_now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
@@ -82,91 +124,135 @@ def _utc_now() -> dt.datetime:
 class Database:
     """One open connection to the gpuops database, used by one thread.
 
-    Repositories take it as their first argument. `sqlite` is the underlying
-    `sqlite_utils.Database` for table helpers (`insert`, `rows_where`, `get`).
+    Repositories take it as their first argument and speak the common SQL subset (see the
+    module docstring) through `execute`, `query` and `query_one`.
     """
 
-    def __init__(self, *, sqlite: sqlite_utils.Database, path: Path) -> None:
-        self._sqlite = sqlite
-        self._path = path
+    def __init__(self, backend: Backend) -> None:
+        self._backend = backend
         self._savepoints = itertools.count(1)
 
     @property
-    def path(self) -> Path:
-        return self._path
+    def backend(self) -> Backend:
+        return self._backend
 
     @property
-    def sqlite(self) -> sqlite_utils.Database:
-        return self._sqlite
+    def dialect(self) -> Dialect:
+        return self._backend.dialect
+
+    @property
+    def target(self) -> str:
+        """The file's path, or the URL with its password replaced by `***`: safe to show."""
+        return self._backend.target
+
+    @property
+    def path(self) -> Path:
+        """The SQLite file (a PostgreSQL database has none: use `target`)."""
+        if self._backend.path is None:
+            raise StorageError(f"{self.target} is not a file; it has no path")
+        return self._backend.path
 
     @property
     def in_transaction(self) -> bool:
-        return self._sqlite.conn.in_transaction
+        return self._backend.in_transaction
 
     @property
     def schema_version(self) -> int:
-        return migrations_mod.schema_version(self._sqlite.conn)
+        return self._backend.schema_version()
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Database]:
         """Everything in the block commits together or not at all.
 
-        The outermost block starts with `BEGIN IMMEDIATE` (takes the write lock, waiting up
-        to the busy timeout). A block inside another becomes a savepoint: if it raises, only
-        its own changes are undone and the exception propagates to the outer block, so
-        repository functions can open their own block and still join the caller's
-        transaction (a step transition, its audit row and its outbox message).
+        The outermost block takes the database's write lock (SQLite: `BEGIN IMMEDIATE`,
+        waiting up to the busy timeout; PostgreSQL: `BEGIN` and the gpuops advisory lock).
+        A block inside another becomes a savepoint: if it raises, only its own changes are
+        undone and the exception propagates to the outer block, so repository functions
+        can open their own block and still join the caller's transaction (a step
+        transition, its audit row and its outbox message).
         """
-        conn = self._sqlite.conn
-        if conn.in_transaction:
+        backend = self._backend
+        if backend.in_transaction:
             name = f"gpuops_{next(self._savepoints)}"
-            conn.execute(f'SAVEPOINT "{name}"')
+            backend.execute(f'SAVEPOINT "{name}"')
             try:
                 yield self
             except BaseException:
                 # A RAISE(ROLLBACK) or a failed COMMIT can end the whole transaction,
                 # savepoint included; then there is nothing left to undo here.
-                if conn.in_transaction:
-                    conn.execute(f'ROLLBACK TO "{name}"')
-                    conn.execute(f'RELEASE "{name}"')
+                if backend.in_transaction:
+                    backend.execute(f'ROLLBACK TO "{name}"')
+                    backend.execute(f'RELEASE "{name}"')
                 raise
             else:
-                conn.execute(f'RELEASE "{name}"')
+                backend.execute(f'RELEASE "{name}"')
             return
-        conn.execute("BEGIN IMMEDIATE")
+        backend.begin()
         try:
             yield self
         except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
+            if backend.in_transaction:
+                backend.execute("ROLLBACK")
             raise
         else:
             try:
-                conn.execute("COMMIT")
+                backend.execute("COMMIT")
             except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
+                if backend.in_transaction:
+                    backend.execute("ROLLBACK")
                 raise
 
-    def execute(self, sql: str, params: Params = ()) -> sqlite3.Cursor:
-        return self._sqlite.execute(sql, params)
+    def execute(self, sql: str, params: Params = ()) -> Cursor:
+        return self._backend.execute(sql, params)
+
+    def insert(self, table: str, row: Mapping[str, Any]) -> None:
+        """Insert one row given as {column: value}; names come from code, never from input."""
+        names = ", ".join(f'"{name}"' for name in row)
+        marks = ", ".join("?" for _ in row)
+        self._backend.execute(f'INSERT INTO "{table}" ({names}) VALUES ({marks})', list(row.values()))
 
     def query(self, sql: str, params: Params = ()) -> list[dict[str, Any]]:
         """Rows as dicts, fetched eagerly (the cursor must not outlive a transaction)."""
-        return list(self._sqlite.query(sql, params))
+        cursor = self._backend.execute(sql, params)
+        names = [d[0] for d in cursor.description or ()]
+        return [dict(zip(names, values)) for values in cursor.fetchall()]
 
     def query_one(self, sql: str, params: Params = ()) -> dict[str, Any] | None:
         rows = self.query(sql, params)
         return rows[0] if rows else None
 
     def pragma(self, name: str) -> Any:
-        """The current value of a read-only PRAGMA query, e.g. `pragma("journal_mode")`."""
-        if not name.replace("_", "").isalnum():
-            raise ValueError(f"not a pragma name: {name!r}")
-        return self._sqlite.conn.execute(f"PRAGMA {name}").fetchone()[0]
+        """SQLite only: the current value of a read-only PRAGMA, e.g. `pragma("journal_mode")`."""
+        return self._backend.pragma(name)
+
+    def tables(self) -> list[str]:
+        """The data tables, each after every table it references (the order to copy rows
+        in). Version bookkeeping (`schema_migrations`, `gpuops_schema`) is left out: each
+        database keeps its own."""
+        references = {t: refs for t, refs in self._backend.references().items() if t not in BOOKKEEPING_TABLES}
+        ordered: list[str] = []
+        placed: set[str] = set()
+
+        def place(table: str, path: tuple[str, ...]) -> None:
+            if table in placed or table in path:  # a table may reference itself (freezes)
+                return
+            for referenced in sorted(references.get(table, set())):
+                if referenced in references:
+                    place(referenced, (*path, table))
+            placed.add(table)
+            ordered.append(table)
+
+        for table in sorted(references):
+            place(table, ())
+        return ordered
+
+    def restart_identities(self) -> None:
+        """After rows were inserted with explicit ids: PostgreSQL sets each identity column's
+        sequence past the table's largest id (SQLite needs nothing)."""
+        self._backend.restart_identities()
 
     def close(self) -> None:
-        self._sqlite.close()
+        self._backend.close()
 
     def __enter__(self) -> Database:
         return self
@@ -175,87 +261,45 @@ class Database:
         self.close()
 
     def __repr__(self) -> str:
-        return f"<gpuops Database {self._path}>"
+        return f"<gpuops Database {self.target}>"
 
 
 def open_database(
-    path: Path | str,
+    target: Path | str,
     *,
-    migrations: Sequence[Migration] = MIGRATIONS,
+    migrations: Sequence[Migration] | Sequence[PostgresMigration] | None = None,
     now: Callable[[], dt.datetime] = _utc_now,
     request_kinds: Sequence[str] = (),
     step_kinds: Sequence[str] = (),
 ) -> Database:
-    """Open (creating if needed) and migrate the database at `path`; see the module doc.
+    """Open (creating if needed) and migrate the database at `target`, a SQLite path or a
+    `postgresql://` URL; see the module doc.
 
     `now` stamps `schema_migrations.applied_at` and is the one clock read in storage.
-    `migrations` is for tests; production uses the released list. `request_kinds` and
-    `step_kinds` are the kinds the caller knows (workflows/kinds.py): their reference rows
-    are written if missing, so requests and steps of those kinds can be stored (the
-    database refuses any other kind).
+    `migrations` is for tests (the target's own kind); production uses the released list.
+    `request_kinds` and `step_kinds` are the kinds the caller knows (workflows/kinds.py):
+    their reference rows are written if missing, so requests and steps of those kinds can
+    be stored (the database refuses any other kind).
     """
-    if sqlite3.sqlite_version_info < MINIMUM_SQLITE:
-        raise SQLiteTooOld(found=sqlite3.sqlite_version, needed=".".join(map(str, MINIMUM_SQLITE)))
-    path = Path(path)
-    if str(path) == ":memory:" or str(path).startswith("file:"):
-        raise ValueError("open_database takes a file path; each thread opens its own connection")
-    known = migrations_mod.latest_version(migrations)
-    _make_private_folders(path.parent)
-    with _opening(path):
-        return _open_and_migrate(path, known=known, migrations=migrations, now=now, request_kinds=request_kinds,
-                                 step_kinds=step_kinds)
+    if is_postgres_url(target):
+        return Database(postgres_backend.open_postgres(
+            str(target), migrations=MIGRATIONS_PG if migrations is None else _only(PostgresMigration, migrations),
+            now=now, request_kinds=request_kinds, step_kinds=step_kinds))
+    return Database(sqlite_backend.open_sqlite(
+        Path(target), migrations=MIGRATIONS if migrations is None else _only(Migration, migrations), now=now,
+        request_kinds=request_kinds, step_kinds=step_kinds))
 
 
-@contextlib.contextmanager
-def _opening(path: Path) -> Iterator[None]:
-    """Hold the exclusive lock for opening `path` (see the module docstring). The lock
-    file belongs to its open file description, so threads of one process exclude each
-    other as processes do, and a process that dies lets go of it."""
-    fd = os.open(path.with_name(path.name + OPEN_LOCK_SUFFIX), os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
-
-
-def _open_and_migrate(path: Path, *, known: int, migrations: Sequence[Migration],
-                      now: Callable[[], dt.datetime], request_kinds: Sequence[str],
-                      step_kinds: Sequence[str]) -> Database:
-    if path.exists() and path.stat().st_size > 0:
-        _probe_read_only(path, known=known)
-    else:
-        _create_private_file(path)
-
-    conn = sqlite3.connect(
-        str(path),
-        timeout=BUSY_TIMEOUT.total_seconds(),
-        isolation_level=None,
-        check_same_thread=True,
-    )
-    try:
-        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT.total_seconds() * 1000)}")
-        conn.execute("PRAGMA foreign_keys = ON")
-        conn.execute("PRAGMA synchronous = FULL")
-        # Re-check on the read-write connection before the first write: the probe can race
-        # a newer gpuops migrating the same file.
-        found = migrations_mod.schema_version(conn)
-        if found > known:
-            raise SchemaTooNew(path=path, found=found, known=known)
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        if str(mode).lower() != "wal":
-            raise NotAGpuopsDatabase(path=path, why=f"cannot use WAL journal here (got {mode!r})")
-        sqlite = sqlite_utils.Database(conn, recursive_triggers=False, execute_plugins=False)
-        migrations_mod.apply_pending(sqlite, path=path, migrations=migrations, now=now)
-        migrations_mod.register_kinds(sqlite, request_kinds=request_kinds, step_kinds=step_kinds)
-    except BaseException:
-        conn.close()
-        raise
-    return Database(sqlite=sqlite, path=path)
+def _only(kind: type[_M], migrations: Sequence[object]) -> list[_M]:
+    """The migrations, each of the target's kind (SQLite's list for a path, PostgreSQL's for a URL)."""
+    wrong = [m for m in migrations if not isinstance(m, kind)]
+    if wrong:
+        raise TypeError(f"{len(wrong)} migrations are not {kind.__name__}s, the kind this database takes")
+    return [m for m in migrations if isinstance(m, kind)]
 
 
 class PerThreadDatabase:
-    """Hands each thread its own `Database` on the same file, opened on first use.
+    """Hands each thread its own `Database` on the same target, opened on first use.
 
     Share one of these between the bot's worker threads and the engine; each calls
     `get()`. Migrations run on the first open only (later opens find nothing to do).
@@ -263,18 +307,32 @@ class PerThreadDatabase:
     is closed when its thread's locals are freed.
     """
 
-    def __init__(self, path: Path | str, *, now: Callable[[], dt.datetime] = _utc_now,
+    def __init__(self, target: Path | str, *, now: Callable[[], dt.datetime] = _utc_now,
                  request_kinds: Sequence[str] = (), step_kinds: Sequence[str] = ()) -> None:
-        self.path = Path(path)
+        self._target: Path | str = target if is_postgres_url(target) else Path(target)
         self._now = now
         self._request_kinds = tuple(request_kinds)
         self._step_kinds = tuple(step_kinds)
         self._local = threading.local()
 
+    @property
+    def path(self) -> Path:
+        """The SQLite file (a PostgreSQL database has none)."""
+        if not isinstance(self._target, Path):
+            raise StorageError("a PostgreSQL database has no path")
+        return self._target
+
+    @property
+    def target(self) -> str:
+        """The path, or the URL with its password replaced by `***`: safe to show."""
+        if isinstance(self._target, Path):
+            return str(self._target)
+        return postgres_backend.redacted(self._target)
+
     def get(self) -> Database:
         db: Database | None = getattr(self._local, "db", None)
         if db is None:
-            db = open_database(self.path, now=self._now, request_kinds=self._request_kinds,
+            db = open_database(self._target, now=self._now, request_kinds=self._request_kinds,
                                step_kinds=self._step_kinds)
             self._local.db = db
         return db
@@ -286,56 +344,5 @@ class PerThreadDatabase:
             self._local.db = None
             db.close()
 
-
-# ------------------------------------------------------------------ opening, privately
-
-
-def _make_private_folders(folder: Path) -> None:
-    missing: list[Path] = []
-    current = folder
-    while not current.exists():
-        missing.append(current)
-        current = current.parent
-    for each in reversed(missing):
-        try:
-            each.mkdir(mode=0o700)
-        except FileExistsError:
-            continue  # another process made it first; its mode is its business
-        os.chmod(each, 0o700)  # mkdir's mode is filtered by the umask
-
-
-def _create_private_file(path: Path) -> None:
-    # SQLite creates -wal and -shm with the main file's permissions.
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return
-    os.close(fd)
-
-
-def _probe_read_only(path: Path, *, known: int) -> None:
-    """Refuse a file that is too new or not ours, without writing a byte to it."""
-    try:
-        probe = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)
-    except sqlite3.Error as err:
-        raise NotAGpuopsDatabase(path=path, why=str(err)) from err
-    try:
-        application_id = probe.execute("PRAGMA application_id").fetchone()[0]
-        found = probe.execute("PRAGMA user_version").fetchone()[0]
-        tables = probe.execute(
-            "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-        ).fetchone()[0]
-    except sqlite3.DatabaseError as err:
-        raise NotAGpuopsDatabase(path=path, why=str(err)) from err
-    finally:
-        probe.close()
-    if application_id == APPLICATION_ID:
-        if found > known:
-            raise SchemaTooNew(path=path, found=found, known=known)
-        return
-    if application_id != 0:
-        raise NotAGpuopsDatabase(path=path, why=f"its application_id is {application_id:#x}")
-    if found != 0 or tables != 0:
-        raise NotAGpuopsDatabase(
-            path=path, why=f"it has {tables} tables and schema version {found} but no gpuops mark"
-        )
+    def __repr__(self) -> str:
+        return f"<gpuops PerThreadDatabase {self.target}>"

@@ -1,7 +1,12 @@
-"""What can go wrong when opening or migrating the database, in words an operator can act on.
+"""What can go wrong with the database, in words an operator can act on.
 
-Everything else surfaces as `sqlite3` exceptions (IntegrityError for a broken CHECK or
-foreign key, OperationalError "database is locked" after the busy timeout).
+Both backends (SQLite, PostgreSQL) raise the same two errors for what callers handle:
+`ConstraintViolated` for a broken CHECK, NOT NULL, UNIQUE, foreign key or a refusing
+trigger (its text is the database's own message, prefixed with the kind of constraint in
+SQLite's words, so `FOREIGN KEY`, `UNIQUE` and a trigger's sentence read the same on
+both), and `DatabaseUnavailable` for a database that cannot answer now (SQLite's
+"database is locked" after the busy timeout, a PostgreSQL connection lost). Anything else
+(a programming error) surfaces as the driver's own exception.
 """
 
 from __future__ import annotations
@@ -13,10 +18,22 @@ class StorageError(Exception):
     """Base of the errors this package raises itself."""
 
 
+class ConstraintViolated(StorageError):
+    """A write broke a constraint or a trigger refused it; the statement changed nothing."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+        super().__init__(message)
+
+
+class DatabaseUnavailable(StorageError):
+    """The database could not answer (locked past the busy timeout, connection lost)."""
+
+
 class SchemaTooNew(StorageError):
     """The file was written by a newer gpuops; it is refused and left untouched."""
 
-    def __init__(self, *, path: Path, found: int, known: int) -> None:
+    def __init__(self, *, path: Path | str, found: int, known: int) -> None:
         self.path, self.found, self.known = path, found, known
         super().__init__(
             f"database {path} has schema version {found}, this gpuops knows up to {known}; "
@@ -27,7 +44,7 @@ class SchemaTooNew(StorageError):
 class NotAGpuopsDatabase(StorageError):
     """The file is some other program's database (or not a database at all)."""
 
-    def __init__(self, *, path: Path, why: str) -> None:
+    def __init__(self, *, path: Path | str, why: str) -> None:
         self.path, self.why = path, why
         super().__init__(f"{path} is not a gpuops database ({why}); point gpuops at another path")
 
@@ -35,7 +52,7 @@ class NotAGpuopsDatabase(StorageError):
 class MigrationFailed(StorageError):
     """A migration raised; its transaction was rolled back and the schema version kept."""
 
-    def __init__(self, *, path: Path, version: int, description: str, cause: BaseException) -> None:
+    def __init__(self, *, path: Path | str, version: int, description: str, cause: BaseException) -> None:
         self.path, self.version, self.description = path, version, description
         super().__init__(
             f"migrating {path} to schema version {version} ({description}) failed and was "

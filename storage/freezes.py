@@ -55,11 +55,11 @@ def create(db: Database, *, target: str, until: dt.datetime, reason: str, let_ru
         replaced = in_force_on(db, target=target, now=at, cluster=cluster)
         cursor = db.execute(
             "INSERT INTO freezes (target, until, reason, let_running_finish, set_by, set_by_name, created_at,"
-            " cluster) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            " cluster) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
             (target, codec.time_to_text(until), reason, int(let_running_finish), set_by, set_by_name,
              codec.time_to_text(at), cluster),
         )
-        new_id = FreezeId(int(cursor.lastrowid or 0))
+        new_id = FreezeId(int(cursor.fetchone()[0]))
         if replaced is not None:
             db.execute(
                 "UPDATE freezes SET lifted_at = ?, lifted_by = ?, lifted_by_name = ?, lift_reason = ?,"
@@ -99,7 +99,7 @@ def in_force(db: Database, *, now: dt.datetime) -> list[StoredFreeze]:
 def in_force_on(db: Database, *, target: str, now: dt.datetime, cluster: str | None = None) -> StoredFreeze | None:
     """The freeze in force on exactly `target` ("cluster" or a pool) of `cluster`, if any."""
     row = db.query_one(
-        "SELECT * FROM freezes WHERE target = ? AND cluster IS ? AND lifted_at IS NULL AND until > ?"
+        "SELECT * FROM freezes WHERE target = ? AND cluster IS NOT DISTINCT FROM ? AND lifted_at IS NULL AND until > ?"
         " ORDER BY id DESC LIMIT 1",
         (target, cluster, codec.time_to_text(now)),
     )

@@ -48,12 +48,13 @@ def create(
     with db.transaction():
         cursor = db.execute(
             "INSERT INTO handovers (rotation, shift_start, channel, content) VALUES (?, ?, ?, ?)"
-            " ON CONFLICT DO NOTHING",
+            " ON CONFLICT DO NOTHING RETURNING id",
             (rotation, codec.time_to_text(shift_start), channel, codec.json_to_text(content)),
         )
-        if cursor.rowcount == 0:
+        inserted = cursor.fetchone()
+        if inserted is None:
             return None
-        handover = get(db, id=HandoverId(cursor.lastrowid or 0))
+        handover = get(db, id=HandoverId(int(inserted[0])))
     assert handover is not None
     return handover
 
@@ -111,10 +112,10 @@ def record_ack(
     stamp = codec.time_to_text(at)
     with db.transaction():
         cursor = db.execute(
-            "INSERT INTO handover_acks (handover_id, user, at, counted) VALUES (?, ?, ?, ?)",
+            "INSERT INTO handover_acks (handover_id, \"user\", at, counted) VALUES (?, ?, ?, ?) RETURNING id",
             (handover_id, user, stamp, int(counted)),
         )
-        ack_id = HandoverAckId(cursor.lastrowid or 0)
+        ack_id = HandoverAckId(int(cursor.fetchone()[0]))
         if counted:
             db.execute(
                 "UPDATE handovers SET acked_by = ?, acked_at = ? WHERE id = ? AND acked_by IS NULL",

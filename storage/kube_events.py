@@ -55,8 +55,11 @@ def queue_kube_event(db: Database, *, key: str, cluster: str | None, namespace: 
         db.execute(
             "INSERT INTO kube_events (key, cluster, namespace, name, body, first_at, last_at, next_attempt_at)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-            " ON CONFLICT (key) DO UPDATE SET count = count + 1, last_at = excluded.last_at,"
-            "   next_attempt_at = CASE WHEN given_up = 1 THEN next_attempt_at ELSE excluded.next_attempt_at END",
+            # The stored row's columns named with the table: PostgreSQL would not know
+            # them from `excluded`'s.
+            " ON CONFLICT (key) DO UPDATE SET count = kube_events.count + 1, last_at = excluded.last_at,"
+            "   next_attempt_at = CASE WHEN kube_events.given_up = 1 THEN kube_events.next_attempt_at"
+            "   ELSE excluded.next_attempt_at END",
             (key, cluster, namespace, name, codec.json_to_text(body), stamp, stamp, stamp),
         )
         row = db.query_one("SELECT * FROM kube_events WHERE key = ?", (key,))
@@ -87,7 +90,8 @@ def kube_event(db: Database, *, key: str) -> KubeEventRow | None:
 def mark_kube_event_sent(db: Database, *, id: int, count: int) -> None:
     """The API has the Event with `count` occurrences (a repeat queued meanwhile keeps the
     row due)."""
-    db.execute("UPDATE kube_events SET sent_count = max(sent_count, ?), last_error = NULL WHERE id = ?", (count, id))
+    db.execute("UPDATE kube_events SET sent_count = CASE WHEN sent_count > ? THEN sent_count ELSE ? END,"
+               " last_error = NULL WHERE id = ?", (count, count, id))
 
 
 def mark_kube_event_gone(db: Database, *, id: int) -> None:

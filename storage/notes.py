@@ -39,10 +39,10 @@ def create(db: Database, *, node: str, text: str, until: dt.datetime, set_by: st
     """A new note on `node` (of `cluster`); call it inside the transaction that audits it."""
     cursor = db.execute(
         "INSERT INTO node_notes (node, cluster, text, until, set_by, set_by_name, created_at)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+        " VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
         (node, cluster, text, codec.time_to_text(until), set_by, set_by_name, codec.time_to_text(at)),
     )
-    row = db.query_one("SELECT * FROM node_notes WHERE id = ?", (int(cursor.lastrowid or 0),))
+    row = db.query_one("SELECT * FROM node_notes WHERE id = ?", (int(cursor.fetchone()[0]),))
     assert row is not None
     return _from_row(row)
 
@@ -51,7 +51,7 @@ def in_force(db: Database, *, now: dt.datetime, cluster: str | None = None,
              every_cluster: bool = False) -> list[StoredNote]:
     """Every note in force at `now` on the nodes of `cluster` (of every cluster with
     `every_cluster`), by node, newest first."""
-    where = "" if every_cluster else "cluster IS ? AND "
+    where = "" if every_cluster else "cluster IS NOT DISTINCT FROM ? AND "
     rows = db.query(
         f"SELECT * FROM node_notes WHERE {where}until > ? AND created_at <= ?"
         " ORDER BY node, created_at DESC, id DESC",

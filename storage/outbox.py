@@ -62,12 +62,13 @@ def enqueue(
     with db.transaction():
         cursor = db.execute(
             "INSERT INTO outbox (created_at, channel, thread_ts, kind, payload, dedupe_key,"
-            " next_attempt_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            " next_attempt_at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING id",
             (stamp, channel, thread_ts, kind, codec.json_to_text(payload), dedupe_key, stamp),
         )
-        if cursor.rowcount == 0:
+        inserted = cursor.fetchone()
+        if inserted is None:
             return None
-        message = get(db, id=OutboxId(cursor.lastrowid or 0))
+        message = get(db, id=OutboxId(int(inserted[0])))
     assert message is not None
     return message
 
@@ -90,7 +91,7 @@ def claim_pending(
             "   AND (o.claimed_until IS NULL OR o.claimed_until <= :now)"
             "   AND NOT EXISTS (SELECT 1 FROM outbox AS earlier"
             "     WHERE earlier.state = 'pending' AND earlier.channel = o.channel"
-            "       AND earlier.thread_ts IS o.thread_ts AND earlier.id < o.id)"
+            "       AND earlier.thread_ts IS NOT DISTINCT FROM o.thread_ts AND earlier.id < o.id)"
             " ORDER BY o.id LIMIT :limit",
             {"now": stamp, "limit": limit},
         )

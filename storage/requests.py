@@ -125,7 +125,7 @@ def create(
     }
     with db.transaction():
         row["id"] = id if id is not None else _free_id(db)
-        db.sqlite.table("requests").insert(row)
+        db.insert("requests", row)
     return _from_row(row)
 
 
@@ -245,7 +245,7 @@ def extensions_lapsed(db: Database, *, now: dt.datetime, cluster: str | None = N
     """Requests of `cluster` whose pending extension's deadline has come, oldest first."""
     rows = db.query(
         "SELECT * FROM requests WHERE extension_plan_hash IS NOT NULL AND extension_expires_at <= ? "
-        "AND cluster IS ? ORDER BY extension_expires_at, id",
+        "AND cluster IS NOT DISTINCT FROM ? ORDER BY extension_expires_at, id",
         (codec.time_to_text(now), cluster),
     )
     return [_from_row(r) for r in rows]
@@ -281,7 +281,7 @@ def in_states(
         sql += " AND pool = ?"
         params.append(pool)
     if cluster is not None:
-        sql += " AND cluster IS ?"
+        sql += " AND cluster IS NOT DISTINCT FROM ?"
         params.append(cluster[0])
     sql += " ORDER BY created_at DESC, id LIMIT ?"
     params.append(limit)
@@ -297,7 +297,7 @@ def known_ids(db: Database, *, limit: int = 1000) -> list[RequestId]:
 def pending_expired(db: Database, *, now: dt.datetime, cluster: str | None = None) -> list[Request]:
     """Pending requests of `cluster` whose approval deadline has passed, oldest deadline first."""
     rows = db.query(
-        "SELECT * FROM requests WHERE state = 'pending' AND expires_at <= ? AND cluster IS ?"
+        "SELECT * FROM requests WHERE state = 'pending' AND expires_at <= ? AND cluster IS NOT DISTINCT FROM ?"
         " ORDER BY expires_at, id",
         (codec.time_to_text(now), cluster),
     )

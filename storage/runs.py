@@ -49,7 +49,7 @@ def create(
     id: RunId | None = None,
 ) -> Run | None:
     """A new `pending` run, or None if the request already has an unfinished run (or an
-    explicit `id` is taken). An unknown request raises `sqlite3.IntegrityError`."""
+    explicit `id` is taken). An unknown request raises `ConstraintViolated`."""
     with db.transaction():
         run_id = id if id is not None else _free_id(db)
         cursor = db.execute(
@@ -101,7 +101,7 @@ def transition(
 def advance_wave(db: Database, *, id: RunId, expected_wave: int | None, wave: int) -> bool:
     """Set the wave the run is working on, if it is still on `expected_wave`."""
     cursor = db.execute(
-        "UPDATE runs SET current_wave = ? WHERE id = ? AND current_wave IS ?",
+        "UPDATE runs SET current_wave = ? WHERE id = ? AND current_wave IS NOT DISTINCT FROM ?",
         (wave, id, expected_wave),
     )
     return cursor.rowcount == 1
@@ -110,7 +110,7 @@ def advance_wave(db: Database, *, id: RunId, expected_wave: int | None, wave: in
 def set_waiting(db: Database, *, id: RunId, waiting: str | None) -> bool:
     """Say what the unfinished run waits for now (None: nothing); True if it changed."""
     cursor = db.execute(
-        "UPDATE runs SET waiting = ? WHERE id = ? AND waiting IS NOT ?"
+        "UPDATE runs SET waiting = ? WHERE id = ? AND waiting IS DISTINCT FROM ?"
         " AND state IN ('pending', 'running', 'paused')",
         (waiting, id, waiting),
     )
@@ -146,7 +146,7 @@ def unfinished(db: Database, *, cluster: tuple[str | None] | None = None) -> lis
     else:
         rows = db.query(
             "SELECT runs.* FROM runs JOIN requests ON requests.id = runs.request_id"
-            " WHERE runs.state IN ('pending', 'running', 'paused') AND requests.cluster IS ?"
+            " WHERE runs.state IN ('pending', 'running', 'paused') AND requests.cluster IS NOT DISTINCT FROM ?"
             " ORDER BY runs.created_at, runs.id",
             (cluster[0],),
         )

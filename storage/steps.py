@@ -53,7 +53,7 @@ class Step:
 
 def add(db: Database, *, run_id: RunId, steps: Sequence[NewStep]) -> list[Step]:
     """Store a run's steps, all `pending`, in one transaction; returned in run order.
-    A repeated (node, seq) within the run raises `sqlite3.IntegrityError`."""
+    A repeated (node, seq) within the run raises `ConstraintViolated`."""
     rows = [
         {
             "run_id": run_id,
@@ -69,7 +69,8 @@ def add(db: Database, *, run_id: RunId, steps: Sequence[NewStep]) -> list[Step]:
     ]
     with db.transaction():
         if rows:
-            db.sqlite.table("steps").insert_all(rows)
+            for row in rows:
+                db.insert("steps", row)
         return for_run(db, run_id=run_id)
 
 
@@ -95,7 +96,7 @@ def finished_of_kind(db: Database, *, kind: StepKind, cluster: tuple[str | None]
     sql = "SELECT steps.* FROM steps JOIN runs ON runs.id = steps.run_id"
     params: list[object] = []
     if cluster is not None:
-        sql += " JOIN requests ON requests.id = runs.request_id AND requests.cluster IS ?"
+        sql += " JOIN requests ON requests.id = runs.request_id AND requests.cluster IS NOT DISTINCT FROM ?"
         params.append(cluster[0])
     sql += (" WHERE steps.kind = ? AND steps.state IN ('done', 'failed') AND steps.ended_at IS NOT NULL"
             " AND runs.dry_run = 0")
@@ -124,10 +125,10 @@ def transition(
     cursor = db.execute(
         "UPDATE steps SET state = :new,"
         " attempt = attempt + :starting,"
-        " started_at = CASE WHEN :starting THEN :at ELSE started_at END,"
-        " ended_at = CASE WHEN :starting THEN NULL"
+        " started_at = CASE WHEN :starting = 1 THEN :at ELSE started_at END,"
+        " ended_at = CASE WHEN :starting = 1 THEN NULL"
         "   WHEN :new IN ('done', 'failed', 'skipped') THEN :at ELSE ended_at END,"
-        " error = CASE WHEN :starting THEN :error ELSE coalesce(:error, error) END,"
+        " error = CASE WHEN :starting = 1 THEN :error ELSE coalesce(:error, error) END,"
         " detail = coalesce(:detail, detail)"
         f" WHERE id = :id AND state IN ({', '.join(':' + k for k in expected_params)})",
         {

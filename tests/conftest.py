@@ -15,7 +15,8 @@ import pytest
 
 # The shared fixtures, one definition each (tests/fixtures/__init__.py says which is where).
 _CONTROL_PLANE_FIXTURES = "tests.fixtures.controlplane"
-pytest_plugins = ["testenv.fakeslack.fixtures", _CONTROL_PLANE_FIXTURES, "tests.fixtures.database", "tests.fixtures.bots"]
+pytest_plugins = ["testenv.fakeslack.fixtures", _CONTROL_PLANE_FIXTURES, "tests.fixtures.database", "tests.fixtures.postgres",
+                  "tests.fixtures.bots"]
 
 # The kubernetes client loads its modules lazily; a frozen clock must not reach into them,
 # nor into pytest's own timing (`--durations` measured a frozen setup as 57 years).
@@ -37,6 +38,9 @@ for _name in ("SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET"):
 # controlplane"` select by it; nothing elsewhere carries the marker by hand.
 _TESTS = Path(__file__).resolve().parent
 CONTROL_PLANE_FOLDERS = (_TESTS / "integration", _TESTS / "reliability" / "controlplane")
+# Everything under tests/postgres needs a PostgreSQL server (testenv/postgres.py, started
+# per session) and is marked `postgres` the same way.
+POSTGRES_FOLDERS = (_TESTS / "postgres",)
 # The folders `make check` runs: neither a control plane nor a build.
 PURE_FOLDERS = (_TESTS / "unit", _TESTS / "e2e", _TESTS / "testenv", _TESTS / "reliability" / "inprocess")
 
@@ -60,6 +64,8 @@ _WIDE_SCOPE = re.compile(r"""@pytest\.fixture\(\s*scope=["'](module|package|clas
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     misplaced = []
     for item in items:
+        if any(item.path.is_relative_to(folder) for folder in POSTGRES_FOLDERS):
+            item.add_marker(pytest.mark.postgres)
         if _needs_the_control_plane(item):
             item.add_marker(pytest.mark.controlplane)
         elif _uses_the_control_plane(item) and any(item.path.is_relative_to(folder) for folder in PURE_FOLDERS):

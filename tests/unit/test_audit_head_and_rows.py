@@ -5,7 +5,6 @@ be read. Tests mutation testing asked for (storage.audit: head_of, _from_row, _a
 from __future__ import annotations
 
 import datetime as dt
-import sqlite3
 
 import pytest
 
@@ -34,14 +33,12 @@ def test_the_head_is_the_last_row_that_was_written(db):
     assert audit.head_of(db) == audit.AuditHead(seq=2, hash=last.hash)
 
 
-def test_a_log_without_its_anchor_chains_from_its_last_row(db, db_path):
+def test_a_log_without_its_anchor_chains_from_its_last_row(db):
     # A database whose anchor is gone (written before there was one, or removed): the
     # head is then the last row itself, which verify reports as a missing anchor.
     append(db, 1)
     last = append(db, 2)
-    raw = sqlite3.connect(db_path, isolation_level=None)
-    raw.execute("DELETE FROM kv WHERE key = ?", (audit.ANCHOR_KEY,))
-    raw.close()
+    db.execute("DELETE FROM kv WHERE key = ?", (audit.ANCHOR_KEY,))
 
     assert audit.head_of(db) == audit.AuditHead(seq=2, hash=last.hash)
 
@@ -125,11 +122,9 @@ def test_an_unreadable_anchor_is_reported_at_the_last_entry_with_its_reason(db):
                 "(it holds seq -1 and hash 'x')")
 
 
-def test_a_missing_anchor_is_reported_with_the_number_of_entries(db, db_path):
+def test_a_missing_anchor_is_reported_with_the_number_of_entries(db):
     three_rows(db)
-    raw = sqlite3.connect(db_path, isolation_level=None)
-    raw.execute("DELETE FROM kv WHERE key = ?", (audit.ANCHOR_KEY,))
-    raw.close()
+    db.execute("DELETE FROM kv WHERE key = ?", (audit.ANCHOR_KEY,))
 
     assert audit.verify(db) == audit.VerifyResult(
         ok=False, checked=3, first_bad_seq=None,

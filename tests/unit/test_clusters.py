@@ -286,7 +286,7 @@ def test_a_request_keeps_the_cluster_it_changes_and_its_card_says_so(world):
     shown = gpu(services, f"/gpu request {request.id}")
     assert ("Cluster", "east") in [(f.label, f.value) for s in shown.sections for f in s.facts]
     assert services.database is not None
-    created = services.database.sqlite.execute(
+    created = services.database.execute(
         "SELECT detail FROM audit WHERE action = 'request.created'").fetchone()[0]
     assert json.loads(created)["cluster"] == "east"
 

@@ -274,7 +274,7 @@ class _WriteLandsFirst(Database):
     start's transaction begins (what a `drain extend` racing the scheduler does)."""
 
     def __init__(self, db: Database, landing: Callable[[], None]) -> None:
-        super().__init__(sqlite=db.sqlite, path=db.path)
+        super().__init__(db.backend)
         self._landing: Callable[[], None] | None = landing
 
     @contextlib.contextmanager

@@ -24,7 +24,7 @@ from freezegun import freeze_time
 
 from storage import approvals, audit, handovers, idempotency, kv, outbox, requests, runs, steps
 from storage.database import Database, PerThreadDatabase, default_database_path, open_database
-from storage.errors import MigrationFailed, MigrationsOutOfOrder, NotAGpuopsDatabase, SchemaTooNew
+from storage.errors import ConstraintViolated, MigrationFailed, MigrationsOutOfOrder, NotAGpuopsDatabase, SchemaTooNew
 from storage.ids import RequestId, RunId
 from storage.migrations import MIGRATIONS, Migration, latest_version
 from testenv.install import wait_until
@@ -528,7 +528,7 @@ def test_a_replanned_request_needs_decisions_on_the_new_plan_hash(db):
 
 
 def test_an_approval_for_an_unknown_request_is_refused_by_the_foreign_key(db):
-    with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
+    with pytest.raises(ConstraintViolated, match="FOREIGN KEY"):
         approvals.record(
             db,
             request_id=RequestId("req-nope00"),
@@ -543,7 +543,7 @@ def test_an_approval_for_an_unknown_request_is_refused_by_the_foreign_key(db):
 def test_the_requester_cannot_store_a_decision_on_their_own_request(db, decision):
     request = new_request(db)
 
-    with pytest.raises(sqlite3.IntegrityError, match="requester cannot decide on it"):
+    with pytest.raises(ConstraintViolated, match="requester cannot decide on it"):
         approvals.record(db, request_id=request.id, approver="U0REQ", decision=decision,
                          plan_hash="plan-1", at=NOW)
 
@@ -556,7 +556,7 @@ def test_a_decision_cannot_be_moved_onto_the_requester_afterwards(db):
     request = new_request(db)
     approvals.record(db, request_id=request.id, approver="U0APP", decision="approve", plan_hash="plan-1", at=NOW)
 
-    with pytest.raises(sqlite3.IntegrityError, match="requester cannot decide on it"):
+    with pytest.raises(ConstraintViolated, match="requester cannot decide on it"):
         db.execute("UPDATE approvals SET approver = 'U0REQ'")
 
     assert [a.approver for a in approvals.for_request(db, request_id=request.id)] == ["U0APP"]
@@ -571,7 +571,7 @@ def test_a_database_from_before_the_rule_keeps_its_rows_and_refuses_new_self_app
     with open_database(db_path) as upgraded:
         assert upgraded.schema_version == latest_version()
         assert [a.approver for a in approvals.for_request(upgraded, request_id=request.id)] == ["U0REQ"]
-        with pytest.raises(sqlite3.IntegrityError, match="requester cannot decide on it"):
+        with pytest.raises(ConstraintViolated, match="requester cannot decide on it"):
             approvals.record(upgraded, request_id=request.id, approver="U0REQ", decision="approve",
                              plan_hash="plan-2", at=NOW)
 
@@ -604,7 +604,7 @@ def test_the_first_slack_thread_recorded_for_a_request_sticks(db):
 
 
 def test_a_bad_kind_is_refused_by_the_schema(db):
-    with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
+    with pytest.raises(ConstraintViolated, match="FOREIGN KEY"):
         requests.create(
             db,
             kind="reboot",
@@ -643,7 +643,7 @@ def test_a_request_has_at_most_one_unfinished_run(db):
 
 
 def test_a_run_for_an_unknown_request_is_refused_by_the_foreign_key(db):
-    with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
+    with pytest.raises(ConstraintViolated, match="FOREIGN KEY"):
         runs.create(db, request_id=RequestId("req-nope00"), dry_run=False, at=NOW)
 
 
@@ -743,7 +743,7 @@ def test_a_repeated_node_and_seq_within_a_run_is_refused(db):
     run = runs.create(db, request_id=new_request(db).id, dry_run=False, at=NOW)
     assert run is not None
 
-    with pytest.raises(sqlite3.IntegrityError, match="UNIQUE"):
+    with pytest.raises(ConstraintViolated, match="UNIQUE"):
         steps.add(
             db,
             run_id=run.id,
@@ -972,7 +972,7 @@ def test_a_migration_that_widens_the_step_kinds_keeps_every_step_and_lets_a_run_
         before = steps.add(old, run_id=run.id, steps=[steps.NewStep(0, "gpu-01", 0, "cordon"),
                                                       steps.NewStep(0, "gpu-01", 1, "driver", {"version": "580.95.05"})])
         steps.transition(old, id=before[0].id, expected="pending", new="done", at=at)
-        with pytest.raises(sqlite3.IntegrityError):  # the version before does not know the kind
+        with pytest.raises(ConstraintViolated):  # the version before does not know the kind
             old.execute("UPDATE steps SET kind = ? WHERE id = ?", [kind, before[1].id])
 
     with open_database(db_path, migrations=MIGRATIONS[:version]) as db:
@@ -982,7 +982,7 @@ def test_a_migration_that_widens_the_step_kinds_keeps_every_step_and_lets_a_run_
             (before[0].id, "cordon", "done", {}), (before[1].id, "driver", "pending", {"version": "580.95.05"})]
         added = steps.add(db, run_id=run.id, steps=[steps.NewStep(0, "gpu-01", 2, kind, params)])[-1]
         assert added.kind == kind
-        with pytest.raises(sqlite3.IntegrityError):
+        with pytest.raises(ConstraintViolated):
             db.execute("UPDATE steps SET kind = 'reboot' WHERE id = ?", [added.id])
 
 
@@ -994,7 +994,7 @@ def test_the_migration_that_widens_request_kinds_keeps_every_request_its_approva
                                   plan={"format": 1}, plan_hash="a" * 64, approvals_required=2, expires_at=at, at=at)
         old.execute("INSERT INTO approvals (request_id, approver, decision, plan_hash, created_at) "
                     "VALUES (?, 'U0BOB', 'approve', ?, ?)", [request.id, "a" * 64, "2026-12-04T09:00:00Z"])
-        with pytest.raises(sqlite3.IntegrityError):
+        with pytest.raises(ConstraintViolated):
             requests.create(old, kind="migrate", pool="inf", targets=["inf-01"], window_start=None, window_end=None,
                             reason="x", requester="U0OTTO", requester_name="Otto", plan={"format": 1},
                             plan_hash="b" * 64, approvals_required=1, expires_at=at, at=at)
@@ -1009,10 +1009,10 @@ def test_the_migration_that_widens_request_kinds_keeps_every_request_its_approva
                                 plan={"format": 1}, plan_hash="b" * 64, approvals_required=1, expires_at=at, at=at)
         assert moved.kind == "migrate"
         # The approvals table still points at requests (its key and the two-person trigger).
-        with pytest.raises(sqlite3.IntegrityError):
+        with pytest.raises(ConstraintViolated):
             db.execute("INSERT INTO approvals (request_id, approver, decision, plan_hash, created_at) "
                        "VALUES ('nope', 'U0BOB', 'approve', ?, ?)", ["a" * 64, "2026-12-04T09:00:00Z"])
-        with pytest.raises(sqlite3.IntegrityError, match="two-person rule"):
+        with pytest.raises(ConstraintViolated, match="two-person rule"):
             db.execute("INSERT INTO approvals (request_id, approver, decision, plan_hash, created_at) "
                        "VALUES (?, 'U0OTTO', 'approve', ?, ?)", [moved.id, "b" * 64, "2026-12-04T09:00:00Z"])
         assert db.execute("PRAGMA foreign_keys").fetchone()[0] == 1

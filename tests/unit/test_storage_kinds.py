@@ -5,13 +5,13 @@ before (CHECK lists) keeps its requests, runs and steps in flight when it is upg
 from __future__ import annotations
 
 import datetime as dt
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from storage import approvals, requests, runs, steps
+from storage.errors import ConstraintViolated
 from storage.database import Database, open_database
 from storage.migrations import MIGRATIONS
 from workflows.kinds import KINDS, ChangeKind
@@ -46,20 +46,20 @@ def table_sql(db: Database, table: str) -> str:
 
 
 def test_the_database_itself_refuses_a_request_of_a_kind_nobody_registered(db):
-    with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
+    with pytest.raises(ConstraintViolated, match="FOREIGN KEY"):
         a_request(db, kind="reboot")
     # Not even written past the repository.
-    with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
+    with pytest.raises(ConstraintViolated, match="FOREIGN KEY"):
         db.execute("UPDATE requests SET kind = 'reboot' WHERE id = ?", [a_request(db).id])
 
 
 def test_the_database_itself_refuses_a_step_of_a_kind_nobody_registered(db):
     run = runs.create(db, request_id=a_request(db).id, dry_run=False, at=AT)
     assert run is not None
-    with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
+    with pytest.raises(ConstraintViolated, match="FOREIGN KEY"):
         steps.add(db, run_id=run.id, steps=[steps.NewStep(0, "gpu-01", 0, "reboot")])
     stored = steps.add(db, run_id=run.id, steps=[steps.NewStep(0, "gpu-01", 0, "cordon")])[0]
-    with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
+    with pytest.raises(ConstraintViolated, match="FOREIGN KEY"):
         db.execute("UPDATE steps SET kind = 'reboot' WHERE id = ?", [stored.id])
 
 
@@ -73,7 +73,7 @@ def test_every_kind_in_the_registry_is_accepted_and_nothing_else_is_listed(db):
 
 def test_a_new_kind_is_rows_written_when_the_database_opens_without_rebuilding_a_table(db_path, db):
     before = {table: table_sql(db, table) for table in ("requests", "steps")}
-    with pytest.raises(sqlite3.IntegrityError):
+    with pytest.raises(ConstraintViolated):
         a_request(db, kind=LABEL.name)
 
     more = KINDS.with_kind(LABEL).storage_kinds()
@@ -131,11 +131,11 @@ def test_a_database_of_the_schema_before_keeps_its_requests_runs_and_steps_in_fl
         assert runs.transition(db, id=run.id, expected="running", new="succeeded", at=LATER)
         assert requests.transition(db, id=moving.id, expected="running", new="done", at=LATER)
         # What pointed at requests still does: approvals' key and the two-person rule.
-        with pytest.raises(sqlite3.IntegrityError, match="two-person rule"):
+        with pytest.raises(ConstraintViolated, match="two-person rule"):
             approvals.record(db, request_id=waiting.id, approver="U0OTTO", decision="approve", plan_hash="a" * 64,
                              at=LATER)
-        with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
+        with pytest.raises(ConstraintViolated, match="FOREIGN KEY"):
             approvals.record(db, request_id="req-nope00", approver="U0BOB", decision="approve", plan_hash="a" * 64,
                              at=LATER)
-        with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
+        with pytest.raises(ConstraintViolated, match="FOREIGN KEY"):
             a_request(db, kind="reboot")

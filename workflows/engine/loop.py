@@ -59,7 +59,6 @@ import heapq
 import itertools
 import logging
 import queue
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -72,6 +71,7 @@ from storage import requests as stored_requests
 from storage import runs as stored_runs
 from storage import steps as stored_steps
 from storage.database import Database
+from storage.errors import DatabaseUnavailable
 from storage.ids import RunId, StepId
 from storage.requests import Request
 from storage.runs import Run
@@ -215,7 +215,7 @@ class Engine:
                 except LeaseLost:
                     self._forget("the engine lease was lost")
                     continue
-                except sqlite3.OperationalError as err:  # e.g. the database is locked
+                except DatabaseUnavailable as err:  # e.g. the database is locked
                     log.warning("engine pass stopped by the database: %s", err)
                     continue
                 if exit_when_idle and not busy:
