@@ -23,7 +23,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -31,6 +31,7 @@ from typing import Protocol
 from slack_sdk import WebClient
 
 from bot import messages as msg
+from bot.logs import protect
 from bot.metrics import Metrics
 from bot.notifier import Notifier, OutboxSlack
 from bot.scheduler import WINDOW_STARTS, LeaderScheduler, leader_jobs
@@ -40,6 +41,7 @@ from commands.services import Services
 from storage import idempotency
 from storage import requests as stored_requests
 from storage.database import PerThreadDatabase, default_database_path
+from storage.locations import BadDatabaseLocation, DatabaseLocation, database_location
 from workflows.kinds import kinds_in_force
 from workflows.access import Actor
 from workflows.config import ConfigError, GpuopsConfig
@@ -66,13 +68,50 @@ def in_container() -> bool:
     return "KUBERNETES_SERVICE_HOST" in os.environ
 
 
-def database_path(config: GpuopsConfig, explicit: str | Path | None) -> Path:
-    """--database, else the configuration's `database`, else the default location."""
+DATABASE_URL = "GPUOPS_DATABASE_URL"
+
+
+def database_target(config: GpuopsConfig, explicit: str | Path | None,
+                    env: Mapping[str, str] | None = None) -> DatabaseLocation:
+    """Where the database is: --database, else a URL from $GPUOPS_DATABASE_URL or the file
+    $GPUOPS_DATABASE_URL_FILE names (a mounted Secret), else the file `database_url_file`
+    names, else the configuration's `database`, else the default SQLite file. A password
+    is taken only from the environment or a file (as the Slack tokens are), never from the
+    command line or the configuration (load_config refuses it there); it is registered with
+    the log redactor, and every message shows the URL with `***` in its place."""
+    env = os.environ if env is None else env
     if explicit:
-        return Path(explicit)
-    if config.database is not None:
-        return config.database
-    return default_database_path(in_container())
+        given = database_location(explicit)
+        if given.has_password:
+            raise BadDatabaseLocation(msg.database_password_on_command_line(given.shown, DATABASE_URL))
+        return given
+    location = _database_url_from(env)
+    if location is None and config.database_url_file is not None:
+        location = database_location(_url_in_file(str(config.database_url_file), "database_url_file"))
+    if location is None:
+        location = database_location(config.database or default_database_path(in_container()))
+    if location.secrets:
+        protect(location.secrets)
+    return location
+
+
+def _database_url_from(env: Mapping[str, str]) -> DatabaseLocation | None:
+    direct, file_name = env.get(DATABASE_URL, "").strip(), env.get(f"{DATABASE_URL}_FILE", "").strip()
+    if direct and file_name:
+        raise BadDatabaseLocation(msg.credential_twice(DATABASE_URL))
+    if file_name:
+        return database_location(_url_in_file(file_name, f"{DATABASE_URL}_FILE"))
+    return database_location(direct) if direct else None
+
+
+def _url_in_file(path: str, named_by: str) -> str:
+    try:
+        text = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as err:
+        raise BadDatabaseLocation(msg.database_url_file_unreadable(named_by, path, err.strerror or str(err))) from None
+    if not text:
+        raise BadDatabaseLocation(msg.database_url_file_empty(named_by, path))
+    return text
 
 
 @dataclass
