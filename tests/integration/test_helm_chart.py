@@ -233,7 +233,8 @@ def test_the_configuration_it_renders_passes_the_bots_own_check(tmp_path, values
 
 @pytest.mark.parametrize(("values", "says"), [
     ([*TOKENS, "--set", "slack.mode=carrier-pigeon"], 'slack.mode is "carrier-pigeon": it is socket or http'),
-    ([*TOKENS, "--set", "replicaCount=2"], "replicaCount must be 1: the SQLite database has one writer"),
+    ([*TOKENS, "--set", "replicaCount=2"], "replicaCount is 2 but the database is the SQLite file, which one "
+                                         "replica writes"),
     (["--set", "slack.botToken=xoxb-1"], "Socket Mode needs slack.appToken (or slack.existingSecret)"),
     (["--set", "slack.botToken=xoxb-1", "--set", "slack.mode=http"], "HTTP mode needs slack.signingSecret"),
     ([], "slack.botToken (or slack.existingSecret) is required"),
