@@ -225,7 +225,8 @@ def _serve_health(runtime: Runtime, metrics: Metrics, *, health_port: int,
     if runtime.clusters is not None:  # several clusters: each one's metrics, the others' lines in /readyz
         metrics.sources.clusters = runtime.clusters.sources  # type: ignore[assignment]  # both kinds have a cache
         others = {name: c for name, c in runtime.clusters.sources.items() if name != runtime.clusters.home}
-    readiness = Readiness(database=runtime.database.get, cache=cache, leader=runtime.leading, others=others)
+    readiness = Readiness(database=runtime.database.get, cache=cache, leader=runtime.leading, others=others,
+                          reach=runtime.database_probe.check if runtime.database_probe else None)
     try:
         probes = HealthServer(readiness, port=health_port)
     except OSError as err:  # the port is taken, or not ours to bind

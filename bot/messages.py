@@ -610,6 +610,23 @@ def copy_done(source: str, target: str, *, checked: int, head: str) -> str:
             f"head {head}, the source's.")
 
 
+def database_unreachable(problem: str) -> str:
+    return f"database: cannot be reached: {problem}"
+
+
+def database_lost(problem: str) -> str:
+    return f"the database cannot be reached ({problem})"
+
+
+def database_lost_standing_down(identity: str, problem: str) -> str:
+    return (f"{identity} cannot reach its database ({problem}): it runs none of the leader's work and gives the "
+            "engine Lease up for a replica that can; it answers Slack as far as it can, and is not ready")
+
+
+def database_back(identity: str) -> str:
+    return f"{identity} reaches its database again: it competes for the engine Lease again"
+
+
 def no_database(path: str) -> str:
     return f"There is no gpuops database at {path}; pass --database or set `database` in the configuration."
 

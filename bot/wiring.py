@@ -42,6 +42,7 @@ from storage import idempotency
 from storage import requests as stored_requests
 from storage.database import PerThreadDatabase, default_database_path
 from storage.locations import BadDatabaseLocation, DatabaseLocation, database_location
+from storage.reachability import DatabaseProbe
 from workflows.kinds import kinds_in_force
 from workflows.access import Actor
 from workflows.config import ConfigError, GpuopsConfig
@@ -135,6 +136,8 @@ class Runtime:
     # With several clusters: every one by name (this runtime's `config` is the home
     # cluster's view of the configuration). None: one cluster.
     clusters: Clusters | None = None
+    # Whether the database can be reached now, looked at afresh (readiness, leadership).
+    database_probe: DatabaseProbe | None = None
     _closers: list[Callable[[], None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -226,7 +229,8 @@ class Runtime:
             raise RuntimeError("the background work is already started")
         leadership = Leadership(lambda held_lease: leader_workers(self, lease=held_lease, identity=identity,
                                                                  slack=slack),
-                                identity=identity, check_every=check_every)
+                                identity=identity, check_every=check_every,
+                                database_reach=self.database_probe.check if self.database_probe else None)
         if lease is None:
             if self.gateway is None:
                 raise RuntimeError("no Kubernetes API to hold the engine lease with; pass a lease")
@@ -265,7 +269,14 @@ def runtime_from_fleet_source(config: GpuopsConfig, fleet: FleetSource, database
     """A runtime over any fleet source (a FleetCache, or a plain Fleet in tests)."""
     per_thread = kinds_database(database)
     per_thread.get()  # open and migrate now, so a bad file stops the start
-    return Runtime(config=config, fleet=fleet, database=per_thread)
+    return _with_probe(Runtime(config=config, fleet=fleet, database=per_thread), database)
+
+
+def _with_probe(runtime: Runtime, database: str | Path) -> Runtime:
+    probe = DatabaseProbe(database_location(database))
+    runtime.database_probe = probe
+    runtime._closers.append(probe.close)
+    return runtime
 
 
 def check_permissions(config: GpuopsConfig, gateway: KubeGateway) -> None:
@@ -311,7 +322,7 @@ def build_runtime(config: GpuopsConfig, *, kubeconfig: str | None, context: str 
                        operator_namespace=config.cluster.operator_namespace,
                        first_seen=FirstSeen(per_thread.get),
                        canaries=LastCanaries(per_thread.get, cluster=home)).start(watch=watch)
-    runtime = Runtime(config=config, fleet=cache, database=per_thread)
+    runtime = _with_probe(Runtime(config=config, fleet=cache, database=per_thread), database)
     runtime._closers.append(cache.stop)
     runtime.gateway = gateway
     if home is not None:
@@ -573,15 +584,24 @@ class Leadership:
     A supervisor thread compares `lease.held()` with what runs: on a gain it builds and
     starts new workers (a term), on a loss it stops them at once (stop flags only; the
     joins come after, off the lease's thread). It looks when the lease calls `changed`
-    and every `check_every` seconds, since a claim can run out without a callback."""
+    and every `check_every` seconds, since a claim can run out without a callback.
+
+    Before the lease it asks `database_reach` (None: the database answers, else why
+    not): a replica that cannot reach its database stands down, as on a lost lease, and
+    more: it ends its term and stops claiming the lease (giving it back if it held it), so
+    a replica that can reach the database takes over instead of waiting for a holder that
+    can do nothing; once the database answers again it claims the lease again."""
 
     STOP_WAIT = 15.0
 
     def __init__(self, make_workers: Callable[[LeaderLease], list[Worker]], *, identity: str,
-                 check_every: float = 1.0) -> None:
+                 check_every: float = 1.0, database_reach: Callable[[], str | None] | None = None) -> None:
         self._make_workers = make_workers
         self.identity = identity
         self._check_every = check_every
+        self._database_reach = database_reach
+        # Why this replica stands down (its database cannot be reached), or None.
+        self.standing_down: str | None = None
         self._lease: LeaderLease | None = None
         self._workers: list[Worker] = []
         self._lock = threading.Lock()
@@ -664,7 +684,10 @@ class Leadership:
         while not self._stop.is_set():
             self._poke.clear()
             try:
-                held = self._lease.held()
+                if self._stands_down():
+                    held = False
+                else:
+                    held = self._lease.held()
                 if held and not self._leading:
                     self._begin_term()
                 elif not held and self._leading:
@@ -675,6 +698,22 @@ class Leadership:
                 self.checks += 1
                 self._cond.notify_all()
             self._poke.wait(self._check_every)
+
+    def _stands_down(self) -> bool:
+        """Whether the database cannot be reached now; the moment it is lost the term ends
+        and the claim is given up, the moment it answers again the claim starts again."""
+        assert self._lease is not None
+        problem = self._database_reach() if self._database_reach is not None else None
+        if problem is not None and self.standing_down is None:
+            self.standing_down = problem
+            log.warning(msg.database_lost_standing_down(self.identity, problem))
+            self._end_term(msg.database_lost(problem))
+            self._lease.stop(release=True)
+        elif problem is None and self.standing_down is not None:
+            self.standing_down = None
+            log.info(msg.database_back(self.identity))
+            self._lease.start()
+        return problem is not None
 
     def _begin_term(self) -> None:
         assert self._lease is not None
