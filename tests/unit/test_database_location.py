@@ -13,6 +13,8 @@ import pytest
 from bot.cli import main
 from bot.wiring import database_target
 from storage.locations import BadDatabaseLocation, database_location
+from storage.reachability import DatabaseProbe
+from testenv.controlplane import free_port
 from workflows.config import ConfigError, GpuopsConfig, load_config
 
 
@@ -141,3 +143,13 @@ def test_the_password_of_a_url_from_the_environment_never_shows_in_the_log():
     finally:
         root.removeHandler(handler)
     assert stream.getvalue() == "could not reach postgresql://gpuops:[redacted]@db/gpuops\n"
+
+
+def test_a_postgresql_server_that_does_not_answer_is_unreachable_with_a_reason_that_hides_the_password():
+    probe = DatabaseProbe(database_location(f"postgresql://gpuops:n0t-shown@127.0.0.1:{free_port()}/gpuops"))
+    try:
+        problem = probe.check()
+    finally:
+        probe.close()
+    assert problem is not None and problem.startswith("OperationalError: ")
+    assert "n0t-shown" not in problem
