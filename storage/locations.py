@@ -20,11 +20,11 @@ from urllib.parse import SplitResult, parse_qsl, unquote, urlencode, urlsplit
 
 from storage.errors import StorageError
 
-POSTGRES_SCHEMES = ("postgresql", "postgres")
+_POSTGRES_SCHEMES = ("postgresql", "postgres")
 _REDACTED = "***"
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
-Dialect = Literal["sqlite", "postgresql"]
+_Dialect = Literal["sqlite", "postgresql"]
 
 
 class BadDatabaseLocation(StorageError):
@@ -37,7 +37,7 @@ class DatabaseLocation:
     """A parsed database location. `target` holds the password (for the driver only)."""
 
     target: str | Path = field(repr=False)
-    dialect: Dialect
+    dialect: _Dialect
     shown: str
     secrets: tuple[str, ...] = field(default=(), repr=False)
 
@@ -61,12 +61,12 @@ def database_location(text: str | Path) -> DatabaseLocation:
     if scheme is None:
         return DatabaseLocation(target=Path(text), dialect="sqlite", shown=text)
     name = scheme.group(1).lower()
-    if name.startswith(tuple(f"{s}+" for s in POSTGRES_SCHEMES)):
+    if name.startswith(tuple(f"{s}+" for s in _POSTGRES_SCHEMES)):
         raise BadDatabaseLocation(f"{name}:// is SQLAlchemy's form; gpuops takes the plain postgresql:// URL "
                                   "(drop the '+driver' part)")
     if name == "sqlite":
         raise BadDatabaseLocation("a SQLite database is given as the file's path itself, not as a sqlite:// URL")
-    if name not in POSTGRES_SCHEMES:
+    if name not in _POSTGRES_SCHEMES:
         raise BadDatabaseLocation(f"{name}:// is not a database gpuops uses: give a SQLite file's path or a "
                                   "postgresql://HOST/DATABASE URL")
     return _postgres_location(text)

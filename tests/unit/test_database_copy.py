@@ -99,6 +99,17 @@ def fill(db: Database) -> dict[str, str]:
     return {"head": head.text}
 
 
+def cli(words: list[str], target: Target, monkeypatch: pytest.MonkeyPatch) -> int:
+    """`gpuops WORDS... TARGET` for a database command: the target on the command line, or,
+    as a URL with its password must be, in GPUOPS_DATABASE_URL."""
+    if target.location.has_password:
+        monkeypatch.setenv("GPUOPS_DATABASE_URL", str(target.location.target))
+        return main(words)
+    if words[0] == "audit":
+        return main([*words, "--database", str(target.location.target)])
+    return main([*words, str(target.location.target)])
+
+
 @pytest.fixture
 def source(tmp_path: Path) -> tuple[Path, str]:
     path = tmp_path / "team" / "gpuops.db"
@@ -107,10 +118,11 @@ def source(tmp_path: Path) -> tuple[Path, str]:
     return path, head
 
 
-def test_a_copy_holds_every_row_with_its_id_and_verifies_with_the_sources_head(source, empty_target, capsys):
+def test_a_copy_holds_every_row_with_its_id_and_verifies_with_the_sources_head(
+        source, empty_target, capsys, monkeypatch):
     path, head = source
 
-    assert main(["database", "copy", str(path), str(empty_target.location.target)]) == 0
+    assert cli(["database", "copy", str(path)], empty_target, monkeypatch) == 0
 
     out = capsys.readouterr().out
     assert f"head {head}, the source's" in out
@@ -122,61 +134,62 @@ def test_a_copy_holds_every_row_with_its_id_and_verifies_with_the_sources_head(s
         if table not in ("schema_migrations",):  # each database's own migration times
             assert copied[table] == expected[table], table
     assert [f["replaced_by"] for f in copied["freezes"]] == [2, None]
-    assert main(["audit", "verify", "--database", str(empty_target.location.target), "--expected", head]) == 0
+    assert cli(["audit", "verify", "--expected", head], empty_target, monkeypatch) == 0
     assert f"head {head}" in capsys.readouterr().out
 
 
-def test_a_target_that_already_holds_data_is_refused_by_table_and_left_unchanged(source, empty_target, capsys):
+def test_a_target_that_already_holds_data_is_refused_by_table_and_left_unchanged(
+        source, empty_target, capsys, monkeypatch):
     path, _ = source
     with open_database(empty_target.location.target) as db:
         idempotency.remember(db, key="Ev99", scope="slack-event", at=NOW)
     before = empty_target.dump()
 
-    assert main(["database", "copy", str(path), str(empty_target.location.target)]) == 1
+    assert cli(["database", "copy", str(path)], empty_target, monkeypatch) == 1
 
     err = capsys.readouterr().err
     assert "already holds data (table idempotency has rows)" in err
     assert empty_target.dump() == before
 
 
-def test_reference_rows_alone_do_not_count_as_data(source, empty_target):
+def test_reference_rows_alone_do_not_count_as_data(source, empty_target, monkeypatch):
     path, _ = source
     with open_database(empty_target.location.target, request_kinds=["drain"], step_kinds=["cordon"]):
         pass
     assert set(REFERENCE_TABLES) <= set(empty_target.dump())
 
-    assert main(["database", "copy", str(path), str(empty_target.location.target)]) == 0
+    assert cli(["database", "copy", str(path)], empty_target, monkeypatch) == 0
 
 
-def test_a_source_written_by_a_newer_gpuops_is_refused_and_nothing_is_copied(source, empty_target, capsys):
+def test_a_source_written_by_a_newer_gpuops_is_refused_and_nothing_is_copied(source, empty_target, capsys, monkeypatch):
     path, _ = source
     raw = sqlite3.connect(path, isolation_level=None)
     raw.execute(f"PRAGMA user_version = {latest_version() + 1}")
     raw.close()
 
-    assert main(["database", "copy", str(path), str(empty_target.location.target)]) == 2
+    assert cli(["database", "copy", str(path)], empty_target, monkeypatch) == 2
 
     assert f"this gpuops knows up to {latest_version()}" in capsys.readouterr().err
     assert not any(rows for table, rows in empty_target.dump().items() if table not in REFERENCE_TABLES)
 
 
-def test_a_copy_whose_audit_chain_would_not_verify_writes_nothing(source, empty_target, capsys):
+def test_a_copy_whose_audit_chain_would_not_verify_writes_nothing(source, empty_target, capsys, monkeypatch):
     path, _ = source
     raw = sqlite3.connect(path, isolation_level=None)
     raw.execute("DROP TRIGGER audit_no_update")
     raw.execute("UPDATE audit SET target = 'elsewhere' WHERE seq = 2")  # a row rewritten behind gpuops's back
     raw.close()
 
-    assert main(["database", "copy", str(path), str(empty_target.location.target)]) == 1
+    assert cli(["database", "copy", str(path)], empty_target, monkeypatch) == 1
 
     assert "the copy's audit chain does not verify" in capsys.readouterr().err
     assert not any(rows for table, rows in empty_target.dump().items() if table not in REFERENCE_TABLES)
 
 
-def test_a_missing_source_is_refused_and_not_created(tmp_path, empty_target, capsys):
+def test_a_missing_source_is_refused_and_not_created(tmp_path, empty_target, capsys, monkeypatch):
     missing = tmp_path / "nowhere" / "gpuops.db"
 
-    assert main(["database", "copy", str(missing), str(empty_target.location.target)]) == 1
+    assert cli(["database", "copy", str(missing)], empty_target, monkeypatch) == 1
 
     assert f"there is no gpuops database at {missing}" in capsys.readouterr().err
     assert not missing.exists() and not missing.parent.exists()
@@ -204,6 +217,6 @@ def test_a_row_naming_a_later_row_of_its_own_table_copies_when_the_rows_go_in_se
     monkeypatch.setattr("storage.copying._PARAMETERS_PER_INSERT", 1)
     path, _ = source
 
-    assert main(["database", "copy", str(path), str(empty_target.location.target)]) == 0
+    assert cli(["database", "copy", str(path)], empty_target, monkeypatch) == 0
 
     assert [f["replaced_by"] for f in empty_target.dump()["freezes"]] == [2, None]
