@@ -93,10 +93,10 @@ def _copy(source_db: Database, target_db: Database, *, source: DatabaseLocation,
     copied: dict[str, int] = {}
     with target_db.transaction():
         for table in (t for t in target_tables if t in source_tables and t not in REFERENCE_TABLES):
-            copied[table] = _copy_table(source_db, target_db, table)
+            copied[table] = _refused_if_failing(table, _copy_table, source_db, target_db)
         for table in _MERGED_REFERENCES:
             if table in source_tables:
-                copied[table] = _merge_references(source_db, target_db, table)
+                copied[table] = _refused_if_failing(table, _merge_references, source_db, target_db)
         restart = getattr(target_db, "restart_identities", None)
         if callable(restart):
             restart()
@@ -108,6 +108,18 @@ def _copy(source_db: Database, target_db: Database, *, source: DatabaseLocation,
             raise CopyRefused(f"the copy's audit head {head.text} is not the source's {source_head.text}; "
                               "nothing was written")
     return CopyResult(rows=copied, head=head, checked=result.checked)
+
+
+def _refused_if_failing(table: str, copy: Callable[[Database, Database, str], int], source_db: Database,
+                        target_db: Database) -> int:
+    """A table the target will not take (a constraint, a type) ends the copy, named."""
+    try:
+        return copy(source_db, target_db, table)
+    except StorageError:
+        raise
+    except Exception as err:  # noqa: BLE001 - either driver's errors, said in one line; all is rolled back
+        raise CopyRefused(f"the target refused a row of table {table} ({type(err).__name__}: {err}); "
+                          "nothing was written") from err
 
 
 def tables_in_order(db: Database) -> list[str]:

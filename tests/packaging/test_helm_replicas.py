@@ -113,3 +113,8 @@ def test_the_network_policy_lets_the_bot_reach_postgresql_on_its_port(tmp_path):
 
 def test_no_replica_at_all_renders_for_a_pause_such_as_a_database_copy(tmp_path):
     assert deployment(render(tmp_path, "--set", "replicaCount=0"))["spec"]["replicas"] == 0
+
+
+def test_the_chart_lints_strictly_on_postgresql(tmp_path):
+    done = run_helm("lint", "--strict", str(CHART), "--namespace", "gpuops", "-f", str(POSTGRES), home=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr

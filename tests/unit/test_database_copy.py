@@ -186,6 +186,20 @@ def test_a_copy_whose_audit_chain_would_not_verify_writes_nothing(source, empty_
     assert not any(rows for table, rows in empty_target.dump().items() if table not in REFERENCE_TABLES)
 
 
+def test_a_row_the_target_refuses_names_its_table_and_nothing_is_written(source, empty_target, capsys, monkeypatch):
+    path, _ = source
+    raw = sqlite3.connect(path, isolation_level=None)  # foreign keys off, as any SQLite connection starts
+    raw.execute("INSERT INTO approvals (request_id, approver, decision, plan_hash, created_at)"
+                " VALUES ('req-gone', 'U0APP', 'approve', 'plan-x', '2026-03-02T09:00:00.000000Z')")
+    raw.close()
+
+    assert cli(["database", "copy", str(path)], empty_target, monkeypatch) == 1
+
+    err = capsys.readouterr().err
+    assert "the target refused a row of table approvals (" in err and "nothing was written" in err
+    assert not any(rows for table, rows in empty_target.dump().items() if table not in REFERENCE_TABLES)
+
+
 def test_a_missing_source_is_refused_and_not_created(tmp_path, empty_target, capsys, monkeypatch):
     missing = tmp_path / "nowhere" / "gpuops.db"
 
