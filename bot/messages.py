@@ -611,15 +611,15 @@ def copy_done(source: str, target: str, *, checked: int, head: str) -> str:
 
 
 def database_unreachable(problem: str) -> str:
-    return f"database: cannot be reached: {problem}"
+    return f"database: cannot be used: {problem}"
 
 
 def database_lost(problem: str) -> str:
-    return f"the database cannot be reached ({problem})"
+    return f"the database cannot be used ({problem})"
 
 
 def database_lost_standing_down(identity: str, problem: str) -> str:
-    return (f"{identity} cannot reach its database ({problem}): it runs none of the leader's work and gives the "
+    return (f"{identity} cannot use its database ({problem}): it runs none of the leader's work and gives the "
             "engine Lease up for a replica that can; it answers Slack as far as it can, and is not ready")
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from bot.health import HealthServer, Readiness
 from bot.slack_api import web_client
+from storage.migrations import latest_version
 from testenv.install import wait_until
 from tests.e2e.harness import http_get
 from tests.e2e.test_scheduler_leadership import TestLease
@@ -38,7 +39,7 @@ def test_a_replica_whose_database_file_is_gone_is_not_ready_and_says_why_until_i
         runtime.database.get().query_one("SELECT 1 AS one")  # this thread's connection, open and answering
 
         away = MovedAway(db_path)
-        gone = f"database: cannot be reached: FileNotFoundError: {db_path} is not there"
+        gone = f"database: cannot be used: FileNotFoundError: {db_path} is not there"
         assert readiness.check() == (False, [gone])  # on the thread whose connection still answers
         assert http_get(server.base_url + "/readyz")[::2] == (503, gone + "\n")
 
@@ -59,7 +60,7 @@ def test_a_database_locked_by_another_is_not_ready(runtime, db_path):
         holder.execute("ROLLBACK")
         holder.close()
 
-    assert not ready and lines == ["database: cannot be reached: OperationalError: database is locked"]
+    assert not ready and lines == ["database: cannot be used: OperationalError: database is locked"]
     assert Readiness(reach=runtime.database_probe.check).check() == (True, ["database: open"])
 
 
@@ -101,5 +102,23 @@ def test_a_standby_that_cannot_reach_its_database_does_not_claim_the_lease(slack
         leadership.wait_until(False, checks=leadership.checks + 5)
         assert leadership.terms == 0
         wait_until(lambda: lease.released, timeout=10, what="the lease given up")
+    finally:
+        runtime.close()
+
+
+def test_a_replica_whose_database_a_newer_gpuops_migrated_stands_down_and_is_not_ready(runtime, db_path):
+    # The new pod of a rolling update migrated the shared database while this one still runs.
+    newer = latest_version() + 1
+    with sqlite3.connect(db_path, isolation_level=None) as raw:
+        raw.execute("INSERT INTO schema_migrations (version, description, applied_at)"
+                    " VALUES (?, 'from a newer gpuops', '2026-03-02T09:00:00.000000Z')", (newer,))
+    lease = TestLease(held=True)
+    leadership = runtime.start_background("replica-old", slack=None, lease=lease, check_every=0.02)
+    try:
+        leadership.wait_until(False, checks=3)
+        says = f"a newer gpuops migrated it to schema version {newer}; this one knows up to {latest_version()}"
+        assert leadership.terms == 0 and leadership.standing_down == says
+        assert Readiness(reach=runtime.database_probe.check).check() == (False, [
+            f"database: cannot be used: {says}"])
     finally:
         runtime.close()
