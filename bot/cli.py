@@ -10,11 +10,16 @@
                                       the plan /gpu upgrade would ask approval for (nothing is
                                       stored; whoever may read the fleet: cli_roles)
     gpuops audit verify|export        check or export the hash-chained audit log
+    gpuops database copy SQLITE_PATH [postgresql://...]
+                                      copy every row into an empty database (default target:
+                                      $GPUOPS_DATABASE_URL or _FILE), the audit head kept
     gpuops config check|schema        check a configuration file, or print its JSON Schema
 
 Options shared by all: --config (or $GPUOPS_CONFIG), --kubeconfig/--context (else
 $KUBECONFIG, ~/.kube/config, or in-cluster), --database (else the configuration's
-`database`, else the default path). Slack secrets come only from the environment
+`database` or `database_url_file`, else the default path; a PostgreSQL URL with its
+password comes from $GPUOPS_DATABASE_URL or the file $GPUOPS_DATABASE_URL_FILE names,
+never from the command line). Slack secrets come only from the environment
 (SLACK_BOT_TOKEN, SLACK_APP_TOKEN, SLACK_SIGNING_SECRET, or the same names with _FILE).
 SLACK_API_URL points the bot at another Web API (a local fake Slack for demos and tests).
 
@@ -41,18 +46,20 @@ from bot.credentials import CredentialsError, Mode, load_credentials
 from bot.health import DEFAULT_METRICS_PORT
 from bot.health import DEFAULT_PORT as DEFAULT_HEALTH_PORT
 from bot.health import HealthServer, MetricsServer, Readiness
-from bot.logs import configure_logging, protect
+from bot.logs import RedactSecrets, configure_logging, protect
 from bot.metrics import Metrics
 from bot.render_text import render_text
-from bot.wiring import Runtime, build_runtime, count_api_calls, database_path, replica_identity
+from bot.wiring import DATABASE_URL, Runtime, build_runtime, count_api_calls, database_target, replica_identity
 from commands.catalog import dispatch_words
 from commands.registry import Call
 from commands.upgrade import preview_upgrade
 from commands.reply import Reply
 from commands.services import Services
 from storage import audit
+from storage.copying import CopyRefused, copy_database
 from storage.database import open_database
 from storage.errors import StorageError
+from storage.locations import DatabaseLocation, database_location
 from workflows.access import Actor
 from workflows.config import ConfigError, GpuopsConfig, config_json_schema, load_config
 from workflows.fleet.watchcache import FleetCache
@@ -63,9 +70,21 @@ log = logging.getLogger("gpuops.bot.cli")
 EXIT_FAILED, EXIT_CONFIG, EXIT_KUBE, EXIT_SLACK = 1, 2, 3, 4
 
 
+def _database(args: argparse.Namespace, config: GpuopsConfig) -> DatabaseLocation:
+    """Where the database is (bot.wiring.database_target); its password, if any, is kept
+    to be blanked out of any error printed (`_without_secrets`)."""
+    location = database_target(config, args.database)
+    args.secrets = (*getattr(args, "secrets", ()), *location.secrets)
+    return location
+
+
+def _without_secrets(args: argparse.Namespace, text: str) -> str:
+    return RedactSecrets(getattr(args, "secrets", ())).redact(text)
+
+
 def _runtime(args: argparse.Namespace, config: GpuopsConfig, *, watch: bool) -> Runtime:
     return build_runtime(config, kubeconfig=args.kubeconfig, context=args.context,
-                         database=database_path(config, args.database), watch=watch)
+                         database=_database(args, config).target, watch=watch)
 
 
 # ------------------------------------------------------------------ one-shot commands
@@ -206,7 +225,8 @@ def _serve_health(runtime: Runtime, metrics: Metrics, *, health_port: int,
     if runtime.clusters is not None:  # several clusters: each one's metrics, the others' lines in /readyz
         metrics.sources.clusters = runtime.clusters.sources  # type: ignore[assignment]  # both kinds have a cache
         others = {name: c for name, c in runtime.clusters.sources.items() if name != runtime.clusters.home}
-    readiness = Readiness(database=runtime.database.get, cache=cache, leader=runtime.leading, others=others)
+    readiness = Readiness(database=runtime.database.get, cache=cache, leader=runtime.leading, others=others,
+                          reach=runtime.database_probe.check if runtime.database_probe else None)
     try:
         probes = HealthServer(readiness, port=health_port)
     except OSError as err:  # the port is taken, or not ours to bind
@@ -246,9 +266,9 @@ def _console(args: argparse.Namespace) -> int:
 
 def _audit(args: argparse.Namespace) -> int:
     config = load_config(args.config)
-    path = database_path(config, args.database)
-    if not path.is_file():
-        print(f"gpuops audit: {msg.no_database(str(path))}", file=sys.stderr)
+    location = _database(args, config)
+    if location.dialect == "sqlite" and not Path(location.target).is_file():
+        print(f"gpuops audit: {msg.no_database(location.shown)}", file=sys.stderr)
         return EXIT_CONFIG
     expected = None
     if args.audit_command == "verify" and args.expected is not None:
@@ -257,7 +277,7 @@ def _audit(args: argparse.Namespace) -> int:
         except audit.BadHead as err:
             print(f"gpuops audit verify: --expected: {err}", file=sys.stderr)
             return EXIT_CONFIG
-    db = open_database(path)
+    db = open_database(location.target)
     try:
         if args.audit_command == "verify":
             result = audit.verify(db, expected=expected)
@@ -281,6 +301,35 @@ def _audit(args: argparse.Namespace) -> int:
         db.close()
 
 
+# ------------------------------------------------------------------ database
+
+
+def _database_copy(args: argparse.Namespace) -> int:
+    """`gpuops database copy SOURCE [TARGET]`: storage.copying, said in a few lines."""
+    source = database_location(args.source)
+    if source.dialect != "sqlite":
+        print(f"gpuops database copy: {msg.copy_source_not_sqlite(source.shown)}", file=sys.stderr)
+        return EXIT_CONFIG
+    if args.target:
+        target = database_location(args.target)
+        if target.has_password:
+            print(f"gpuops database copy: {msg.database_password_on_command_line(target.shown, DATABASE_URL)}",
+                  file=sys.stderr)
+            return EXIT_CONFIG
+    else:
+        target = _database(args, load_config(args.config))
+    args.secrets = (*getattr(args, "secrets", ()), *target.secrets)
+    try:
+        result = copy_database(source, target)
+    except CopyRefused as err:
+        print(f"gpuops database copy: {_without_secrets(args, str(err))}", file=sys.stderr)
+        return EXIT_FAILED
+    for table, rows in result.rows.items():
+        print(msg.copy_table_done(table, rows))
+    print(msg.copy_done(source.shown, target.shown, checked=result.checked, head=result.head.text))
+    return 0
+
+
 # ------------------------------------------------------------------ parsing
 
 
@@ -293,8 +342,9 @@ def _common(*, suppress: bool) -> argparse.ArgumentParser:
                         help="kubeconfig to use (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
     common.add_argument("--context", default=default, help="kubeconfig context (default: the current one)")
     common.add_argument("--database", default=default,
-                        help="the gpuops SQLite database (default: `database` in the configuration, else "
-                             "/var/lib/gpuops/gpuops.db in a pod or ./.gpuops/gpuops.db)")
+                        help="the gpuops database: a SQLite file or a postgresql:// URL without its password "
+                             "(default: $GPUOPS_DATABASE_URL or _FILE, else `database` in the configuration, "
+                             "else /var/lib/gpuops/gpuops.db in a pod or ./.gpuops/gpuops.db)")
     common.add_argument("-v", "--verbose", action="store_true", default=default)
     return common
 
@@ -355,6 +405,18 @@ def parser() -> argparse.ArgumentParser:
                         "must still be in the chain with that hash, which a rewritten database cannot fake")
     e = audit_sub.add_parser("export", parents=shared, help="every entry as JSON lines")
     e.add_argument("--output", "-o", help="file to write (default: standard output)")
+    p = sub.add_parser("database", parents=shared, help="copy the database into another one")
+    database_sub = p.add_subparsers(dest="database_command", required=True)
+    d = database_sub.add_parser(
+        "copy", parents=shared, help="copy every row into an empty database, e.g. SQLite into PostgreSQL",
+        description="Copy every table of SOURCE (a gpuops SQLite file) into TARGET, which must hold no data: "
+                    "rows keep their ids, the audit chain its seq and hashes, all in one transaction that "
+                    "commits only if the copy's audit chain verifies with the source's head (printed). "
+                    "TARGET is migrated to this gpuops's schema first.")
+    d.add_argument("source", metavar="SQLITE_PATH", help="the gpuops SQLite file to copy")
+    d.add_argument("target", nargs="?", metavar="TARGET",
+                   help=f"a postgresql:// URL without its password (PGPASSWORD or ~/.pgpass), or a SQLite "
+                        f"path (default: ${DATABASE_URL} or ${DATABASE_URL}_FILE, else the configuration's)")
     return top
 
 
@@ -391,6 +453,8 @@ def main(argv: list[str] | None = None) -> int:
             return _console(args)
         if args.command == "audit":
             return _audit(args)
+        if args.command == "database":
+            return _database_copy(args)
         if args.command == "config" and args.config_command == "schema":
             print(json.dumps(config_json_schema(), indent=2))
             return 0
@@ -409,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpuops: configuration error:\n{err}", file=sys.stderr)
         return EXIT_CONFIG
     except StorageError as err:
-        print(f"gpuops: database: {err}", file=sys.stderr)
+        print(f"gpuops: database: {_without_secrets(args, str(err))}", file=sys.stderr)
         return EXIT_CONFIG
     except KubeError as err:
         print(f"gpuops: Kubernetes API: {err}", file=sys.stderr)

@@ -2,8 +2,8 @@
 (default 8081, `--metrics-port`), in both Slack modes:
 
 - `/healthz` (health port): the process answers (a liveness probe: restart it if not);
-- `/readyz` (health port): the database opens and answers, and the watch cache has listed
-  every resource (a readiness probe). A standby replica (another holds the engine's
+- `/readyz` (health port): the database can be reached (a fresh look, not the bot's open
+  connections) and the watch cache has listed every resource (a readiness probe). A standby replica (another holds the engine's
   Lease) is ready, it answers Slack, and says it is a standby. With several clusters, a
   line says whether each other cluster answers; one that does not leaves the replica ready;
 - `/metrics` (metrics port): Prometheus's text format (`bot.metrics`).
@@ -56,6 +56,9 @@ class Readiness:
     """What /readyz asks: each may be missing (nothing to check)."""
 
     database: Callable[[], Database] | None = None
+    # Whether the database can be reached afresh (storage.reachability.DatabaseProbe.check:
+    # None, or why not): asked instead of `database`, whose open connection cannot tell.
+    reach: Callable[[], str | None] | None = None
     cache: Synced | None = None
     leader: Callable[[], bool] | None = None
     # With several clusters, the others (name -> cluster): a line each, never unready for
@@ -67,7 +70,11 @@ class Readiness:
     def check(self) -> tuple[bool, list[str]]:
         """Ready or not, with one line per check."""
         lines, ready = [], True
-        if self.database is not None:
+        if self.reach is not None:
+            problem = self.reach()
+            ready = problem is None
+            lines.append("database: open" if problem is None else msg.database_unreachable(problem))
+        elif self.database is not None:
             try:
                 self.database().query_one("SELECT 1 AS one")
                 lines.append("database: open")

@@ -583,6 +583,50 @@ def audit_exported(count: int, where: str) -> str:
     return f"Exported {count} audit entr{'y' if count == 1 else 'ies'} to {where}."
 
 
+def database_password_on_command_line(shown_url: str, variable: str) -> str:
+    return (f"{shown_url} carries its password, which the command line would show in `ps` and the shell's history: "
+            f"leave it out (PGPASSWORD or ~/.pgpass supplies it), or give the whole URL in {variable} or in a "
+            f"file named by {variable}_FILE.")
+
+
+def database_url_file_unreadable(named_by: str, path: str, why: str) -> str:
+    return f"{named_by} names {path}, which cannot be read: {why}."
+
+
+def database_url_file_empty(named_by: str, path: str) -> str:
+    return f"{named_by} names {path}, which is empty: it should hold the postgresql:// URL."
+
+
+def copy_source_not_sqlite(shown_url: str) -> str:
+    return f"the source is a gpuops SQLite file's path, not {shown_url}."
+
+
+def copy_table_done(table: str, rows: int) -> str:
+    return f"{table}: {rows:,} row{'' if rows == 1 else 's'}"
+
+
+def copy_done(source: str, target: str, *, checked: int, head: str) -> str:
+    return (f"Copied {source} into {target}; its audit chain verifies ({checked:,} entries), "
+            f"head {head}, the source's.")
+
+
+def database_unreachable(problem: str) -> str:
+    return f"database: cannot be used: {problem}"
+
+
+def database_lost(problem: str) -> str:
+    return f"the database cannot be used ({problem})"
+
+
+def database_lost_standing_down(identity: str, problem: str) -> str:
+    return (f"{identity} cannot use its database ({problem}): it runs none of the leader's work and gives the "
+            "engine Lease up for a replica that can; it answers Slack as far as it can, and is not ready")
+
+
+def database_back(identity: str) -> str:
+    return f"{identity} reaches its database again: it competes for the engine Lease again"
+
+
 def no_database(path: str) -> str:
     return f"There is no gpuops database at {path}; pass --database or set `database` in the configuration."
 

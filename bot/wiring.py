@@ -23,7 +23,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -31,6 +31,7 @@ from typing import Protocol
 from slack_sdk import WebClient
 
 from bot import messages as msg
+from bot.logs import protect
 from bot.metrics import Metrics
 from bot.notifier import Notifier, OutboxSlack
 from bot.scheduler import WINDOW_STARTS, LeaderScheduler, leader_jobs
@@ -40,6 +41,8 @@ from commands.services import Services
 from storage import idempotency
 from storage import requests as stored_requests
 from storage.database import PerThreadDatabase, default_database_path
+from storage.locations import BadDatabaseLocation, DatabaseLocation, database_location
+from storage.reachability import DatabaseProbe
 from workflows.kinds import kinds_in_force
 from workflows.access import Actor
 from workflows.config import ConfigError, GpuopsConfig
@@ -66,13 +69,50 @@ def in_container() -> bool:
     return "KUBERNETES_SERVICE_HOST" in os.environ
 
 
-def database_path(config: GpuopsConfig, explicit: str | Path | None) -> Path:
-    """--database, else the configuration's `database`, else the default location."""
+DATABASE_URL = "GPUOPS_DATABASE_URL"
+
+
+def database_target(config: GpuopsConfig, explicit: str | Path | None,
+                    env: Mapping[str, str] | None = None) -> DatabaseLocation:
+    """Where the database is: --database, else a URL from $GPUOPS_DATABASE_URL or the file
+    $GPUOPS_DATABASE_URL_FILE names (a mounted Secret), else the file `database_url_file`
+    names, else the configuration's `database`, else the default SQLite file. A password
+    is taken only from the environment or a file (as the Slack tokens are), never from the
+    command line or the configuration (load_config refuses it there); it is registered with
+    the log redactor, and every message shows the URL with `***` in its place."""
+    env = os.environ if env is None else env
     if explicit:
-        return Path(explicit)
-    if config.database is not None:
-        return config.database
-    return default_database_path(in_container())
+        given = database_location(explicit)
+        if given.has_password:
+            raise BadDatabaseLocation(msg.database_password_on_command_line(given.shown, DATABASE_URL))
+        return given
+    location = _database_url_from(env)
+    if location is None and config.database_url_file is not None:
+        location = database_location(_url_in_file(str(config.database_url_file), "database_url_file"))
+    if location is None:
+        location = database_location(config.database or default_database_path(in_container()))
+    if location.secrets:
+        protect(location.secrets)
+    return location
+
+
+def _database_url_from(env: Mapping[str, str]) -> DatabaseLocation | None:
+    direct, file_name = env.get(DATABASE_URL, "").strip(), env.get(f"{DATABASE_URL}_FILE", "").strip()
+    if direct and file_name:
+        raise BadDatabaseLocation(msg.credential_twice(DATABASE_URL))
+    if file_name:
+        return database_location(_url_in_file(file_name, f"{DATABASE_URL}_FILE"))
+    return database_location(direct) if direct else None
+
+
+def _url_in_file(path: str, named_by: str) -> str:
+    try:
+        text = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as err:
+        raise BadDatabaseLocation(msg.database_url_file_unreadable(named_by, path, err.strerror or str(err))) from None
+    if not text:
+        raise BadDatabaseLocation(msg.database_url_file_empty(named_by, path))
+    return text
 
 
 @dataclass
@@ -96,6 +136,8 @@ class Runtime:
     # With several clusters: every one by name (this runtime's `config` is the home
     # cluster's view of the configuration). None: one cluster.
     clusters: Clusters | None = None
+    # Whether the database can be reached now, looked at afresh (readiness, leadership).
+    database_probe: DatabaseProbe | None = None
     _closers: list[Callable[[], None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -187,7 +229,8 @@ class Runtime:
             raise RuntimeError("the background work is already started")
         leadership = Leadership(lambda held_lease: leader_workers(self, lease=held_lease, identity=identity,
                                                                  slack=slack),
-                                identity=identity, check_every=check_every)
+                                identity=identity, check_every=check_every,
+                                database_reach=self.database_probe.check if self.database_probe else None)
         if lease is None:
             if self.gateway is None:
                 raise RuntimeError("no Kubernetes API to hold the engine lease with; pass a lease")
@@ -226,7 +269,14 @@ def runtime_from_fleet_source(config: GpuopsConfig, fleet: FleetSource, database
     """A runtime over any fleet source (a FleetCache, or a plain Fleet in tests)."""
     per_thread = kinds_database(database)
     per_thread.get()  # open and migrate now, so a bad file stops the start
-    return Runtime(config=config, fleet=fleet, database=per_thread)
+    return _with_probe(Runtime(config=config, fleet=fleet, database=per_thread), database)
+
+
+def _with_probe(runtime: Runtime, database: str | Path) -> Runtime:
+    probe = DatabaseProbe(database_location(database))
+    runtime.database_probe = probe
+    runtime._closers.append(probe.close)
+    return runtime
 
 
 def check_permissions(config: GpuopsConfig, gateway: KubeGateway) -> None:
@@ -272,7 +322,7 @@ def build_runtime(config: GpuopsConfig, *, kubeconfig: str | None, context: str 
                        operator_namespace=config.cluster.operator_namespace,
                        first_seen=FirstSeen(per_thread.get),
                        canaries=LastCanaries(per_thread.get, cluster=home)).start(watch=watch)
-    runtime = Runtime(config=config, fleet=cache, database=per_thread)
+    runtime = _with_probe(Runtime(config=config, fleet=cache, database=per_thread), database)
     runtime._closers.append(cache.stop)
     runtime.gateway = gateway
     if home is not None:
@@ -534,15 +584,24 @@ class Leadership:
     A supervisor thread compares `lease.held()` with what runs: on a gain it builds and
     starts new workers (a term), on a loss it stops them at once (stop flags only; the
     joins come after, off the lease's thread). It looks when the lease calls `changed`
-    and every `check_every` seconds, since a claim can run out without a callback."""
+    and every `check_every` seconds, since a claim can run out without a callback.
+
+    Before the lease it asks `database_reach` (None: the database answers, else why
+    not): a replica that cannot reach its database stands down, as on a lost lease, and
+    more: it ends its term and stops claiming the lease (giving it back if it held it), so
+    a replica that can reach the database takes over instead of waiting for a holder that
+    can do nothing; once the database answers again it claims the lease again."""
 
     STOP_WAIT = 15.0
 
     def __init__(self, make_workers: Callable[[LeaderLease], list[Worker]], *, identity: str,
-                 check_every: float = 1.0) -> None:
+                 check_every: float = 1.0, database_reach: Callable[[], str | None] | None = None) -> None:
         self._make_workers = make_workers
         self.identity = identity
         self._check_every = check_every
+        self._database_reach = database_reach
+        # Why this replica stands down (its database cannot be reached), or None.
+        self.standing_down: str | None = None
         self._lease: LeaderLease | None = None
         self._workers: list[Worker] = []
         self._lock = threading.Lock()
@@ -625,7 +684,10 @@ class Leadership:
         while not self._stop.is_set():
             self._poke.clear()
             try:
-                held = self._lease.held()
+                if self._stands_down():
+                    held = False
+                else:
+                    held = self._lease.held()
                 if held and not self._leading:
                     self._begin_term()
                 elif not held and self._leading:
@@ -636,6 +698,22 @@ class Leadership:
                 self.checks += 1
                 self._cond.notify_all()
             self._poke.wait(self._check_every)
+
+    def _stands_down(self) -> bool:
+        """Whether the database cannot be reached now; the moment it is lost the term ends
+        and the claim is given up, the moment it answers again the claim starts again."""
+        assert self._lease is not None
+        problem = self._database_reach() if self._database_reach is not None else None
+        if problem is not None and self.standing_down is None:
+            self.standing_down = problem
+            log.warning(msg.database_lost_standing_down(self.identity, problem))
+            self._end_term(msg.database_lost(problem))
+            self._lease.stop(release=True)
+        elif problem is None and self.standing_down is not None:
+            self.standing_down = None
+            log.info(msg.database_back(self.identity))
+            self._lease.start()
+        return problem is not None
 
     def _begin_term(self) -> None:
         assert self._lease is not None

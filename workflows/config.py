@@ -27,6 +27,7 @@ from yaml.reader import Reader
 from yaml.resolver import Resolver
 from yaml.scanner import Scanner
 
+from storage.locations import BadDatabaseLocation, database_location
 from workflows.access import Actor, Role, UserId
 from workflows.durations import Duration
 from workflows.fleet.settings import InventorySettings
@@ -208,9 +209,15 @@ class GpuopsConfig(_Model):
         "reach, and the check pod every upgraded node runs."))
     engine: EngineConfig = Field(default=EngineConfig(), description=(
         "The run engine's settings."))
-    database: Path | None = Field(default=None, description=(
-        "The SQLite database file (unset: `--database`, else ./.gpuops/gpuops.db, or "
-        "/var/lib/gpuops/gpuops.db in a pod)."))
+    database: str | None = Field(default=None, description=(
+        "The database: a SQLite file's path, or a PostgreSQL URL (postgresql://USER@HOST:PORT/DATABASE) "
+        "without its password, which comes from PGPASSWORD or ~/.pgpass (unset: `--database`, else "
+        "./.gpuops/gpuops.db, or /var/lib/gpuops/gpuops.db in a pod). A URL with its password is a secret: "
+        "give it in GPUOPS_DATABASE_URL, or in a file named by `database_url_file` or GPUOPS_DATABASE_URL_FILE "
+        "(a mounted Secret)."))
+    database_url_file: Path | None = Field(default=None, description=(
+        "A file holding the PostgreSQL URL, password included (a mounted Secret): read at start, never "
+        "logged (its password shown as ***). GPUOPS_DATABASE_URL or GPUOPS_DATABASE_URL_FILE take its place."))
     rotations: tuple[RotationConfig, ...] = Field(default=(), description=(
         "On-call rotations that get the shift handover checklist at every shift change."))
     display: DisplayConfig = Field(default_factory=DisplayConfig, description=(
@@ -225,6 +232,25 @@ class GpuopsConfig(_Model):
     clusters: dict[str, ClusterEntry] = Field(default_factory=dict, description=(
         "Several clusters served by one gpuops (unset: one cluster, described by the keys above). "
         "Set, `cluster`, `inventory`, `pools` and `upgrades` go under each cluster."))
+
+    @field_validator("database")
+    @classmethod
+    def _database(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            location = database_location(value)
+        except BadDatabaseLocation as err:
+            raise ValueError(str(err)) from None
+        if location.has_password:
+            raise ValueError(_say_database_password(location.shown))
+        return value
+
+    @model_validator(mode="after")
+    def _one_database(self) -> GpuopsConfig:
+        if self.database is not None and self.database_url_file is not None:
+            raise ValueError("give `database` or `database_url_file`, not both")
+        return self
 
     @field_validator("docs_url")
     @classmethod
@@ -701,3 +727,9 @@ def _say_cannot_build(value: object, tag: str, err: Exception) -> str:
 
 def _say_more_problems(count: int) -> str:
     return f"and {count:,} more problem{'s' if count != 1 else ''} (fix these and check again)"
+
+
+def _say_database_password(shown_url: str) -> str:
+    return (f"{shown_url} carries its password, which does not belong in the configuration file: leave it out "
+            "(PGPASSWORD or ~/.pgpass supplies it), or put the whole URL in a Secret and name its file in "
+            "`database_url_file` or GPUOPS_DATABASE_URL_FILE, or give it in GPUOPS_DATABASE_URL")

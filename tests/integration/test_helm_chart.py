@@ -29,6 +29,7 @@ from tests.integration.test_rbac import GRANTS
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy" / "helm" / "gpuops"
 FULL = CHART / "ci" / "values-full.yaml"
+POSTGRES = CHART / "ci" / "values-postgres.yaml"
 POD_DELETE = ROOT / "deploy" / "rbac-pod-delete.yaml"
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 TOKENS = ["--set", "slack.botToken=xoxb-marker-bot-token", "--set", "slack.appToken=xapp-marker-app-token"]
@@ -233,7 +234,8 @@ def test_the_configuration_it_renders_passes_the_bots_own_check(tmp_path, values
 
 @pytest.mark.parametrize(("values", "says"), [
     ([*TOKENS, "--set", "slack.mode=carrier-pigeon"], 'slack.mode is "carrier-pigeon": it is socket or http'),
-    ([*TOKENS, "--set", "replicaCount=2"], "replicaCount must be 1: the SQLite database has one writer"),
+    ([*TOKENS, "--set", "replicaCount=2"], "replicaCount is 2 but the database is the SQLite file, which one "
+                                         "replica writes"),
     (["--set", "slack.botToken=xoxb-1"], "Socket Mode needs slack.appToken (or slack.existingSecret)"),
     (["--set", "slack.botToken=xoxb-1", "--set", "slack.mode=http"], "HTTP mode needs slack.signingSecret"),
     ([], "slack.botToken (or slack.existingSecret) is required"),
@@ -274,7 +276,8 @@ def test_an_existing_secret_is_mounted_and_none_is_created(tmp_path):
     assert "checksum/slack" not in one(objects, "Deployment")["spec"]["template"]["metadata"]["annotations"]
 
 
-@pytest.mark.parametrize("values", [TOKENS, ["-f", str(FULL), *NO_SERVICE_MONITOR]], ids=["default", "full"])
+@pytest.mark.parametrize("values", [TOKENS, ["-f", str(FULL), *NO_SERVICE_MONITOR], ["-f", str(POSTGRES)]],
+                         ids=["default", "full", "postgres"])
 def test_an_install_is_accepted_and_its_service_account_gets_exactly_the_suites_rbac(cluster, tmp_path, values):
     installer = cluster.installer()
     kubeconfig = ["--kubeconfig", str(cluster.kubeconfig), "--kube-context", "admin"]
@@ -302,13 +305,20 @@ def test_an_install_is_accepted_and_its_service_account_gets_exactly_the_suites_
         for obj in rendered:
             assert installer.exists(obj), f"{obj['kind']} {obj['metadata']['name']} was not created"
         stored = installer.get(one(rendered, "Deployment"))
-        assert stored["spec"]["strategy"] == {"type": "Recreate"}
-        # The ReplicaSet's pod, as the API server took it: the ServiceAccount's identity
+        # Recreate for the SQLite file; on PostgreSQL a rolling update, with the budget
+        # and the spreading over nodes the API server took as rendered.
+        postgres = values[-1] == str(POSTGRES)
+        assert stored["spec"]["strategy"]["type"] == ("RollingUpdate" if postgres else "Recreate")
+        replicas = stored["spec"]["replicas"]
+        # The ReplicaSet's pods, as the API server took them: the ServiceAccount's identity
         # is the one the RBAC integration tests act as ("bot" in the test kubeconfig).
         selector = ",".join(f"{k}={v}" for k, v in stored["spec"]["selector"]["matchLabels"].items())
-        wait_until(lambda: installer.list("Pod", namespace="gpuops", selector=selector), timeout=60,
-                   what="the Deployment's pod")
-        (pod,) = installer.list("Pod", namespace="gpuops", selector=selector)
+        wait_until(lambda: len(installer.list("Pod", namespace="gpuops", selector=selector)) == replicas, timeout=60,
+                   what="the Deployment's pods")
+        pod = installer.list("Pod", namespace="gpuops", selector=selector)[0]
+        if postgres:
+            assert pod["spec"]["topologySpreadConstraints"][0]["topologyKey"] == "kubernetes.io/hostname"
+            assert installer.get(one(rendered, "PodDisruptionBudget"))["spec"]["minAvailable"] == 1
         namespace = pod["metadata"]["namespace"]
         identity = f"system:serviceaccount:{namespace}:{pod['spec']['serviceAccountName']}"
         groups = ["system:serviceaccounts", f"system:serviceaccounts:{namespace}"]

@@ -56,3 +56,8 @@ driver restart, in the middle of a run: refuse the values now instead. */ -}}
 {{- fail (printf "config.cluster.operator_namespace is %s but operatorNamespace is %s: the bot may delete driver pods only in operatorNamespace; make them the same" $cluster.operator_namespace .Values.operatorNamespace) }}
 {{- end }}
 {{- end -}}
+
+{{/* "true" when the database is PostgreSQL (database.urlSecret.name set), "" for the SQLite file. */}}
+{{- define "gpuops.postgres" -}}
+{{- if .Values.database.urlSecret.name }}true{{ end -}}
+{{- end }}
