@@ -31,12 +31,13 @@ from typing import Any
 
 from storage import audit
 from storage.database import Database, open_database
-from storage.errors import StorageError
+from storage.errors import ConstraintViolated, StorageError
 from storage.locations import DatabaseLocation
 
-# Rows the opener writes itself (migrations, the kinds registry): present in any new
-# database, so they neither count as data nor are copied over the target's own.
-REFERENCE_TABLES = ("schema_migrations", "request_kinds", "step_kinds")
+# Rows the opener writes itself (the kinds registry): present in any new database, so they
+# neither count as data nor are copied over the target's own. The version bookkeeping
+# (`schema_migrations`) is each database's own and not among `Database.tables()` at all.
+REFERENCE_TABLES = ("request_kinds", "step_kinds")
 # The kinds' rows are the source's too (a stored request may name a kind no code
 # registers any more): copied where the target lacks them.
 _MERGED_REFERENCES = ("request_kinds", "step_kinds")
@@ -97,9 +98,7 @@ def _copy(source_db: Database, target_db: Database, *, source: DatabaseLocation,
         for table in _MERGED_REFERENCES:
             if table in source_tables:
                 copied[table] = _refused_if_failing(table, _merge_references, source_db, target_db)
-        restart = getattr(target_db, "restart_identities", None)
-        if callable(restart):
-            restart()
+        target_db.restart_identities()
         result = audit.verify(target_db, expected=source_head)
         head = audit.head_of(target_db)
         if not result.ok:
@@ -115,6 +114,8 @@ def _refused_if_failing(table: str, copy: Callable[[Database, Database, str], in
     """A table the target will not take (a constraint, a type) ends the copy, named."""
     try:
         return copy(source_db, target_db, table)
+    except ConstraintViolated as err:
+        raise CopyRefused(f"the target refused a row of table {table} ({err}); nothing was written") from err
     except StorageError:
         raise
     except Exception as err:  # noqa: BLE001 - either driver's errors, said in one line; all is rolled back
@@ -123,42 +124,15 @@ def _refused_if_failing(table: str, copy: Callable[[Database, Database, str], in
 
 
 def tables_in_order(db: Database) -> list[str]:
-    """The database's tables, each after the tables it references (`Database.tables()`
-    where the database says so itself, else read from SQLite's schema)."""
-    tables = getattr(db, "tables", None)
-    if callable(tables):
-        return list(tables())
-    names = [row["name"] for row in db.query(
-        "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")]
-    needs = {name: {ref for ref in _references(db, name) if ref != name and ref in names} for name in names}
-    ordered: list[str] = []
-    while needs:
-        ready = sorted(name for name, refs in needs.items() if refs <= set(ordered))
-        if not ready:  # a cycle between tables: none in gpuops's schema; keep going, by name
-            ready = sorted(needs)[:1]
-        for name in ready:
-            ordered.append(name)
-            del needs[name]
-    return ordered
-
-
-def _references(db: Database, table: str) -> list[str]:
-    return [row["table"] for row in db.query(f'PRAGMA foreign_key_list("{table}")')]
-
-
-def _self_references(db: Database, table: str) -> list[tuple[str, str]]:
-    """(column, referenced column) of `table`'s foreign keys to itself, read from SQLite."""
-    if getattr(db, "dialect", "sqlite") != "sqlite":
-        return []
-    return [(row["from"], row["to"]) for row in db.query(f'PRAGMA foreign_key_list("{table}")')
-            if row["table"] == table]
+    """The database's data tables, each after the tables it references."""
+    return db.tables()
 
 
 def _copy_table(source_db: Database, target_db: Database, table: str) -> int:
     rows = source_db.query(f'SELECT * FROM "{table}" ORDER BY 1')
     if not rows:
         return 0
-    later = _self_references(source_db, table)
+    later = source_db.self_references(table)
     deferred = {column for column, _ in later}
     columns = list(rows[0])
     _insert(target_db, table, columns, [[None if c in deferred else row[c] for c in columns] for row in rows])

@@ -100,6 +100,8 @@ class Backend(Protocol):
 
     def references(self) -> dict[str, set[str]]: ...
 
+    def self_references(self, table: str) -> list[tuple[str, str]]: ...
+
     def restart_identities(self) -> None: ...
 
     def close(self) -> None: ...
@@ -245,6 +247,11 @@ class Database:
         for table in sorted(references):
             place(table, ())
         return ordered
+
+    def self_references(self, table: str) -> list[tuple[str, str]]:
+        """(column, referenced column) of `table`'s foreign keys to itself (a freeze names
+        the later one that replaced it): a copy sets them once every row is in."""
+        return self._backend.self_references(table)
 
     def restart_identities(self) -> None:
         """After rows were inserted with explicit ids: PostgreSQL sets each identity column's

@@ -78,7 +78,7 @@ def _postgres_location(text: str) -> DatabaseLocation:
     if parts.password:
         secrets += [parts.password, unquote(parts.password)]
     query = parse_qsl(parts.query, keep_blank_values=True)
-    secrets += [value for key, value in query if key == "password" and value]
+    secrets += [value for key, value in query if key.lower() == "password" and value]
     shown = _redacted(parts, query, has_user_password=bool(parts.password))
     try:
         port = parts.port
@@ -99,13 +99,19 @@ def _postgres_location(text: str) -> DatabaseLocation:
                             secrets=tuple(dict.fromkeys(s for s in secrets if s)))
 
 
+def redacted_url(url: str) -> str:
+    """`url` with any password (in the user part or as `?password=`) replaced by `***`."""
+    parts = urlsplit(url)
+    return _redacted(parts, parse_qsl(parts.query, keep_blank_values=True), has_user_password=bool(parts.password))
+
+
 def _redacted(parts: SplitResult, query: list[tuple[str, str]], *, has_user_password: bool) -> str:
     scheme, netloc, path, _query, fragment = parts
     if has_user_password:
         userinfo, _, hostport = netloc.rpartition("@")
         user = userinfo.split(":", 1)[0]
         netloc = f"{user}:{_REDACTED}@{hostport}"
-    shown_query = urlencode([(k, _REDACTED if k == "password" else v) for k, v in query], safe="*")
+    shown_query = urlencode([(k, _REDACTED if k.lower() == "password" else v) for k, v in query], safe="*")
     # Written out: urlunsplit drops the empty host of postgresql:///db (a local socket).
     return (f"{scheme}://{netloc}{path}" + (f"?{shown_query}" if shown_query else "")
             + (f"#{fragment}" if fragment else ""))

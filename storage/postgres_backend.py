@@ -49,6 +49,7 @@ from storage.errors import (
     NotAGpuopsDatabase,
     SchemaTooNew,
 )
+from storage.locations import redacted_url
 from storage.migrations_pg import APPLICATION, BOOKKEEPING, PostgresMigration
 
 # The one advisory lock key every gpuops writer takes ("gpuo", as SQLite's application_id).
@@ -71,17 +72,7 @@ _PLACEHOLDERS = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|\?|(?<![:\w]):([
 
 def redacted(url: str) -> str:
     """The URL with any password (in the user part or the query) replaced by `***`."""
-    parts = urllib.parse.urlsplit(url)
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, host = netloc.rpartition("@")
-        if ":" in userinfo:
-            userinfo = userinfo.split(":", 1)[0] + ":***"
-        netloc = f"{userinfo}@{host}"
-    query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
-    query = [(k, "***" if k.lower() == "password" else v) for k, v in query]
-    return urllib.parse.urlunsplit((parts.scheme, netloc, parts.path,
-                                    urllib.parse.urlencode(query, safe="*"), parts.fragment))
+    return redacted_url(url)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -189,6 +180,16 @@ class PostgresConnection:
                 " WHERE c.contype = 'f' AND c.connamespace = current_schema()::regnamespace"):
             tables.setdefault(child.strip('"'), set()).add(parent.strip('"'))
         return tables
+
+    def self_references(self, table: str) -> list[tuple[str, str]]:
+        rows = self._conn.execute(
+            "SELECT a.attname, f.attname FROM pg_constraint c"
+            " JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]"
+            " JOIN pg_attribute f ON f.attrelid = c.confrelid AND f.attnum = c.confkey[1]"
+            " WHERE c.contype = 'f' AND c.conrelid = c.confrelid"
+            " AND c.connamespace = current_schema()::regnamespace AND c.conrelid::regclass::text = quote_ident(%s)",
+            (table,)).fetchall()
+        return [(str(column), str(key)) for column, key in rows]
 
     def restart_identities(self) -> None:
         for table, column in self._conn.execute(

@@ -115,6 +115,12 @@ class SQLiteConnection:
         return {table: {row[2] for row in self._conn.execute(f'PRAGMA foreign_key_list("{table}")')}
                 for table in tables}
 
+    def self_references(self, table: str) -> list[tuple[str, str]]:
+        if table not in self.references():  # PRAGMA takes no parameters: only a table's own name
+            return []
+        return [(row[3], row[4]) for row in self._conn.execute(f'PRAGMA foreign_key_list("{table}")')
+                if row[2] == table]
+
     def restart_identities(self) -> None:
         """Nothing to do: an INTEGER PRIMARY KEY always continues past max(id)."""
 
