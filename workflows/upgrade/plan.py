@@ -203,7 +203,7 @@ def plan_upgrade(ask: UpgradeAsk, *, fleet: Fleet, policy: PoolConfig | None, no
         notes.append(say.plan_diag_note(check.diag, check.image, check.resource, check.namespace)
                      if check.diag is not None else
                      say.plan_gpu_check_note(check.command, check.image, check.resource, check.namespace,
-                                             check.count))
+                                             check.count or 1))
     if burn_in is not None and burn_in.command is not None:
         notes.append(say.plan_burn_in_note(burn_in.command, burn_in.image, burn_in.resource))
     if skipped_by_person:
