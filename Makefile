@@ -1,5 +1,7 @@
 # gpuops: every target builds and uses its own virtualenv, so a fresh clone needs only
-# python3 (>= 3.11) and Go (>= 1.26, for the first build of the test control plane).
+# python3 (>= 3.11) and Go (>= 1.26, for the first build of the test control plane), and for
+# `make test` PostgreSQL's server (Debian's postgresql package; installed here when missing
+# and we may: root with apt-get).
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -19,7 +21,7 @@ TEST_WORKERS ?= 4
 DEMO_ARGS := --config deploy/config.example.yaml --kubeconfig .gpuops/testenv/kubeconfig --context bot \
 	--database .gpuops/demo.db
 
-.PHONY: docs check fuzz reliability venv demo test bench bench-scaling mutation testenv-build testenv-up testenv-down clean
+.PHONY: docs check fuzz reliability venv demo test postgres-server bench bench-scaling mutation testenv-build testenv-up testenv-down clean
 
 venv: $(VENV)/.installed
 
@@ -59,8 +61,20 @@ check: venv
 # Everything, on TEST_WORKERS parallel workers (a worker starts its own control plane when
 # it first needs one). The slowest 25 tests and the
 # time per suite are printed at the end (CI's log shows them).
-test: testenv-build
+test: testenv-build postgres-server
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=25
+
+# The storage tests on PostgreSQL start a real server from Debian's package (testenv/postgres.py).
+postgres-server:
+	@if ! compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			echo "gpuops: installing Debian's postgresql package for the storage tests on PostgreSQL"; \
+			DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+			DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >/dev/null; \
+		else \
+			echo "gpuops: make test needs PostgreSQL's server: sudo apt-get install postgresql" >&2; exit 1; \
+		fi; \
+	fi
 
 # The documentation site (mkdocs.yml, docs/), into site/; the references are generated from the
 # code as it builds (docs/hooks.py). --strict: a broken link or a missing page fails it.
