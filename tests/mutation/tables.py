@@ -34,12 +34,13 @@ from pathlib import Path
 from tests.mutation.results import MODULES, ROOT, ModuleResults
 
 # The tests each group of targets is held to.
-_WAITING = ("tests/unit/test_safety_rules.py", "tests/unit/test_engine_steps.py", "tests/unit/test_step_outcomes.py",
+_WAITING = ("tests/unit/test_wait_conditions.py", "tests/unit/test_safety_rules.py", "tests/unit/test_engine_steps.py", "tests/unit/test_step_outcomes.py",
             "tests/unit/test_engine_safety.py")
 _EVICTION = ("tests/unit/test_safety_rules.py", "tests/unit/test_engine_safety.py", "tests/unit/test_engine_steps.py",
              "tests/unit/test_eviction_throttled.py", "tests/unit/test_step_outcomes.py")
 _ENGINE = ("tests/unit/test_safety_rules.py", "tests/unit/test_engine_safety.py", "tests/unit/test_engine_steps.py")
-_RUNS = ("tests/unit/test_safety_rules.py", "tests/unit/test_runs.py", "tests/unit/test_host_driver_button.py")
+_RUNS = ("tests/unit/test_safety_rules.py", "tests/unit/test_runs.py", "tests/unit/test_host_driver_button.py",
+         "tests/unit/test_window_start.py")
 _ACCESS = ("tests/unit/test_access.py", "tests/unit/test_pool_operators.py", "tests/unit/test_runs.py",
            "tests/unit/test_requests.py")
 _POLICY = ("tests/unit/test_policy.py", "tests/unit/test_requests.py")
@@ -63,6 +64,7 @@ TARGETS = (
     Target("runs", "RUNNABLE_STATES", _RUNS),
     Target("runs", "PERSON_STEPS", _RUNS),
     Target("runs", "RunService.start", _RUNS),
+    Target("runs", "RunService._start_in_transaction", _RUNS),
     Target("runs", "RunService.confirm_host_driver", _RUNS),
     Target("runs", "RunService.release_hold", _RUNS),
     Target("steps/waiting", "CONDITIONS", _WAITING),
