@@ -157,8 +157,10 @@ def mutmut_results(module: str, commit: str, rules: Rules) -> tuple[ModuleResult
     open_ = [(n, s, mutmut_diff(n, module)) for n, s in statuses.items() if s in NOT_KILLED]
     judged, failures = judge(rules, module, "mutmut", open_)
     result = ModuleResults(tool="mutmut", module=module, source=MODULES[module], commit=commit,
-                           counts={"mutants": len(statuses), "killed": counts["killed"], "timeout": counts["timeout"],
-                                   "survived": counts["survived"], "no_tests": counts["no tests"]},
+                           counts={"mutants": len(statuses), "timeout": counts["timeout"],
+                                   # killed: also a type error or a crash; survived: also suspicious, skipped
+                                   "killed": sum(n for s, n in counts.items() if s not in NOT_KILLED and s != "timeout"),
+                                   "survived": len(open_) - counts["no tests"], "no_tests": counts["no tests"]},
                            open=tuple(judged))
     return result, failures
 

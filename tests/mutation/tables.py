@@ -83,6 +83,8 @@ TARGETS = (
     Target("engine_context", "EngineStepContext.run_unfinished", _ENGINE),
     Target("wave_gates", "WaveGates.wave_may_start", _ENGINE),
     Target("wave_gates", "WaveGates.frozen_now", _ENGINE + _FREEZES),
+    Target("freezes", "FreezeService.check_target", _FREEZES),
+    Target("freezes", "FreezeService.set", _FREEZES),
     Target("freezes", "holds_run", _FREEZES),
     Target("freezes", "covering", _FREEZES),
     Target("freezes", "holding_requests", _FREEZES),
