@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.mutation.explaining import Rules, judge
 from tests.mutation.results import MODULES, ROOT, ModuleResults
 
 # The tests each group of targets is held to.
@@ -270,11 +271,8 @@ def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
 
 
-def run_module(module: str, *, commit: str, rules: object) -> tuple[ModuleResults | None, list[str]]:
+def run_module(module: str, *, commit: str, rules: Rules) -> tuple[ModuleResults | None, list[str]]:
     """Run every target of `module` on a copy of `commit`; its results and what fails."""
-    from tests.mutation.run import Rules, judge
-
-    assert isinstance(rules, Rules)
     path = MODULES[module]
     with tempfile.TemporaryDirectory(prefix="gpuops-tables-") as tmp:
         tree = Path(tmp)
