@@ -48,7 +48,7 @@ _POLICY = ("tests/unit/test_policy.py", "tests/unit/test_requests.py")
 _FREEZES = ("tests/unit/test_freeze_audit.py", "tests/unit/test_freezes.py", "tests/unit/test_safety_rules.py")
 _CHECK = ("tests/unit/test_gpu_check.py", "tests/unit/test_dcgm_diag.py")
 _CAPACITY = ("tests/unit/test_capacity.py", "tests/unit/test_planning.py", "tests/unit/test_safety_rules.py",
-             "tests/unit/test_upgrade_plan.py")
+             "tests/unit/test_upgrade_scope.py", "tests/unit/test_mig_plan.py", "tests/unit/test_upgrade_plan.py")
 
 
 @dataclass(frozen=True)
