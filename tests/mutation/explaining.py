@@ -37,6 +37,14 @@ class Rules:
         return next((text for pattern, text in self.hints.items() if fnmatch.fnmatchcase(name, pattern)), None)
 
 
+def why_of(rules: Rules, name: str) -> str:
+    """What a results file says of an open mutant: its explanation, CRITICAL or UNEXPLAINED."""
+    area = rules.critical_area(name)
+    if area is not None:
+        return f"CRITICAL ({area}): must be killed"
+    return rules.why(name) or UNEXPLAINED
+
+
 def judge(rules: Rules, module: str, tool: str, open_: list[tuple[str, str, str]]) -> tuple[list[Open], list[str]]:
     """The open mutants with their explanations, and what fails the run."""
     failures: list[str] = []

@@ -5,6 +5,7 @@ module's results written to its own file stamped with the commit (tests/mutation
                                  [--children 1] [--keep] [--critical]
     python -m tests.mutation.run --index           # rewrite results/README.md only
     python -m tests.mutation.run --forget-stale    # delete results older than their module
+    python -m tests.mutation.run --explain         # the results' reasons from explanations.toml
 
 Two tools. mutmut (`[tool.mutmut]` in pyproject.toml: which files, which tests) mutates
 operators, constants and calls inside functions; each module is run as `mutmut run
@@ -32,6 +33,7 @@ a change to that function renumbers them, so its explanations are reviewed with 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -41,8 +43,8 @@ from collections import Counter
 from pathlib import Path
 
 from tests.mutation import results as store
-from tests.mutation.explaining import Rules, judge
-from tests.mutation.results import MODULES, ROOT, ModuleResults, Unstampable
+from tests.mutation.explaining import Rules, judge, why_of
+from tests.mutation.results import MODULES, ROOT, UNEXPLAINED, ModuleResults, Unstampable
 
 MUTANTS = ROOT / "mutants"
 MUTMUT = Path(sys.executable).with_name("mutmut")
@@ -118,6 +120,19 @@ def mutmut_results(module: str, commit: str, rules: Rules) -> tuple[ModuleResult
 # --- the commands ------------------------------------------------------------------------
 
 
+def explain_again() -> int:
+    """Rewrite each results file's reasons from explanations.toml (the mutants and the
+    commit stay: what was run does not change when a survivor is explained)."""
+    rules = Rules.load()
+    left = 0
+    for result in store.all_results():
+        open_ = tuple(dataclasses.replace(o, why=why_of(rules, o.name)) for o in result.open)
+        store.write(dataclasses.replace(result, open=open_))
+        left += sum(1 for o in open_ if o.why == UNEXPLAINED or o.why.startswith("CRITICAL"))
+    print(f"mutation: index in {store.write_index().relative_to(ROOT)}; {left} survivors not explained")
+    return 1 if left else 0
+
+
 def forget_stale() -> int:
     for result in store.all_results():
         reason = store.stale_reason(result)
@@ -138,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--critical", action="store_true",
                         help="run only the critical functions' mutmut mutants (all modules); writes no results")
     parser.add_argument("--index", action="store_true", help="only rewrite the index from the results files")
+    parser.add_argument("--explain", action="store_true",
+                        help="rewrite the results files' reasons from explanations.toml (no mutant is run)")
     parser.add_argument("--forget-stale", action="store_true",
                         help="delete the results files older than their module's last change, then the index")
     args = parser.parse_args(argv)
@@ -146,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.forget_stale:
         return forget_stale()
+    if args.explain:
+        return explain_again()
     modules = [m.strip() for m in args.modules.split(",") if m.strip()]
     unknown = [m for m in modules if m not in MODULES]
     if unknown:

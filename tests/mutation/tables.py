@@ -207,7 +207,8 @@ def _outcome_mutants(function: ast.FunctionDef, within: str = "") -> Iterator[tu
             elif returns == "bool" and not isinstance(value, ast.Constant):
                 yield f"{where} -> True", node, "return True"
                 yield f"{where} -> False", node, "return False"
-            elif returns.startswith("tuple[bool") and isinstance(value, ast.Tuple) and value.elts:
+            elif (returns.startswith("tuple[bool") and isinstance(value, ast.Tuple) and value.elts
+                  and not (isinstance(value.elts[0], ast.Constant) and value.elts[0].value is True)):
                 rest = ", ".join(ast.unparse(e) for e in value.elts[1:])
                 yield f"{where} -> verdict True", node, f"return (True, {rest})"
             elif returns.endswith("| None") and not (isinstance(value, ast.Constant) and value.value is None):
