@@ -39,7 +39,7 @@ _WAITING = ("tests/unit/test_wait_conditions.py", "tests/unit/test_safety_rules.
             "tests/unit/test_engine_safety.py")
 _EVICTION = ("tests/unit/test_safety_rules.py", "tests/unit/test_engine_safety.py", "tests/unit/test_engine_steps.py",
              "tests/unit/test_eviction_throttled.py", "tests/unit/test_step_outcomes.py")
-_ENGINE = ("tests/unit/test_safety_rules.py", "tests/unit/test_engine_safety.py", "tests/unit/test_engine_steps.py")
+_ENGINE = ("tests/unit/test_step_failures.py", "tests/unit/test_safety_rules.py", "tests/unit/test_engine_safety.py", "tests/unit/test_engine_steps.py")
 _RUNS = ("tests/unit/test_safety_rules.py", "tests/unit/test_runs.py", "tests/unit/test_host_driver_button.py",
          "tests/unit/test_window_start.py")
 _ACCESS = ("tests/unit/test_access.py", "tests/unit/test_pool_operators.py", "tests/unit/test_runs.py",

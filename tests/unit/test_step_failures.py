@@ -1,0 +1,51 @@
+"""A step that cannot do its work fails the run and never counts as done (an API that
+refuses the change), and a node a finished run left cordoned is no other run's any more.
+The real engine over the in-memory cluster, pass by pass (the harness of
+test_safety_rules.py)."""
+
+from __future__ import annotations
+
+from test_safety_rules import NODES, PlannedRun, cluster, node_steps  # noqa: F401 (the fixture)
+
+from storage import runs as stored_runs
+from workflows.engine.runs import RunService
+from workflows.kube.errors import Forbidden
+
+
+def _halted(run: PlannedRun) -> tuple[str, str]:
+    stored = stored_runs.get(run.db, id=run.run_id)
+    assert stored is not None
+    return stored.state, stored.halted_reason or ""
+
+
+def _step_state(run: PlannedRun, kind: str) -> str:
+    return next(s.state for s in RunService(run.db).get(run.run_id).steps if s.kind == kind)
+
+
+def test_a_change_the_api_refuses_fails_the_run_and_never_counts_as_done(db, cluster):  # noqa: F811
+    def refuse(name, **_):
+        raise Forbidden(f'nodes "{name}" is forbidden: User "gpuops" cannot patch resource "nodes"')
+
+    cluster.cordon_node = refuse  # the bot's identity lost its grant to patch nodes
+    run = PlannedRun(db, cluster, [("gpu-01",)])
+
+    run.drive(lambda: run.state() in ("failed", "succeeded"))
+
+    state, reason = _halted(run)
+    assert state == "failed" and "forbidden" in reason, reason
+    assert _step_state(run, "cordon") == "failed"
+    assert not any(cluster.node(n).unschedulable for n in NODES)
+
+
+def test_a_node_an_aborted_run_left_cordoned_can_be_drained_again_by_the_next_run(db, cluster):  # noqa: F811
+    first = PlannedRun(db, cluster, [("gpu-01",)], steps=lambda n: node_steps(n, hold_s=3600))
+    first.drive(lambda: first.cordoned() == ["gpu-01"])
+    RunService(db).abort(first.cfg.actor("U0ADA"), first.run_id, now=first.now)
+    assert cluster.node("gpu-01").unschedulable  # the abort leaves it out, marked by the first run
+
+    second = PlannedRun(db, cluster, [("gpu-01",)])
+    second.drive(lambda: second.state() in ("failed", "succeeded"))
+
+    assert second.state() == "succeeded", _halted(second)
+    assert _step_state(second, "cordon") == "done"
+    assert cluster.node("gpu-01").unschedulable  # given back as the second run found it
