@@ -5,8 +5,11 @@ test_safety_rules.py)."""
 
 from __future__ import annotations
 
-from test_safety_rules import NODES, PlannedRun, cluster, node_steps  # noqa: F401 (the fixture)
+import datetime as dt
 
+from test_safety_rules import NODES, NOW, PlannedRun, cluster, hand_cordon, node_steps, pool_config  # noqa: F401
+
+from storage import audit
 from storage import runs as stored_runs
 from workflows.engine.runs import RunService
 from workflows.kube.errors import Forbidden
@@ -49,3 +52,30 @@ def test_a_node_an_aborted_run_left_cordoned_can_be_drained_again_by_the_next_ru
     assert second.state() == "succeeded", _halted(second)
     assert _step_state(second, "cordon") == "done"
     assert cluster.node("gpu-01").unschedulable  # given back as the second run found it
+
+
+def _audit_actions(run: PlannedRun) -> list[str]:
+    return [e.action for e in audit.for_run(run.db, run_id=run.run_id)]
+
+
+def test_a_wave_still_waiting_for_room_when_the_window_ends_halts_the_run_and_never_starts(db, cluster):  # noqa: F811
+    hand_cordon(cluster, "gpu-05")  # the pool allows one node out, and a person took one
+    run = PlannedRun(db, cluster, [("gpu-01",)], cfg=pool_config(max_unavailable=1), gated=True,
+                     window_end=NOW + dt.timedelta(minutes=2))
+
+    run.drive(lambda: run.state() == "failed")
+
+    run.passes(5)
+    assert "run.wave" not in _audit_actions(run)
+    assert run.cordoned() == [] and not cluster.node("gpu-01").unschedulable
+
+
+def test_a_dry_run_whose_wave_would_wait_for_room_says_so_and_goes_on(db, cluster):  # noqa: F811
+    hand_cordon(cluster, "gpu-05")
+    run = PlannedRun(db, cluster, [("gpu-01",)], cfg=pool_config(max_unavailable=1), gated=True, dry_run=True)
+
+    run.drive(lambda: run.state() in ("failed", "succeeded"))
+
+    assert run.state() == "succeeded"
+    assert "run.waiting" in _audit_actions(run)  # the thread heard that a real run would wait
+    assert not cluster.node("gpu-01").unschedulable
