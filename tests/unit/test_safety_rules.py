@@ -301,6 +301,12 @@ def test_confirming_the_host_driver_on_one_node_never_confirms_another_node_that
     assert "confirmed_by" not in waiting.detail["params"]
     assert not any(e.action == "run.host-driver-removed" for e in audit.for_run(db, run.run_id))
 
+    # The node that does wait is confirmed.
+    RunService(db).confirm_host_driver(cfg.actor("U0BOB"), run.run_id, now=run.now, node="gpu-01")
+    waiting = next(s for s in RunService(db).get(run.run_id).steps if s.kind == "host-driver-removed"
+                   and s.node == "gpu-01")
+    assert waiting.detail["params"]["confirmed_by"] == "U0BOB"
+
 
 # ------------------------------------------------------------------ fail closed
 
