@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import datetime as dt
 
-from test_safety_rules import NODES, NOW, PlannedRun, cluster, hand_cordon, node_steps, pool_config  # noqa: F401
+import pytest
+from test_safety_rules import (NODES, NOW, PlannedRun, cluster, hand_cordon, node_steps,  # noqa: F401
+                               people_config, pool_config)
 
 from storage import audit
 from storage import runs as stored_runs
 from workflows.engine.runs import RunService
 from workflows.kube.errors import Forbidden
+from workflows.plans import NodeStep
 
 
 def _halted(run: PlannedRun) -> tuple[str, str]:
@@ -79,3 +82,17 @@ def test_a_dry_run_whose_wave_would_wait_for_room_says_so_and_goes_on(db, cluste
     assert run.state() == "succeeded"
     assert "run.waiting" in _audit_actions(run)  # the thread heard that a real run would wait
     assert not cluster.node("gpu-01").unschedulable
+
+
+@pytest.mark.parametrize("kind", ["host-driver-removed", "host-driver-installed"])
+def test_a_person_confirms_the_host_driver_step_the_node_waits_on(db, cluster, kind):  # noqa: F811
+    cfg = people_config()
+    run = PlannedRun(db, cluster, [("gpu-01",)], cfg=cfg, steps=lambda node: (
+        NodeStep("cordon", node, {}), NodeStep(kind, node, {})))  # type: ignore[arg-type]
+    run.drive(lambda: _step_state(run, kind) == "running")
+
+    RunService(db).confirm_host_driver(cfg.actor("U0BOB"), run.run_id, now=run.now)
+
+    waiting = next(s for s in RunService(db).get(run.run_id).steps if s.kind == kind)
+    assert waiting.detail["params"]["confirmed_by"] == "U0BOB"
+    assert f"run.{kind}" in _audit_actions(run)
