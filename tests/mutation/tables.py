@@ -41,7 +41,7 @@ _EVICTION = ("tests/unit/test_safety_rules.py", "tests/unit/test_engine_safety.p
              "tests/unit/test_eviction_throttled.py", "tests/unit/test_step_outcomes.py")
 _ENGINE = ("tests/unit/test_step_failures.py", "tests/unit/test_safety_rules.py", "tests/unit/test_engine_safety.py", "tests/unit/test_engine_steps.py")
 _RUNS = ("tests/unit/test_safety_rules.py", "tests/unit/test_runs.py", "tests/unit/test_host_driver_button.py",
-         "tests/unit/test_window_start.py")
+         "tests/unit/test_window_start.py", "tests/unit/test_step_failures.py", "tests/unit/test_freezes.py")
 _ACCESS = ("tests/unit/test_access.py", "tests/unit/test_pool_operators.py", "tests/unit/test_runs.py",
            "tests/unit/test_requests.py")
 _POLICY = ("tests/unit/test_policy.py", "tests/unit/test_requests.py")
