@@ -13,7 +13,7 @@ from test_safety_rules import (NODES, NOW, PlannedRun, cluster, hand_cordon, nod
 
 from storage import audit
 from storage import runs as stored_runs
-from workflows.engine.runs import RunService
+from workflows.engine.runs import RunAccessDenied, RunRefused, RunService, UnknownRun
 from workflows.kube.errors import Forbidden
 from workflows.plans import NodeStep
 
@@ -96,3 +96,21 @@ def test_a_person_confirms_the_host_driver_step_the_node_waits_on(db, cluster, k
     waiting = next(s for s in RunService(db).get(run.run_id).steps if s.kind == kind)
     assert waiting.detail["params"]["confirmed_by"] == "U0BOB"
     assert f"run.{kind}" in _audit_actions(run)
+
+
+def test_only_an_operator_of_the_pool_confirms_the_host_driver_and_only_on_a_run_that_waits(db, cluster):  # noqa: F811
+    cfg = people_config()
+    run = PlannedRun(db, cluster, [("gpu-01",)], cfg=cfg, steps=lambda node: (
+        NodeStep("cordon", node, {}), NodeStep("host-driver-removed", node, {})))  # type: ignore[arg-type]
+    run.drive(lambda: _step_state(run, "host-driver-removed") == "running")
+    runs = RunService(db)
+
+    with pytest.raises(RunAccessDenied, match="Only an operator of pool train-a or an admin"):
+        runs.confirm_host_driver(cfg.actor("U0EVE"), run.run_id, now=run.now)
+    with pytest.raises(UnknownRun):
+        runs.confirm_host_driver(cfg.actor("U0BOB"), "run-nope", now=run.now)
+    runs.abort(cfg.actor("U0ADA"), run.run_id, now=run.now)
+    with pytest.raises(RunRefused, match=f"Run {run.run_id} is aborted: it waits for nothing"):
+        runs.confirm_host_driver(cfg.actor("U0BOB"), run.run_id, now=run.now)
+
+    assert not any(e.action == "run.host-driver-removed" for e in audit.for_run(db, run.run_id))
