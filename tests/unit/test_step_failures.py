@@ -114,3 +114,32 @@ def test_only_an_operator_of_the_pool_confirms_the_host_driver_and_only_on_a_run
         runs.confirm_host_driver(cfg.actor("U0BOB"), run.run_id, now=run.now)
 
     assert not any(e.action == "run.host-driver-removed" for e in audit.for_run(db, run.run_id))
+
+
+def test_a_word_for_one_node_is_not_a_word_for_all_when_several_wait_for_a_person(db, cluster):  # noqa: F811
+    cfg = people_config()
+    run = PlannedRun(db, cluster, [("gpu-01", "gpu-02")], cfg=cfg, steps=lambda node: (
+        NodeStep("cordon", node, {}), NodeStep("host-driver-removed", node, {})))  # type: ignore[arg-type]
+    run.drive(lambda: [s.state for s in RunService(db).get(run.run_id).steps
+                       if s.kind == "host-driver-removed"] == ["running", "running"])
+
+    with pytest.raises(RunRefused, match=r"waits for a person at 2 nodes \(gpu-01, gpu-02\): name the one"):
+        RunService(db).confirm_host_driver(cfg.actor("U0BOB"), run.run_id, now=run.now)
+
+    assert not any("confirmed_by" in s.detail["params"] for s in RunService(db).get(run.run_id).steps)
+
+
+def test_drain_done_is_refused_for_a_run_with_no_hold_left_and_for_a_request_with_no_run(db, cluster):  # noqa: F811
+    cfg = people_config()
+    run = PlannedRun(db, cluster, [("gpu-01",)], cfg=cfg, steps=lambda node: (
+        NodeStep("cordon", node, {}), NodeStep("host-driver-removed", node, {})))  # type: ignore[arg-type]
+    run.drive(lambda: _step_state(run, "host-driver-removed") == "running")
+    request_id = RunService(db).get(run.run_id).request_id
+
+    with pytest.raises(RunRefused, match=f"Run {run.run_id} has no hold left to end"):
+        RunService(db).release_hold(cfg.actor("U0BOB"), request_id, now=run.now)
+    RunService(db).abort(cfg.actor("U0ADA"), run.run_id, now=run.now)
+    with pytest.raises(RunRefused, match=f"{request_id} has no run yet"):
+        RunService(db).release_hold(cfg.actor("U0BOB"), request_id, now=run.now)
+
+    assert "run.released" not in _audit_actions(run)
