@@ -44,7 +44,7 @@ _RUNS = ("tests/unit/test_safety_rules.py", "tests/unit/test_runs.py", "tests/un
          "tests/unit/test_window_start.py", "tests/unit/test_step_failures.py", "tests/unit/test_freezes.py")
 _ACCESS = ("tests/unit/test_access.py", "tests/unit/test_pool_operators.py", "tests/unit/test_runs.py",
            "tests/unit/test_requests.py")
-_POLICY = ("tests/unit/test_policy.py", "tests/unit/test_requests.py")
+_POLICY = ("tests/unit/test_open_requests.py", "tests/unit/test_policy.py", "tests/unit/test_requests.py")
 _FREEZES = ("tests/unit/test_freeze_audit.py", "tests/unit/test_freezes.py", "tests/unit/test_safety_rules.py")
 _CHECK = ("tests/unit/test_gpu_check.py", "tests/unit/test_dcgm_diag.py")
 _CAPACITY = ("tests/unit/test_capacity.py", "tests/unit/test_planning.py", "tests/unit/test_safety_rules.py",
