@@ -66,6 +66,11 @@ def mutant_prefix(module: str) -> str:
 def run_mutmut(name: str, patterns: list[str], *, children: int) -> int:
     log = MUTANTS / f"{name.replace('/', '.')}.log"
     MUTANTS.mkdir(exist_ok=True)
+    # Tests read the reference captures in ../shared, beside the checkout; from mutmut's
+    # copy (mutants/) that is the checkout itself.
+    shared = ROOT / "shared"
+    if not shared.exists() and (ROOT.parent / "shared").is_dir():
+        shared.symlink_to(ROOT.parent / "shared")
     print(f"mutation: {name}, output in {log.relative_to(ROOT)}", flush=True)
     with log.open("w") as out:
         done = subprocess.run([str(MUTMUT), "run", "--max-children", str(children), *patterns],
