@@ -104,10 +104,11 @@ reliability: testenv-build
 	GPUOPS_RELIABILITY_FULL=1 GPUOPS_RELIABILITY_RESULTS=1 GPUOPS_RELIABILITY_SEED=$(SEED) \
 		$(PY) -m pytest tests/reliability -p no:cacheprovider -p no:randomly -o addopts= -q -s $(if $(SUITE),-k '$(SUITE)')
 
-# Mutation testing of the safety modules (slow: about two hours on 2 cores; not part of
-# `make test`). MODULES=policy,runs limits it; survivors in tests/mutation/results/.
+# Mutation testing of the safety modules (slow: more than two hours on 2 cores for all; not
+# part of `make test`). MODULES=freezes,capacity runs those; each module's results go to its
+# own file in tests/mutation/results/, stamped with the commit (a clean tree only).
 mutation: venv
-	$(PY) -m tests.mutation.run $(if $(MODULES),--modules $(MODULES)) $(if $(MUTATION_CHILDREN),--children $(MUTATION_CHILDREN))
+	$(PY) -m tests.mutation.run $(if $(MODULES),--modules $(MODULES)) $(if $(MUTATION_CHILDREN),--children $(MUTATION_CHILDREN)) $(if $(MUTATION_TOOL),--tool $(MUTATION_TOOL))
 
 testenv-up: testenv-build
 	$(PY) -m testenv up --fleet $(FLEET)

@@ -500,16 +500,19 @@ def suite_times() -> str:
 
 
 def mutation_results() -> str:
-    """The per-module table of tests/mutation/results/survivors.md, and a chart of it."""
-    text = (ROOT / "tests" / "mutation" / "results" / "survivors.md").read_text()
-    rows = re.findall(r"^\| ([a-z_/]+\.py) \| (\d+) \| (\d+) \| (\d+) \| (\d+) \|", text, re.M)
-    names = [Path(row[0]).stem for row in rows]
-    top = max(int(row[1]) for row in rows)
-    return "\n".join([
-        "From `tests/mutation/results/survivors.md`: mutants per safety module, killed (bars) and survived (line).",
-        "", "```mermaid", "xychart-beta", '    title "Mutants killed and survived, by module"',
-        f"    x-axis [{', '.join(names)}]", f'    y-axis "mutants" 0 --> {top}',
-        f"    bar [{', '.join(row[2] for row in rows)}]", f"    line [{', '.join(row[4] for row in rows)}]", "```"])
+    """The index of tests/mutation/results/ (one results file per module and tool, each
+    stamped with its commit), and a chart of the modules that have results."""
+    text = (ROOT / "tests" / "mutation" / "results" / "README.md").read_text()
+    body = text.split("\n", 1)[1].strip().replace("## ", "### ")
+    mutmut = text.split("## tables")[0]
+    rows = re.findall(r"^\| ([a-z_/]+) \| \S+ \| [0-9a-f]{12} \| (\d+) \| (\d+) \| (\d+) \| (\d+) \|", mutmut, re.M)
+    out = ["From `tests/mutation/results/README.md`:", "", body]
+    if rows:
+        out += ["", "```mermaid", "xychart-beta", '    title "mutmut: mutants killed and survived, by module run on the current code"',
+                f"    x-axis [{', '.join(chr(34) + row[0] + chr(34) for row in rows)}]",
+                f'    y-axis "mutants" 0 --> {max(int(row[1]) for row in rows)}',
+                f"    bar [{', '.join(row[2] for row in rows)}]", f"    line [{', '.join(row[4] for row in rows)}]", "```"]
+    return "\n".join(out)
 
 
 def kill_points() -> str:

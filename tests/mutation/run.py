@@ -1,78 +1,54 @@
-"""`make mutation`: mutation testing of the safety modules with mutmut, one module at a
-time, then a report of every mutant the tests did not kill.
+"""`make mutation`: mutation testing of the safety modules, module by module, each
+module's results written to its own file stamped with the commit (tests/mutation/results.py).
 
-    python -m tests.mutation.run [--modules policy,runs] [--children 1] [--keep] [--critical] [--report-only]
+    python -m tests.mutation.run [--modules freezes,capacity] [--tool mutmut|tables|both]
+                                 [--children 1] [--keep] [--critical]
+    python -m tests.mutation.run --index           # rewrite results/README.md only
+    python -m tests.mutation.run --forget-stale    # delete results older than their module
+    python -m tests.mutation.run --explain         # the results' reasons from explanations.toml
 
-Each module of MODULES is run as `mutmut run "<module>*"` (mutmut's configuration is
-`[tool.mutmut]` in pyproject.toml: which files, which tests), its output going to
-`mutants/<module>.log`. Then the survivors (and mutants no test reaches) of every module
-are written to `tests/mutation/results/survivors.md`, with their diffs, and compared with
-`tests/mutation/explanations.toml`:
+Two tools. mutmut (`[tool.mutmut]` in pyproject.toml: which files, which tests) mutates
+operators, constants and calls inside functions; each module is run as `mutmut run
+"<module>.*"`, its output in `mutants/<module>.log`. tests/mutation/tables.py reaches
+what mutmut does not: the module-level tables that carry safety rules, and outcomes
+turned around (a failure into a success, a refusal into nothing, False into True).
 
-- a survivor in a critical function (the two-person rule, cordon restore, PDB handling,
-  run start: `[critical]` there) fails the run;
-- every other survivor must be explained there (`[survivors]`, by mutant name): an
-  unexplained one fails the run too, and an explanation whose mutant no longer survives
-  is reported as stale.
+Each survivor (and mutant no test reaches) is compared with tests/mutation/explanations.toml:
 
-`--critical` runs only the mutants of the critical functions (a quick check of the rules
-that must hold; `--keep` reuses the other results of an earlier run for the report).
+- a survivor in a critical function (`[critical]`: the two-person rule, cordon restore,
+  PDB handling, run start) fails the run;
+- every other survivor must be explained there, by its own name (`[survivors]`; a reason
+  given for a whole function is not taken, `[hints]` keeps those as hints): an
+  unexplained one fails the run, and an explanation whose mutant no longer survives is
+  reported as stale.
 
-Mutant names number the mutations of one function (`...x_require__mutmut_7`); a change
-to that function renumbers them, so its explanations are reviewed with it.
+A module's results file is written only when all its mutants were checked, and only from
+a tree whose product and tests are committed (the stamp). `--critical` runs only the
+mutants of the critical functions, as a quick check: it writes no results file.
+
+mutmut's mutant names number the mutations of one function (`...x_require__mutmut_7`);
+a change to that function renumbers them, so its explanations are reviewed with it.
 """
 
 from __future__ import annotations
 
 import argparse
-import fnmatch
+import dataclasses
 import json
 import os
 import shutil
 import subprocess
 import sys
-import tomllib
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results" / "survivors.md"
-EXPLANATIONS = HERE / "explanations.toml"
+from tests.mutation import results as store
+from tests.mutation.explaining import Rules, judge, why_of
+from tests.mutation.results import MODULES, ROOT, UNEXPLAINED, ModuleResults, Unstampable
+
 MUTANTS = ROOT / "mutants"
 MUTMUT = Path(sys.executable).with_name("mutmut")
 
-# Short name -> the source file mutmut mutates (as in pyproject's only_mutate).
-MODULES = {
-    "access": "workflows/access.py",
-    "policy": "workflows/requests/policy.py",
-    "requests": "workflows/requests/records.py",
-    "request_errors": "workflows/requests/errors.py",
-    "request_views": "workflows/requests/views.py",
-    "submitting": "workflows/requests/submitting.py",
-    "approving": "workflows/requests/approving.py",
-    "drain_extensions": "workflows/requests/drain_extensions.py",
-    "rollbacks": "workflows/requests/rollbacks.py",
-    "runs": "workflows/engine/runs.py",
-    "steps/contract": "workflows/engine/steps/contract.py",
-    "steps/cordoning": "workflows/engine/steps/cordoning.py",
-    "steps/eviction": "workflows/engine/steps/eviction.py",
-    "steps/waiting": "workflows/engine/steps/waiting.py",
-    "steps/driver": "workflows/engine/steps/driver.py",
-    "steps/operator_upgrade": "workflows/engine/steps/operator_upgrade.py",
-    "steps/mig": "workflows/engine/steps/mig.py",
-    "steps/gpu_check": "workflows/engine/steps/gpu_check.py",
-    "steps/host_driver": "workflows/engine/steps/host_driver.py",
-    "steps/table": "workflows/engine/steps/table.py",
-    "engine": "workflows/engine/loop.py",
-    "waves": "workflows/engine/waves.py",
-    "wave_gates": "workflows/engine/wave_gates.py",
-    "engine_context": "workflows/engine/context.py",
-    "transitions": "workflows/engine/transitions.py",
-    "window_start": "workflows/engine/window_start.py",
-    "audit": "storage/audit.py",
-}
 # mutmut's exit codes per mutant (mutmut.stats.status_by_exit_code, pinned version).
 STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", 34: "skipped",
           36: "timeout", -24: "timeout", 24: "timeout", 152: "timeout", 255: "timeout", 37: "type check",
@@ -80,11 +56,7 @@ STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests"
 NOT_KILLED = ("survived", "no tests", "not checked", "suspicious", "skipped")
 
 
-@dataclass(frozen=True)
-class Mutant:
-    name: str
-    module: str
-    status: str
+# --- mutmut ------------------------------------------------------------------------------
 
 
 def mutant_prefix(module: str) -> str:
@@ -92,8 +64,13 @@ def mutant_prefix(module: str) -> str:
 
 
 def run_mutmut(name: str, patterns: list[str], *, children: int) -> int:
-    log = MUTANTS / f"{name}.log"
+    log = MUTANTS / f"{name.replace('/', '.')}.log"
     MUTANTS.mkdir(exist_ok=True)
+    # Tests read the reference captures in ../shared, beside the checkout; from mutmut's
+    # copy (mutants/) that is the checkout itself.
+    shared = ROOT / "shared"
+    if not shared.exists() and (ROOT.parent / "shared").is_dir():
+        shared.symlink_to(ROOT.parent / "shared")
     print(f"mutation: {name}, output in {log.relative_to(ROOT)}", flush=True)
     with log.open("w") as out:
         done = subprocess.run([str(MUTMUT), "run", "--max-children", str(children), *patterns],
@@ -103,21 +80,20 @@ def run_mutmut(name: str, patterns: list[str], *, children: int) -> int:
     return done.returncode
 
 
-def critical_patterns() -> list[str]:
+def critical_patterns(rules: Rules) -> list[str]:
     """The critical functions as mutmut run takes them (function names, then a star)."""
-    critical = tomllib.loads(EXPLANATIONS.read_text()).get("critical", {})
-    return sorted({p.replace("__mutmut_*", "*") for patterns in critical.values() for p in patterns})
+    return sorted({p.replace("__mutmut_*", "*") for patterns in rules.critical.values() for p in patterns})
 
 
-def results(module: str) -> list[Mutant]:
+def mutmut_statuses(module: str) -> dict[str, str]:
     meta = MUTANTS / (MODULES[module] + ".meta")
     if not meta.exists():
-        return []
+        return {}
     codes = json.loads(meta.read_text())["exit_code_by_key"]
-    return [Mutant(name, module, STATUS.get(code, "suspicious")) for name, code in sorted(codes.items())]
+    return {name: STATUS.get(code, "suspicious") for name, code in sorted(codes.items())}
 
 
-def diff(name: str, module: str) -> str:
+def mutmut_diff(name: str, module: str) -> str:
     """The mutant's change, as `mutmut show` prints it (read in this process: one
     `mutmut show` per survivor would take a second each)."""
     from mutmut.mutation.diff_apply import get_diff_for_mutant
@@ -127,87 +103,123 @@ def diff(name: str, module: str) -> str:
     return "\n".join(line for line in text.splitlines() if not line.startswith(("---", "+++"))).strip()
 
 
-def report(modules: list[str]) -> int:
-    rules = tomllib.loads(EXPLANATIONS.read_text())
-    critical: dict[str, list[str]] = rules.get("critical", {})
-    explained: dict[str, str] = rules.get("survivors", {})
-    everything = {m: results(m) for m in modules}
-    lines = ["# Mutation testing: what survived", "",
-             "Written by `make mutation` (tests/mutation/run.py) from mutmut's results; explanations in",
-             "`tests/mutation/explanations.toml`. Survivors in the critical functions fail the run.", "",
-             "| module | mutants | killed | timeout | survived | no tests | not checked | explained |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    failures: list[str] = []
-    detail: list[str] = []
-    unchecked: Counter[str] = Counter()
-    for module, mutants in everything.items():
-        counts = Counter(m.status for m in mutants)
-        for mutant in mutants:
-            if mutant.status == "not checked":
-                unchecked[mutant.name.rsplit("__mutmut_", 1)[0]] += 1
-        open_ = [m for m in mutants if m.status in NOT_KILLED and m.status != "not checked"]
-        lines.append(f"| {MODULES[module]} | {len(mutants)} | {counts['killed']} | {counts['timeout']} | "
-                     f"{counts['survived']} | {counts['no tests']} | {counts['not checked']} | "
-                     f"{sum(any(fnmatch.fnmatchcase(m.name, p) for p in explained) for m in open_)} |")
-        for mutant in open_:
-            area = next((a for a, patterns in critical.items()
-                         if any(fnmatch.fnmatchcase(mutant.name, p) for p in patterns)), None)
-            why = next((reason for pattern, reason in explained.items() if fnmatch.fnmatchcase(mutant.name, pattern)),
-                       None)
-            if area is not None:
-                failures.append(f"{mutant.name} ({mutant.status}) is in the critical area '{area}'")
-            elif why is None:
-                failures.append(f"{mutant.name} ({mutant.status}) is not explained in {EXPLANATIONS.name}")
-            detail += [f"### `{mutant.name}` ({mutant.status})", "", "```diff", diff(mutant.name, module), "```", "",
-                       f"Critical ({area}): must be killed." if area else f"Why it may live: {why or 'UNEXPLAINED'}",
-                       ""]
-    surviving = {m.name for ms in everything.values() for m in ms if m.status in NOT_KILLED}
-    checked = {m.name for ms in everything.values() for m in ms}
-    # An explanation is stale when it names mutants of the modules run and none of them survives.
-    stale = sorted(p for p in explained if any(fnmatch.fnmatchcase(n, p) for n in checked)
-                   and not any(fnmatch.fnmatchcase(n, p) for n in surviving))
-    lines += ["", f"Critical areas (no survivor allowed): {', '.join(critical)}.", ""]
-    if stale:
-        lines += ["Explanations whose mutant no longer survives (remove them): "
-                  + ", ".join(f"`{n}`" for n in stale), ""]
-    if unchecked:
-        failures.append(f"{sum(unchecked.values())} mutants were not checked (a run cut short): run make mutation")
-        lines += ["## Not checked in this run", "",
-                  "mutmut generated these but the run ended before testing them; they are neither killed nor",
-                  "survivors yet. Per function:", ""]
-        lines += [f"- `{name}`: {count}" for name, count in sorted(unchecked.items())] + [""]
-    lines += ["## Survivors", ""] + (detail or ["None.", ""])
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text("\n".join(lines).rstrip() + "\n")
-    print(f"mutation: results in {RESULTS.relative_to(ROOT)}")
-    for failure in failures:
-        print(f"mutation: FAIL {failure}")
-    return 1 if failures else 0
+def mutmut_results(module: str, commit: str, rules: Rules) -> tuple[ModuleResults | None, list[str]]:
+    statuses = mutmut_statuses(module)
+    if not statuses:
+        return None, [f"{module}: mutmut left no results (see its log)"]
+    counts = Counter(statuses.values())
+    if counts["not checked"]:
+        return None, [f"{module}: {counts['not checked']} mutants were not checked (a run cut short): no results "
+                      "written for it"]
+    open_ = [(n, s, mutmut_diff(n, module)) for n, s in statuses.items() if s in NOT_KILLED]
+    judged, failures = judge(rules, module, "mutmut", open_)
+    result = ModuleResults(tool="mutmut", module=module, source=MODULES[module], commit=commit,
+                           counts={"mutants": len(statuses), "timeout": counts["timeout"],
+                                   # killed: also a type error or a crash; survived: also suspicious, skipped
+                                   "killed": sum(n for s, n in counts.items() if s not in NOT_KILLED and s != "timeout"),
+                                   "survived": len(open_) - counts["no tests"], "no_tests": counts["no tests"]},
+                           open=tuple(judged))
+    return result, failures
+
+
+# --- the commands ------------------------------------------------------------------------
+
+
+def explain_again() -> int:
+    """Rewrite each results file's reasons from explanations.toml (the mutants and the
+    commit stay: what was run does not change when a survivor is explained)."""
+    rules = Rules.load()
+    left = 0
+    for result in store.all_results():
+        open_ = tuple(dataclasses.replace(o, why=why_of(rules, o.name)) for o in result.open)
+        store.write(dataclasses.replace(result, open=open_))
+        left += sum(1 for o in open_ if o.why == UNEXPLAINED or o.why.startswith("CRITICAL"))
+    print(f"mutation: index in {store.write_index().relative_to(ROOT)}; {left} survivors not explained")
+    return 1 if left else 0
+
+
+def forget_stale() -> int:
+    for result in store.all_results():
+        reason = store.stale_reason(result)
+        if reason is not None:
+            result.path.unlink()
+            print(f"mutation: deleted {result.path.relative_to(ROOT)}: {reason}")
+    print(f"mutation: index in {store.write_index().relative_to(ROOT)}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.mutation.run", description=__doc__.split("\n\n")[0])
     parser.add_argument("--modules", default=",".join(MODULES), help=f"comma-separated, of: {', '.join(MODULES)}")
+    parser.add_argument("--tool", choices=("mutmut", "tables", "both"), default="both")
     parser.add_argument("--children", type=int, default=int(os.environ.get("MUTATION_CHILDREN", "1")),
                         help="mutants tested at once (default 1: the machine is shared)")
-    parser.add_argument("--keep", action="store_true", help="reuse mutants/ from an earlier run")
-    parser.add_argument("--report-only", action="store_true", help="only write the report from mutants/")
+    parser.add_argument("--keep", action="store_true", help="reuse mutants/ (mutmut's stats) from an earlier run")
     parser.add_argument("--critical", action="store_true",
-                        help="run only the critical functions' mutants (all modules), then report")
+                        help="run only the critical functions' mutmut mutants (all modules); writes no results")
+    parser.add_argument("--index", action="store_true", help="only rewrite the index from the results files")
+    parser.add_argument("--explain", action="store_true",
+                        help="rewrite the results files' reasons from explanations.toml (no mutant is run)")
+    parser.add_argument("--forget-stale", action="store_true",
+                        help="delete the results files older than their module's last change, then the index")
     args = parser.parse_args(argv)
+    if args.index:
+        print(f"mutation: index in {store.write_index().relative_to(ROOT)}")
+        return 0
+    if args.forget_stale:
+        return forget_stale()
+    if args.explain:
+        return explain_again()
     modules = [m.strip() for m in args.modules.split(",") if m.strip()]
     unknown = [m for m in modules if m not in MODULES]
     if unknown:
         parser.error(f"unknown modules {unknown}; known: {', '.join(MODULES)}")
-    if not args.report_only:
-        if not args.keep and MUTANTS.exists():
+    rules = Rules.load()
+    if args.critical:
+        if MUTANTS.exists() and not args.keep:
             shutil.rmtree(MUTANTS)
-        runs = ([("critical", critical_patterns())] if args.critical else
-                [(module, [f"{mutant_prefix(module)}.*"]) for module in modules])
-        for name, patterns in runs:
-            if run_mutmut(name, patterns, children=args.children) != 0:
-                return 2
-    return report(modules)
+        return 2 if run_mutmut("critical", critical_patterns(rules), children=args.children) != 0 else 0
+    try:
+        commit = store.stamp()
+    except Unstampable as err:
+        print(f"mutation: refused: {err}")
+        return 2
+    failures: list[str] = []
+    if args.tool in ("mutmut", "both"):
+        if MUTANTS.exists() and not args.keep:
+            shutil.rmtree(MUTANTS)
+        for module in modules:
+            if run_mutmut(module, [f"{mutant_prefix(module)}.*"], children=args.children) != 0:
+                failures.append(f"{module}: mutmut failed")
+                continue
+            result, failed = mutmut_results(module, commit, rules)
+            failures += failed
+            if result is not None:
+                failures += write_stamped(result, commit)
+    if args.tool in ("tables", "both"):
+        from tests.mutation import tables
+
+        for module in [m for m in modules if m in store.modules_of("tables")]:
+            result, failed = tables.run_module(module, commit=commit, rules=rules)
+            failures += failed
+            if result is not None:
+                failures += write_stamped(result, commit)
+    print(f"mutation: index in {store.write_index().relative_to(ROOT)}")
+    for failure in failures:
+        print(f"mutation: FAIL {failure}")
+    return 1 if failures else 0
+
+
+def write_stamped(result: ModuleResults, commit: str) -> list[str]:
+    """Write a module's results if the tree is still the commit the run began on."""
+    try:
+        now = store.stamp()
+    except Unstampable as err:
+        return [f"{result.module}: results not written: {err}"]
+    if now != commit:
+        return [f"{result.module}: results not written: HEAD moved from {commit[:12]} to {now[:12]} during the run"]
+    print(f"mutation: results in {store.write(result).relative_to(ROOT)}", flush=True)
+    return []
 
 
 if __name__ == "__main__":

@@ -37,6 +37,21 @@ def test_an_admin_holds_every_role_everywhere_and_a_viewer_only_reads():
     assert [role for role in Role if eve.has(role, pool="train-a")] == [Role.VIEWER]
 
 
+@pytest.mark.parametrize(("role", "holds"), [
+    (Role.VIEWER, {Role.VIEWER}),
+    (Role.OPERATOR, {Role.OPERATOR, Role.VIEWER}),
+    (Role.APPROVER, {Role.APPROVER, Role.VIEWER}),
+    (Role.ADMIN, set(Role)),
+])
+def test_operators_and_approvers_also_read_and_neither_holds_the_others_role(role, holds):
+    person = Actor(user_id=UserId("U0ANY"), name="Any", roles=frozenset({role}))
+    for_one_pool = Actor(user_id=UserId("U0ONE"), name="One", pool_roles={"train-a": frozenset({role})})
+
+    assert {r for r in Role if person.has(r)} == holds
+    assert {r for r in Role if for_one_pool.has(r, pool="train-a")} == holds
+    assert not any(for_one_pool.has(r, pool="serving-a") for r in Role)
+
+
 def test_people_are_named_by_configured_name_by_mention_or_off_slack_by_their_id():
     names = {"U0ADA": "ada"}
     assert public_name("U0ADA", names=names) == "ada"

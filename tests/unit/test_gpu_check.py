@@ -341,3 +341,14 @@ def test_a_burn_in_after_the_check_is_a_pod_of_its_own_on_every_gpu_whose_exit_c
     assert isinstance(outcome, Failed)
     assert "`all_reduce_perf -b 8 -e 8G` exited 1 (Error): \"# Out of bounds values : 3 FAILED\"" in outcome.reason
     assert gateway.log_reads == []  # a command check's exit code decides; no report is read
+
+
+def test_a_diag_whose_every_test_passed_but_dcgmi_exited_non_zero_fails_the_node_on_the_exit_code(make):
+    gateway = _PodsWithLogs()
+    step, ctx, name = _diag_started(gateway, make)
+    step.advance(ctx)  # type: ignore[arg-type]
+    gateway.logs[name] = samples.dcgm4_text(gpus=8, level=2)
+    gateway.end(name, phase="Failed", exit_code=1)
+    outcome = step.advance(ctx)  # type: ignore[arg-type]
+    assert isinstance(outcome, Failed) and outcome.code == "gpu-check-failed", outcome
+    assert outcome.detail["exit_code"] == 1 and name in gateway.pods

@@ -115,7 +115,8 @@ class PlannedRun:
     told), approved and started; an engine (with the pools' policies when `gated`) driven pass by pass."""
 
     def __init__(self, db: Database, cluster, waves: list[tuple[str, ...]], *, cfg: GpuopsConfig | None = None,
-                 gated: bool = False, steps: Callable[[str], tuple[NodeStep, ...]] = node_steps) -> None:
+                 gated: bool = False, steps: Callable[[str], tuple[NodeStep, ...]] = node_steps,
+                 dry_run: bool = False, window_end: dt.datetime | None = None) -> None:
         self.db, self.cluster, self.now, self.mono = db, cluster, NOW, 0.0
         self.cfg = cfg or pool_config()
         plan = Plan(kind="drain", pool="train-a", summary=PlanSummary(), created_for="U0ADA", waves=tuple(
@@ -123,8 +124,8 @@ class PlannedRun:
             for index, nodes in enumerate(waves)))
         request = RequestService(db, self.cfg).submit(
             self.cfg.actor("U0ADA"), kind="drain", pool="train-a", targets=[n for w in waves for n in w], plan=plan,
-            window_start=None, window_end=None, reason="rack move", channel="C0OPS", now=NOW)
-        self.run_id = RunService(db).start(request.id, dry_run=False, now=NOW, actor=self.cfg.actor("U0ADA")).id
+            window_start=None, window_end=window_end, reason="rack move", channel="C0OPS", now=NOW)
+        self.run_id = RunService(db).start(request.id, dry_run=dry_run, now=NOW, actor=self.cfg.actor("U0ADA")).id
         self.engine = Engine(db=db, gateway=cluster, cache=cluster, lease=AlwaysHeld(), replica="engine-0",
                              clock=lambda: self.now, monotonic=lambda: self.mono,
                              pools=self.cfg.pools if gated else None)
@@ -299,6 +300,12 @@ def test_confirming_the_host_driver_on_one_node_never_confirms_another_node_that
                    and s.node == "gpu-01")
     assert "confirmed_by" not in waiting.detail["params"]
     assert not any(e.action == "run.host-driver-removed" for e in audit.for_run(db, run.run_id))
+
+    # The node that does wait is confirmed.
+    RunService(db).confirm_host_driver(cfg.actor("U0BOB"), run.run_id, now=run.now, node="gpu-01")
+    waiting = next(s for s in RunService(db).get(run.run_id).steps if s.kind == "host-driver-removed"
+                   and s.node == "gpu-01")
+    assert waiting.detail["params"]["confirmed_by"] == "U0BOB"
 
 
 # ------------------------------------------------------------------ fail closed

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from storage import codec
@@ -36,11 +37,18 @@ def _advertised(inv: NodeInventory) -> tuple[bool, str]:
     return ok, say.advertised_text(inv.advertised_gpus, inv.allocatable_gpus, expected)
 
 
-def _pod_check(attribute: str, label: str) -> Check:
-    def check(inv: NodeInventory) -> tuple[bool, str]:
-        state = getattr(inv, attribute)
-        return state.condition == "healthy", f"{label} {state.text}"
-    return check
+@dataclass(frozen=True)
+class _PodCheck:
+    """An operand pod on the node is healthy. A value called when a step looks (not a
+    closure made at import to fill CONDITIONS), so that changing what it checks changes
+    what the steps see: mutation testing tells the two apart (tests/mutation)."""
+
+    attribute: str
+    label: str
+
+    def __call__(self, inv: NodeInventory) -> tuple[bool, str]:
+        state = getattr(inv, self.attribute)
+        return state.condition == "healthy", f"{self.label} {state.text}"
 
 
 def _driver(inv: NodeInventory) -> tuple[bool, str]:
@@ -69,8 +77,8 @@ def _mig(inv: NodeInventory) -> tuple[bool, str]:
 CONDITIONS: dict[str, Check] = {
     "node-ready": _ready,
     "gpus-advertised": _advertised,
-    "device-plugin-ready": _pod_check("device_plugin_pod", "device plugin"),
-    "validator-ready": _pod_check("validator_pod", "validator"),
+    "device-plugin-ready": _PodCheck("device_plugin_pod", "device plugin"),
+    "validator-ready": _PodCheck("validator_pod", "validator"),
     "driver-ready": _driver,
     "operator-driver-ready": _operator_driver,
     "no-operator-driver": _no_operator_driver,
