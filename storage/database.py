@@ -219,6 +219,12 @@ class Database:
         names = [d[0] for d in cursor.description or ()]
         return [dict(zip(names, values)) for values in cursor.fetchall()]
 
+    def rows(self, sql: str, params: Params = ()) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """The column names and the rows as tuples: for a reader that compares whole rows
+        with ones it read before (`storage.steps.RunStepReads`)."""
+        cursor = self._backend.execute(sql, params)
+        return [d[0] for d in cursor.description or ()], [tuple(values) for values in cursor.fetchall()]
+
     def query_one(self, sql: str, params: Params = ()) -> dict[str, Any] | None:
         rows = self.query(sql, params)
         return rows[0] if rows else None

@@ -134,6 +134,13 @@ def get(db: Database, *, id: RequestId) -> Request | None:
     return None if row is None else _from_row(row)
 
 
+def plan_version(db: Database, *, id: RequestId) -> tuple[dt.datetime | None, str] | None:
+    """The request's window end and plan hash, which a running drain's extension moves: read
+    without the plan itself (the engine asks on every pass, and a 200-node plan is large)."""
+    row = db.query_one("SELECT window_end, plan_hash FROM requests WHERE id = ?", (id,))
+    return None if row is None else (codec.optional_time_from_text(row["window_end"]), row["plan_hash"])
+
+
 def transition(
     db: Database,
     *,

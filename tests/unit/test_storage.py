@@ -755,6 +755,34 @@ def test_a_repeated_node_and_seq_within_a_run_is_refused(db):
     assert steps.for_run(db, run_id=run.id) == []
 
 
+def test_reading_a_runs_steps_again_sees_every_change_another_connection_wrote(db, db_path):
+    """The engine reads its run's steps on every turn, reusing what did not change: a
+    state, a time or a control written into a step's detail by another process (`drain
+    done`) is seen at the next read, and a step is never read back older than it is."""
+    run = runs.create(db, request_id=new_request(db).id, dry_run=False, at=NOW)
+    assert run is not None
+    first, second = steps.add(db, run_id=run.id, steps=[
+        steps.NewStep(wave=0, node="gpu-01", seq=0, kind="hold", detail={"params": {"released": False}}),
+        steps.NewStep(wave=0, node="gpu-02", seq=0, kind="cordon")])
+    reads = steps.RunStepReads()
+    assert reads.for_run(db, run_id=run.id) == steps.for_run(db, run_id=run.id)
+
+    other = open_database(db_path)
+    try:
+        assert steps.transition(other, id=first.id, expected="pending", new="running", at=NOW)
+        assert steps.replace_detail(other, id=first.id, expected="running", detail={"params": {"released": True}})
+        assert steps.transition(other, id=second.id, expected="pending", new="running", at=NOW + HOUR)
+    finally:
+        other.close()
+
+    again = reads.for_run(db, run_id=run.id)
+    assert again == steps.for_run(db, run_id=run.id)
+    assert [(s.state, s.started_at, s.detail) for s in again] == [
+        ("running", NOW, {"params": {"released": True}}), ("running", NOW + HOUR, {})]
+    reads.keep_only([])  # the run let go: the next read decodes it all again, still the same
+    assert reads.for_run(db, run_id=run.id) == again
+
+
 def test_a_retried_step_counts_attempts_and_starts_clean(db):
     run = runs.create(db, request_id=new_request(db).id, dry_run=False, at=NOW)
     assert run is not None

@@ -170,6 +170,7 @@ class Engine:
         self._timer_seq = itertools.count()
         self.live: dict[StepId, LiveStep] = {}
         self._info: dict[RunId, RunInfo] = {}
+        self._step_reads = stored_steps.RunStepReads()  # each turn reads its run's steps again
         self._listening = False
         # The run's waves (starting nodes, entering the next wave, finishing) and the gates
         # before them (freezes, the pool as it is now): workflows.engine.waves, .wave_gates.
@@ -246,6 +247,7 @@ class Engine:
         self.live.clear()
         self._timers.clear()
         self._info.clear()
+        self._step_reads.forget()
         self._gates.forget()
         self._signal_gate.forget()
         self.transitions.forget()
@@ -264,6 +266,7 @@ class Engine:
             self._drive(run, woken, due, seen, evaluated)
         for step_id in set(self.live) - seen:
             self.live.pop(step_id, None)
+        self._step_reads.keep_only([run.id for run in runs])
         return bool(self.unfinished())
 
     def ours(self, request: Request) -> bool:
@@ -298,7 +301,7 @@ class Engine:
                 return False  # a change freeze: the run starts when it ends
             self._start_run(run, info)
             return True
-        steps = stored_steps.for_run(self.db, run_id=run.id)
+        steps = self._step_reads.for_run(self.db, run_id=run.id)
         if not steps:
             self._waves.finish_run(run, info, steps)
             return False
@@ -469,11 +472,12 @@ class Engine:
         """`_run_info` with the request read again: a running drain's extension moves its
         window end (and plan hash), which the wave gate and a frozen run's halt read."""
         info = self._run_info(run)
-        request = stored_requests.get(self.db, id=run.request_id)
-        if request is not None and (request.window_end, request.plan_hash) != (info.request.window_end,
-                                                                               info.request.plan_hash):
-            info = RunInfo(request=request, plan=plan_from_json(request.plan))
-            self._info[run.id] = info
+        version = stored_requests.plan_version(self.db, id=run.request_id)
+        if version is not None and version != (info.request.window_end, info.request.plan_hash):
+            request = stored_requests.get(self.db, id=run.request_id)
+            if request is not None:
+                info = RunInfo(request=request, plan=plan_from_json(request.plan))
+                self._info[run.id] = info
         return info
 
     def _run_info(self, run: Run) -> RunInfo:
