@@ -92,6 +92,8 @@ class Backend(Protocol):
 
     def execute(self, sql: str, params: Params = ()) -> Cursor: ...
 
+    def revive(self) -> None: ...
+
     def begin(self) -> None: ...
 
     def schema_version(self) -> int: ...
@@ -133,6 +135,14 @@ class Database:
     def __init__(self, backend: Backend) -> None:
         self._backend = backend
         self._savepoints = itertools.count(1)
+        self._in_block = False  # inside `transaction()`: a lost connection is not replaced there
+
+    def _between_transactions(self) -> Backend:
+        """The backend, its connection replaced first if the server dropped it (PostgreSQL),
+        unless a transaction is open: one lost mid-way must fail as a whole."""
+        if not self._in_block:
+            self._backend.revive()
+        return self._backend
 
     @property
     def backend(self) -> Backend:
@@ -174,7 +184,7 @@ class Database:
         transition, its audit row and its outbox message).
         """
         backend = self._backend
-        if backend.in_transaction:
+        if backend.in_transaction or self._in_block:  # NB: a connection lost mid-way is in none
             name = f"gpuops_{next(self._savepoints)}"
             backend.execute(f'SAVEPOINT "{name}"')
             try:
@@ -189,7 +199,9 @@ class Database:
             else:
                 backend.execute(f'RELEASE "{name}"')
             return
+        backend.revive()
         backend.begin()
+        self._in_block = True
         try:
             yield self
         except BaseException:
@@ -203,26 +215,28 @@ class Database:
                 if backend.in_transaction:
                     backend.execute("ROLLBACK")
                 raise
+        finally:
+            self._in_block = False
 
     def execute(self, sql: str, params: Params = ()) -> Cursor:
-        return self._backend.execute(sql, params)
+        return self._between_transactions().execute(sql, params)
 
     def insert(self, table: str, row: Mapping[str, Any]) -> None:
         """Insert one row given as {column: value}; names come from code, never from input."""
         names = ", ".join(f'"{name}"' for name in row)
         marks = ", ".join("?" for _ in row)
-        self._backend.execute(f'INSERT INTO "{table}" ({names}) VALUES ({marks})', list(row.values()))
+        self._between_transactions().execute(f'INSERT INTO "{table}" ({names}) VALUES ({marks})', list(row.values()))
 
     def query(self, sql: str, params: Params = ()) -> list[dict[str, Any]]:
         """Rows as dicts, fetched eagerly (the cursor must not outlive a transaction)."""
-        cursor = self._backend.execute(sql, params)
+        cursor = self._between_transactions().execute(sql, params)
         names = [d[0] for d in cursor.description or ()]
         return [dict(zip(names, values)) for values in cursor.fetchall()]
 
     def rows(self, sql: str, params: Params = ()) -> tuple[list[str], list[tuple[Any, ...]]]:
         """The column names and the rows as tuples: for a reader that compares whole rows
         with ones it read before (`storage.steps.RunStepReads`)."""
-        cursor = self._backend.execute(sql, params)
+        cursor = self._between_transactions().execute(sql, params)
         return [d[0] for d in cursor.description or ()], [tuple(values) for values in cursor.fetchall()]
 
     def query_one(self, sql: str, params: Params = ()) -> dict[str, Any] | None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import logging
 import re
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
@@ -51,6 +52,8 @@ from storage.errors import (
 )
 from storage.locations import redacted_url
 from storage.migrations_pg import APPLICATION, BOOKKEEPING, PostgresMigration
+
+log = logging.getLogger(__name__)
 
 # The one advisory lock key every gpuops writer takes ("gpuo", as SQLite's application_id).
 WRITER_LOCK_KEY = 0x6770756F
@@ -118,9 +121,20 @@ class PostgresConnection:
     dialect: Literal["sqlite", "postgresql"] = "postgresql"
     path: Path | None = None
 
-    def __init__(self, conn: psycopg.Connection[Any], *, target: str) -> None:
+    def __init__(self, conn: psycopg.Connection[Any], *, target: str,
+                 reconnect: Callable[[], psycopg.Connection[Any]] | None = None) -> None:
         self._conn = conn
         self.target = target
+        self._reconnect = reconnect
+
+    def revive(self) -> None:
+        """Between transactions: a connection the server dropped (its restart, a failover to
+        a standby, an idle connection cut) is replaced by a new one, so one lost connection
+        costs the statement that found it lost, not every statement after it. While the
+        server is away this raises `DatabaseUnavailable` and the next call tries again."""
+        if self._conn.closed and self._reconnect is not None:
+            self._conn = self._reconnect()
+            log.info("reconnected to %s", self.target)
 
     @property
     def in_transaction(self) -> bool:
@@ -209,16 +223,8 @@ def open_postgres(url: str, *, migrations: Sequence[PostgresMigration], now: Cal
                   request_kinds: Sequence[str], step_kinds: Sequence[str]) -> PostgresConnection:
     """Connect to `url` and make its database ready, or refuse it; see the module doc."""
     target = redacted(url)
-    try:
-        conn = psycopg.connect(url, autocommit=True, connect_timeout=int(CONNECT_TIMEOUT.total_seconds()),
-                               options=f"-c lock_timeout={int(WRITE_WAIT.total_seconds() * 1000)}")
-    except psycopg.Error as err:
-        message = str(err).replace(url, target)
-        parsed = urllib.parse.urlsplit(url)
-        if parsed.password:
-            message = message.replace(parsed.password, "***")
-        raise DatabaseUnavailable(f"cannot connect to {target}: {message}") from None
-    connection = PostgresConnection(conn, target=target)
+    conn = _connect(url)
+    connection = PostgresConnection(conn, target=target, reconnect=functools.partial(_connect, url))
     try:
         _migrate(connection, migrations=migrations, now=now)
         _register_kinds(connection, request_kinds=request_kinds, step_kinds=step_kinds)
@@ -226,6 +232,19 @@ def open_postgres(url: str, *, migrations: Sequence[PostgresMigration], now: Cal
         conn.close()
         raise
     return connection
+
+
+def _connect(url: str) -> psycopg.Connection[Any]:
+    target = redacted(url)
+    try:
+        return psycopg.connect(url, autocommit=True, connect_timeout=int(CONNECT_TIMEOUT.total_seconds()),
+                               options=f"-c lock_timeout={int(WRITE_WAIT.total_seconds() * 1000)}")
+    except psycopg.Error as err:
+        message = str(err).replace(url, target)
+        parsed = urllib.parse.urlsplit(url)
+        if parsed.password:
+            message = message.replace(parsed.password, "***")
+        raise DatabaseUnavailable(f"cannot connect to {target}: {message}") from None
 
 
 def _check_order(migrations: Sequence[PostgresMigration]) -> None:

@@ -87,6 +87,9 @@ class SQLiteConnection:
     def in_transaction(self) -> bool:
         return self._conn.in_transaction
 
+    def revive(self) -> None:
+        """Nothing to do: a file does not drop its connections."""
+
     def execute(self, sql: str, params: Sequence[Any] | Mapping[str, Any] = ()) -> sqlite3.Cursor:
         try:
             return self._conn.execute(sql, params)

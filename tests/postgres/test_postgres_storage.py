@@ -327,3 +327,48 @@ def test_a_writer_kept_waiting_past_the_lock_timeout_is_unavailable_as_on_sqlite
             assert kv.get(db, key="k") == "v"
     finally:
         holder.close()
+
+
+# ------------------------------------------------------------------ a connection the server drops
+
+
+def _cut(db: Database, postgres_url: str) -> None:
+    """What a server restart, a failover or an idle-connection reaper does to `db`'s connection."""
+    pid = db.query_one("SELECT pg_backend_pid() AS pid", ())
+    assert pid is not None
+    admin = RawPostgres(postgres_url)
+    try:
+        assert admin.execute("SELECT pg_terminate_backend(?)", (pid["pid"],)).fetchone() == (True,)
+    finally:
+        admin.close()
+
+
+def test_a_connection_the_server_dropped_costs_one_statement_and_the_next_reconnects(db, postgres_url, caplog):
+    kv.put(db, key="before", value="kept")
+    _cut(db, postgres_url)
+
+    with pytest.raises(DatabaseUnavailable):
+        kv.get(db, key="before")  # the statement that finds the connection gone
+    with caplog.at_level(logging.INFO, logger="storage.postgres_backend"):
+        assert kv.get(db, key="before") == "kept"
+        with db.transaction():
+            kv.put(db, key="after", value="written")
+        assert kv.get(db, key="after") == "written"
+    assert [r.getMessage() for r in caplog.records] == [f"reconnected to {db.target}"]  # once, not per statement
+
+
+def test_a_transaction_whose_connection_is_dropped_mid_way_commits_nothing_and_never_continues_on_a_new_one(
+        db, postgres_url):
+    with pytest.raises(DatabaseUnavailable), db.transaction():
+        kv.put(db, key="first", value="1")
+        _cut(db, postgres_url)
+        with pytest.raises(DatabaseUnavailable):  # found lost; a caller that carries on...
+            kv.put(db, key="second", value="2")
+        with db.transaction():  # ...is in the lost transaction still, never a new one on a new connection
+            kv.put(db, key="third", value="3")
+
+    assert not db.in_transaction
+    assert [kv.get(db, key=k) for k in ("first", "second", "third")] == [None, None, None]
+    with db.transaction():
+        kv.put(db, key="fourth", value="4")
+    assert kv.get(db, key="fourth") == "4"
