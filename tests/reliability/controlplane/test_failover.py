@@ -27,7 +27,8 @@ the run succeeds, the API server's audit log shows each cordon, eviction and unc
 both approvals recorded once, every person's request answered (200) and answered once on
 its response_url, the audit chain verifies, and no replica logged an ERROR.
 
-`make test` runs 1 drain with 1 kill; `make reliability` 6 drains, 1-2 kills each (seeded).
+`make test` runs 1 drain and 1 upgrade with 1 kill each (about 2 minutes on the 2-core
+machine); `make reliability` 6 drains and 4 upgrades, 1-2 kills each (seeded).
 """
 
 from __future__ import annotations
@@ -59,9 +60,11 @@ from tests.integration.desk import bot_rbac_granted
 from tests.reliability import figures
 from tests.reliability.replicas import LEASE, NAMESPACE, Replica, Service, Shared
 from workflows.engine.lease import LeaseSettings
+from workflows.engine.runs import RunService
 
 DRAINS = figures.count(1, 6)
-KILLS_PER_DRAIN = (1, 1) if not figures.FULL else (1, 2)
+UPGRADES = figures.count(1, 4)
+KILLS_PER_RUN = (1, 1) if not figures.FULL else (1, 2)
 THINK_MEAN = 1.0  # seconds a person waits between two commands (exponential)
 # What the code says (workflows/engine/lease.py; `gpuops run` keeps the defaults): a claim
 # lasts `duration`; a standby looks every `retry_period` and takes over a record it has seen
@@ -70,13 +73,21 @@ THINK_MEAN = 1.0  # seconds a person waits between two commands (exponential)
 SETTINGS = LeaseSettings()
 TAKEOVER_LIMIT = SETTINGS.duration.total_seconds() + SETTINGS.retry_period + 1.0  # 1 s: the API calls themselves
 
+IN_FLIGHT = 5.0  # seconds: a command is answered well within this (test_load: p99 under a second)
+READS = frozenset({"status", "node", "help"})  # the crowd's commands, which change nothing
+
 VIEWERS = tuple(f"U0VIEW{i:02d}" for i in range(1, 7))
 OPERATORS = tuple(f"U0OPER{i:02d}" for i in range(1, 9))
 APPROVERS = tuple(f"U0APPR{i:02d}" for i in range(1, 7))
 PEOPLE = VIEWERS + OPERATORS + APPROVERS
 DRAINER = OPERATORS[0]
 NODES = ("fo-01", "fo-02", "fo-03")
-FLEET = fl.FleetSpec(name="fo", system_nodes=0, pools=(fl.PoolSpec(name="fo", nodes=len(NODES)),),
+UPG_NODES = ("upg-01", "upg-02")
+VERSIONS = ("580.95.05", "580.105.08")
+FLEET = fl.FleetSpec(name="fo", system_nodes=0, operator=fl.OperatorSpec(use_nvidia_driver_crd=True),
+                     pools=(fl.PoolSpec(name="fo", nodes=len(NODES)),
+                            fl.PoolSpec(name="upg", nodes=len(UPG_NODES), driver_version=VERSIONS[0],
+                                        auto_upgrade=False)),
                      workloads=tuple(fl.WorkloadSpec(name=f"trainer-{n[-2:]}", namespace="fojobs", node=n)
                                      for n in NODES))
 STEPS_PER_NODE = ("cordon", "evict", "hold", "validate", "uncordon")
@@ -86,7 +97,10 @@ def config() -> dict[str, Any]:
     roles = {**{u: ["viewer"] for u in VIEWERS}, **{u: ["operator"] for u in OPERATORS},
              **{u: ["approver"] for u in APPROVERS}}
     return {"pools": {"fo": {"kind": "training", "windows": "always", "max_unavailable": 1, "min_ready_gpus": 0,
-                             "approvals": {"drain": 2}, "approvers": list(APPROVERS)}},
+                             "approvals": {"drain": 2}, "approvers": list(APPROVERS)},
+                      # gpuops drives the upgrade (autoUpgrade off): canary first, a second's soak.
+                      "upg": {"kind": "serving", "windows": "always", "max_unavailable": 1, "min_ready_gpus": 0,
+                              "upgrade_soak": "1s", "approvals": {"upgrade": 2}, "approvers": list(APPROVERS)}},
             "access": {"users": roles, "names": {u: u.lower() for u in PEOPLE}}}
 
 
@@ -125,7 +139,7 @@ class Installation:
 def installation(cluster, fleet, slack: FakeSlackWebApi, postgres_url: str, tmp_path: Path) -> Iterator[Installation]:
     fleet(FLEET)
     installer = cluster.installer()
-    wait_until(lambda: all(advertised(h.node(installer, n)) == 8 for n in NODES), timeout=120,
+    wait_until(lambda: all(advertised(h.node(installer, n)) == 8 for n in NODES + UPG_NODES), timeout=120,
                what="the fleet to advertise its GPUs")
     for user in PEOPLE:
         slack.workspace.add_user(user, name=user.lower())
@@ -239,7 +253,7 @@ class Crowd:
                 if roll < 0.4:
                     sent = slash(self.site, user, "status", "status")
                 elif roll < 0.7:
-                    sent = slash(self.site, user, f"node {rng.choice(NODES)}", "node")
+                    sent = slash(self.site, user, f"node {rng.choice(NODES + UPG_NODES)}", "node")
                 else:
                     sent = slash(self.site, user, "help", "help")
                 with self._lock:
@@ -256,6 +270,8 @@ class Takeover:
     holder_s: float  # from the SIGKILL to the survivor holding the Lease
     commit_s: float | None  # ... to the run's next audit row (None: the run had ended)
     at_step: str  # the run's newest audit row when the kill landed
+    victim: str = ""  # the replica killed
+    killed_at: float = 0.0  # time.monotonic() of the SIGKILL
 
 
 def _steps_done(db: Database, run_id: Any) -> list[audit.AuditEntry]:
@@ -270,10 +286,9 @@ def _newest_of_run(db: Database, run_id: Any) -> int:
 def kill_holder(site: Installation, run_id: Any, *, after_steps: int) -> Takeover | None:
     """SIGKILL the Lease holder once the run has done `after_steps` steps; measure the
     takeover; start the killed pod again under a new name. None: the run ended first."""
-    wait_until(lambda: len(_steps_done(site.db, run_id)) >= after_steps
-               or (stored_runs.get(site.db, id=run_id) or _none()).state != "running",
+    wait_until(lambda: len(_steps_done(site.db, run_id)) >= after_steps or _ended(site.db, run_id),
                timeout=180, what=f"the run to have done {after_steps} steps")
-    if (stored_runs.get(site.db, id=run_id) or _none()).state != "running":
+    if _ended(site.db, run_id):
         return None
     holder = site.holder()
     assert holder is not None
@@ -291,14 +306,23 @@ def kill_holder(site: Installation, run_id: Any, *, after_steps: int) -> Takeove
         time.sleep(0.05)
     held = time.monotonic() - killed
     commit: float | None = None
-    while (stored_runs.get(site.db, id=run_id) or _none()).state == "running" or _newest_of_run(site.db, run_id) > before:
+    while not _ended(site.db, run_id) or _newest_of_run(site.db, run_id) > before:
         if _newest_of_run(site.db, run_id) > before:
             commit = time.monotonic() - killed
             break
         assert time.monotonic() - killed < 120, "the survivor's engine did nothing in 120 s"
         time.sleep(0.05)
     site.start()  # the killed pod, rescheduled: a new name, a standby
-    return Takeover(holder_s=held, commit_s=commit, at_step=point)
+    return Takeover(holder_s=held, commit_s=commit, at_step=point, victim=victim.name, killed_at=killed)
+
+
+def _in_flight_at_a_kill(sent: Sent, takeovers: list[Takeover]) -> bool:
+    """Whether the replica that acknowledged `sent` was killed within IN_FLIGHT seconds after."""
+    return any(sent.tried[-1:] == [t.victim] and 0 <= t.killed_at - sent.at <= IN_FLIGHT for t in takeovers)
+
+
+def _ended(db: Database, run_id: Any) -> bool:
+    return (stored_runs.get(db, id=run_id) or _none()).state in ("succeeded", "failed", "aborted")
 
 
 def _none() -> Any:
@@ -310,73 +334,142 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, int(round(share * len(ordered))) - 1))]
 
 
+# ------------------------------------------------------------------ the runs
+
+
+@dataclass
+class Tally:
+    takeovers: list[Takeover] = field(default_factory=list)
+    sent: list[Sent] = field(default_factory=list)  # the asks, clicks and `drain done`s
+
+
+def asked_and_approved(site: Installation, rng: random.Random, words: str, tally: Tally) -> tuple[str, Any, list[str]]:
+    """An operator asks over Slack, two approvers press Approve on the card, and the
+    Lease holder's scheduler starts the run. Returns the request, its run and the approvers."""
+    asked = slash(site, DRAINER, words, "ask")
+    tally.sent.append(asked)
+    found = re.search(r"(req-[0-9a-z]+)", answer_of(site.slack, asked.key))
+    assert found, answer_of(site.slack, asked.key)
+    request_id = found.group(1)
+    approvers = rng.sample(APPROVERS, 2)
+    for approver in approvers:
+        tally.sent.append(press_approve(site, approver, request_id))
+    wait_until(lambda: stored_runs.for_request(site.db, request_id=request_id), timeout=60,  # type: ignore[arg-type]
+               what=f"the scheduler to start the run of {request_id}")
+    (run,) = stored_runs.for_request(site.db, request_id=request_id)  # type: ignore[arg-type]
+    return request_id, run, approvers
+
+
+def kill_points(rng: random.Random, total: int) -> list[int]:
+    """After how many of the run's `total` steps done each kill lands (1 to all but one)."""
+    return sorted(rng.sample(range(1, total), rng.randint(*KILLS_PER_RUN)))
+
+
+def check_approvals(site: Installation, request_id: str, approvers: list[str], where: str) -> None:
+    decided = site.db.query("SELECT approver, decision FROM approvals WHERE request_id = ?", (request_id,))
+    assert Counter((d["approver"], d["decision"]) for d in decided) == Counter(
+        {(a, "approve"): 1 for a in approvers}), (where, decided)
+
+
+def drain(site: Installation, rng: random.Random, log: AuditLog, index: int, tally: Tally) -> None:
+    where = f"drain {index} (seed {figures.SEED})"
+    pods = {n: _trainer_pod(site.installer, n) for n in NODES}
+    mark = log.mark()
+    request_id, run, approvers = asked_and_approved(site, rng, f"drain fo failover {index}", tally)
+    done_said = False
+    for after in kill_points(rng, len(NODES) * len(STEPS_PER_NODE)):
+        if not done_said and after > 2:  # wave 1's hold runs after its cordon and eviction
+            _wait_hold(site.db, run.id)
+            tally.sent.append(slash(site, DRAINER, f"drain done {request_id}", "drain-done"))
+            done_said = True
+        _kill(site, run.id, after, where, tally)
+    if not done_said:
+        _wait_hold(site.db, run.id)
+        tally.sent.append(slash(site, DRAINER, f"drain done {request_id}", "drain-done"))
+    finished = h.wait_run(site.db, run.id, timeout=300)
+    assert finished.state == "succeeded", (where, finished.halted_reason)
+    # Each node cordoned, its pod evicted, uncordoned: once, whoever held the Lease.
+    expected = Counter({f"cordon nodes {n}": 1 for n in NODES})
+    expected.update({f"uncordon nodes {n}": 1 for n in NODES})
+    expected.update({f"evict pods fojobs/{p}": 1 for p in pods.values()})
+    writes = Counter({w: n for w, n in log.counts(since=mark).items() if not w.startswith("create events ")})
+    assert writes == expected, (where, writes)
+    for node in NODES:
+        order = [r.detail["kind"] for r in _steps_done(site.db, run.id) if isinstance(r.detail, dict)
+                 and r.target == node]
+        assert order == list(STEPS_PER_NODE), (where, node, order)
+        assert not h.unschedulable(site.installer, node), (where, node)
+    check_approvals(site, request_id, approvers, where)
+
+
+def upgrade(site: Installation, rng: random.Random, log: AuditLog, index: int, tally: Tally) -> None:
+    version = VERSIONS[(index + 1) % 2]  # the other one than the pool runs now
+    where = f"upgrade {index} to {version} (seed {figures.SEED})"
+    mark = log.mark()
+    request_id, run, approvers = asked_and_approved(site, rng, f"upgrade upg to {version} failover {index}", tally)
+    for after in kill_points(rng, len(RunService(site.db).get(run.id).steps)):
+        _kill(site, run.id, after, where, tally)
+    finished = h.wait_run(site.db, run.id, timeout=300)
+    assert finished.state == "succeeded", (where, finished.halted_reason)
+    writes = [w for w in log.writes(since=mark) if w.resource != "events"]
+    by_kind = Counter(f"{w.what} {w.resource}" + (f" {w.target.split('/')[0]}" if "/" in w.target else "")
+                      for w in writes)
+    assert by_kind == Counter({"patch nvidiadrivers": 1, "cordon nodes": len(UPG_NODES),
+                               "delete pods gpu-operator": len(UPG_NODES),
+                               "uncordon nodes": len(UPG_NODES)}), (where, [str(w) for w in writes])
+    for node in UPG_NODES:
+        assert not h.unschedulable(site.installer, node), (where, node)
+        wait_until(lambda node=node: h.node(site.installer, node)["metadata"]["labels"].get(
+            "nvidia.com/cuda.driver-version.full") == version, timeout=60, what=f"{node} on {version}")
+    check_approvals(site, request_id, approvers, where)
+
+
+def _kill(site: Installation, run_id: Any, after: int, where: str, tally: Tally) -> None:
+    taken = kill_holder(site, run_id, after_steps=after)
+    if taken is None:
+        print(f"{where}: the run ended before {after} steps were done: {len(_steps_done(site.db, run_id))} "
+              f"{stored_runs.get(site.db, id=run_id)}")
+    if taken is not None:
+        print(f"{where}: killed after {after} steps ({taken.at_step}); the Lease held in {taken.holder_s:.1f} s, "
+              f"the run's next row in {taken.commit_s and round(taken.commit_s, 1)} s")
+        tally.takeovers.append(taken)
+
+
 # ------------------------------------------------------------------ the test
 
 
-def test_the_lease_holder_killed_in_the_middle_of_drains_the_other_replica_takes_over_and_loses_nothing(
+def test_the_lease_holder_killed_in_the_middle_of_drains_and_upgrades_the_other_replica_takes_over_and_loses_nothing(
         installation, cluster):
     site, slack = installation, installation.slack
     rng = random.Random(figures.SEED)
     log = AuditLog(cluster.plane.audit_log)
-    takeovers: list[Takeover] = []
-    others: list[Sent] = []
-    print(f"\nfailover: seed {figures.SEED}, {DRAINS} drains, lease {SETTINGS.duration_seconds} s")
+    tally = Tally()
+    print(f"\nfailover: seed {figures.SEED}, {DRAINS} drains and {UPGRADES} upgrades, "
+          f"lease {SETTINGS.duration_seconds} s")
     with Crowd(site, figures.SEED) as crowd:
-        for index in range(DRAINS):
-            where = f"drain {index} (seed {figures.SEED})"
-            pods = {n: _trainer_pod(site.installer, n) for n in NODES}
-            mark = log.mark()
-            asked = slash(site, DRAINER, f"drain fo failover {index}", "drain")
-            others.append(asked)
-            request_id = re.search(r"Drain (req-[0-9a-z]+)", answer_of(slack, asked.key)).group(1)  # type: ignore[union-attr]
-            approvers = rng.sample(APPROVERS, 2)
-            for approver in approvers:
-                others.append(press_approve(site, approver, request_id))
-            wait_until(lambda: stored_runs.for_request(site.db, request_id=request_id), timeout=60,  # type: ignore[arg-type]
-                       what="the scheduler to start the drain's run")
-            (run,) = stored_runs.for_request(site.db, request_id=request_id)  # type: ignore[arg-type]
-            total = len(NODES) * len(STEPS_PER_NODE)
-            points = sorted(rng.sample(range(1, total), rng.randint(*KILLS_PER_DRAIN)))
-            done_said = False
-            for after in points:
-                if not done_said and after > 2:  # wave 1's hold runs after its cordon and eviction
-                    _wait_hold(site.db, run.id)
-                    others.append(slash(site, DRAINER, f"drain done {request_id}", "drain-done"))
-                    done_said = True
-                taken = kill_holder(site, run.id, after_steps=after)
-                if taken is not None:
-                    print(f"{where}: killed after {after} steps ({taken.at_step}); Lease held in "
-                          f"{taken.holder_s:.1f} s, the run's next row in {taken.commit_s} s")
-                    takeovers.append(taken)
-            if not done_said:
-                _wait_hold(site.db, run.id)
-                others.append(slash(site, DRAINER, f"drain done {request_id}", "drain-done"))
-            finished = h.wait_run(site.db, run.id, timeout=300)
-            assert finished.state == "succeeded", (where, finished.halted_reason)
-            # Each node cordoned, its pod evicted, uncordoned: once, whoever held the Lease.
-            expected = Counter({f"cordon nodes {n}": 1 for n in NODES})
-            expected.update({f"uncordon nodes {n}": 1 for n in NODES})
-            expected.update({f"evict pods fojobs/{p}": 1 for p in pods.values()})
-            writes = Counter({w: n for w, n in log.counts(since=mark).items() if not w.startswith("create events ")})
-            assert writes == expected, (where, writes)
-            for node in NODES:
-                order = [r.detail["kind"] for r in _steps_done(site.db, run.id) if r.target == node]  # type: ignore[index]
-                assert order == list(STEPS_PER_NODE), (where, node, order)
-                assert not h.unschedulable(site.installer, node), (where, node)
-            decided = site.db.query("SELECT approver, decision FROM approvals WHERE request_id = ?", (request_id,))
-            assert Counter((d["approver"], d["decision"]) for d in decided) == Counter(
-                {(a, "approve"): 1 for a in approvers}), (where, decided)
-    assert len(takeovers) >= max(1, DRAINS // 2), "too few kills landed inside a run"
+        for index in range(max(DRAINS, UPGRADES)):
+            if index < DRAINS:
+                drain(site, rng, log, index, tally)
+            if index < UPGRADES:
+                upgrade(site, rng, log, index, tally)
+    takeovers = tally.takeovers
+    assert len(takeovers) >= max(1, (DRAINS + UPGRADES) // 2), "too few kills landed inside a run"
 
     # Every request answered 200, and on its response_url exactly once.
-    everything = crowd.sent + others
+    everything = crowd.sent + tally.sent
     assert Counter(s.status for s in everything) == Counter({200: len(everything)})
     time.sleep(2.0)  # an answer sent late (or twice) would show now
+    # A request the killed replica acknowledged just before the kill may never be answered:
+    # Slack had its ack, so it does not send it again. Those are counted (and reported as
+    # lost); any other request without an answer fails the test.
     unanswered = [s for s in everything if not slack.response_posts(s.key)]
-    assert not unanswered, [(s.kind, s.user, s.tried) for s in unanswered][:20]
-    twice = [s for s in everything if len(slack.response_posts(s.key)) != 1]
+    with_the_killed = [s for s in unanswered if _in_flight_at_a_kill(s, takeovers)]
+    assert not [s for s in unanswered if s not in with_the_killed], [
+        (s.kind, s.user, s.tried) for s in unanswered if s not in with_the_killed][:20]
+    assert all(s.kind in READS for s in with_the_killed), [(s.kind, s.user, s.tried) for s in with_the_killed]
+    twice = [s for s in everything if len(slack.response_posts(s.key)) > 1]
     assert not twice, [(s.kind, s.user, s.tried, len(slack.response_posts(s.key))) for s in twice][:20]
-    for s in others:
+    for s in tally.sent:
         if s.kind == "approve":
             assert "You approved" in answer_of(slack, s.key), answer_of(slack, s.key)
 
@@ -390,7 +483,8 @@ def test_the_lease_holder_killed_in_the_middle_of_drains_the_other_replica_takes
     holders = [t.holder_s for t in takeovers]
     commits = [t.commit_s for t in takeovers if t.commit_s is not None]
     figures.record("failover", {
-        "drains": DRAINS, "kills": len(takeovers), "people": len(PEOPLE), "replicas_started": site.started,
+        "drains": DRAINS, "upgrades": UPGRADES, "kills": len(takeovers), "people": len(PEOPLE),
+        "replicas_started": site.started,
         "lease_duration_s": SETTINGS.duration_seconds, "takeover_limit_s": round(TAKEOVER_LIMIT, 2),
         "takeover_s": {"p50": round(percentile(holders, 0.5), 2), "p95": round(percentile(holders, 0.95), 2),
                        "max": round(max(holders), 2)},
@@ -398,7 +492,7 @@ def test_the_lease_holder_killed_in_the_middle_of_drains_the_other_replica_takes
                            if commits else None),
         "kill_points": dict(sorted(Counter(t.at_step for t in takeovers).items())),
         "requests": len(everything), "retried_on_the_other_replica": site.service.retried,
-        "lost": 0, "answered_twice": 0, "side_effects_repeated": 0, "approvals_counted_twice": 0,
+        "lost": len(with_the_killed), "lost_acked_by_the_killed_replica": len(with_the_killed), "answered_twice": 0, "side_effects_repeated": 0, "approvals_counted_twice": 0,
         "audit_chain": "verifies"})
 
 
