@@ -54,10 +54,11 @@ from testenv.apiaudit import AuditLog
 from testenv.fakeslack import FakeSlackWebApi, signing
 from testenv.install import wait_until
 from testenv.summary import advertised
-from tests.e2e.harness import CHANNEL, text_of
+from tests.e2e.harness import CHANNEL, answer_of
 from tests.integration import engine_harness as h
 from tests.integration.desk import bot_rbac_granted
 from tests.reliability import figures
+from tests.reliability.figures import percentile
 from tests.reliability.replicas import LEASE, NAMESPACE, Replica, Service, Shared
 from workflows.engine.lease import LeaseSettings
 from workflows.engine.runs import RunService
@@ -216,11 +217,6 @@ def _card_of(slack: FakeSlackWebApi, request_id: str) -> dict[str, Any]:
     return found
 
 
-def answer_of(slack: FakeSlackWebApi, key: str) -> str:
-    post = slack.wait_for_response(key, timeout=30)
-    return f"{post.body.get('text', '')}\n{text_of(post.body.get('blocks'))}" if post.body else ""
-
-
 class Crowd:
     """20 people, a thread each, sending commands that only read until told to stop."""
 
@@ -329,11 +325,6 @@ def _none() -> Any:
     raise AssertionError("the run is gone")
 
 
-def percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, int(round(share * len(ordered))) - 1))]
-
-
 # ------------------------------------------------------------------ the runs
 
 
@@ -406,7 +397,9 @@ def upgrade(site: Installation, rng: random.Random, log: AuditLog, index: int, t
     version = VERSIONS[(index + 1) % 2]  # the other one than the pool runs now
     where = f"upgrade {index} to {version} (seed {figures.SEED})"
     mark = log.mark()
-    request_id, run, approvers = asked_and_approved(site, rng, f"upgrade upg to {version} failover {index}", tally)
+    back = " --downgrade" if version == VERSIONS[0] else ""  # every other run goes back
+    request_id, run, approvers = asked_and_approved(site, rng, f"upgrade upg to {version}{back} failover {index}",
+                                                    tally)
     for after in kill_points(rng, len(RunService(site.db).get(run.id).steps)):
         _kill(site, run.id, after, where, tally)
     finished = h.wait_run(site.db, run.id, timeout=300)
