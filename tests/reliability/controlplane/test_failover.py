@@ -431,6 +431,7 @@ def _kill(site: Installation, run_id: Any, after: int, where: str, tally: Tally)
 # ------------------------------------------------------------------ the test
 
 
+@pytest.mark.timeout(max(600, 120 * (DRAINS + UPGRADES)))  # about a minute a run; the suite's 600 s is per test
 def test_the_lease_holder_killed_in_the_middle_of_drains_and_upgrades_the_other_replica_takes_over_and_loses_nothing(
         installation, cluster):
     site, slack = installation, installation.slack
