@@ -420,8 +420,7 @@ def upgrade(site: Installation, rng: random.Random, log: AuditLog, index: int, t
 def _kill(site: Installation, run_id: Any, after: int, where: str, tally: Tally) -> None:
     taken = kill_holder(site, run_id, after_steps=after)
     if taken is None:
-        print(f"{where}: the run ended before {after} steps were done: {len(_steps_done(site.db, run_id))} "
-              f"{stored_runs.get(site.db, id=run_id)}")
+        print(f"{where}: the run ended before its kill after {after} steps")
     if taken is not None:
         print(f"{where}: killed after {after} steps ({taken.at_step}); the Lease held in {taken.holder_s:.1f} s, "
               f"the run's next row in {taken.commit_s and round(taken.commit_s, 1)} s")
