@@ -634,6 +634,19 @@ def _load_rows(runs: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]
                f"{r['drain']['evictions']} evictions)")
 
 
+def _failover_rows(runs: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any], str, str]]:
+    for r in runs:
+        took, commit = r["takeover_s"], r["first_commit_s"] or {}
+        yield ("failover", r,
+               f"{_n(r['drains'])} drains and {_n(r['upgrades'])} upgrades, {_n(r['kills'])} kills of the Lease holder, "
+               f"{_n(r['requests'])} requests by {r['people']} people; the Lease taken over in p50 {took['p50']} s, "
+               f"p95 {took['p95']} s (limit {r['takeover_limit_s']} s), the run's next step p50 {commit.get('p50')} s, "
+               f"p95 {commit.get('p95')} s",
+               f"{r['lost']} lost ({r['lost_acked_by_the_killed_replica']} acknowledged by the killed replica), "
+               f"{r['answered_twice']} answered twice, {r['side_effects_repeated']} writes twice, "
+               f"{r['approvals_counted_twice']} approvals twice; audit chain {r['audit_chain']}")
+
+
 def _slow_client_rows(runs: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any], str, str]]:
     for r in runs:
         h, a, closed = r["healthz"], r["slack_acks"], r["closed"]
@@ -661,6 +674,7 @@ RELIABILITY_SUITES: dict[str, Any] = {
     "api-faults.json": _api_fault_rows,
     "security.json": _security_rows,
     "load.json": _load_rows,
+    "failover.json": _failover_rows,
     "slow-clients.json": _slow_client_rows,
     "hostile-sources.json": _hostile_rows,
 }

@@ -6,9 +6,14 @@
         envelope_id = sm.send_envelope("slash_commands", payload)
         ack = sm.wait_for_ack(envelope_id)
 
-On connect it sends `hello`, as Slack does; envelopes go to the newest open connection
-(Slack hands each envelope to one connection); every text message the client sends is
-recorded and those carrying an `envelope_id` are acks. `disconnect()` sends Slack's
+On connect it sends `hello`, as Slack does; each envelope goes to one open connection, in
+turn over those open (Slack hands each envelope to one connection of the app, so several
+replicas share the traffic); every text message the client sends is recorded and those
+carrying an `envelope_id` are acks. An envelope whose connection goes away before it was
+acked is sent again to another open connection (or the next one to open), with
+`retry_attempt` one higher and `retry_reason` "timeout", as Slack sends an unacknowledged
+envelope again; `connection_of(envelope_id)` says which connection it went to last, and
+`drop_connection(number)` cuts that one alone (a replica's process killed). `disconnect()` sends Slack's
 `disconnect` message (the client opens a new connection, and the old one is dropped
 once it has); `close_connections()` closes the sockets with a close frame instead, and
 `drop_connections()` cuts them without one.
@@ -82,6 +87,9 @@ class FakeSocketModeServer:
         self._acks: list[dict[str, Any]] = []
         self._pongs: list[bytes] = []
         self._envelopes: list[dict[str, Any]] = []
+        self._sent_on: dict[str, _Connection] = {}  # envelope_id: the connection it went to last
+        self._waiting: list[dict[str, Any]] = []  # to send again once a connection opens
+        self._turn = itertools.count()
         self._serving = BackgroundServer(_TcpServer, _Handler, (host, port), owner=self, name="fake-socket-mode")
 
     # ------------------------------------------------------------------ lifecycle
@@ -161,6 +169,11 @@ class FakeSocketModeServer:
             return ack
 
     # ------------------------------------------------------------------ what Slack sends
+    def connection_of(self, envelope_id: str) -> int:
+        """The number of the connection an envelope was sent to last."""
+        with self._cond:
+            return self._sent_on[envelope_id].number
+
     def send_envelope(
         self,
         type: str,  # noqa: A002 - Slack's field name
@@ -172,8 +185,8 @@ class FakeSocketModeServer:
         accepts_response_payload: bool | None = None,
         timeout: float = 30.0,
     ) -> str:
-        """Send an envelope to the newest connection (waiting up to `timeout` for one);
-        returns its envelope_id. `accepts_response_payload` defaults to what Slack sets
+        """Send an envelope to the next open connection in turn (waiting up to `timeout`
+        for one); returns its envelope_id. `accepts_response_payload` defaults to what Slack sets
         for the type: true for slash commands, view submissions and option loads."""
         if type not in ENVELOPE_TYPES:
             raise ValueError(f"envelope type must be one of {ENVELOPE_TYPES}, not {type!r}")
@@ -193,8 +206,15 @@ class FakeSocketModeServer:
         connection = self._current(timeout)
         with self._cond:
             self._envelopes.append(envelope)
+            self._sent_on[envelope["envelope_id"]] = connection
         connection.send_json(envelope)
         return envelope["envelope_id"]
+
+    def drop_connection(self, number: int) -> None:
+        """Cut connection `number` alone without a close frame (its process was killed)."""
+        with self._cond:
+            connection = next(c for c in self._connections if c.number == number)
+        self._drop(connection)
 
     def disconnect(self, reason: str = "refresh_requested") -> None:
         """Tell the open connections to reconnect, as Slack does before it drops one."""
@@ -253,12 +273,12 @@ class FakeSocketModeServer:
 
     # ------------------------------------------------------------------ internals
     def _current(self, timeout: float) -> _Connection:
-        def newest() -> _Connection | None:
+        def next_open() -> _Connection | None:
             usable = [c for c in self._connections if c.open and not c.refreshing]
-            return usable[-1] if usable else None
+            return usable[next(self._turn) % len(usable)] if usable else None
 
         with self._cond:
-            connection = self._cond.wait_for(newest, timeout=timeout)
+            connection = self._cond.wait_for(next_open, timeout=timeout)
             if connection is None:
                 raise TimeoutError(f"no open Socket Mode connection within {timeout} s")
             return connection
@@ -295,6 +315,10 @@ class FakeSocketModeServer:
         # otherwise waits for a 3 s receive timeout on the old one.
         for old in replaced:
             self._drop(old)
+        with self._cond:
+            waiting, self._waiting = self._waiting, []
+        for envelope in waiting:
+            self._send_again(envelope, connection)
         return connection
 
     def _on_text(self, text: str) -> None:
@@ -315,10 +339,31 @@ class FakeSocketModeServer:
 
     def _drop(self, connection: _Connection) -> None:
         with self._cond:
-            connection.open = False
+            was_open, connection.open = connection.open, False
+            acked = {a.get("envelope_id") for a in self._acks}
+            unacked = [e for e in self._envelopes if self._sent_on.get(e["envelope_id"]) is connection
+                       and e["envelope_id"] not in acked] if was_open else []
+            usable = [c for c in self._connections if c.open and not c.refreshing]
+            if not usable:
+                self._waiting.extend(unacked)
             self._cond.notify_all()
         try:
             connection.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        if usable:
+            for envelope in unacked:
+                self._send_again(envelope, usable[next(self._turn) % len(usable)])
+
+    def _send_again(self, envelope: dict[str, Any], connection: _Connection) -> None:
+        """An unacknowledged envelope, sent again as Slack does: the same envelope_id, the
+        retry counted."""
+        again = {**envelope, "retry_attempt": int(envelope.get("retry_attempt") or 0) + 1, "retry_reason": "timeout"}
+        with self._cond:
+            self._envelopes.append(again)
+            self._sent_on[again["envelope_id"]] = connection
+        try:
+            connection.send_json(again)
         except OSError:
             pass
 

@@ -264,6 +264,12 @@ def send(url: str, body: bytes, *, content_type: str = signing.FORM, timestamp: 
         return HttpAnswer(err.code, err.read().decode(), time.perf_counter() - started)
 
 
+def answer_of(slack: FakeSlackWebApi, key: str) -> str:
+    """What the first post to response_url `key` says (its text and its blocks' text)."""
+    post = slack.wait_for_response(key, timeout=30)
+    return f"{post.body.get('text', '')}\n{text_of(post.body.get('blocks'))}" if post.body else ""
+
+
 def text_of(blocks: list[dict[str, Any]] | None) -> str:
     """Everything a person reads in blocks (headers, sections, fields, context, buttons)."""
     parts: list[str] = []

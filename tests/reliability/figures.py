@@ -26,6 +26,12 @@ def count(suite: int, full: int) -> int:
     return full if FULL else suite
 
 
+def percentile(values: list[float], share: float) -> float:
+    """The value at `share` (0.5: the median) of `values`, nearest rank."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, int(round(share * len(ordered))) - 1))]
+
+
 def machine() -> str:
     """The machine in one line, from what the benchmarks note."""
     m = bench_machine()

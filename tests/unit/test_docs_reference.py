@@ -203,6 +203,7 @@ RUN_COUNTS = {
     "api-faults.json": lambda r: r["runs"],
     "security.json": lambda r: r["rows"]["forged"]["cases"],
     "load.json": lambda r: r["actions"],
+    "failover.json": lambda r: r["requests"],
     "slow-clients.json": lambda r: r["attackers"]["connections_opened"],
     "hostile-sources.json": lambda r: r["cases"],
 }

@@ -71,9 +71,10 @@ from testenv import fleet as fl
 from testenv.fakeslack import FakeSlackWebApi, signing
 from testenv.install import wait_until
 from testenv.summary import advertised
-from tests.e2e.harness import CHANNEL, SECRET, send, text_of
+from tests.e2e.harness import CHANNEL, SECRET, answer_of, send
 from tests.integration import engine_harness as h
 from tests.reliability import figures
+from tests.reliability.figures import percentile
 from workflows.config import GpuopsConfig
 from workflows.engine.lease import EngineLease, LeaseSettings
 
@@ -289,11 +290,6 @@ def card_of(slack: FakeSlackWebApi, request_id: str) -> Card:
     return next(c for c in cards(slack) if c.request_id == request_id)
 
 
-def answer_of(slack: FakeSlackWebApi, key: str) -> str:
-    post = slack.wait_for_response(key, timeout=30)
-    return f"{post.body.get('text', '')}\n{text_of(post.body.get('blocks'))}" if post.body else ""
-
-
 # ------------------------------------------------------------------ the crowd
 
 
@@ -481,11 +477,6 @@ class Crowd:
 
 
 # ------------------------------------------------------------------ figures
-
-
-def percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, int(round(share * len(ordered))) - 1))]
 
 
 def ms(seconds: float) -> float:
