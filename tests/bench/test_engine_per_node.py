@@ -11,7 +11,8 @@ Measured per phase:
   upgraded: every write of the run (steps, audit, outbox, Slack thread), every read, and
   the work that does not touch the database (the watch cache, the Kubernetes calls), which
   is the same on both; the process's start (imports, the cache's first list) is included;
-- the PostgreSQL server's CPU seconds over the phase (the postmaster and every process it
+- the PostgreSQL server's CPU seconds (a local server with PostgreSQL's own durability
+  settings, as SQLite's file syncs every commit) over the phase (the postmaster and every process it
   ran: a backend's time counts once it exits, when the engine closes its connections):
   SQLite does that work inside the engine's process, PostgreSQL in its own;
 - the run's wall time (started to ended, from the database).
@@ -150,7 +151,7 @@ def _ratio(a: float, b: float) -> float | None:
 
 
 @pytest.mark.timeout(3 * 3600)
-def test_the_engine_per_node_on_sqlite_and_on_postgresql(fleet, cluster, postgres_server, tmp_path):
+def test_the_engine_per_node_on_sqlite_and_on_postgresql(fleet, cluster, durable_postgres_server, tmp_path):
     rounds_wanted = int(os.environ.get("GPUOPS_BENCH_ROUNDS", "3"))
     started = time.time()
     fleet(SPEC)
@@ -166,7 +167,7 @@ def test_the_engine_per_node_on_sqlite_and_on_postgresql(fleet, cluster, postgre
         for database in order:
             phase += 1
             version = VERSIONS[phase % 3]  # never the one the pool runs now
-            measured[database] = _phase(cluster, installer, postgres_server, database, version, tmp_path,
+            measured[database] = _phase(cluster, installer, durable_postgres_server, database, version, tmp_path,
                                         f"round-{index}-{database}")
             print(json.dumps(measured[database]), flush=True)
         sqlite, pg = measured["sqlite"], measured["postgresql"]
@@ -191,9 +192,10 @@ def test_the_engine_per_node_on_sqlite_and_on_postgresql(fleet, cluster, postgre
                    "each database a round; engine CPU from the kernel (user + system) when the process exits, "
                    "its start included; the PostgreSQL server's CPU over the same phase beside it"),
         "postgresql": {"server": "Debian's postgresql package, started by testenv/postgres.py on this machine",
-                       "settings": "fsync=off, synchronous_commit=off, full_page_writes=off (a test server)",
+                       "settings": "PostgreSQL's defaults: fsync on, synchronous_commit on (every commit synced)",
                        "connection": "TCP to 127.0.0.1 with a password"},
-        "sqlite": "a file in the test's temporary folder, as gpuops opens it (storage/sqlite_backend.py)",
+        "sqlite": ("a file in the test's temporary folder, as gpuops opens it (storage/sqlite_backend.py: WAL, "
+                   "synchronous=FULL, every commit synced)"),
         "target": f"PostgreSQL's engine CPU per node <= {TARGET}x SQLite's in every round",
         "target_met_in_every_round": bool(ratios) and all(r <= TARGET for r in ratios),
         "engine_cpu_pg_over_sqlite_median": statistics.median(ratios) if ratios else None,
