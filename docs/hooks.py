@@ -480,10 +480,63 @@ def upgrade_results() -> str:
 
 def ack_results() -> str:
     r = _load(BENCH / "ack-latency.json")
-    return (f"From `tests/bench/results/ack-latency.json` ({_machine(r)}; {r['server']}): a slash command "
-            f"is acknowledged in {r['ack_median_ms']:.1f} ms (median; p99 {r['ack_p99_ms']:.1f} ms), "
-            f"{r['ack_over_healthz']:.1f}x a `/healthz` round trip ({r['healthz_median_ms']:.2f} ms); "
-            f"Slack's limit is 3 s. Target: {r['target']}.")
+    names = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}
+    load = r.get("load_average")
+    load_text = (f" The machine's one-minute load average was {min(load):.1f}-{max(load):.1f} on its "
+                 f"{r['machine']['cores']} cores." if load else "")
+    out = [f"From `tests/bench/results/ack-latency.json` ({_machine(r)}; {r['server']}; {r['rounds']} rounds on each "
+           f"database, one after the other): Slack's limit for the acknowledgement is 3 s.{load_text}", "",
+           "| measure (median / p99) | " + " | ".join(names[n] for n in r["databases"]) + " | PostgreSQL / SQLite |",
+           "| --- | " + " | ".join("---" for _ in r["databases"]) + " | --- |"]
+    rows = (("`/healthz` round trip (no database)", "healthz", False), ("ack, the HTTP answer (no database)", "ack", True),
+            ("`/gpu help` answered at its response_url", "help_answer", True),
+            ("`/gpu status` answered at its response_url", "status_answer", True))
+    for title, key, p99 in rows:
+        cells = [f"{x[key + '_median_ms']:.1f}" + (f" / {x[key + '_p99_ms']:.1f}" if p99 else "") + " ms"
+                 for x in r["databases"].values()]
+        ratio = r["postgresql_over_sqlite"].get(f"{key}_median_ms")
+        out.append(f"| {title} | " + " | ".join(cells) + f" | {f'{ratio:.2f}x' if ratio else ''} |")
+    targets = "; ".join(f"{names[n]}: {x['target']}" for n, x in r["databases"].items())
+    out += ["", f"Target: {targets}."]
+    return "\n".join(out)
+
+
+def engine_results() -> str:
+    """The engine's CPU per node on SQLite and on PostgreSQL (tests/bench/results/engine-per-node.json)."""
+    r = _load(BENCH / "engine-per-node.json")
+    fleet = r["fleet"]
+    loads = [x for run in r["rounds"] for name in ("sqlite", "postgresql") for x in run[name]["load_average"]]
+    out = [f"From `tests/bench/results/engine-per-node.json` ({_machine(r)}): a {fleet['gpu_nodes']}-node pool "
+           f"upgraded {fleet['parallel_nodes']} nodes at a time, {len(r['rounds'])} rounds, each once on each "
+           f"database. PostgreSQL: {r['postgresql']['settings']}. The machine's one-minute load average ran "
+           f"{min(loads):.1f}-{max(loads):.1f} on its {r['machine']['cores']} cores while it measured.", "",
+           "| round | engine CPU per node, SQLite | engine CPU per node, PostgreSQL | PostgreSQL / SQLite | "
+           "with the server's CPU | wall time, SQLite / PostgreSQL |", "| --- | --- | --- | --- | --- | --- |"]
+    for index, run in enumerate(r["rounds"], 1):
+        sqlite, pg = run["sqlite"], run["postgresql"]
+        out.append(f"| {index} | {sqlite['engine_cpu_s_per_node']:.3f} s | {pg['engine_cpu_s_per_node']:.3f} s | "
+                   f"{run['engine_cpu_pg_over_sqlite']:.2f}x | {run['engine_and_server_cpu_pg_over_sqlite']:.2f}x | "
+                   f"{sqlite['wall_s']:.0f} s / {pg['wall_s']:.0f} s |")
+    out += ["", f"Target: {r['target']}: {'met' if r['target_met_in_every_round'] else 'MISSED'}."]
+    return "\n".join(out)
+
+
+def inventory_database_results() -> str:
+    """`/gpu status` on each database, from the newest inventory results file that measured it."""
+    measured = sorted((r for r in (_load(path) for path in BENCH.glob("inventory-*.json"))
+                       if "status_by_database" in r.get("results", {})), key=lambda r: str(r.get("when", "")))
+    if not measured:
+        raise ResultsFileError("tests/bench/results/: no inventory results file has status_by_database")
+    r = measured[-1]
+    x, fleet = r["results"], r["fleet"]
+    names = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}
+    out = [f"From the inventory run at {fleet['gpu_nodes']:,} GPU nodes and {fleet['pods']:,} pods "
+           f"({_machine(r)}): `/gpu status` from the warm cache, without a database and on each.", "",
+           "| `/gpu status`, nothing changing | median | p99 |", "| --- | --- | --- |",
+           f"| without a database | {x['status_quiet_median_ms']:.2f} ms | {x['status_quiet_p99_ms']:.2f} ms |"]
+    out += [f"| on {names.get(name, name)} | {one['status_median_ms']:.2f} ms | {one['status_p99_ms']:.2f} ms |"
+            for name, one in x["status_by_database"].items()]
+    return "\n".join(out)
 
 
 def suite_times() -> str:
@@ -704,7 +757,7 @@ def reliability_results() -> str:
 
 
 GENERATED_PARTS = {"suite-times": suite_times, "mutation": mutation_results, "kills": kill_points, "reliability": reliability_results, "inventory": inventory_results, "scaling": scaling_results, "upgrade": upgrade_results,
-                   "ack": ack_results}
+                   "ack": ack_results, "engine": engine_results, "inventory-databases": inventory_database_results}
 PART = re.compile(r"<!-- generated: ([a-z-]+) -->")
 
 

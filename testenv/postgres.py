@@ -5,7 +5,8 @@ session in a temporary folder, never a mock.
 `postgres` system user the package creates (the data folder, the log and the unix socket
 live in a temporary folder owned by it); as anyone else they run as that user. The server
 listens on 127.0.0.1 on a free port with a password (so the URLs the tests use carry one,
-as a deployment's do), with fsync off: a test database need not survive a power cut.
+as a deployment's do), with fsync off: a test database need not survive a power cut
+(`durable=True`, for the benchmarks, keeps PostgreSQL's defaults).
 
 One server per test session (per pytest-xdist worker); each test gets a fresh database
 copied from a migrated template (`CREATE DATABASE ... TEMPLATE`), which takes tens of
@@ -113,8 +114,12 @@ class PostgresServer:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-def start_server() -> PostgresServer:
-    """Start a fresh server (see the module docstring); stop it with `stop()`."""
+def start_server(*, durable: bool = False) -> PostgresServer:
+    """Start a fresh server (see the module docstring); stop it with `stop()`. `durable`
+    keeps PostgreSQL's own defaults (fsync, synchronous commit, full page writes), as a
+    deployment runs it: for benchmarks that compare it with SQLite, which syncs every
+    commit (storage/sqlite_backend.py)."""
+    unsafe = [] if durable else ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"]
     binaries = server_binaries()
     user = "postgres" if os.geteuid() == 0 else None
     folder = Path(tempfile.mkdtemp(prefix="gpuops-postgres-"))
@@ -139,8 +144,7 @@ def start_server() -> PostgresServer:
         with open(folder / "server.log", "ab") as log:
             process = subprocess.Popen(
                 [str(binaries / "postgres"), "-D", str(data), "-k", str(folder), "-p", str(port),
-                 "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "synchronous_commit=off",
-                 "-c", "full_page_writes=off", "-c", "max_connections=200"],
+                 "-c", "listen_addresses=127.0.0.1", *unsafe, "-c", "max_connections=200"],
                 user=user, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
         server = PostgresServer(folder=folder, port=port, process=process)
         if _answers(server):

@@ -12,6 +12,13 @@ cluster side by side, a cold start ends when every cache has its fleet, a render
 in every cluster. `--quick` (the scaling curve) leaves out the churn, the typed baseline
 and the forced re-summaries, and takes one (baseline, cold start) pair unless `--repeat`
 says otherwise.
+
+What touches the database: only `/gpu status` (the change freezes in force, the unfinished
+runs, the drain history: five reads). The lists, the cold start, the cache and its memory
+touch none, so the renders above are timed without one. With `--database NAME=LOCATION`
+(a SQLite path or a `postgresql://` URL; several), `/gpu status` is rendered again as the
+bot renders it, on each database in turn (the order alternating), from the same warm cache:
+`status_by_database` in the report.
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ from dataclasses import dataclass, field
 from bot.render_text import render_text
 from commands.catalog import dispatch
 from commands.services import Services
+from storage.database import Database, open_database
 from workflows.access import Actor, Role, UserId
 from workflows.config import GpuopsConfig
 from workflows.fleet.watchcache import FleetCache
@@ -183,6 +191,31 @@ def _rss_only(clusters: list[Cluster]) -> None:
         cluster.stop()
 
 
+def _renders_by_database(cluster: Cluster, databases: dict[str, Database], renders: int) -> dict[str, object]:
+    """`/gpu status` of `cluster` on each database in turn (the first alternating), from its
+    warm cache as the bot renders it (services on the database): median and p99 each."""
+    assert cluster.cache is not None
+    services = {name: Services.on_database(config=cluster.config, fleet=cluster.cache, database=db)
+                for name, db in databases.items()}
+    timed: dict[str, list[float]] = {name: [] for name in databases}
+    names = list(databases)
+    for name in names:  # once each first, unmeasured: the connections' first statements prepared
+        dispatch("status", actor=ACTOR, services=services[name], now=dt.datetime.now(dt.timezone.utc))
+    for index in range(renders):
+        for name in names if index % 2 == 0 else names[::-1]:
+            now = dt.datetime.now(dt.timezone.utc)
+            started = time.perf_counter()
+            reply = dispatch("status", actor=ACTOR, services=services[name], now=now)
+            text = render_text(reply)
+            timed[name].append(time.perf_counter() - started)
+            assert reply.ok, text
+    out: dict[str, object] = {}
+    for name, seconds in timed.items():
+        median, p99 = _median_p99(seconds)
+        out[name] = {"status_median_ms": median, "status_p99_ms": p99, "renders": len(seconds)}
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--kubeconfig", action="append", required=True,
@@ -194,6 +227,8 @@ def main() -> None:
     parser.add_argument("--changes", type=int, default=40)
     parser.add_argument("--quick", action="store_true",
                         help="no churn, typed baseline or forced re-summaries; one pair unless --repeat")
+    parser.add_argument("--database", action="append", default=[], metavar="NAME=LOCATION",
+                        help="also render /gpu status on this database (a SQLite path or a postgresql:// URL)")
     parser.add_argument("--rss-only", action="store_true",
                         help="only start watching caches, render /gpu status once and report the RSS")
     args = parser.parse_args()
@@ -261,6 +296,15 @@ def main() -> None:
 
     quiet_cpu: list[float] = []
     quiet = [render(quiet_cpu)[0] for _ in range(args.renders)]
+    by_database: dict[str, object] = {}
+    if args.database:
+        databases = {name: open_database(location) for name, _, location in
+                     (given.partition("=") for given in args.database)}
+        try:
+            by_database = _renders_by_database(clusters[0], databases, args.renders)
+        finally:
+            for db in databases.values():
+                db.close()
     text = render()[1]
     # What the collector walks when renders allocate: the caches' contents should be
     # frozen out of its sight (workflows.kube.gateway.decoding.gc_paused).
@@ -405,6 +449,13 @@ def main() -> None:
         "rss_probe_note": "this process also held the baseline's parsed lists: an upper bound",
         "status_first_line": text.splitlines()[2] if len(text.splitlines()) > 2 else "",
     }
+    if by_database:
+        report["status_by_database"] = by_database
+        report["status_by_database_method"] = (
+            f"{args.renders} renders of /gpu status on each database, one after the other (the first "
+            "alternating), from the same warm cache with nothing changing, as the bot renders it: the change "
+            "freezes in force, the unfinished runs and the drain history read (a fresh database: none stored); "
+            "beside status_quiet_median_ms, the same render without a database")
     if typed:
         report["typed_baseline_list_s"] = statistics.median(typed)
         report["cold_over_typed_baseline"] = statistics.median(c for _, c in pairs) / statistics.median(typed)

@@ -9,6 +9,11 @@ the rate achieved is reported), `/gpu status` right after one node or pod change
 the bot process's resident memory. Results go to tests/bench/results/ with the machine
 described. Targets are reported, not asserted.
 
+Of all these only `/gpu status` touches the database (five reads: freezes, unfinished
+runs, drain history); the renders above are timed without one, and again on SQLite and on
+PostgreSQL (a local server with PostgreSQL's own durability settings), one after the
+other from the same warm cache (`status_by_database`; tests/bench/inventory_probe.py).
+
 Smaller or sparser runs: GPUOPS_BENCH_NODES (default 5000), GPUOPS_BENCH_PODS_PER_NODE
 (default 15; 1 is the earlier bench, a driver pod a node), GPUOPS_BENCH_CHURN_RATE
 (default 300 events a second; 0 for none).
@@ -55,15 +60,19 @@ def _machine() -> dict[str, object]:
 
 
 @pytest.mark.timeout(2 * 3600)  # about 10 minutes at 5,000 nodes, more on a slower machine; the suite's 600 s is per test
-def test_inventory_at_5000_nodes(gpu_operator_crds):
+def test_inventory_at_5000_nodes(gpu_operator_crds, durable_postgres_server, tmp_path):
     env = gpu_operator_crds
     started = dt.datetime.now(dt.timezone.utc)
     growth = dense.grow(env.kubeconfig, nodes=NODES, pods_per_node=PODS_PER_NODE)
     assert dense.count_nodes(env.kubeconfig) == NODES
     api = config.new_client_from_config(config_file=str(env.kubeconfig))
 
+    server = durable_postgres_server
+    databases = [f"--database=sqlite={tmp_path / 'gpuops.db'}",
+                 f"--database=postgresql={server.url(server.create_database())}"]
     probe = subprocess.run([sys.executable, "-m", "tests.bench.inventory_probe", "--kubeconfig",
-                            str(env.kubeconfig), "--renders", "100", "--churn-rate", str(CHURN_RATE)], cwd=ROOT,
+                            str(env.kubeconfig), "--renders", "100", "--churn-rate", str(CHURN_RATE), *databases],
+                           cwd=ROOT,
                            capture_output=True, text=True, timeout=1800)
     assert probe.returncode == 0, probe.stderr
     measured = json.loads(probe.stdout)
