@@ -81,7 +81,7 @@ postgres-server:
 docs: venv
 	$(VENV)/bin/mkdocs build --strict
 
-bench: testenv-build
+bench: testenv-build postgres-server
 	$(PY) -m pytest tests/bench --ignore=tests/bench/test_scaling_curve.py -p no:cacheprovider -o addopts= -q -s
 
 # The read path's scaling curve: about 30 minutes and up to ~20 GB; GPUOPS_SCALING_SIZES,
