@@ -88,14 +88,17 @@ def wakes_when_approved(method: Callable[..., RequestView]) -> Callable[..., Req
 class RequestRecords:
     """Requests on one database connection (one per thread, see `storage.database`):
     reading them, and the records every change writes. `on_approved` is called after any
-    change that leaves a request approved."""
+    change that leaves a request approved. `delivery` is the Slack delivery these
+    services answer (storage.inbox's key), if any: a request it files carries it, so the
+    delivery run again after its replica died answers with that request (`submit`)."""
 
     def __init__(self, db: Database, config: RequestSettings, *, roles: RoleLookup | None = None,
-                 on_approved: Callable[[], None] | None = None) -> None:
+                 on_approved: Callable[[], None] | None = None, delivery: str | None = None) -> None:
         self._db = db
         self._config = config
         self._roles: RoleLookup = roles or (lambda user_id: config.actor(user_id))
         self._on_approved = on_approved
+        self._delivery = delivery
 
     def get(self, request_id: str) -> RequestView:
         """The request as stored (a read: a pending request past its deadline still says

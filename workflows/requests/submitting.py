@@ -42,7 +42,15 @@ class Submitting(RequestRecords):
         now: dt.datetime,
     ) -> RequestView:
         """Store a request bound to `plan`. It waits for the pool's approvals until
-        `now + request_ttl`, or is approved at once if the pool needs none."""
+        `now + request_ttl`, or is approved at once if the pool needs none.
+
+        Asked again by the same Slack delivery (its replica died after filing and before
+        answering; a survivor runs it again), it files nothing and answers with the
+        request that delivery filed: the delivery's key is stored with the request."""
+        if self._delivery is not None:
+            filed = stored_requests.filed_by(self._db, delivery=self._delivery)
+            if filed is not None:
+                return self._view(filed)
         verdict = policy.check_submit(actor=actor, kind=kind, pool=pool, reason=reason,
                                       pools=self._config.pools)
         if verdict.refusal is not None:
@@ -81,6 +89,7 @@ class Submitting(RequestRecords):
                 at=now,
                 channel=channel,
                 cluster=self._config.cluster_name,
+                delivery=self._delivery,
             )
             self._audit(row, actor=actor.user_id, action="request.created", before=None,
                         after="pending", now=now,
