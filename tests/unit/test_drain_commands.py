@@ -215,6 +215,24 @@ def test_drain_done_releases_the_hold_of_the_running_drain_and_tells_the_thread(
     assert any("said drain done" in t for t in thread_texts(services))
 
 
+def test_drain_done_said_again_ends_nothing_more_and_tells_the_thread_once(services, now):
+    # As when the delivery of the first is run again: its replica died before answering.
+    asked = run(services, "U0ALICE", "drain gpu-b-01 for 2h kernel", now)
+    request = services.requests.get(asked.title.split()[1])  # type: ignore[union-attr]
+    assert run(services, "U0BOB", f"approve {request.id} {request.short_hash}", now).ok
+    services.runs.start(request.id, dry_run=False, now=now)  # type: ignore[union-attr]
+    assert run(services, "U0ALICE", f"drain done {request.id}", now + dt.timedelta(minutes=30)).ok
+    (view,) = services.runs.for_request(request.id)  # type: ignore[union-attr]
+    released = [step_params(s) for s in view.steps if s.kind == "hold"]
+
+    again = run(services, "U0ALICE", f"drain done {request.id}", now + dt.timedelta(minutes=31))
+
+    assert not again.ok and "no hold left" in (again.summary or ""), again.summary
+    (view,) = services.runs.for_request(request.id)  # type: ignore[union-attr]
+    assert [step_params(s) for s in view.steps if s.kind == "hold"] == released
+    assert sum("said drain done" in t for t in thread_texts(services)) == 1
+
+
 def test_drain_extend_replans_the_window_end_and_voids_the_approvals(make, tmp_path, now):
     services = build(make, tmp_path, config(approvals={"drain": 1}))
     asked = run(services, "U0ALICE", "drain gpu-a-01 at sat 03:00 for 1h firmware", now)

@@ -328,6 +328,11 @@ class RunService:
             for step in stored_steps.for_run(self._db, run_id=run.id):
                 if step.kind != "hold" or step.state not in ("pending", "running"):
                     continue
+                # A hold `drain done` already ended is not ended again (the same words said
+                # twice, or their delivery run again after its replica died before answering);
+                # the control's first key says it is written (storage.step_params.StepControl).
+                if step_params(step).get(HoldRelease.keys()[0]) is not None:
+                    continue
                 detail = dict(step.detail) if isinstance(step.detail, dict) else {}
                 params = HoldRelease(released_at=now, released_by_user=actor.user_id).written_into(step_params(step))
                 if stored_steps.replace_detail(self._db, id=step.id, expected=step.state,
