@@ -366,8 +366,11 @@ class RunService:
                                       role=Role.OPERATOR, pool=request.pool)
             if run.state not in ("pending", "running", "paused"):
                 raise RunRefused(refusal_messages.run_not_waiting(run.id, run.state))
+            # A step already confirmed waits for the engine, not for a person: the same word
+            # said again (or its delivery run again after its replica died) records nothing.
             waiting = [s for s in stored_steps.for_run(self._db, run_id=run.id)
-                       if s.kind in PERSON_STEPS and s.state == "running" and (node is None or s.node == node)]
+                       if s.kind in PERSON_STEPS and s.state == "running" and (node is None or s.node == node)
+                       and step_params(s).get(HandConfirmation.keys()[0]) is None]
             if not waiting:
                 raise RunRefused(refusal_messages.nothing_to_confirm(run.id, node))
             if len({s.node for s in waiting}) > 1:
