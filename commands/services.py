@@ -116,7 +116,7 @@ class Services:
                                    requests=requests, zone=config.display_zone),
                    database=database,
                    freezes=FreezeService(database, pools=config.pools, names=config.names, wake=wake_engine,
-                                         cluster=config.cluster_name, zone=config.display_zone),
-                   notes=NoteService(database, names=config.names, cluster=config.cluster_name),
+                                         cluster=config.cluster_name, zone=config.display_zone, delivery=delivery),
+                   notes=NoteService(database, names=config.names, cluster=config.cluster_name, delivery=delivery),
                    signals=signals if signals is not None else (
                        config.signals.service(cluster=fleet) if config.signals is not None else None))

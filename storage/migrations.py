@@ -475,9 +475,14 @@ CREATE TABLE replica_heartbeats (
     seen_at     TEXT NOT NULL
 ) STRICT, WITHOUT ROWID;
 
--- The delivery that filed a request, so a delivery run again answers with it.
+-- The delivery that filed a request, set a freeze or wrote a note: run again after its
+-- replica died, it answers with what it did instead of doing it again.
 ALTER TABLE requests ADD COLUMN delivery TEXT CHECK (delivery IS NULL OR length(delivery) > 0);
 CREATE UNIQUE INDEX requests_by_delivery ON requests (delivery);
+ALTER TABLE freezes ADD COLUMN delivery TEXT CHECK (delivery IS NULL OR length(delivery) > 0);
+CREATE UNIQUE INDEX freezes_by_delivery ON freezes (delivery);
+ALTER TABLE node_notes ADD COLUMN delivery TEXT CHECK (delivery IS NULL OR length(delivery) > 0);
+CREATE UNIQUE INDEX node_notes_by_delivery ON node_notes (delivery);
 """
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -505,7 +510,8 @@ MIGRATIONS: tuple[Migration, ...] = (
               CAPACITY_SAMPLES),
     Migration(14, "Kubernetes Events waiting to be sent, as series (kube_events)", KUBE_EVENTS),
     Migration(15, "acknowledged Slack deliveries until answered (inbox), replicas' heartbeats "
-              "(replica_heartbeats), the delivery that filed a request (requests.delivery)", INBOX_AND_HEARTBEATS),
+              "(replica_heartbeats), the delivery that filed a request, set a freeze or wrote a note (delivery)",
+              INBOX_AND_HEARTBEATS),
 )
 
 _SCHEMA_MIGRATIONS = """

@@ -333,12 +333,17 @@ CREATE TABLE replica_heartbeats (
 
 ALTER TABLE requests ADD COLUMN delivery TEXT CHECK (delivery IS NULL OR length(delivery) > 0);
 CREATE UNIQUE INDEX requests_by_delivery ON requests (delivery);
+ALTER TABLE freezes ADD COLUMN delivery TEXT CHECK (delivery IS NULL OR length(delivery) > 0);
+CREATE UNIQUE INDEX freezes_by_delivery ON freezes (delivery);
+ALTER TABLE node_notes ADD COLUMN delivery TEXT CHECK (delivery IS NULL OR length(delivery) > 0);
+CREATE UNIQUE INDEX node_notes_by_delivery ON node_notes (delivery);
 """
 
 MIGRATIONS_PG: tuple[PostgresMigration, ...] = (
     PostgresMigration(14, "baseline: the schema SQLite reaches at version 14, in PostgreSQL's words", BASELINE_V14),
     PostgresMigration(15, "acknowledged Slack deliveries until answered (inbox), replicas' heartbeats "
-                      "(replica_heartbeats), the delivery that filed a request (requests.delivery)", INBOX_AND_HEARTBEATS_PG),
+                      "(replica_heartbeats), the delivery that filed a request, set a freeze or wrote a note "
+                      "(delivery)", INBOX_AND_HEARTBEATS_PG),
 )
 
 # Created before the first migration, outside the numbered list (as SQLite's PRAGMAs are).
