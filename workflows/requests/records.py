@@ -225,6 +225,22 @@ class RequestRecords:
                                           at=now):
             raise ChangedMeanwhile(request.id)
 
+    def _already_by_this_delivery(self, request_id: str, action: str) -> RequestView | None:
+        """The request as it is now, if the Slack delivery these services answer already did
+        `action` to it: its first run, on a replica that died before answering (the audit
+        row of `action` names the delivery, see `_delivery_detail`). None: not done yet."""
+        if self._delivery is None:
+            return None
+        request = self._load(request_id)
+        done = any(e.action == action and isinstance(e.detail, dict) and e.detail.get("delivery") == self._delivery
+                   for e in audit.for_request(self._db, request.id))
+        return self._view(request) if done else None
+
+    def _delivery_detail(self) -> dict[str, str]:
+        """What an audit row of a change that is not idempotent by itself (a window
+        extended by a duration) adds: the delivery that made it, if a Slack one did."""
+        return {"delivery": self._delivery} if self._delivery is not None else {}
+
     def _audit(
         self, request: Request, *, actor: str, action: str, before: str | None, after: str,
         now: dt.datetime, detail: dict[str, Any],
