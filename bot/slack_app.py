@@ -260,12 +260,17 @@ class SlackBot:
         """Run again a delivery a replica acknowledged and died before answering (taken
         over by bot.heartbeat), and answer it as the first run would have.
 
-        No side effect is repeated: a request the first run filed carries the delivery's
-        key and is answered as filed (`Submitting.submit`); an approval counts once per
-        approver and plan (the second is refused as given); a deny, cancel, pause,
-        resume, continue, abort, `drain done`, unfreeze or handover acknowledgement is a
-        compare-and-set on a state the first run already moved (answered as done
-        already); an uncordon of a node already schedulable changes nothing."""
+        No side effect is repeated. What creates a row stores the delivery's key with it
+        and the run again answers with that row: a request filed (drain, upgrade, mig,
+        migrate, rollback, continue; forms too), a freeze set, a note written. What moves
+        a window by a duration (`drain extend`) names the delivery in its audit row and is
+        not moved again. The rest is a compare-and-set on a state the first run already
+        moved, refused the second time with nothing written: an approval (once per
+        approver and plan), a deny, cancel, pause, resume, abort, unfreeze, `drain done`
+        (a hold already released), `migrate confirm` (a step already confirmed), a
+        handover acknowledgement (a repeat records nothing), an uncordon of a node
+        already schedulable. The answer of such a refusal says it was done already, not
+        the first run's words."""
         payload: dict[str, Any] = delivery.payload if isinstance(delivery.payload, dict) else {}
         if delivery.kind == "command":
             self._command(payload, delivery.key)

@@ -82,7 +82,9 @@ def replicas(slack: FakeSlackWebApi, tmp_path: Path) -> Iterator[Replicas]:
     app_a, _ = build_app(a, client=client, signing_secret=SECRET)
     app_a.listener_runner.lazy_listener_runner.executor = _DiedAfterTheAck()  # type: ignore[attr-defined]
     bot_b = SlackBot(b, SlackApi(client), directory=SlackDirectory(SlackApi(client), config))
-    ReplicaHeartbeat(a.database, name=a.replica, redo=None).once(dt.datetime.now(UTC))  # A's last beat
+    beat_of_a = ReplicaHeartbeat(a.database, name=a.replica, redo=None)
+    beat_of_a.once(dt.datetime.now(UTC))  # A's last beat before it died
+    beat_of_a.stop()
     try:
         yield Replicas(slack=slack, a=a, app_a=app_a, b=b, bot_b=bot_b)
     finally:
