@@ -175,11 +175,14 @@ def _run(args: argparse.Namespace) -> int:
     runtime = _runtime(args, config, watch=True)
     try:
         try:
-            app, _bot = build_app(runtime, client=client,
-                                  signing_secret=credentials.signing_secret if mode == "http" else None)
+            app, slack_bot = build_app(runtime, client=client,
+                                       signing_secret=credentials.signing_secret if mode == "http" else None)
         except SlackRejectedToken as err:
             print(f"gpuops run: {err}", file=sys.stderr)
             return EXIT_CONFIG
+        # Before a delivery is acknowledged: this replica beats, and answers what a silent one
+        # acknowledged and never answered (bot.heartbeat).
+        runtime.start_heartbeat(redo=slack_bot.redo)
         stop = _stop_event()
         # Published in the log as well as in each handover post (`audit verify --expected`).
         log.info(msg.audit_head_log(audit.head_of(runtime.database.get()).text))

@@ -499,6 +499,27 @@ def duplicate_delivery_log(kind: str, key: str) -> str:
     return f"{kind} {key} was delivered again (a Slack retry); it ran once already"
 
 
+def delivery_not_kept_log(kind: str, key: str) -> str:
+    return (f"cannot keep {kind} {key} in the inbox before its ack; handling it here, but it is lost if this "
+            "replica dies before answering it")
+
+
+def delivery_taken_over(kind: str, key: str, dead: str, replica: str) -> str:
+    return f"{dead} acknowledged {kind} {key} and fell silent before answering it: {replica} runs it again"
+
+
+def delivery_abandoned(kind: str, key: str, dead: str, *, received_at: dt.datetime, takeovers: int,
+                       too_old: bool) -> str:
+    why = ("it came more than half an hour ago, and Slack no longer takes its answer" if too_old
+           else f"it was taken over {takeovers} times already and each replica running it fell silent")
+    return (f"{dead} acknowledged {kind} {key} at {received_at:%Y-%m-%d %H:%M:%S} UTC and fell silent before "
+            f"answering it; it is not run again: {why}")
+
+
+def heartbeat_failed(replica: str) -> str:
+    return f"{replica} could not write its heartbeat or look for deliveries left by silent replicas; trying again"
+
+
 def group_lookup_failed_log(group: str, error: str) -> str:
     return f"could not read the members of user group {group} ({error}); its roles are not granted"
 

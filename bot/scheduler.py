@@ -48,7 +48,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 from bot import messages as msg
 from commands.services import ClusterDirectory
 from commands.pictures import capacity_now
-from storage import capacity, idempotency, outbox
+from storage import capacity, idempotency, inbox, outbox
 from storage.database import PerThreadDatabase
 from workflows.config import GpuopsConfig
 from workflows.engine.cordons import ClusterNodes, Cordons
@@ -339,7 +339,10 @@ def clear_stale_marks(host: LeaderHost, now: dt.datetime) -> None:
 
 
 def prune_idempotency(host: LeaderHost, now: dt.datetime) -> None:
+    """Forget delivery keys, answered deliveries of the inbox (and heartbeats of replicas
+    long gone) as old: their key is the inbox's duplicate check as long as they are kept."""
     forgotten = idempotency.prune(host.database.get(), older_than=now - IDEMPOTENCY_KEEP)
+    forgotten += inbox.forget_closed(host.database.get(), older_than=now - IDEMPOTENCY_KEEP)
     if forgotten:
         log.info("forgot %d delivery keys older than %s", forgotten, _every(IDEMPOTENCY_KEEP))
 

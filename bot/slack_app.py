@@ -1,15 +1,19 @@
 """The Bolt app: one set of listeners for Socket Mode and HTTP mode.
 
 Every delivery is acknowledged at once and the work runs afterwards on the app's worker
-pool (bolt lazy listeners): the ack function does no I/O at all, so Slack gets its
-answer within milliseconds however slow the cluster or Slack itself is. The work then:
+pool (bolt lazy listeners). Before the ack of a command, a click or a form, the delivery
+is kept in the database's inbox (storage.inbox): one insert of its key, what running it
+again needs, and this replica's name; nothing else, so Slack still gets its answer within
+milliseconds however slow the cluster or Slack itself is. Slack never sends an
+acknowledged delivery again, so this row is what lets a survivor answer it when this
+replica dies before it does (bot.heartbeat takes it over and calls `redo`). The work then:
 
-1. drops a repeated delivery: the first thing it does is remember the delivery's key in
-   the SQLite idempotency table (scope `slack-retry` for commands and events, `button`
-   for clicks and the forms), so a Slack retry (X-Slack-Retry-Num in HTTP mode,
-   retry_attempt in Socket Mode) or a redelivery after a restart runs nothing twice. A
-   form submission the ack refused with field errors is not remembered: the form stays
-   open under the same view id, and its corrected submission must still run;
+1. drops a repeated delivery: the inbox's insert is also the duplicate check, so a Slack
+   retry (X-Slack-Retry-Num in HTTP mode, retry_attempt in Socket Mode) or a redelivery to
+   another replica runs nothing twice (the Home tab's event, which only redraws, is
+   remembered in the idempotency table instead, scope `slack-retry`). A form submission
+   the ack refused with field errors is not kept: the form stays open under the same view
+   id, and its corrected submission must still run;
 2. resolves the Slack user to an `Actor` (`bot.identity`): for anything that changes
    something (every click and form, and a command the registry marks `changes`) with
    their user groups read afresh, so someone just taken out of a group cannot act on
@@ -18,7 +22,12 @@ answer within milliseconds however slow the cluster or Slack itself is. The work
    console uses, so role checks and the two-person rule are the domain's, not Slack's
    (the drain form's structured request runs as `/gpu drain` through the same door);
 4. answers: the response_url first, then chat.postMessage, then a DM; a reply too long
-   for one message is cut and its full text uploaded as a file.
+   for one message is cut and its full text uploaded as a file;
+5. closes the delivery in the inbox: answered (a small write of its own, after the answer).
+
+Running a delivery again repeats no side effect: the services carry the delivery's key, a
+request it filed carries it too and the run again answers with that request; every other
+change is a compare-and-set on a state the first run already moved (see `redo`).
 
 Nothing that happens in a listener crashes the process: failures are logged, and the
 user is told when possible.
@@ -29,6 +38,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import re
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -53,6 +63,8 @@ from bot.render_blocks import FileLink, render_blocks
 from bot.render_text import render_text
 from bot.slack_api import BOT_EVENTS, SLASH_COMMAND, SlackApi
 from bot.wiring import Runtime
+from storage import inbox
+from storage.inbox import Delivery
 from commands.catalog import dispatch, run_command
 from commands.fleet import fleet_status
 from commands.pictures import CapacityChart, Picture
@@ -64,9 +76,7 @@ from workflows.durations import utc_now
 
 log = logging.getLogger("gpuops.bot.slack")
 
-COMMAND_SCOPE = "slack-retry"
 EVENT_SCOPE = "slack-retry"
-BUTTON_SCOPE = "button"
 DELIVERY_WORKERS = 8
 _ACTION_IDS = re.compile(r"^gpuops\.[a-z]+(?:-[a-z]+)*\.\d+\Z", re.ASCII)  # \Z: no trailing newline
 
@@ -137,11 +147,14 @@ class SlackBot:
             api, runtime.clusters.config if runtime.clusters is not None else runtime.config)
         self.deliveries = deliveries or IncomingDeliveries()
         self.clock = clock
+        # Deliveries this replica's acks kept in the inbox, whose work has not started.
+        self._kept: set[str] = set()
+        self._kept_lock = threading.Lock()
 
     # -------------------------------------------------------------- registration
     def register(self, app: App) -> None:
-        app.command(SLASH_COMMAND)(ack=self.ack, lazy=[self.run_command])
-        app.action(_ACTION_IDS)(ack=self.ack, lazy=[self.run_click])
+        app.command(SLASH_COMMAND)(ack=self.ack_command, lazy=[self.run_command])
+        app.action(_ACTION_IDS)(ack=self.ack_click, lazy=[self.run_click])
         app.view(DENY_CALLBACK)(ack=self.ack_deny, lazy=[self.run_deny])
         for form in forms_in_force():
             app.view(form.callback)(ack=self.form_ack(form), lazy=[self.form_run(form)])
@@ -149,23 +162,34 @@ class SlackBot:
             app.event(event)(ack=self.ack, lazy=[self.run_home])
         app.error(self.on_error)
 
-    # -------------------------------------------------------------- acks (no I/O here)
+    # -------------------------------------------------------------- acks (one insert at most)
     @staticmethod
     def ack(ack: Any) -> None:
         ack()
 
-    @staticmethod
-    def ack_deny(ack: Any, view: dict[str, Any]) -> None:
+    def ack_command(self, ack: Any, command: dict[str, Any]) -> None:
+        self._keep("command", _command_key(command), command)
+        ack()
+
+    def ack_click(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
+        self._keep("click", _click_key(body, action), {"body": body, "action": action})
+        ack()
+
+    def ack_deny(self, ack: Any, body: dict[str, Any], view: dict[str, Any]) -> None:
         if submitted_reason(view):
+            self._keep("deny", _view_key(DENY_CALLBACK, body, view), {"body": body, "view": view})
             ack()
         else:
             ack(response_action="errors", errors={REASON_BLOCK: msg.deny_reason_missing()})
 
-    def form_ack(self, form: RequestForm) -> Callable[[Any, dict[str, Any]], None]:
-        """The ack of `form`'s submission: its field errors, else done."""
-        def ack_form(ack: Any, view: dict[str, Any]) -> None:
+    def form_ack(self, form: RequestForm) -> Callable[[Any, dict[str, Any], dict[str, Any]], None]:
+        """The ack of `form`'s submission: its field errors, else kept and done."""
+        def ack_form(ack: Any, body: dict[str, Any], view: dict[str, Any]) -> None:
             # Only checks that read the form and the clock: the cluster is not asked here.
-            self._ack_form(ack, form.read(view, now=self.clock()).errors)
+            errors = form.read(view, now=self.clock()).errors
+            if not errors:
+                self._keep("form", _view_key(form.callback, body, view), {"body": body, "view": view})
+            self._ack_form(ack, errors)
         return ack_form
 
     @staticmethod
@@ -175,47 +199,134 @@ class SlackBot:
         else:
             ack()
 
+    def _keep(self, kind: str, key: str | None, payload: dict[str, Any]) -> None:
+        """Keep the delivery in the inbox before its ack; its work runs only if this was
+        its first delivery (`_first`). The database not answering must not silence the
+        bot: the delivery is then handled here, without the net."""
+        if key is None:
+            return
+        try:
+            new = inbox.accept(self.runtime.database.get(), key=key, kind=kind, payload=_kept_payload(payload),
+                               replica=self.runtime.replica, at=self.clock())
+        except Exception:  # noqa: BLE001 - the store being down must not silence the bot
+            log.exception(msg.delivery_not_kept_log(kind, key))
+            new = True
+        if new:
+            with self._kept_lock:
+                self._kept.add(key)
+
     def on_error(self, error: Exception, body: dict[str, Any]) -> None:
         log.error("listener failed on a %s delivery: %s", body.get("type") or body.get("command"), error,
                   exc_info=error)
 
     # -------------------------------------------------------------- the work
-    def _first(self, kind: str, key: str | None, scope: str) -> bool:
+    def _first(self, kind: str, key: str | None) -> bool:
+        """Whether to run the delivery `key`: its ack kept it as new (and no other listener
+        took it since). A delivery kept before (a retry, a redelivery) runs nothing."""
+        if key is None:
+            return True
+        with self._kept_lock:
+            if key in self._kept:
+                self._kept.discard(key)
+                return True
+        log.info(msg.duplicate_delivery_log(kind, key))
+        self.deliveries.record(IncomingDelivery(kind, key, "duplicate"))
+        return False
+
+    def _first_event(self, key: str | None) -> bool:
+        """The Home tab's event, remembered in the idempotency table (it only redraws)."""
         if key is None:
             return True
         try:
-            first = self.runtime.first_delivery(key, scope=scope, now=self.clock())
+            first = self.runtime.first_delivery(key, scope=EVENT_SCOPE, now=self.clock())
         except Exception:  # noqa: BLE001 - the store being down must not silence the bot
-            log.exception("cannot check %s %s against earlier deliveries; handling it", kind, key)
+            log.exception("cannot check home %s against earlier deliveries; handling it", key)
             return True
         if not first:
-            log.info(msg.duplicate_delivery_log(kind, key))
-            self.deliveries.record(IncomingDelivery(kind, key, "duplicate"))
+            log.info(msg.duplicate_delivery_log("home", key))
+            self.deliveries.record(IncomingDelivery("home", key, "duplicate"))
         return first
 
-    def run_command(self, command: dict[str, Any]) -> None:
-        user = str(command.get("user_id") or "")
-        trigger = command.get("trigger_id")
-        key = f"{command.get('command')}:{user}:{trigger}" if trigger else None
-        if not self._first("command", key, COMMAND_SCOPE):
+    def _answered(self, key: str | None) -> None:
+        """Close the delivery in the inbox: it was answered (or told it failed)."""
+        if key is None:
             return
+        try:
+            inbox.answered(self.runtime.database.get(), key=key, at=self.clock())
+        except Exception:  # noqa: BLE001 - answered already; a survivor may answer it again
+            log.exception("cannot mark %s answered in the inbox", key)
+
+    def redo(self, delivery: Delivery) -> None:
+        """Run again a delivery a replica acknowledged and died before answering (taken
+        over by bot.heartbeat), and answer it as the first run would have.
+
+        No side effect is repeated. What creates a row stores the delivery's key with it
+        and the run again answers with that row: a request filed (drain, upgrade, mig,
+        migrate, rollback, continue; forms too), a freeze set, a note written. What moves
+        a window by a duration (`drain extend`) names the delivery in its audit row and is
+        not moved again. The rest is a compare-and-set on a state the first run already
+        moved, refused the second time with nothing written: an approval (once per
+        approver and plan), a deny, cancel, pause, resume, abort, unfreeze, `drain done`
+        (a hold already released), `migrate confirm` (a step already confirmed), a
+        handover acknowledgement (a repeat records nothing), an uncordon of a node
+        already schedulable. The answer of such a refusal says it was done already, not
+        the first run's words."""
+        payload: dict[str, Any] = delivery.payload if isinstance(delivery.payload, dict) else {}
+        if delivery.kind == "command":
+            self._command(payload, delivery.key)
+            return
+        body, second = payload.get("body") or {}, payload.get("action") or payload.get("view") or {}
+        if delivery.kind == "click":
+            self._click(body, second, delivery.key)
+        elif delivery.kind == "deny":
+            self._deny(body, second, delivery.key)
+        elif delivery.kind == "form":
+            form = next((f for f in forms_in_force() if f.callback == second.get("callback_id")), None)
+            if form is None:  # a form this version no longer has: nothing can run it
+                log.warning("%s is a form this gpuops does not know; it is not run again", delivery.key)
+                self._answered(delivery.key)
+                return
+            self._form(form, body, second, delivery.key)
+        else:
+            log.warning("%s is a %s, which this gpuops does not run again", delivery.key, delivery.kind)
+            self._answered(delivery.key)
+
+    def run_command(self, command: dict[str, Any]) -> None:
+        key = _command_key(command)
+        if self._first("command", key):
+            self._command(command, key)
+
+    def _command(self, command: dict[str, Any], key: str | None) -> None:
+        user = str(command.get("user_id") or "")
         outcome = "answered"
         try:
             actor = self.directory.actor(user, fallback_name=command.get("user_name"),
                                          fresh=REGISTRY.changes(str(command.get("text") or "")))
-            reply = dispatch(str(command.get("text") or ""), actor=actor, services=self.runtime.services(),
+            reply = dispatch(str(command.get("text") or ""), actor=actor, services=self.runtime.services(delivery=key),
                              now=self.clock(), channel=command.get("channel_id"))
         except Exception:  # noqa: BLE001 - answer something rather than nothing
             log.exception("/gpu %s for %s failed", command.get("text"), user)
             reply, outcome = error_reply(msg.not_done_title(), msg.something_failed()), "failed"
         self.answer(reply, user=user, channel=command.get("channel_id"), response_url=command.get("response_url"))
+        self._answered(key)
         self.deliveries.record(IncomingDelivery("command", key, outcome))
 
     def run_click(self, body: dict[str, Any], action: dict[str, Any]) -> None:
+        key = _click_key(body, action)
+        if self._first("click", key):
+            self._click(body, action, key)
+
+    def _click(self, body: dict[str, Any], action: dict[str, Any], key: str) -> None:
+        outcome = "failed"
+        try:
+            outcome = self._press(body, action, key)
+        finally:
+            self._answered(key)
+            self.deliveries.record(IncomingDelivery("click", key, outcome))
+
+    def _press(self, body: dict[str, Any], action: dict[str, Any], key: str) -> str:
+        """A click's work and its answer; what became of it."""
         user = str((body.get("user") or {}).get("id") or "")
-        key = f"{action.get('action_id')}:{user}:{body.get('trigger_id') or action.get('action_ts')}"
-        if not self._first("click", key, BUTTON_SCOPE):
-            return
         container = body.get("container") or {}
         place = Place(
             channel=container.get("channel_id") or (body.get("channel") or {}).get("id"),
@@ -230,7 +341,7 @@ class SlackBot:
             # at once whether the clicker may), so every click reads the groups afresh.
             actor = self.directory.actor(user, fallback_name=(body.get("user") or {}).get("username"), fresh=True)
             click = Click(action=clicked, value=action.get("value"), actor=actor, now=self.clock())
-            outcome = press(click, self.runtime.services())
+            outcome = press(click, self.runtime.services(delivery=key))
             wanted = _wanted_form(outcome, FormContext(channel=None if place.from_home else place.channel))
             if wanted is not None:
                 modal, form_name, button = wanted
@@ -238,8 +349,7 @@ class SlackBot:
                 if error is not None:
                     self.tell(user, error_reply(msg.not_done_title(), msg.modal_failed(
                         error, form=form_name, button=button)), place)
-                self.deliveries.record(IncomingDelivery("click", key, "answered" if error is None else "failed"))
-                return
+                return "answered" if error is None else "failed"
             if outcome.wants_reason is not None:
                 context = DenyContext(value=str(action.get("value")), channel=place.channel,
                                       message_ts=place.message_ts, ephemeral=place.ephemeral,
@@ -247,24 +357,25 @@ class SlackBot:
                 error = self.api.open_modal(str(body.get("trigger_id")), deny_modal(outcome.wants_reason, context))
                 if error is not None:
                     self.tell(user, error_reply(msg.not_done_title(), msg.modal_failed(error)), place)
-                self.deliveries.record(IncomingDelivery("click", key, "answered"))
-                return
+                return "answered"
             self.show(outcome, actor=actor, place=place)
-            self.deliveries.record(IncomingDelivery("click", key, "answered" if outcome.ok else "refused"))
+            return "answered" if outcome.ok else "refused"
         except Exception:  # noqa: BLE001
             log.exception("click %s by %s failed", action.get("action_id"), user)
             self.tell(user, error_reply(msg.not_done_title(), msg.something_failed()), place)
-            self.deliveries.record(IncomingDelivery("click", key, "failed"))
+            return "failed"
 
     def run_deny(self, body: dict[str, Any], view: dict[str, Any]) -> None:
-        user = str((body.get("user") or {}).get("id") or "")
-        key = f"{DENY_CALLBACK}:{user}:{view.get('id')}"
+        key = _view_key(DENY_CALLBACK, body, view)
         if not submitted_reason(view):
             # The ack showed the field error; the same view comes back with the reason.
             self.deliveries.record(IncomingDelivery("deny", key, "invalid"))
             return
-        if not self._first("deny", key, BUTTON_SCOPE):
-            return
+        if self._first("deny", key):
+            self._deny(body, view, key)
+
+    def _deny(self, body: dict[str, Any], view: dict[str, Any], key: str) -> None:
+        user = str((body.get("user") or {}).get("id") or "")
         context = deny_context(str(view.get("private_metadata") or ""))
         place = Place(channel=context.channel if context else None, message_ts=context.message_ts if context else None,
                       ephemeral=bool(context and context.ephemeral), from_home=bool(context and context.from_home),
@@ -273,52 +384,58 @@ class SlackBot:
             actor = self.directory.actor(user, fallback_name=(body.get("user") or {}).get("username"), fresh=True)
             click = Click(action="deny", value=context.value if context else None, actor=actor, now=self.clock(),
                           reason=submitted_reason(view))
-            outcome = press(click, self.runtime.services())
+            outcome = press(click, self.runtime.services(delivery=key))
             self.show(outcome, actor=actor, place=place)
             self.deliveries.record(IncomingDelivery("deny", key, "answered" if outcome.ok else "refused"))
         except Exception:  # noqa: BLE001
             log.exception("deny by %s failed", user)
             self.tell(user, error_reply(msg.not_done_title(), msg.something_failed()), place)
             self.deliveries.record(IncomingDelivery("deny", key, "failed"))
+        finally:
+            self._answered(key)
 
     def form_run(self, form: RequestForm) -> Callable[[dict[str, Any], dict[str, Any]], None]:
         """The work of `form`'s submission: the change it asks for, run as its command
         (`/gpu drain`, `/gpu upgrade`, `/gpu mig`)."""
         def run_form(body: dict[str, Any], view: dict[str, Any]) -> None:
+            key = _view_key(form.callback, body, view)
+            if form.read(view, now=self.clock()).form is None:
+                # The ack showed the field errors; the same view comes back corrected.
+                self.deliveries.record(IncomingDelivery(form.delivery, key, "invalid"))
+                return
+            if self._first(form.delivery, key):
+                self._form(form, body, view, key)
+        return run_form
+
+    def _form(self, form: RequestForm, body: dict[str, Any], view: dict[str, Any], key: str) -> None:
+        try:
             submitted = form.read(view, now=self.clock()).form
-            if submitted is None:
-                self._run_form(body, view, form.delivery, form.callback, None)
+            if submitted is None:  # the ack showed its field errors (as `run_form` finds)
+                self.deliveries.record(IncomingDelivery(form.delivery, key, "invalid"))
                 return
             ask = submitted.ask()
 
             def run(call: Call) -> Reply:
                 return form.run(call, ask)
 
-            self._run_form(body, view, form.delivery, form.callback, _FormRun(
+            self._run_form(body, view, form.delivery, key, _FormRun(
                 command=submitted.command(), channel=submitted.channel, spec=form.command, run=run,
                 footer=form.footer))
-        return run_form
+        finally:
+            self._answered(key)
 
-    def _run_form(self, body: dict[str, Any], view: dict[str, Any], kind: str, callback: str,
-                  form: _FormRun | None) -> None:
+    def _run_form(self, body: dict[str, Any], view: dict[str, Any], kind: str, key: str, form: _FormRun) -> None:
         """A request form, submitted: run as its command, answered to the submitter in
         the channel the button was in or the form named (an ephemeral message there,
         else a DM)."""
         user = str((body.get("user") or {}).get("id") or "")
-        key = f"{callback}:{user}:{view.get('id')}"
-        if form is None:
-            # The ack showed the field errors; the same view comes back corrected.
-            self.deliveries.record(IncomingDelivery(kind, key, "invalid"))
-            return
-        if not self._first(kind, key, BUTTON_SCOPE):
-            return
         channel = form.channel or form_context(str(view.get("private_metadata") or "")).channel
         outcome = "answered"
         try:
             actor = self.directory.actor(user, fallback_name=(body.get("user") or {}).get("username"),
                                          fresh=form.spec.changes)
-            reply = invoke(form.spec, form.run, actor=actor, services=self.runtime.services(), now=self.clock(),
-                           text=form.command, channel=channel)
+            reply = invoke(form.spec, form.run, actor=actor, services=self.runtime.services(delivery=key),
+                           now=self.clock(), text=form.command, channel=channel)
             reply = replace(reply, footer=form.footer(form.command, reply.footer))
             if not reply.ok:
                 outcome = "refused"
@@ -331,7 +448,7 @@ class SlackBot:
     def run_home(self, body: dict[str, Any], event: dict[str, Any]) -> None:
         user = str(event.get("user") or "")
         key = body.get("event_id")
-        if event.get("tab", "home") != "home" or not self._first("home", key, EVENT_SCOPE):
+        if event.get("tab", "home") != "home" or not self._first_event(key):
             return
         try:
             published = self.publish_home(user)
@@ -440,6 +557,28 @@ class SlackBot:
         if place.channel and self.api.ephemeral(place.channel, user, message):
             return
         self.api.direct_message(user, message)
+
+
+def _command_key(command: dict[str, Any]) -> str | None:
+    trigger = command.get("trigger_id")
+    return f"{command.get('command')}:{command.get('user_id') or ''}:{trigger}" if trigger else None
+
+
+def _click_key(body: dict[str, Any], action: dict[str, Any]) -> str:
+    user = str((body.get("user") or {}).get("id") or "")
+    return f"{action.get('action_id')}:{user}:{body.get('trigger_id') or action.get('action_ts')}"
+
+
+def _view_key(callback: str, body: dict[str, Any], view: dict[str, Any]) -> str:
+    return f"{callback}:{(body.get('user') or {}).get('id') or ''}:{view.get('id')}"
+
+
+def _kept_payload(payload: dict[str, Any]) -> dict[str, Any]:
+    """What the inbox keeps of a delivery: all it carries but Slack's verification token
+    (a credential of the app, which running it again does not need)."""
+    def without_token(value: Any) -> Any:
+        return {k: v for k, v in value.items() if k != "token"} if isinstance(value, dict) else value
+    return {k: without_token(v) for k, v in without_token(payload).items()}
 
 
 def build_app(runtime: Runtime, *, client: WebClient, signing_secret: str | None = None,

@@ -31,6 +31,7 @@ from typing import Protocol
 from slack_sdk import WebClient
 
 from bot import messages as msg
+from bot.heartbeat import Redo, ReplicaHeartbeat, replica_name
 from bot.logs import protect
 from bot.metrics import Metrics
 from bot.notifier import Notifier, OutboxSlack
@@ -138,14 +139,18 @@ class Runtime:
     clusters: Clusters | None = None
     # Whether the database can be reached now, looked at afresh (readiness, leadership).
     database_probe: DatabaseProbe | None = None
+    # This replica's name in the inbox and the heartbeats: its identity and a token of
+    # the process (bot.heartbeat).
+    replica: str = field(default_factory=lambda: replica_name(replica_identity()))
     _closers: list[Callable[[], None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.signals is None and self.config.signals is not None:
             self.signals = self.config.signals.service(cluster=self.fleet)
 
-    def services(self) -> Services:
-        """Services for one command or click, on the calling thread's connection."""
+    def services(self, *, delivery: str | None = None) -> Services:
+        """Services for one command or click, on the calling thread's connection;
+        `delivery`: the Slack delivery they answer (storage.inbox's key)."""
         # Drains read the pods and PDBs they would move straight from the API (the watch
         # cache keeps only operator and GPU pods; a preview names every pod it would evict).
         database = self.database.get()
@@ -157,7 +162,7 @@ class Runtime:
         services = Services.on_database(config=self.config, fleet=self.fleet, database=database,
                                         roles=self.roles_in(self.config), on_approved=self.request_approved,
                                         readers=(*readers, *((quotas,) if quotas is not None else ())),
-                                        signals=self.signals)
+                                        signals=self.signals, delivery=delivery)
         if self.gateway is not None:
             services.cordons = Cordons(database, self.gateway)
             services.node_reads = self.gateway
@@ -205,6 +210,13 @@ class Runtime:
     def first_delivery(self, key: str, *, scope: str, now: dt.datetime) -> bool:
         """True the first time `key` is seen in `scope`, across restarts (SQLite)."""
         return idempotency.remember(self.database.get(), key=key, scope=scope, at=now)
+
+    def start_heartbeat(self, redo: Redo | None) -> ReplicaHeartbeat:
+        """Beat as `replica` until `close()`, and run again with `redo` what silent
+        replicas acknowledged and never answered (bot.heartbeat)."""
+        heartbeat = ReplicaHeartbeat(self.database, name=self.replica, redo=redo).start()
+        self._closers.append(heartbeat.stop)
+        return heartbeat
 
     def notify(self) -> None:
         """Something was queued in the outbox: the notifier (if this replica runs it)

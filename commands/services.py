@@ -92,7 +92,8 @@ class Services:
     def on_database(cls, *, config: GpuopsConfig, fleet: FleetSource, database: Database,
                     wake_engine: Callable[[], None] | None = None, roles: RoleLookup | None = None,
                     on_approved: Callable[[], None] | None = None,
-                    readers: Sequence[object] = (), signals: SignalsService | None = None) -> Services:
+                    readers: Sequence[object] = (), signals: SignalsService | None = None,
+                    delivery: str | None = None) -> Services:
         """Every service on one database connection; `wake_engine` (Engine.wake) makes an
         engine in this process notice run controls at once; `roles` says who holds which
         role now (default: the configuration alone, without Slack user groups);
@@ -103,8 +104,10 @@ class Services:
         refused, an upgrade plan names no pods, a move finds no hand-set label); each kind
         in force gets its service from its registry line (workflows/kinds.py `service`);
         `signals` the process's one DCGM reader (it remembers counters for their
-        rates; without it one is made from the configuration, over `fleet`'s pods)."""
-        requests = RequestService(database, config, roles=roles, on_approved=on_approved)
+        rates; without it one is made from the configuration, over `fleet`'s pods);
+        `delivery` the Slack delivery they answer (a request it files is found again
+        when the delivery runs again, see storage.inbox)."""
+        requests = RequestService(database, config, roles=roles, on_approved=on_approved, delivery=delivery)
         inputs = ServiceInputs(requests=requests, config=config, readers=tuple(readers))
         changes = [service for kind in kinds_in_force() if (service := kind.build_service(inputs)) is not None]
         return cls(config=config, fleet=fleet, requests=requests,
@@ -113,7 +116,7 @@ class Services:
                                    requests=requests, zone=config.display_zone),
                    database=database,
                    freezes=FreezeService(database, pools=config.pools, names=config.names, wake=wake_engine,
-                                         cluster=config.cluster_name, zone=config.display_zone),
-                   notes=NoteService(database, names=config.names, cluster=config.cluster_name),
+                                         cluster=config.cluster_name, zone=config.display_zone, delivery=delivery),
+                   notes=NoteService(database, names=config.names, cluster=config.cluster_name, delivery=delivery),
                    signals=signals if signals is not None else (
                        config.signals.service(cluster=fleet) if config.signals is not None else None))

@@ -695,9 +695,19 @@ def _failover_rows(runs: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, 
                f"{_n(r['requests'])} requests by {r['people']} people; the Lease taken over in p50 {took['p50']} s, "
                f"p95 {took['p95']} s (limit {r['takeover_limit_s']} s), the run's next step p50 {commit.get('p50')} s, "
                f"p95 {commit.get('p95')} s",
-               f"{r['lost']} lost ({r['lost_acked_by_the_killed_replica']} acknowledged by the killed replica), "
+               f"{r['lost']} lost{_taken_over(r)}, "
                f"{r['answered_twice']} answered twice, {r['side_effects_repeated']} writes twice, "
                f"{r['approvals_counted_twice']} approvals twice; audit chain {r['audit_chain']}")
+
+
+def _taken_over(r: dict[str, Any]) -> str:
+    """What the survivors answered for the killed replicas (acknowledged, not answered);
+    figures from before the inbox counted those as lost instead."""
+    if "answered_by_the_survivor" in r:
+        return f" ({r['answered_by_the_survivor']} acknowledged by a killed replica, answered by the survivor)"
+    if "lost_acked_by_the_killed_replica" in r:
+        return f" ({r['lost_acked_by_the_killed_replica']} acknowledged by the killed replica)"
+    return ""
 
 
 def _slow_client_rows(runs: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any], str, str]]:

@@ -16,7 +16,8 @@ What belongs here:
 - `migrations` (SQLite's) and `migrations_pg` (PostgreSQL's): the ordered, versioned
   schema changes applied at open; a new migration comes in both.
 - One repository module per table family, named after the domain word: `requests`,
-  `approvals`, `runs`, `steps`, `audit`, `outbox`, `idempotency`, `handovers`, `kv`.
+  `approvals`, `runs`, `steps`, `audit`, `outbox`, `idempotency`, `inbox` (Slack
+  deliveries acknowledged until answered, and the replicas' heartbeats), `handovers`, `kv`.
   Each is a handful of typed functions (keyword-only arguments) that return frozen
   dataclasses and report compare-and-set outcomes as booleans.
 - `ids` (NewType ids), `codec` (how times and JSON are stored), `errors`.

@@ -48,16 +48,17 @@ class StoredFreeze:
 
 def create(db: Database, *, target: str, until: dt.datetime, reason: str, let_running_finish: bool,
            set_by: str, set_by_name: str, at: dt.datetime,
-           cluster: str | None = None) -> tuple[StoredFreeze, StoredFreeze | None]:
+           cluster: str | None = None, delivery: str | None = None) -> tuple[StoredFreeze, StoredFreeze | None]:
     """A new freeze on `target` (of `cluster`), and the one in force there that it
-    replaces (lifted now, by the same person), if any."""
+    replaces (lifted now, by the same person), if any. `delivery` (unique): the Slack
+    delivery that sets it, found again by `set_by_delivery`."""
     with db.transaction():
         replaced = in_force_on(db, target=target, now=at, cluster=cluster)
         cursor = db.execute(
             "INSERT INTO freezes (target, until, reason, let_running_finish, set_by, set_by_name, created_at,"
-            " cluster) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+            " cluster, delivery) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
             (target, codec.time_to_text(until), reason, int(let_running_finish), set_by, set_by_name,
-             codec.time_to_text(at), cluster),
+             codec.time_to_text(at), cluster, delivery),
         )
         new_id = FreezeId(int(cursor.fetchone()[0]))
         if replaced is not None:
@@ -84,6 +85,15 @@ def lift(db: Database, *, id: FreezeId, by: str, by_name: str, reason: str, at: 
 def get(db: Database, *, id: FreezeId) -> StoredFreeze | None:
     row = db.query_one("SELECT * FROM freezes WHERE id = ?", (id,))
     return None if row is None else _from_row(row)
+
+
+def set_by_delivery(db: Database, *, delivery: str) -> tuple[StoredFreeze, StoredFreeze | None] | None:
+    """The freeze the Slack delivery `delivery` set and the one it replaced, if it set one."""
+    row = db.query_one("SELECT * FROM freezes WHERE delivery = ?", (delivery,))
+    if row is None:
+        return None
+    replaced = db.query_one("SELECT * FROM freezes WHERE replaced_by = ?", (row["id"],))
+    return _from_row(row), None if replaced is None else _from_row(replaced)
 
 
 def in_force(db: Database, *, now: dt.datetime) -> list[StoredFreeze]:

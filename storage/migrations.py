@@ -449,6 +449,42 @@ CREATE TABLE kube_events (
 CREATE INDEX kube_events_due ON kube_events (next_attempt_at) WHERE given_up = 0 AND sent_count < count;
 """
 
+INBOX_AND_HEARTBEATS = """
+-- Deliveries from Slack this installation acknowledged: written before the ack, so a
+-- replica that dies before answering leaves them for a survivor (storage.inbox).
+CREATE TABLE inbox (
+    key          TEXT PRIMARY KEY CHECK (length(key) > 0),
+    kind         TEXT NOT NULL CHECK (length(kind) > 0),
+    payload      TEXT NOT NULL CHECK (json_valid(payload)),
+    claimed_by   TEXT NOT NULL CHECK (length(claimed_by) > 0),
+    received_at  TEXT NOT NULL,
+    claimed_at   TEXT NOT NULL,
+    takeovers    INTEGER NOT NULL DEFAULT 0 CHECK (takeovers >= 0),
+    state        TEXT NOT NULL DEFAULT 'claimed' CHECK (state IN ('claimed', 'answered', 'abandoned')),
+    ended_at     TEXT,
+    CHECK ((state = 'claimed') = (ended_at IS NULL))
+) STRICT, WITHOUT ROWID;
+CREATE INDEX inbox_open ON inbox (claimed_by) WHERE state = 'claimed';
+CREATE INDEX inbox_by_age ON inbox (received_at);
+
+-- Each replica's heartbeat (its name carries a token of the process, so a restart under the
+-- same pod name is a new replica and leaves the old one's deliveries to be taken over).
+CREATE TABLE replica_heartbeats (
+    name        TEXT PRIMARY KEY CHECK (length(name) > 0),
+    started_at  TEXT NOT NULL,
+    seen_at     TEXT NOT NULL
+) STRICT, WITHOUT ROWID;
+
+-- The delivery that filed a request, set a freeze or wrote a note: run again after its
+-- replica died, it answers with what it did instead of doing it again.
+ALTER TABLE requests ADD COLUMN delivery TEXT CHECK (delivery IS NULL OR length(delivery) > 0);
+CREATE UNIQUE INDEX requests_by_delivery ON requests (delivery);
+ALTER TABLE freezes ADD COLUMN delivery TEXT CHECK (delivery IS NULL OR length(delivery) > 0);
+CREATE UNIQUE INDEX freezes_by_delivery ON freezes (delivery);
+ALTER TABLE node_notes ADD COLUMN delivery TEXT CHECK (delivery IS NULL OR length(delivery) > 0);
+CREATE UNIQUE INDEX node_notes_by_delivery ON node_notes (delivery);
+"""
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
@@ -473,6 +509,9 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(13, "each pool's GPUs advertised and out, sampled for its capacity chart (capacity_samples)",
               CAPACITY_SAMPLES),
     Migration(14, "Kubernetes Events waiting to be sent, as series (kube_events)", KUBE_EVENTS),
+    Migration(15, "acknowledged Slack deliveries until answered (inbox), replicas' heartbeats "
+              "(replica_heartbeats), the delivery that filed a request, set a freeze or wrote a note (delivery)",
+              INBOX_AND_HEARTBEATS),
 )
 
 _SCHEMA_MIGRATIONS = """

@@ -309,8 +309,41 @@ CREATE TABLE kube_events (
 CREATE INDEX kube_events_due ON kube_events (next_attempt_at) WHERE given_up = 0 AND sent_count < count;
 """
 
+INBOX_AND_HEARTBEATS_PG = """
+CREATE TABLE inbox (
+    key          TEXT PRIMARY KEY CHECK (length(key) > 0),
+    kind         TEXT NOT NULL CHECK (length(kind) > 0),
+    payload      TEXT NOT NULL CHECK (gpuops_json_valid(payload)),
+    claimed_by   TEXT NOT NULL CHECK (length(claimed_by) > 0),
+    received_at  TEXT NOT NULL,
+    claimed_at   TEXT NOT NULL,
+    takeovers    BIGINT NOT NULL DEFAULT 0 CHECK (takeovers >= 0),
+    state        TEXT NOT NULL DEFAULT 'claimed' CHECK (state IN ('claimed', 'answered', 'abandoned')),
+    ended_at     TEXT,
+    CHECK ((state = 'claimed') = (ended_at IS NULL))
+);
+CREATE INDEX inbox_open ON inbox (claimed_by) WHERE state = 'claimed';
+CREATE INDEX inbox_by_age ON inbox (received_at);
+
+CREATE TABLE replica_heartbeats (
+    name        TEXT PRIMARY KEY CHECK (length(name) > 0),
+    started_at  TEXT NOT NULL,
+    seen_at     TEXT NOT NULL
+);
+
+ALTER TABLE requests ADD COLUMN delivery TEXT CHECK (delivery IS NULL OR length(delivery) > 0);
+CREATE UNIQUE INDEX requests_by_delivery ON requests (delivery);
+ALTER TABLE freezes ADD COLUMN delivery TEXT CHECK (delivery IS NULL OR length(delivery) > 0);
+CREATE UNIQUE INDEX freezes_by_delivery ON freezes (delivery);
+ALTER TABLE node_notes ADD COLUMN delivery TEXT CHECK (delivery IS NULL OR length(delivery) > 0);
+CREATE UNIQUE INDEX node_notes_by_delivery ON node_notes (delivery);
+"""
+
 MIGRATIONS_PG: tuple[PostgresMigration, ...] = (
     PostgresMigration(14, "baseline: the schema SQLite reaches at version 14, in PostgreSQL's words", BASELINE_V14),
+    PostgresMigration(15, "acknowledged Slack deliveries until answered (inbox), replicas' heartbeats "
+                      "(replica_heartbeats), the delivery that filed a request, set a freeze or wrote a note "
+                      "(delivery)", INBOX_AND_HEARTBEATS_PG),
 )
 
 # Created before the first migration, outside the numbered list (as SQLite's PRAGMAs are).

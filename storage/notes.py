@@ -35,16 +35,23 @@ class StoredNote:
 
 
 def create(db: Database, *, node: str, text: str, until: dt.datetime, set_by: str, set_by_name: str,
-           at: dt.datetime, cluster: str | None = None) -> StoredNote:
-    """A new note on `node` (of `cluster`); call it inside the transaction that audits it."""
+           at: dt.datetime, cluster: str | None = None, delivery: str | None = None) -> StoredNote:
+    """A new note on `node` (of `cluster`); call it inside the transaction that audits it.
+    `delivery` (unique): the Slack delivery that writes it, found again by `written_by_delivery`."""
     cursor = db.execute(
-        "INSERT INTO node_notes (node, cluster, text, until, set_by, set_by_name, created_at)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
-        (node, cluster, text, codec.time_to_text(until), set_by, set_by_name, codec.time_to_text(at)),
+        "INSERT INTO node_notes (node, cluster, text, until, set_by, set_by_name, created_at, delivery)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+        (node, cluster, text, codec.time_to_text(until), set_by, set_by_name, codec.time_to_text(at), delivery),
     )
     row = db.query_one("SELECT * FROM node_notes WHERE id = ?", (int(cursor.fetchone()[0]),))
     assert row is not None
     return _from_row(row)
+
+
+def written_by_delivery(db: Database, *, delivery: str) -> StoredNote | None:
+    """The note the Slack delivery `delivery` wrote, if it wrote one."""
+    row = db.query_one("SELECT * FROM node_notes WHERE delivery = ?", (delivery,))
+    return None if row is None else _from_row(row)
 
 
 def in_force(db: Database, *, now: dt.datetime, cluster: str | None = None,

@@ -74,6 +74,9 @@ class Request:
     cluster: str | None = None
     # A later window end waiting for approval while the request runs (a drain), if any.
     extension: PendingExtension | None = None
+    # The Slack delivery that filed it (storage.inbox's key), if one did: a delivery run
+    # again after its replica died finds the request it filed instead of filing another.
+    delivery: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -100,8 +103,10 @@ def create(
     thread_ts: str | None = None,
     id: RequestId | None = None,
     cluster: str | None = None,
+    delivery: str | None = None,
 ) -> Request:
-    """A new `pending` request. Without `id`, a fresh `req-xxxxxx` is chosen."""
+    """A new `pending` request. Without `id`, a fresh `req-xxxxxx` is chosen. `delivery`
+    (unique) is the Slack delivery that files it, found again by `filed_by`."""
     row = {
         "kind": kind,
         "pool": pool,
@@ -122,6 +127,7 @@ def create(
         "thread_ts": thread_ts,
         # NB: only when there is one: the column is migration 8's (older files lack it).
         **({"cluster": cluster} if cluster is not None else {}),
+        **({"delivery": delivery} if delivery is not None else {}),
     }
     with db.transaction():
         row["id"] = id if id is not None else _free_id(db)
@@ -139,6 +145,12 @@ def plan_version(db: Database, *, id: RequestId) -> tuple[dt.datetime | None, st
     without the plan itself (the engine asks on every pass, and a 200-node plan is large)."""
     row = db.query_one("SELECT window_end, plan_hash FROM requests WHERE id = ?", (id,))
     return None if row is None else (codec.optional_time_from_text(row["window_end"]), row["plan_hash"])
+
+
+def filed_by(db: Database, *, delivery: str) -> Request | None:
+    """The request the Slack delivery `delivery` filed, if it filed one."""
+    row = db.query_one("SELECT * FROM requests WHERE delivery = ?", (delivery,))
+    return None if row is None else _from_row(row)
 
 
 def transition(
@@ -350,6 +362,7 @@ def _from_row(row: dict[str, Any]) -> Request:
         thread_ts=row["thread_ts"],
         cluster=row.get("cluster"),
         extension=_extension_from_row(row),
+        delivery=row.get("delivery"),  # NB: .get: the column is migration 15's
     )
 
 

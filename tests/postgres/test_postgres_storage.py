@@ -218,7 +218,7 @@ def test_a_second_opener_of_a_migrated_database_applies_nothing(db, postgres_url
     assert _schema_rows(postgres_url) == before
 
 
-def test_openers_of_a_new_database_at_once_apply_the_baseline_exactly_once(postgres_server: PostgresServer):
+def test_openers_of_a_new_database_at_once_apply_each_migration_exactly_once(postgres_server: PostgresServer):
     url = postgres_server.url(postgres_server.create_database())
     start = threading.Barrier(4)
 
@@ -228,8 +228,8 @@ def test_openers_of_a_new_database_at_once_apply_the_baseline_exactly_once(postg
             return opened.schema_version
 
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        assert list(pool.map(open_one, range(4))) == [14] * 4
-    assert [row[0] for row in _schema_rows(url)[1]] == [14]
+        assert list(pool.map(open_one, range(4))) == [MIGRATIONS_PG[-1].version] * 4
+    assert [row[0] for row in _schema_rows(url)[1]] == [m.version for m in MIGRATIONS_PG]
 
 
 def test_a_database_from_a_newer_gpuops_is_refused_and_left_untouched(db, postgres_url):
@@ -239,7 +239,7 @@ def test_a_database_from_a_newer_gpuops_is_refused_and_left_untouched(db, postgr
     raw.close()
     before = _schema_rows(postgres_url)
 
-    with pytest.raises(SchemaTooNew, match="schema version 99, this gpuops knows up to 14"):
+    with pytest.raises(SchemaTooNew, match="schema version 99, this gpuops knows up to 15"):
         open_database(postgres_url, request_kinds=("a-kind-nobody-has",))
 
     assert _schema_rows(postgres_url) == before
@@ -263,11 +263,11 @@ def test_another_programs_database_is_refused_and_left_untouched(postgres_server
 
 
 def test_a_failing_migration_rolls_back_entirely_and_keeps_the_version(db, postgres_url):
-    broken = (*MIGRATIONS_PG, PostgresMigration(15, "a table, then a failure",
+    broken = (*MIGRATIONS_PG, PostgresMigration(16, "a table, then a failure",
                                                 "CREATE TABLE half_made (a integer); SELECT 1 / 0;"))
     before = _schema_rows(postgres_url)
 
-    with pytest.raises(MigrationFailed, match="unchanged at version 14"):
+    with pytest.raises(MigrationFailed, match="unchanged at version 15"):
         open_database(postgres_url, migrations=broken)
 
     assert _schema_rows(postgres_url) == before

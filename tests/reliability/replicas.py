@@ -116,6 +116,11 @@ class Replica:
         text = self.log.read_text(errors="replace") if self.log.exists() else ""
         return [line for line in text.splitlines() if " ERROR " in line or line.startswith("Traceback")]
 
+    def lines(self, containing: str) -> list[str]:
+        """The lines of its log that contain `containing`."""
+        text = self.log.read_text(errors="replace") if self.log.exists() else ""
+        return [line for line in text.splitlines() if containing in line]
+
 
 @dataclass
 class Delivery:

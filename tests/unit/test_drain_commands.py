@@ -15,6 +15,7 @@ from freezegun import freeze_time
 from commands.catalog import dispatch
 from commands.reply import Reply
 from commands.services import Services
+from storage import audit
 from storage import requests as stored_requests
 from storage import runs as stored_runs
 from storage import steps as stored_steps
@@ -69,7 +70,8 @@ def now():
         yield dt.datetime.now(UTC)
 
 
-def build(make, tmp_path: Path, cfg: GpuopsConfig, *, cordoned: tuple[str, ...] = ()) -> Services:
+def build(make, tmp_path: Path, cfg: GpuopsConfig, *, cordoned: tuple[str, ...] = (),
+          delivery: str | None = None) -> Services:
     nodes = [make.node(f"gpu-a-{n:02d}", pool="train-a", unschedulable=f"gpu-a-{n:02d}" in cordoned)
              for n in range(1, 5)]
     nodes += [make.node(f"gpu-b-{n:02d}", pool="serve-b") for n in range(1, 3)]
@@ -81,7 +83,7 @@ def build(make, tmp_path: Path, cfg: GpuopsConfig, *, cordoned: tuple[str, ...] 
     workloads = Workloads(group_pods_by_node(pods), (
         DisruptionBudget(namespace="serve", name="api-pdb", selector={"app": "api"}, disruptions_allowed=0),))
     return Services.on_database(config=cfg, fleet=StaticFleet(make.fleet(nodes, pods)), database=db,
-                                readers=(workloads,))
+                                readers=(workloads,), delivery=delivery)
 
 
 @pytest.fixture
@@ -215,7 +217,43 @@ def test_drain_done_releases_the_hold_of_the_running_drain_and_tells_the_thread(
     assert any("said drain done" in t for t in thread_texts(services))
 
 
-def test_drain_extend_replans_the_window_end_and_voids_the_approvals(make, tmp_path, now):
+def test_drain_done_said_again_ends_nothing_more_and_tells_the_thread_once(services, now):
+    # As when the delivery of the first is run again: its replica died before answering.
+    asked = run(services, "U0ALICE", "drain gpu-b-01 for 2h kernel", now)
+    request = services.requests.get(asked.title.split()[1])  # type: ignore[union-attr]
+    assert run(services, "U0BOB", f"approve {request.id} {request.short_hash}", now).ok
+    services.runs.start(request.id, dry_run=False, now=now)  # type: ignore[union-attr]
+    assert run(services, "U0ALICE", f"drain done {request.id}", now + dt.timedelta(minutes=30)).ok
+    (view,) = services.runs.for_request(request.id)  # type: ignore[union-attr]
+    released = [step_params(s) for s in view.steps if s.kind == "hold"]
+
+    again = run(services, "U0ALICE", f"drain done {request.id}", now + dt.timedelta(minutes=31))
+
+    assert not again.ok and "no hold left" in (again.summary or ""), again.summary
+    (view,) = services.runs.for_request(request.id)  # type: ignore[union-attr]
+    assert [step_params(s) for s in view.steps if s.kind == "hold"] == released
+    assert sum("said drain done" in t for t in thread_texts(services)) == 1
+
+
+def test_drain_extend_asked_again_by_the_delivery_that_extended_it_extends_once(make, tmp_path, now):
+    # The delivery run again by another replica: the one that extended it died before answering.
+    services = build(make, tmp_path, config(approvals={"drain": 1}))
+    asked = run(services, "U0ALICE", "drain gpu-a-01 at sat 03:00 for 1h firmware", now)
+    request = services.requests.get(asked.title.split()[1])  # type: ignore[union-attr]
+    same = build(make, tmp_path, config(approvals={"drain": 1}), delivery="/gpu:U0ALICE:2002.1")
+
+    first = run(same, "U0ALICE", f"drain extend {request.id} 1h", now)
+    again = run(same, "U0ALICE", f"drain extend {request.id} 1h", now + dt.timedelta(seconds=15))
+
+    assert first.ok and again.ok, (first.summary, again.summary)
+    extended = services.requests.get(request.id)  # type: ignore[union-attr]
+    assert request.window_end is not None and extended.window_end == request.window_end + dt.timedelta(hours=1)
+    replanned = [e for e in audit.for_request(services.database, request.id) if e.action == "request.replanned"]
+    assert len(replanned) == 1
+    same.database.close()  # type: ignore[union-attr]
+
+
+
     services = build(make, tmp_path, config(approvals={"drain": 1}))
     asked = run(services, "U0ALICE", "drain gpu-a-01 at sat 03:00 for 1h firmware", now)
     request = services.requests.get(asked.title.split()[1])  # type: ignore[union-attr]

@@ -50,14 +50,18 @@ def config(**more: object) -> GpuopsConfig:
         "access": ACCESS})
 
 
-@pytest.fixture(params=[{}], ids=["utc"])
-def services(make, tmp_path: Path, request):
+def build(make, tmp_path: Path, cfg: GpuopsConfig, *, delivery: str | None = None) -> Services:
     nodes = [make.node(f"gpu-a-{n:02d}", pool="train-a") for n in range(1, 5)]
     nodes += [make.node(f"gpu-b-{n:02d}", pool="serve-b") for n in range(1, 3)]
     pods = [pod for node in nodes for pod in make.operands(node.name)]
-    built = Services.on_database(config=config(**request.param), fleet=StaticFleet(make.fleet(nodes, pods)),
-                                 database=open_database(tmp_path / "gpuops.db"),
-                                 readers=(_NoWorkloads(group_pods_by_node(pods)),))
+    return Services.on_database(config=cfg, fleet=StaticFleet(make.fleet(nodes, pods)),
+                                database=open_database(tmp_path / "gpuops.db"),
+                                readers=(_NoWorkloads(group_pods_by_node(pods)),), delivery=delivery)
+
+
+@pytest.fixture(params=[{}], ids=["utc"])
+def services(make, tmp_path: Path, request):
+    built = build(make, tmp_path, config(**request.param))
     yield built
     built.database.close()  # type: ignore[union-attr]
 
@@ -140,6 +144,25 @@ def test_a_running_drain_on_a_pool_needing_no_approval_is_held_longer_at_once(se
     assert len(told) == 1 and told[0]["text"] == (
         f"The drain window of {request_id} now ends 2026-12-05 04:00:00 UTC (was 2026-12-05 03:00:00 UTC; the pool "
         "needs no approval for drains): its nodes stay held until then, and are validated and uncordoned after.")
+
+
+def test_a_running_drain_held_longer_again_by_the_delivery_that_asked_it_is_held_longer_once(make, tmp_path,
+                                                                                            services):
+    # The delivery run again by another replica: the one that held it longer died before answering.
+    request_id = running_drain(services, "drain gpu-a-01 at sat 03:00 for 1h firmware",
+                               asked=SAT_0300_BERLIN - dt.timedelta(days=3), started=SAT_0300_BERLIN)
+    same = build(make, tmp_path, config(), delivery="/gpu:U0ALICE:3003.1")
+    later = SAT_0300_BERLIN + dt.timedelta(minutes=45)
+
+    first = gpu(same, "U0ALICE", f"drain extend {request_id} 1h", later)
+    again = gpu(same, "U0ALICE", f"drain extend {request_id} 1h", later + dt.timedelta(seconds=15))
+
+    assert first.ok and again.ok, (first.summary, again.summary)
+    after = services.requests.get(request_id)  # type: ignore[union-attr]
+    assert after.window_end == SAT_0300_BERLIN + dt.timedelta(hours=2)
+    assert len(audit_rows(services, request_id, "request.extended")) == 1
+    assert len([m for m in thread(services) if m["event"] == "request.extended"]) == 1
+    same.database.close()  # type: ignore[union-attr]
 
 
 SHOWN_IN_BERLIN = {"display": {"timezone": "Europe/Berlin"}}

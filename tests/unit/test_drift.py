@@ -106,6 +106,21 @@ def test_an_operators_note_is_stored_audited_and_shown_on_the_node(make, tmp_pat
     assert "waiting for a new PSU" not in text_of(later)  # ended by itself
 
 
+def test_a_note_asked_again_by_the_delivery_that_wrote_it_is_answered_with_that_note_not_written_twice(
+        make, tmp_path):
+    # The delivery run again by another replica: the one that wrote the note died before answering.
+    services = services_for(make, tmp_path, three_nodes(make))
+    same = Services.on_database(config=CONFIG, fleet=services.fleet, database=services.database,
+                                delivery="/gpu:U0OPS:1001.1")
+    words = "note gpu-a-02 waiting for parts for 3d"
+    first = dispatch(words, actor=CONFIG.actor("U0OPS"), services=same, now=NOW)
+    again = dispatch(words, actor=CONFIG.actor("U0OPS"), services=same, now=NOW + dt.timedelta(seconds=15))
+
+    assert first.ok and again.ok and again.summary == first.summary
+    assert len(stored_notes.in_force(services.database, now=NOW + dt.timedelta(seconds=15))) == 1
+    assert [e.action for e in audit.recent(services.database, 5)].count("node.note") == 1
+
+
 def test_a_note_without_for_holds_seven_days_and_for_parts_stays_text(make, tmp_path):
     services = services_for(make, tmp_path, three_nodes(make))
     reply = dispatch("note gpu-a-02 waiting for parts", actor=CONFIG.actor("U0OPS"), services=services, now=NOW)

@@ -60,6 +60,20 @@ def gpu(services: Services, who: str, text: str, now: dt.datetime = NOW) -> Repl
     return dispatch(text, actor=CONFIG.actor(who), services=services, now=now, channel="C0OPS")
 
 
+def test_a_freeze_asked_again_by_the_delivery_that_set_it_is_answered_with_that_freeze_not_set_twice(services):
+    # The delivery run again by another replica: the one that set the freeze died before answering.
+    same = Services.on_database(config=CONFIG, fleet=services.fleet, database=services.database,
+                                delivery="/gpu:U0ERIN:1001.1")
+    words = "freeze serve-b until 2026-12-03 09:00 incident 4711"
+    first = gpu(same, "U0ERIN", words)
+    again = gpu(same, "U0ERIN", words, NOW + dt.timedelta(seconds=15))
+
+    assert first.ok and again.ok and again.summary == first.summary
+    assert [f["target"] for f in services.database.query("SELECT target FROM freezes")] == ["serve-b"]
+    actions = [r["action"] for r in services.database.query("SELECT action FROM audit")]
+    assert actions.count("freeze.set") == 1 and "freeze.lifted" not in actions
+
+
 def audit_actions(services: Services) -> list[str]:
     return [e.action for e in reversed(audit.recent(services.database, 100))]  # type: ignore[arg-type]
 

@@ -98,6 +98,20 @@ def test_a_person_confirms_the_host_driver_step_the_node_waits_on(db, cluster, k
     assert f"run.{kind}" in _audit_actions(run)
 
 
+def test_a_host_driver_confirmed_twice_is_recorded_and_told_once(db, cluster):  # noqa: F811
+    # As when the delivery of the first word is run again: its replica died before answering.
+    cfg = people_config()
+    run = PlannedRun(db, cluster, [("gpu-01",)], cfg=cfg, steps=lambda node: (
+        NodeStep("cordon", node, {}), NodeStep("host-driver-removed", node, {})))  # type: ignore[arg-type]
+    run.drive(lambda: _step_state(run, "host-driver-removed") == "running")
+    RunService(db).confirm_host_driver(cfg.actor("U0BOB"), run.run_id, now=run.now)
+
+    with pytest.raises(RunRefused):
+        RunService(db).confirm_host_driver(cfg.actor("U0BOB"), run.run_id, now=run.now + dt.timedelta(seconds=15))
+
+    assert _audit_actions(run).count("run.host-driver-removed") == 1
+
+
 def test_only_an_operator_of_the_pool_confirms_the_host_driver_and_only_on_a_run_that_waits(db, cluster):  # noqa: F811
     cfg = people_config()
     run = PlannedRun(db, cluster, [("gpu-01",)], cfg=cfg, steps=lambda node: (

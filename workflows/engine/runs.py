@@ -328,6 +328,11 @@ class RunService:
             for step in stored_steps.for_run(self._db, run_id=run.id):
                 if step.kind != "hold" or step.state not in ("pending", "running"):
                     continue
+                # A hold `drain done` already ended is not ended again (the same words said
+                # twice, or their delivery run again after its replica died before answering);
+                # the control's first key says it is written (storage.step_params.StepControl).
+                if step_params(step).get(HoldRelease.keys()[0]) is not None:
+                    continue
                 detail = dict(step.detail) if isinstance(step.detail, dict) else {}
                 params = HoldRelease(released_at=now, released_by_user=actor.user_id).written_into(step_params(step))
                 if stored_steps.replace_detail(self._db, id=step.id, expected=step.state,
@@ -361,8 +366,11 @@ class RunService:
                                       role=Role.OPERATOR, pool=request.pool)
             if run.state not in ("pending", "running", "paused"):
                 raise RunRefused(refusal_messages.run_not_waiting(run.id, run.state))
+            # A step already confirmed waits for the engine, not for a person: the same word
+            # said again (or its delivery run again after its replica died) records nothing.
             waiting = [s for s in stored_steps.for_run(self._db, run_id=run.id)
-                       if s.kind in PERSON_STEPS and s.state == "running" and (node is None or s.node == node)]
+                       if s.kind in PERSON_STEPS and s.state == "running" and (node is None or s.node == node)
+                       and step_params(s).get(HandConfirmation.keys()[0]) is None]
             if not waiting:
                 raise RunRefused(refusal_messages.nothing_to_confirm(run.id, node))
             if len({s.node for s in waiting}) > 1:

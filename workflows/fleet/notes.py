@@ -44,15 +44,25 @@ def notes_by_node(notes: list[Note]) -> dict[NodeName, tuple[Note, ...]]:
 class NoteService:
     """Notes on one database connection (one per thread, see `storage.database`)."""
 
-    def __init__(self, db: Database, *, names: Mapping[str, str] | None = None, cluster: str | None = None) -> None:
+    def __init__(self, db: Database, *, names: Mapping[str, str] | None = None, cluster: str | None = None,
+                 delivery: str | None = None) -> None:
         self._db = db
+        # The Slack delivery these services answer (storage.inbox's key), if any: a note it
+        # writes carries it, so the delivery run again answers with that note (`add`).
+        self._delivery = delivery
         self._names: Mapping[str, str] = names or {}
         self._cluster = cluster
 
     def add(self, actor: Actor, *, node: NodeName, pool: str, text: str, lasts: dt.timedelta,
             now: dt.datetime) -> Note:
-        """Write the note on `node` (of `pool`), in force for `lasts` from `now`."""
+        """Write the note on `node` (of `pool`), in force for `lasts` from `now`. Asked again
+        by the Slack delivery that wrote a note (its replica died before answering), it
+        writes nothing and answers with that note."""
         require(actor, Role.OPERATOR, action="Writing a note on a node", pool=pool)
+        if self._delivery is not None:
+            earlier = stored.written_by_delivery(self._db, delivery=self._delivery)
+            if earlier is not None:
+                return earlier
         text = " ".join(text.split())
         if not text:
             raise NoteRefused(_say.note_empty())
@@ -61,7 +71,7 @@ class NoteService:
         who = public_name(actor.user_id, names=self._names, fallback=actor.name)
         with self._db.transaction():
             note = stored.create(self._db, node=node, text=text, until=now + lasts, set_by=actor.user_id,
-                                 set_by_name=who, at=now, cluster=self._cluster)
+                                 set_by_name=who, at=now, cluster=self._cluster, delivery=self._delivery)
             audit.append(self._db, actor=actor.user_id, k8s_identity=None, action="node.note", target=node,
                          at=now, after={"note": note.id, "text": note.text,
                                         "until": note.until.isoformat(), "pool": pool},

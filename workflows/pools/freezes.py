@@ -97,8 +97,11 @@ class FreezeService:
 
     def __init__(self, db: Database, *, pools: Collection[str], names: Mapping[str, str] | None = None,
                  wake: Callable[[], None] | None = None, cluster: str | None = None,
-                 zone: dt.tzinfo = dt.timezone.utc) -> None:
+                 zone: dt.tzinfo = dt.timezone.utc, delivery: str | None = None) -> None:
         self._db = db
+        # The Slack delivery these services answer (storage.inbox's key), if any: a freeze
+        # it sets carries it, so the delivery run again answers with that freeze (`set`).
+        self._delivery = delivery
         self._zone = zone
         # The cluster whose pools (or all of it) these freezes name (None: one cluster).
         self._cluster = cluster
@@ -118,8 +121,14 @@ class FreezeService:
 
     def set(self, actor: Actor, *, target: str, until: dt.datetime, reason: str, let_running_finish: bool,
             now: dt.datetime) -> FreezeSet:
-        """Freeze `target` until `until`; a freeze in force there already is replaced."""
+        """Freeze `target` until `until`; a freeze in force there already is replaced.
+        Asked again by the Slack delivery that set a freeze (its replica died before
+        answering), it sets nothing and answers with that freeze."""
         require(actor, Role.ADMIN, action="Freezing changes")
+        if self._delivery is not None:
+            earlier = stored_freezes.set_by_delivery(self._db, delivery=self._delivery)
+            if earlier is not None:
+                return FreezeSet(freeze=earlier[0], replaced=earlier[1])
         target = self.check_target(target)
         if until <= now:
             raise FreezeRefused(say.freeze_until_past(until, now=now, zone=self._zone))
@@ -127,7 +136,8 @@ class FreezeService:
         with self._db.transaction():
             freeze, replaced = stored_freezes.create(self._db, target=target, until=until, reason=reason.strip(),
                                                      let_running_finish=let_running_finish, set_by=actor.user_id,
-                                                     set_by_name=who, at=now, cluster=self._cluster)
+                                                     set_by_name=who, at=now, cluster=self._cluster,
+                                                     delivery=self._delivery)
             if replaced is not None:
                 audit.append(self._db, actor=actor.user_id, k8s_identity=None, action="freeze.lifted",
                              target=target, at=now, before=_freeze_json(replaced), after=None,

@@ -38,8 +38,13 @@ class DrainExtensions(RequestRecords):
         the pool's request_ttl, if sooner). Meanwhile the run keeps holding to the current
         end. A pool that needs no approval for drains gets it at once. Applied, the
         request's window end and plan are replaced (it stays running) and the run's hold
-        steps get the control (`workflows.requests.extension`)."""
+        steps get the control (`workflows.requests.extension`). Asked again by the Slack
+        delivery that asked it (its replica died before answering), it asks nothing more and
+        answers with the request as it is."""
         with self._db.transaction():
+            already = self._already_by_this_delivery(request_id, "request.extension_asked")
+            if already is not None:
+                return already
             request = self._touch(request_id, now=now)
             if request.state != "running":
                 raise RequestRefused(say.not_extendable(request.id, state=request.state))
@@ -70,7 +75,7 @@ class DrainExtensions(RequestRecords):
                         after="running", now=now,
                         detail={"old_window_end": time_text(request.window_end), "window_end": time_text(window_end),
                                 "plan_hash": digest, "approvals_required": required,
-                                "expires_at": time_text(expires_at)})
+                                "expires_at": time_text(expires_at), **self._delivery_detail()})
             asked = self._load(request.id)
             if required == 0:
                 self._apply_extension(asked, hold, actor=actor.user_id, approvers=(), now=now)

@@ -88,14 +88,17 @@ def wakes_when_approved(method: Callable[..., RequestView]) -> Callable[..., Req
 class RequestRecords:
     """Requests on one database connection (one per thread, see `storage.database`):
     reading them, and the records every change writes. `on_approved` is called after any
-    change that leaves a request approved."""
+    change that leaves a request approved. `delivery` is the Slack delivery these
+    services answer (storage.inbox's key), if any: a request it files carries it, so the
+    delivery run again after its replica died answers with that request (`submit`)."""
 
     def __init__(self, db: Database, config: RequestSettings, *, roles: RoleLookup | None = None,
-                 on_approved: Callable[[], None] | None = None) -> None:
+                 on_approved: Callable[[], None] | None = None, delivery: str | None = None) -> None:
         self._db = db
         self._config = config
         self._roles: RoleLookup = roles or (lambda user_id: config.actor(user_id))
         self._on_approved = on_approved
+        self._delivery = delivery
 
     def get(self, request_id: str) -> RequestView:
         """The request as stored (a read: a pending request past its deadline still says
@@ -221,6 +224,22 @@ class RequestRecords:
         if not stored_requests.transition(self._db, id=request.id, expected=expected, new=new,
                                           at=now):
             raise ChangedMeanwhile(request.id)
+
+    def _already_by_this_delivery(self, request_id: str, action: str) -> RequestView | None:
+        """The request as it is now, if the Slack delivery these services answer already did
+        `action` to it: its first run, on a replica that died before answering (the audit
+        row of `action` names the delivery, see `_delivery_detail`). None: not done yet."""
+        if self._delivery is None:
+            return None
+        request = self._load(request_id)
+        done = any(e.action == action and isinstance(e.detail, dict) and e.detail.get("delivery") == self._delivery
+                   for e in audit.for_request(self._db, request.id))
+        return self._view(request) if done else None
+
+    def _delivery_detail(self) -> dict[str, str]:
+        """What an audit row of a change that is not idempotent by itself (a window
+        extended by a duration) adds: the delivery that made it, if a Slack one did."""
+        return {"delivery": self._delivery} if self._delivery is not None else {}
 
     def _audit(
         self, request: Request, *, actor: str, action: str, before: str | None, after: str,

@@ -42,7 +42,15 @@ class Submitting(RequestRecords):
         now: dt.datetime,
     ) -> RequestView:
         """Store a request bound to `plan`. It waits for the pool's approvals until
-        `now + request_ttl`, or is approved at once if the pool needs none."""
+        `now + request_ttl`, or is approved at once if the pool needs none.
+
+        Asked again by the same Slack delivery (its replica died after filing and before
+        answering; a survivor runs it again), it files nothing and answers with the
+        request that delivery filed: the delivery's key is stored with the request."""
+        if self._delivery is not None:
+            filed = stored_requests.filed_by(self._db, delivery=self._delivery)
+            if filed is not None:
+                return self._view(filed)
         verdict = policy.check_submit(actor=actor, kind=kind, pool=pool, reason=reason,
                                       pools=self._config.pools)
         if verdict.refusal is not None:
@@ -81,6 +89,7 @@ class Submitting(RequestRecords):
                 at=now,
                 channel=channel,
                 cluster=self._config.cluster_name,
+                delivery=self._delivery,
             )
             self._audit(row, actor=actor.user_id, action="request.created", before=None,
                         after="pending", now=now,
@@ -169,8 +178,13 @@ class Submitting(RequestRecords):
     ) -> RequestView:
         """A re-plan of the window end: the request is bound to `new_plan` (built for the
         longer window) and is pending again, so the pool's approvals apply anew. Only
-        before it runs, by the requester or an admin."""
+        before it runs, by the requester or an admin. Asked again by the Slack delivery
+        that extended it (its replica died before answering), it extends nothing more and
+        answers with the request as extended."""
         with self._db.transaction():
+            already = self._already_by_this_delivery(request_id, "request.replanned")
+            if already is not None:
+                return already
             request = self._touch(request_id, now=now)
             if request.state not in ("pending", "approved", "scheduled"):
                 raise RequestRefused(say.not_extendable(request.id, state=request.state))
@@ -197,7 +211,7 @@ class Submitting(RequestRecords):
                         detail={"old_plan_hash": request.plan_hash, "new_plan_hash": digest,
                                 "approvals_voided": voided,
                                 "old_window_end": time_text(request.window_end),
-                                "window_end": time_text(window_end)})
+                                "window_end": time_text(window_end), **self._delivery_detail()})
             required = policy.approvals_required(request, pool_policy)
             self._notify(request, event="request.replanned", state=policy.state_at_creation(required), now=now,
                          dedupe=f"extended/{digest}", people=(actor.user_id,),
