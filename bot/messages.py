@@ -499,9 +499,13 @@ def duplicate_delivery_log(kind: str, key: str) -> str:
     return f"{kind} {key} was delivered again (a Slack retry); it ran once already"
 
 
-def delivery_not_kept_log(kind: str, key: str) -> str:
-    return (f"cannot keep {kind} {key} in the inbox before its ack; handling it here, but it is lost if this "
-            "replica dies before answering it")
+def delivery_not_kept_log(kind: str, key: str, why: str) -> str:
+    return (f"cannot keep {kind} {key} in the inbox before its ack ({why}); handling it and what follows here, "
+            "but each is lost if this replica dies before answering it (said once, until keeping works again)")
+
+
+def deliveries_kept_again_log() -> str:
+    return "deliveries are kept in the inbox before their ack again"
 
 
 def delivery_taken_over(kind: str, key: str, dead: str, replica: str) -> str:

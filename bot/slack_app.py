@@ -55,6 +55,7 @@ from bot.forms import FormContext, form_context
 from bot.request_forms import RequestForm, form_of, forms_in_force, home_buttons
 from bot.home import home_view
 from bot.identity import SlackDirectory
+from bot.inbox_keeper import InboxKeeper
 from bot.intents import action_of
 from bot.journal import Journal
 from bot.modals import DENY_CALLBACK, REASON_BLOCK, DenyContext, deny_context, deny_modal, submitted_reason
@@ -150,6 +151,7 @@ class SlackBot:
         # Deliveries this replica's acks kept in the inbox, whose work has not started.
         self._kept: set[str] = set()
         self._kept_lock = threading.Lock()
+        self.keeper = InboxKeeper(runtime.database, replica=lambda: self.runtime.replica, clock=lambda: self.clock())
 
     # -------------------------------------------------------------- registration
     def register(self, app: App) -> None:
@@ -201,17 +203,12 @@ class SlackBot:
 
     def _keep(self, kind: str, key: str | None, payload: dict[str, Any]) -> None:
         """Keep the delivery in the inbox before its ack; its work runs only if this was
-        its first delivery (`_first`). The database not answering must not silence the
-        bot: the delivery is then handled here, without the net."""
+        its first delivery (`_first`). The database not answering in time must not
+        silence the bot nor hold the ack: the delivery is then handled here, without the
+        net (bot.inbox_keeper)."""
         if key is None:
             return
-        try:
-            new = inbox.accept(self.runtime.database.get(), key=key, kind=kind, payload=_kept_payload(payload),
-                               replica=self.runtime.replica, at=self.clock())
-        except Exception:  # noqa: BLE001 - the store being down must not silence the bot
-            log.exception(msg.delivery_not_kept_log(kind, key))
-            new = True
-        if new:
+        if self.keeper.keep(key=key, kind=kind, payload=_kept_payload(payload)):
             with self._kept_lock:
                 self._kept.add(key)
 
@@ -251,6 +248,7 @@ class SlackBot:
         """Close the delivery in the inbox: it was answered (or told it failed)."""
         if key is None:
             return
+        self.keeper.settle(key)
         try:
             inbox.answered(self.runtime.database.get(), key=key, at=self.clock())
         except Exception:  # noqa: BLE001 - answered already; a survivor may answer it again

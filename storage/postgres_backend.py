@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import psycopg
+import psycopg.conninfo
 import psycopg.errors
 from psycopg.pq import TransactionStatus
 
@@ -58,6 +59,12 @@ log = logging.getLogger(__name__)
 # The one advisory lock key every gpuops writer takes ("gpuo", as SQLite's application_id).
 WRITER_LOCK_KEY = 0x6770756F
 CONNECT_TIMEOUT = dt.timedelta(seconds=10)
+# A server that falls silent (its node lost, a network cut) sends no reset: without these a
+# statement on its connection waits for the kernel's retransmissions, a quarter of an hour.
+# With them the connection is given up within about half a minute and the next statement
+# connects afresh (`revive`). A URL that sets any of them keeps its own.
+SILENCE_LIMITS = {"keepalives": "1", "keepalives_idle": "10", "keepalives_interval": "5",
+                  "keepalives_count": "3", "tcp_user_timeout": "20000"}
 # How long a writer waits for the lock before `DatabaseUnavailable`, as SQLite's busy
 # timeout; openers wait as long as another opener's migration takes, as SQLite's do.
 WRITE_WAIT = dt.timedelta(seconds=5)
@@ -234,11 +241,18 @@ def open_postgres(url: str, *, migrations: Sequence[PostgresMigration], now: Cal
     return connection
 
 
+def silence_limits(url: str) -> dict[str, Any]:
+    """`SILENCE_LIMITS` the URL does not set itself."""
+    given = psycopg.conninfo.conninfo_to_dict(url)
+    return {name: value for name, value in SILENCE_LIMITS.items() if name not in given}
+
+
 def _connect(url: str) -> psycopg.Connection[Any]:
     target = redacted(url)
     try:
         return psycopg.connect(url, autocommit=True, connect_timeout=int(CONNECT_TIMEOUT.total_seconds()),
-                               options=f"-c lock_timeout={int(WRITE_WAIT.total_seconds() * 1000)}")
+                               options=f"-c lock_timeout={int(WRITE_WAIT.total_seconds() * 1000)}",
+                               **silence_limits(url))
     except psycopg.Error as err:
         message = str(err).replace(url, target)
         parsed = urllib.parse.urlsplit(url)

@@ -10,7 +10,7 @@ a file that was deleted, or whose volume went away, through the descriptor it ho
   or unreadable file fails, and so does one another connection holds in exclusive mode);
 - PostgreSQL: the same query on one connection of the probe's own, opened again on the
   next check when it failed (a server restarted, a network cut), with a short connect
-  timeout.
+  timeout and the same keepalives as the bot's connections (a silent server is given up).
 
 Both read the newest schema version recorded in `schema_migrations`: a database a newer
 gpuops has migrated (the new pod of a rolling update on PostgreSQL, while the old one still
@@ -76,8 +76,11 @@ class DatabaseProbe:
         if self._connection is None:
             import psycopg  # only a PostgreSQL deployment needs the driver
 
-            self._connection = psycopg.connect(str(self.location.target), connect_timeout=PROBE_TIMEOUT,
-                                               autocommit=True)
+            from storage.postgres_backend import silence_limits
+
+            url = str(self.location.target)
+            self._connection = psycopg.connect(url, connect_timeout=PROBE_TIMEOUT, autocommit=True,
+                                               **silence_limits(url))
         return self._connection.execute(_NEWEST_VERSION).fetchone()[0]
 
     def _drop(self) -> None:

@@ -372,3 +372,19 @@ def test_a_transaction_whose_connection_is_dropped_mid_way_commits_nothing_and_n
     with db.transaction():
         kv.put(db, key="fourth", value="4")
     assert kv.get(db, key="fourth") == "4"
+
+
+def test_a_connection_gives_up_on_a_server_that_falls_silent_unless_the_url_says_otherwise(postgres_url):
+    """A lost node sends no reset: without keepalives and a TCP user timeout a statement on
+    its connection would wait a quarter of an hour for the kernel to give up."""
+    def parameters(url: str) -> dict[str, str]:
+        with open_database(url) as db:
+            return db._backend._conn.info.get_parameters()  # type: ignore[attr-defined]
+
+    given = parameters(postgres_url)
+    assert (given.get("keepalives"), given.get("keepalives_idle"), given.get("tcp_user_timeout")) == ("1", "10",
+                                                                                                     "20000")
+    joiner = "&" if "?" in postgres_url else "?"
+    own = parameters(f"{postgres_url}{joiner}tcp_user_timeout=5000&keepalives_idle=30")
+    assert (own.get("tcp_user_timeout"), own.get("keepalives_idle"), own.get("keepalives_count")) == ("5000", "30",
+                                                                                                     "3")
