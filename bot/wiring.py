@@ -184,12 +184,12 @@ class Runtime:
 
         return in_cluster
 
-    def cluster_services(self, name: str) -> Services:
+    def cluster_services(self, name: str, *, delivery: str | None = None) -> Services:
         """Services for cluster `name` (not the home one), on the calling thread's
         connection: its pools and policies, its API for drains, cordons, quotas and the
         plans that read pods; requests stamped with its name. DCGM health only where the
         cluster has its own `signals` (through Prometheus: its exporters' pod IPs are on
-        its network)."""
+        its network). `delivery`: as for `services`."""
         assert self.clusters is not None
         source = self.clusters.sources[name]
         assert isinstance(source, ClusterFleet)
@@ -200,7 +200,8 @@ class Runtime:
                   if source.cache is not None else None)
         services = Services.on_database(config=config, fleet=source, database=database,
                                         roles=self.roles_in(config), on_approved=self.request_approved,
-                                        readers=(gateway, *((quotas,) if quotas is not None else ())))
+                                        readers=(gateway, *((quotas,) if quotas is not None else ())),
+                                        delivery=delivery)
         services.cordons = Cordons(database, gateway)
         services.node_reads = gateway
         services.quotas = quotas

@@ -40,8 +40,9 @@ class Clusters:
     config: GpuopsConfig
     sources: Mapping[str, ClusterSource]
     # Services for a cluster other than the home one, on the calling thread's database
-    # connection (the bot's runtime makes them).
-    make_services: Callable[[str], Services]
+    # connection, answering the same Slack delivery as the home ones (the bot's runtime
+    # makes them: `make_services(name, delivery=...)`).
+    make_services: Callable[..., Services]
 
     @property
     def home(self) -> str:
@@ -62,7 +63,7 @@ class Clusters:
 
     def services_for(self, name: str, home: Services) -> Services:
         """Services addressing cluster `name`: the home cluster's own, or another's."""
-        return home if name == self.home else self.make_services(name)
+        return home if name == self.home else self.make_services(name, delivery=home.delivery)
 
 
 def choose_cluster(args: list[str], services: Services, *, channel: str | None) -> tuple[list[str], Services]:

@@ -81,6 +81,9 @@ class Services:
     # address, and every cluster by name (commands.clusters). None: one cluster.
     cluster: str | None = None
     clusters: ClusterDirectory | None = None
+    # The Slack delivery these services answer (storage.inbox's key), None outside Slack:
+    # what they create carries it, so running the delivery again finds it and files nothing.
+    delivery: str | None = None
 
     def change(self, kind: str, service: type[S]) -> S | None:
         """The service of the kind of change `kind`, as the class its command works with;
@@ -118,5 +121,6 @@ class Services:
                    freezes=FreezeService(database, pools=config.pools, names=config.names, wake=wake_engine,
                                          cluster=config.cluster_name, zone=config.display_zone, delivery=delivery),
                    notes=NoteService(database, names=config.names, cluster=config.cluster_name, delivery=delivery),
+                   delivery=delivery,
                    signals=signals if signals is not None else (
                        config.signals.service(cluster=fleet) if config.signals is not None else None))

@@ -66,17 +66,18 @@ def fleets(make):
             make.fleet(west, [p for n in west for p in make.operands(n.name)]))
 
 
-def home_services(config: GpuopsConfig, sources: dict[str, Source], db) -> Services:
+def home_services(config: GpuopsConfig, sources: dict[str, Source], db, *, delivery: str | None = None) -> Services:
     """The home cluster's services as the bot builds them (Runtime.services), with every
-    other cluster's made on demand (Runtime.cluster_services)."""
+    other cluster's made on demand (Runtime.cluster_services), answering `delivery`."""
 
-    def make(name: str) -> Services:
-        made = Services.on_database(config=config.for_cluster(name), fleet=sources[name], database=db)
+    def make(name: str, *, delivery: str | None = None) -> Services:
+        made = Services.on_database(config=config.for_cluster(name), fleet=sources[name], database=db,
+                                    delivery=delivery)
         made.cluster, made.clusters = name, directory
         return made
 
     directory = Clusters(config=config, sources=sources, make_services=make)
-    return make(directory.home)
+    return make(directory.home, delivery=delivery)
 
 
 @pytest.fixture
@@ -333,6 +334,28 @@ def test_a_drain_in_another_cluster_is_that_clusters_request_under_its_pools_rul
     assert bob.ok and everywhere.requests.get(request_id).state == "approved", render_text(bob)
     wrong = run(everywhere, "U0BOB", f"/gpu request {request_id} --cluster east")
     assert not wrong.ok and f"{request_id} is about cluster west, not east" in render_text(wrong)
+
+
+def test_a_slack_delivery_run_again_files_nothing_in_another_cluster_either(fleets, tmp_path: Path):
+    """A replica died after filing a drain of another cluster and before answering: the
+    survivor runs the delivery again and answers with that request, in that cluster."""
+    east, west = fleets
+    db = open_database(tmp_path / "gpuops.db")
+    sources = {"east": Source("east", east), "west": Source("west", west)}
+    try:
+        first = run(home_services(EVERYWHERE, sources, db, delivery="/gpu:U0ALICE:3001.1"), "U0ALICE",
+                    '/gpu drain west/gpu-w-01 "disk swap"')
+        again = run(home_services(EVERYWHERE, sources, db, delivery="/gpu:U0ALICE:3001.1"), "U0ALICE",
+                    '/gpu drain west/gpu-w-01 "disk swap"')
+        other = run(home_services(EVERYWHERE, sources, db, delivery="/gpu:U0ALICE:3002.1"), "U0ALICE",
+                    '/gpu drain west/gpu-w-02 "fan"')
+    finally:
+        rows = [(r["id"], r["cluster"]) for r in db.query("SELECT id, cluster FROM requests ORDER BY created_at")]
+        db.close()
+
+    assert first.ok and again.ok and other.ok, (render_text(first), render_text(again))
+    assert again.title.split()[1] == first.title.split()[1] and again.title.endswith("· west")
+    assert [cluster for _, cluster in rows] == ["west", "west"], rows  # the drain once, and the other one
 
 
 def test_an_approve_click_on_another_clusters_request_shows_its_card_as_the_typed_command_does(everywhere):

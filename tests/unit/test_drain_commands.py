@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from freezegun import freeze_time
 
+from bot.render_text import render_text
 from commands.catalog import dispatch
 from commands.reply import Reply
 from commands.services import Services
@@ -242,12 +243,14 @@ def test_drain_extend_asked_again_by_the_delivery_that_extended_it_extends_once(
     request = services.requests.get(asked.title.split()[1])  # type: ignore[union-attr]
     same = build(make, tmp_path, config(approvals={"drain": 1}), delivery="/gpu:U0ALICE:2002.1")
 
-    first = run(same, "U0ALICE", f"drain extend {request.id} 1h", now)
-    again = run(same, "U0ALICE", f"drain extend {request.id} 1h", now + dt.timedelta(seconds=15))
+    # To the window's end, 06:00: planned from the extended end, the second would not fit.
+    first = run(same, "U0ALICE", f"drain extend {request.id} 2h", now)
+    again = run(same, "U0ALICE", f"drain extend {request.id} 2h", now + dt.timedelta(seconds=15))
 
     assert first.ok and again.ok, (first.summary, again.summary)
     extended = services.requests.get(request.id)  # type: ignore[union-attr]
-    assert request.window_end is not None and extended.window_end == request.window_end + dt.timedelta(hours=1)
+    assert request.window_end is not None and extended.window_end == request.window_end + dt.timedelta(hours=2)
+    assert request.id in again.title and "05:00 UTC" in render_text(again), render_text(again)
     replanned = [e for e in audit.for_request(services.database, request.id) if e.action == "request.replanned"]
     assert len(replanned) == 1
     same.database.close()  # type: ignore[union-attr]

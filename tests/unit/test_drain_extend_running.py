@@ -154,12 +154,13 @@ def test_a_running_drain_held_longer_again_by_the_delivery_that_asked_it_is_held
     same = build(make, tmp_path, config(), delivery="/gpu:U0ALICE:3003.1")
     later = SAT_0300_BERLIN + dt.timedelta(minutes=45)
 
-    first = gpu(same, "U0ALICE", f"drain extend {request_id} 1h", later)
-    again = gpu(same, "U0ALICE", f"drain extend {request_id} 1h", later + dt.timedelta(seconds=15))
+    # To the window's end, 06:00: asked from the held-longer end, the second would not fit.
+    first = gpu(same, "U0ALICE", f"drain extend {request_id} 2h", later)
+    again = gpu(same, "U0ALICE", f"drain extend {request_id} 2h", later + dt.timedelta(seconds=15))
 
     assert first.ok and again.ok, (first.summary, again.summary)
     after = services.requests.get(request_id)  # type: ignore[union-attr]
-    assert after.window_end == SAT_0300_BERLIN + dt.timedelta(hours=2)
+    assert after.window_end == SAT_0300_BERLIN + dt.timedelta(hours=3)
     assert len(audit_rows(services, request_id, "request.extended")) == 1
     assert len([m for m in thread(services) if m["event"] == "request.extended"]) == 1
     same.database.close()  # type: ignore[union-attr]

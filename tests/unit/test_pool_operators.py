@@ -227,8 +227,8 @@ def test_a_request_form_submitted_with_several_clusters_reads_the_pools_operator
     fleet = StaticFleet(make.fleet(nodes, [p for n in nodes for p in make.operands(n.name)]))
     db = open_database(tmp_path / "g.db")
 
-    def services_of(name: str) -> Services:
-        made = Services.on_database(config=config.for_cluster(name), fleet=fleet, database=db)
+    def services_of(name: str, *, delivery: str | None = None) -> Services:
+        made = Services.on_database(config=config.for_cluster(name), fleet=fleet, database=db, delivery=delivery)
         made.cluster, made.clusters = name, directory
         return made
 

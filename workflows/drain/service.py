@@ -92,8 +92,10 @@ class DrainService:
         start again. The plan stays the requester's, whoever extends it."""
         if request.window_start is None or request.window_end is None:
             raise ValueError("only a drain with a window end can be extended")
+        # Asked again by the Slack delivery that extended it: from where that began.
+        end = self._requests.window_end_before_this_delivery(request.id, "request.replanned") or request.window_end
         ask = DrainAsk(targets=tuple(request.targets), start_from="at", at=request.window_start, zone=UTC,
-                       duration=request.window_end - request.window_start + more, reason=request.reason)
+                       duration=end - request.window_start + more, reason=request.reason)
         planned = self._plan(actor, ask, fleet=fleet, now=now, requested_by=request.requester, replacing=request.id)
         view = self._requests.extend_window(actor, request.id, planned.plan, window_end=planned.spec.end, now=now)
         return DrainRequested(planned, view)
@@ -118,6 +120,10 @@ class DrainService:
                 code=RefusalCode.NOT_REQUESTER_OR_ADMIN)
         # The requester holds the pool's nodes longer only while they still operate it.
         require(actor, Role.OPERATOR, action=f"Holding {request.id} longer", pool=request.pool)
+        before = self._requests.window_end_before_this_delivery(request.id, "request.extension_asked")
+        if before is not None:  # asked by this Slack delivery already: answered with the request as it is
+            return self._requests.extend_running(actor, request.id, extended_plan(request.plan, before + more),
+                                                 window_end=before + more, now=now)
         end = request.window_end + more
         policy = self._pools[request.pool]
         hold = self._requests.running_hold(request.id)

@@ -229,12 +229,30 @@ class RequestRecords:
         """The request as it is now, if the Slack delivery these services answer already did
         `action` to it: its first run, on a replica that died before answering (the audit
         row of `action` names the delivery, see `_delivery_detail`). None: not done yet."""
+        if self.done_by_this_delivery(request_id, action) is None:
+            return None
+        return self._view(self._load(request_id))
+
+    def done_by_this_delivery(self, request_id: str, action: str) -> dict[str, Any] | None:
+        """The detail of the audit row of `action` on the request that the Slack delivery
+        these services answer wrote (its first run did it), else None. A service that
+        re-plans before it asks (a drain extended by a duration) reads what the first run
+        started from here, so running the delivery again plans the same thing."""
         if self._delivery is None:
             return None
         request = self._load(request_id)
-        done = any(e.action == action and isinstance(e.detail, dict) and e.detail.get("delivery") == self._delivery
-                   for e in audit.for_request(self._db, request.id))
-        return self._view(request) if done else None
+        return next((e.detail for e in audit.for_request(self._db, request.id)
+                     if e.action == action and isinstance(e.detail, dict)
+                     and e.detail.get("delivery") == self._delivery), None)
+
+    def window_end_before_this_delivery(self, request_id: str, action: str) -> dt.datetime | None:
+        """The request's window end before the Slack delivery these services answer moved
+        it by `action` (its first run did, on a replica that died before answering), else
+        None. A drain extended by a duration plans from it, so running the delivery again
+        plans what the first run planned instead of extending twice."""
+        detail = self.done_by_this_delivery(request_id, action)
+        before = detail.get("old_window_end") if detail is not None else None
+        return codec.time_from_text(before) if isinstance(before, str) else None
 
     def _delivery_detail(self) -> dict[str, str]:
         """What an audit row of a change that is not idempotent by itself (a window
