@@ -95,12 +95,19 @@ class ReplicaHeartbeat:
         self._pool.shutdown(wait=True, cancel_futures=False)
 
     def _loop(self) -> None:
+        failing = False  # said once when beats start failing, once when they work again
         try:
             while not self._stop.wait(self.settings.beat):
                 try:
                     self.once(self.clock())
-                except Exception:  # noqa: BLE001 - the next beat tries again
-                    log.exception(msg.heartbeat_failed(self.name))
+                except Exception as err:  # noqa: BLE001 - the next beat tries again
+                    if not failing:
+                        log.warning(msg.heartbeat_failed(self.name, f"{type(err).__name__}: {err}"))
+                    failing = True
+                else:
+                    if failing:
+                        log.info(msg.heartbeat_working_again(self.name))
+                    failing = False
         finally:
             self.database.close()
 

@@ -520,8 +520,14 @@ def delivery_abandoned(kind: str, key: str, dead: str, *, received_at: dt.dateti
             f"answering it; it is not run again: {why}")
 
 
-def heartbeat_failed(replica: str) -> str:
-    return f"{replica} could not write its heartbeat or look for deliveries left by silent replicas; trying again"
+def heartbeat_failed(replica: str, error: str) -> str:
+    return (f"{replica} could not write its heartbeat or look for deliveries left by silent replicas ({error}); "
+            "trying again every beat (said once, until it works again). Silent for longer than the dead-after, "
+            "its unanswered deliveries are run again by another replica")
+
+
+def heartbeat_working_again(replica: str) -> str:
+    return f"{replica} writes its heartbeat again"
 
 
 def group_lookup_failed_log(group: str, error: str) -> str:
