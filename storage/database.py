@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
 
 from storage import postgres_backend, sqlite_backend
-from storage.errors import StorageError
+from storage.errors import DatabaseUnavailable, StorageError
 from storage.migrations import MIGRATIONS, Migration
 from storage.migrations_pg import MIGRATIONS_PG, PostgresMigration
 
@@ -341,6 +341,9 @@ class PerThreadDatabase:
         self._request_kinds = tuple(request_kinds)
         self._step_kinds = tuple(step_kinds)
         self._local = threading.local()
+        # Set once a connection opened: a SQLite file that then disappears (its volume
+        # gone, the file deleted) is not created again, empty, by the next thread's open.
+        self._opened = False
 
     @property
     def path(self) -> Path:
@@ -359,9 +362,15 @@ class PerThreadDatabase:
     def get(self) -> Database:
         db: Database | None = getattr(self._local, "db", None)
         if db is None:
-            db = open_database(self._target, now=self._now, request_kinds=self._request_kinds,
+            target = self._target
+            if self._opened and isinstance(target, Path) and not (target.is_file() and target.stat().st_size > 0):
+                raise DatabaseUnavailable(
+                    f"the database file {target} is gone (its volume unmounted, or the file deleted or moved); "
+                    "it is not created again empty: put it back, or restart gpuops to start a new one")
+            db = open_database(target, now=self._now, request_kinds=self._request_kinds,
                                step_kinds=self._step_kinds)
             self._local.db = db
+            self._opened = True
         return db
 
     def close(self) -> None:

@@ -24,7 +24,7 @@ from freezegun import freeze_time
 
 from storage import approvals, audit, handovers, idempotency, kv, outbox, requests, runs, steps
 from storage.database import Database, PerThreadDatabase, default_database_path, open_database
-from storage.errors import ConstraintViolated, MigrationFailed, MigrationsOutOfOrder, NotAGpuopsDatabase, SchemaTooNew
+from storage.errors import ConstraintViolated, DatabaseUnavailable, MigrationFailed, MigrationsOutOfOrder, NotAGpuopsDatabase, SchemaTooNew
 from storage.ids import RequestId, RunId
 from storage.migrations import MIGRATIONS, Migration, latest_version
 from testenv.install import wait_until
@@ -359,6 +359,32 @@ def test_a_per_thread_database_gives_each_thread_its_own_connection(db_path):
 
     assert seen and seen[0] is not mine
     assert kv.get(mine, key="from-worker") == "hello"
+    shared.close()
+
+
+def test_a_database_file_that_disappears_is_not_created_again_empty_by_the_next_thread(tmp_path):
+    """Its volume unmounted or the file deleted under a running bot: a worker thread opening
+    its connection must not start a fresh, empty database beside the runs it forgot."""
+    path = tmp_path / "gpuops.db"
+    shared = PerThreadDatabase(path)
+    kv.put(shared.get(), key="runs", value="three in flight")
+    for leftover in tmp_path.glob("gpuops.db*"):
+        leftover.unlink()
+    caught: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            shared.get()
+        except BaseException as err:  # noqa: BLE001 - what the thread met is the test's answer
+            caught.append(err)
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+
+    assert len(caught) == 1 and isinstance(caught[0], DatabaseUnavailable), caught
+    assert f"the database file {path} is gone" in str(caught[0])
+    assert not path.exists()
     shared.close()
 
 
