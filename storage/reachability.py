@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from storage.locations import DatabaseLocation
+from storage.postgres_backend import silence_limits
 from storage.migrations import latest_version
 
 # Seconds a check may wait: for SQLite's busy lock, for PostgreSQL's connect.
@@ -75,8 +76,6 @@ class DatabaseProbe:
     def _check_postgresql(self) -> Any:
         if self._connection is None:
             import psycopg  # only a PostgreSQL deployment needs the driver
-
-            from storage.postgres_backend import silence_limits
 
             url = str(self.location.target)
             self._connection = psycopg.connect(url, connect_timeout=PROBE_TIMEOUT, autocommit=True,
