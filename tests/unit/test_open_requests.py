@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+from storage import requests as stored_requests
 from workflows.config import GpuopsConfig
 from workflows.engine.runs import RunService
 from workflows.plans import NodeStep, Plan, PlanSummary, Wave
@@ -25,12 +26,16 @@ def _submit(requests: RequestService, node: str):
                            window_start=None, window_end=None, reason="rack move", channel="C0OPS", now=NOW)
 
 
-def test_approved_and_running_requests_are_open_and_a_cancelled_one_is_not(db):
+def test_approved_scheduled_and_running_requests_are_open_and_a_cancelled_one_is_not(db):
     requests = RequestService(db, CONFIG)
-    approved, running, cancelled = (_submit(requests, node) for node in ("gpu-01", "gpu-02", "gpu-03"))
+    approved, scheduled, running, cancelled = (_submit(requests, node)
+                                               for node in ("gpu-01", "gpu-02", "gpu-03", "gpu-04"))
+    # Scheduled: a state stored requests may hold (nothing moves one there today); its nodes
+    # are still spoken for.
+    assert stored_requests.transition(db, id=scheduled.id, expected="approved", new="scheduled", at=NOW)
     RunService(db).start(running.id, dry_run=False, now=NOW, actor=CONFIG.actor("U0ADA"))
     requests.cancel(CONFIG.actor("U0ADA"), cancelled.id, now=NOW)
 
     open_ = {r.id: r.state for r in requests.open_requests("train-a")}
 
-    assert open_ == {approved.id: "approved", running.id: "running"}
+    assert open_ == {approved.id: "approved", scheduled.id: "scheduled", running.id: "running"}
