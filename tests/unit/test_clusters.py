@@ -386,6 +386,26 @@ def test_each_cluster_lists_its_own_requests(everywhere):
     assert west.title.split()[1] in listed_west and east.title.split()[1] not in listed_west
 
 
+def test_each_clusters_service_asks_for_and_expires_only_its_own_pending_requests(everywhere):
+    """An approver of both clusters' pools sees each request once, under its cluster; the
+    sweep of one cluster expires none of another's (whose pools it does not know)."""
+    east = run(everywhere, "U0ALICE", '/gpu drain gpu-e-01 "east one"')
+    west = run(everywhere, "U0ALICE", '/gpu drain gpu-w-01 "west one"', channel="C0WEST")
+    east_id, west_id = east.title.split()[1], west.title.split()[1]
+    assert everywhere.clusters is not None and everywhere.requests is not None
+    west_services = everywhere.clusters.services_for("west", everywhere)
+    assert west_services.requests is not None
+    both = EVERYWHERE.actor("U0ERIN")  # an admin: may approve in every pool
+
+    assert [v.id for v in everywhere.requests.waiting_for(both, now=NOW)] == [east_id]
+    assert [v.id for v in west_services.requests.waiting_for(both, now=NOW)] == [west_id]
+
+    late = NOW + dt.timedelta(days=30)
+    assert [v.id for v in everywhere.requests.expire_due(late)] == [east_id]
+    assert everywhere.requests.get(west_id).state == "pending"
+    assert [v.id for v in west_services.requests.expire_due(late)] == [west_id]
+
+
 def test_a_freeze_of_one_cluster_holds_that_cluster_alone(everywhere):
     frozen = run(everywhere, "U0ERIN", "/gpu freeze cluster until 18:00 incident 9 --cluster west")
     assert frozen.ok, render_text(frozen)

@@ -5,6 +5,7 @@ that racing approvals never count twice."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -326,6 +327,20 @@ def test_a_deny_ends_the_request_and_later_approvals_are_refused(service, db):
         "it can no longer be approved.")
     assert audit_story(db, view.id)[-1] == ("request.denied", "U0BOB", "pending", "denied")
     assert thread(db)[-1] == f"Bob denied {view.id}: serving-a is at its capacity floor"
+
+
+def test_a_second_deny_and_a_deny_click_on_a_denied_request_name_who_denied_it_and_why(service):
+    """Two approvers deny at once: the second is told who was first and why, both when the
+    deny is sent and when the Deny button is pressed (before the reason form)."""
+    view = submit(service)
+    service.deny(bob, view.id, reason="serving-a is at its capacity floor", now=START)
+    said = f"{view.id} was denied by Bob (serving-a is at its capacity floor)"
+
+    with pytest.raises(RequestRefused, match=re.escape(said)):
+        service.deny(carol, view.id, reason="also no", now=START + HOUR)
+    with pytest.raises(RequestRefused, match=re.escape(said)):
+        service.check_may_deny(carol, view.id, now=START + HOUR)
+    assert [a.approver for a in service.get(view.id).approvals] == ["U0BOB"]
 
 
 def test_an_approver_who_approved_can_change_their_mind_and_deny(service):
