@@ -32,7 +32,7 @@ START = dt.datetime(2025, 6, 7, 12, 0, tzinfo=UTC)
 HOUR = dt.timedelta(hours=1)
 CHANNEL = "C0GPUOPS"
 
-CONFIG = GpuopsConfig.model_validate({
+CONFIG_DATA = {
     "pools": {
         "serving-a": {"kind": "serving", "approvers": ["U0PAM"], "request_ttl": "24h"},
         "serving-b": {"kind": "serving"},
@@ -50,7 +50,8 @@ CONFIG = GpuopsConfig.model_validate({
         "names": {"U0ADA": "Ada", "U0BOB": "Bob", "U0CAROL": "Carol", "U0DAN": "Dan", "U0EVE": "Eve",
                   "U0OTTO": "Otto", "U0PAM": "Pam"},
     },
-})
+}
+CONFIG = GpuopsConfig.model_validate(CONFIG_DATA)
 ada, bob, carol, dan, eve, otto, pam = (
     CONFIG.actor(u, name=n) for u, n in [
         ("U0ADA", "Ada"), ("U0BOB", "Bob"), ("U0CAROL", "Carol"), ("U0DAN", "Dan"),
@@ -326,7 +327,15 @@ def test_a_deny_ends_the_request_and_later_approvals_are_refused(service, db):
         f"{view.id} was denied by Bob (serving-a is at its capacity floor); "
         "it can no longer be approved.")
     assert audit_story(db, view.id)[-1] == ("request.denied", "U0BOB", "pending", "denied")
+    assert audit.for_request(db, RequestId(view.id))[-1].detail == {
+        "plan_hash": view.plan_hash, "reason": "serving-a is at its capacity floor"}
     assert thread(db)[-1] == f"Bob denied {view.id}: serving-a is at its capacity floor"
+    # The card turns denied; Bob (who denied) is mentioned with the requester; once only.
+    told = db.query("SELECT dedupe_key, payload FROM outbox ORDER BY id")[-1]
+    payload = codec.json_from_text(told["payload"])
+    assert (payload["event"], payload["state"], payload["people"]) == ("request.denied", "denied",
+                                                                     sorted({"U0ADA", "U0BOB"}))
+    assert told["dedupe_key"] == f"{view.id}/denied"
 
 
 def test_a_second_deny_and_a_deny_click_on_a_denied_request_name_who_denied_it_and_why(service):
@@ -341,6 +350,17 @@ def test_a_second_deny_and_a_deny_click_on_a_denied_request_name_who_denied_it_a
     with pytest.raises(RequestRefused, match=re.escape(said)):
         service.check_may_deny(carol, view.id, now=START + HOUR)
     assert [a.approver for a in service.get(view.id).approvals] == ["U0BOB"]
+
+
+def test_a_deny_after_the_deadline_is_refused_naming_the_deadline_in_the_display_zone(db):
+    berlin = RequestService(db, GpuopsConfig.model_validate({**CONFIG_DATA, "display": {"timezone": "Europe/Berlin"}}))
+    view = submit(berlin)  # serving-a: 24 h to approve, so until 2025-06-08 12:00 UTC, 14:00 in Berlin
+    late = START + 25 * HOUR
+
+    for refused_by in (lambda: berlin.deny(bob, view.id, reason="too late anyway", now=late),
+                       lambda: berlin.check_may_deny(bob, view.id, now=late)):
+        with pytest.raises(RequestRefused, match=re.escape(f"{view.id} expired at 2025-06-08 14:00")):
+            refused_by()
 
 
 def test_an_approver_who_approved_can_change_their_mind_and_deny(service):

@@ -205,10 +205,16 @@ def test_an_approver_removed_after_approving_no_longer_counts_when_the_run_start
     view = RequestService(db, now_config).get(request.id)
     assert view.state == "pending" and view.approvals_counted == 0  # back to the approvers
     (reopened,) = [e for e in audit.recent(db, 100) if e.action == "request.reopened"]
-    assert reopened.detail["no_longer_approvers"] == ["U0BOB"] and reopened.detail["approvals_required"] == 1
-    (said,) = [m["payload"]["text"] for m in outbox_rows(db) if m["payload"]["event"] == "request.reopened"]
+    assert (reopened.actor, reopened.before, reopened.after) == ("gpuops", "approved", "pending")
+    assert reopened.detail == {"plan_hash": request.plan_hash, "approvals_counted": 0, "approvals_required": 1,
+                               "no_longer_approvers": ["U0BOB"]}
+    (told,) = [m for m in outbox_rows(db) if m["payload"]["event"] == "request.reopened"]
+    said = told["payload"]["text"]
     assert said.startswith(f"The run of {request.id} did not start: Bob no longer holds the approver role") and \
         "0 of 1 count" in said, said
+    # Bob is told (mentioned) as well as the requester; the card's state is pending again.
+    assert (told["payload"]["state"], told["payload"]["people"]) == ("pending", sorted({request.requester, "U0BOB"}))
+    assert told["dedupe_key"] == f"{request.id}/reopened/{request.plan_hash}/0/1"
 
 
 def test_a_rule_made_stricter_after_approval_holds_back_the_run_until_it_is_met(db):
