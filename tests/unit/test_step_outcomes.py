@@ -177,6 +177,12 @@ def test_cordon_and_uncordon_take_two_minutes_unless_told(logic, cluster):
     assert logic.timeout(Ctx(cluster, params={"timeout_s": 30})) == dt.timedelta(seconds=30)
 
 
+@pytest.mark.parametrize(("logic", "kind"), [(Cordon(), "cordon"), (Uncordon(), "uncordon")])
+def test_a_cordon_or_uncordon_step_with_no_time_at_all_is_refused_naming_the_step(logic, kind, cluster):
+    with pytest.raises(StepParamsError, match=f"^{kind} step: params.timeout_s must be more than 0, not 0$"):
+        logic.timeout(Ctx(cluster, kind=kind, params={"timeout_s": 0}))
+
+
 # ------------------------------------------------------------------ uncordon
 
 
