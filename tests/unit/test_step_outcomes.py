@@ -154,6 +154,19 @@ def test_a_node_another_run_holds_is_named_in_the_intent_and_left_to_that_run(cl
     assert Cordon().prepare(ctx) == {"prior_unschedulable": True}
 
 
+@pytest.mark.parametrize("before", [False, True], ids=["schedulable-before", "cordoned-before"])
+def test_a_rollback_takes_over_the_cordon_of_the_run_it_undoes_with_that_runs_record_of_the_node(cluster, make,
+                                                                                                  before):
+    set_node(cluster, make, unschedulable=True, mark=(before, "run-1"))
+    ctx = Ctx(cluster, params={"takes_over": "run-1"})
+
+    then = "it was cordoned before that run, so it stays cordoned" if before else "it is given back at the end"
+    assert Cordon().advance(ctx) == Done(f"took over the cordon run run-1 left: {then}",
+                                         {"prior_unschedulable": before})
+    (write,) = cluster.writes
+    assert (written_mark(write)["run"], written_mark(write)["prior_unschedulable"]) == (RUN, before)
+
+
 def test_a_node_changed_between_the_read_and_the_patch_is_read_again_soon(cluster):
     original = cluster.cordon_node
 
