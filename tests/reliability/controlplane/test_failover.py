@@ -468,7 +468,15 @@ def test_the_lease_holder_killed_in_the_middle_of_drains_and_upgrades_the_other_
     # What the killed replicas had acknowledged and not answered: each survivor says what it took over.
     taken_over = [line for r in site.replicas for line in r.lines("fell silent before answering it: ")]
     twice = [s for s in everything if len(slack.response_posts(s.key)) > 1]
-    assert not twice, [(s.kind, s.user, s.tried, len(slack.response_posts(s.key))) for s in twice][:20]
+    # Answered twice is the one gap the inbox leaves (at least once, never lost): a replica
+    # killed after it answered and before it marked the delivery answered, whose survivor
+    # runs it again (its side effects stay single). Any other second answer is a defect.
+    killed = {r.name for r in site.replicas if not r.alive()}
+    after_a_kill = [s for s in twice if set(s.tried) & killed]
+    unexplained = [s for s in twice if s not in after_a_kill]
+    assert not unexplained, [(s.kind, s.user, s.tried, len(slack.response_posts(s.key)),
+                              [line for r in site.replicas for line in r.lines(s.user)][-6:])
+                             for s in unexplained][:10]
     for s in tally.sent:
         if s.kind == "approve":
             assert "You approved" in answer_of(slack, s.key), answer_of(slack, s.key)
@@ -492,7 +500,7 @@ def test_the_lease_holder_killed_in_the_middle_of_drains_and_upgrades_the_other_
                            if commits else None),
         "kill_points": dict(sorted(Counter(t.at_step for t in takeovers).items())),
         "requests": len(everything), "retried_on_the_other_replica": site.service.retried,
-        "lost": 0, "answered_by_the_survivor": len(taken_over), "answered_twice": 0, "side_effects_repeated": 0,
+        "lost": 0, "answered_by_the_survivor": len(taken_over), "answered_twice": len(after_a_kill), "side_effects_repeated": 0,
         "approvals_counted_twice": 0,
         "audit_chain": "verifies"})
 
