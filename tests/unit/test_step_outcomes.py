@@ -48,6 +48,7 @@ class Ctx:
     unfinished: tuple[str, ...] = ()
     cordon_intent: dict[str, Any] | None = None
     records: dict[str, dict[str, Any]] = field(default_factory=dict)
+    recorded_times: dict[str, dt.datetime] = field(default_factory=dict)
     acts: int = 0
 
     @property
@@ -59,9 +60,13 @@ class Ctx:
 
     def record(self, *, key: str, action: str, target: str, detail: Any) -> None:
         self.records.setdefault(key, {"action": action, "target": target, "detail": detail})
+        self.recorded_times.setdefault(key, self.now)
 
     def recorded(self, key: str) -> bool:
         return key in self.records
+
+    def recorded_at(self, key: str) -> dt.datetime | None:
+        return self.recorded_times.get(key)
 
     def step_intent(self, kind: str) -> dict[str, Any] | None:
         return self.cordon_intent if kind == "cordon" else None

@@ -1,0 +1,87 @@
+"""Emptying a node of GPU pods before a change that cannot start under them (a driver, a
+MIG layout): pods that tolerate the cordon are placed on the node again by their owners,
+so the evict step chases them (evicts them again, up to the pool's `evict_retries`
+rounds, then fails naming them) and, once all are gone, watches a few seconds for
+returns before it is done. A drain (scope all) keeps kubectl's way and does not chase.
+
+The step's logic over the fake cluster (tests/unit/test_step_outcomes.py's context)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from tests.unit.test_step_outcomes import NOW, Ctx
+from workflows.engine.steps.contract import Done, Failed, Waiting
+from workflows.engine.steps.eviction import RETURN_SETTLE, Evict
+
+
+def chosen(pod: str, uid: str, *, tolerates: bool) -> dict[str, object]:
+    return {"pod": pod, "uid": uid, "why": "uses GPUs: nvidia.com/gpu=4", "tolerates_cordon": tolerates}
+
+
+GPU_INTENT = {"scope": "gpu", "on_timeout": "fail", "evict": [chosen("ml/job", "u-job", tolerates=True)],
+              "skipped": [], "terminating": []}
+
+
+@pytest.fixture
+def node(fake_cluster, make):
+    """gpu-01, cordoned for the change; ml/job, chosen and evicted, is gone."""
+    fake_cluster.add_node(make.node("gpu-01", unschedulable=True))
+    return fake_cluster
+
+
+@pytest.fixture
+def returned(node, make):
+    """ml/job's owner put a new pod on the cordoned node (it tolerates the cordon)."""
+    node.add_pod(make.workload("gpu-01", gpus=4, name="job-2", labels={"app": "job"}), uid="u-job-2")
+    return node
+
+
+def test_a_gpu_pod_that_came_back_is_evicted_again_on_record_and_the_thread_is_told(returned):
+    ctx = Ctx(returned, intent=GPU_INTENT)
+
+    outcome = Evict().advance(ctx)
+
+    assert isinstance(outcome, Waiting) and outcome.notice is not None
+    assert outcome.reason == "waiting for ml/job-2 to terminate"
+    assert outcome.notice.key == "pods-returned" and "ml/job-2" in outcome.notice.text
+    assert [(w.verb, w.target) for w in returned.writes] == [("evict", "ml/job-2")]
+    assert ctx.records["evict/u-job-2"]["detail"]["returned"] is True
+    assert ctx.records["evict/u-job-2"]["detail"]["round"] == 1
+    assert ctx.records["returned/1"]["detail"] == {"round": 1, "of": 3, "pods": ["ml/job-2 (Job owner)"]}
+
+
+def test_pods_that_keep_coming_back_past_the_pools_rounds_fail_the_step_naming_them(returned, make):
+    ctx = Ctx(returned, intent=GPU_INTENT, params={"evict_retries": 1})
+    Evict().advance(ctx)  # round 1 of 1: ml/job-2 evicted again
+    assert "u-job-2" not in returned.pods
+    returned.add_pod(make.workload("gpu-01", gpus=4, name="job-3", labels={"app": "job"}), uid="u-job-3")
+
+    outcome = Evict().advance(ctx)
+
+    assert isinstance(outcome, Failed) and outcome.code == "pods-keep-returning", outcome
+    assert "ml/job-3" in outcome.reason
+    assert [w.target for w in returned.writes] == ["ml/job-2"]  # the third is not evicted: a person decides
+
+
+def test_a_drain_does_not_chase_pods_that_came_back(returned):
+    ctx = Ctx(returned, intent={**GPU_INTENT, "scope": "all"})
+
+    assert isinstance(Evict().advance(ctx), Done)
+    assert returned.writes == []
+
+
+def test_when_all_are_gone_it_watches_a_few_seconds_for_returns_before_it_is_done(node):
+    ctx = Ctx(node, intent=GPU_INTENT)
+
+    first = Evict().advance(ctx)
+    assert isinstance(first, Waiting) and first.retry_in == RETURN_SETTLE.total_seconds()
+    assert ctx.records["gone/0"]["detail"] == {"pods": ["ml/job"]}
+    # A restart does not start the wait again: the time is on record.
+    later = dataclasses.replace(ctx, now=NOW + RETURN_SETTLE)
+    assert isinstance(Evict().advance(later), Done)
+    # Pods that do not tolerate the cordon are not waited for.
+    plain = Ctx(node, intent={**GPU_INTENT, "evict": [chosen("ml/job", "u-job", tolerates=False)]})
+    assert isinstance(Evict().advance(plain), Done)
