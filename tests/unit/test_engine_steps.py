@@ -58,11 +58,13 @@ def test_a_pod_without_gpus_keeps_running_for_driver_work_but_is_evicted_by_a_dr
 
 def test_daemonset_mirror_finished_and_terminating_pods_are_never_evicted_and_the_detail_says_why(make):
     daemon = decide(_pod(make, owner="DaemonSet", gpus=1), scope="all")
-    assert daemon.action == "skip" and "its controller would put it straight back" in daemon.why
+    assert daemon.action == "skip" and daemon.why.startswith("DaemonSet owner pod: not evicted, its controller "
+                                                              "would put it straight back")
     assert "NB: it uses GPUs" in daemon.why
     mirror = decide(_pod(make, owner="Node", annotations={"kubernetes.io/config.mirror": "x"}), scope="all")
     assert mirror.action == "skip" and "static (mirror) pod" in mirror.why
     assert decide(_pod(make, gpus=1, phase="Succeeded"), scope="all").why == "finished (Succeeded): holds nothing, left alone"
+    assert decide(_pod(make, gpus=1, phase="Failed"), scope="gpu").why == "finished (Failed): holds nothing, left alone"
     assert decide(_pod(make, gpus=1, deleting=True), scope="all").action == "wait"
 
 

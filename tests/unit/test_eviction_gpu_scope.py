@@ -13,8 +13,9 @@ import dataclasses
 import pytest
 
 from tests.unit.test_step_outcomes import NOW, Ctx
-from workflows.engine.steps.contract import Done, Failed, Waiting
-from workflows.engine.steps.eviction import RETURN_SETTLE, Evict
+from workflows.engine.steps.contract import Done, Failed, StepNotice, Waiting
+from workflows.engine.steps.eviction import CORDON_TAINT, RETURN_SETTLE, Evict, _tolerates_cordon
+from workflows.kube.objects import Toleration
 
 
 def chosen(pod: str, uid: str, *, tolerates: bool) -> dict[str, object]:
@@ -44,9 +45,10 @@ def test_a_gpu_pod_that_came_back_is_evicted_again_on_record_and_the_thread_is_t
 
     outcome = Evict().advance(ctx)
 
-    assert isinstance(outcome, Waiting) and outcome.notice is not None
-    assert outcome.reason == "waiting for ml/job-2 to terminate"
-    assert outcome.notice.key == "pods-returned" and "ml/job-2" in outcome.notice.text
+    assert outcome == Waiting("waiting for ml/job-2 to terminate", retry_in=1.0, notice=StepNotice(
+        "pods-returned", "ml/job-2 (Job owner) came back to gpu-01 right after eviction: it tolerates "
+        "node.kubernetes.io/unschedulable, so the scheduler places it on the cordoned node again. gpuops evicts "
+        "again up to 3 times, then halts the run with the node cordoned"))
     assert [(w.verb, w.target) for w in returned.writes] == [("evict", "ml/job-2")]
     assert ctx.records["evict/u-job-2"]["detail"]["returned"] is True
     assert ctx.records["evict/u-job-2"]["detail"]["round"] == 1
@@ -85,3 +87,20 @@ def test_when_all_are_gone_it_watches_a_few_seconds_for_returns_before_it_is_don
     # Pods that do not tolerate the cordon are not waited for.
     plain = Ctx(node, intent={**GPU_INTENT, "evict": [chosen("ml/job", "u-job", tolerates=False)]})
     assert isinstance(Evict().advance(plain), Done)
+
+
+@pytest.mark.parametrize(("key", "operator", "effect", "tolerates"), [
+    ("", "Exists", "", True),  # tolerates every taint
+    (CORDON_TAINT, "Exists", "", True),
+    (CORDON_TAINT, "Exists", "NoSchedule", True),
+    (CORDON_TAINT, "Equal", "NoSchedule", True),
+    (CORDON_TAINT, "Equal", "", True),
+    (CORDON_TAINT, "Exists", "NoExecute", False),  # another effect than the cordon's
+    ("", "Equal", "", False),  # Equal to an empty key matches no taint
+    ("nvidia.com/gpu", "Exists", "NoSchedule", False),
+])
+def test_which_tolerations_let_a_pod_back_onto_a_cordoned_node(key, operator, effect, tolerates):
+    assert _tolerates_cordon([Toleration(key=key, operator=operator, value="", effect=effect)]) is tolerates
+    assert _tolerates_cordon([Toleration(key="other", operator="Exists", value="", effect=""),
+                              Toleration(key=key, operator=operator, value="", effect=effect)]) is tolerates
+    assert _tolerates_cordon([]) is False
