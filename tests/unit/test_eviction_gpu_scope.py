@@ -15,7 +15,7 @@ import pytest
 from tests.unit.test_step_outcomes import NOW, Ctx
 from workflows.engine.steps.contract import Done, Failed, StepNotice, Waiting
 from workflows.engine.steps.eviction import CORDON_TAINT, RETURN_SETTLE, Evict, _tolerates_cordon
-from workflows.kube.objects import Toleration
+from workflows.kube.objects import Placement, Toleration
 
 
 def chosen(pod: str, uid: str, *, tolerates: bool) -> dict[str, object]:
@@ -104,3 +104,18 @@ def test_which_tolerations_let_a_pod_back_onto_a_cordoned_node(key, operator, ef
     assert _tolerates_cordon([Toleration(key="other", operator="Exists", value="", effect=""),
                               Toleration(key=key, operator=operator, value="", effect=effect)]) is tolerates
     assert _tolerates_cordon([]) is False
+
+
+def test_the_step_notes_which_chosen_pods_tolerate_the_cordon_and_only_those(node, make):
+    """Only they are watched for after all are gone (their owners may place them back)."""
+    cordon_proof = Placement(tolerations=(Toleration(key=CORDON_TAINT, operator="Exists", value="", effect=""),))
+    for name, uid, owner, placement in (("job", "u-job", "Job", cordon_proof), ("web", "u-web", "ReplicaSet", None),
+                                        ("ds", "u-ds", "DaemonSet", cordon_proof)):
+        pod = make.workload("gpu-01", gpus=1, name=name) if owner != "DaemonSet" else \
+            make.pod(node="gpu-01", name=name, owner_kind="DaemonSet", gpu_requests={"nvidia.com/gpu": 1})
+        node.add_pod(dataclasses.replace(pod, placement=placement) if placement else pod, uid=uid)
+
+    intent = Evict().prepare(Ctx(node, params={"scope": "gpu"}))
+
+    assert {t["uid"]: t.get("tolerates_cordon") for t in intent["evict"]} == {"u-job": True, "u-web": None}
+    assert [t.get("tolerates_cordon") for t in intent["skipped"]] == [None]  # the DaemonSet's is never waited for

@@ -9,6 +9,7 @@ The engine's own tests (test_engine_safety.py) run whole drains; these pin each 
 from __future__ import annotations
 
 import datetime as dt
+from zoneinfo import ZoneInfo
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -195,8 +196,8 @@ def test_cordon_and_uncordon_take_two_minutes_unless_told(logic, cluster):
     assert logic.timeout(Ctx(cluster, params={"timeout_s": 30})) == dt.timedelta(seconds=30)
 
 
-@pytest.mark.parametrize(("logic", "kind"), [(Cordon(), "cordon"), (Uncordon(), "uncordon")])
-def test_a_cordon_or_uncordon_step_with_no_time_at_all_is_refused_naming_the_step(logic, kind, cluster):
+@pytest.mark.parametrize(("logic", "kind"), [(Cordon(), "cordon"), (Uncordon(), "uncordon"), (Evict(), "evict")])
+def test_a_cordon_uncordon_or_evict_step_with_no_time_at_all_is_refused_naming_the_step(logic, kind, cluster):
     with pytest.raises(StepParamsError, match=f"^{kind} step: params.timeout_s must be more than 0, not 0$"):
         logic.timeout(Ctx(cluster, kind=kind, params={"timeout_s": 0}))
 
@@ -403,6 +404,10 @@ def test_a_blocked_eviction_waits_naming_the_budgets_words_and_tells_the_thread_
                                          f"Retrying until 2025-06-07 12:10:00 UTC; then {then}. Scaling the workload "
                                          "up elsewhere frees the budget"))
     assert "u-job" in pods.pods and pods.did("delete") == []
+    # The deadline in the display zone.
+    berlin = Ctx(pods, intent=DRAIN_INTENT, deadline=deadline, timeout=10 * MINUTE, zone=ZoneInfo("Europe/Berlin"))
+    notice = Evict().advance(berlin).notice  # type: ignore[union-attr]
+    assert notice is not None and "Retrying until 2025-06-07 14:10:00 CEST" in notice.text, notice
 
 
 def test_at_the_deadline_a_blocked_eviction_fails_leaves_the_node_out_or_deletes_as_the_step_says(pods):
