@@ -11,6 +11,7 @@ from pathlib import Path
 
 import freezegun
 import hypothesis
+import matplotlib.dates  # noqa: F401 - before any clock is frozen: see below
 import pytest
 
 # The shared fixtures, one definition each (tests/fixtures/__init__.py says which is where).
@@ -21,6 +22,10 @@ pytest_plugins = ["testenv.fakeslack.fixtures", _CONTROL_PLANE_FIXTURES, "tests.
 # The kubernetes client loads its modules lazily; a frozen clock must not reach into them,
 # nor into pytest's own timing (`--durations` measured a frozen setup as 57 years).
 freezegun.configure(extend_ignore_list=["kubernetes", "urllib3", "_pytest.timing"])
+# matplotlib registers its date converters under the datetime classes of the moment it is
+# first imported. First imported under a frozen clock (a picture drawn in a freezegun test),
+# it registers freezegun's stand-ins, and every later picture of real times fails to
+# convert them: so it is imported above, before any clock is frozen.
 
 # Hypothesis's per-example deadline is a timed assertion: on a busy machine (four workers
 # beside a control plane) a slow example fails a property that holds. Properties here
