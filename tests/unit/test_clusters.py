@@ -386,24 +386,38 @@ def test_each_cluster_lists_its_own_requests(everywhere):
     assert west.title.split()[1] in listed_west and east.title.split()[1] not in listed_west
 
 
-def test_each_clusters_service_asks_for_and_expires_only_its_own_pending_requests(everywhere):
-    """An approver of both clusters' pools sees each request once, under its cluster; the
-    sweep of one cluster expires none of another's (whose pools it does not know)."""
-    east = run(everywhere, "U0ALICE", '/gpu drain gpu-e-01 "east one"')
-    west = run(everywhere, "U0ALICE", '/gpu drain gpu-w-01 "west one"', channel="C0WEST")
-    east_id, west_id = east.title.split()[1], west.title.split()[1]
-    assert everywhere.clusters is not None and everywhere.requests is not None
-    west_services = everywhere.clusters.services_for("west", everywhere)
-    assert west_services.requests is not None
-    both = EVERYWHERE.actor("U0ERIN")  # an admin: may approve in every pool
+def test_each_clusters_service_asks_for_and_expires_only_its_own_pending_requests(make, tmp_path: Path):
+    """Both clusters call a pool `train`, which needs an approval: an admin sees each request
+    once, under its own cluster; the sweep of one cluster expires none of another's."""
+    def fleet(prefix: str) -> Fleet:
+        nodes = [make.node(f"gpu-{prefix}-{n:02d}", pool="train") for n in (1, 2)]
+        return make.fleet(nodes, [p for n in nodes for p in make.operands(n.name)])
 
-    assert [v.id for v in everywhere.requests.waiting_for(both, now=NOW)] == [east_id]
-    assert [v.id for v in west_services.requests.waiting_for(both, now=NOW)] == [west_id]
+    pool = {**POOL, "approvals": {"drain": 1}}
+    config = GpuopsConfig.model_validate({**TWINS.model_dump(include={"access"}), "clusters": {
+        "east": {"home": True, "pools": {"train": pool}},
+        "west": {"kubeconfig": "/k", "channels": ["C0WEST"], "pools": {"train": pool}}}})
+    db = open_database(tmp_path / "gpuops.db")
+    home = home_services(config, {"east": Source("east", fleet("e")), "west": Source("west", fleet("w"))}, db)
+    try:
+        east, west = (dispatch(text, actor=config.actor("U0ALICE"), services=home, now=NOW, channel=channel)
+                      for text, channel in (('/gpu drain gpu-e-01 "east one"', "C0OPS"),
+                                            ('/gpu drain gpu-w-01 "west one"', "C0WEST")))
+        east_id, west_id = east.title.split()[1], west.title.split()[1]
+        assert home.clusters is not None and home.requests is not None
+        west_services = home.clusters.services_for("west", home)
+        assert west_services.requests is not None
+        admin = config.actor("U0ERIN")
 
-    late = NOW + dt.timedelta(days=30)
-    assert [v.id for v in everywhere.requests.expire_due(late)] == [east_id]
-    assert everywhere.requests.get(west_id).state == "pending"
-    assert [v.id for v in west_services.requests.expire_due(late)] == [west_id]
+        assert [v.id for v in home.requests.waiting_for(admin, now=NOW)] == [east_id]
+        assert [v.id for v in west_services.requests.waiting_for(admin, now=NOW)] == [west_id]
+
+        late = NOW + dt.timedelta(days=30)
+        assert [v.id for v in home.requests.expire_due(late)] == [east_id]
+        assert home.requests.get(west_id).state == "pending"
+        assert [v.id for v in west_services.requests.expire_due(late)] == [west_id]
+    finally:
+        db.close()
 
 
 def test_a_freeze_of_one_cluster_holds_that_cluster_alone(everywhere):
