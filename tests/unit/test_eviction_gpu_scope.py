@@ -9,6 +9,7 @@ The step's logic over the fake cluster (tests/unit/test_step_outcomes.py's conte
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 
 import pytest
 
@@ -50,9 +51,13 @@ def test_a_gpu_pod_that_came_back_is_evicted_again_on_record_and_the_thread_is_t
         "node.kubernetes.io/unschedulable, so the scheduler places it on the cordoned node again. gpuops evicts "
         "again up to 3 times, then halts the run with the node cordoned"))
     assert [(w.verb, w.target) for w in returned.writes] == [("evict", "ml/job-2")]
-    assert ctx.records["evict/u-job-2"]["detail"]["returned"] is True
-    assert ctx.records["evict/u-job-2"]["detail"]["round"] == 1
-    assert ctx.records["returned/1"]["detail"] == {"round": 1, "of": 3, "pods": ["ml/job-2 (Job owner)"]}
+    # Each pod's eviction on record with its round, then the round's own record.
+    assert ctx.records == {
+        "evict/u-job-2": {"action": "pod.evict", "target": "ml/job-2", "detail": {
+            "node": "gpu-01", "uid": "u-job-2", "why": "uses GPUs: nvidia.com/gpu=4", "returned": True, "round": 1,
+            "owner": "Job owner"}},
+        "returned/1": {"action": "pods.returned", "target": "node gpu-01",
+                       "detail": {"round": 1, "of": 3, "pods": ["ml/job-2 (Job owner)"]}}}
 
 
 def test_pods_that_keep_coming_back_past_the_pools_rounds_fail_the_step_naming_them(returned, make):
@@ -63,9 +68,30 @@ def test_pods_that_keep_coming_back_past_the_pools_rounds_fail_the_step_naming_t
 
     outcome = Evict().advance(ctx)
 
-    assert isinstance(outcome, Failed) and outcome.code == "pods-keep-returning", outcome
-    assert "ml/job-3" in outcome.reason
+    assert outcome == Failed(
+        "ml/job-3 (Job owner) kept coming back to gpu-01 after 1 more eviction (they tolerate "
+        "node.kubernetes.io/unschedulable): remove that toleration from their owners, or scale them down, then start "
+        "a new run", {
+            "returned": [{"pod": "ml/job-3", "uid": "u-job-3", "why": "uses GPUs: nvidia.com/gpu=4",
+                          "owner": "Job owner", "deleting": False}], "rounds": 1},
+        code="pods-keep-returning")
     assert [w.target for w in returned.writes] == ["ml/job-2"]  # the third is not evicted: a person decides
+
+
+def test_each_round_of_returns_is_counted_once_and_a_pod_already_going_starts_none(returned, make):
+    ctx = Ctx(returned, intent=GPU_INTENT)
+    Evict().advance(ctx)  # round 1: ml/job-2
+    returned.add_pod(make.workload("gpu-01", gpus=4, name="job-3", labels={"app": "job"}, deleting=True),
+                     uid="u-job-3")
+    going = Evict().advance(ctx)  # terminating already: waited for, evicted in no new round
+    assert "returned/2" not in ctx.records and isinstance(going, Waiting)
+    returned.add_pod(make.workload("gpu-01", gpus=4, name="job-4", labels={"app": "job"}), uid="u-job-4")
+
+    Evict().advance(ctx)
+
+    assert ctx.records["returned/2"]["detail"]["round"] == 2
+    assert ctx.records["evict/u-job-4"]["detail"]["round"] == 2
+    assert [w.target for w in returned.writes] == ["ml/job-2", "ml/job-4"]
 
 
 def test_a_drain_does_not_chase_pods_that_came_back(returned):
@@ -79,11 +105,17 @@ def test_when_all_are_gone_it_watches_a_few_seconds_for_returns_before_it_is_don
     ctx = Ctx(node, intent=GPU_INTENT)
 
     first = Evict().advance(ctx)
-    assert isinstance(first, Waiting) and first.retry_in == RETURN_SETTLE.total_seconds()
-    assert ctx.records["gone/0"]["detail"] == {"pods": ["ml/job"]}
-    # A restart does not start the wait again: the time is on record.
+    watching = Waiting("the evicted pods are gone; they tolerate the cordon, so gpuops looks a few seconds more for "
+                       "replacements that land on this node again", retry_in=RETURN_SETTLE.total_seconds())
+    assert first == watching, first
+    assert ctx.records["gone/0"] == {"action": "pods.gone", "target": "node gpu-01", "detail": {"pods": ["ml/job"]}}
+    # A restart does not start the wait again: the time is on record, and it waits out the rest only.
+    nearly = dataclasses.replace(ctx, now=NOW + RETURN_SETTLE - dt.timedelta(milliseconds=500))
+    assert Evict().advance(nearly) == dataclasses.replace(watching, retry_in=0.5)
     later = dataclasses.replace(ctx, now=NOW + RETURN_SETTLE)
     assert isinstance(Evict().advance(later), Done)
+    # An intent that chose nothing to evict has nothing to watch for.
+    assert isinstance(Evict().advance(Ctx(node, intent={"scope": "gpu"})), Done)
     # Pods that do not tolerate the cordon are not waited for.
     plain = Ctx(node, intent={**GPU_INTENT, "evict": [chosen("ml/job", "u-job", tolerates=False)]})
     assert isinstance(Evict().advance(plain), Done)
@@ -119,3 +151,22 @@ def test_the_step_notes_which_chosen_pods_tolerate_the_cordon_and_only_those(nod
 
     assert {t["uid"]: t.get("tolerates_cordon") for t in intent["evict"]} == {"u-job": True, "u-web": None}
     assert [t.get("tolerates_cordon") for t in intent["skipped"]] == [None]  # the DaemonSet's is never waited for
+
+
+def test_pods_the_step_already_knows_are_not_taken_for_returned_ones_and_returned_ones_are_named_in_order(node, make):
+    """The evicted pod still terminating, a pod that was terminating already: known, waited
+    for, never counted as come back. Two that did come back are named by namespace and name."""
+    node.add_pod(make.workload("gpu-01", gpus=4, name="job", deleting=True), uid="u-job")
+    node.add_pod(make.workload("gpu-01", gpus=4, name="going", deleting=True), uid="u-going")
+    intent = {**GPU_INTENT, "terminating": [chosen("ml/going", "u-going", tolerates=False)]}
+    ctx = Ctx(node, intent=intent)
+
+    assert Evict().advance(ctx) == Waiting("waiting for ml/job, ml/going to terminate", retry_in=1.0)
+    assert ctx.records == {} and node.writes == []
+
+    node.add_pod(dataclasses.replace(make.workload("gpu-01", gpus=4, name="zeta"), namespace="ml"), uid="u-zeta")
+    node.add_pod(dataclasses.replace(make.workload("gpu-01", gpus=4, name="alpha"), namespace="ml"), uid="u-alpha")
+    outcome = Evict().advance(ctx)
+
+    assert ctx.records["returned/1"]["detail"]["pods"] == ["ml/alpha (Job owner)", "ml/zeta (Job owner)"]
+    assert isinstance(outcome, Waiting) and [w.target for w in node.writes] == ["ml/alpha", "ml/zeta"]
