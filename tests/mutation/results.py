@@ -171,8 +171,10 @@ def stale_reason(result: ModuleResults) -> str | None:
 
 
 def _toml_string(text: str) -> str:
+    """`text` as TOML that reads back as exactly `text` (a multi-line literal drops only the
+    newline right after its opening quotes), so writing a results file again changes nothing."""
     if "\n" in text and "'''" not in text:
-        return "'''\n" + text + "\n'''"
+        return "'''\n" + text + "'''"
     return json.dumps(text, ensure_ascii=False)  # a JSON string is a TOML basic string
 
 

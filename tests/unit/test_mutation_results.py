@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import subprocess
+import tomllib
 
 import pytest
 
@@ -75,3 +76,11 @@ def test_results_made_before_their_module_last_changed_are_refused_and_results_m
     assert _reason(dataclasses.replace(made, commit=_git("rev-parse", "HEAD"))) is None
     unknown = _reason(dataclasses.replace(made, commit="0" * 40))
     assert unknown is not None and "not in this repository's history" in unknown
+
+
+
+@pytest.mark.parametrize("text", ["one line", "@@ -1 +1 @@\n-    a\n+    b", "ends in a newline\n\n", "it's\n'quoted'"])
+def test_a_string_in_a_results_file_reads_back_as_written(text):
+    """`--explain` rewrites every results file from what it reads: a diff that grew a line
+    on each rewrite churned the files of modules nobody ran again."""
+    assert tomllib.loads(f"x = {results._toml_string(text)}")["x"] == text
