@@ -14,7 +14,7 @@ import datetime as dt
 import pytest
 
 from tests.unit.test_step_outcomes import NOW, Ctx
-from workflows.engine.steps.contract import Done, Failed, StepNotice, Waiting
+from workflows.engine.steps.contract import Done, Failed, StepNotice, StepParamsError, Waiting
 from workflows.engine.steps.eviction import CORDON_TAINT, RETURN_SETTLE, Evict, _tolerates_cordon
 from workflows.kube.objects import Placement, Toleration
 
@@ -91,7 +91,19 @@ def test_each_round_of_returns_is_counted_once_and_a_pod_already_going_starts_no
 
     assert ctx.records["returned/2"]["detail"]["round"] == 2
     assert ctx.records["evict/u-job-4"]["detail"]["round"] == 2
-    assert [w.target for w in returned.writes] == ["ml/job-2", "ml/job-4"]
+    returned.add_pod(make.workload("gpu-01", gpus=4, name="job-5", labels={"app": "job"}), uid="u-job-5")
+    Evict().advance(ctx)
+    assert ctx.records["evict/u-job-5"]["detail"]["round"] == 3 and "returned/3" in ctx.records
+    assert [w.target for w in returned.writes] == ["ml/job-2", "ml/job-4", "ml/job-5"]
+
+
+def test_with_no_retries_a_pod_that_comes_back_fails_the_step_at_once_and_a_negative_count_is_refused(returned):
+    outcome = Evict().advance(Ctx(returned, intent=GPU_INTENT, params={"evict_retries": 0}))
+
+    assert isinstance(outcome, Failed) and outcome.code == "pods-keep-returning", outcome
+    assert returned.writes == []
+    with pytest.raises(StepParamsError, match=r"^evict_retries must be a whole number, 0 or more, not -1$"):
+        Evict().advance(Ctx(returned, intent=GPU_INTENT, params={"evict_retries": -1}))
 
 
 def test_a_drain_does_not_chase_pods_that_came_back(returned):
@@ -170,3 +182,14 @@ def test_pods_the_step_already_knows_are_not_taken_for_returned_ones_and_returne
 
     assert ctx.records["returned/1"]["detail"]["pods"] == ["ml/alpha (Job owner)", "ml/zeta (Job owner)"]
     assert isinstance(outcome, Waiting) and [w.target for w in node.writes] == ["ml/alpha", "ml/zeta"]
+
+
+def test_a_bare_pod_that_arrives_is_evicted_as_returned_with_no_owner_named(node, make):
+    node.add_pod(make.pod(node="gpu-01", name="bare", namespace="ml", owner_kind=None,
+                          gpu_requests={"nvidia.com/gpu": 1}), uid="u-bare")
+    ctx = Ctx(node, intent=GPU_INTENT)
+
+    Evict().advance(ctx)
+
+    assert ctx.records["evict/u-bare"]["detail"]["owner"] is None
+    assert ctx.records["returned/1"]["detail"]["pods"] == ["ml/bare"]
