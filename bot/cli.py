@@ -39,6 +39,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from bot import messages as msg
@@ -144,6 +145,18 @@ def _stop_event() -> threading.Event:
     return stop
 
 
+# How long stopping waits for the Socket Mode connection to close (of Kubernetes' 30 s grace).
+SOCKET_CLOSE_WAIT = dt.timedelta(seconds=10)
+
+
+def _within(work: Callable[[], object], limit: dt.timedelta) -> bool:
+    """Run `work` on a daemon thread; whether it ended within `limit` (else it is left behind)."""
+    thread = threading.Thread(target=work, name="gpuops-closing", daemon=True)
+    thread.start()
+    thread.join(timeout=limit.total_seconds())
+    return not thread.is_alive()
+
+
 def _run(args: argparse.Namespace) -> int:
     from slack_bolt.adapter.socket_mode import SocketModeHandler
 
@@ -199,7 +212,11 @@ def _run(args: argparse.Namespace) -> int:
             handler.connect()
             log.info(msg.started("Socket Mode", "no inbound port"))
             stop.wait()
-            handler.close()
+            # slack_sdk's close() joins its receiving thread, which a dropped socket can
+            # leave blocked in a read for good: past a bound, stop anyway, so the Lease is
+            # given back (runtime.close) before the pod's grace period runs out.
+            if not _within(handler.close, SOCKET_CLOSE_WAIT):
+                log.warning(msg.socket_close_stalled_log(SOCKET_CLOSE_WAIT.total_seconds()))
         else:
             server = SlackHttpServer(app, signing_secret=str(credentials.signing_secret), host=args.host,
                                      port=args.port).start()

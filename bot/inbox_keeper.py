@@ -64,6 +64,9 @@ class InboxKeeper:
             new = insert.result(timeout=self.deadline.total_seconds())
         except FutureTimeout:
             with self._lock:
+                # A finished insert needs no waiting: drop those, so a delivery whose work
+                # never ran (and never settles) does not keep its future for good.
+                self._late = {k: f for k, f in self._late.items() if not f.done()}
                 self._late[key] = insert
             self._failed(kind, key, f"the database did not answer within {self.deadline.total_seconds():g} s")
             return True

@@ -68,6 +68,11 @@ def started(mode: str, where: str) -> str:
     return f"gpuops is answering /gpu over {mode} ({where})"
 
 
+def socket_close_stalled_log(seconds: float) -> str:
+    return (f"the Socket Mode connection did not close within {seconds:g} s; stopping without it "
+            "(Slack sends its envelopes to the other replicas)")
+
+
 def stopping() -> str:
     return "gpuops is stopping"
 

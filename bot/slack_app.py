@@ -79,6 +79,9 @@ log = logging.getLogger("gpuops.bot.slack")
 
 EVENT_SCOPE = "slack-retry"
 DELIVERY_WORKERS = 8
+# How long a kept delivery's key waits for its work: a response_url's half hour, after
+# which nothing could be answered anyway.
+KEPT_FOR = dt.timedelta(minutes=30)
 _ACTION_IDS = re.compile(r"^gpuops\.[a-z]+(?:-[a-z]+)*\.\d+\Z", re.ASCII)  # \Z: no trailing newline
 
 
@@ -148,8 +151,9 @@ class SlackBot:
             api, runtime.clusters.config if runtime.clusters is not None else runtime.config)
         self.deliveries = deliveries or IncomingDeliveries()
         self.clock = clock
-        # Deliveries this replica's acks kept in the inbox, whose work has not started.
-        self._kept: set[str] = set()
+        # Deliveries this replica's acks kept in the inbox, whose work has not started, and
+        # when: a key whose work never ran is forgotten after KEPT_FOR.
+        self._kept: dict[str, dt.datetime] = {}
         self._kept_lock = threading.Lock()
         self.keeper = InboxKeeper(runtime.database, replica=lambda: self.runtime.replica, clock=lambda: self.clock())
 
@@ -209,8 +213,10 @@ class SlackBot:
         if key is None:
             return
         if self.keeper.keep(key=key, kind=kind, payload=_kept_payload(payload)):
+            now = self.clock()
             with self._kept_lock:
-                self._kept.add(key)
+                self._kept = {k: at for k, at in self._kept.items() if now - at < KEPT_FOR}
+                self._kept[key] = now
 
     def on_error(self, error: Exception, body: dict[str, Any]) -> None:
         log.error("listener failed on a %s delivery: %s", body.get("type") or body.get("command"), error,
@@ -223,8 +229,7 @@ class SlackBot:
         if key is None:
             return True
         with self._kept_lock:
-            if key in self._kept:
-                self._kept.discard(key)
+            if self._kept.pop(key, None) is not None:
                 return True
         log.info(msg.duplicate_delivery_log(kind, key))
         self.deliveries.record(IncomingDelivery(kind, key, "duplicate"))

@@ -124,3 +124,19 @@ def test_while_the_inbox_cannot_be_written_commands_are_answered_and_the_log_say
     assert [r for r in caplog.records if "kept in the inbox before their ack again" in r.getMessage()]
     wait_until(lambda: (row := inbox.get(db, key=key3)) is not None and row.state == "answered", timeout=30,
                what="the third command's row to be answered")
+
+
+def test_a_kept_delivery_whose_work_never_ran_is_forgotten_after_half_an_hour(bot):
+    """Its response_url is dead by then; holding its key for the life of the process would
+    be a slow leak. A key whose work comes within the half hour still runs."""
+    now = [dt.datetime(2026, 12, 6, 12, 0, tzinfo=UTC)]
+    bot.bot.clock = lambda: now[0]
+    command = {"command": "/gpu", "text": "status", "user_id": "U0ALICE"}
+    bot.bot._keep("command", "/gpu:U0ALICE:3001.1", command)  # its work never runs
+    now[0] += dt.timedelta(minutes=29)
+    bot.bot._keep("command", "/gpu:U0ALICE:3001.2", command)
+    assert bot.bot._first("command", "/gpu:U0ALICE:3001.2")
+    now[0] += dt.timedelta(minutes=2)
+    bot.bot._keep("command", "/gpu:U0ALICE:3001.3", command)
+    assert list(bot.bot._kept) == ["/gpu:U0ALICE:3001.3"]
+    assert not bot.bot._first("command", "/gpu:U0ALICE:3001.1")
