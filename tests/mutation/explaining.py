@@ -37,12 +37,19 @@ class Rules:
         return next((text for pattern, text in self.hints.items() if fnmatch.fnmatchcase(name, pattern)), None)
 
 
+# A survivor in a critical function may live only when no test could kill it: its
+# explanation then starts with this word and says why no input tells the two apart. A gap,
+# however well named, is not taken there.
+EQUIVALENT = "Equivalent"
+
+
 def why_of(rules: Rules, name: str) -> str:
     """What a results file says of an open mutant: its explanation, CRITICAL or UNEXPLAINED."""
+    why = rules.why(name)
     area = rules.critical_area(name)
-    if area is not None:
-        return f"CRITICAL ({area}): must be killed"
-    return rules.why(name) or UNEXPLAINED
+    if area is not None and not (why or "").startswith(EQUIVALENT):
+        return f"CRITICAL ({area}): must be killed, or shown equivalent"
+    return why or UNEXPLAINED
 
 
 def judge(rules: Rules, module: str, tool: str, open_: list[tuple[str, str, str]]) -> tuple[list[Open], list[str]]:
@@ -50,16 +57,15 @@ def judge(rules: Rules, module: str, tool: str, open_: list[tuple[str, str, str]
     failures: list[str] = []
     judged: list[Open] = []
     for name, status, diff in open_:
-        area = rules.critical_area(name)
-        why = rules.why(name)
-        if area is not None:
-            failures.append(f"{name} ({status}) is in the critical area '{area}'")
-            why = f"CRITICAL ({area}): must be killed"
-        elif why is None:
+        why = why_of(rules, name)
+        if why.startswith("CRITICAL"):
+            failures.append(f"{name} ({status}) is in the critical area '{rules.critical_area(name)}' and not "
+                            "shown equivalent")
+        elif why == UNEXPLAINED:
             hint = rules.hint(name)
             failures.append(f"{name} ({status}) is not explained in {EXPLANATIONS.name}"
                             + (f" (an earlier run said of its function: {hint})" if hint else ""))
-        judged.append(Open(name, status, why or UNEXPLAINED, diff))
+        judged.append(Open(name, status, why, diff))
     names = {o.name for o in judged}
     prefix = store.MODULES[module].removesuffix(".py").replace("/", ".")
     for name in rules.survivors:

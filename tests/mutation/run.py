@@ -16,7 +16,8 @@ turned around (a failure into a success, a refusal into nothing, False into True
 Each survivor (and mutant no test reaches) is compared with tests/mutation/explanations.toml:
 
 - a survivor in a critical function (`[critical]`: the two-person rule, cordon restore,
-  PDB handling, run start) fails the run;
+  PDB handling, run start) fails the run, unless its own explanation shows it equivalent
+  (starts with "Equivalent": no input tells it from the code);
 - every other survivor must be explained there, by its own name (`[survivors]`; a reason
   given for a whole function is not taken, `[hints]` keeps those as hints): an
   unexplained one fails the run, and an explanation whose mutant no longer survives is

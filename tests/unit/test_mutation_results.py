@@ -84,3 +84,19 @@ def test_a_string_in_a_results_file_reads_back_as_written(text):
     """`--explain` rewrites every results file from what it reads: a diff that grew a line
     on each rewrite churned the files of modules nobody ran again."""
     assert tomllib.loads(f"x = {results._toml_string(text)}")["x"] == text
+
+
+def test_a_survivor_in_a_critical_function_is_taken_only_as_an_equivalent_named_one_by_one():
+    rules = Rules("""
+[critical]
+"cordon restore" = ["pkg.x_restore__mutmut_*"]
+[survivors]
+"pkg.x_restore__mutmut_1" = "Equivalent: the key is read back only by the same check."
+"pkg.x_restore__mutmut_2" = "A gap, named: no test makes a cordon fail twice."
+"pkg.x_other__mutmut_1" = "A gap, named: records only."
+""")
+    assert why_of(rules, "pkg.x_restore__mutmut_1").startswith("Equivalent")
+    assert why_of(rules, "pkg.x_restore__mutmut_2").startswith("CRITICAL (cordon restore)")
+    assert why_of(rules, "pkg.x_restore__mutmut_3").startswith("CRITICAL (cordon restore)")
+    assert why_of(rules, "pkg.x_other__mutmut_1") == "A gap, named: records only."
+    assert why_of(rules, "pkg.x_other__mutmut_2") == UNEXPLAINED
