@@ -4,6 +4,7 @@ run leaves cordoned."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import zoneinfo
 from dataclasses import dataclass, field
@@ -217,6 +218,15 @@ def test_a_stopped_run_reports_the_nodes_it_cordoned_and_not_those_cordoned_befo
     ]
     assert nodes_left_cordoned(_run(), steps) == ("a", "c")
     assert nodes_left_cordoned(_run(dry_run=True), steps) == ()
+
+
+def test_a_cordon_that_failed_after_it_started_counts_as_left_cordoned_and_one_never_started_does_not():
+    """Fail closed: an abort fails the cordon in flight, and a cordon call that timed out
+    may have landed; the run's view must name the node as its halt reason does."""
+    started = _step("a", "cordon", "failed", 0, {"intent": {"prior_unschedulable": False}})
+    never = dataclasses.replace(_step("b", "cordon", "failed", 0), started_at=None)
+    before = _step("c", "cordon", "failed", 0, {"intent": {"prior_unschedulable": True}})
+    assert nodes_left_cordoned(_run(), [started, never, before]) == ("a",)
 
 
 def test_what_the_cordon_found_when_it_acted_decides_over_what_it_found_when_it_started():

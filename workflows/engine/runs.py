@@ -183,12 +183,15 @@ def taken_over_run(step: Step) -> TakesOverMark | None:
 def nodes_left_cordoned(run: Run, steps: Sequence[Step]) -> tuple[str, ...]:
     """Nodes whose cordon by this run happened (or was in flight) and that this run has
     not uncordoned. A dry run cordons nothing; a node cordoned before the run is not
-    counted (it was never this run's to uncordon)."""
+    counted (it was never this run's to uncordon). A cordon that failed after it started
+    counts (fail closed): an abort fails the cordon in flight, and a call that timed out
+    may have landed."""
     if run.dry_run:
         return ()
     left = []
     for step in steps:
-        if step.kind != "cordon" or step.state not in ("running", "done"):
+        acted = step.state in ("running", "done") or (step.state == "failed" and step.started_at is not None)
+        if step.kind != "cordon" or not acted:
             continue
         # What the cordon found when it acted (its result) or, still in flight, when it
         # started (its intent). A node that was unschedulable then (a person's cordon, or
