@@ -6,6 +6,7 @@ module's results written to its own file stamped with the commit (tests/mutation
     python -m tests.mutation.run --index           # rewrite results/README.md only
     python -m tests.mutation.run --forget-stale    # delete results older than their module
     python -m tests.mutation.run --explain         # the results' reasons from explanations.toml
+    python -m tests.mutation.run --recheck --modules runs   # its survivors again, after new tests
 
 Two tools. mutmut (`[tool.mutmut]` in pyproject.toml: which files, which tests) mutates
 operators, constants and calls inside functions; each module is run as `mutmut run
@@ -26,6 +27,12 @@ Each survivor (and mutant no test reaches) is compared with tests/mutation/expla
 A module's results file is written only when all its mutants were checked, and only from
 a tree whose product and tests are committed (the stamp). `--critical` runs only the
 mutants of the critical functions, as a quick check: it writes no results file.
+
+`--recheck` runs only the mutants a module's results file leaves open, against the tests
+as committed now, in the mutants/ directory of the run that made the file (its other
+mutants' results are read from there), and stamps the file with the new commit. Tests
+added since only kill more: a mutant killed then stays killed. It refuses a module whose
+code changed since its results, and a mutants/ that holds another run.
 
 mutmut's mutant names number the mutations of one function (`...x_require__mutmut_7`);
 a change to that function renumbers them, so its explanations are reviewed with it.
@@ -139,6 +146,46 @@ def explain_again() -> int:
     return 1 if left else 0
 
 
+def recheck(modules: list[str], *, children: int) -> int:
+    """Run again only the mutants each module's results leave open (see the docstring)."""
+    rules = Rules.load()
+    try:
+        commit = store.stamp()
+    except Unstampable as err:
+        print(f"mutation: refused: {err}")
+        return 2
+    failures: list[str] = []
+    for module in modules:
+        path = store.results_path("mutmut", module)
+        if not path.exists():
+            failures.append(f"{module}: no mutmut results to check again (run it first)")
+            continue
+        before = store.read(path)
+        reason = store.stale_reason(before)
+        if reason is not None:
+            failures.append(f"{module}: its results are from older code, run it whole: {reason}")
+            continue
+        if len(mutmut_statuses(module)) != before.counts["mutants"]:
+            failures.append(f"{module}: mutants/ does not hold the run of {before.commit[:12]} "
+                            f"({len(mutmut_statuses(module))} mutants there, {before.counts['mutants']} in its results)")
+            continue
+        names = [o.name for o in before.open]
+        if not names:
+            continue
+        if run_mutmut(module, names, children=children) != 0:
+            failures.append(f"{module}: mutmut failed")
+            continue
+        result, failed = mutmut_results(module, commit, rules)
+        failures += failed
+        if result is not None:
+            print(f"mutation: {module}: {len(before.open)} open before, {len(result.open)} now", flush=True)
+            failures += write_stamped(result, commit)
+    print(f"mutation: index in {store.write_index().relative_to(ROOT)}")
+    for failure in failures:
+        print(f"mutation: FAIL {failure}")
+    return 1 if failures else 0
+
+
 def forget_stale() -> int:
     for result in store.all_results():
         reason = store.stale_reason(result)
@@ -161,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--index", action="store_true", help="only rewrite the index from the results files")
     parser.add_argument("--explain", action="store_true",
                         help="rewrite the results files' reasons from explanations.toml (no mutant is run)")
+    parser.add_argument("--recheck", action="store_true",
+                        help="run again only the mutants the modules' results leave open (in the run's mutants/)")
     parser.add_argument("--forget-stale", action="store_true",
                         help="delete the results files older than their module's last change, then the index")
     args = parser.parse_args(argv)
@@ -175,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [m for m in modules if m not in MODULES]
     if unknown:
         parser.error(f"unknown modules {unknown}; known: {', '.join(MODULES)}")
+    if args.recheck:
+        return recheck(modules, children=args.children)
     rules = Rules.load()
     if args.critical:
         if MUTANTS.exists() and not args.keep:

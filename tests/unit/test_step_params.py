@@ -246,3 +246,15 @@ def cluster(fake_cluster, make):
         for index, pod in enumerate(make.operands(node)):
             fake_cluster.add_pod(pod, uid=f"uid-{pod.name}-{index}")
     return fake_cluster
+
+
+def test_a_step_whose_params_are_another_kinds_record_is_refused_naming_both():
+    ctx = _Ctx(kind="evict", params=HoldParams())
+    with pytest.raises(StepParamsError) as refused:
+        params_of(ctx, logic_for("evict").params)  # type: ignore[arg-type]
+    assert str(refused.value) == "evict step: params are HoldParams, not EvictParams"
+
+
+def test_stored_params_read_through_a_context_are_refused_naming_the_contexts_step_kind():
+    with pytest.raises(StepParamsError, match="^evict step: params.evict_retries must be "):
+        params_of(_Ctx(kind="evict", params={"evict_retries": "3"}), logic_for("evict").params)  # type: ignore[arg-type]
