@@ -6,6 +6,7 @@ leader's scheduler applies it at each tick."""
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -53,13 +54,18 @@ def test_a_request_without_a_window_is_never_missed():
     assert not window_missed(start=None, end=None, approved_at=NOW, now=NOW + dt.timedelta(days=30))
 
 
-@pytest.fixture
-def services(make, tmp_path: Path):
+def services_on(make, tmp_path: Path, config: GpuopsConfig) -> Iterator[Services]:
+    """Services of `config` over two serve-b nodes, on a database file of their own."""
     nodes = [make.node(f"gpu-b-{n:02d}", pool="serve-b") for n in (1, 2)]
     pods = [pod for node in nodes for pod in make.operands(node.name)]
     db = open_database(tmp_path / "gpuops.db")
-    yield Services.on_database(config=CONFIG, fleet=StaticFleet(make.fleet(nodes, pods)), database=db)
+    yield Services.on_database(config=config, fleet=StaticFleet(make.fleet(nodes, pods)), database=db)
     db.close()
+
+
+@pytest.fixture
+def services(make, tmp_path: Path):
+    yield from services_on(make, tmp_path, CONFIG)
 
 
 def approved(services: Services, *, start: dt.datetime | None = START, end: dt.datetime | None = END):

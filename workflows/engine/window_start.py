@@ -6,8 +6,10 @@ this module decides and acts.
    again then).
 2. One whose window ended, or began more than `START_GRACE` before a replica could start
    it (the bot was down, no replica led, a change freeze held it), is marked `missed`,
-   never started late, and its requester is told in its thread. A request approved
-   inside its window may start then: the grace counts from the later of the two.
+   never started late, and its requester is told in its thread. The grace is for a
+   request approved before (or as) its window began; one approved inside its window may
+   start at any time before the window ends (its approvers chose that window knowing
+   it was under way).
 3. A change freeze on its pool (or the cluster) holds it; it is looked at again at the
    next tick, and starts then if its window is still open within the grace.
 4. Otherwise its run starts (`RunService.start` with no actor: the scheduler's right, see
@@ -57,8 +59,9 @@ class WindowStart:
 
 def window_missed(*, start: dt.datetime | None, end: dt.datetime | None, approved_at: dt.datetime,
                   now: dt.datetime) -> bool:
-    """The window ended, or began more than START_GRACE ago (and before the request was
-    approved: a request approved inside its window may start then)."""
+    """The window ended, or began more than START_GRACE ago with the request approved
+    before (or as) it began. A request approved inside its window may start until the
+    window ends."""
     if end is not None and now >= end:
         return True
     return start is not None and now - start > START_GRACE and approved_at <= start
