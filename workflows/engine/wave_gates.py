@@ -10,8 +10,9 @@ or stops (the engine, workflows.engine.loop, asks them before it starts anything
   (workflows.pools.capacity.check_wave): inside its windows and the request's, no node in
   another run's current wave, max_unavailable and min_ready_gpus counting whatever people
   or other runs took out since approval. A wave that does not fit waits, its thread told
-  why once per reason, and the run halts if the window ends first. A dry run says so and
-  goes on.
+  why once per wave and rule (the run's waiting line and the audit keep the current
+  words: a different node cordoned under the same rule is not posted again), and the run
+  halts if the window ends first. A dry run says so and goes on.
 - Between two waves, the pool's service health (`pools.<name>.analysis`, read through
   `signals.prometheus`, workflows.signals.analysis): after a wave, every query is read
   every few seconds until its `for` has passed since the wave ended; the next wave starts
@@ -201,7 +202,7 @@ class WaveGates:
     def wave_may_start(self, run: Run, info: RunInfo, steps: Sequence[Step], wave: int) -> bool:
         """Check the pool again before a wave (the first one too): windows, other runs on
         its nodes, max_unavailable and min_ready_gpus on the pool as it is now. A wave
-        that does not fit waits (the thread hears why, once per reason) and the run
+        that does not fit waits (the thread hears why, once per wave and rule) and the run
         halts when the window ends; a dry run reports it and goes on."""
         if self._pools is None:
             return True
