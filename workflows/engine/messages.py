@@ -307,6 +307,11 @@ def would_set_mig(config: str, prior: str | None) -> str:
     return f"would set nvidia.com/mig.config to {config} (now {prior or 'unset'})"
 
 
+def would_leave_mig(config: str, state: str | None, advertised: str) -> str:
+    return (f"would leave nvidia.com/mig.config at {config}, already set (the MIG manager reports "
+            f"{state or 'nothing yet'}; advertising {advertised})")
+
+
 def mig_requested(config: str) -> str:
     return f"asked the MIG manager for {config}; waiting for it to start"
 

@@ -66,7 +66,8 @@ class Mig:
             return Waiting(say.mig_requested(config), retry_in=5.0)
         advertised = {k: int(v) for k, v in node.capacity.items() if is_gpu_resource(k) and v.isdigit() and int(v)}
         if ctx.dry_run:
-            return Done(say.mig_applied(config))
+            # Nothing to set: say what the MIG manager reports, not that it succeeded.
+            return Done(say.would_leave_mig(config, state, _counted(advertised)))
         if state == "success":
             expect = {str(k): int(v) for k, v in (params_of(ctx, MigParams).expect or {}).items() if v}
             if expect and advertised != expect:
