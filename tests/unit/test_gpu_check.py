@@ -258,6 +258,18 @@ def test_a_diag_check_passes_when_its_report_read_from_the_log_passes_every_test
     assert gateway.log_reads == [dcgm_diag.LOG_LIMIT_BYTES]  # the read is capped
 
 
+def test_a_dcgm_3_report_whose_tests_name_their_gpus_together_counts_each_gpu_once(make):
+    gateway = _PodsWithLogs()
+    step, ctx, name = _diag_started(gateway, make)
+    step.advance(ctx)  # type: ignore[arg-type]
+    gateway.logs[name] = samples.DCGM3_R1_PASS
+    gateway.end(name, phase="Succeeded", exit_code=0)
+    outcome = step.advance(ctx)  # type: ignore[arg-type]
+    tests = len({r.test for r in dcgm_diag.parse(samples.DCGM3_R1_PASS).results})
+    assert outcome == Done(f"the check pod gpuops/{name} (`dcgmi diag -r 2 -j`) (DCGM 3.1.0) passed {tests} tests "
+                           "on 8 GPUs")
+
+
 def test_a_memory_test_failing_on_gpu_3_fails_the_node_quoting_the_test_the_gpu_and_dcgms_words(make):
     gateway = _PodsWithLogs()
     step, ctx, name = _diag_started(gateway, make)

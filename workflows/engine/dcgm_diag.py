@@ -79,6 +79,12 @@ class DiagReport:
     def passed(self) -> bool:
         return self.runtime_error is None and bool(self.results) and not self.failures
 
+    @property
+    def gpus(self) -> frozenset[str]:
+        """The GPUs the results name, once each: a DCGM 3 test run once over several GPUs
+        names them together ("0,1,2"), and a test DCGM runs once names none ("all")."""
+        return frozenset(g.strip() for r in self.results if r.gpu != "all" for g in r.gpu.split(","))
+
     def failed_tests(self) -> tuple[str, ...]:
         """The failing tests, once each, in the document's order."""
         return tuple(dict.fromkeys(r.test for r in self.failures))

@@ -104,7 +104,7 @@ class RunGpuCheck:
             if isinstance(read, Failed):
                 return read
             passed_note = say.diag_passed(ctx.intent["pod"], shown, tests=len({r.test for r in read.results}),
-                                          gpus=len({r.gpu for r in read.results if r.gpu != "all"}),
+                                          gpus=len(read.gpus),
                                           version=read.version)
         elif not result.passed:
             return Failed(say.gpu_check_failed(ctx.node, ctx.intent["pod"], shown, exit_code=result.exit_code,
