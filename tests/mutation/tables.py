@@ -41,12 +41,15 @@ _EVICTION = ("tests/unit/test_safety_rules.py", "tests/unit/test_engine_safety.p
              "tests/unit/test_eviction_throttled.py", "tests/unit/test_step_outcomes.py")
 _ENGINE = ("tests/unit/test_step_failures.py", "tests/unit/test_safety_rules.py", "tests/unit/test_engine_safety.py", "tests/unit/test_engine_steps.py")
 _RUNS = ("tests/unit/test_safety_rules.py", "tests/unit/test_runs.py", "tests/unit/test_host_driver_button.py",
-         "tests/unit/test_window_start.py", "tests/unit/test_step_failures.py", "tests/unit/test_freezes.py")
+         "tests/unit/test_window_start.py", "tests/unit/test_step_failures.py", "tests/unit/test_freezes.py",
+         "tests/unit/test_run_controls.py")
 _ACCESS = ("tests/unit/test_access.py", "tests/unit/test_pool_operators.py", "tests/unit/test_runs.py",
            "tests/unit/test_requests.py")
 _POLICY = ("tests/unit/test_open_requests.py", "tests/unit/test_policy.py", "tests/unit/test_requests.py")
-_FREEZES = ("tests/unit/test_freeze_audit.py", "tests/unit/test_freezes.py", "tests/unit/test_safety_rules.py")
-_CHECK = ("tests/unit/test_gpu_check.py", "tests/unit/test_dcgm_diag.py")
+_FREEZES = ("tests/unit/test_freeze_audit.py", "tests/unit/test_freezes.py", "tests/unit/test_safety_rules.py",
+            "tests/unit/test_freeze_records.py")
+_WAVE_GATES = ("tests/unit/test_wave_gates.py",)
+_CHECK = ("tests/unit/test_gpu_check.py", "tests/unit/test_dcgm_diag.py", "tests/unit/test_gpu_check_step.py")
 _CAPACITY = ("tests/unit/test_capacity.py", "tests/unit/test_planning.py", "tests/unit/test_safety_rules.py",
              "tests/unit/test_upgrade_scope.py", "tests/unit/test_mig_plan.py", "tests/unit/test_upgrade_plan.py")
 
@@ -83,8 +86,8 @@ TARGETS = (
     Target("steps/gpu_check", "_diag_read", _CHECK),
     Target("transitions", "StepTransitions.evaluate", _ENGINE),
     Target("engine_context", "EngineStepContext.run_unfinished", _ENGINE),
-    Target("wave_gates", "WaveGates.wave_may_start", _ENGINE),
-    Target("wave_gates", "WaveGates.frozen_now", _ENGINE + _FREEZES),
+    Target("wave_gates", "WaveGates.wave_may_start", _ENGINE + _WAVE_GATES),
+    Target("wave_gates", "WaveGates.frozen_now", _ENGINE + _FREEZES + _WAVE_GATES),
     Target("freezes", "FreezeService.check_target", _FREEZES),
     Target("freezes", "FreezeService.set", _FREEZES),
     Target("freezes", "holds_run", _FREEZES),
