@@ -149,10 +149,8 @@ def explain_again() -> int:
 def recheck(modules: list[str], *, children: int) -> int:
     """Run again only the mutants each module's results leave open (see the docstring)."""
     rules = Rules.load()
-    try:
-        commit = store.stamp()
-    except Unstampable as err:
-        print(f"mutation: refused: {err}")
+    commit = _stamp_or_say()
+    if commit is None:
         return 2
     failures: list[str] = []
     for module in modules:
@@ -165,9 +163,10 @@ def recheck(modules: list[str], *, children: int) -> int:
         if reason is not None:
             failures.append(f"{module}: its results are from older code, run it whole: {reason}")
             continue
-        if len(mutmut_statuses(module)) != before.counts["mutants"]:
+        there = len(mutmut_statuses(module))
+        if there != before.counts["mutants"]:
             failures.append(f"{module}: mutants/ does not hold the run of {before.commit[:12]} "
-                            f"({len(mutmut_statuses(module))} mutants there, {before.counts['mutants']} in its results)")
+                            f"({there} mutants there, {before.counts['mutants']} in its results)")
             continue
         names = [o.name for o in before.open]
         if not names:
@@ -180,10 +179,7 @@ def recheck(modules: list[str], *, children: int) -> int:
         if result is not None:
             print(f"mutation: {module}: {len(before.open)} open before, {len(result.open)} now", flush=True)
             failures += write_stamped(result, commit)
-    print(f"mutation: index in {store.write_index().relative_to(ROOT)}")
-    for failure in failures:
-        print(f"mutation: FAIL {failure}")
-    return 1 if failures else 0
+    return _ended(failures)
 
 
 def forget_stale() -> int:
@@ -231,10 +227,8 @@ def main(argv: list[str] | None = None) -> int:
         if MUTANTS.exists() and not args.keep:
             shutil.rmtree(MUTANTS)
         return 2 if run_mutmut("critical", critical_patterns(rules), children=args.children) != 0 else 0
-    try:
-        commit = store.stamp()
-    except Unstampable as err:
-        print(f"mutation: refused: {err}")
+    commit = _stamp_or_say()
+    if commit is None:
         return 2
     failures: list[str] = []
     if args.tool in ("mutmut", "both"):
@@ -256,6 +250,20 @@ def main(argv: list[str] | None = None) -> int:
             failures += failed
             if result is not None:
                 failures += write_stamped(result, commit)
+    return _ended(failures)
+
+
+def _stamp_or_say() -> str | None:
+    """The commit to stamp results with, or None (said) when the tree cannot be stamped."""
+    try:
+        return store.stamp()
+    except Unstampable as err:
+        print(f"mutation: refused: {err}")
+        return None
+
+
+def _ended(failures: list[str]) -> int:
+    """Rewrite the index, say what failed, and the exit code."""
     print(f"mutation: index in {store.write_index().relative_to(ROOT)}")
     for failure in failures:
         print(f"mutation: FAIL {failure}")

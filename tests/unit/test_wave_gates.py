@@ -6,7 +6,7 @@ functions: what `runs.waiting` says, what the run's thread is told (and how ofte
 the audit log keeps, and whether the run goes on, waits or halts with which code.
 
 - Before each wave the pool is checked as it is now: a wave that does not fit waits and
-  says why, once per reason; the run halts when the window ends first; a dry run says
+  says why, once per wave and rule; the run halts when the window ends first; a dry run says
   so and goes on.
 - A change freeze stops the run at the next node boundary, told once per freeze (after
   a restart too) and again when the run goes on; a run it holds past its window halts.
