@@ -184,6 +184,50 @@ def test_a_second_run_never_changes_a_node_another_unfinished_run_has_cordoned(d
     assert cluster.node("gpu-01").unschedulable and first.state() == "running"
 
 
+def succeeded_text(db: Database, run_id: str) -> str:
+    (entry,) = audit.for_run(db, run_id, actions=["run.succeeded"])  # type: ignore[arg-type]
+    return str((entry.detail or {})["text"])
+
+
+def test_a_node_with_a_finished_runs_stale_mark_is_given_back_and_not_reported_as_still_cordoned(db, cluster):
+    """An aborted run leaves gpu-01 cordoned and marked; a person uncordons it by hand
+    (kubectl), leaving the mark. The next run cordons the schedulable node itself, so it
+    gives it back, and its end does not say the node stays cordoned. (Its dry run's
+    forecast: test_step_context.py.)"""
+    aborted = PlannedRun(db, cluster, [("gpu-01",)], steps=lambda n: node_steps(n, hold_s=3600))
+    aborted.drive(lambda: aborted.cordoned() == ["gpu-01"])
+    RunService(db).abort(aborted.cfg.actor("U0ADA"), aborted.run_id, now=aborted.now)
+    cluster.nodes["gpu-01"] = dataclasses.replace(cluster.node("gpu-01"), unschedulable=False)
+    assert mark(cluster, "gpu-01")["run"] == aborted.run_id  # type: ignore[index]
+
+    run = PlannedRun(db, cluster, [("gpu-01",)])
+    run.drive(lambda: run.state() == "succeeded")
+
+    assert succeeded_text(db, run.run_id) == f"Run {run.run_id} finished: every step done"
+    assert not cluster.node("gpu-01").unschedulable and mark(cluster, "gpu-01") is None
+
+
+def test_a_node_a_person_cordons_as_its_cordon_step_starts_is_reported_as_still_cordoned_at_its_end(db, cluster):
+    """gpu-02 was schedulable when its cordon step started (the step's intent), and a
+    person cordoned it before that step acted: what the step found when it acted decides.
+    The run leaves the node cordoned, and its end says so."""
+    run = PlannedRun(db, cluster, [("gpu-01",), ("gpu-02",)])
+    read, reads = cluster.get_node, []
+
+    def a_person_cordons_it_once_read(name: str):
+        found = read(name)
+        if name == "gpu-02" and not reads:  # the cordon step's prepare: its intent
+            reads.append(found)
+            hand_cordon(cluster, name)
+        return found
+
+    cluster.get_node = a_person_cordons_it_once_read
+    run.drive(lambda: run.state() == "succeeded")
+
+    assert cluster.node("gpu-02").unschedulable and not cluster.node("gpu-01").unschedulable
+    assert succeeded_text(db, run.run_id).endswith("Still cordoned, as they were before the run: gpu-02")
+
+
 # ------------------------------------------------------------------ the pool checked before every wave
 
 

@@ -261,7 +261,10 @@ def test_an_uncordon_racing_another_write_reads_the_node_again(cluster, make):
 @pytest.mark.parametrize("cordon_intent, node_unschedulable, stays", [
     ({"prior_unschedulable": False}, False, False),
     ({"prior_unschedulable": True}, False, True),    # what the cordon found decides, not the node now
-    ({"prior_unschedulable": False, "other_mark": {"run": "run-1"}}, False, True),
+    # A finished run's stale mark on a schedulable node: the real run cordons it, and gives it back.
+    ({"prior_unschedulable": False, "other_mark": {"run": "run-1"}}, False, False),
+    # Another run's mark on a cordoned node: that node stays cordoned.
+    ({"prior_unschedulable": True, "other_mark": {"run": "run-1"}}, False, True),
     (None, True, True),                               # no cordon step: the node as it is decides
     (None, False, False),
 ])

@@ -180,6 +180,17 @@ def taken_over_run(step: Step) -> TakesOverMark | None:
         return None
 
 
+def found_cordoned(step: Step) -> bool:
+    """Whether a cordon step found its node unschedulable when it acted (its result) or,
+    still in flight, when it started (its intent). Such a node (a person's cordon, or
+    another run's, which the result marks held_by_run) was never this run's to give back:
+    it stays cordoned after the run. Another run's stale mark on a schedulable node does
+    not count: this run cordons that node, and gives it back."""
+    result = _detail(step).get("result")
+    seen = result if isinstance(result, dict) and "prior_unschedulable" in result else step_intent(step)
+    return bool(seen.get("prior_unschedulable"))
+
+
 def nodes_left_cordoned(run: Run, steps: Sequence[Step]) -> tuple[str, ...]:
     """Nodes whose cordon by this run happened (or was in flight) and that this run has
     not uncordoned. A dry run cordons nothing; a node cordoned before the run is not
@@ -191,14 +202,7 @@ def nodes_left_cordoned(run: Run, steps: Sequence[Step]) -> tuple[str, ...]:
     left = []
     for step in steps:
         acted = step.state in ("running", "done") or (step.state == "failed" and step.started_at is not None)
-        if step.kind != "cordon" or not acted:
-            continue
-        # What the cordon found when it acted (its result) or, still in flight, when it
-        # started (its intent). A node that was unschedulable then (a person's cordon, or
-        # another run's, which the result marks held_by_run) is not this run's to report.
-        result = _detail(step).get("result")
-        seen = result if isinstance(result, dict) and "prior_unschedulable" in result else step_intent(step)
-        if seen.get("prior_unschedulable"):
+        if step.kind != "cordon" or not acted or found_cordoned(step):
             continue
         uncordoned = any(s.node == step.node and s.kind == "uncordon" and s.state == "done" for s in steps)
         if not uncordoned:

@@ -32,7 +32,7 @@ from storage.runs import Run
 from storage.steps import Step
 from workflows.engine import halt_messages, run_messages
 from workflows.engine.context import Changed, EngineCore, RunInfo
-from workflows.engine.runs import step_intent, step_params
+from workflows.engine.runs import found_cordoned, step_params
 from workflows.engine.signal_gate import GateVerdict
 
 log = logging.getLogger("gpuops.engine")
@@ -172,8 +172,7 @@ class Waves:
 
     def finish_run(self, run: Run, info: RunInfo, steps: Sequence[Step]) -> None:
         now = self._engine.clock()
-        still = sorted({s.node for s in steps if s.kind == "cordon" and s.state == "done"
-                        and (step_intent(s).get("prior_unschedulable") or "other_mark" in step_intent(s))})
+        still = sorted({s.node for s in steps if s.kind == "cordon" and s.state == "done" and found_cordoned(s)})
         left_out = sorted({s.node for s in steps if has_left_out([s])})
         text = run_messages.run_succeeded(run.id, dry_run=run.dry_run, left_cordoned=[] if run.dry_run else still,
                                  left_out=left_out)

@@ -146,9 +146,12 @@ class Uncordon:
         return Done(say.uncordoned(), {"unschedulable": False})
 
     def _dry_run(self, ctx: StepContext, node: NodeObject) -> Outcome:
-        # Nothing was cordoned for real; answer from what the cordon step found.
+        # Nothing was cordoned for real; answer from what the cordon step found. Another
+        # run's mark keeps the node cordoned only on a cordoned node (then prior_unschedulable
+        # says so): the real run cordons a schedulable node that carries a finished run's
+        # stale mark, and gives it back.
         cordon = ctx.step_intent("cordon") or {}
-        if cordon.get("prior_unschedulable", node.unschedulable) or "other_mark" in cordon:
+        if cordon.get("prior_unschedulable", node.unschedulable):
             return Done(say.stays_cordoned(), {"unschedulable": True})
         ctx.act()
         ctx.gateway.uncordon_node(ctx.node, annotations={ANNOTATION_CORDONED_BY: None},
