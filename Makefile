@@ -104,7 +104,7 @@ reliability: testenv-build
 	GPUOPS_RELIABILITY_FULL=1 GPUOPS_RELIABILITY_RESULTS=1 GPUOPS_RELIABILITY_SEED=$(SEED) \
 		$(PY) -m pytest tests/reliability -p no:cacheprovider -p no:randomly -o addopts= -q -s $(if $(SUITE),-k '$(SUITE)')
 
-# Mutation testing of the safety modules (slow: more than two hours on 2 cores for all; not
+# Mutation testing of the safety modules (slow: four to five hours on 2 cores for all; not
 # part of `make test`). MODULES=freezes,capacity runs those; each module's results go to its
 # own file in tests/mutation/results/, stamped with the commit (a clean tree only).
 mutation: venv
