@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol, TypeVar
 
 from storage import postgres_backend, sqlite_backend
-from storage.errors import DatabaseUnavailable, StorageError
+from storage.errors import DatabaseFileGone, StorageError
 from storage.migrations import MIGRATIONS, Migration
 from storage.migrations_pg import MIGRATIONS_PG, PostgresMigration
 
@@ -298,9 +298,11 @@ def open_database(
     now: Callable[[], dt.datetime] = _utc_now,
     request_kinds: Sequence[str] = (),
     step_kinds: Sequence[str] = (),
+    create: bool = True,
 ) -> Database:
     """Open (creating if needed) and migrate the database at `target`, a SQLite path or a
-    `postgresql://` URL; see the module doc.
+    `postgresql://` URL; see the module doc. With `create` false a SQLite file that is not
+    there raises DatabaseFileGone instead of being made anew.
 
     `now` stamps `schema_migrations.applied_at` and is the one clock read in storage.
     `migrations` is for tests (the target's own kind); production uses the released list.
@@ -314,7 +316,7 @@ def open_database(
             now=now, request_kinds=request_kinds, step_kinds=step_kinds))
     return Database(sqlite_backend.open_sqlite(
         Path(target), migrations=MIGRATIONS if migrations is None else _only(Migration, migrations), now=now,
-        request_kinds=request_kinds, step_kinds=step_kinds))
+        request_kinds=request_kinds, step_kinds=step_kinds, create=create))
 
 
 def _only(kind: type[_M], migrations: Sequence[object]) -> list[_M]:
@@ -364,11 +366,11 @@ class PerThreadDatabase:
         if db is None:
             target = self._target
             if self._opened and isinstance(target, Path) and not (target.is_file() and target.stat().st_size > 0):
-                raise DatabaseUnavailable(
-                    f"the database file {target} is gone (its volume unmounted, or the file deleted or moved); "
-                    "it is not created again empty: put it back, or restart gpuops to start a new one")
+                raise DatabaseFileGone(target)
+            # Once opened, a file that goes between the check above and the open is not
+            # made again either (the open itself refuses to create it).
             db = open_database(target, now=self._now, request_kinds=self._request_kinds,
-                               step_kinds=self._step_kinds)
+                               step_kinds=self._step_kinds, create=not self._opened)
             self._local.db = db
             self._opened = True
         return db

@@ -30,6 +30,15 @@ class DatabaseUnavailable(StorageError):
     """The database could not answer (locked past the busy timeout, connection lost)."""
 
 
+class DatabaseFileGone(DatabaseUnavailable):
+    """The SQLite file a process already opened is no longer at its path: it is not
+    created again empty (that would start a second, empty history beside the first)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(f"the database file {path} is gone (its volume unmounted, or the file deleted or moved); "
+                         "it is not created again empty: put it back, or restart gpuops to start a new one")
+
+
 class SchemaTooNew(StorageError):
     """The file was written by a newer gpuops; it is refused and left untouched."""
 

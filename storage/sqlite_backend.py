@@ -52,7 +52,8 @@ from typing import Any, Literal
 import sqlite_utils
 
 from storage import migrations as migrations_mod
-from storage.errors import ConstraintViolated, DatabaseUnavailable, NotAGpuopsDatabase, SchemaTooNew, SQLiteTooOld
+from storage.errors import (ConstraintViolated, DatabaseFileGone, DatabaseUnavailable, NotAGpuopsDatabase, SchemaTooNew,
+                            SQLiteTooOld)
 from storage.migrations import APPLICATION_ID, Migration
 
 BUSY_TIMEOUT = dt.timedelta(seconds=5)
@@ -132,8 +133,9 @@ class SQLiteConnection:
 
 
 def open_sqlite(path: Path, *, migrations: Sequence[Migration], now: Callable[[], dt.datetime],
-                request_kinds: Sequence[str], step_kinds: Sequence[str]) -> SQLiteConnection:
-    """Open (creating if needed) and migrate the file at `path`; see the module doc."""
+                request_kinds: Sequence[str], step_kinds: Sequence[str], create: bool = True) -> SQLiteConnection:
+    """Open (creating if needed, unless `create` is false) and migrate the file at `path`;
+    see the module doc."""
     if sqlite3.sqlite_version_info < MINIMUM_SQLITE:
         raise SQLiteTooOld(found=sqlite3.sqlite_version, needed=".".join(map(str, MINIMUM_SQLITE)))
     if str(path) == ":memory:" or str(path).startswith("file:"):
@@ -142,7 +144,7 @@ def open_sqlite(path: Path, *, migrations: Sequence[Migration], now: Callable[[]
     _make_private_folders(path.parent)
     with _opening(path):
         return _open_and_migrate(path, known=known, migrations=migrations, now=now, request_kinds=request_kinds,
-                                 step_kinds=step_kinds)
+                                 step_kinds=step_kinds, create=create)
 
 
 @contextlib.contextmanager
@@ -160,18 +162,28 @@ def _opening(path: Path) -> Iterator[None]:
 
 def _open_and_migrate(path: Path, *, known: int, migrations: Sequence[Migration],
                       now: Callable[[], dt.datetime], request_kinds: Sequence[str],
-                      step_kinds: Sequence[str]) -> SQLiteConnection:
+                      step_kinds: Sequence[str], create: bool) -> SQLiteConnection:
     if path.exists() and path.stat().st_size > 0:
         _probe_read_only(path, known=known)
-    else:
+    elif create:
         _create_private_file(path)
+    else:
+        raise DatabaseFileGone(path)
 
-    conn = sqlite3.connect(
-        str(path),
-        timeout=BUSY_TIMEOUT.total_seconds(),
-        isolation_level=None,
-        check_same_thread=True,
-    )
+    try:
+        # Not creating: read-write only, so a file that goes after the probe is not made
+        # anew by the connect itself.
+        conn = sqlite3.connect(
+            str(path) if create else f"{path.absolute().as_uri()}?mode=rw",
+            uri=not create,
+            timeout=BUSY_TIMEOUT.total_seconds(),
+            isolation_level=None,
+            check_same_thread=True,
+        )
+    except sqlite3.OperationalError:
+        if not create and not path.is_file():
+            raise DatabaseFileGone(path) from None
+        raise
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT.total_seconds() * 1000)}")
         conn.execute("PRAGMA foreign_keys = ON")

@@ -22,7 +22,7 @@ import pytest
 import sqlite_utils
 from freezegun import freeze_time
 
-from storage import approvals, audit, handovers, idempotency, kv, outbox, requests, runs, steps
+from storage import approvals, audit, handovers, idempotency, kv, outbox, requests, runs, sqlite_backend, steps
 from storage.database import Database, PerThreadDatabase, default_database_path, open_database
 from storage.errors import ConstraintViolated, DatabaseUnavailable, MigrationFailed, MigrationsOutOfOrder, NotAGpuopsDatabase, SchemaTooNew
 from storage.ids import RequestId, RunId
@@ -386,6 +386,48 @@ def test_a_database_file_that_disappears_is_not_created_again_empty_by_the_next_
     assert f"the database file {path} is gone" in str(caught[0])
     assert not path.exists()
     shared.close()
+
+
+def test_a_database_file_that_goes_between_the_check_and_the_open_is_not_created_again_either(tmp_path, monkeypatch):
+    """The next thread's check finds the file, and it goes (its volume unmounted) just
+    before that thread's connection opens: the open refuses to make it anew, as the check
+    would have."""
+    path = tmp_path / "gpuops.db"
+    shared = PerThreadDatabase(path)
+    kv.put(shared.get(), key="runs", value="three in flight")
+    probe = sqlite_backend._probe_read_only
+
+    def then_it_goes(found: Path, **kwargs):
+        probe(found, **kwargs)
+        for leftover in tmp_path.glob("gpuops.db*"):
+            leftover.unlink()
+
+    monkeypatch.setattr(sqlite_backend, "_probe_read_only", then_it_goes)
+    caught: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            shared.get()
+        except BaseException as err:  # noqa: BLE001 - what the thread met is the test's answer
+            caught.append(err)
+
+    t = threading.Thread(target=work)
+    t.start()
+    t.join()
+
+    assert len(caught) == 1 and isinstance(caught[0], DatabaseUnavailable), caught
+    assert f"the database file {path} is gone" in str(caught[0])
+    assert not path.exists()
+    shared.close()
+
+
+def test_an_open_told_not_to_create_refuses_a_missing_file_and_makes_none(tmp_path):
+    path = tmp_path / "gpuops.db"
+    with pytest.raises(DatabaseUnavailable, match="is not created again empty"):
+        open_database(path, create=False)
+    assert not path.exists()
+    open_database(path).close()  # the first open of a new installation makes it
+    open_database(path, create=False).close()
 
 
 def test_naive_datetimes_are_refused_because_their_zone_would_be_a_guess(db):
