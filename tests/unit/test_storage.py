@@ -362,14 +362,14 @@ def test_a_per_thread_database_gives_each_thread_its_own_connection(db_path):
     shared.close()
 
 
-def test_a_database_file_that_disappears_is_not_created_again_empty_by_the_next_thread(tmp_path):
-    """Its volume unmounted or the file deleted under a running bot: a worker thread opening
-    its connection must not start a fresh, empty database beside the runs it forgot."""
-    path = tmp_path / "gpuops.db"
-    shared = PerThreadDatabase(path)
-    kv.put(shared.get(), key="runs", value="three in flight")
-    for leftover in tmp_path.glob("gpuops.db*"):
+def gone(path: Path) -> None:
+    """The database file and its -wal and -shm, gone from under the bot (a volume unmounted)."""
+    for leftover in path.parent.glob(path.name + "*"):
         leftover.unlink()
+
+
+def assert_another_thread_finds_it_gone(shared: PerThreadDatabase, path: Path) -> None:
+    """A worker thread opening its connection is told the file is gone, and makes none."""
     caught: list[BaseException] = []
 
     def work() -> None:
@@ -386,6 +386,16 @@ def test_a_database_file_that_disappears_is_not_created_again_empty_by_the_next_
     assert f"the database file {path} is gone" in str(caught[0])
     assert not path.exists()
     shared.close()
+
+
+def test_a_database_file_that_disappears_is_not_created_again_empty_by_the_next_thread(tmp_path):
+    """Its volume unmounted or the file deleted under a running bot: a worker thread opening
+    its connection must not start a fresh, empty database beside the runs it forgot."""
+    path = tmp_path / "gpuops.db"
+    shared = PerThreadDatabase(path)
+    kv.put(shared.get(), key="runs", value="three in flight")
+    gone(path)
+    assert_another_thread_finds_it_gone(shared, path)
 
 
 def test_a_database_file_that_goes_between_the_check_and_the_open_is_not_created_again_either(tmp_path, monkeypatch):
@@ -399,26 +409,10 @@ def test_a_database_file_that_goes_between_the_check_and_the_open_is_not_created
 
     def then_it_goes(found: Path, **kwargs):
         probe(found, **kwargs)
-        for leftover in tmp_path.glob("gpuops.db*"):
-            leftover.unlink()
+        gone(path)
 
     monkeypatch.setattr(sqlite_backend, "_probe_read_only", then_it_goes)
-    caught: list[BaseException] = []
-
-    def work() -> None:
-        try:
-            shared.get()
-        except BaseException as err:  # noqa: BLE001 - what the thread met is the test's answer
-            caught.append(err)
-
-    t = threading.Thread(target=work)
-    t.start()
-    t.join()
-
-    assert len(caught) == 1 and isinstance(caught[0], DatabaseUnavailable), caught
-    assert f"the database file {path} is gone" in str(caught[0])
-    assert not path.exists()
-    shared.close()
+    assert_another_thread_finds_it_gone(shared, path)
 
 
 def test_an_open_told_not_to_create_refuses_a_missing_file_and_makes_none(tmp_path):
