@@ -8,13 +8,15 @@ moves (the harness of test_safety_rules.py).
 - A node that did not start (the API would not answer for it) holds up none of the nodes
   after it: not under a change freeze, which starts no new node, and not when fewer nodes
   may be under way than already are.
-- A wave's node with no steps of its own holds up nothing.
+- A wave's node with no steps of its own holds up nothing, and nor does a node whose GPU
+  signals cannot be read yet after its change (the signal gate waits for it alone).
 - A run that ends well: its text names the nodes that stay cordoned as they were before
   (never in a dry run), its audit row, its thread message and its log line say so, its
   request is done, and the steps that would have run on a failure are skipped then. A
   paused run with nothing to do ends too.
-- A step that fails runs its wave's `on_failure` step before the run halts; the halt's
-  text says what that step did, or that it failed too.
+- A step that fails runs its wave's `on_failure` step before the run halts (at once when
+  the step could not even start); the halt's text says what that step did, or that it
+  failed too.
 """
 
 from __future__ import annotations
@@ -33,9 +35,11 @@ from storage import requests as stored_requests
 from storage import runs as stored_runs
 from storage import steps as stored_steps
 from storage.steps import Step
+from tests.unit.test_engine_signal_gate import StandInSignals
 from workflows.engine import halt_messages
 from workflows.engine import messages as step_say
-from workflows.engine.loop import EngineSettings
+from workflows.engine.lease import AlwaysHeld
+from workflows.engine.loop import Engine, EngineSettings
 from workflows.engine.runs import RunService
 from workflows.kube.errors import Unavailable
 from workflows.plans import NodeStep
@@ -143,6 +147,19 @@ def test_a_node_of_a_wave_with_no_steps_of_its_own_holds_up_nothing(db, cluster)
     run.drive(lambda: run.state() == "succeeded")
 
     assert run.cordoned() == ["gpu-02"] and given_back(run) == ["gpu-02"]
+
+
+def test_a_node_whose_signals_cannot_be_read_yet_after_its_change_holds_up_no_node_after_it(db, cluster):  # noqa: F811
+    signals = StandInSignals()
+    signals.later["gpu-01"] = None  # its exporter falls silent once it is changed
+    run = PlannedRun(db, cluster, [("gpu-01", "gpu-02")], steps=holds({"gpu-01": 10, "gpu-02": 60}))
+    run.engine = Engine(db=db, gateway=cluster, cache=cluster, lease=AlwaysHeld(), replica="engine-0",
+                        clock=lambda: run.now, monotonic=lambda: run.mono, signals=signals)  # type: ignore[arg-type]
+
+    run.drive(lambda: given_back(run) == ["gpu-02"])  # long before gpu-01's wait (10 minutes) ends
+
+    assert run.state() == "running" and steps_of(run, "gpu-01")["uncordon"].state == "pending"
+    assert cluster.node("gpu-01").unschedulable and not cluster.node("gpu-02").unschedulable
 
 
 # ------------------------------------------------------------------ a run that ends well
@@ -265,3 +282,20 @@ def test_a_fallback_that_fails_too_is_named_in_the_halt(db, validator_fails):
     text, detail = halted(db, run)
     assert text == halt_messages.halted("gpu-01", "wait-for", wait.error or "", left_cordoned=["gpu-01"], after=after)
     assert detail["after"] == after
+
+
+def test_a_step_whose_parameters_cannot_be_used_runs_its_waves_fallback_in_the_same_pass(db, cluster):  # noqa: F811
+    def plan(node: str) -> tuple[NodeStep, ...]:
+        cordon, _, uncordon = node_steps(node)
+        return (cordon, NodeStep("hold", node, {"seconds": "soon"}), uncordon,  # type: ignore[arg-type]
+                NodeStep("hold", node, {"seconds": 10, "on_failure": True}))  # type: ignore[arg-type]
+
+    run = PlannedRun(db, cluster, [("gpu-01",)], steps=plan)
+
+    run.drive(lambda: run.state() == "failed")
+
+    refused, fallback = sorted((s for s in stored_steps.for_run(db, run_id=run.run_id) if s.kind == "hold"),
+                               key=lambda s: s.seq)
+    assert (refused.state, fallback.state) == ("failed", "done")
+    assert (refused.error or "").startswith("the plan's parameters for this step cannot be used")
+    assert fallback.started_at == refused.ended_at  # not a pass (5s) later
