@@ -36,7 +36,7 @@ import pytest
 
 from tests.unit.fake_cluster import FakeCluster
 from tests.unit.fleet_builder import DRIVER_VERSION, NOW, OPERATOR_NS
-from tests.unit.test_step_outcomes import RUN, Ctx
+from tests.unit.test_step_outcomes import RUN, Ctx, assert_step_time
 from workflows.engine.steps.contract import Done, Failed, StepParamsError, Waiting
 from workflows.engine.steps.operator_upgrade import OperatorHold, OperatorUpgrade
 from workflows.kube.errors import Conflict
@@ -137,10 +137,7 @@ def test_an_operator_upgrade_without_a_version_is_refused(gpu_cluster, params):
                                                         (OperatorHold(), "operator-hold", 120)])
 def test_an_operator_upgrade_takes_thirty_minutes_and_a_hold_two_unless_told_and_never_no_time(
         gpu_cluster, logic, kind, seconds):
-    assert logic.timeout(Ctx(gpu_cluster, kind=kind)) == dt.timedelta(seconds=seconds)
-    assert logic.timeout(Ctx(gpu_cluster, kind=kind, params={"timeout_s": 60})) == dt.timedelta(seconds=60)
-    with pytest.raises(StepParamsError, match=f"^{kind} step: params.timeout_s must be more than 0, not 0$"):
-        logic.timeout(Ctx(gpu_cluster, kind=kind, params={"timeout_s": 0}))
+    assert_step_time(gpu_cluster, logic, kind, seconds)
 
 
 # ------------------------------------------------------------------ operator-upgrade: letting go

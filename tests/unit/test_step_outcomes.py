@@ -190,6 +190,15 @@ def test_a_mark_gpuops_did_not_write_whole_reads_with_empty_fields(cluster, make
     assert CordonMark.of(cluster.node("gpu-01")) == CordonMark(run="run-1", by="", prior_unschedulable=False, at="")
 
 
+def assert_step_time(cluster, logic: Any, kind: str, default_s: int) -> None:
+    """`logic`'s step takes `default_s` unless its params say `timeout_s`, and no time at
+    all is refused naming the step."""
+    assert logic.timeout(Ctx(cluster, kind=kind)) == dt.timedelta(seconds=default_s)
+    assert logic.timeout(Ctx(cluster, kind=kind, params={"timeout_s": 30})) == dt.timedelta(seconds=30)
+    with pytest.raises(StepParamsError, match=f"^{kind} step: params.timeout_s must be more than 0, not 0$"):
+        logic.timeout(Ctx(cluster, kind=kind, params={"timeout_s": 0}))
+
+
 @pytest.mark.parametrize("logic", [Cordon(), Uncordon()])
 def test_cordon_and_uncordon_take_two_minutes_unless_told(logic, cluster):
     assert logic.timeout(Ctx(cluster)) == dt.timedelta(seconds=120)

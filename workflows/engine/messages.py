@@ -645,7 +645,7 @@ def waiting_for_host_driver(node: str, *, install: bool) -> str:
 
 
 def would_wait_for_host_driver(node: str, *, install: bool) -> str:
-    return "would " + waiting_for_host_driver(node, install=install).removeprefix("waiting ")
+    return "would wait " + waiting_for_host_driver(node, install=install).removeprefix("waiting ")
 
 
 def host_driver_confirmed(node: str, who: str, *, install: bool = False) -> str:
