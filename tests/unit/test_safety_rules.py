@@ -112,11 +112,12 @@ def node_steps(node: str, hold_s: int = 60) -> tuple[NodeStep, ...]:
 
 class PlannedRun:
     """A run of `waves` on train-a (`steps` per node: cordon, hold, uncordon unless
-    told), approved and started; an engine (with the pools' policies when `gated`) driven pass by pass."""
+    told), approved and started; an engine (with the pools' policies when `gated`, reading
+    `signals` when given) driven pass by pass."""
 
     def __init__(self, db: Database, cluster, waves: list[tuple[str, ...]], *, cfg: GpuopsConfig | None = None,
                  gated: bool = False, steps: Callable[[str], tuple[NodeStep, ...]] = node_steps,
-                 dry_run: bool = False, window_end: dt.datetime | None = None) -> None:
+                 dry_run: bool = False, window_end: dt.datetime | None = None, signals: object = None) -> None:
         self.db, self.cluster, self.now, self.mono = db, cluster, NOW, 0.0
         self.cfg = cfg or pool_config()
         plan = Plan(kind="drain", pool="train-a", summary=PlanSummary(), created_for="U0ADA", waves=tuple(
@@ -128,7 +129,8 @@ class PlannedRun:
         self.run_id = RunService(db).start(request.id, dry_run=dry_run, now=NOW, actor=self.cfg.actor("U0ADA")).id
         self.engine = Engine(db=db, gateway=cluster, cache=cluster, lease=AlwaysHeld(), replica="engine-0",
                              clock=lambda: self.now, monotonic=lambda: self.mono,
-                             pools=self.cfg.pools if gated else None)
+                             pools=self.cfg.pools if gated else None,
+                             signals=signals)  # type: ignore[arg-type]  # a stand-in reader of GPU signals
 
     def drive(self, until: Callable[[], bool], *, passes: int = 200) -> None:
         for _ in range(passes):

@@ -38,8 +38,7 @@ from storage.steps import Step
 from tests.unit.test_engine_signal_gate import StandInSignals
 from workflows.engine import halt_messages
 from workflows.engine import messages as step_say
-from workflows.engine.lease import AlwaysHeld
-from workflows.engine.loop import Engine, EngineSettings
+from workflows.engine.loop import EngineSettings
 from workflows.engine.runs import RunService
 from workflows.kube.errors import Unavailable
 from workflows.plans import NodeStep
@@ -152,9 +151,7 @@ def test_a_node_of_a_wave_with_no_steps_of_its_own_holds_up_nothing(db, cluster)
 def test_a_node_whose_signals_cannot_be_read_yet_after_its_change_holds_up_no_node_after_it(db, cluster):  # noqa: F811
     signals = StandInSignals()
     signals.later["gpu-01"] = None  # its exporter falls silent once it is changed
-    run = PlannedRun(db, cluster, [("gpu-01", "gpu-02")], steps=holds({"gpu-01": 10, "gpu-02": 60}))
-    run.engine = Engine(db=db, gateway=cluster, cache=cluster, lease=AlwaysHeld(), replica="engine-0",
-                        clock=lambda: run.now, monotonic=lambda: run.mono, signals=signals)  # type: ignore[arg-type]
+    run = PlannedRun(db, cluster, [("gpu-01", "gpu-02")], steps=holds({"gpu-01": 10, "gpu-02": 60}), signals=signals)
 
     run.drive(lambda: given_back(run) == ["gpu-02"])  # long before gpu-01's wait (10 minutes) ends
 
