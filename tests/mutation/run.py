@@ -28,7 +28,8 @@ A module's results file is written only when all its mutants were checked, and o
 a tree whose product and tests are committed (the stamp). `--critical` runs only the
 mutants of the critical functions, as a quick check: it writes no results file.
 
-`--recheck` runs only the mutants a module's results file leaves open, against the tests
+`--recheck` runs only the mutants a module's results file leaves open (and its timeouts:
+on a busy machine mutmut's wall-clock limit counts a slow survivor as one), against the tests
 as committed now, in the mutants/ directory of the run that made the file (its other
 mutants' results are read from there), and stamps the file with the new commit. Tests
 added since only kill more: a mutant killed then stays killed. It refuses a module whose
@@ -168,7 +169,10 @@ def recheck(modules: list[str], *, children: int) -> int:
             failures.append(f"{module}: mutants/ does not hold the run of {before.commit[:12]} "
                             f"({there} mutants there, {before.counts['mutants']} in its results)")
             continue
-        names = [o.name for o in before.open]
+        # Timeouts too: mutmut's wall-clock limit turns a slow survivor on a busy machine
+        # into a timeout, so a quiet machine checks them again.
+        timeouts = [name for name, status in mutmut_statuses(module).items() if status == "timeout"]
+        names = [o.name for o in before.open] + timeouts
         if not names:
             continue
         if run_mutmut(module, names, children=children) != 0:
