@@ -146,10 +146,16 @@ def test_a_test_pod_asking_for_a_resource_the_nodes_will_not_advertise_is_refuse
     code, reason = move(_fleet(make), "hosts", POLICY, gpu_check=GpuCheck(resource=MIG))
     assert code == "gpu-check-resource"
     assert reason.startswith(f"The canary pod (upgrades.gpu_check) asks for one {MIG}, which h1, h2 and h3"), reason
-    # A pool that turned its check off runs the default test pod: its resource is no one's choice.
-    code, reason = move(_mig_host_fleet(make), "inf", _policy(gpu_check={"enabled": False, "resource": MIG}))
-    assert code == "gpu-check-resource-unset"
-    assert "asks for one nvidia.com/gpu by default (no `gpu_check.resource` is configured)" in reason
+    # A pool that turned its check off runs the default test pod: naming a resource in the
+    # check that stays off would not help, so the sentence says to turn it on.
+    off = _policy(gpu_check={"enabled": False, "resource": MIG})
+    assert move(_mig_host_fleet(make), "inf", off) == ("gpu-check-resource-unset", (
+        "The canary pod asks for one nvidia.com/gpu by default: `pools.inf.gpu_check` is turned off (`enabled: "
+        "false`), and this change runs the default test pod then, which m1 and m2 will not advertise after this "
+        "change: it would stay Pending until its timeout and halt the run with the node cordoned. inf's nodes "
+        f"advertise {MIG}; turn `pools.inf.gpu_check` on (`enabled: true`) with `resource` set to {MIG}"))
+    assert move(_mig_host_fleet(make), "inf", POLICY, gpu_check=GpuCheck(enabled=False))[1].startswith(
+        "The canary pod asks for one nvidia.com/gpu by default: `upgrades.gpu_check` is turned off")
 
 
 def test_a_node_that_cannot_move_or_a_pool_already_moved_is_refused_in_a_whole_sentence(make):

@@ -1,7 +1,7 @@
 """Pre-flight: a plan whose canary pod asks for a resource its nodes will not advertise
 after the change is refused before anyone approves it, naming what the pool advertises
 and which key to set; a MIG pool (mixed strategy) and a shared pool (renamed resource)
-are the cases people meet."""
+are the cases people meet; a check turned off that a move runs anyway asks to be turned on."""
 
 from __future__ import annotations
 
@@ -183,3 +183,23 @@ def test_a_check_asking_for_more_gpus_than_a_node_will_advertise_is_refused_nami
     assert any("every nvidia.com/gpu of the node" in note for note in planned.plan.summary.notes)
     assert any(" 4 nvidia.com/gpu); a non-zero exit halts the run" in note
                for note in _upgrade(fleet, policy=_policy(gpu_check={"count": 4})).plan.summary.notes)
+
+
+def test_a_check_turned_off_that_the_change_runs_anyway_is_refused_asking_to_turn_it_on_not_to_name_a_resource(make):
+    # A move runs the default test pod when the pool's check is off; a MIG pool of two layouts
+    # has no one resource to offer, so the sentence says to split it.
+    fleet = _fleet(make, [_mig_node(make, "m1"), _mig_node(make, "m2", devices={"3g.40gb": 16})])
+    plan = Plan(kind="migrate", pool="inf", created_for="U0ALICE", summary=PlanSummary(), waves=tuple(
+        Wave(i, (NodeName(n),), (NodeStep("gpu-check", NodeName(n), {"resource": "nvidia.com/gpu"}),))
+        for i, n in enumerate(("m1", "m2"))))
+
+    refused = canary_refusal("inf", plan.waves, fleet=fleet, check=GpuCheck(enabled=False, resource=MIG),
+                             configured_at="pools.inf.gpu_check")
+
+    assert refused is not None and refused.code == "gpu-check-resource-unset"
+    assert refused.reason == (
+        "The canary pod asks for one nvidia.com/gpu by default: `pools.inf.gpu_check` is turned off (`enabled: "
+        "false`), and this change runs the default test pod then, which m1 and m2 will not advertise after this "
+        "change: it would stay Pending until its timeout and halt the run with the node cordoned. inf's nodes "
+        f"advertise {MIG} (on 1 of 2 nodes) and nvidia.com/mig-3g.40gb (on 1 of 2 nodes); no one resource is "
+        "advertised by every node it checks: split the pool")

@@ -150,7 +150,7 @@ def plan_migrate(ask: MigrateAsk, *, fleet: Fleet, policy_of: Mapping[str, PoolC
     if rollback is None:
         # The test pod asks for a resource each moved node must advertise once it is back.
         in_force = policy.gpu_check or gpu_check
-        refusal = canary_refusal(pool, waves, fleet=fleet, check=in_force if in_force and in_force.enabled else None,
+        refusal = canary_refusal(pool, waves, fleet=fleet, check=in_force,
                                  configured_at=f"pools.{pool}.gpu_check" if policy.gpu_check else "upgrades.gpu_check")
         if refusal is not None:
             raise MigrateRefused(refusal.reason, code=refusal.code)

@@ -17,8 +17,10 @@ findings speak for it).
 The refusal says which of the pool's resources would do (for a count the node cannot give,
 how many each named node will advertise). When the configuration never
 named `gpu_check.resource` (the default, `nvidia.com/gpu`, applied), it asks for one;
-when it named one, it says that one is wrong. Pure: the plan, the fleet and the check in
-force are arguments."""
+when it named one, it says that one is wrong; when the check in force is turned off
+(`enabled: false`) and the change runs the default test pod anyway (a move does), it says
+to turn the check on with a resource the nodes advertise. Pure: the plan, the fleet and
+the check in force are arguments."""
 
 from __future__ import annotations
 
@@ -77,9 +79,10 @@ def counts_after(waves: Sequence[Wave], fleet: Fleet, node: NodeName) -> dict[st
 def canary_refusal(pool: str, waves: Sequence[Wave], *, fleet: Fleet, check: GpuCheck | None,
                    configured_at: str) -> CanaryRefusal | None:
     """Why the canary pods of `pool`'s planned `waves` cannot run, or None when every checked
-    node will advertise what its pod asks for. `check` is the check in force (None: the default one) and
-    `configured_at` the configuration key it came from (`pools.<pool>.gpu_check`,
-    `upgrades.gpu_check`), for the sentence."""
+    node will advertise what its pod asks for. `check` is the check in force (None: the default one);
+    a check turned off (`enabled: false`) is passed as it is when the change runs the default
+    test pod despite it. `configured_at` is the configuration key it came from
+    (`pools.<pool>.gpu_check`, `upgrades.gpu_check`), for the sentence."""
     asks: dict[NodeName, str] = {}
     counts: dict[NodeName, int] = {}
     for wave in waves:
@@ -100,6 +103,12 @@ def canary_refusal(pool: str, waves: Sequence[Wave], *, fleet: Fleet, check: Gpu
     # The pool's resources every checked node will advertise come first: any one of them works.
     offered = sorted(on_nodes, key=lambda r: (-on_nodes[r], r))
     everywhere = [r for r in offered if on_nodes[r] == len(judged)]
+    if check is not None and not check.enabled:
+        # Turned off, yet the change runs the default test pod (a move always runs one):
+        # naming a resource in a check that stays off would not change which pod runs.
+        return CanaryRefusal(say.canary_default_while_off(
+            pool, resource, missing, offered=[(r, on_nodes[r]) for r in offered], fits=everywhere,
+            nodes=len(judged), configured_at=configured_at), code=CODE_RESOURCE_UNSET)
     if resource_named(check):
         return CanaryRefusal(say.canary_resource_not_advertised(
             pool, resource, missing, offered=[(r, on_nodes[r]) for r in offered], fits=everywhere,

@@ -41,6 +41,19 @@ def canary_resource_unset(pool: str, resource: str, missing: Sequence[str], *, o
             f"check should use; {_use(pool, fits)}")
 
 
+def canary_default_while_off(pool: str, resource: str, missing: Sequence[str], *,
+                             offered: Sequence[tuple[str, int]], fits: Sequence[str], nodes: int,
+                             configured_at: str) -> str:
+    if fits:
+        use = f"turn `{configured_at}` on (`enabled: true`) with `resource` set to {names(fits)}"
+    else:
+        use = "no one resource is advertised by every node it checks: split the pool"
+    return (f"The canary pod asks for one {resource} by default: `{configured_at}` is turned off (`enabled: false`), "
+            f"and this change runs the default test pod then, which {names(missing)} will not advertise after this "
+            f"change: it would stay Pending until its timeout and halt the run with the node cordoned. {pool}'s nodes "
+            f"advertise {_offered(offered, nodes)}; {use}")
+
+
 def canary_count_not_advertised(pool: str, resource: str, count: int, short: Mapping[str, int], *,
                                 configured_at: str) -> str:
     have = names([f"{node} ({n})" for node, n in short.items()])
