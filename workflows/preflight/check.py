@@ -103,19 +103,19 @@ def canary_refusal(pool: str, waves: Sequence[Wave], *, fleet: Fleet, check: Gpu
     # The pool's resources every checked node will advertise come first: any one of them works.
     offered = sorted(on_nodes, key=lambda r: (-on_nodes[r], r))
     everywhere = [r for r in offered if on_nodes[r] == len(judged)]
+    shown = [(r, on_nodes[r]) for r in offered]
     if check is not None and not check.enabled:
         # Turned off, yet the change runs the default test pod (a move always runs one):
         # naming a resource in a check that stays off would not change which pod runs.
         return CanaryRefusal(say.canary_default_while_off(
-            pool, resource, missing, offered=[(r, on_nodes[r]) for r in offered], fits=everywhere,
-            nodes=len(judged), configured_at=configured_at), code=CODE_RESOURCE_UNSET)
+            pool, resource, missing, offered=shown, fits=everywhere, nodes=len(judged), configured_at=configured_at),
+            code=CODE_RESOURCE_UNSET)
     if resource_named(check):
         return CanaryRefusal(say.canary_resource_not_advertised(
-            pool, resource, missing, offered=[(r, on_nodes[r]) for r in offered], fits=everywhere,
-            nodes=len(judged), configured_at=configured_at), code=CODE_RESOURCE)
-    return CanaryRefusal(say.canary_resource_unset(
-        pool, resource, missing, offered=[(r, on_nodes[r]) for r in offered], fits=everywhere,
-        nodes=len(judged)), code=CODE_RESOURCE_UNSET)
+            pool, resource, missing, offered=shown, fits=everywhere, nodes=len(judged), configured_at=configured_at),
+            code=CODE_RESOURCE)
+    return CanaryRefusal(say.canary_resource_unset(pool, resource, missing, offered=shown, fits=everywhere,
+                                                   nodes=len(judged)), code=CODE_RESOURCE_UNSET)
 
 
 def _count_refusal(pool: str, asks: Mapping[NodeName, str], counts: Mapping[NodeName, int],

@@ -17,10 +17,13 @@ def _offered(offered: Sequence[tuple[str, int]], nodes: int) -> str:
     return names(r if count == nodes else f"{r} (on {count} of {nodes} nodes)" for r, count in offered)
 
 
+# No resource every checked node advertises: no one `resource` makes the check run.
+_NONE_FITS = "no one resource is advertised by every node it checks: split the pool"
+
+
 def _use(pool: str, fits: Sequence[str]) -> str:
     if not fits:
-        return (f"no one resource is advertised by every node it checks: split the pool or set "
-                f"`pools.{pool}.gpu_check: {{enabled: false}}`")
+        return f"{_NONE_FITS} or set `pools.{pool}.gpu_check: {{enabled: false}}`"
     return (f"set `pools.{pool}.gpu_check.resource` to {names(fits)} (a pool's `gpu_check` replaces the fleet's "
             "whole: write the namespace, image and command it needs there too)")
 
@@ -44,10 +47,7 @@ def canary_resource_unset(pool: str, resource: str, missing: Sequence[str], *, o
 def canary_default_while_off(pool: str, resource: str, missing: Sequence[str], *,
                              offered: Sequence[tuple[str, int]], fits: Sequence[str], nodes: int,
                              configured_at: str) -> str:
-    if fits:
-        use = f"turn `{configured_at}` on (`enabled: true`) with `resource` set to {names(fits)}"
-    else:
-        use = "no one resource is advertised by every node it checks: split the pool"
+    use = f"turn `{configured_at}` on (`enabled: true`) with `resource` set to {names(fits)}" if fits else _NONE_FITS
     return (f"The canary pod asks for one {resource} by default: `{configured_at}` is turned off (`enabled: false`), "
             f"and this change runs the default test pod then, which {names(missing)} will not advertise after this "
             f"change: it would stay Pending until its timeout and halt the run with the node cordoned. {pool}'s nodes "
