@@ -135,9 +135,9 @@ def test_git_mode_names_the_params_owner_over_the_objects_marks(objects, make):
 
 @pytest.mark.parametrize(("forward", "now"), [
     (None, NEW),
-    ({"object": POLICY, "version": NEW, "prior_version": None}, NEW),
+    ({"object": POLICY, "prior_version": OLD}, OLD),
     ({"object": POLICY, "version": OLD, "prior_version": OLD}, OLD),
-], ids=["no-driver-version-step", "it-replaced-no-version", "it-changed-nothing"])
+], ids=["no-driver-version-step", "it-set-no-version", "it-changed-nothing"])
 def test_a_run_that_changed_no_driver_version_has_nothing_to_set_back(objects, make, forward, now):
     set_policy(objects, make, version=now)
     ctx = started(objects, forward=forward)
@@ -261,3 +261,59 @@ def test_a_dry_run_says_what_it_would_set_back_and_touches_nothing(objects):
     assert SetDriverVersion().advance(ctx) == Done(f"would set {POLICY}'s driver version back from {NEW} to {OLD}")
     assert (objects.writes, ctx.records, ctx.acts) == ([], {}, 0)
     assert objects.version(CLUSTER_POLICIES, "cluster-policy") == NEW
+
+
+# ------------------------------------------------------------------ it named no version before
+
+
+UNSET_BEFORE = {"object": POLICY, "version": NEW, "prior_version": None}  # the policy named no version
+TAKEN_AWAY = (f"{POLICY} names no driver version again, as before this run ({NEW} taken away): a driver pod that "
+              f"restarts now takes the driver it took before the run; {NODES_WAIT}")
+
+
+def test_an_object_that_named_no_version_before_the_run_has_the_field_taken_away_again(objects):
+    read = objects.get_custom_object(CLUSTER_POLICIES, "cluster-policy").resource_version
+    ctx = started(objects, forward=UNSET_BEFORE)
+    assert ctx.intent == {"object": POLICY, "set_back": True, "version": None, "run_set": NEW, "found": NEW,
+                          "git": None}
+
+    done = Done(TAKEN_AWAY, {"from": NEW, "to": None})
+    assert SetDriverVersion().advance(ctx) == done
+    # A JSON merge patch's null takes the field away: the object is as it was before the run.
+    assert objects.writes == [Write("patch", f"{CLUSTER_POLICIES}/cluster-policy", {
+        "spec": {"driver": {"version": None}}, "resource_version": read, "dry_run": False})]
+    assert objects.get_custom_object(CLUSTER_POLICIES, "cluster-policy").spec["driver"] == {}
+    assert ctx.records == {f"set-back/{POLICY}": {"action": "driver-version.set-back", "target": POLICY,
+                                                  "detail": {"from": NEW, "to": None, "node": "gpu-01"}}}
+    # Looked at again (say the process restarted): it is set back, nothing more is sent.
+    assert SetDriverVersion().advance(ctx) == done
+    assert (len(objects.writes), ctx.acts) == (1, 1)
+
+
+def test_an_object_someone_else_already_took_the_version_off_is_left_as_it_is(objects, make):
+    ctx = started(objects, forward=UNSET_BEFORE)
+    set_policy(objects, make, version=None)
+
+    assert SetDriverVersion().advance(ctx) == Done(
+        f"{POLICY} names no version again already (set back by someone else): not changed", {"found": None})
+    assert (objects.writes, ctx.records, ctx.acts) == ([], {}, 0)
+
+
+def test_git_is_told_to_take_out_a_version_the_object_did_not_name_before_the_run(objects, make):
+    set_policy(objects, make, version=NEW, annotations=ARGO)
+    ctx = started(objects, forward=UNSET_BEFORE)
+
+    assert SetDriverVersion().advance(ctx) == Done(
+        f"{POLICY} is kept by Argo CD (gpu:nvidia.com/ClusterPolicy:/cluster-policy): gpuops did not change it (a "
+        f"sync would put {NEW} back). Take spec.driver.version ({NEW}) out again in Git, where it named no version "
+        f"before this run: until then any node whose driver pod restarts installs {NEW}; {NODES_WAIT}",
+        {"git": "Argo CD (gpu:nvidia.com/ClusterPolicy:/cluster-policy)", "from": NEW, "to": None})
+    assert (objects.writes, ctx.records, ctx.acts) == ([], {}, 0)
+
+
+def test_a_dry_run_says_it_would_take_away_a_version_the_object_did_not_name_before(objects):
+    ctx = started(objects, forward=UNSET_BEFORE, dry_run=True)
+
+    assert SetDriverVersion().advance(ctx) == Done(
+        f"would take {POLICY}'s driver version {NEW} away again (it named none before this run)")
+    assert (objects.writes, ctx.records, ctx.acts) == ([], {}, 0)

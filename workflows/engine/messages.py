@@ -377,7 +377,10 @@ def driver_version_changed_meanwhile(ref: str, prior: str | None, current: str |
             f"not setting {version} over it; check who changed it before running again")
 
 
-def driver_version_set_back(ref: str, run_set: str, back: str, nodes_wait: str) -> str:
+def driver_version_set_back(ref: str, run_set: str, back: str | None, nodes_wait: str) -> str:
+    if back is None:
+        return (f"{ref} names no driver version again, as before this run ({run_set} taken away): a driver pod "
+                f"that restarts now takes the driver it took before the run; {nodes_wait}")
     return (f"{ref} set back from {run_set} to {back}, the version this run replaced: a driver pod that restarts "
             f"now takes {back} again; {nodes_wait}")
 
@@ -390,8 +393,8 @@ def set_back_nothing(ref: str) -> str:
     return f"{ref}: this run changed no driver version, nothing to set back"
 
 
-def set_back_already(ref: str, back: str) -> str:
-    return f"{ref} names {back} again already (set back by someone else): not changed"
+def set_back_already(ref: str, back: str | None) -> str:
+    return f"{ref} names {back or 'no version'} again already (set back by someone else): not changed"
 
 
 def set_back_left_alone(ref: str, current: str | None, run_set: str) -> str:
@@ -399,13 +402,16 @@ def set_back_left_alone(ref: str, current: str | None, run_set: str) -> str:
             "since, so gpuops leaves it as it is")
 
 
-def set_back_in_git(ref: str, owner: str, field: str, run_set: str, back: str, nodes_wait: str) -> str:
-    return (f"{ref} is kept by {owner}: gpuops did not change it (a sync would put {run_set} back). Set {field} "
-            f"back from {run_set} to {back} in Git: until then any node whose driver pod restarts installs "
-            f"{run_set}; {nodes_wait}")
+def set_back_in_git(ref: str, owner: str, field: str, run_set: str, back: str | None, nodes_wait: str) -> str:
+    change = (f"Set {field} back from {run_set} to {back} in Git" if back is not None
+              else f"Take {field} ({run_set}) out again in Git, where it named no version before this run")
+    return (f"{ref} is kept by {owner}: gpuops did not change it (a sync would put {run_set} back). {change}: "
+            f"until then any node whose driver pod restarts installs {run_set}; {nodes_wait}")
 
 
-def would_set_back(ref: str, run_set: str, back: str) -> str:
+def would_set_back(ref: str, run_set: str, back: str | None) -> str:
+    if back is None:
+        return f"would take {ref}'s driver version {run_set} away again (it named none before this run)"
     return f"would set {ref}'s driver version back from {run_set} to {back}"
 
 

@@ -279,10 +279,13 @@ class SetDriverVersion:
         object still names the version the run set (never over a later change), by one
         merge patch naming the resourceVersion it decided on; audited before it is sent.
         An object Git keeps (Argo CD, Flux) is not patched: the note says what to set back
-        in Git, since a sync would put the run's version back."""
+        in Git, since a sync would put the run's version back. An object that named no
+        version before the run (`version` None beside the version the run set: the operator
+        ran the image as the object names it) is set back to none: the patch takes the
+        field away."""
         path, field, name, ref = self._where(ctx)
         back, run_set = ctx.intent.get("version"), ctx.intent.get("run_set")
-        if not run_set or not back or back == run_set:
+        if not run_set or back == run_set:
             return Done(say.set_back_nothing(ref))
         found = ctx.gateway.get_custom_object(path, name)
         current = self._version(found.spec, field)
