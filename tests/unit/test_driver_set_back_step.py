@@ -231,15 +231,20 @@ def test_an_object_someone_changed_since_is_left_as_it_is(objects, make, now, sa
 # ------------------------------------------------------------------ Git keeps it
 
 
-def test_an_object_argo_cd_keeps_is_not_patched_and_the_thread_hears_what_to_set_back_in_git(objects, make):
+@pytest.mark.parametrize(("forward", "change", "back"), [
+    (SET_POLICY, f"Set spec.driver.version back from {NEW} to {OLD} in Git", OLD),
+    ({"object": POLICY, "version": NEW, "prior_version": None},
+     f"Take spec.driver.version ({NEW}) out again in Git, where it named no version before this run", None),
+], ids=["to-the-version-before", "named-no-version-before"])
+def test_an_object_argo_cd_keeps_is_not_patched_and_the_thread_hears_what_to_set_back_in_git(
+        objects, make, forward, change, back):
     set_policy(objects, make, version=NEW, annotations=ARGO)
-    ctx = started(objects)
+    ctx = started(objects, forward=forward)
 
     assert SetDriverVersion().advance(ctx) == Done(
         f"{POLICY} is kept by Argo CD (gpu:nvidia.com/ClusterPolicy:/cluster-policy): gpuops did not change it (a "
-        f"sync would put {NEW} back). Set spec.driver.version back from {NEW} to {OLD} in Git: until then any node "
-        f"whose driver pod restarts installs {NEW}; {NODES_WAIT}",
-        {"git": "Argo CD (gpu:nvidia.com/ClusterPolicy:/cluster-policy)", "from": NEW, "to": OLD})
+        f"sync would put {NEW} back). {change}: until then any node whose driver pod restarts installs {NEW}; "
+        f"{NODES_WAIT}", {"git": "Argo CD (gpu:nvidia.com/ClusterPolicy:/cluster-policy)", "from": NEW, "to": back})
     assert (objects.writes, ctx.records, ctx.acts) == ([], {}, 0)
 
 
@@ -296,18 +301,6 @@ def test_an_object_someone_else_already_took_the_version_off_is_left_as_it_is(ob
 
     assert SetDriverVersion().advance(ctx) == Done(
         f"{POLICY} names no version again already (set back by someone else): not changed", {"found": None})
-    assert (objects.writes, ctx.records, ctx.acts) == ([], {}, 0)
-
-
-def test_git_is_told_to_take_out_a_version_the_object_did_not_name_before_the_run(objects, make):
-    set_policy(objects, make, version=NEW, annotations=ARGO)
-    ctx = started(objects, forward=UNSET_BEFORE)
-
-    assert SetDriverVersion().advance(ctx) == Done(
-        f"{POLICY} is kept by Argo CD (gpu:nvidia.com/ClusterPolicy:/cluster-policy): gpuops did not change it (a "
-        f"sync would put {NEW} back). Take spec.driver.version ({NEW}) out again in Git, where it named no version "
-        f"before this run: until then any node whose driver pod restarts installs {NEW}; {NODES_WAIT}",
-        {"git": "Argo CD (gpu:nvidia.com/ClusterPolicy:/cluster-policy)", "from": NEW, "to": None})
     assert (objects.writes, ctx.records, ctx.acts) == ([], {}, 0)
 
 
