@@ -122,7 +122,6 @@ class WaveGates:
         told = self._told_frozen(run)
         if freeze is None:
             if told is not None:
-                del self._frozen[run.id]
                 text = gate_say.run_unfrozen(run_id=run.id, target=told.target)
                 with self._engine.commit():
                     stored_runs.set_waiting(self._engine.db, id=run.id, waiting=None)
@@ -130,6 +129,9 @@ class WaveGates:
                                        after=run.state, detail={"freeze": told.id, "text": text})
                     self._engine.notify(run, info, event="run.unfrozen", state=run.state, text=text, kind="post",
                                         dedupe=f"{run.id}/unfrozen/{told.id}")
+                # Forgotten only once said: a commit that failed (a locked database) is
+                # tried again at the next look, not lost.
+                del self._frozen[run.id]
                 log.info("%s: %s", self._engine.replica, text)
             return None
         if told is None or told.id != freeze.id:
