@@ -37,8 +37,7 @@ from storage.ids import RunId
 from storage.step_params import TakesOverMark
 from workflows.engine import halt_messages
 from workflows.engine.context import RunInfo
-from workflows.engine.lease import AlwaysHeld
-from workflows.engine.loop import Engine, EngineSettings
+from workflows.engine.loop import EngineSettings
 from workflows.engine.runs import RunService
 from workflows.engine.steps.cordoning import CordonMark
 from workflows.kube.errors import Conflict
@@ -72,9 +71,7 @@ class ZonedDrain(GatedDrain):
     """GatedDrain whose engines write times in Europe/Berlin (`display.timezone`)."""
 
     def restart(self) -> None:
-        self.engine = Engine(db=self.db, gateway=self.cluster, cache=self.cluster, lease=AlwaysHeld(),
-                             replica="engine-0", clock=lambda: self.clock.now, monotonic=lambda: self.clock.mono,
-                             pools=self.pools, health=self.health, settings=EngineSettings(display_zone=BERLIN))
+        self.engine = self.engine_with(settings=EngineSettings(display_zone=BERLIN))
 
 
 class Contested:
@@ -97,9 +94,7 @@ class ContestedDrain(GatedDrain):
     """GatedDrain whose engines meet a Conflict at every uncordon of gpu-02."""
 
     def restart(self) -> None:
-        self.engine = Engine(db=self.db, gateway=Contested(self.cluster, "gpu-02"), cache=self.cluster,
-                             lease=AlwaysHeld(), replica="engine-0", clock=lambda: self.clock.now,
-                             monotonic=lambda: self.clock.mono, pools=self.pools, health=self.health)
+        self.engine = self.engine_with(gateway=Contested(self.cluster, "gpu-02"))
 
 
 class Locked:
@@ -127,9 +122,7 @@ class LockedDrain(GatedDrain):
 
     def restart(self) -> None:
         self.locked = getattr(self, "locked", None) or Locked(self.db)
-        self.engine = Engine(db=self.locked, gateway=self.cluster, cache=self.cluster, lease=AlwaysHeld(),  # type: ignore[arg-type]
-                             replica="engine-0", clock=lambda: self.clock.now, monotonic=lambda: self.clock.mono,
-                             pools=self.pools, health=self.health)
+        self.engine = self.engine_with(db=self.locked)
 
 
 def rows(drain: GatedDrain, action: str) -> list[tuple[Any, Any, Any]]:
@@ -390,6 +383,14 @@ class Other:
         RunService(self.drain.db).pause(ADA, self.run_id, now=self.drain.clock.now)
 
 
+def assert_second_wave_waits_for(drain: GatedDrain, other: Other) -> None:
+    """The drain's second wave (gpu-02) may not start while `other` holds gpu-02: audited
+    as busy, naming that run."""
+    assert not drain.gates().wave_may_start(*drain.looked_at(), 1)
+    assert drain.audited("run.waiting") == [{"wave": 1, "rule": "busy",
+                                             "text": gate_say.wave_nodes_busy(1, {"gpu-02": other.run_id})}]
+
+
 def test_another_runs_node_outside_this_wave_does_not_keep_it_waiting(db, cluster, make):
     drain = GatedDrain(db, cluster, pools=policy(max_unavailable=2))
     Other(drain, make, "gpu-03 for 2h firmware", "gpu-03")  # its gpu-03 under way
@@ -406,9 +407,7 @@ def test_another_runs_node_with_steps_still_pending_keeps_the_wave_waiting(db, c
     drain.drive(lambda: other.step("gpu-02", "evict") == "done")
     assert other.step("gpu-02", "validate") == "pending"
 
-    assert not drain.gates().wave_may_start(*drain.looked_at(), 1)
-    assert drain.audited("run.waiting") == [{"wave": 1, "rule": "busy",
-                                             "text": gate_say.wave_nodes_busy(1, {"gpu-02": other.run_id})}]
+    assert_second_wave_waits_for(drain, other)
 
 
 def test_another_runs_node_whose_last_step_is_still_running_keeps_the_wave_waiting(db, cluster, make):
@@ -419,9 +418,7 @@ def test_another_runs_node_whose_last_step_is_still_running_keeps_the_wave_waiti
     drain.until(drain.clock.now + dt.timedelta(seconds=30))
     assert other.step("gpu-02", "uncordon") == "running"
 
-    assert not drain.gates().wave_may_start(*drain.looked_at(), 1)
-    assert drain.audited("run.waiting") == [{"wave": 1, "rule": "busy",
-                                             "text": gate_say.wave_nodes_busy(1, {"gpu-02": other.run_id})}]
+    assert_second_wave_waits_for(drain, other)
 
 
 def test_another_runs_node_done_while_that_run_stays_in_its_wave_no_longer_holds_it(db, cluster, make):

@@ -124,9 +124,15 @@ class GatedDrain(ServiceHealthDrain):
         return RunService(self.db).start(self.request(words), dry_run=dry_run, now=self.clock.now, actor=ADA).id
 
     def restart(self) -> None:
-        self.engine = Engine(db=self.db, gateway=self.cluster, cache=self.cluster, lease=AlwaysHeld(),
-                             replica="engine-0", clock=lambda: self.clock.now, monotonic=lambda: self.clock.mono,
-                             pools=self.pools, health=self.health)
+        self.engine = self.engine_with()
+
+    def engine_with(self, **parts: Any) -> Engine:
+        """A fresh engine over this drain's database, cluster and clock; `parts` replace
+        what a test changes (its gateway, database, settings)."""
+        return Engine(**{"db": self.db, "gateway": self.cluster, "cache": self.cluster, "lease": AlwaysHeld(),
+                         "replica": "engine-0", "clock": lambda: self.clock.now,
+                         "monotonic": lambda: self.clock.mono, "pools": self.pools, "health": self.health,
+                         **parts})
 
     def tick(self, by: dt.timedelta) -> None:
         self.clock.advance(by.total_seconds())
