@@ -14,9 +14,10 @@ train-a over the in-memory cluster, on a clock the test moves.
   A freeze's end whose first commit failed (the database locked) is told at the next look.
 - A wave that waits is audited at the run's current wave, its thread told with the run's
   state, its reason logged; a wave that fits after waiting logs so, once.
-- What the capacity gate counts: another request's window on both sides, another run's
-  current wave only on this wave's nodes and only while its steps there are unfinished,
-  and the cordons this run takes over from the run it continues.
+- What the capacity gate counts: another request's window on both sides, and that request
+  even when a newer one of another pool is listed before it; another run's current wave
+  (not its later waves) only on this wave's nodes and only while its steps there are
+  unfinished; and the cordons this run takes over from the run it continues.
 - A run halted before a wave names in its reason the nodes it leaves cordoned.
 """
 
@@ -32,6 +33,7 @@ from typing import Any
 import pytest
 
 from storage import audit
+from storage import requests as stored_requests
 from storage.errors import DatabaseUnavailable
 from storage.ids import RunId
 from storage.step_params import TakesOverMark
@@ -52,6 +54,7 @@ from tests.unit.test_wave_gates import (
     NOW,
     POOL,
     UTC,
+    WINDOW_END,
     GatedDrain,
     frozen_text,
     lift_freeze,
@@ -363,6 +366,22 @@ def test_another_request_whose_window_has_ended_does_not_count_against_the_budge
     assert drain.thread("run.waiting") == []
 
 
+def test_another_request_on_the_pool_counts_even_when_a_newer_one_on_another_pool_is_listed_first(db, cluster):
+    cluster.terminate(JOB)
+    drain = GatedDrain(db, cluster)
+    drain.tick(dt.timedelta(seconds=1))
+    other = drain.request("gpu-03 for 2h firmware")  # approved, its run not started
+    drain.tick(dt.timedelta(seconds=1))
+    elsewhere = stored_requests.create(
+        db, kind="drain", pool="infer-b", targets=["infer-01"], window_start=drain.clock.now, window_end=WINDOW_END,
+        reason="firmware", requester="U0ADA", requester_name="Ada", plan={"waves": []}, plan_hash="h",
+        approvals_required=1, expires_at=WINDOW_END, at=drain.clock.now)
+    stored_requests.transition(db, id=elsewhere.id, expected="pending", new="approved", at=drain.clock.now)
+
+    assert not drain.gates().wave_may_start(*drain.looked_at(), 0)
+    assert drain.waiting() == too_many(0, "gpu-01", already=(), concurrent=(other,))
+
+
 class Other:
     """Another run on the pool, driven while this drain's run is paused (it holds nothing)."""
 
@@ -429,6 +448,15 @@ def test_another_runs_node_done_while_that_run_stays_in_its_wave_no_longer_holds
     drain.drive(lambda: other.step("gpu-02", "uncordon") == "done")
     drain.until(drain.clock.now + dt.timedelta(minutes=1))
     assert other.step("gpu-04", "cordon") == "pending"
+
+    assert drain.gates().wave_may_start(*drain.looked_at(), 1)
+    assert drain.audited("run.waiting") == []
+
+
+def test_a_node_only_a_later_wave_of_another_run_names_does_not_keep_the_wave_waiting(db, cluster, make):
+    drain = GatedDrain(db, cluster, pools=policy(max_unavailable=3))
+    other = Other(drain, make, "gpu-01 gpu-02 for 2h firmware", "gpu-01")  # gpu-01 under way, gpu-02 after it
+    assert other.step("gpu-02", "cordon") == "pending"
 
     assert drain.gates().wave_may_start(*drain.looked_at(), 1)
     assert drain.audited("run.waiting") == []
