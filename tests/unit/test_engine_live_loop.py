@@ -466,11 +466,19 @@ def test_run_engine_checks_each_wave_against_the_pools_it_is_given(db, cluster):
     assert run.state() == "running" and cluster.did() == []
 
 
-def test_run_engine_drives_only_its_own_clusters_runs_and_away_from_home_not_those_naming_none(db, cluster):
+def west_and_unnamed(db: Database, cluster) -> tuple[Any, Any]:
+    """Two runs: gpu-01's on a request for cluster `west`, gpu-02's on one naming none
+    (made before `clusters:` was configured). RequestService.submit takes no cluster, so
+    the request's column is set by hand."""
     west = cordon_uncordon(db, cluster, nodes=("gpu-01",))
     unnamed = cordon_uncordon(db, cluster, nodes=("gpu-02",))
     request_id = next(r for r in stored_runs.unfinished(db) if r.id == west.run_id).request_id
     db.execute("UPDATE requests SET cluster = 'west' WHERE id = ?", (request_id,))
+    return west, unnamed
+
+
+def test_run_engine_drives_only_its_own_clusters_runs_and_away_from_home_not_those_naming_none(db, cluster):
+    west, unnamed = west_and_unnamed(db, cluster)
 
     run_engine(EngineSettings(control_check=dt.timedelta(0)), cluster, Watch(cluster), db, "engine-0",
                threading.Event(), lease=Lease(), exit_when_idle=True, cluster="west", home=False)
@@ -480,10 +488,7 @@ def test_run_engine_drives_only_its_own_clusters_runs_and_away_from_home_not_tho
 
 
 def test_run_engine_of_the_home_cluster_also_drives_the_runs_that_name_no_cluster(db, cluster):
-    west = cordon_uncordon(db, cluster, nodes=("gpu-01",))
-    unnamed = cordon_uncordon(db, cluster, nodes=("gpu-02",))
-    request_id = next(r for r in stored_runs.unfinished(db) if r.id == west.run_id).request_id
-    db.execute("UPDATE requests SET cluster = 'west' WHERE id = ?", (request_id,))
+    west, unnamed = west_and_unnamed(db, cluster)
 
     run_engine(EngineSettings(control_check=dt.timedelta(0)), cluster, Watch(cluster), db, "engine-0",
                threading.Event(), lease=Lease(), exit_when_idle=True, cluster="west")

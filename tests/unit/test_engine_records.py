@@ -90,6 +90,20 @@ def test_fewer_than_one_parallel_node_is_refused_naming_the_setting_and_one_is_a
 # ------------------------------------------------------------------ a run starts
 
 
+def assert_started_on_record(db: Database, drain: Drain, caplog: pytest.LogCaptureFixture, request_id: str,
+                             text: str, *, dry_run: bool) -> None:
+    """The run's start as the audit, the thread and the log have it: `text`, this
+    replica, and whether it is a dry run."""
+    assert audited(db, drain, "run.started") == [
+        ("gpuops", IDENTITY, "run.started", "train-a", request_id, drain.run_id, "pending", "running",
+         {"text": text, "replica": "engine-0", "dry_run": dry_run})]
+    assert posted(db, "run.started") == [
+        {"channel": "C0OPS", "thread_ts": None, "kind": "post", "dedupe_key": f"{drain.run_id}/started",
+         "payload": {"event": "run.started", "request_id": request_id, "run_id": drain.run_id, "pool": "train-a",
+                     "kind": "drain", "state": "running", "text": text, "dry_run": dry_run}}]
+    assert logged(caplog, logging.INFO)[0] == f"engine-0: {text}"
+
+
 def test_a_started_run_is_running_and_on_record_in_the_audit_the_thread_and_the_log(db, cluster, caplog):
     drain = Drain(db, cluster, "wait")
     request_id = drain.view().request_id
@@ -99,14 +113,7 @@ def test_a_started_run_is_running_and_on_record_in_the_audit_the_thread_and_the_
 
     text = f"Run {drain.run_id} of {request_id} started: 2 nodes in 1 wave"
     assert (drain.run().state, drain.run().started_at) == ("running", NOW)
-    assert audited(db, drain, "run.started") == [
-        ("gpuops", IDENTITY, "run.started", "train-a", request_id, drain.run_id, "pending", "running",
-         {"text": text, "replica": "engine-0", "dry_run": False})]
-    assert posted(db, "run.started") == [
-        {"channel": "C0OPS", "thread_ts": None, "kind": "post", "dedupe_key": f"{drain.run_id}/started",
-         "payload": {"event": "run.started", "request_id": request_id, "run_id": drain.run_id, "pool": "train-a",
-                     "kind": "drain", "state": "running", "text": text, "dry_run": False}}]
-    assert logged(caplog, logging.INFO)[0] == f"engine-0: {text}"
+    assert_started_on_record(db, drain, caplog, request_id, text, dry_run=False)
 
 
 def test_a_dry_run_says_it_is_one_when_it_starts_and_marks_its_records_dry_run(db, cluster, caplog):
@@ -117,14 +124,7 @@ def test_a_dry_run_says_it_is_one_when_it_starts_and_marks_its_records_dry_run(d
         drain.engine.run_pass(set())
 
     text = f"Dry run {drain.run_id} of {request_id} started: 1 node in 1 wave"
-    assert audited(db, drain, "run.started") == [
-        ("gpuops", IDENTITY, "run.started", "train-a", request_id, drain.run_id, "pending", "running",
-         {"text": text, "replica": "engine-0", "dry_run": True})]
-    assert posted(db, "run.started") == [
-        {"channel": "C0OPS", "thread_ts": None, "kind": "post", "dedupe_key": f"{drain.run_id}/started",
-         "payload": {"event": "run.started", "request_id": request_id, "run_id": drain.run_id, "pool": "train-a",
-                     "kind": "drain", "state": "running", "text": text, "dry_run": True}}]
-    assert logged(caplog, logging.INFO)[0] == f"engine-0: {text}"
+    assert_started_on_record(db, drain, caplog, request_id, text, dry_run=True)
 
 
 # ------------------------------------------------------------------ a run halts
