@@ -281,13 +281,16 @@ def test_a_fallback_that_fails_too_is_named_in_the_halt(db, validator_fails):
     assert detail["after"] == after
 
 
-def test_a_step_whose_parameters_cannot_be_used_runs_its_waves_fallback_in_the_same_pass(db, cluster):  # noqa: F811
-    def plan(node: str) -> tuple[NodeStep, ...]:
-        cordon, _, uncordon = node_steps(node)
-        return (cordon, NodeStep("hold", node, {"seconds": "soon"}), uncordon,  # type: ignore[arg-type]
-                NodeStep("hold", node, {"seconds": 10, "on_failure": True}))  # type: ignore[arg-type]
+def unusable_hold_with_fallback(node: str) -> tuple[NodeStep, ...]:
+    """A node's cordon, a hold whose parameters cannot be used, its uncordon, and the
+    wave's fallback (a hold of 10 s run only when a step of the wave fails)."""
+    cordon, _, uncordon = node_steps(node)
+    return (cordon, NodeStep("hold", node, {"seconds": "soon"}), uncordon,  # type: ignore[arg-type]
+            NodeStep("hold", node, {"seconds": 10, "on_failure": True}))  # type: ignore[arg-type]
 
-    run = PlannedRun(db, cluster, [("gpu-01",)], steps=plan)
+
+def test_a_step_whose_parameters_cannot_be_used_runs_its_waves_fallback_in_the_same_pass(db, cluster):  # noqa: F811
+    run = PlannedRun(db, cluster, [("gpu-01",)], steps=unusable_hold_with_fallback)
 
     run.drive(lambda: run.state() == "failed")
 
