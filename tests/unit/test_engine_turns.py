@@ -30,7 +30,6 @@ plans written out here and run by the real engine over the in-memory cluster:
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 from collections.abc import Iterator
 from typing import Any
@@ -58,6 +57,7 @@ from workflows.pools import messages as gate_say
 
 from tests.unit.test_driver_set_back_step import BACK_POLICY
 from tests.unit.test_driver_version_step import TO_POLICY, VersionCluster
+from tests.unit.test_engine_records import posted
 from tests.unit.test_engine_safety import Drain
 from tests.unit.test_operator_upgrade_steps import OLD
 from tests.unit.test_safety_rules import NOW, PlannedRun, hand_cordon, pool_config
@@ -79,12 +79,6 @@ def steps_of(run: PlannedRun) -> list[Step]:
 def at(run: PlannedRun, *, wall_s: float, mono_s: float) -> None:
     """Both clocks set: the wall clock `wall_s` after NOW, the monotonic one at `mono_s`."""
     run.now, run.mono = NOW + dt.timedelta(seconds=wall_s), mono_s
-
-
-def thread(db: Database, event: str) -> list[dict[str, Any]]:
-    """The outbox rows of `event`, their payload read."""
-    rows = db.query("SELECT * FROM outbox ORDER BY id")
-    return [{**r, "payload": json.loads(r["payload"])} for r in rows if json.loads(r["payload"])["event"] == event]
 
 
 # ------------------------------------------------------------------ a pass
@@ -298,7 +292,7 @@ def test_a_run_frozen_before_it_starts_stays_pending_its_thread_told_once_and_th
     assert run.state() == "pending" and cluster.writes == []
     text = gate_say.run_frozen(run_id=run.run_id, target="train-a", by="Bob", until=NOW + dt.timedelta(hours=6),
                                reason="incident", in_flight=[], zone=dt.timezone.utc)
-    assert [m["payload"]["text"] for m in thread(db, "run.frozen")] == [text]
+    assert [m["payload"]["text"] for m in posted(db, "run.frozen")] == [text]
     assert counted.asked < 300  # a few reads a pass, not a run turned over and over
 
 
@@ -396,7 +390,7 @@ def test_after_its_waves_fallback_ran_the_halt_names_the_failed_steps_own_code(d
 
     assert [s.state for s in steps_of(run)] == ["done", "failed", "skipped", "done"]
     (halt,) = audit.for_run(db, run.run_id, actions=["run.failed"])
-    (told,) = thread(db, "run.failed")
+    (told,) = posted(db, "run.failed")
     assert (halt.detail["code"], told["payload"]["halted_on"]) == ("bad-params", "bad-params")
 
 
@@ -484,8 +478,8 @@ def test_log_lines_carry_the_ids_of_the_run_and_the_step_they_are_about(db, clus
 
     request_id = RunService(db).get(run.run_id).request_id
     (step,) = steps_of(run)
-    (started,) = [m["payload"]["text"] for m in thread(db, "run.started")]
-    (done,) = [m["payload"]["text"] for m in thread(db, "step.done")]
+    (started,) = [m["payload"]["text"] for m in posted(db, "run.started")]
+    (done,) = [m["payload"]["text"] for m in posted(db, "step.done")]
     lines = dict(engine_lines.lines)
     assert lines[f"engine-0: {started}"] == {"request_id": request_id, "run_id": run.run_id}
     assert lines[f"engine-0: {done}"] == {"request_id": request_id, "run_id": run.run_id, "step_id": str(step.id),
@@ -542,7 +536,7 @@ def test_a_run_paused_before_its_first_wave_starts_nothing_and_its_pass_ends_at_
 
     assert counted.asked < 100
     assert [s.state for s in steps_of(run)] == ["pending"] and run.state() == "paused"
-    assert thread(db, "run.wave") == []  # not even its first wave is entered
+    assert posted(db, "run.wave") == []  # not even its first wave is entered
 
 
 def test_a_run_frozen_before_its_first_wave_halts_when_its_window_ends_naming_that_wave(db, cluster):  # noqa: F811
