@@ -19,8 +19,6 @@ in-memory cluster:
   cluster, home, commit callback, GPU signals and service-health reader; a lease gained
   before the engine exists is still held and renewed.
 
-Known defect, pinned as a strict xfail: an engine run twice adds its cache listener twice.
-
 The loop is driven by a scripted stop flag (before each wait of the engine it runs the
 script's next action, then stops), a lease whose answer the test sets, a stand-in watch
 cache the test fires events through, and a monotonic clock that moves only when told.
@@ -235,8 +233,6 @@ def test_events_while_the_engine_is_not_running_are_not_kept(db, cluster):
     assert blocked.evicted() == ["ml/job-01", "ml/job-02"]
 
 
-@pytest.mark.xfail(strict=True, reason="Engine.run adds its listener again at every run: `finally` resets "
-                                       "`_listening`, the only guard against adding it twice")
 def test_an_engine_run_twice_listens_to_the_cache_once(db, cluster):
     blocked = Blocked(db, cluster)
 

@@ -171,6 +171,9 @@ class Engine:
         self.live: dict[StepId, LiveStep] = {}
         self._info: dict[RunId, RunInfo] = {}
         self._step_reads = stored_steps.RunStepReads()  # each turn reads its run's steps again
+        # Subscribed once for the engine's life (the cache has no way to unsubscribe);
+        # `_listening` says whether a run is under way to hear what the cache tells.
+        self._subscribed = False
         self._listening = False
         # The run's waves (starting nodes, entering the next wave, finishing) and the gates
         # before them (freezes, the pool as it is now): workflows.engine.waves, .wave_gates.
@@ -200,8 +203,9 @@ class Engine:
     def run(self, stop: threading.Event, *, exit_when_idle: bool = False) -> None:
         """Work until `stop` is set (or, with `exit_when_idle`, until no run is left
         unfinished while this replica holds the lease)."""
-        if not self._listening:
+        if not self._subscribed:
             self.cache.add_listener(self._on_cache_event)
+            self._subscribed = True
         self._listening = True
         try:
             while not stop.is_set():
