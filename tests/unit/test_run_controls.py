@@ -381,6 +381,18 @@ def test_an_operator_of_the_pool_or_an_admin_says_drain_done(db, who):
     assert released_by_control(run.step("gpu-01", "hold"))
 
 
+def test_drain_done_for_a_request_id_that_does_not_exist_names_the_closest_ids_and_releases_nothing(db):
+    run = drain_run(db)
+    run.move("gpu-01", "hold", "running")
+    typo = a_typo_of(run.request.id)
+
+    said = [refused_by(lambda: run.service.release_hold(ada, asked, now=LATER)) for asked in (typo, "nothing-like-it")]
+
+    assert said == [refusal_messages.unknown_run(typo, [run.request.id]), "No run nothing-like-it."]
+    assert not released_by_control(run.step("gpu-01", "hold"))
+    assert [e.action for e in run.entries()] == ["run.created"] and run.wakes == 0
+
+
 @pytest.mark.parametrize("state", ["aborted", "failed", "succeeded"])
 def test_drain_done_for_a_request_without_an_unfinished_run_says_it_has_no_run(db, state):
     request = submit(db, POOL)  # approved, never started
