@@ -393,6 +393,18 @@ def test_drain_done_for_a_request_id_that_does_not_exist_names_the_closest_ids_a
     assert [e.action for e in run.entries()] == ["run.created"] and run.wakes == 0
 
 
+def test_drain_done_for_an_unknown_request_id_names_at_most_three_of_the_ids_like_it(db):
+    for suffix in "abcd":  # four requests whose ids are as close as can be to the one asked
+        stored_requests.create(db, kind="drain", pool=POOL, targets=[], window_start=None, window_end=None,
+                               reason="r", requester="U0ADA", requester_name="ada", plan={}, plan_hash="h",
+                               approvals_required=0, expires_at=LATER, at=NOW, id=RequestId(f"req-12345{suffix}"))
+
+    said = refused_by(lambda: RunService(db).release_hold(ada, "req-12345x", now=LATER))
+
+    assert said.startswith("No run req-12345x. Did you mean req-12345")
+    assert said.count("req-12345") == 4  # the id asked and three suggestions
+
+
 @pytest.mark.parametrize("state", ["aborted", "failed", "succeeded"])
 def test_drain_done_for_a_request_without_an_unfinished_run_says_it_has_no_run(db, state):
     request = submit(db, POOL)  # approved, never started
