@@ -28,7 +28,7 @@ from storage.step_params import HandConfirmation, HoldExtension, HoldRelease, Ta
 from storage.steps import Step, StepState
 from tests.unit.test_engine_steps import _step as step_of
 from tests.unit.test_runs import CONFIG, NOW, ada, bob, dan, eve, outbox_rows, pool_operator, runs_of, submit
-from workflows.access import AccessDenied, Actor, Role
+from workflows.access import AccessDenied, Actor, Role, UserId
 from workflows.engine import halt_messages, refusal_messages, run_messages
 from workflows.engine.halt_messages import HALT_CODES
 from workflows.engine.runs import (RunAccessDenied, RunRefused, RunService, RunView, UnknownRun,
@@ -604,6 +604,16 @@ def test_each_control_acts_only_on_a_run_in_the_states_it_expects_and_otherwise_
         assert run.state == state
         assert [e.action for e in run.entries()] == ["run.created"] and run.told() == ["run.created"]
         assert run.wakes == 0
+
+
+def test_someone_at_the_command_line_who_pauses_a_run_is_named_in_the_thread_by_their_name_not_their_id(db):
+    run = drain_run(db)
+    console = Actor(user_id=UserId("cli:ada"), name="ada at the console", roles=frozenset({Role.OPERATOR}), via="cli")
+
+    run.service.pause(console, run.id, now=LATER)
+
+    (paused,) = run.posted("run.paused")
+    assert paused["payload"]["text"] == run_messages.run_paused(run.id, "ada at the console")
 
 
 def test_a_control_of_a_run_that_does_not_exist_names_the_closest_run_ids(db):
