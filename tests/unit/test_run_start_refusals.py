@@ -25,6 +25,7 @@ from storage.database import Database, open_database
 from commands.catalog import dispatch
 from workflows.engine import refusal_messages
 from workflows.engine.runs import RunRefused, RunService
+from workflows.fleet.summary import Fleet
 
 from tests.unit.test_clusters import NOW, TWINS, Source, home_services
 
@@ -36,7 +37,7 @@ UNTIL = NOW + dt.timedelta(hours=3)
 def twins_db(make, tmp_path):
     """Two clusters that both call a pool `train`, and the database their services share;
     a drain of one node asked in each (the request ids, east then west)."""
-    def fleet(prefix: str):  # type: ignore[no-untyped-def]
+    def fleet(prefix: str) -> Fleet:
         nodes = [make.node(f"gpu-{prefix}-{n:02d}", pool="train") for n in (1, 2)]
         return make.fleet(nodes, [p for n in nodes for p in make.operands(n.name)])
 
